@@ -1,0 +1,110 @@
+# cairn - durable workflows in C on PostgreSQL.
+#
+#   make            build bin/cairn, bin/cairn-worker and lib/libcairn.a
+#   make test       install missing Debian packages, build with ASan/UBSan,
+#                   run every test against a private PostgreSQL
+#   make demo       run a demo workflow end to end
+#   make bench      run the benchmarks
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make format     clang-format every C file
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+PKGS    := libpq libcjson libcurl libsodium libmicrohttpd
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS = -std=c17 -D_GNU_SOURCE -pthread $(WARN) -Iinclude -Iengine -Ibuild/gen $(PKG_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS  = $(PKG_LIBS) -pthread -ldl -lm
+
+# The sanitizer build used by `make test` lives under build/san.
+ifeq ($(SAN),1)
+OUT     := build/san
+EXTRA_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1
+LDFLAGS += -fsanitize=address,undefined
+else
+OUT     := build/rel
+endif
+
+ENGINE_SRC := $(wildcard engine/*.c)
+ENGINE_OBJ := $(patsubst engine/%.c,$(OUT)/engine/%.o,$(ENGINE_SRC)) $(OUT)/gen/migrations.o
+CLI_OBJ    := $(patsubst cli/%.c,$(OUT)/cli/%.o,$(wildcard cli/*.c))
+WORKER_OBJ := $(patsubst workers/%.c,$(OUT)/workers/%.o,$(wildcard workers/*.c))
+TEST_SRC   := $(wildcard tests/test_*.c)
+TEST_BIN   := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRC))
+TEST_SUPPORT := $(OUT)/tests/support.o
+
+ifeq ($(SAN),1)
+LIB := $(OUT)/lib/libcairn.a
+BIN := $(OUT)/bin
+else
+LIB := lib/libcairn.a
+BIN := bin
+endif
+
+.PHONY: all test test-build demo bench clean install format deps examples
+all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB)
+
+deps:
+	@sh scripts/deps.sh
+
+build/gen/migrations.c: $(wildcard sql/migrations/*.sql) scripts/embed-migrations.sh
+	@mkdir -p $(@D)
+	sh scripts/embed-migrations.sh sql/migrations > $@.tmp && mv $@.tmp $@
+
+$(OUT)/gen/migrations.o: build/gen/migrations.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(OUT)/%.o: %.c $(wildcard include/*.h engine/*.h cli/*.h workers/*.h tests/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(LIB): $(ENGINE_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/cairn: $(CLI_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(BIN)/cairn-worker: $(WORKER_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $(WORKER_OBJ) $(LIB) $(LDLIBS)
+
+$(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_SUPPORT) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(LIB) $(LDLIBS) -lcriterion
+
+test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN)
+
+# `make test` = dependencies, sanitizer build, then every suite against a
+# private PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh.
+test: deps
+	$(MAKE) SAN=1 test-build
+	sh tests/run.sh build/san
+
+demo: deps all
+	sh scripts/demo.sh
+
+bench: deps all
+	sh scripts/bench.sh
+
+clean:
+	rm -rf build bin lib
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 bin/cairn bin/cairn-worker $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 lib/libcairn.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/cairn.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define CAIRN_VERSION "\(.*\)"/\1/p' include/cairn.h)|g' \
+		cairn.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cairn.pc
+
+format:
+	clang-format -i $(wildcard include/*.h engine/*.[ch] cli/*.[ch] workers/*.[ch] workers/examples/*.[ch] tests/*.[ch])

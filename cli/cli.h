@@ -1,0 +1,40 @@
+/* cli.h - option parsing and output helpers shared by the cairn commands. */
+#ifndef CAIRN_CLI_H
+#define CAIRN_CLI_H
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "cairn.h"
+
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_NOTFOUND = 3, EXIT_TIMEOUT = 4 };
+
+typedef struct cli_opt {
+	const char *name; /* without the leading "--" */
+	int has_arg;
+	const char *value; /* set by cli_parse: the argument, or "" for a flag */
+} cli_opt;
+
+typedef struct cli_args {
+	cli_opt *opts;
+	int nopts;
+	const char *pos[8];
+	int npos;
+} cli_args;
+
+/* Parses argv (after the command name). Returns 0, or EXIT_USAGE after printing why. */
+int cli_parse(const char *cmd, int argc, char **argv, cli_args *a);
+const char *cli_get(const cli_args *a, const char *name);
+int cli_has(const cli_args *a, const char *name);
+/* Prints "cairn CMD: msg" to stderr and returns code. */
+int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Maps a cairn status to an exit code, printing the client's message. */
+int cli_fail(const char *cmd, cairn_client *c, int rc);
+/* Prints a JSON document on stdout and frees it. */
+void cli_print_json(cJSON *doc);
+/* Formats unix ms as RFC 3339 UTC into out (at least 32 bytes); "-" for 0. */
+const char *cli_time(int64_t ms, char out[32]);
+/* Adds text JSON as a value (or null) under key. */
+void cli_json_add_raw(cJSON *obj, const char *key, const char *json_text);
+/* Opens the client from --db / $DATABASE_URL and $CAIRN_MAX_PAYLOAD. */
+int cli_open(const char *cmd, const cli_args *a, cairn_client **c);
+#endif

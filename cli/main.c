@@ -1,0 +1,637 @@
+/*
+ * main.c - the cairn command: migrate the schema, enqueue runs, send signals,
+ * cancel, retry, inspect and wait for results. Each command parses and
+ * validates its arguments, then makes one or two calls of the public client
+ * API (include/cairn.h); nothing here talks SQL.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cairn.h"
+#include "cli.h"
+#include "parse.h"
+
+#define COMMON_HELP                                                              \
+	"  --db URL          database (default: $DATABASE_URL)\n"                  \
+	"  -h, --help        show this help\n"
+
+static const char USAGE[] =
+	"usage: cairn [--version] [--help] COMMAND [ARGS]\n"
+	"\n"
+	"cairn is a durable workflow engine on PostgreSQL. Commands:\n"
+	"  migrate    apply the database schema (--status lists migrations)\n"
+	"  enqueue    start a run of a workflow\n"
+	"  signal     send a signal to a run\n"
+	"  cancel     cancel a run\n"
+	"  retry      re-drive a failed or cancelled run\n"
+	"  status     show a run and its journal\n"
+	"  result     print a run's output (--wait to wait for it)\n"
+	"  list       list runs\n"
+	"\n"
+	"RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
+	"$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
+	"\n"
+	"Exit codes: 0 success, 1 runtime error, 2 usage error, 3 not found, 4 timeout.\n"
+	"Environment: DATABASE_URL, CAIRN_MAX_PAYLOAD (largest input or payload,\n"
+	"default 1MiB).\n";
+
+/* --------------------------------------------------------------- migrate */
+
+static int cmd_migrate(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn migrate [--status] [--dir DIR] [--shards N] [--json]\n"
+		"\n"
+		"Applies the pending migrations in order, each in its own transaction.\n"
+		"Concurrent migrators are serialized; running it again is a no-op. An\n"
+		"applied migration whose file changed since is refused.\n"
+		"\n"
+		"  --status          list applied and pending migrations; change nothing\n"
+		"  --dir DIR         read NNNN_name.sql files from DIR instead of the ones\n"
+		"                    built into cairn\n"
+		"  --shards N        shards per group (1-65536; default 4096), recorded on\n"
+		"                    a fresh database; must match the recorded value after\n"
+		"  --json            with --status: print JSON\n" COMMON_HELP;
+	cli_opt opts[] = {{"status", 0, 0}, {"dir", 1, 0}, {"shards", 1, 0},
+			  {"json", 0, 0},   {"db", 1, 0},  {"help", 0, 0}};
+	cli_args a = {opts, 6, {0}, 0};
+	if (cli_parse("migrate", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos)
+		return cli_error("migrate", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
+	int64_t shards = 0;
+	char err[PARSE_ERR_MAX];
+	if (cli_has(&a, "shards") && parse_int(cli_get(&a, "shards"), 1, 65536, &shards, err) < 0)
+		return cli_error("migrate", EXIT_USAGE, "--shards: %s", err);
+	cairn_client *c;
+	int code = cli_open("migrate", &a, &c);
+	if (code)
+		return code;
+	const char *dir = cli_get(&a, "dir");
+	int rc;
+	if (cli_has(&a, "status")) {
+		cairn_migration_info *m;
+		size_t n;
+		if ((rc = cairn_migration_list(c, dir, &m, &n))) {
+			code = cli_fail("migrate", c, rc);
+		} else if (cli_has(&a, "json")) {
+			cJSON *arr = cJSON_CreateArray();
+			for (size_t i = 0; i < n; i++) {
+				cJSON *o = cJSON_CreateObject();
+				char t[32];
+				cJSON_AddNumberToObject(o, "version", m[i].version);
+				cJSON_AddStringToObject(o, "name", m[i].name);
+				cJSON_AddStringToObject(o, "checksum", m[i].checksum);
+				cJSON_AddBoolToObject(o, "applied", m[i].applied);
+				if (m[i].applied)
+					cJSON_AddStringToObject(o, "applied_at", cli_time(m[i].applied_unix_ms, t));
+				cJSON_AddBoolToObject(o, "changed", m[i].changed);
+				cJSON_AddItemToArray(arr, o);
+			}
+			cli_print_json(arr);
+		} else {
+			printf("%-8s %-28s %-10s %s\n", "VERSION", "NAME", "STATE", "APPLIED AT");
+			for (size_t i = 0; i < n; i++) {
+				char t[32];
+				printf("%04d     %-28s %-10s %s\n", m[i].version, m[i].name,
+				       m[i].changed ? "CHANGED" : m[i].applied ? "applied" : "pending",
+				       m[i].applied ? cli_time(m[i].applied_unix_ms, t) : "-");
+			}
+		}
+		if (!rc)
+			cairn_migration_list_free(m, n);
+	} else {
+		int applied;
+		if ((rc = cairn_migrate(c, dir, (int)shards, &applied)))
+			code = cli_fail("migrate", c, rc);
+		else if (applied)
+			printf("applied %d migration%s\n", applied, applied == 1 ? "" : "s");
+		else
+			printf("schema is up to date\n");
+	}
+	cairn_client_free(c);
+	return code;
+}
+
+/* --------------------------------------------------------------- enqueue */
+
+/* Reads --input: JSON text, or @file. *owned is set when the text was read. */
+static int read_input(const char *cmd, const char *arg, const char **text, char **owned)
+{
+	*owned = NULL;
+	*text = arg;
+	if (!arg || arg[0] != '@')
+		return 0;
+	FILE *f = fopen(arg + 1, "rb");
+	if (!f)
+		return cli_error(cmd, EXIT_USAGE, "--input: cannot read file \"%s\"", arg + 1);
+	size_t cap = 4096, len = 0;
+	char *s = malloc(cap);
+	size_t r;
+	while (s && (r = fread(s + len, 1, cap - len - 1, f)) > 0) {
+		len += r;
+		if (len + 1 == cap) {
+			char *g = cap > (64u << 20) ? NULL : realloc(s, cap *= 2);
+			if (!g) {
+				free(s);
+				s = NULL;
+			}
+			s = g;
+		}
+	}
+	fclose(f);
+	if (!s)
+		return cli_error(cmd, EXIT_USAGE, "--input: file \"%s\" is too large", arg + 1);
+	s[len] = '\0';
+	if (strlen(s) != len) {
+		free(s);
+		return cli_error(cmd, EXIT_USAGE, "--input: file \"%s\" contains a NUL byte", arg + 1);
+	}
+	*text = *owned = s;
+	return 0;
+}
+
+static int print_result(const char *cmd, cairn_client *c, int64_t id, int json);
+
+static int cmd_enqueue(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn enqueue WORKFLOW [--key K] [--input JSON | --input @FILE]\n"
+		"                     [--delay DURATION | --at TIME] [--max-attempts N]\n"
+		"                     [--group G] [--wait [--timeout DURATION]] [--json]\n"
+		"\n"
+		"Enqueues a run of WORKFLOW and prints its id. The same (WORKFLOW, KEY)\n"
+		"again prints the id of the existing run and says so (exit 0).\n"
+		"\n"
+		"  --key K           idempotency key (default: a unique generated key)\n"
+		"  --input JSON      the run's input as JSON text, or @FILE to read it\n"
+		"  --delay DURATION  start no earlier than now + DURATION (500ms, 30s, 5m, 1h)\n"
+		"  --at TIME         start no earlier than TIME (RFC 3339, 2026-12-24T10:00:00Z)\n"
+		"  --max-attempts N  attempts before the run fails for good (1-1000; default 3)\n"
+		"  --group G         shard group (default: default)\n"
+		"  --wait            wait for the run to finish and print its result\n"
+		"  --timeout D       with --wait: give up after D (default 30s; exit 4)\n"
+		"  --json            print {\"id\": ..., \"existed\": ...} (with --wait: the result)\n" COMMON_HELP;
+	cli_opt opts[] = {{"key", 1, 0},   {"input", 1, 0},   {"delay", 1, 0},	 {"at", 1, 0},
+			  {"max-attempts", 1, 0}, {"group", 1, 0}, {"wait", 0, 0},	 {"timeout", 1, 0},
+			  {"json", 0, 0},  {"db", 1, 0},      {"help", 0, 0}};
+	cli_args a = {opts, 11, {0}, 0};
+	if (cli_parse("enqueue", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 1)
+		return cli_error("enqueue", EXIT_USAGE, "expected exactly one WORKFLOW (see --help)");
+	char err[PARSE_ERR_MAX];
+	cairn_enqueue_opts o = {0};
+	const char *workflow = a.pos[0];
+	if (parse_check_name("workflow", workflow, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "WORKFLOW: %s", err);
+	o.key = cli_get(&a, "key");
+	if (o.key && parse_check_key(o.key, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "--key: %s", err);
+	o.group = cli_get(&a, "group");
+	if (o.group && parse_check_name("group", o.group, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "--group: %s", err);
+	if (cli_has(&a, "delay") && cli_has(&a, "at"))
+		return cli_error("enqueue", EXIT_USAGE, "--delay and --at cannot be used together");
+	if (cli_has(&a, "delay") && parse_duration_ms(cli_get(&a, "delay"), &o.delay_ms, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "--delay: %s", err);
+	if (cli_has(&a, "at") && parse_timestamp_ms(cli_get(&a, "at"), &o.at_unix_ms, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "--at: %s", err);
+	int64_t v;
+	if (cli_has(&a, "max-attempts")) {
+		if (parse_int(cli_get(&a, "max-attempts"), 1, 1000, &v, err) < 0)
+			return cli_error("enqueue", EXIT_USAGE, "--max-attempts: %s", err);
+		o.max_attempts = (int)v;
+	}
+	int64_t timeout_ms = 30000;
+	if (cli_has(&a, "timeout") && parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "--timeout: %s", err);
+	char *owned;
+	if (read_input("enqueue", cli_get(&a, "input"), &o.input, &owned))
+		return EXIT_USAGE;
+	cairn_client *c;
+	int code = cli_open("enqueue", &a, &c);
+	if (code) {
+		free(owned);
+		return code;
+	}
+	cairn_enqueued res;
+	int rc = cairn_enqueue(c, workflow, &o, &res);
+	if (rc) {
+		/* Client-side validation names the field; say which argument it was. */
+		code = rc == CAIRN_EINVAL && strncmp(cairn_client_errmsg(c), "input", 5) == 0
+			       ? cli_error("enqueue", EXIT_USAGE, "--%s", cairn_client_errmsg(c))
+			       : cli_fail("enqueue", c, rc);
+	} else if (cli_has(&a, "wait")) {
+		if (res.existed)
+			fprintf(stderr, "run %" PRId64 " already existed\n", res.id);
+		rc = cairn_run_wait(c, res.id, timeout_ms);
+		code = rc ? cli_fail("enqueue", c, rc) : print_result("enqueue", c, res.id, cli_has(&a, "json"));
+	} else if (cli_has(&a, "json")) {
+		cJSON *d = cJSON_CreateObject();
+		cJSON_AddNumberToObject(d, "id", (double)res.id);
+		cJSON_AddBoolToObject(d, "existed", res.existed);
+		cli_print_json(d);
+	} else {
+		printf("%" PRId64 "\n", res.id);
+		if (res.existed)
+			fprintf(stderr, "run %" PRId64 " already existed for %s with this key\n", res.id,
+				workflow);
+	}
+	free(owned);
+	cairn_client_free(c);
+	return code;
+}
+
+/* ------------------------------------------------- signal, cancel, retry */
+
+static int open_and_resolve(const char *cmd, const cli_args *a, cairn_client **c, int64_t *id)
+{
+	int code = cli_open(cmd, a, c);
+	if (code)
+		return code;
+	int rc = cairn_run_resolve(*c, a->pos[0], id);
+	if (rc) {
+		code = cli_fail(cmd, *c, rc);
+		cairn_client_free(*c);
+		*c = NULL;
+	}
+	return code;
+}
+
+static int cmd_signal(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn signal RUN NAME [--input JSON | --input @FILE]\n"
+		"\n"
+		"Sends signal NAME to RUN. The signal is buffered until the run awaits it.\n"
+		"\n"
+		"  --input JSON      the signal's payload as JSON text, or @FILE (default null)\n" COMMON_HELP;
+	cli_opt opts[] = {{"input", 1, 0}, {"db", 1, 0}, {"help", 0, 0}};
+	cli_args a = {opts, 3, {0}, 0};
+	if (cli_parse("signal", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 2)
+		return cli_error("signal", EXIT_USAGE, "expected RUN and NAME (see --help)");
+	char err[PARSE_ERR_MAX];
+	if (parse_check_name("signal name", a.pos[1], err) < 0)
+		return cli_error("signal", EXIT_USAGE, "NAME: %s", err);
+	const char *payload;
+	char *owned;
+	if (read_input("signal", cli_get(&a, "input"), &payload, &owned))
+		return EXIT_USAGE;
+	cairn_client *c;
+	int64_t id;
+	int code = open_and_resolve("signal", &a, &c, &id);
+	if (!code) {
+		int rc = cairn_signal(c, id, a.pos[1], payload);
+		if (rc == CAIRN_EINVAL)
+			code = cli_error("signal", EXIT_USAGE, "--input: %s", cairn_client_errmsg(c));
+		else if (rc)
+			code = cli_fail("signal", c, rc);
+		else
+			printf("signal %s sent to run %" PRId64 "\n", a.pos[1], id);
+	}
+	free(owned);
+	cairn_client_free(c);
+	return code;
+}
+
+static int cmd_run_action(int argc, char **argv, const char *cmd, const char *help,
+			  int (*fn)(cairn_client *, int64_t), const char *done)
+{
+	cli_opt opts[] = {{"db", 1, 0}, {"help", 0, 0}};
+	cli_args a = {opts, 2, {0}, 0};
+	if (cli_parse(cmd, argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 1)
+		return cli_error(cmd, EXIT_USAGE, "expected exactly one RUN (see --help)");
+	cairn_client *c;
+	int64_t id;
+	int code = open_and_resolve(cmd, &a, &c, &id);
+	if (!code) {
+		int rc = fn(c, id);
+		if (rc)
+			code = cli_fail(cmd, c, rc);
+		else
+			printf("run %" PRId64 " %s\n", id, done);
+	}
+	cairn_client_free(c);
+	return code;
+}
+
+static int cmd_cancel(int argc, char **argv)
+{
+	return cmd_run_action(argc, argv, "cancel",
+			      "usage: cairn cancel RUN\n\n"
+			      "Cancels RUN. A run that has not started ends cancelled at once; a\n"
+			      "started one ends cancelled at its next durable call.\n\n" COMMON_HELP,
+			      cairn_cancel, "cancel requested");
+}
+
+static int cmd_retry(int argc, char **argv)
+{
+	return cmd_run_action(argc, argv, "retry",
+			      "usage: cairn retry RUN\n\n"
+			      "Re-drives a failed or cancelled RUN with a fresh attempt count. Its\n"
+			      "completed steps are replayed from the journal, not run again.\n\n" COMMON_HELP,
+			      cairn_retry, "re-driven");
+}
+
+/* -------------------------------------------------------------- reading */
+
+static cJSON *run_json(const cairn_run *r)
+{
+	char t[32];
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "id", (double)r->id);
+	cJSON_AddStringToObject(o, "workflow", r->workflow);
+	cJSON_AddStringToObject(o, "key", r->key);
+	cJSON_AddStringToObject(o, "group", r->group);
+	cJSON_AddNumberToObject(o, "shard", r->shard);
+	cJSON_AddStringToObject(o, "status", r->status);
+	cJSON_AddNumberToObject(o, "attempt", r->attempt);
+	cJSON_AddNumberToObject(o, "max_attempts", r->max_attempts);
+	cJSON_AddBoolToObject(o, "cancel_requested", r->cancel_requested);
+	cli_json_add_raw(o, "input", r->input);
+	cli_json_add_raw(o, "output", r->output);
+	if (r->error)
+		cJSON_AddStringToObject(o, "error", r->error);
+	else
+		cJSON_AddNullToObject(o, "error");
+	const struct {
+		const char *k;
+		int64_t v;
+	} times[] = {{"created_at", r->created_unix_ms},   {"scheduled_at", r->scheduled_unix_ms},
+		     {"started_at", r->started_unix_ms},   {"updated_at", r->updated_unix_ms},
+		     {"finished_at", r->finished_unix_ms}};
+	for (size_t i = 0; i < sizeof times / sizeof *times; i++) {
+		if (times[i].v)
+			cJSON_AddStringToObject(o, times[i].k, cli_time(times[i].v, t));
+		else
+			cJSON_AddNullToObject(o, times[i].k);
+	}
+	return o;
+}
+
+static void print_journal_text(const cairn_run *r)
+{
+	printf("journal (%zu step%s):\n", r->nsteps, r->nsteps == 1 ? "" : "s");
+	if (r->nsteps)
+		printf("  %-4s %-20s %-7s %-10s %-8s %-9s %s\n", "SEQ", "NAME", "KIND", "STATUS",
+		       "ATTEMPTS", "DURATION", "RESULT");
+	for (size_t i = 0; i < r->nsteps; i++) {
+		const cairn_step_info *s = &r->steps[i];
+		char dur[24] = "-";
+		if (s->finished_unix_ms)
+			snprintf(dur, sizeof dur, "%" PRId64 "ms", s->finished_unix_ms - s->started_unix_ms);
+		printf("  %-4d %-20s %-7s %-10s %-8d %-9s %s%s\n", s->seq, s->name, s->kind, s->status,
+		       s->attempts, dur, s->error ? "error: " : "",
+		       s->error ? s->error : s->output ? s->output : "-");
+	}
+}
+
+static int cmd_status(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn status RUN [--json]\n"
+		"\n"
+		"Shows RUN: workflow, key, shard, status, attempts, timestamps, input,\n"
+		"output or error, and its journal so far.\n"
+		"\n"
+		"  --json            print one JSON document\n" COMMON_HELP;
+	cli_opt opts[] = {{"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
+	cli_args a = {opts, 3, {0}, 0};
+	if (cli_parse("status", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 1)
+		return cli_error("status", EXIT_USAGE, "expected exactly one RUN (see --help)");
+	cairn_client *c;
+	int64_t id;
+	int code = open_and_resolve("status", &a, &c, &id);
+	if (code)
+		return code;
+	cairn_run *r;
+	int rc = cairn_run_get(c, id, &r);
+	if (rc) {
+		code = cli_fail("status", c, rc);
+	} else if (cli_has(&a, "json")) {
+		cJSON *o = run_json(r);
+		cJSON *steps = cJSON_AddArrayToObject(o, "journal");
+		for (size_t i = 0; i < r->nsteps; i++) {
+			const cairn_step_info *s = &r->steps[i];
+			char t[32];
+			cJSON *so = cJSON_CreateObject();
+			cJSON_AddNumberToObject(so, "seq", s->seq);
+			cJSON_AddStringToObject(so, "name", s->name);
+			cJSON_AddStringToObject(so, "kind", s->kind);
+			cJSON_AddStringToObject(so, "status", s->status);
+			cJSON_AddNumberToObject(so, "attempts", s->attempts);
+			cli_json_add_raw(so, "output", s->output);
+			if (s->error)
+				cJSON_AddStringToObject(so, "error", s->error);
+			else
+				cJSON_AddNullToObject(so, "error");
+			cJSON_AddStringToObject(so, "started_at", cli_time(s->started_unix_ms, t));
+			if (s->finished_unix_ms) {
+				cJSON_AddStringToObject(so, "finished_at", cli_time(s->finished_unix_ms, t));
+				cJSON_AddNumberToObject(so, "duration_ms",
+							(double)(s->finished_unix_ms - s->started_unix_ms));
+			} else {
+				cJSON_AddNullToObject(so, "finished_at");
+				cJSON_AddNullToObject(so, "duration_ms");
+			}
+			cJSON_AddItemToArray(steps, so);
+		}
+		cli_print_json(o);
+	} else {
+		char t[32];
+		printf("run %" PRId64 "\n", r->id);
+		printf("  workflow   %s\n  key        %s\n  shard      %s/%d\n", r->workflow, r->key,
+		       r->group, r->shard);
+		printf("  status     %s%s (attempt %d of %d)\n", r->status,
+		       r->cancel_requested && !r->finished_unix_ms ? ", cancel requested" : "", r->attempt,
+		       r->max_attempts);
+		printf("  created    %s\n", cli_time(r->created_unix_ms, t));
+		printf("  scheduled  %s\n", cli_time(r->scheduled_unix_ms, t));
+		printf("  started    %s\n", cli_time(r->started_unix_ms, t));
+		printf("  updated    %s\n", cli_time(r->updated_unix_ms, t));
+		printf("  finished   %s\n", cli_time(r->finished_unix_ms, t));
+		printf("  input      %s\n", r->input);
+		if (r->output)
+			printf("  output     %s\n", r->output);
+		if (r->error)
+			printf("  error      %s\n", r->error);
+		print_journal_text(r);
+	}
+	cairn_run_free(r);
+	cairn_client_free(c);
+	return code;
+}
+
+/* Prints a finished run's output (exit 0) or its error (exit 1). */
+static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
+{
+	cairn_run *r;
+	int rc = cairn_run_get(c, id, &r);
+	if (rc)
+		return cli_fail(cmd, c, rc);
+	int code = EXIT_OK;
+	int finished = r->finished_unix_ms != 0, ok = finished && strcmp(r->status, "completed") == 0;
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "id", (double)r->id);
+		cJSON_AddStringToObject(o, "status", r->status);
+		cli_json_add_raw(o, "output", r->output);
+		if (r->error)
+			cJSON_AddStringToObject(o, "error", r->error);
+		else
+			cJSON_AddNullToObject(o, "error");
+		cli_print_json(o);
+	} else if (ok) {
+		printf("%s\n", r->output ? r->output : "null");
+	}
+	if (!finished)
+		code = cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s", id,
+				 r->status);
+	else if (!ok)
+		code = cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " %s: %s", id, r->status,
+				 r->error ? r->error : "no error recorded");
+	cairn_run_free(r);
+	return code;
+}
+
+static int cmd_result(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn result RUN [--wait] [--timeout DURATION] [--json]\n"
+		"\n"
+		"Prints the output JSON of a completed RUN (exit 0); for a failed or\n"
+		"cancelled run prints its error (exit 1). A run that has not finished\n"
+		"exits 4, at once or, with --wait, after the timeout.\n"
+		"\n"
+		"  --wait            wait until the run finishes\n"
+		"  --timeout D       with --wait: give up after D (default 30s)\n"
+		"  --json            print {\"id\", \"status\", \"output\", \"error\"}\n" COMMON_HELP;
+	cli_opt opts[] = {{"wait", 0, 0}, {"timeout", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
+	cli_args a = {opts, 5, {0}, 0};
+	if (cli_parse("result", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 1)
+		return cli_error("result", EXIT_USAGE, "expected exactly one RUN (see --help)");
+	char err[PARSE_ERR_MAX];
+	int64_t timeout_ms = 30000;
+	if (cli_has(&a, "timeout") && parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
+		return cli_error("result", EXIT_USAGE, "--timeout: %s", err);
+	cairn_client *c;
+	int64_t id;
+	int code = open_and_resolve("result", &a, &c, &id);
+	if (code)
+		return code;
+	int rc = cli_has(&a, "wait") ? cairn_run_wait(c, id, timeout_ms) : CAIRN_OK;
+	code = rc ? cli_fail("result", c, rc) : print_result("result", c, id, cli_has(&a, "json"));
+	cairn_client_free(c);
+	return code;
+}
+
+static int cmd_list(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn list [--workflow W] [--status S] [--limit N] [--json]\n"
+		"\n"
+		"Lists runs, newest first.\n"
+		"\n"
+		"  --workflow W      only runs of workflow W\n"
+		"  --status S        only runs in status S: pending, running, sleeping,\n"
+		"                    waiting, completed, failed or cancelled\n"
+		"  --limit N         at most N runs (1-10000; default 50)\n"
+		"  --json            print a JSON array\n" COMMON_HELP;
+	cli_opt opts[] = {{"workflow", 1, 0}, {"status", 1, 0}, {"limit", 1, 0},
+			  {"json", 0, 0},     {"db", 1, 0},	    {"help", 0, 0}};
+	cli_args a = {opts, 6, {0}, 0};
+	if (cli_parse("list", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos)
+		return cli_error("list", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
+	char err[PARSE_ERR_MAX];
+	cairn_list_filter f = {cli_get(&a, "workflow"), cli_get(&a, "status"), 0};
+	int64_t lim = 50;
+	if (cli_has(&a, "limit") && parse_int(cli_get(&a, "limit"), 1, 10000, &lim, err) < 0)
+		return cli_error("list", EXIT_USAGE, "--limit: %s", err);
+	f.limit = (int)lim;
+	cairn_client *c;
+	int code = cli_open("list", &a, &c);
+	if (code)
+		return code;
+	cairn_run *runs;
+	size_t n;
+	int rc = cairn_run_list(c, &f, &runs, &n);
+	if (rc == CAIRN_EINVAL) {
+		code = cli_error("list", EXIT_USAGE, "%s", cairn_client_errmsg(c));
+	} else if (rc) {
+		code = cli_fail("list", c, rc);
+	} else if (cli_has(&a, "json")) {
+		cJSON *arr = cJSON_CreateArray();
+		for (size_t i = 0; i < n; i++)
+			cJSON_AddItemToArray(arr, run_json(&runs[i]));
+		cli_print_json(arr);
+	} else {
+		printf("%-10s %-16s %-24s %-10s %-7s %s\n", "ID", "WORKFLOW", "KEY", "STATUS", "ATTEMPT",
+		       "CREATED");
+		for (size_t i = 0; i < n; i++) {
+			char t[32];
+			printf("%-10" PRId64 " %-16s %-24s %-10s %-7d %s\n", runs[i].id, runs[i].workflow,
+			       runs[i].key, runs[i].status, runs[i].attempt,
+			       cli_time(runs[i].created_unix_ms, t));
+		}
+	}
+	if (!rc)
+		cairn_run_list_free(runs, n);
+	cairn_client_free(c);
+	return code;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*fn)(int, char **);
+	} cmds[] = {{"migrate", cmd_migrate}, {"enqueue", cmd_enqueue}, {"signal", cmd_signal},
+		    {"cancel", cmd_cancel},   {"retry", cmd_retry},	{"status", cmd_status},
+		    {"result", cmd_result},   {"list", cmd_list}};
+	if (argc < 2) {
+		fputs(USAGE, stderr);
+		return EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+		fputs(USAGE, stdout);
+		return EXIT_OK;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("cairn %s\n", CAIRN_VERSION);
+		return EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+		if (strcmp(argv[1], cmds[i].name) == 0)
+			return cmds[i].fn(argc - 2, argv + 2);
+	fprintf(stderr, "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
+			"cancel, retry, status, result, list (see cairn --help)\n",
+		argv[1]);
+	return EXIT_USAGE;
+}

@@ -1,0 +1,601 @@
+/*
+ * client.c - the public client API: open a connection, enqueue runs, send
+ * signals, cancel, retry, read runs and wait for results. The `cairn` CLI is a
+ * thin layer over these functions. Owns one PGconn per handle. Every input is
+ * validated before anything is written; every write is one statement, so a
+ * rejected or failed call leaves nothing behind.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db.h"
+#include "hash.h"
+#include "parse.h"
+#include "pgarr.h"
+
+const char *cairn_strstatus(int status)
+{
+	switch (status) {
+	case CAIRN_OK: return "ok";
+	case CAIRN_EINVAL: return "invalid input";
+	case CAIRN_ENOTFOUND: return "not found";
+	case CAIRN_EDB: return "database error";
+	case CAIRN_ENOMEM: return "out of memory";
+	case CAIRN_ETIMEOUT: return "timed out";
+	case CAIRN_ESTATE: return "wrong state";
+	case CAIRN_ESCHEMA: return "schema error";
+	default: return "unknown status";
+	}
+}
+
+int client_fail(cairn_client *c, int code, const char *fmt, ...)
+{
+	buf_reset(&c->err);
+	va_list ap;
+	va_start(ap, fmt);
+	buf_vprintf(&c->err, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* After db_exec failed: the error is in c->err already; classify it. */
+static int db_fail(cairn_client *c)
+{
+	if (!db_ok(c->conn))
+		return CAIRN_EDB;
+	const char *st = db_last_sqlstate();
+	if (strcmp(st, "3F000") == 0 || strcmp(st, "42P01") == 0) /* no schema / table */
+		return client_fail(c, CAIRN_ESCHEMA,
+				   "the database has no cairn schema: run `cairn migrate` first");
+	return CAIRN_EDB;
+}
+
+int cairn_client_open(const char *conninfo, cairn_client **out)
+{
+	*out = NULL;
+	if (sodium_init() < 0)
+		return CAIRN_ENOMEM;
+	cairn_client *c = calloc(1, sizeof *c);
+	if (!c)
+		return CAIRN_ENOMEM;
+	c->max_payload = CAIRN_DEFAULT_MAX_PAYLOAD;
+	*out = c;
+	if (!conninfo)
+		conninfo = getenv("DATABASE_URL");
+	if (!conninfo || !*conninfo)
+		return client_fail(c, CAIRN_EDB,
+				   "no database given: set DATABASE_URL or pass --db URL");
+	c->conn = db_connect(conninfo, "cairn", &c->err);
+	return c->conn ? CAIRN_OK : CAIRN_EDB;
+}
+
+void cairn_client_free(cairn_client *c)
+{
+	if (!c)
+		return;
+	if (c->conn)
+		PQfinish(c->conn);
+	buf_free(&c->err);
+	free(c);
+}
+
+const char *cairn_client_errmsg(const cairn_client *c) { return c ? buf_str(&c->err) : "out of memory"; }
+
+void cairn_client_set_max_payload(cairn_client *c, size_t bytes) { c->max_payload = bytes; }
+
+int client_shards(cairn_client *c, int *shards)
+{
+	if (c->shards > 0) {
+		*shards = c->shards;
+		return CAIRN_OK;
+	}
+	PGresult *r = db_exec(c->conn, &c->err,
+			      "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
+			      NULL);
+	if (!r)
+		return db_fail(c);
+	int n = PQntuples(r) ? db_get_int(r, 0, 0) : 0;
+	PQclear(r);
+	if (n <= 0)
+		return client_fail(c, CAIRN_ESCHEMA,
+				   "shards_per_group is not recorded in the database: run `cairn migrate`");
+	*shards = c->shards = n;
+	return CAIRN_OK;
+}
+
+/* ---------------------------------------------------------------- enqueue */
+
+static const char SQL_ENQUEUE[] =
+	"WITH input AS ("
+	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::int[], "
+	"                       $7::bigint[], $8::bigint[]) WITH ORDINALITY "
+	"    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, ord)), "
+	"ins AS ("
+	"  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, scheduled_at) "
+	"  SELECT $1, key, shard_group, shard, input, max_attempts, "
+	"         CASE WHEN at_ms IS NOT NULL THEN to_timestamp(at_ms / 1000.0) "
+	"              ELSE now() + delay_ms * interval '1 millisecond' END "
+	"  FROM input ORDER BY ord "
+	"  ON CONFLICT (workflow, key) DO NOTHING "
+	"  RETURNING id, key, shard_group, shard, scheduled_at), "
+	"msg AS ("
+	"  INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
+	"  SELECT id, shard_group, shard, 'start', scheduled_at FROM ins "
+	"  RETURNING CASE WHEN deliver_at <= now() "
+	"    THEN pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard) END) "
+	"SELECT coalesce(ins.id, r.id), ins.id IS NULL, (SELECT count(*) FROM msg) "
+	"FROM input i LEFT JOIN ins ON ins.key = i.key "
+	"LEFT JOIN cairn.runs r ON r.workflow = $1 AND r.key = i.key AND ins.id IS NULL "
+	"ORDER BY i.ord";
+
+static int check_opts(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o)
+{
+	char err[PARSE_ERR_MAX];
+	if (parse_check_name("workflow", workflow, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	if (o->key && parse_check_key(o->key, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	if (o->group && parse_check_name("group", o->group, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	if (o->input && parse_check_json("input", o->input, c->max_payload, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	if (o->max_attempts < 0 || o->max_attempts > 1000)
+		return client_fail(c, CAIRN_EINVAL,
+				   "invalid max_attempts %d: expected an integer from 1 to 1000",
+				   o->max_attempts);
+	if (o->delay_ms < 0)
+		return client_fail(c, CAIRN_EINVAL, "invalid delay %" PRId64 "ms: must not be negative",
+				   o->delay_ms);
+	if (o->at_unix_ms < 0)
+		return client_fail(c, CAIRN_EINVAL, "invalid start time: before 1970");
+	return CAIRN_OK;
+}
+
+/* A fresh unique key: 128 random bits as hex. */
+static void random_key(char out[33])
+{
+	unsigned char raw[16];
+	randombytes_buf(raw, sizeof raw);
+	sodium_bin2hex(out, 33, raw, sizeof raw);
+}
+
+int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
+			const cairn_enqueue_opts *opts, cairn_enqueued *out)
+{
+	if (n == 0)
+		return CAIRN_OK;
+	if (n > 100000)
+		return client_fail(c, CAIRN_EINVAL, "batch of %zu runs: at most 100000 are accepted", n);
+	for (size_t i = 0; i < n; i++) {
+		int rc = check_opts(c, workflow, &opts[i]);
+		if (rc)
+			return rc;
+	}
+	int shards, rc = client_shards(c, &shards);
+	if (rc)
+		return rc;
+
+	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
+	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT;
+	for (size_t i = 0; i < n; i++) {
+		const cairn_enqueue_opts *o = &opts[i];
+		char gen[33];
+		const char *key = o->key;
+		if (!key) {
+			random_key(gen);
+			key = gen;
+		}
+		pgarr_add(&keys, key);
+		pgarr_add(&groups, o->group ? o->group : CAIRN_DEFAULT_GROUP);
+		pgarr_add_i64(&sh, hash_shard(key, shards));
+		pgarr_add(&inputs, o->input ? o->input : "null");
+		pgarr_add_i64(&maxa, o->max_attempts ? o->max_attempts : 3);
+		pgarr_add_i64(&delays, o->delay_ms);
+		if (o->at_unix_ms)
+			pgarr_add_i64(&ats, o->at_unix_ms);
+		else
+			pgarr_add(&ats, NULL);
+	}
+	const char *params[] = {workflow,	    pgarr_str(&keys),	pgarr_str(&groups),
+				pgarr_str(&sh),	    pgarr_str(&inputs), pgarr_str(&maxa),
+				pgarr_str(&delays), pgarr_str(&ats)};
+	rc = CAIRN_OK;
+	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom) {
+		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
+		goto done;
+	}
+	/* A concurrent enqueue of the same key can commit after our snapshot: the
+	 * insert skips it but the lookup cannot see it yet, so try once more. */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		PGresult *r = db_exec(c->conn, &c->err, SQL_ENQUEUE, 8, params);
+		if (!r) {
+			rc = db_fail(c);
+			goto done;
+		}
+		int missing = 0;
+		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
+			if (PQgetisnull(r, i, 0)) {
+				missing = 1;
+				continue;
+			}
+			out[i].id = db_get_i64(r, i, 0);
+			out[i].existed = PQgetvalue(r, i, 1)[0] == 't';
+		}
+		PQclear(r);
+		if (!missing)
+			goto done;
+	}
+	rc = client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
+done:
+	pgarr_free(&keys);
+	pgarr_free(&groups);
+	pgarr_free(&sh);
+	pgarr_free(&inputs);
+	pgarr_free(&maxa);
+	pgarr_free(&delays);
+	pgarr_free(&ats);
+	return rc;
+}
+
+int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
+		  cairn_enqueued *out)
+{
+	cairn_enqueue_opts none = {0};
+	return cairn_enqueue_batch(c, workflow, 1, opts ? opts : &none, out);
+}
+
+/* ------------------------------------------------------- signal, cancel */
+
+int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
+{
+	char err[PARSE_ERR_MAX];
+	if (!ref || !*ref)
+		return client_fail(c, CAIRN_EINVAL, "run must not be empty: expected an id or WORKFLOW/KEY");
+	const char *slash = strchr(ref, '/');
+	PGresult *r;
+	char idtxt[24];
+	if (!slash) {
+		int64_t v;
+		if (parse_int(ref, 1, INT64_MAX, &v, err) < 0)
+			return client_fail(c, CAIRN_EINVAL,
+					   "invalid run \"%s\": expected a numeric id or WORKFLOW/KEY", ref);
+		const char *p[] = {db_i64(idtxt, v)};
+		r = db_exec(c->conn, &c->err, "SELECT id FROM cairn.runs WHERE id = $1", 1, p);
+	} else {
+		char wf[NAME_MAX_BYTES + 1];
+		size_t wl = (size_t)(slash - ref);
+		if (wl == 0 || wl > NAME_MAX_BYTES)
+			return client_fail(c, CAIRN_EINVAL, "invalid run \"%s\": expected WORKFLOW/KEY", ref);
+		memcpy(wf, ref, wl);
+		wf[wl] = '\0';
+		if (parse_check_name("workflow", wf, err) < 0 || parse_check_key(slash + 1, err) < 0)
+			return client_fail(c, CAIRN_EINVAL, "invalid run \"%s\": %s", ref, err);
+		const char *p[] = {wf, slash + 1};
+		r = db_exec(c->conn, &c->err, "SELECT id FROM cairn.runs WHERE workflow = $1 AND key = $2",
+			    2, p);
+	}
+	if (!r)
+		return db_fail(c);
+	int found = PQntuples(r) == 1;
+	if (found)
+		*id = db_get_i64(r, 0, 0);
+	PQclear(r);
+	return found ? CAIRN_OK : client_fail(c, CAIRN_ENOTFOUND, "run \"%s\" not found", ref);
+}
+
+static const char SQL_SIGNAL[] =
+	"WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done "
+	"           FROM cairn.runs WHERE id = $1), "
+	"s AS (INSERT INTO cairn.signals (run_id, name, payload) "
+	"      SELECT id, $2, $3::jsonb FROM r WHERE NOT done RETURNING run_id), "
+	"m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+	"      SELECT id, shard_group, shard, 'signal' FROM r WHERE NOT done "
+	"      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+	"SELECT done, (SELECT count(*) FROM s) + (SELECT count(*) FROM m) FROM r";
+
+/* Runs a statement whose first row's first column is "run already finished". */
+static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
+			 const char *const *params, const char *verb)
+{
+	PGresult *r = db_exec(c->conn, &c->err, sql, n, params);
+	if (!r)
+		return db_fail(c);
+	int rc = CAIRN_OK;
+	if (PQntuples(r) == 0)
+		rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", run_id);
+	else if (PQgetvalue(r, 0, 0)[0] == 't')
+		rc = client_fail(c, CAIRN_ESTATE, "cannot %s run %" PRId64 ": %s", verb, run_id,
+				 PQnfields(r) > 2 ? PQgetvalue(r, 0, 2) : "it has already finished");
+	PQclear(r);
+	return rc;
+}
+
+int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *payload)
+{
+	char err[PARSE_ERR_MAX];
+	if (parse_check_name("signal name", name, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	if (payload && parse_check_json("signal payload", payload, c->max_payload, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null"};
+	return run_state_cmd(c, run_id, SQL_SIGNAL, 3, p, "signal");
+}
+
+/* A run that has not started is cancelled at once; a started one gets the
+ * request and a cancel message, and ends cancelled at its next durable call. */
+static const char SQL_CANCEL[] =
+	"WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
+	"           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+	"now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
+	"             cancel_requested = true, finished_at = now(), updated_at = now() "
+	"         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
+	"           AND attempt = 0 RETURNING id), "
+	"drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
+	"notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
+	"req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
+	"        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
+	"        RETURNING id, shard_group, shard), "
+	"m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+	"      SELECT id, shard_group, shard, 'cancel' FROM req "
+	"      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+	"SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
+	"  + (SELECT count(*) FROM notify_) FROM r";
+
+int cairn_cancel(cairn_client *c, int64_t run_id)
+{
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, run_id)};
+	return run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel");
+}
+
+/* Failed steps are dropped from the journal so they run again; completed
+ * steps are kept and replayed. */
+static const char SQL_RETRY[] =
+	"WITH r AS (SELECT id, status, status NOT IN ('failed', 'cancelled') AS bad "
+	"           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+	"up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
+	"           cancel_requested = false, finished_at = NULL, updated_at = now(), "
+	"           scheduled_at = now() "
+	"       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
+	"st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) AND status <> 'completed' "
+	"       RETURNING 1), "
+	"m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+	"      SELECT id, shard_group, shard, 'start' FROM up "
+	"      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+	"SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM m), "
+	"       'it is ' || status || ', only failed or cancelled runs can be retried' FROM r";
+
+int cairn_retry(cairn_client *c, int64_t run_id)
+{
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, run_id)};
+	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry");
+}
+
+/* ------------------------------------------------------------ run reads */
+
+#define MS(col) "(extract(epoch FROM " col ") * 1000)::bigint"
+#define RUN_COLS                                                                                \
+	"id, workflow, key, shard_group, shard, status, attempt, max_attempts, cancel_requested, " \
+	"input::text, output::text, error, " MS("created_at") ", " MS("scheduled_at") ", "          \
+	MS("started_at") ", " MS("updated_at") ", " MS("finished_at")
+
+static void run_from_row(cairn_run *run, const PGresult *r, int i)
+{
+	run->id = db_get_i64(r, i, 0);
+	run->workflow = db_get_str(r, i, 1);
+	run->key = db_get_str(r, i, 2);
+	run->group = db_get_str(r, i, 3);
+	run->shard = db_get_int(r, i, 4);
+	run->status = db_get_str(r, i, 5);
+	run->attempt = db_get_int(r, i, 6);
+	run->max_attempts = db_get_int(r, i, 7);
+	run->cancel_requested = PQgetvalue(r, i, 8)[0] == 't';
+	run->input = db_get_str(r, i, 9);
+	run->output = db_get_str(r, i, 10);
+	run->error = db_get_str(r, i, 11);
+	run->created_unix_ms = db_get_i64(r, i, 12);
+	run->scheduled_unix_ms = db_get_i64(r, i, 13);
+	run->started_unix_ms = db_get_i64(r, i, 14);
+	run->updated_unix_ms = db_get_i64(r, i, 15);
+	run->finished_unix_ms = db_get_i64(r, i, 16);
+}
+
+static void run_clear(cairn_run *run)
+{
+	free(run->workflow);
+	free(run->key);
+	free(run->group);
+	free(run->status);
+	free(run->input);
+	free(run->output);
+	free(run->error);
+	for (size_t i = 0; i < run->nsteps; i++) {
+		cairn_step_info *s = &run->steps[i];
+		free(s->name);
+		free(s->kind);
+		free(s->status);
+		free(s->output);
+		free(s->error);
+	}
+	free(run->steps);
+}
+
+void cairn_run_free(cairn_run *run)
+{
+	if (!run)
+		return;
+	run_clear(run);
+	free(run);
+}
+
+int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
+{
+	*out = NULL;
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, id)};
+	PGresult *r = db_exec(c->conn, &c->err, "SELECT " RUN_COLS " FROM cairn.runs WHERE id = $1", 1, p);
+	if (!r)
+		return db_fail(c);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", id);
+	}
+	cairn_run *run = calloc(1, sizeof *run);
+	if (!run) {
+		PQclear(r);
+		return CAIRN_ENOMEM;
+	}
+	run_from_row(run, r, 0);
+	PQclear(r);
+	r = db_exec(c->conn, &c->err,
+		    "SELECT seq, name, kind, status, output::text, error, attempts, " MS("started_at")
+		    ", " MS("finished_at") " FROM cairn.steps WHERE run_id = $1 ORDER BY seq",
+		    1, p);
+	if (!r) {
+		cairn_run_free(run);
+		return db_fail(c);
+	}
+	size_t n = (size_t)PQntuples(r);
+	run->steps = n ? calloc(n, sizeof *run->steps) : NULL;
+	if (n && !run->steps) {
+		PQclear(r);
+		cairn_run_free(run);
+		return CAIRN_ENOMEM;
+	}
+	run->nsteps = n;
+	for (int i = 0; i < (int)n; i++) {
+		cairn_step_info *s = &run->steps[i];
+		s->seq = db_get_int(r, i, 0);
+		s->name = db_get_str(r, i, 1);
+		s->kind = db_get_str(r, i, 2);
+		s->status = db_get_str(r, i, 3);
+		s->output = db_get_str(r, i, 4);
+		s->error = db_get_str(r, i, 5);
+		s->attempts = db_get_int(r, i, 6);
+		s->started_unix_ms = db_get_i64(r, i, 7);
+		s->finished_unix_ms = db_get_i64(r, i, 8);
+	}
+	PQclear(r);
+	*out = run;
+	return CAIRN_OK;
+}
+
+static const char *const RUN_STATUSES[] = {"pending",   "running", "sleeping", "waiting",
+					   "completed", "failed",  "cancelled"};
+
+int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n)
+{
+	char err[PARSE_ERR_MAX];
+	cairn_list_filter none = {0};
+	if (!f)
+		f = &none;
+	*runs = NULL;
+	*n = 0;
+	if (f->workflow && parse_check_name("workflow", f->workflow, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	if (f->status) {
+		int ok = 0;
+		for (size_t i = 0; i < sizeof RUN_STATUSES / sizeof *RUN_STATUSES; i++)
+			ok |= strcmp(f->status, RUN_STATUSES[i]) == 0;
+		if (!ok)
+			return client_fail(c, CAIRN_EINVAL,
+					   "invalid status \"%s\": expected one of pending, running, "
+					   "sleeping, waiting, completed, failed, cancelled",
+					   f->status);
+	}
+	if (f->limit < 0 || f->limit > 10000)
+		return client_fail(c, CAIRN_EINVAL, "invalid limit %d: expected 1 to 10000", f->limit);
+	char lim[24];
+	const char *p[] = {f->workflow, f->status, db_i64(lim, f->limit ? f->limit : 50)};
+	PGresult *r = db_exec(c->conn, &c->err,
+			      "SELECT " RUN_COLS " FROM cairn.runs "
+			      "WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2) "
+			      "ORDER BY id DESC LIMIT $3",
+			      3, p);
+	if (!r)
+		return db_fail(c);
+	size_t rows = (size_t)PQntuples(r);
+	if (rows) {
+		*runs = calloc(rows, sizeof **runs);
+		if (!*runs) {
+			PQclear(r);
+			return CAIRN_ENOMEM;
+		}
+		for (int i = 0; i < (int)rows; i++)
+			run_from_row(&(*runs)[i], r, i);
+	}
+	*n = rows;
+	PQclear(r);
+	return CAIRN_OK;
+}
+
+void cairn_run_list_free(cairn_run *runs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		run_clear(&runs[i]);
+	free(runs);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
+{
+	if (db_cmd(c->conn, &c->err, "LISTEN " CAIRN_DONE_CHANNEL, 0, NULL) < 0)
+		return db_fail(c);
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, id)};
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+	int rc;
+	for (;;) {
+		PGresult *r = db_exec(c->conn, &c->err,
+				      "SELECT finished_at IS NOT NULL FROM cairn.runs WHERE id = $1", 1, p);
+		if (!r) {
+			rc = db_fail(c);
+			break;
+		}
+		int found = PQntuples(r) == 1, done = found && PQgetvalue(r, 0, 0)[0] == 't';
+		PQclear(r);
+		if (!found) {
+			rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", id);
+			break;
+		}
+		if (done) {
+			rc = CAIRN_OK;
+			break;
+		}
+		int64_t left = deadline - now_ms();
+		if (left <= 0) {
+			rc = client_fail(c, CAIRN_ETIMEOUT, "run %" PRId64 " did not finish in time", id);
+			break;
+		}
+		/* Sleep until a notification or 1 s (the polling fallback). */
+		struct pollfd pfd = {.fd = PQsocket(c->conn), .events = POLLIN};
+		int wait = left > 1000 ? 1000 : (int)left;
+		if (poll(&pfd, 1, wait) < 0 && errno != EINTR) {
+			rc = client_fail(c, CAIRN_EDB, "waiting for run %" PRId64 ": %s", id, strerror(errno));
+			break;
+		}
+		PQconsumeInput(c->conn);
+		PGnotify *nt;
+		while ((nt = PQnotifies(c->conn)))
+			PQfreemem(nt);
+	}
+	db_cmd(c->conn, NULL, "UNLISTEN " CAIRN_DONE_CHANNEL, 0, NULL);
+	return rc;
+}

@@ -1,0 +1,28 @@
+/* client.h - the client handle's insides, shared by client.c and migrate.c. */
+#ifndef CAIRN_CLIENT_H
+#define CAIRN_CLIENT_H
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#include "buf.h"
+#include "cairn.h"
+
+#define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
+#define CAIRN_DEFAULT_GROUP "default"
+#define CAIRN_DEFAULT_SHARDS 4096
+#define CAIRN_WAKE_CHANNEL "cairn_wake"
+#define CAIRN_DONE_CHANNEL "cairn_done"
+
+struct cairn_client {
+	PGconn *conn;
+	buf err;
+	size_t max_payload;
+	int shards; /* shards_per_group read from cairn.settings; 0 until read */
+};
+
+/* Sets the handle's error message and returns code. */
+int client_fail(cairn_client *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Reads shards_per_group from cairn.settings (cached). */
+int client_shards(cairn_client *c, int *shards);
+#endif

@@ -1,0 +1,106 @@
+/*
+ * db.c - libpq helpers shared by the client, the migrator and the worker.
+ * Every statement goes through db_exec(), so every statement is
+ * parameterised and every failure carries the server's message.
+ */
+#include "db.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char last_sqlstate[6];
+
+/* NOTICEs (e.g. from CREATE ... IF NOT EXISTS) are not errors; keep stderr clean. */
+static void notice_ignore(void *arg, const PGresult *res)
+{
+	(void)arg;
+	(void)res;
+}
+
+PGconn *db_connect(const char *conninfo, const char *app_name, buf *err)
+{
+	const char *keys[] = {"dbname", "application_name", "connect_timeout", NULL};
+	const char *vals[] = {conninfo ? conninfo : "", app_name, "5", NULL};
+	PGconn *c = PQconnectdbParams(keys, vals, 1);
+	if (!c) {
+		if (err)
+			buf_puts(err, "out of memory connecting to the database");
+		return NULL;
+	}
+	if (PQstatus(c) != CONNECTION_OK) {
+		if (err) {
+			const char *m = PQerrorMessage(c);
+			size_t n = strlen(m);
+			while (n && (m[n - 1] == '\n' || m[n - 1] == ' '))
+				n--;
+			buf_puts(err, "cannot connect to the database: ");
+			buf_append(err, m, n);
+		}
+		PQfinish(c);
+		return NULL;
+	}
+	PQsetNoticeReceiver(c, notice_ignore, NULL);
+	return c;
+}
+
+PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params)
+{
+	last_sqlstate[0] = '\0';
+	PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+	ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return r;
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	if (state)
+		snprintf(last_sqlstate, sizeof last_sqlstate, "%s", state);
+	if (err) {
+		const char *m = r ? PQresultErrorMessage(r) : "";
+		if (!*m)
+			m = PQerrorMessage(c);
+		size_t len = strlen(m);
+		while (len && (m[len - 1] == '\n' || m[len - 1] == ' '))
+			len--;
+		buf_reset(err);
+		buf_puts(err, "database error: ");
+		buf_append(err, m, len);
+	}
+	PQclear(r);
+	return NULL;
+}
+
+int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params)
+{
+	PGresult *r = db_exec(c, err, sql, n, params);
+	if (!r)
+		return -1;
+	PQclear(r);
+	return 0;
+}
+
+const char *db_last_sqlstate(void) { return last_sqlstate; }
+
+int db_ok(PGconn *c) { return c && PQstatus(c) == CONNECTION_OK; }
+
+int64_t db_get_i64(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return 0;
+	return strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+int db_get_int(const PGresult *r, int row, int col) { return (int)db_get_i64(r, row, col); }
+
+char *db_get_str(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return NULL;
+	return strdup(PQgetvalue(r, row, col));
+}
+
+char *db_i64(char out[24], int64_t v)
+{
+	snprintf(out, 24, "%" PRId64, v);
+	return out;
+}

@@ -1,0 +1,37 @@
+/*
+ * db.h - thin helpers over libpq: connect, parameterised statements with
+ * error capture, transactions. One PGconn per thread, never shared.
+ */
+#ifndef CAIRN_DB_H
+#define CAIRN_DB_H
+#include <libpq-fe.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+/* Connects; on failure returns NULL and puts the reason into err. */
+PGconn *db_connect(const char *conninfo, const char *app_name, buf *err);
+
+/*
+ * Runs sql with text parameters. Returns the result if its status is
+ * COMMAND_OK or TUPLES_OK; otherwise clears it, writes the server's message
+ * into err (if err) and returns NULL. The caller PQclear()s the result.
+ */
+PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
+/* db_exec for statements whose result is not needed: 0 or -1. */
+int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
+/* SQLSTATE of the last error copied by db_exec (5 chars) or "". */
+const char *db_last_sqlstate(void);
+
+/* The connection is still usable (not CONNECTION_BAD). */
+int db_ok(PGconn *c);
+
+/* Parses a timestamptz column rendered by SQL as epoch milliseconds (bigint). */
+int64_t db_get_i64(const PGresult *r, int row, int col);
+int db_get_int(const PGresult *r, int row, int col);
+/* strdup of the value, or NULL when the column is NULL. */
+char *db_get_str(const PGresult *r, int row, int col);
+
+/* Decimal text of v in out (at least 24 bytes); returns out. */
+char *db_i64(char out[24], int64_t v);
+#endif

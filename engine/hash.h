@@ -1,0 +1,17 @@
+/* hash.h - pure hashing: shard of a key, advisory-lock keys, score mixing. */
+#ifndef CAIRN_HASH_H
+#define CAIRN_HASH_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define HASH_FNV64_OFFSET 0xcbf29ce484222325ULL
+#define HASH_FNV64_PRIME 0x100000001b3ULL
+
+uint64_t hash_fnv1a64(const void *data, size_t n);
+/* shard = FNV-1a-64(key) mod shards_per_group. */
+int hash_shard(const char *key, int shards_per_group);
+/* The first key of a shard group's advisory locks (a signed 32-bit int). */
+int32_t hash_group_lock_key(const char *group);
+/* A well-mixed 64-bit function of x (splitmix64 finaliser). */
+uint64_t hash_mix64(uint64_t x);
+#endif

@@ -1,0 +1,234 @@
+/*
+ * parse.c - the validators behind every external input (CLI arguments,
+ * environment, JSON payloads). Pure: no I/O, no allocation that outlives a
+ * call, so they are unit-tested without a database.
+ */
+#include "parse.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ERR(...) (snprintf(err, PARSE_ERR_MAX, __VA_ARGS__), -1)
+
+int parse_duration_ms(const char *s, int64_t *out, char *err)
+{
+	const char *accepted = "expected a duration like 500ms, 2s, 1m, 1h or 7d";
+	if (!s || !*s)
+		return ERR("empty duration: %s", accepted);
+	if (strcmp(s, "0") == 0) {
+		*out = 0;
+		return 0;
+	}
+	int64_t total = 0;
+	const char *p = s;
+	while (*p) {
+		if (!isdigit((unsigned char)*p))
+			return ERR("invalid duration \"%s\": %s", s, accepted);
+		int64_t n = 0;
+		while (isdigit((unsigned char)*p)) {
+			if (n > INT64_MAX / 10 - 10)
+				return ERR("duration \"%s\" is too large", s);
+			n = n * 10 + (*p++ - '0');
+		}
+		int64_t unit;
+		if (strncmp(p, "ms", 2) == 0) {
+			unit = 1;
+			p += 2;
+		} else if (*p == 's') {
+			unit = 1000;
+			p++;
+		} else if (*p == 'm') {
+			unit = 60000;
+			p++;
+		} else if (*p == 'h') {
+			unit = 3600000;
+			p++;
+		} else if (*p == 'd') {
+			unit = 86400000;
+			p++;
+		} else {
+			return ERR("invalid duration \"%s\": missing or unknown unit; %s", s, accepted);
+		}
+		if (n > (INT64_MAX - total) / unit)
+			return ERR("duration \"%s\" is too large", s);
+		total += n * unit;
+	}
+	*out = total;
+	return 0;
+}
+
+int parse_size_bytes(const char *s, size_t *out, char *err)
+{
+	const char *accepted = "expected a size like 1048576, 512KiB, 1MiB or 1GiB";
+	if (!s || !*s || !isdigit((unsigned char)*s))
+		return ERR("invalid size \"%s\": %s", s ? s : "", accepted);
+	errno = 0;
+	char *end;
+	unsigned long long n = strtoull(s, &end, 10);
+	if (errno)
+		return ERR("size \"%s\" is too large", s);
+	static const struct {
+		const char *suffix;
+		unsigned long long mult;
+	} units[] = {{"", 1},		{"B", 1},	    {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20},
+		     {"GiB", 1ULL << 30}, {"KB", 1000},	    {"MB", 1000000},	 {"GB", 1000000000}};
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+		if (strcmp(end, units[i].suffix) == 0) {
+			if (n > SIZE_MAX / units[i].mult)
+				return ERR("size \"%s\" is too large", s);
+			*out = (size_t)(n * units[i].mult);
+			return 0;
+		}
+	}
+	return ERR("invalid size \"%s\": %s", s, accepted);
+}
+
+static int digits(const char *p, int n, int *out)
+{
+	int v = 0;
+	for (int i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)p[i]))
+			return -1;
+		v = v * 10 + (p[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+int parse_timestamp_ms(const char *s, int64_t *out, char *err)
+{
+	const char *accepted = "expected an RFC 3339 time like 2026-12-24T10:00:00Z";
+	int Y, M, D, h, m, sec;
+	if (!s || strlen(s) < 20 || digits(s, 4, &Y) || s[4] != '-' || digits(s + 5, 2, &M) ||
+	    s[7] != '-' || digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
+	    digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &m) || s[16] != ':' ||
+	    digits(s + 17, 2, &sec))
+		return ERR("invalid time \"%s\": %s", s ? s : "", accepted);
+	static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int leap = (Y % 4 == 0 && Y % 100 != 0) || Y % 400 == 0;
+	if (Y < 1970 || M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || (M == 2 && D == 29 && !leap) ||
+	    h > 23 || m > 59 || sec > 60)
+		return ERR("invalid time \"%s\": a field is out of range; %s", s, accepted);
+	const char *p = s + 19;
+	int64_t frac_ms = 0;
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return ERR("invalid time \"%s\": %s", s, accepted);
+		int scale = 100;
+		for (; isdigit((unsigned char)*p); p++) {
+			frac_ms += (*p - '0') * scale;
+			scale /= 10;
+		}
+	}
+	int64_t offset_s = 0;
+	if (*p == 'Z' || *p == 'z') {
+		p++;
+	} else if (*p == '+' || *p == '-') {
+		int oh, om;
+		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 || om > 59)
+			return ERR("invalid time \"%s\": bad UTC offset; %s", s, accepted);
+		offset_s = (oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
+		p += 6;
+	} else {
+		return ERR("invalid time \"%s\": missing time zone (Z or +HH:MM); %s", s, accepted);
+	}
+	if (*p)
+		return ERR("invalid time \"%s\": trailing characters; %s", s, accepted);
+	struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D,
+			.tm_hour = h, .tm_min = m, .tm_sec = sec};
+	int64_t t = (int64_t)timegm(&tm);
+	*out = (t - offset_s) * 1000 + frac_ms;
+	return 0;
+}
+
+int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err)
+{
+	if (!s || !*s)
+		return ERR("empty number: expected an integer from %" PRId64 " to %" PRId64, min, max);
+	errno = 0;
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (*end || errno || end == s || isspace((unsigned char)*s))
+		return ERR("invalid number \"%s\": expected an integer from %" PRId64 " to %" PRId64, s,
+			   min, max);
+	if (v < min || v > max)
+		return ERR("%s is out of range: expected an integer from %" PRId64 " to %" PRId64, s, min,
+			   max);
+	*out = v;
+	return 0;
+}
+
+int parse_check_name(const char *what, const char *s, char *err)
+{
+	if (!s || !*s)
+		return ERR("%s must not be empty", what);
+	size_t n = strlen(s);
+	if (n > NAME_MAX_BYTES)
+		return ERR("%s is %zu bytes long: at most %d are accepted", what, n, NAME_MAX_BYTES);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (!isalnum(c) && c != '_' && c != '-' && c != '.' && c != ':')
+			return ERR("invalid %s \"%.*s\": character %zu (0x%02x) is not accepted; expected "
+				   "letters, digits and _ - . :",
+				   what, c < 0x20 ? 0 : (int)n, s, i + 1, c);
+	}
+	return 0;
+}
+
+/* Length of the UTF-8 sequence starting at p, or 0 if it is invalid. */
+static size_t utf8_len(const unsigned char *p)
+{
+	if (p[0] < 0x80)
+		return 1;
+	size_t n = (p[0] & 0xe0) == 0xc0 ? 2 : (p[0] & 0xf0) == 0xe0 ? 3 : (p[0] & 0xf8) == 0xf0 ? 4 : 0;
+	if (n == 0 || (n == 2 && p[0] < 0xc2))
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	return n;
+}
+
+int parse_check_key(const char *s, char *err)
+{
+	if (!s || !*s)
+		return ERR("key must not be empty");
+	size_t n = strlen(s);
+	if (n > KEY_MAX_BYTES)
+		return ERR("key is %zu bytes long: at most %d are accepted", n, KEY_MAX_BYTES);
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == 0x7f)
+			return ERR("invalid key: byte %zu is a control character (0x%02x); keys are "
+				   "printable UTF-8",
+				   i + 1, c);
+		size_t len = utf8_len((const unsigned char *)s + i);
+		if (len == 0)
+			return ERR("invalid key: byte %zu is not valid UTF-8", i + 1);
+		i += len;
+	}
+	return 0;
+}
+
+int parse_check_json(const char *what, const char *s, size_t max, char *err)
+{
+	size_t n = strlen(s);
+	if (n > max)
+		return ERR("%s is %zu bytes: larger than the maximum of %zu bytes", what, n, max);
+	const char *end = NULL;
+	/* n + 1: cJSON wants the terminating NUL inside the length. */
+	cJSON *j = cJSON_ParseWithLengthOpts(s, n + 1, &end, 1);
+	if (!j) {
+		size_t pos = end && end >= s ? (size_t)(end - s) : 0;
+		return ERR("%s is not valid JSON: syntax error at byte %zu", what, pos + 1);
+	}
+	cJSON_Delete(j);
+	return 0;
+}

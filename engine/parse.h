@@ -1,0 +1,30 @@
+/*
+ * parse.h - pure parsers and validators for everything that comes from
+ * outside: durations, sizes, timestamps, integers, names, JSON text.
+ * Each returns 0 on success or -1 and writes a message naming the value and
+ * what is accepted into err (at least PARSE_ERR_MAX bytes).
+ */
+#ifndef CAIRN_PARSE_H
+#define CAIRN_PARSE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define PARSE_ERR_MAX 256
+#define NAME_MAX_BYTES 128
+#define KEY_MAX_BYTES 512
+
+/* "500ms", "2s", "1m", "1h", "7d", "1m30s"; a bare 0 is allowed. */
+int parse_duration_ms(const char *s, int64_t *out, char *err);
+/* "1048576", "512KiB", "1MiB", "1GiB" (also KB/MB/GB as powers of 1000). */
+int parse_size_bytes(const char *s, size_t *out, char *err);
+/* RFC 3339: 2026-12-24T10:00:00Z, optional fraction, Z or +HH:MM. */
+int parse_timestamp_ms(const char *s, int64_t *out, char *err);
+/* A decimal integer in [min, max]. */
+int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err);
+/* Workflow, signal, group and step names: 1..128 bytes of [A-Za-z0-9_.:-]. */
+int parse_check_name(const char *what, const char *s, char *err);
+/* Run keys: 1..512 bytes of valid UTF-8 without control characters. */
+int parse_check_key(const char *s, char *err);
+/* JSON text of at most max bytes; on a syntax error names the byte offset. */
+int parse_check_json(const char *what, const char *s, size_t max, char *err);
+#endif

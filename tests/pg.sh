@@ -1,0 +1,51 @@
+#!/bin/sh
+# pg.sh start DIR | stop DIR - a throwaway PostgreSQL cluster for tests and
+# the demo: initdb into DIR, listening only on a Unix socket in DIR (so it
+# never collides with another server's port), run as an unprivileged system
+# user when we are root. `start` prints the DATABASE_URL to use.
+set -eu
+cmd=$1
+dir=$2
+pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[ -n "$pgbin" ] || { echo "pg.sh: no PostgreSQL server found in /usr/lib/postgresql" >&2; exit 1; }
+
+as_user() {
+	if [ "$(id -u)" -eq 0 ]; then
+		runuser -u "$pguser" -- "$@"
+	else
+		"$@"
+	fi
+}
+
+pguser=$(id -un)
+if [ "$(id -u)" -eq 0 ]; then
+	pguser=postgres
+	id -u "$pguser" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$pguser"
+fi
+
+case "$cmd" in
+start)
+	mkdir -p "$dir"
+	[ "$(id -u)" -eq 0 ] && chown "$pguser" "$dir"
+	as_user "$pgbin/initdb" -D "$dir/data" -U cairn -A trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 ||
+		{ cat "$dir/initdb.log" >&2; exit 1; }
+	# Tests start many workers; each holds a lease connection and advisory
+	# locks on every shard it owns.
+	as_user "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
+		-o "-c listen_addresses='' -k $dir -p 5432 -c fsync=off -c full_page_writes=off \
+		    -c max_connections=400 -c max_locks_per_transaction=256 \
+		    -c shared_buffers=256MB" >/dev/null ||
+		{ cat "$dir/server.log" >&2; exit 1; }
+	echo "postgresql:///postgres?host=$dir&port=5432&user=cairn"
+	;;
+stop)
+	if [ -f "$dir/data/postmaster.pid" ]; then
+		as_user "$pgbin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+	fi
+	rm -rf "$dir"
+	;;
+*)
+	echo "usage: pg.sh start|stop DIR" >&2
+	exit 2
+	;;
+esac

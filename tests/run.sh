@@ -1,0 +1,51 @@
+#!/bin/sh
+# run.sh BUILD_DIR - runs every Criterion suite in BUILD_DIR/tests against a
+# private PostgreSQL (or $DATABASE_URL when set: each test then creates and
+# drops its own database there). The private cluster is stopped and removed
+# on exit, whether the tests pass, fail or are interrupted.
+set -u
+out=$1
+top=$(cd "$(dirname "$0")/.." && pwd)
+export CAIRN_BIN_DIR="$top/$out/bin"
+export CAIRN_SQL_DIR="$top/sql/migrations"
+
+pgdir=""
+cleanup() {
+	[ -n "$pgdir" ] && sh "$top/tests/pg.sh" stop "$pgdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+if [ -z "${DATABASE_URL:-}" ]; then
+	pgdir=$(mktemp -d /tmp/cairn-test-pg.XXXXXX)
+	DATABASE_URL=$(sh "$top/tests/pg.sh" start "$pgdir") || exit 1
+	export DATABASE_URL
+	echo "tests: private PostgreSQL in $pgdir"
+else
+	echo "tests: using DATABASE_URL (each test makes its own database)"
+fi
+
+passed=0
+failed=0
+status=0
+for t in "$top/$out"/tests/test_*; do
+	[ -x "$t" ] || continue
+	name=$(basename "$t")
+	log=$(mktemp)
+	"$t" --jobs 2 --timeout 240 >"$log" 2>&1
+	rc=$?
+	cat "$log"
+	line=$(grep 'Synthesis:' "$log" | tail -n 1)
+	rm -f "$log"
+	p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+	f=$(echo "$line" | sed -n 's/.*Failing: \([0-9]*\).*Crashing: \([0-9]*\).*/\1 \2/p')
+	passed=$((passed + ${p:-0}))
+	for n in ${f:-0}; do failed=$((failed + n)); done
+	if [ $rc -ne 0 ]; then
+		status=1
+		[ -z "$line" ] && failed=$((failed + 1))
+		echo "tests: $name FAILED (exit $rc)"
+	fi
+done
+echo "tests: $passed passed, $failed failed"
+exit $status

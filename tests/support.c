@@ -1,0 +1,249 @@
+/*
+ * support.c - test helpers; see support.h. Each test gets its own database
+ * (CREATE DATABASE on the harness's server, dropped at exit), so tests run
+ * in parallel and never touch data they did not create.
+ */
+#include "support.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cairn.h"
+
+static char db_name[64];
+static char db_conninfo[2048];
+
+static void drop_db(void)
+{
+	if (!db_name[0])
+		return;
+	PGconn *c = PQconnectdb(getenv("DATABASE_URL"));
+	if (PQstatus(c) == CONNECTION_OK) {
+		char sql[128];
+		snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", db_name);
+		PQclear(PQexec(c, sql));
+	}
+	PQfinish(c);
+}
+
+const char *tdb_new(void)
+{
+	const char *admin = getenv("DATABASE_URL");
+	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
+	PGconn *c = PQconnectdb(admin);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "cannot connect to %s: %s", admin, PQerrorMessage(c));
+	static unsigned seq;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(db_name, sizeof db_name, "cairn_test_%d_%ld_%u", (int)getpid(), (long)ts.tv_nsec,
+		 seq++);
+	char sql[128];
+	snprintf(sql, sizeof sql, "CREATE DATABASE %s", db_name);
+	PGresult *r = PQexec(c, sql);
+	cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK, "create database: %s", PQerrorMessage(c));
+	PQclear(r);
+	PQfinish(c);
+	atexit(drop_db);
+
+	/* Same server and credentials, another database. */
+	PQconninfoOption *opts = PQconninfoParse(admin, NULL);
+	cr_assert(opts);
+	size_t n = 0;
+	db_conninfo[0] = '\0';
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		const char *v = strcmp(o->keyword, "dbname") == 0 ? db_name : o->val;
+		if (!v || !*v)
+			continue;
+		n += (size_t)snprintf(db_conninfo + n, sizeof db_conninfo - n, "%s%s='%s'", n ? " " : "",
+				      o->keyword, v);
+	}
+	if (!strstr(db_conninfo, "dbname="))
+		snprintf(db_conninfo + n, sizeof db_conninfo - n, " dbname='%s'", db_name);
+	PQconninfoFree(opts);
+	return db_conninfo;
+}
+
+const char *tdb_new_migrated(void)
+{
+	const char *db = tdb_new();
+	char *err = NULL;
+	int rc = tcli(db, NULL, &err, "migrate", NULL);
+	cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
+	free(err);
+	return db;
+}
+
+PGconn *tdb_connect(const char *conninfo)
+{
+	PGconn *c = PQconnectdb(conninfo);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "connect: %s", PQerrorMessage(c));
+	return c;
+}
+
+static PGresult *query(PGconn *c, const char *sql)
+{
+	PGresult *r = PQexec(c, sql);
+	cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK,
+		  "%s: %s", sql, PQerrorMessage(c));
+	return r;
+}
+
+int64_t tdb_int(PGconn *c, const char *sql)
+{
+	PGresult *r = query(c, sql);
+	int64_t v = PQntuples(r) && !PQgetisnull(r, 0, 0) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
+	PQclear(r);
+	return v;
+}
+
+char *tdb_str(PGconn *c, const char *sql)
+{
+	PGresult *r = query(c, sql);
+	char *v = PQntuples(r) && !PQgetisnull(r, 0, 0) ? strdup(PQgetvalue(r, 0, 0)) : NULL;
+	PQclear(r);
+	return v;
+}
+
+void tdb_exec(PGconn *c, const char *sql) { PQclear(query(c, sql)); }
+
+const char *tbin(const char *name)
+{
+	static char path[4][1024];
+	static int k;
+	const char *dir = getenv("CAIRN_BIN_DIR");
+	char *p = path[k++ % 4];
+	snprintf(p, sizeof path[0], "%s/%s", dir ? dir : "bin", name);
+	return p;
+}
+
+/* Reads both pipes until EOF without deadlocking on either. */
+static void drain(int fo, int fe, char **out, char **err)
+{
+	char *bufs[2] = {NULL, NULL};
+	size_t lens[2] = {0, 0};
+	struct pollfd p[2] = {{fo, POLLIN, 0}, {fe, POLLIN, 0}};
+	int open_ = 2;
+	while (open_) {
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < 2; i++) {
+			if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			char chunk[4096];
+			ssize_t r = read(p[i].fd, chunk, sizeof chunk);
+			if (r <= 0) {
+				close(p[i].fd);
+				p[i].fd = -1;
+				open_--;
+				continue;
+			}
+			bufs[i] = realloc(bufs[i], lens[i] + (size_t)r + 1);
+			memcpy(bufs[i] + lens[i], chunk, (size_t)r);
+			lens[i] += (size_t)r;
+			bufs[i][lens[i]] = '\0';
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		if (!bufs[i])
+			bufs[i] = strdup("");
+	if (out)
+		*out = bufs[0];
+	else
+		free(bufs[0]);
+	if (err)
+		*err = bufs[1];
+	else
+		free(bufs[1]);
+}
+
+int tcli_argv(const char *db, char **out, char **err, const char *const *argv)
+{
+	int po[2], pe[2];
+	cr_assert(pipe(po) == 0 && pipe(pe) == 0);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		close(po[0]);
+		close(pe[0]);
+		close(po[1]);
+		close(pe[1]);
+		if (db)
+			setenv("DATABASE_URL", db, 1);
+		else
+			unsetenv("DATABASE_URL");
+		const char *args[64];
+		int n = 0;
+		args[n++] = tbin("cairn");
+		for (int i = 0; argv[i] && n < 63; i++)
+			args[n++] = argv[i];
+		args[n] = NULL;
+		execv(args[0], (char *const *)args);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	drain(po[0], pe[0], out, err);
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int tcli(const char *db, char **out, char **err, ...)
+{
+	const char *argv[64];
+	int n = 0;
+	va_list ap;
+	va_start(ap, err);
+	const char *a;
+	while ((a = va_arg(ap, const char *)) && n < 63)
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	return tcli_argv(db, out, err, argv);
+}
+
+int64_t tnow_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int twait(int (*cond)(void *), void *arg, int64_t timeout_ms)
+{
+	int64_t deadline = tnow_ms() + timeout_ms;
+	for (;;) {
+		if (cond(arg))
+			return 1;
+		if (tnow_ms() >= deadline)
+			return 0;
+		struct timespec ts = {0, 10 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+int tfree_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+	socklen_t len = sizeof a;
+	getsockname(s, (struct sockaddr *)&a, &len);
+	close(s);
+	return ntohs(a.sin_port);
+}

@@ -1,0 +1,38 @@
+/*
+ * support.h - helpers for cairn's Criterion tests: a fresh database per test
+ * on the harness's PostgreSQL, running the cairn binaries as real processes,
+ * and waiting for conditions with a deadline (never a fixed sleep).
+ */
+#ifndef CAIRN_TEST_SUPPORT_H
+#define CAIRN_TEST_SUPPORT_H
+#include <libpq-fe.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Creates an empty database and returns its conninfo (static storage per process). */
+const char *tdb_new(void);
+/* tdb_new() plus `cairn migrate`. */
+const char *tdb_new_migrated(void);
+PGconn *tdb_connect(const char *conninfo);
+/* First column of the first row as a number / string (NULL -> -1 / NULL). */
+int64_t tdb_int(PGconn *c, const char *sql);
+char *tdb_str(PGconn *c, const char *sql); /* caller frees */
+void tdb_exec(PGconn *c, const char *sql);
+
+/* The path of a built binary (bin/cairn ...) under $CAIRN_BIN_DIR. */
+const char *tbin(const char *name);
+
+/* Runs bin/cairn with DATABASE_URL=db and the NULL-terminated args; captures
+ * stdout and stderr (caller frees; either may be NULL). Returns the exit code. */
+int tcli(const char *db, char **out, char **err, ...);
+/* As tcli, with an argv array. */
+int tcli_argv(const char *db, char **out, char **err, const char *const *argv);
+
+/* Milliseconds on the monotonic clock. */
+int64_t tnow_ms(void);
+/* Polls cond(arg) every 10 ms until it returns nonzero or timeout_ms passes. */
+int twait(int (*cond)(void *), void *arg, int64_t timeout_ms);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int tfree_port(void);
+#endif

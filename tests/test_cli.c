@@ -1,0 +1,377 @@
+/* test_cli.c - the cairn CLI's data-entry and inspection commands, run as
+ * real processes against a real PostgreSQL. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support.h"
+
+static int64_t count(const char *db, const char *sql)
+{
+	PGconn *c = tdb_connect(db);
+	int64_t n = tdb_int(c, sql);
+	PQfinish(c);
+	return n;
+}
+
+static int64_t rows_written(const char *db)
+{
+	return count(db, "SELECT (SELECT count(*) FROM cairn.runs) + (SELECT count(*) FROM cairn.messages) "
+			 "+ (SELECT count(*) FROM cairn.signals)");
+}
+
+static int64_t enqueue(const char *db, const char *wf, const char *key)
+{
+	char *out, *err;
+	int rc = tcli(db, &out, &err, "enqueue", wf, "--key", key, NULL);
+	cr_assert_eq(rc, 0, "enqueue: %s", err);
+	int64_t id = strtoll(out, NULL, 10);
+	free(out);
+	free(err);
+	return id;
+}
+
+Test(enqueue, prints_id_and_writes_run_and_start_message_in_its_shard)
+{
+	const char *db = tdb_new_migrated();
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "order", "--key", "o-1", "--input",
+			  "{\"item\": \"book\", \"amount\": 12}", NULL),
+		     0, "%s", err);
+	int64_t id = strtoll(out, NULL, 10);
+	cr_assert_gt(id, 0);
+	char sql[512];
+	snprintf(sql, sizeof sql,
+		 "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
+		 "WHERE r.id = %lld AND r.status = 'pending' AND m.kind = 'start' AND r.shard = m.shard "
+		 "AND r.input->>'item' = 'book' AND r.shard_group = 'default'",
+		 (long long)id);
+	cr_assert_eq(count(db, sql), 1);
+	/* shard = FNV-1a-64("o-1") mod 4096, computed independently here. */
+	unsigned long long h = 0xcbf29ce484222325ULL;
+	for (const char *p = "o-1"; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+	snprintf(sql, sizeof sql, "SELECT shard FROM cairn.runs WHERE id = %lld", (long long)id);
+	cr_assert_eq(count(db, sql), (int64_t)(h % 4096));
+	free(out);
+	free(err);
+}
+
+Test(enqueue, same_workflow_and_key_returns_the_same_run)
+{
+	const char *db = tdb_new_migrated();
+	int64_t a = enqueue(db, "noop", "k1");
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "noop", "--key", "k1", NULL), 0);
+	cr_assert_eq(strtoll(out, NULL, 10), a);
+	cr_assert(strstr(err, "already existed"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs"), 1);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages"), 1);
+	/* Another workflow with the same key is another run. */
+	cr_assert_neq(enqueue(db, "other", "k1"), a);
+	cr_assert_eq(tcli(db, &out, NULL, "enqueue", "noop", "--key", "k1", "--json", NULL), 0);
+	cJSON *j = cJSON_Parse(out);
+	cr_assert(j && cJSON_IsTrue(cJSON_GetObjectItem(j, "existed")), "%s", out);
+	cJSON_Delete(j);
+	free(out);
+}
+
+Test(enqueue, without_key_generates_unique_keys)
+{
+	const char *db = tdb_new_migrated();
+	char *o1, *o2;
+	cr_assert_eq(tcli(db, &o1, NULL, "enqueue", "noop", NULL), 0);
+	cr_assert_eq(tcli(db, &o2, NULL, "enqueue", "noop", NULL), 0);
+	cr_assert_neq(strtoll(o1, NULL, 10), strtoll(o2, NULL, 10));
+	free(o1);
+	free(o2);
+	cr_assert_eq(count(db, "SELECT count(DISTINCT key) FROM cairn.runs"), 2);
+}
+
+Test(enqueue, delay_and_at_schedule_the_start_message)
+{
+	const char *db = tdb_new_migrated();
+	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "d", "--delay", "1h", NULL), 0);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages WHERE deliver_at "
+			       "BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'"),
+		     1);
+	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "a", "--at", "2030-01-02T03:04:05Z",
+			  NULL),
+		     0);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
+			       "WHERE r.key = 'a' AND m.deliver_at = '2030-01-02T03:04:05Z' "
+			       "AND r.scheduled_at = m.deliver_at"),
+		     1);
+}
+
+Test(enqueue, input_from_file_and_max_attempts_and_group)
+{
+	const char *db = tdb_new_migrated();
+	char path[] = "/tmp/cairn-input-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	fputs("{\"n\": 7}", f);
+	fclose(f);
+	char arg[64];
+	snprintf(arg, sizeof arg, "@%s", path);
+	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "f", "--input", arg,
+			  "--max-attempts", "5", "--group", "billing", NULL),
+		     0);
+	unlink(path);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE (input->>'n')::int = 7 "
+			       "AND max_attempts = 5 AND shard_group = 'billing'"),
+		     1);
+}
+
+/* Each bad input: exit 2, an error naming the argument and the value, nothing written. */
+static void rejects(const char *db, const char *expect, const char *const *argv)
+{
+	char *out, *err;
+	int rc = tcli_argv(db, &out, &err, argv);
+	cr_assert_eq(rc, 2, "%s %s: exit %d, stderr: %s", argv[0], argv[1], rc, err);
+	cr_assert(strstr(err, expect), "stderr does not mention \"%s\": %s", expect, err);
+	free(out);
+	free(err);
+	cr_assert_eq(rows_written(db), 0, "a rejected input wrote rows");
+}
+
+Test(enqueue, rejects_bad_input_and_writes_nothing)
+{
+	const char *db = tdb_new_migrated();
+	rejects(db, "byte 10", (const char *[]){"enqueue", "noop", "--input", "{\"item\": }", NULL});
+	rejects(db, "unknown option \"--bogus\"", (const char *[]){"enqueue", "noop", "--bogus", NULL});
+	rejects(db, "invalid duration \"10parsecs\"",
+		(const char *[]){"enqueue", "noop", "--delay", "10parsecs", NULL});
+	rejects(db, "--at: invalid time \"tomorrow\"",
+		(const char *[]){"enqueue", "noop", "--at", "tomorrow", NULL});
+	rejects(db, "workflow must not be empty", (const char *[]){"enqueue", "", NULL});
+	rejects(db, "key must not be empty", (const char *[]){"enqueue", "noop", "--key", "", NULL});
+	rejects(db, "control character", (const char *[]){"enqueue", "noop", "--key", "a\x01", NULL});
+	rejects(db, "0x0a", (const char *[]){"enqueue", "no\nop", NULL});
+	rejects(db, "--max-attempts", (const char *[]){"enqueue", "noop", "--max-attempts", "0", NULL});
+	rejects(db, "cannot be used together",
+		(const char *[]){"enqueue", "noop", "--delay", "1s", "--at", "2030-01-01T00:00:00Z", NULL});
+	rejects(db, "needs a value", (const char *[]){"enqueue", "noop", "--key", NULL});
+	rejects(db, "expected exactly one WORKFLOW", (const char *[]){"enqueue", NULL});
+}
+
+Test(enqueue, rejects_input_larger_than_the_maximum)
+{
+	const char *db = tdb_new_migrated();
+	size_t n = 1024 * 1024 + 16;
+	char *big = malloc(n + 3);
+	big[0] = '"';
+	memset(big + 1, 'x', n);
+	big[n + 1] = '"';
+	big[n + 2] = '\0';
+	char path[] = "/tmp/cairn-big-XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f = fdopen(fd, "w");
+	fputs(big, f);
+	fclose(f);
+	free(big);
+	char arg[64];
+	snprintf(arg, sizeof arg, "@%s", path);
+	rejects(db, "larger than the maximum of 1048576 bytes",
+		(const char *[]){"enqueue", "noop", "--input", arg, NULL});
+	unlink(path);
+	setenv("CAIRN_MAX_PAYLOAD", "10", 1);
+	rejects(db, "maximum of 10 bytes",
+		(const char *[]){"enqueue", "noop", "--input", "\"0123456789abc\"", NULL});
+	setenv("CAIRN_MAX_PAYLOAD", "lots", 1);
+	rejects(db, "CAIRN_MAX_PAYLOAD: invalid size \"lots\"", (const char *[]){"enqueue", "noop", NULL});
+	unsetenv("CAIRN_MAX_PAYLOAD");
+}
+
+Test(enqueue, before_migrate_says_to_migrate)
+{
+	const char *db = tdb_new();
+	char *err;
+	cr_assert_eq(tcli(db, NULL, &err, "enqueue", "noop", NULL), 1);
+	cr_assert(strstr(err, "cairn migrate"), "%s", err);
+	free(err);
+}
+
+Test(signal, is_buffered_with_a_wake_message)
+{
+	const char *db = tdb_new_migrated();
+	int64_t id = enqueue(db, "order", "s1");
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "signal", "order/s1", "approval", "--input", "{\"ok\": true}", NULL),
+		     0, "%s", err);
+	free(out);
+	free(err);
+	char sql[256];
+	snprintf(sql, sizeof sql,
+		 "SELECT count(*) FROM cairn.signals WHERE run_id = %lld AND name = 'approval' "
+		 "AND payload->>'ok' = 'true' AND consumed_by_seq IS NULL",
+		 (long long)id);
+	cr_assert_eq(count(db, sql), 1);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages WHERE kind = 'signal'"), 1);
+}
+
+Test(signal, rejects_bad_payload_unknown_run_and_finished_run)
+{
+	const char *db = tdb_new_migrated();
+	int64_t id = enqueue(db, "order", "s2");
+	char ids[24], *err;
+	snprintf(ids, sizeof ids, "%lld", (long long)id);
+	cr_assert_eq(tcli(db, NULL, &err, "signal", ids, "approval", "--input", "{nope", NULL), 2);
+	cr_assert(strstr(err, "--input") && strstr(err, "not valid JSON"), "%s", err);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, &err, "signal", ids, "bad name", NULL), 2);
+	cr_assert(strstr(err, "signal name"), "%s", err);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, &err, "signal", "999999", "approval", NULL), 3);
+	cr_assert(strstr(err, "not found"), "%s", err);
+	free(err);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.signals"), 0);
+	cr_assert_eq(tcli(db, NULL, NULL, "cancel", ids, NULL), 0);
+	cr_assert_eq(tcli(db, NULL, &err, "signal", ids, "approval", NULL), 1);
+	cr_assert(strstr(err, "already finished"), "%s", err);
+	free(err);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.signals"), 0);
+}
+
+Test(cancel, pending_run_is_cancelled_at_once)
+{
+	const char *db = tdb_new_migrated();
+	enqueue(db, "noop", "c1");
+	char *out;
+	cr_assert_eq(tcli(db, &out, NULL, "cancel", "noop/c1", NULL), 0);
+	free(out);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled' AND finished_at IS NOT NULL"), 1);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages"), 0);
+	char *err;
+	cr_assert_eq(tcli(db, NULL, &err, "cancel", "noop/c1", NULL), 1);
+	cr_assert(strstr(err, "already finished"), "%s", err);
+	free(err);
+}
+
+Test(cancel, started_run_gets_request_and_cancel_message)
+{
+	const char *db = tdb_new_migrated();
+	int64_t id = enqueue(db, "noop", "c2");
+	PGconn *c = tdb_connect(db);
+	char sql[256];
+	snprintf(sql, sizeof sql, "UPDATE cairn.runs SET status = 'sleeping', attempt = 1 WHERE id = %lld",
+		 (long long)id);
+	tdb_exec(c, sql);
+	cr_assert_eq(tcli(db, NULL, NULL, "cancel", "noop/c2", NULL), 0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE cancel_requested AND status = 'sleeping'"), 1);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages WHERE kind = 'cancel'"), 1);
+	PQfinish(c);
+}
+
+Test(status, shows_run_fields_and_journal_in_text_and_json)
+{
+	const char *db = tdb_new_migrated();
+	int64_t id = enqueue(db, "order", "st1");
+	PGconn *c = tdb_connect(db);
+	char sql[512];
+	snprintf(sql, sizeof sql,
+		 "INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, finished_at) "
+		 "VALUES (%lld, 0, 'charge', 'step', 'completed', '{\"charged\": 12}', now())",
+		 (long long)id);
+	tdb_exec(c, sql);
+	PQfinish(c);
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "status", "order/st1", NULL), 0, "%s", err);
+	cr_assert(strstr(out, "workflow   order") && strstr(out, "pending") && strstr(out, "charge") &&
+		  strstr(out, "journal (1 step)"),
+		  "%s", out);
+	free(out);
+	free(err);
+	char ids[24];
+	snprintf(ids, sizeof ids, "%lld", (long long)id);
+	cr_assert_eq(tcli(db, &out, NULL, "status", ids, "--json", NULL), 0);
+	cJSON *j = cJSON_Parse(out);
+	cr_assert(j, "not JSON: %s", out);
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "workflow")->valuestring, "order");
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "status")->valuestring, "pending");
+	cJSON *journal = cJSON_GetObjectItem(j, "journal");
+	cr_assert_eq(cJSON_GetArraySize(journal), 1);
+	cJSON *s0 = cJSON_GetArrayItem(journal, 0);
+	cr_assert_str_eq(cJSON_GetObjectItem(s0, "name")->valuestring, "charge");
+	cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(s0, "output"), "charged")->valueint, 12);
+	cJSON_Delete(j);
+	free(out);
+}
+
+Test(status, unknown_run_exits_3_and_bad_ref_exits_2)
+{
+	const char *db = tdb_new_migrated();
+	char *err;
+	cr_assert_eq(tcli(db, NULL, &err, "status", "12345", NULL), 3);
+	cr_assert(strstr(err, "run \"12345\" not found"), "%s", err);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, &err, "status", "noop/none", NULL), 3);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, &err, "status", "abc", NULL), 2);
+	cr_assert(strstr(err, "invalid run \"abc\""), "%s", err);
+	free(err);
+}
+
+Test(list, filters_by_workflow_and_status_with_limit)
+{
+	const char *db = tdb_new_migrated();
+	enqueue(db, "noop", "l1");
+	enqueue(db, "noop", "l2");
+	enqueue(db, "order", "l3");
+	cr_assert_eq(tcli(db, NULL, NULL, "cancel", "noop/l1", NULL), 0);
+	char *out;
+	cr_assert_eq(tcli(db, &out, NULL, "list", "--json", NULL), 0);
+	cJSON *j = cJSON_Parse(out);
+	cr_assert(cJSON_IsArray(j) && cJSON_GetArraySize(j) == 3, "%s", out);
+	cJSON_Delete(j);
+	free(out);
+	cr_assert_eq(tcli(db, &out, NULL, "list", "--workflow", "noop", "--status", "pending", "--json", NULL), 0);
+	j = cJSON_Parse(out);
+	cr_assert_eq(cJSON_GetArraySize(j), 1, "%s", out);
+	cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 0), "key")->valuestring, "l2");
+	cJSON_Delete(j);
+	free(out);
+	cr_assert_eq(tcli(db, &out, NULL, "list", "--limit", "1", NULL), 0);
+	cr_assert(strstr(out, "l3") && !strstr(out, "l2"), "%s", out);
+	free(out);
+	char *err;
+	cr_assert_eq(tcli(db, NULL, &err, "list", "--status", "done", NULL), 2);
+	cr_assert(strstr(err, "invalid status \"done\""), "%s", err);
+	free(err);
+}
+
+Test(cli, help_describes_every_command_and_exit_codes)
+{
+	char *out;
+	cr_assert_eq(tcli(NULL, &out, NULL, "--help", NULL), 0);
+	cr_assert(strstr(out, "Exit codes"), "%s", out);
+	free(out);
+	const char *cmds[] = {"migrate", "enqueue", "signal", "cancel", "retry", "status", "result", "list"};
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+		cr_assert_eq(tcli(NULL, &out, NULL, cmds[i], "--help", NULL), 0, "%s --help", cmds[i]);
+		cr_assert(strstr(out, "usage: cairn ") && strstr(out, "--db"), "%s", out);
+		free(out);
+	}
+	char *err;
+	cr_assert_eq(tcli(NULL, NULL, &err, "frobnicate", NULL), 2);
+	cr_assert(strstr(err, "unknown command \"frobnicate\""), "%s", err);
+	free(err);
+	cr_assert_eq(tcli(NULL, NULL, &err, "list", NULL), 1);
+	cr_assert(strstr(err, "DATABASE_URL"), "%s", err);
+	free(err);
+}
+
+Test(cli, db_flag_overrides_environment)
+{
+	const char *db = tdb_new_migrated();
+	char *out, *err;
+	cr_assert_eq(tcli("host=/nonexistent dbname=x", &out, &err, "list", "--db", db, NULL), 0, "%s", err);
+	free(out);
+	free(err);
+}

@@ -1,0 +1,169 @@
+/* test_migrate.c - `cairn migrate` against a real PostgreSQL. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support.h"
+
+Test(migrate, fresh_database_gets_schema_and_records_checksums)
+{
+	const char *db = tdb_new();
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "migrate", NULL), 0, "%s", err);
+	cr_assert(strstr(out, "applied 1 migration"), "%s", out);
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.schema_migrations WHERE length(checksum) = 64"), 1);
+	const char *tables[] = {"runners", "shard_leases", "runs", "steps", "signals", "messages",
+				"schema_migrations", "settings"};
+	for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+		char sql[200];
+		snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_tables WHERE schemaname = 'cairn' AND tablename = '%s'",
+			 tables[i]);
+		cr_assert_eq(tdb_int(c, sql), 1, "table cairn.%s missing", tables[i]);
+	}
+	cr_assert_eq(tdb_int(c, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'"), 4096);
+	/* The checksum is the SHA-256 of the file. */
+	char *sum = tdb_str(c, "SELECT checksum FROM cairn.schema_migrations WHERE version = 1");
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "sha256sum %s/0001_init.sql", getenv("CAIRN_SQL_DIR"));
+	FILE *p = popen(cmd, "r");
+	char line[256] = "";
+	cr_assert(fgets(line, sizeof line, p));
+	pclose(p);
+	cr_assert(strncmp(line, sum, 64) == 0, "checksum %s, file %s", sum, line);
+	free(sum);
+	free(out);
+	free(err);
+	PQfinish(c);
+}
+
+Test(migrate, running_again_is_a_noop)
+{
+	const char *db = tdb_new_migrated();
+	char *out;
+	cr_assert_eq(tcli(db, &out, NULL, "migrate", NULL), 0);
+	cr_assert(strstr(out, "up to date"), "%s", out);
+	free(out);
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.schema_migrations"), 1);
+	PQfinish(c);
+}
+
+Test(migrate, two_concurrent_migrators_both_succeed)
+{
+	const char *db = tdb_new();
+	pid_t pids[4];
+	for (int i = 0; i < 4; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			int rc = tcli(db, NULL, NULL, "migrate", NULL);
+			_exit(rc);
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		int st;
+		waitpid(pids[i], &st, 0);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "migrator %d failed", i);
+	}
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.schema_migrations"), 1);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.settings"), 1);
+	PQfinish(c);
+}
+
+/* Copies sql/migrations to a temporary directory and adds a second file. */
+static void make_dir(char *dir, const char *extra_sql)
+{
+	strcpy(dir, "/tmp/cairn-mig-XXXXXX");
+	cr_assert(mkdtemp(dir));
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "cp %s/*.sql %s/", getenv("CAIRN_SQL_DIR"), dir);
+	cr_assert_eq(system(cmd), 0);
+	snprintf(cmd, sizeof cmd, "%s/0002_extra.sql", dir);
+	FILE *f = fopen(cmd, "w");
+	fputs(extra_sql, f);
+	fclose(f);
+}
+
+Test(migrate, tampered_applied_file_is_refused)
+{
+	const char *db = tdb_new();
+	char dir[64], cmd[256];
+	make_dir(dir, "CREATE TABLE cairn.extra (id int);\n");
+	cr_assert_eq(tcli(db, NULL, NULL, "migrate", "--dir", dir, NULL), 0);
+	snprintf(cmd, sizeof cmd, "%s/0002_extra.sql", dir);
+	FILE *f = fopen(cmd, "a");
+	fputs("-- changed\n", f);
+	fclose(f);
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "migrate", "--dir", dir, NULL), 1);
+	cr_assert(strstr(err, "0002_extra.sql was changed after it was applied"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, &out, &err, "migrate", "--status", "--dir", dir, NULL), 0);
+	cr_assert(strstr(out, "CHANGED"), "%s", out);
+	free(out);
+	free(err);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	system(cmd);
+}
+
+Test(migrate, status_lists_applied_and_pending)
+{
+	const char *db = tdb_new_migrated();
+	char dir[64];
+	make_dir(dir, "CREATE TABLE cairn.extra (id int);\n");
+	char *out;
+	cr_assert_eq(tcli(db, &out, NULL, "migrate", "--status", "--dir", dir, NULL), 0);
+	cr_assert(strstr(out, "init") && strstr(out, "applied"), "%s", out);
+	cr_assert(strstr(out, "extra") && strstr(out, "pending"), "%s", out);
+	free(out);
+	cr_assert_eq(tcli(db, &out, NULL, "migrate", "--status", "--json", "--dir", dir, NULL), 0);
+	cr_assert(strstr(out, "\"applied\":\ttrue") || strstr(out, "\"applied\": true"), "%s", out);
+	free(out);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	system(cmd);
+}
+
+Test(migrate, failing_migration_leaves_nothing_applied)
+{
+	const char *db = tdb_new();
+	char dir[64];
+	make_dir(dir, "CREATE TABLE cairn.half (id int);\nSELECT no_such_function();\n");
+	char *err;
+	cr_assert_eq(tcli(db, NULL, &err, "migrate", "--dir", dir, NULL), 1);
+	cr_assert(strstr(err, "0002_extra.sql failed"), "%s", err);
+	free(err);
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.schema_migrations"), 1);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_tables WHERE tablename = 'half'"), 0);
+	PQfinish(c);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	system(cmd);
+}
+
+Test(migrate, shard_count_mismatch_is_refused)
+{
+	const char *db = tdb_new();
+	cr_assert_eq(tcli(db, NULL, NULL, "migrate", "--shards", "64", NULL), 0);
+	char *err;
+	cr_assert_eq(tcli(db, NULL, &err, "migrate", "--shards", "128", NULL), 1);
+	cr_assert(strstr(err, "shards_per_group is 64 in the database, not 128"), "%s", err);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, &err, "migrate", "--shards", "0", NULL), 2);
+	cr_assert(strstr(err, "--shards"), "%s", err);
+	free(err);
+}
+
+Test(migrate, unreachable_database_exits_1)
+{
+	char *err;
+	cr_assert_eq(tcli("host=/nonexistent port=1 dbname=x", NULL, &err, "migrate", NULL), 1);
+	cr_assert(strstr(err, "cannot connect"), "%s", err);
+	free(err);
+}

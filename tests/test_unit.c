@@ -1,0 +1,172 @@
+/* test_unit.c - pure modules, no database: hashing, parsing, array literals. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "buf.h"
+#include "hash.h"
+#include "parse.h"
+#include "pgarr.h"
+
+Test(hash, fnv1a64_matches_published_golden_values)
+{
+	/* Reference values of FNV-1a 64 (Fowler/Noll/Vo test vectors). */
+	cr_assert_eq(hash_fnv1a64("", 0), 0xcbf29ce484222325ULL);
+	cr_assert_eq(hash_fnv1a64("a", 1), 0xaf63dc4c8601ec8cULL);
+	cr_assert_eq(hash_fnv1a64("foobar", 6), 0x85944171f73967e8ULL);
+}
+
+Test(hash, shard_is_fnv1a64_mod_shards_and_stable)
+{
+	cr_assert_eq(hash_shard("foobar", 4096), (int)(0x85944171f73967e8ULL % 4096));
+	cr_assert_eq(hash_shard("a", 16), (int)(0xaf63dc4c8601ec8cULL % 16));
+	for (int n = 1; n < 100; n++) {
+		int s = hash_shard("order-42", n);
+		cr_assert(s >= 0 && s < n);
+	}
+}
+
+Test(hash, group_lock_keys_differ_per_group)
+{
+	cr_assert_neq(hash_group_lock_key("default"), hash_group_lock_key("billing"));
+	cr_assert_eq(hash_group_lock_key("default"), hash_group_lock_key("default"));
+}
+
+Test(parse, duration_accepts_documented_forms)
+{
+	char err[PARSE_ERR_MAX];
+	int64_t v;
+	cr_assert_eq(parse_duration_ms("500ms", &v, err), 0);
+	cr_assert_eq(v, 500);
+	cr_assert_eq(parse_duration_ms("2s", &v, err), 0);
+	cr_assert_eq(v, 2000);
+	cr_assert_eq(parse_duration_ms("1m", &v, err), 0);
+	cr_assert_eq(v, 60000);
+	cr_assert_eq(parse_duration_ms("1m30s", &v, err), 0);
+	cr_assert_eq(v, 90000);
+	cr_assert_eq(parse_duration_ms("7d", &v, err), 0);
+	cr_assert_eq(v, 7 * 86400000LL);
+	cr_assert_eq(parse_duration_ms("0", &v, err), 0);
+	cr_assert_eq(v, 0);
+}
+
+Test(parse, duration_rejects_bad_values_naming_them)
+{
+	char err[PARSE_ERR_MAX];
+	int64_t v;
+	const char *bad[] = {"", "abc", "10", "5x", "-1s", "1.5s", "s", "99999999999999999999d"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		cr_assert_eq(parse_duration_ms(bad[i], &v, err), -1, "accepted \"%s\"", bad[i]);
+		if (*bad[i] && strlen(bad[i]) < 10)
+			cr_assert(strstr(err, bad[i]), "error does not name \"%s\": %s", bad[i], err);
+	}
+	parse_duration_ms("abc", &v, err);
+	cr_assert(strstr(err, "500ms"), "error does not say what is accepted: %s", err);
+}
+
+Test(parse, size_accepts_units_and_rejects_garbage)
+{
+	char err[PARSE_ERR_MAX];
+	size_t v;
+	cr_assert_eq(parse_size_bytes("1MiB", &v, err), 0);
+	cr_assert_eq(v, 1048576);
+	cr_assert_eq(parse_size_bytes("512KiB", &v, err), 0);
+	cr_assert_eq(v, 524288);
+	cr_assert_eq(parse_size_bytes("100", &v, err), 0);
+	cr_assert_eq(v, 100);
+	cr_assert_eq(parse_size_bytes("1XB", &v, err), -1);
+	cr_assert(strstr(err, "1XB"));
+	cr_assert_eq(parse_size_bytes("MiB", &v, err), -1);
+}
+
+Test(parse, timestamp_parses_rfc3339)
+{
+	char err[PARSE_ERR_MAX];
+	int64_t v;
+	cr_assert_eq(parse_timestamp_ms("1970-01-01T00:00:00Z", &v, err), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(parse_timestamp_ms("2026-12-24T10:00:00Z", &v, err), 0);
+	cr_assert_eq(v, 1798106400000LL);
+	cr_assert_eq(parse_timestamp_ms("2026-12-24T12:00:00.250+02:00", &v, err), 0);
+	cr_assert_eq(v, 1798106400250LL);
+	const char *bad[] = {"2026-12-24", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z",
+			     "2026-12-24T10:00:00", "tomorrow", "2026-12-24T10:00:00Zjunk"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		cr_assert_eq(parse_timestamp_ms(bad[i], &v, err), -1, "accepted %s", bad[i]);
+		cr_assert(strstr(err, bad[i]), "error does not name the value: %s", err);
+	}
+}
+
+Test(parse, int_checks_range)
+{
+	char err[PARSE_ERR_MAX];
+	int64_t v;
+	cr_assert_eq(parse_int("42", 1, 100, &v, err), 0);
+	cr_assert_eq(v, 42);
+	cr_assert_eq(parse_int("0", 1, 100, &v, err), -1);
+	cr_assert(strstr(err, "1 to 100"));
+	cr_assert_eq(parse_int("4x", 1, 100, &v, err), -1);
+	cr_assert_eq(parse_int("", 1, 100, &v, err), -1);
+}
+
+Test(parse, names_reject_empty_control_and_odd_characters)
+{
+	char err[PARSE_ERR_MAX];
+	cr_assert_eq(parse_check_name("workflow", "order.v2", err), 0);
+	cr_assert_eq(parse_check_name("workflow", "", err), -1);
+	cr_assert(strstr(err, "workflow must not be empty"));
+	cr_assert_eq(parse_check_name("workflow", "a\tb", err), -1);
+	cr_assert(strstr(err, "0x09"));
+	cr_assert_eq(parse_check_name("workflow", "a/b", err), -1);
+	char longname[200];
+	memset(longname, 'x', sizeof longname - 1);
+	longname[sizeof longname - 1] = '\0';
+	cr_assert_eq(parse_check_name("workflow", longname, err), -1);
+	cr_assert(strstr(err, "at most 128"));
+}
+
+Test(parse, keys_accept_utf8_and_reject_control_characters)
+{
+	char err[PARSE_ERR_MAX];
+	cr_assert_eq(parse_check_key("customer/42 \xc3\xa9t\xc3\xa9", err), 0);
+	cr_assert_eq(parse_check_key("", err), -1);
+	cr_assert_eq(parse_check_key("a\nb", err), -1);
+	cr_assert(strstr(err, "byte 2"));
+	cr_assert_eq(parse_check_key("bad\xff", err), -1);
+	cr_assert(strstr(err, "UTF-8"));
+}
+
+Test(parse, json_validation_names_position_and_size)
+{
+	char err[PARSE_ERR_MAX];
+	cr_assert_eq(parse_check_json("input", "{\"item\": \"book\", \"amount\": 12}", 1024, err), 0);
+	cr_assert_eq(parse_check_json("input", "{\"item\": }", 1024, err), -1);
+	cr_assert(strstr(err, "byte 10"), "%s", err);
+	cr_assert_eq(parse_check_json("input", "[1,2] trailing", 1024, err), -1);
+	cr_assert_eq(parse_check_json("input", "\"0123456789\"", 5, err), -1);
+	cr_assert(strstr(err, "maximum of 5 bytes"), "%s", err);
+}
+
+Test(pgarr, quotes_and_escapes_elements)
+{
+	pgarr a = PGARR_INIT;
+	pgarr_add(&a, "plain");
+	pgarr_add(&a, "{\"k\": \"v\\n\"}");
+	pgarr_add(&a, NULL);
+	pgarr_add_i64(&a, -7);
+	cr_assert_str_eq(pgarr_str(&a), "{\"plain\",\"{\\\"k\\\": \\\"v\\\\n\\\"}\",NULL,-7}");
+	pgarr_free(&a);
+	pgarr b = PGARR_INIT;
+	cr_assert_str_eq(pgarr_str(&b), "{}");
+}
+
+Test(buf, grows_and_detaches)
+{
+	buf b = BUF_INIT;
+	for (int i = 0; i < 1000; i++)
+		buf_printf(&b, "%d,", i);
+	cr_assert(strncmp(buf_str(&b), "0,1,2,", 6) == 0);
+	char *s = buf_detach(&b);
+	cr_assert(strlen(s) > 3000);
+	cr_assert_str_eq(buf_str(&b), "");
+	free(s);
+}
