@@ -190,6 +190,42 @@ typedef struct cairn_migration_info {
 int cairn_migration_list(cairn_client *c, const char *dir, cairn_migration_info **out, size_t *n);
 void cairn_migration_list_free(cairn_migration_info *m, size_t n);
 
+/* ---------------------------------------------------------------- worker */
+
+typedef struct cairn_worker cairn_worker;
+
+/*
+ * Creates a worker from the environment (DATABASE_URL, CAIRN_*) overridden by
+ * flags in argv (argv[0] is the program name; see `cairn-worker --help`).
+ * Nothing is started yet. On CAIRN_EINVAL *out is still set and
+ * cairn_worker_errmsg() names the bad variable, its value and what is
+ * accepted. *out is NULL only on CAIRN_ENOMEM. Free with cairn_worker_free().
+ */
+int cairn_worker_new(int argc, char **argv, cairn_worker **out);
+const char *cairn_worker_errmsg(const cairn_worker *w);
+
+/* The effective configuration, one NAME=value per line, password masked;
+ * owned by w. */
+const char *cairn_worker_config_text(cairn_worker *w);
+
+/* The --help text of the worker's settings; static storage. */
+const char *cairn_worker_settings_help(void);
+
+/*
+ * Runs the worker until SIGTERM or SIGINT (or cairn_worker_stop()), then
+ * drains: stops taking work, lets in-flight work reach a durable point within
+ * CAIRN_SHUTDOWN_TIMEOUT, releases everything and returns CAIRN_OK. A second
+ * signal exits the process at once. Blocks SIGTERM and SIGINT in the calling
+ * thread and every thread it starts. Returns an error only for a fatal
+ * configuration mismatch found at run time (CAIRN_ESCHEMA) or if the HTTP
+ * endpoint cannot listen (CAIRN_EINVAL).
+ */
+int cairn_worker_run(cairn_worker *w);
+
+/* Asks a running worker to drain and return; safe from any thread. */
+void cairn_worker_stop(cairn_worker *w);
+void cairn_worker_free(cairn_worker *w);
+
 #ifdef __cplusplus
 }
 #endif

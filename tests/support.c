@@ -247,3 +247,111 @@ int tfree_port(void)
 	close(s);
 	return ntohs(a.sin_port);
 }
+
+#include <curl/curl.h>
+
+pid_t tworker_start(const char *db, int port, const char *log_path, ...)
+{
+	const char *envs[32];
+	int n = 0;
+	va_list ap;
+	va_start(ap, log_path);
+	const char *e;
+	while ((e = va_arg(ap, const char *)) && n < 31)
+		envs[n++] = e;
+	va_end(ap);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		if (log_path) {
+			FILE *f = freopen(log_path, "a", stderr);
+			(void)f;
+		}
+		setenv("DATABASE_URL", db, 1);
+		char addr[64];
+		snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+		setenv("CAIRN_HTTP_ADDR", addr, 1);
+		setenv("CAIRN_SHUTDOWN_TIMEOUT", "10s", 0);
+		for (int i = 0; i < n; i++)
+			putenv((char *)envs[i]);
+		execl(tbin("cairn-worker"), "cairn-worker", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+int tworker_stop(pid_t pid, int sig, int64_t timeout_ms)
+{
+	kill(pid, sig);
+	int64_t deadline = tnow_ms() + timeout_ms;
+	while (tnow_ms() < deadline) {
+		int st;
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		struct timespec ts = {0, 10 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
+}
+
+static size_t collect(char *data, size_t size, size_t n, void *arg)
+{
+	char **s = arg;
+	size_t old = *s ? strlen(*s) : 0;
+	*s = realloc(*s, old + size * n + 1);
+	memcpy(*s + old, data, size * n);
+	(*s)[old + size * n] = '\0';
+	return size * n;
+}
+
+long thttp(int port, const char *method, const char *path, char **body, char **ctype)
+{
+	CURL *c = curl_easy_init();
+	char url[256];
+	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+	char *b = NULL;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (strcmp(method, "HEAD") == 0)
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	long status = 0;
+	if (curl_easy_perform(c) == CURLE_OK) {
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		char *ct = NULL;
+		curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+		if (ctype)
+			*ctype = strdup(ct ? ct : "");
+	} else if (ctype) {
+		*ctype = strdup("");
+	}
+	curl_easy_cleanup(c);
+	if (body)
+		*body = b ? b : strdup("");
+	else
+		free(b);
+	return status;
+}
+
+struct http_want {
+	int port;
+	const char *path;
+	long status;
+};
+
+static int http_is(void *arg)
+{
+	struct http_want *h = arg;
+	return thttp(h->port, "GET", h->path, NULL, NULL) == h->status;
+}
+
+int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms)
+{
+	struct http_want h = {port, path, want_status};
+	return twait(http_is, &h, timeout_ms);
+}

@@ -36,3 +36,13 @@ int twait(int (*cond)(void *), void *arg, int64_t timeout_ms);
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int tfree_port(void);
 #endif
+
+/* Starts bin/cairn-worker with DATABASE_URL=db, CAIRN_HTTP_ADDR=127.0.0.1:port and
+ * the NULL-terminated "NAME=value" settings; stderr goes to log_path (if not NULL). */
+pid_t tworker_start(const char *db, int port, const char *log_path, ...);
+/* Sends sig and waits up to timeout_ms for the exit; returns the exit code or -1. */
+int tworker_stop(pid_t pid, int sig, int64_t timeout_ms);
+/* GET (or another method) http://127.0.0.1:port/path; returns the status or 0. */
+long thttp(int port, const char *method, const char *path, char **body, char **ctype);
+/* Waits until GET path answers want_status. */
+int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms);

@@ -1,10 +1,57 @@
-/* main.c - placeholder until the worker lands (issue 3). */
+/*
+ * main.c - the stock cairn-worker: parses its flags, builds a worker with
+ * cairn_worker_new() and runs it. Everything else lives in libcairn so a user
+ * can build the same daemon with their own workflows linked in.
+ */
 #include <stdio.h>
+#include <string.h>
 
 #include "cairn.h"
 
-int main(void)
+static const char USAGE[] =
+	"usage: cairn-worker [--help] [--version] [--check-config] [--NAME VALUE ...]\n"
+	"\n"
+	"Runs a cairn worker against a shared PostgreSQL: leases shards, executes\n"
+	"workflow runs, and serves /healthz, /readyz, /metrics and /status over HTTP.\n"
+	"SIGTERM or SIGINT drains (a second signal exits at once).\n"
+	"\n"
+	"  --help            show this help\n"
+	"  --version         print the version\n"
+	"  --check-config    validate the configuration, print it (password masked), exit\n"
+	"\n"
+	"Settings come from the environment, overridden by the flag beside each;\n"
+	"durations take 500ms, 2s, 1m, 1h, 7d:\n";
+
+int main(int argc, char **argv)
 {
-	fprintf(stderr, "cairn-worker %s: not built yet\n", CAIRN_VERSION);
-	return 1;
+	int check = 0;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			fputs(USAGE, stdout);
+			fputs(cairn_worker_settings_help(), stdout);
+			return 0;
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("cairn-worker %s\n", CAIRN_VERSION);
+			return 0;
+		}
+		check |= strcmp(argv[i], "--check-config") == 0;
+	}
+	cairn_worker *w;
+	int rc = cairn_worker_new(argc, argv, &w);
+	if (rc) {
+		fprintf(stderr, "cairn-worker: %s\n", cairn_worker_errmsg(w));
+		cairn_worker_free(w);
+		return 2;
+	}
+	if (check) {
+		fputs(cairn_worker_config_text(w), stdout);
+		cairn_worker_free(w);
+		return 0;
+	}
+	rc = cairn_worker_run(w);
+	if (rc)
+		fprintf(stderr, "cairn-worker: %s\n", cairn_worker_errmsg(w));
+	cairn_worker_free(w);
+	return rc ? 1 : 0;
 }

@@ -1,0 +1,390 @@
+/*
+ * config.c - one table describes every setting (variable, flag, kind,
+ * default, range, help), so parsing, validation, --help and --check-config
+ * can never disagree. Durations are stored in milliseconds and sizes in
+ * bytes, with the unit in the field name.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "parse.h"
+
+enum kind { K_STR, K_INT, K_DUR, K_SIZE, K_LEVEL, K_FORMAT };
+
+typedef struct setting {
+	const char *env;
+	enum kind kind;
+	size_t off;
+	const char *def;
+	int64_t min, max;
+	const char *help;
+} setting;
+
+#define OFF(f) offsetof(config, f)
+#define DAY (86400000LL)
+static const setting SETTINGS[] = {
+	{"DATABASE_URL", K_STR, OFF(database_url), "", 0, 0, "PostgreSQL URL or conninfo (flag --db)"},
+	{"CAIRN_HTTP_ADDR", K_STR, OFF(http_addr), "127.0.0.1:8080", 0, 0,
+	 "health/readiness/metrics/status endpoint, HOST:PORT"},
+	{"CAIRN_ADVERTISE_ADDR", K_STR, OFF(advertise_addr), "", 0, 0,
+	 "HOST:PORT other runners use to reach the endpoint (default: CAIRN_HTTP_ADDR)"},
+	{"CAIRN_CONCURRENCY", K_INT, OFF(concurrency), "16", 1, 1024, "executor threads"},
+	{"CAIRN_SHARDS", K_INT, OFF(shards), "0", 0, 65536,
+	 "shards per group; 0 uses the count recorded by `cairn migrate`"},
+	{"CAIRN_SHARD_GROUPS", K_STR, OFF(groups_text), "default", 0, 0,
+	 "comma-separated shard groups this worker serves"},
+	{"CAIRN_WEIGHT", K_INT, OFF(weight), "100", 1, 10000, "share of shards relative to other runners"},
+	{"CAIRN_POLL_INTERVAL", K_DUR, OFF(poll_interval_ms), "500ms", 10, DAY,
+	 "poll for due messages at least this often"},
+	{"CAIRN_POLL_BATCH", K_INT, OFF(poll_batch), "256", 1, 10000, "messages claimed per poll"},
+	{"CAIRN_SHUTDOWN_TIMEOUT", K_DUR, OFF(shutdown_timeout_ms), "30s", 0, DAY,
+	 "how long a drain waits for in-flight work"},
+	{"CAIRN_LOG_LEVEL", K_LEVEL, OFF(log_level), "info", 0, 0, "error, warn, info or debug"},
+	{"CAIRN_LOG_FORMAT", K_FORMAT, OFF(log_format), "logfmt", 0, 0, "logfmt or json"},
+	{"CAIRN_HEARTBEAT_INTERVAL", K_DUR, OFF(heartbeat_interval_ms), "1s", 50, 60000,
+	 "runner heartbeat and database check interval"},
+	{"CAIRN_RUNNER_TTL", K_DUR, OFF(runner_ttl_ms), "10s", 200, DAY,
+	 "a runner whose heartbeat is older is dead"},
+	{"CAIRN_REBALANCE_INTERVAL", K_DUR, OFF(rebalance_interval_ms), "1s", 50, 600000,
+	 "how often shard ownership is recomputed"},
+	{"CAIRN_REBALANCE_DEBOUNCE", K_DUR, OFF(rebalance_debounce_ms), "250ms", 0, 600000,
+	 "wait after a change before the next rebalance round"},
+	{"CAIRN_DETACH_AFTER", K_INT, OFF(detach_after), "3", 1, 100,
+	 "consecutive failed heartbeats before detaching"},
+	{"CAIRN_REATTACH_WINDOW", K_DUR, OFF(reattach_window_ms), "2s", 0, 600000,
+	 "storage must be healthy this long before re-attaching"},
+	{"CAIRN_RETENTION", K_DUR, OFF(retention_ms), "7d", 60000, 3650 * DAY,
+	 "finished runs older than this are deleted"},
+	{"CAIRN_SINGLETON_BACKOFF", K_DUR, OFF(singleton_backoff_ms), "1s", 10, 600000,
+	 "base of a failed singleton's restart backoff"},
+	{"CAIRN_UNKNOWN_WORKFLOW_TIMEOUT", K_DUR, OFF(unknown_workflow_timeout_ms), "1m", 0, 30 * DAY,
+	 "a run of a workflow no worker registered fails after this"},
+	{"CAIRN_MAX_PAYLOAD", K_SIZE, OFF(max_payload_bytes), "1MiB", 1, 1 << 30,
+	 "largest input, output or signal payload"},
+	{"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,
+	 "colon-separated workflow plugins (.so) to load (flag --plugin, repeatable)"},
+};
+#define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
+
+static const char *KIND_ACCEPTS[] = {
+	[K_STR] = "text", [K_INT] = "an integer", [K_DUR] = "a duration like 500ms, 2s or 1m",
+	[K_SIZE] = "a size like 512KiB or 1MiB", [K_LEVEL] = "error, warn, info or debug",
+	[K_FORMAT] = "logfmt or json"};
+
+/* "CAIRN_POLL_INTERVAL" -> "poll-interval"; DATABASE_URL -> "db". */
+static void flag_name(const setting *s, char *out, size_t n)
+{
+	if (strcmp(s->env, "DATABASE_URL") == 0) {
+		snprintf(out, n, "db");
+		return;
+	}
+	if (strcmp(s->env, "CAIRN_PLUGINS") == 0) {
+		snprintf(out, n, "plugin");
+		return;
+	}
+	const char *p = s->env + 6;
+	size_t i = 0;
+	for (; *p && i + 1 < n; p++)
+		out[i++] = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
+	out[i] = '\0';
+}
+
+static void range_text(const setting *s, char *out, size_t n)
+{
+	if (s->kind == K_INT)
+		snprintf(out, n, "%s from %" PRId64 " to %" PRId64, KIND_ACCEPTS[s->kind], s->min, s->max);
+	else if (s->kind == K_DUR)
+		snprintf(out, n, "%s, from %" PRId64 "ms to %" PRId64 "ms", KIND_ACCEPTS[s->kind], s->min,
+			 s->max);
+	else
+		snprintf(out, n, "%s", KIND_ACCEPTS[s->kind]);
+}
+
+static int set_value(config *cfg, const setting *s, const char *source, const char *v, buf *err)
+{
+	char perr[PARSE_ERR_MAX], accepts[160];
+	void *field = (char *)cfg + s->off;
+	int64_t n;
+	size_t sz;
+	int ok = 0;
+	range_text(s, accepts, sizeof accepts);
+	switch (s->kind) {
+	case K_STR: {
+		char **f = field;
+		if (s->off == OFF(plugins) && *f && **f && strcmp(source, "env") != 0) {
+			/* --plugin repeats: append. */
+			buf b = BUF_INIT;
+			buf_printf(&b, "%s:%s", *f, v);
+			free(*f);
+			*f = buf_detach(&b);
+		} else {
+			free(*f);
+			*f = strdup(v);
+		}
+		return 0;
+	}
+	case K_INT:
+		ok = parse_int(v, s->min, s->max, &n, perr) == 0;
+		if (ok)
+			*(int *)field = (int)n;
+		break;
+	case K_DUR:
+		ok = parse_duration_ms(v, &n, perr) == 0 && n >= s->min && n <= s->max;
+		if (ok)
+			*(int64_t *)field = n;
+		break;
+	case K_SIZE:
+		ok = parse_size_bytes(v, &sz, perr) == 0 && sz >= (size_t)s->min && sz <= (size_t)s->max;
+		if (ok)
+			*(size_t *)field = sz;
+		break;
+	case K_LEVEL: ok = log_parse_level(v, field) == 0; break;
+	case K_FORMAT: ok = log_parse_format(v, field) == 0; break;
+	}
+	if (ok)
+		return 0;
+	char flag[64];
+	flag_name(s, flag, sizeof flag);
+	buf_reset(err);
+	if (strcmp(source, "env") == 0)
+		buf_printf(err, "invalid value for %s: \"%s\": expected %s", s->env, v, accepts);
+	else
+		buf_printf(err, "invalid value for --%s: \"%s\": expected %s", flag, v, accepts);
+	return -1;
+}
+
+/* Parses HOST:PORT ([v6]:PORT, :PORT for all interfaces) into cfg->http_sa. */
+static int parse_addr(config *cfg, buf *err)
+{
+	const char *a = cfg->http_addr;
+	const char *colon = strrchr(a, ':');
+	char host[128];
+	int64_t port;
+	char perr[PARSE_ERR_MAX];
+	if (!colon || (size_t)(colon - a) >= sizeof host || parse_int(colon + 1, 0, 65535, &port, perr) < 0)
+		goto bad;
+	memcpy(host, a, (size_t)(colon - a));
+	host[colon - a] = '\0';
+	memset(&cfg->http_sa, 0, sizeof cfg->http_sa);
+	if (host[0] == '[') {
+		size_t hl = strlen(host);
+		if (hl < 3 || host[hl - 1] != ']')
+			goto bad;
+		host[hl - 1] = '\0';
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&cfg->http_sa;
+		if (inet_pton(AF_INET6, host + 1, &s6->sin6_addr) != 1)
+			goto bad;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		cfg->http_sa_len = sizeof *s6;
+		return 0;
+	}
+	struct sockaddr_in *s4 = (struct sockaddr_in *)&cfg->http_sa;
+	s4->sin_family = AF_INET;
+	s4->sin_port = htons((uint16_t)port);
+	cfg->http_sa_len = sizeof *s4;
+	if (!host[0] || strcmp(host, "0.0.0.0") == 0)
+		s4->sin_addr.s_addr = htonl(INADDR_ANY);
+	else if (strcmp(host, "localhost") == 0)
+		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
+		goto bad;
+	return 0;
+bad:
+	buf_reset(err);
+	buf_printf(err,
+		   "invalid value for CAIRN_HTTP_ADDR: \"%s\": expected HOST:PORT with an IP address "
+		   "(127.0.0.1:8080, [::1]:8080, :8080) and a port from 0 to 65535",
+		   a);
+	return -1;
+}
+
+static int parse_groups(config *cfg, buf *err)
+{
+	char perr[PARSE_ERR_MAX];
+	char *copy = strdup(cfg->groups_text), *save = NULL;
+	cfg->ngroups = 0;
+	for (char *g = strtok_r(copy, ",", &save); g; g = strtok_r(NULL, ",", &save)) {
+		while (*g == ' ')
+			g++;
+		if (parse_check_name("group", g, perr) < 0 || cfg->ngroups == CONFIG_MAX_GROUPS) {
+			buf_reset(err);
+			buf_printf(err, "invalid value for CAIRN_SHARD_GROUPS: \"%s\": %s", cfg->groups_text,
+				   cfg->ngroups == CONFIG_MAX_GROUPS ? "at most 16 groups are accepted" : perr);
+			free(copy);
+			return -1;
+		}
+		int dup = 0;
+		for (int i = 0; i < cfg->ngroups; i++)
+			dup |= strcmp(cfg->groups[i], g) == 0;
+		if (!dup)
+			cfg->groups[cfg->ngroups++] = strdup(g);
+	}
+	free(copy);
+	if (cfg->ngroups == 0) {
+		buf_reset(err);
+		buf_printf(err, "invalid value for CAIRN_SHARD_GROUPS: \"%s\": expected at least one group name",
+			   cfg->groups_text);
+		return -1;
+	}
+	return 0;
+}
+
+static int is_own_flag(const char *arg)
+{
+	return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0 || strcmp(arg, "--version") == 0 ||
+	       strcmp(arg, "--check-config") == 0;
+}
+
+int config_load(config *cfg, int argc, char **argv, buf *err)
+{
+	memset(cfg, 0, sizeof *cfg);
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (set_value(cfg, &SETTINGS[i], "default", SETTINGS[i].def, err) < 0)
+			return -1;
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const char *v = getenv(SETTINGS[i].env);
+		if (v && set_value(cfg, &SETTINGS[i], "env", v, err) < 0)
+			return -1;
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		if (is_own_flag(arg))
+			continue;
+		if (strncmp(arg, "--", 2) != 0) {
+			buf_reset(err);
+			buf_printf(err, "unexpected argument \"%s\" (see --help)", arg);
+			return -1;
+		}
+		const char *name = arg + 2, *eq = strchr(name, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+		const setting *s = NULL;
+		for (size_t k = 0; k < NSETTINGS && !s; k++) {
+			char flag[64];
+			flag_name(&SETTINGS[k], flag, sizeof flag);
+			if (strlen(flag) == len && strncmp(flag, name, len) == 0)
+				s = &SETTINGS[k];
+		}
+		if (!s) {
+			buf_reset(err);
+			buf_printf(err, "unknown option \"%.*s\" (see --help)", (int)len + 2, arg);
+			return -1;
+		}
+		const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+		if (!v) {
+			buf_reset(err);
+			buf_printf(err, "option --%.*s needs a value", (int)len, name);
+			return -1;
+		}
+		if (set_value(cfg, s, "flag", v, err) < 0)
+			return -1;
+	}
+	if (!cfg->database_url[0]) {
+		buf_reset(err);
+		buf_puts(err, "DATABASE_URL is not set: set it or pass --db URL");
+		return -1;
+	}
+	char *perr = NULL;
+	PQconninfoOption *opts = PQconninfoParse(cfg->database_url, &perr);
+	if (!opts) {
+		buf_reset(err);
+		size_t pl = perr ? strlen(perr) : 0;
+		while (pl && perr[pl - 1] == '\n')
+			perr[--pl] = '\0';
+		buf_printf(err, "invalid value for DATABASE_URL: %s", perr ? perr : "out of memory");
+		PQfreemem(perr);
+		return -1;
+	}
+	PQconninfoFree(opts);
+	if (parse_addr(cfg, err) < 0 || parse_groups(cfg, err) < 0)
+		return -1;
+	if (!cfg->advertise_addr[0]) {
+		free(cfg->advertise_addr);
+		cfg->advertise_addr = strdup(cfg->http_addr);
+	}
+	if (cfg->runner_ttl_ms < 2 * cfg->heartbeat_interval_ms) {
+		buf_reset(err);
+		buf_printf(err,
+			   "invalid value for CAIRN_RUNNER_TTL: %" PRId64 "ms: must be at least twice "
+			   "CAIRN_HEARTBEAT_INTERVAL (%" PRId64 "ms)",
+			   cfg->runner_ttl_ms, cfg->heartbeat_interval_ms);
+		return -1;
+	}
+	return 0;
+}
+
+void config_free(config *cfg)
+{
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (SETTINGS[i].kind == K_STR)
+			free(*(char **)((char *)cfg + SETTINGS[i].off));
+	for (int i = 0; i < cfg->ngroups; i++)
+		free(cfg->groups[i]);
+	memset(cfg, 0, sizeof *cfg);
+}
+
+void config_mask_url(const char *url, buf *out)
+{
+	/* libpq parses both URL and key=value forms without connecting. */
+	PQconninfoOption *opts = PQconninfoParse(url, NULL);
+	if (!opts) {
+		buf_puts(out, "(unparseable)");
+		return;
+	}
+	int n = 0;
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		if (!o->val || !*o->val)
+			continue;
+		int secret = strcmp(o->keyword, "password") == 0;
+		buf_printf(out, "%s%s=%s", n++ ? " " : "", o->keyword, secret ? "****" : o->val);
+	}
+	PQconninfoFree(opts);
+}
+
+void config_describe(const config *cfg, buf *out)
+{
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const setting *s = &SETTINGS[i];
+		const void *f = (const char *)cfg + s->off;
+		buf_printf(out, "%s=", s->env);
+		switch (s->kind) {
+		case K_STR:
+			if (s->off == OFF(database_url))
+				config_mask_url(*(char *const *)f, out);
+			else
+				buf_puts(out, *(char *const *)f);
+			break;
+		case K_INT: buf_printf(out, "%d", *(const int *)f); break;
+		case K_DUR: buf_printf(out, "%" PRId64 "ms", *(const int64_t *)f); break;
+		case K_SIZE: buf_printf(out, "%zu", *(const size_t *)f); break;
+		case K_LEVEL: {
+			static const char *const l[] = {"error", "warn", "info", "debug"};
+			buf_puts(out, l[*(const int *)f]);
+			break;
+		}
+		case K_FORMAT: buf_puts(out, *(const int *)f == LOG_JSON ? "json" : "logfmt"); break;
+		}
+		buf_puts(out, "\n");
+	}
+}
+
+void config_help(buf *out)
+{
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const setting *s = &SETTINGS[i];
+		char flag[64];
+		flag_name(s, flag, sizeof flag);
+		buf_printf(out, "  %-31s --%-26s %s", s->env, flag, s->help);
+		if (s->def[0])
+			buf_printf(out, " (default %s)", s->def);
+		buf_puts(out, "\n");
+	}
+}

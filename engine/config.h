@@ -1,0 +1,60 @@
+/*
+ * config.h - the worker's configuration: environment variables overridable by
+ * flags, parsed and validated once at start. Pure (no I/O but getenv).
+ */
+#ifndef CAIRN_CONFIG_H
+#define CAIRN_CONFIG_H
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "buf.h"
+
+#define CONFIG_MAX_GROUPS 16
+
+typedef struct config {
+	char *database_url;
+	char *http_addr; /* as given: host:port */
+	struct sockaddr_storage http_sa;
+	socklen_t http_sa_len;
+	char *advertise_addr; /* how other runners reach our HTTP endpoint */
+	int concurrency;
+	int shards; /* 0: use the database's recorded count */
+	char *groups_text;
+	char *groups[CONFIG_MAX_GROUPS];
+	int ngroups;
+	int weight;
+	int64_t poll_interval_ms;
+	int poll_batch;
+	int64_t shutdown_timeout_ms;
+	int log_level, log_format;
+	int64_t heartbeat_interval_ms;
+	int64_t runner_ttl_ms;
+	int64_t rebalance_interval_ms;
+	int64_t rebalance_debounce_ms;
+	int detach_after;
+	int64_t reattach_window_ms;
+	int64_t retention_ms;
+	int64_t singleton_backoff_ms;
+	int64_t unknown_workflow_timeout_ms;
+	size_t max_payload_bytes;
+	char *plugins; /* colon-separated .so paths */
+} config;
+
+/*
+ * Fills cfg from the environment, then from flags in argv (--name value or
+ * --name=value, the variable's name without CAIRN_, lowercased, '_' -> '-';
+ * --db for DATABASE_URL). Unknown flags and bad values return -1 with the
+ * message in err; the flags the caller handles itself (--help, --version,
+ * --check-config) are left to it and ignored here.
+ */
+int config_load(config *cfg, int argc, char **argv, buf *err);
+void config_free(config *cfg);
+/* One "NAME=value" line per setting, the database password masked. */
+void config_describe(const config *cfg, buf *out);
+/* The help text listing every variable, its flag, default and meaning. */
+void config_help(buf *out);
+/* The URL or conninfo with any password replaced by "****". */
+void config_mask_url(const char *url, buf *out);
+#endif

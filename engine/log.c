@@ -1,0 +1,110 @@
+/*
+ * log.c - structured logging. Values are strings (callers format numbers);
+ * logfmt quotes a value when it has spaces, quotes or '=', JSON escapes it.
+ * The whole line is built first and written with one write() so lines from
+ * different threads never interleave.
+ */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+
+static const char *const LEVELS[] = {"error", "warn", "info", "debug"};
+
+int log_parse_level(const char *s, int *out)
+{
+	for (int i = 0; i < 4; i++)
+		if (strcmp(s, LEVELS[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	return -1;
+}
+
+int log_parse_format(const char *s, int *out)
+{
+	if (strcmp(s, "logfmt") == 0)
+		*out = LOG_LOGFMT;
+	else if (strcmp(s, "json") == 0)
+		*out = LOG_JSON;
+	else
+		return -1;
+	return 0;
+}
+
+static void put_json_string(buf *b, const char *s)
+{
+	buf_puts(b, "\"");
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			buf_printf(b, "\\%c", *p);
+		else if (*p < 0x20)
+			buf_printf(b, "\\u%04x", *p);
+		else
+			buf_append(b, (const char *)p, 1);
+	}
+	buf_puts(b, "\"");
+}
+
+static void put_logfmt_value(buf *b, const char *s)
+{
+	int quote = !*s || strpbrk(s, " \"=\t\n\\") != NULL;
+	if (!quote) {
+		buf_puts(b, s);
+		return;
+	}
+	put_json_string(b, s); /* the same escaping rules */
+}
+
+void log_kv(const logger *lg, int level, const char *msg, ...)
+{
+	if (!lg || level > lg->level)
+		return;
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	struct tm tm;
+	gmtime_r(&tv.tv_sec, &tm);
+	char ts[40];
+	size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(ts + n, sizeof ts - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+
+	buf b = BUF_INIT;
+	int json = lg->format == LOG_JSON;
+	if (json) {
+		buf_printf(&b, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":", ts, LEVELS[level]);
+		put_json_string(&b, msg);
+	} else {
+		buf_printf(&b, "ts=%s level=%s msg=", ts, LEVELS[level]);
+		put_json_string(&b, msg);
+	}
+	va_list ap;
+	va_start(ap, msg);
+	const char *k;
+	while ((k = va_arg(ap, const char *))) {
+		const char *v = va_arg(ap, const char *);
+		if (!v)
+			v = "";
+		if (json) {
+			buf_puts(&b, ",");
+			put_json_string(&b, k);
+			buf_puts(&b, ":");
+			put_json_string(&b, v);
+		} else {
+			buf_printf(&b, " %s=", k);
+			put_logfmt_value(&b, v);
+		}
+	}
+	va_end(ap);
+	buf_puts(&b, json ? "}\n" : "\n");
+	if (!b.oom) {
+		ssize_t w = write(lg->fd, b.data, b.len);
+		(void)w;
+	}
+	buf_free(&b);
+}

@@ -1,0 +1,356 @@
+/*
+ * worker.c - the cairn-worker daemon as a library: configuration, the
+ * supervisor loop that keeps the database connection (reconnecting with
+ * capped exponential backoff and jitter, logging each state change once),
+ * and the lifecycle: start the HTTP endpoint and the loops, wait for SIGTERM
+ * or SIGINT, drain within the shutdown timeout, join every thread.
+ *
+ * Owns: the supervisor thread and its PGconn, the HTTP daemon (http.c). The
+ * lease, dispatch and execution loops plug in beside the supervisor.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "db.h"
+
+const double WORKER_STEP_BOUNDS_S[STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+						   0.1,	  0.25,	  0.5,	 1,    2.5,   10};
+
+int64_t worker_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void worker_stamp(worker_loop *l) { atomic_store(&l->stamp_ms, worker_now_ms()); }
+
+void worker_wait_locked(cairn_worker *w, int64_t ms)
+{
+	if (w->stopping || ms <= 0)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+}
+
+int cairn_worker_new(int argc, char **argv, cairn_worker **out)
+{
+	*out = NULL;
+	if (sodium_init() < 0)
+		return CAIRN_ENOMEM;
+	cairn_worker *w = calloc(1, sizeof *w);
+	if (!w)
+		return CAIRN_ENOMEM;
+	*out = w;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	w->log = (logger){.level = LOG_INFO, .format = LOG_LOGFMT, .fd = 2};
+	snprintf(w->state, sizeof w->state, "starting");
+	snprintf(w->not_ready, sizeof w->not_ready, "starting");
+	char host[64] = "localhost";
+	gethostname(host, sizeof host - 1);
+	snprintf(w->name, sizeof w->name, "%s:%d", host, (int)getpid());
+	if (config_load(&w->cfg, argc, argv, &w->err) < 0)
+		return CAIRN_EINVAL;
+	w->log.level = w->cfg.log_level;
+	w->log.format = w->cfg.log_format;
+	return CAIRN_OK;
+}
+
+const char *cairn_worker_errmsg(const cairn_worker *w) { return w ? buf_str(&w->err) : "out of memory"; }
+
+const char *cairn_worker_config_text(cairn_worker *w)
+{
+	buf_reset(&w->cfgtext);
+	config_describe(&w->cfg, &w->cfgtext);
+	return buf_str(&w->cfgtext);
+}
+
+static buf settings_help;
+static void settings_help_make(void) { config_help(&settings_help); }
+
+const char *cairn_worker_settings_help(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, settings_help_make);
+	return buf_str(&settings_help);
+}
+
+void cairn_worker_stop(cairn_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->stopping = 1;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void cairn_worker_free(cairn_worker *w)
+{
+	if (!w)
+		return;
+	config_free(&w->cfg);
+	buf_free(&w->err);
+	buf_free(&w->cfgtext);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w);
+}
+
+static worker_loop *loop_add(cairn_worker *w, const char *name, int64_t interval_ms)
+{
+	worker_loop *l = &w->loops[w->nloops++];
+	l->name = name;
+	l->interval_ms = interval_ms;
+	worker_stamp(l);
+	return l;
+}
+
+/* ------------------------------------------------------------ supervisor */
+
+static void set_not_ready(cairn_worker *w, const char *reason)
+{
+	pthread_mutex_lock(&w->mu);
+	snprintf(w->not_ready, sizeof w->not_ready, "%s", reason);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Checks the schema and the shard count; 0 ready, -1 not ready, -2 fatal. */
+static int check_schema(cairn_worker *w, PGconn *c)
+{
+	buf err = BUF_INIT;
+	PGresult *r = db_exec(c, &err,
+			      "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
+			      NULL);
+	int rc = 0;
+	if (!r) {
+		set_not_ready(w, "the database has no cairn schema: run `cairn migrate`");
+		rc = -1;
+	} else if (PQntuples(r) == 0) {
+		set_not_ready(w, "shards_per_group is not recorded: run `cairn migrate`");
+		rc = -1;
+	} else {
+		int shards = db_get_int(r, 0, 0);
+		if (w->cfg.shards && w->cfg.shards != shards) {
+			buf_printf(&w->err,
+				   "CAIRN_SHARDS is %d but the database records shards_per_group = %d: "
+				   "a shard count cannot change once runs are stored",
+				   w->cfg.shards, shards);
+			rc = -2;
+		} else {
+			pthread_mutex_lock(&w->mu);
+			w->shards = shards;
+			pthread_mutex_unlock(&w->mu);
+		}
+	}
+	PQclear(r);
+	buf_free(&err);
+	return rc;
+}
+
+typedef struct supervisor {
+	cairn_worker *w;
+	worker_loop *loop;
+	pthread_t thread;
+	_Atomic int done;
+} supervisor;
+
+/* Sleeps ms in slices of the loop's interval, stamping its heartbeat. */
+static void nap(supervisor *s, int64_t ms)
+{
+	cairn_worker *w = s->w;
+	int64_t until = worker_now_ms() + ms;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		worker_stamp(s->loop);
+		int64_t left = until - worker_now_ms();
+		if (w->stopping || left <= 0)
+			break;
+		worker_wait_locked(w, left < s->loop->interval_ms ? left : s->loop->interval_ms);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static int is_stopping(cairn_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	int s = w->stopping;
+	pthread_mutex_unlock(&w->mu);
+	return s;
+}
+
+static void *supervisor_main(void *arg)
+{
+	supervisor *s = arg;
+	cairn_worker *w = s->w;
+	PGconn *conn = NULL;
+	int failures = 0, ever_connected = 0, logged_down = 0;
+	while (!is_stopping(w)) {
+		worker_stamp(s->loop);
+		if (!conn) {
+			buf err = BUF_INIT;
+			conn = db_connect(w->cfg.database_url, "cairn-worker", &err);
+			if (!conn) {
+				if (!logged_down) {
+					log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",
+					       "error", buf_str(&err), NULL);
+					logged_down = 1;
+				}
+				char reason[512];
+				snprintf(reason, sizeof reason, "database unreachable: %s", buf_str(&err));
+				set_not_ready(w, reason);
+				buf_free(&err);
+				/* Capped exponential backoff with full jitter. */
+				int64_t cap = 100LL << (failures < 8 ? failures : 8);
+				if (cap > 15000)
+					cap = 15000;
+				failures++;
+				nap(s, cap / 2 + (int64_t)randombytes_uniform((uint32_t)(cap / 2 + 1)));
+				continue;
+			}
+			buf_free(&err);
+			if (ever_connected)
+				atomic_fetch_add(&w->m.db_reconnects, 1);
+			ever_connected = 1;
+			failures = 0;
+			logged_down = 0;
+			log_kv(&w->log, LOG_INFO, "database connected", NULL);
+		}
+		int sc = check_schema(w, conn);
+		if (sc == -2) {
+			log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping", "error",
+			       buf_str(&w->err), NULL);
+			pthread_mutex_lock(&w->mu);
+			w->fatal = 1;
+			w->stopping = 1;
+			pthread_cond_broadcast(&w->cv);
+			pthread_mutex_unlock(&w->mu);
+			break;
+		}
+		int ok = db_ok(conn) && db_cmd(conn, NULL, "SELECT 1", 0, NULL) == 0;
+		pthread_mutex_lock(&w->mu);
+		w->db_connected = ok;
+		if (ok && sc == 0)
+			w->not_ready[0] = '\0';
+		pthread_mutex_unlock(&w->mu);
+		if (!ok) {
+			log_kv(&w->log, LOG_WARN, "database connection lost; reconnecting", "error",
+			       PQerrorMessage(conn), NULL);
+			set_not_ready(w, "database connection lost");
+			logged_down = 1;
+			PQfinish(conn);
+			conn = NULL;
+			continue;
+		}
+		nap(s, w->cfg.heartbeat_interval_ms);
+	}
+	if (conn)
+		PQfinish(conn);
+	pthread_mutex_lock(&w->mu);
+	w->db_connected = 0;
+	pthread_mutex_unlock(&w->mu);
+	atomic_store(&s->done, 1);
+	return NULL;
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+int cairn_worker_run(cairn_worker *w)
+{
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	w->start_mono_ms = worker_now_ms();
+	w->start_unix_ms = unix_ms();
+	supervisor sup = {.w = w};
+	sup.loop = loop_add(w, "supervisor", w->cfg.heartbeat_interval_ms);
+
+	if (http_start(w) < 0) {
+		log_kv(&w->log, LOG_ERROR, "cannot start the HTTP endpoint", "addr", w->cfg.http_addr,
+		       "error", buf_str(&w->err), NULL);
+		return CAIRN_EINVAL;
+	}
+	char port[16];
+	snprintf(port, sizeof port, "%d", w->http_port);
+	log_kv(&w->log, LOG_INFO, "cairn-worker started", "version", CAIRN_VERSION, "runner", w->name,
+	       "http_addr", w->cfg.http_addr, "http_port", port, NULL);
+	pthread_create(&sup.thread, NULL, supervisor_main, &sup);
+	pthread_mutex_lock(&w->mu);
+	snprintf(w->state, sizeof w->state, "running");
+	pthread_mutex_unlock(&w->mu);
+
+	/* Wait for a signal or a stop request. */
+	struct timespec tick = {0, 100 * 1000000L};
+	const char *why = "stop requested";
+	for (;;) {
+		int sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig == SIGTERM || sig == SIGINT) {
+			why = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+			break;
+		}
+		if (is_stopping(w))
+			break;
+	}
+	log_kv(&w->log, LOG_INFO, "draining", "reason", why, NULL);
+	pthread_mutex_lock(&w->mu);
+	snprintf(w->state, sizeof w->state, "draining");
+	snprintf(w->not_ready, sizeof w->not_ready, "draining");
+	w->stopping = 1;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+
+	/* Let the loops reach a durable point; a second signal exits at once. */
+	int64_t deadline = worker_now_ms() + w->cfg.shutdown_timeout_ms;
+	while (!atomic_load(&sup.done) && worker_now_ms() < deadline) {
+		int sig = sigtimedwait(&sigs, NULL, &(struct timespec){0, 20 * 1000000L});
+		if (sig == SIGTERM || sig == SIGINT) {
+			log_kv(&w->log, LOG_WARN, "second signal: exiting now", NULL);
+			_exit(1);
+		}
+	}
+	int clean = atomic_load(&sup.done);
+	if (clean)
+		pthread_join(sup.thread, NULL);
+	http_stop(w);
+	pthread_mutex_lock(&w->mu);
+	snprintf(w->state, sizeof w->state, "stopped");
+	pthread_mutex_unlock(&w->mu);
+	log_kv(&w->log, LOG_INFO, "stopped", "finished_cleanly", "0", "cut_off", "0", NULL);
+	if (!clean) {
+		/* The supervisor is stuck in a database call past the deadline. */
+		log_kv(&w->log, LOG_WARN, "shutdown timeout passed with a loop still busy", NULL);
+		_exit(0);
+	}
+	return w->fatal ? CAIRN_ESCHEMA : CAIRN_OK;
+}

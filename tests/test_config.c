@@ -1,0 +1,171 @@
+/* test_config.c - worker configuration parsing: pure, no database. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+static int load(config *c, buf *err, int argc, char **argv)
+{
+	return config_load(c, argc, argv, err);
+}
+
+static void env_reset(void)
+{
+	setenv("DATABASE_URL", "postgresql://u:pw@localhost/db", 1);
+	unsetenv("CAIRN_HTTP_ADDR");
+	unsetenv("CAIRN_CONCURRENCY");
+	unsetenv("CAIRN_POLL_INTERVAL");
+	unsetenv("CAIRN_LOG_FORMAT");
+	unsetenv("CAIRN_SHARD_GROUPS");
+}
+
+Test(config, defaults)
+{
+	env_reset();
+	config c;
+	buf err = BUF_INIT;
+	char *argv[] = {"w"};
+	cr_assert_eq(load(&c, &err, 1, argv), 0, "%s", buf_str(&err));
+	cr_assert_str_eq(c.http_addr, "127.0.0.1:8080");
+	cr_assert_eq(c.concurrency, 16);
+	cr_assert_eq(c.poll_interval_ms, 500);
+	cr_assert_eq(c.shutdown_timeout_ms, 30000);
+	cr_assert_eq(c.log_format, LOG_LOGFMT);
+	cr_assert_eq(c.ngroups, 1);
+	cr_assert_str_eq(c.groups[0], "default");
+	cr_assert_eq(c.retention_ms, 7LL * 86400000);
+	config_free(&c);
+	buf_free(&err);
+}
+
+Test(config, flags_override_environment)
+{
+	env_reset();
+	setenv("CAIRN_CONCURRENCY", "4", 1);
+	setenv("CAIRN_POLL_INTERVAL", "2s", 1);
+	config c;
+	buf err = BUF_INIT;
+	char *argv[] = {"w", "--concurrency", "8", "--log-format=json", "--shard-groups", "a,b,a"};
+	cr_assert_eq(load(&c, &err, 6, argv), 0, "%s", buf_str(&err));
+	cr_assert_eq(c.concurrency, 8);
+	cr_assert_eq(c.poll_interval_ms, 2000);
+	cr_assert_eq(c.log_format, LOG_JSON);
+	cr_assert_eq(c.ngroups, 2);
+	config_free(&c);
+	buf_free(&err);
+}
+
+static void rejects(const char *var, const char *value, const char *expect)
+{
+	env_reset();
+	setenv(var, value, 1);
+	config c;
+	buf err = BUF_INIT;
+	char *argv[] = {"w"};
+	cr_assert_eq(load(&c, &err, 1, argv), -1, "%s=%s accepted", var, value);
+	cr_assert(strstr(buf_str(&err), var), "error does not name %s: %s", var, buf_str(&err));
+	cr_assert(strstr(buf_str(&err), expect), "error lacks \"%s\": %s", expect, buf_str(&err));
+	config_free(&c);
+	buf_free(&err);
+	unsetenv(var);
+}
+
+Test(config, each_bad_value_is_named_with_what_is_accepted)
+{
+	rejects("CAIRN_CONCURRENCY", "0", "from 1 to 1024");
+	rejects("CAIRN_CONCURRENCY", "many", "\"many\"");
+	rejects("CAIRN_POLL_INTERVAL", "fast", "500ms");
+	rejects("CAIRN_POLL_INTERVAL", "1ms", "from 10ms");
+	rejects("CAIRN_SHUTDOWN_TIMEOUT", "-3s", "duration");
+	rejects("CAIRN_LOG_LEVEL", "loud", "error, warn, info or debug");
+	rejects("CAIRN_LOG_FORMAT", "xml", "logfmt or json");
+	rejects("CAIRN_HTTP_ADDR", "localhost", "HOST:PORT");
+	rejects("CAIRN_HTTP_ADDR", "127.0.0.1:99999", "0 to 65535");
+	rejects("CAIRN_HTTP_ADDR", "example.com:80", "IP address");
+	rejects("CAIRN_SHARD_GROUPS", "ok,bad group", "group");
+	rejects("CAIRN_SHARDS", "70000", "65536");
+	rejects("CAIRN_MAX_PAYLOAD", "1TB", "size");
+	rejects("CAIRN_RUNNER_TTL", "1s", "twice");
+	rejects("DATABASE_URL", "postgresql://[oops", "DATABASE_URL");
+}
+
+Test(config, missing_database_url_is_an_error)
+{
+	env_reset();
+	unsetenv("DATABASE_URL");
+	config c;
+	buf err = BUF_INIT;
+	char *argv[] = {"w"};
+	cr_assert_eq(load(&c, &err, 1, argv), -1);
+	cr_assert(strstr(buf_str(&err), "DATABASE_URL is not set"));
+	config_free(&c);
+	buf_free(&err);
+}
+
+Test(config, unknown_flag_and_missing_value)
+{
+	env_reset();
+	config c;
+	buf err = BUF_INIT;
+	char *argv[] = {"w", "--speed", "9"};
+	cr_assert_eq(load(&c, &err, 3, argv), -1);
+	cr_assert(strstr(buf_str(&err), "unknown option \"--speed\""), "%s", buf_str(&err));
+	config_free(&c);
+	char *argv2[] = {"w", "--concurrency"};
+	cr_assert_eq(load(&c, &err, 2, argv2), -1);
+	cr_assert(strstr(buf_str(&err), "needs a value"), "%s", buf_str(&err));
+	config_free(&c);
+	buf_free(&err);
+}
+
+Test(config, ipv6_and_wildcard_addresses)
+{
+	env_reset();
+	config c;
+	buf err = BUF_INIT;
+	char *argv[] = {"w", "--http-addr", "[::1]:9000"};
+	cr_assert_eq(load(&c, &err, 3, argv), 0, "%s", buf_str(&err));
+	cr_assert_eq(c.http_sa.ss_family, AF_INET6);
+	config_free(&c);
+	char *argv2[] = {"w", "--http-addr", ":9000"};
+	cr_assert_eq(load(&c, &err, 3, argv2), 0, "%s", buf_str(&err));
+	cr_assert_eq(c.http_sa.ss_family, AF_INET);
+	config_free(&c);
+	buf_free(&err);
+}
+
+Test(config, describe_masks_password_in_urls_and_conninfo)
+{
+	buf b = BUF_INIT;
+	config_mask_url("postgresql://app:s3cret@db/cairn", &b);
+	cr_assert(!strstr(buf_str(&b), "s3cret") && strstr(buf_str(&b), "password=****"), "%s", buf_str(&b));
+	buf_reset(&b);
+	config_mask_url("host=db password='it s' dbname=x", &b);
+	cr_assert(!strstr(buf_str(&b), "it s") && strstr(buf_str(&b), "dbname=x"), "%s", buf_str(&b));
+	buf_free(&b);
+}
+
+Test(log, logfmt_quotes_values_and_json_escapes)
+{
+	char path[] = "/tmp/cairn-log-XXXXXX";
+	int fd = mkstemp(path);
+	logger lg = {LOG_INFO, LOG_LOGFMT, fd};
+	log_kv(&lg, LOG_INFO, "hello world", "k", "plain", "q", "two words", NULL);
+	log_kv(&lg, LOG_DEBUG, "hidden", NULL);
+	lg.format = LOG_JSON;
+	log_kv(&lg, LOG_WARN, "quote \"x\"", "k", "v\n", NULL);
+	close(fd);
+	FILE *f = fopen(path, "r");
+	char text[1024] = "";
+	size_t n = fread(text, 1, sizeof text - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	unlink(path);
+	cr_assert(strstr(text, "level=info msg=\"hello world\" k=plain q=\"two words\"\n"), "%s", text);
+	cr_assert(!strstr(text, "hidden"));
+	cr_assert(strstr(text, "\"level\":\"warn\",\"msg\":\"quote \\\"x\\\"\",\"k\":\"v\\u000a\"}"), "%s", text);
+}

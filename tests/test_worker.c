@@ -1,0 +1,237 @@
+/* test_worker.c - the cairn-worker process: its HTTP endpoint, configuration
+ * errors, SIGTERM drain, and life without a database. Real processes, real
+ * PostgreSQL. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support.h"
+
+Test(worker, endpoints_answer_with_status_type_and_content)
+{
+	const char *db = tdb_new_migrated();
+	int port = tfree_port();
+	pid_t pid = tworker_start(db, port, NULL, NULL);
+	cr_assert(thttp_wait(port, "/readyz", 200, 15000), "worker never became ready");
+	char *body, *ct;
+	cr_assert_eq(thttp(port, "GET", "/healthz", &body, &ct), 200);
+	cr_assert_str_eq(body, "ok\n");
+	free(body);
+	free(ct);
+
+	cr_assert_eq(thttp(port, "GET", "/metrics", &body, &ct), 200);
+	cr_assert(strstr(ct, "text/plain; version=0.0.4"), "%s", ct);
+	const char *names[] = {"cairn_build_info", "cairn_uptime_seconds", "cairn_db_connected",
+			       "cairn_db_reconnects_total", "cairn_shards_owned", "cairn_runs_started_total",
+			       "cairn_runs_completed_total", "cairn_runs_failed_total",
+			       "cairn_step_duration_seconds", "cairn_queue_depth", "cairn_detachments_total"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		char help[128], type[128];
+		snprintf(help, sizeof help, "# HELP %s ", names[i]);
+		snprintf(type, sizeof type, "# TYPE %s ", names[i]);
+		cr_assert(strstr(body, help) && strstr(body, type), "%s lacks HELP/TYPE", names[i]);
+	}
+	cr_assert(strstr(body, "cairn_db_connected 1\n"), "%s", body);
+	cr_assert(strstr(body, "cairn_step_duration_seconds_bucket{le=\"+Inf\"} 0\n"));
+	free(body);
+	free(ct);
+
+	cr_assert_eq(thttp(port, "GET", "/status", &body, &ct), 200);
+	cr_assert(strstr(ct, "application/json"), "%s", ct);
+	cJSON *j = cJSON_Parse(body);
+	cr_assert(j, "not JSON: %s", body);
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "version")->valuestring, "0.1.0");
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "state")->valuestring, "running");
+	cr_assert(cJSON_IsObject(cJSON_GetObjectItem(j, "runner")));
+	cr_assert(cJSON_IsObject(cJSON_GetObjectItem(j, "config")));
+	cr_assert(cJSON_IsArray(cJSON_GetObjectItem(j, "shards")));
+	cJSON_Delete(j);
+	free(body);
+	free(ct);
+
+	cr_assert_eq(thttp(port, "GET", "/nope", NULL, NULL), 404);
+	cr_assert_eq(thttp(port, "POST", "/healthz", NULL, NULL), 405);
+	cr_assert_eq(thttp(port, "DELETE", "/status", NULL, NULL), 405);
+	cr_assert_eq(thttp(port, "HEAD", "/healthz", NULL, NULL), 200);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 10000), 0);
+}
+
+Test(worker, status_masks_the_database_password)
+{
+	const char *db = tdb_new_migrated();
+	char url[2200];
+	snprintf(url, sizeof url, "%s password=hunter2", db);
+	int port = tfree_port();
+	pid_t pid = tworker_start(url, port, NULL, NULL);
+	cr_assert(thttp_wait(port, "/healthz", 200, 15000));
+	char *body;
+	cr_assert_eq(thttp(port, "GET", "/status", &body, NULL), 200);
+	cr_assert(!strstr(body, "hunter2") && strstr(body, "password=****"), "%s", body);
+	free(body);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 10000), 0);
+}
+
+Test(worker, sigterm_drains_and_exits_zero_within_the_timeout)
+{
+	const char *db = tdb_new_migrated();
+	int port = tfree_port();
+	char log[] = "/tmp/cairn-worker-log-XXXXXX";
+	close(mkstemp(log));
+	pid_t pid = tworker_start(db, port, log, "CAIRN_SHUTDOWN_TIMEOUT=5s", NULL);
+	cr_assert(thttp_wait(port, "/readyz", 200, 15000));
+	int64_t t0 = tnow_ms();
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 5000), 0);
+	cr_assert_lt(tnow_ms() - t0, 5000);
+	FILE *f = fopen(log, "r");
+	char text[8192] = "";
+	size_t n = fread(text, 1, sizeof text - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	unlink(log);
+	cr_assert(strstr(text, "level=info msg=\"draining\" reason=SIGTERM"), "%s", text);
+	cr_assert(strstr(text, "msg=\"stopped\" finished_cleanly="), "%s", text);
+}
+
+static int readyz_says_unreachable(void *arg)
+{
+	char *body;
+	long st = thttp(*(int *)arg, "GET", "/readyz", &body, NULL);
+	int ok = st == 503 && strstr(body, "database unreachable");
+	free(body);
+	return ok;
+}
+
+Test(worker, unreachable_database_keeps_it_alive_and_not_ready_until_it_appears)
+{
+	const char *db = tdb_new_migrated();
+	/* The same server, a database that does not exist yet. */
+	char late[2200], name[64];
+	snprintf(name, sizeof name, "cairn_late_%d", (int)getpid());
+	snprintf(late, sizeof late, "%s dbname=%s", db, name);
+	int port = tfree_port();
+	char log[] = "/tmp/cairn-worker-log-XXXXXX";
+	close(mkstemp(log));
+	pid_t pid = tworker_start(late, port, log, "CAIRN_HEARTBEAT_INTERVAL=100ms",
+				  "CAIRN_RUNNER_TTL=1s", NULL);
+	cr_assert(thttp_wait(port, "/healthz", 200, 15000), "healthz not 200 without a database");
+	cr_assert(twait(readyz_says_unreachable, &port, 10000), "readyz does not say the database is unreachable");
+	cr_assert_eq(thttp(port, "GET", "/healthz", NULL, NULL), 200);
+
+	PGconn *c = tdb_connect(db);
+	char sql[128];
+	snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
+	tdb_exec(c, sql);
+	/* Reachable but not migrated: still not ready, and it says why. */
+	cr_assert(thttp_wait(port, "/readyz", 503, 5000));
+	char mig[2300];
+	snprintf(mig, sizeof mig, "%s", late);
+	cr_assert_eq(tcli(mig, NULL, NULL, "migrate", NULL), 0);
+	cr_assert(thttp_wait(port, "/readyz", 200, 20000), "never became ready after the database appeared");
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 10000), 0);
+	snprintf(sql, sizeof sql, "DROP DATABASE %s WITH (FORCE)", name);
+	tdb_exec(c, sql);
+	PQfinish(c);
+
+	/* Each state change is logged once, not once per attempt. */
+	FILE *f = fopen(log, "r");
+	char text[65536] = "";
+	size_t n = fread(text, 1, sizeof text - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	unlink(log);
+	int unreachable = 0;
+	for (const char *p = text; (p = strstr(p, "database unreachable")); p++)
+		unreachable++;
+	cr_assert_eq(unreachable, 1, "logged %d times:\n%s", unreachable, text);
+	cr_assert(strstr(text, "database connected"), "%s", text);
+}
+
+Test(worker, shard_count_mismatch_stops_with_a_clear_error)
+{
+	const char *db = tdb_new_migrated();
+	char log[] = "/tmp/cairn-worker-log-XXXXXX";
+	close(mkstemp(log));
+	pid_t pid = tworker_start(db, tfree_port(), log, "CAIRN_SHARDS=64", NULL);
+	int rc = tworker_stop(pid, 0, 15000);
+	cr_assert_eq(rc, 1, "exit %d", rc);
+	FILE *f = fopen(log, "r");
+	char text[8192] = "";
+	size_t n = fread(text, 1, sizeof text - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	unlink(log);
+	cr_assert(strstr(text, "CAIRN_SHARDS is 64 but the database records shards_per_group = 4096"), "%s", text);
+}
+
+static int run_worker_cmd(char **out, char **err, const char *env, const char *arg)
+{
+	int po[2], pe[2];
+	cr_assert(pipe(po) == 0 && pipe(pe) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		setenv("DATABASE_URL", "postgresql://app:s3cret@db.example/cairn", 1);
+		if (env)
+			putenv((char *)env);
+		execl(tbin("cairn-worker"), "cairn-worker", arg, (char *)NULL);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	char bufo[65536] = "", bufe[8192] = "";
+	ssize_t r;
+	size_t no = 0, ne = 0;
+	while ((r = read(po[0], bufo + no, sizeof bufo - 1 - no)) > 0)
+		no += (size_t)r;
+	while ((r = read(pe[0], bufe + ne, sizeof bufe - 1 - ne)) > 0)
+		ne += (size_t)r;
+	close(po[0]);
+	close(pe[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	*out = strdup(bufo);
+	*err = strdup(bufe);
+	return WEXITSTATUS(st);
+}
+
+Test(worker, check_config_prints_effective_settings_with_password_masked)
+{
+	char *out, *err;
+	cr_assert_eq(run_worker_cmd(&out, &err, "CAIRN_CONCURRENCY=4", "--check-config"), 0, "%s", err);
+	cr_assert(strstr(out, "CAIRN_CONCURRENCY=4\n"), "%s", out);
+	cr_assert(strstr(out, "password=****") && !strstr(out, "s3cret"), "%s", out);
+	free(out);
+	free(err);
+}
+
+Test(worker, bad_setting_stops_before_doing_anything)
+{
+	char *out, *err;
+	cr_assert_eq(run_worker_cmd(&out, &err, "CAIRN_CONCURRENCY=zero", NULL), 2);
+	cr_assert(strstr(err, "invalid value for CAIRN_CONCURRENCY: \"zero\": expected an integer from 1 to 1024"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(run_worker_cmd(&out, &err, NULL, "--bogus"), 2);
+	cr_assert(strstr(err, "unknown option \"--bogus\""), "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(worker, help_and_version)
+{
+	char *out, *err;
+	cr_assert_eq(run_worker_cmd(&out, &err, NULL, "--help"), 0);
+	cr_assert(strstr(out, "CAIRN_SHUTDOWN_TIMEOUT") && strstr(out, "--check-config"), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(run_worker_cmd(&out, &err, NULL, "--version"), 0);
+	cr_assert(strstr(out, "cairn-worker 0.1.0"), "%s", out);
+	free(out);
+	free(err);
+}
