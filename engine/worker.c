@@ -22,6 +22,7 @@
 
 #include "client.h"
 #include "db.h"
+#include "lease.h"
 
 const double WORKER_STEP_BOUNDS_S[STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 						   0.1,	  0.25,	  0.5,	 1,    2.5,   10};
@@ -206,17 +207,53 @@ static int is_stopping(cairn_worker *w)
 	return s;
 }
 
+static void set_ready(cairn_worker *w, int connected, const char *reason)
+{
+	pthread_mutex_lock(&w->mu);
+	w->db_connected = connected;
+	snprintf(w->not_ready, sizeof w->not_ready, "%s", reason);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Detaches: forget every shard, close the lease connection, count it. */
+static void detach(supervisor *s, lease *l, PGconn **conn, const char *why)
+{
+	cairn_worker *w = s->w;
+	if (l->runner_id || l->rebalanced) {
+		atomic_fetch_add(&w->m.detachments, 1);
+		log_kv(&w->log, LOG_WARN, "detached: forgot every shard", "reason", why, NULL);
+	}
+	lease_forget(l);
+	pthread_mutex_lock(&w->mu);
+	w->runner_id = 0;
+	pthread_mutex_unlock(&w->mu);
+	if (*conn)
+		PQfinish(*conn);
+	*conn = NULL;
+	l->conn = NULL;
+	char reason[256];
+	snprintf(reason, sizeof reason, "detached: %s", why);
+	set_ready(w, 0, reason);
+}
+
+/*
+ * The supervisor owns the lease connection: connect (with backoff), check the
+ * schema, wait for the re-attach window, register, then heartbeat and
+ * rebalance until stopped; on stop release every shard and deregister.
+ */
 static void *supervisor_main(void *arg)
 {
 	supervisor *s = arg;
 	cairn_worker *w = s->w;
 	PGconn *conn = NULL;
-	int failures = 0, ever_connected = 0, logged_down = 0;
+	lease l = {0};
+	int failures = 0, ever_connected = 0, logged_down = 0, hb_failures = 0, have_lease = 0;
+	int64_t healthy_since = 0, next_heartbeat = 0;
 	while (!is_stopping(w)) {
 		worker_stamp(s->loop);
 		if (!conn) {
 			buf err = BUF_INIT;
-			conn = db_connect(w->cfg.database_url, "cairn-worker", &err);
+			conn = db_connect(w->cfg.database_url, "cairn-worker lease", &err);
 			if (!conn) {
 				if (!logged_down) {
 					log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",
@@ -225,7 +262,7 @@ static void *supervisor_main(void *arg)
 				}
 				char reason[512];
 				snprintf(reason, sizeof reason, "database unreachable: %s", buf_str(&err));
-				set_not_ready(w, reason);
+				set_ready(w, 0, reason);
 				buf_free(&err);
 				/* Capped exponential backoff with full jitter. */
 				int64_t cap = 100LL << (failures < 8 ? failures : 8);
@@ -238,44 +275,79 @@ static void *supervisor_main(void *arg)
 			buf_free(&err);
 			if (ever_connected)
 				atomic_fetch_add(&w->m.db_reconnects, 1);
-			ever_connected = 1;
+			healthy_since = worker_now_ms();
 			failures = 0;
 			logged_down = 0;
+			hb_failures = 0;
 			log_kv(&w->log, LOG_INFO, "database connected", NULL);
 		}
-		int sc = check_schema(w, conn);
-		if (sc == -2) {
-			log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping", "error",
-			       buf_str(&w->err), NULL);
-			pthread_mutex_lock(&w->mu);
-			w->fatal = 1;
-			w->stopping = 1;
-			pthread_cond_broadcast(&w->cv);
-			pthread_mutex_unlock(&w->mu);
-			break;
+		l.conn = conn;
+		if (!l.runner_id) {
+			int sc = check_schema(w, conn);
+			if (sc == -2) {
+				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping", "error",
+				       buf_str(&w->err), NULL);
+				pthread_mutex_lock(&w->mu);
+				w->fatal = 1;
+				w->stopping = 1;
+				pthread_cond_broadcast(&w->cv);
+				pthread_mutex_unlock(&w->mu);
+				break;
+			}
+			if (!db_ok(conn)) {
+				detach(s, &l, &conn, "lease connection lost");
+				continue;
+			}
+			if (sc == -1) {
+				nap(s, w->cfg.heartbeat_interval_ms);
+				continue;
+			}
+			if (!have_lease) {
+				if (lease_init(&l, w, w->shards) < 0)
+					break;
+				l.conn = conn;
+				have_lease = 1;
+			}
+			/* Re-attach only after storage has been healthy for the window. */
+			int64_t wait = healthy_since + (ever_connected ? w->cfg.reattach_window_ms : 0) -
+				       worker_now_ms();
+			if (wait > 0) {
+				set_ready(w, 1, "waiting for the re-attach window");
+				nap(s, wait);
+				continue;
+			}
+			ever_connected = 1;
 		}
-		int ok = db_ok(conn) && db_cmd(conn, NULL, "SELECT 1", 0, NULL) == 0;
-		pthread_mutex_lock(&w->mu);
-		w->db_connected = ok;
-		if (ok && sc == 0)
-			w->not_ready[0] = '\0';
-		pthread_mutex_unlock(&w->mu);
-		if (!ok) {
-			log_kv(&w->log, LOG_WARN, "database connection lost; reconnecting", "error",
-			       PQerrorMessage(conn), NULL);
-			set_not_ready(w, "database connection lost");
-			logged_down = 1;
-			PQfinish(conn);
-			conn = NULL;
-			continue;
+		int64_t now = worker_now_ms();
+		if (now >= next_heartbeat) {
+			next_heartbeat = now + w->cfg.heartbeat_interval_ms;
+			if (lease_heartbeat(&l) < 0) {
+				if (!db_ok(conn) || ++hb_failures >= w->cfg.detach_after)
+					detach(s, &l, &conn, db_ok(conn) ? "heartbeats failing" : "lease connection lost");
+				continue;
+			}
+			hb_failures = 0;
 		}
-		nap(s, w->cfg.heartbeat_interval_ms);
+		if (now >= l.next_rebalance_ms) {
+			int changed = lease_rebalance(&l);
+			if (changed < 0 && !db_ok(conn)) {
+				detach(s, &l, &conn, "lease connection lost");
+				continue;
+			}
+			l.next_rebalance_ms = worker_now_ms() + (changed > 0 ? w->cfg.rebalance_debounce_ms
+									     : w->cfg.rebalance_interval_ms);
+			if (changed >= 0)
+				set_ready(w, 1, "");
+		}
+		int64_t next = l.next_rebalance_ms < next_heartbeat ? l.next_rebalance_ms : next_heartbeat;
+		nap(s, next - worker_now_ms());
 	}
+	if (conn && db_ok(conn) && l.runner_id)
+		lease_release_all(&l);
 	if (conn)
 		PQfinish(conn);
-	pthread_mutex_lock(&w->mu);
-	w->db_connected = 0;
-	pthread_mutex_unlock(&w->mu);
+	lease_free(&l);
+	set_ready(w, 0, "stopped");
 	atomic_store(&s->done, 1);
 	return NULL;
 }

@@ -1,0 +1,305 @@
+/*
+ * lease.c - membership and shard ownership through Postgres alone (DESIGN
+ * section 4). Runs on the supervisor thread's lease connection; a runner is
+ * live while its lease backend is in pg_stat_activity, its heartbeat is
+ * younger than the TTL and it is healthy. Every runner computes the same
+ * desired map; a shard still locked by its old owner is retried next round.
+ * Session advisory locks stack, so a shard is locked only when not owned, and
+ * a release is verified against pg_locks.
+ */
+#include "lease.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "assign.h"
+#include "db.h"
+#include "hash.h"
+#include "pgarr.h"
+#include "worker.h"
+
+int lease_fenced_exec(PGconn *c, buf *err, const char *sql, const char *group, int shard,
+		      int64_t runner_id, int64_t epoch, int nextra, const char *const *extra)
+{
+	char s[24], r[24], e[24];
+	const char *p[32] = {group, db_i64(s, shard), db_i64(r, runner_id), db_i64(e, epoch)};
+	for (int i = 0; i < nextra && i < 28; i++)
+		p[4 + i] = extra[i];
+	PGresult *res = db_exec(c, err, sql, 4 + nextra, p);
+	if (!res)
+		return -1;
+	int n = atoi(PQcmdTuples(res));
+	PQclear(res);
+	return n;
+}
+
+int lease_init(lease *l, cairn_worker *w, int shards)
+{
+	memset(l, 0, sizeof *l);
+	l->w = w;
+	l->shards = shards;
+	for (int i = 0; i < w->cfg.ngroups; i++) {
+		lease_group *g = &l->groups[l->ngroups++];
+		g->name = w->cfg.groups[i];
+		g->lock_key = hash_group_lock_key(g->name);
+		g->epoch = calloc((size_t)shards, sizeof *g->epoch);
+		if (!g->epoch)
+			return -1;
+	}
+	return 0;
+}
+
+void lease_free(lease *l)
+{
+	for (int i = 0; i < l->ngroups; i++)
+		free(l->groups[i].epoch);
+	memset(l, 0, sizeof *l);
+}
+
+static void publish(lease *l)
+{
+	int owned = 0;
+	for (int i = 0; i < l->ngroups; i++)
+		owned += l->groups[i].owned;
+	atomic_store(&l->w->m.shards_owned, owned);
+}
+
+void lease_forget(lease *l)
+{
+	for (int i = 0; i < l->ngroups; i++) {
+		memset(l->groups[i].epoch, 0, (size_t)l->shards * sizeof *l->groups[i].epoch);
+		l->groups[i].owned = 0;
+	}
+	l->rebalanced = 0;
+	l->runner_id = 0;
+	publish(l);
+}
+
+static const char SQL_REGISTER[] =
+	"INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid) "
+	"VALUES ($1, $2, $3, $4::text[], $5, pg_backend_pid()) RETURNING id";
+
+static const char SQL_HEARTBEAT[] =
+	"UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
+	"WHERE id = $1 RETURNING healthy";
+
+int lease_heartbeat(lease *l)
+{
+	cairn_worker *w = l->w;
+	buf err = BUF_INIT;
+	int rc = 0;
+	if (l->runner_id) {
+		char id[24];
+		const char *p[] = {db_i64(id, l->runner_id)};
+		PGresult *r = db_exec(l->conn, &err, SQL_HEARTBEAT, 1, p);
+		if (!r) {
+			rc = -1;
+			goto done;
+		}
+		int found = PQntuples(r) == 1;
+		PQclear(r);
+		if (found)
+			goto done;
+		/* Removed as dead by a health checker: register anew. */
+		log_kv(&w->log, LOG_WARN, "runner row was removed; registering again", NULL);
+		lease_forget(l);
+	}
+	pgarr groups = PGARR_INIT;
+	for (int i = 0; i < l->ngroups; i++)
+		pgarr_add(&groups, l->groups[i].name);
+	char weight[24];
+	const char *p[] = {w->name, w->cfg.advertise_addr, CAIRN_VERSION, pgarr_str(&groups),
+			   db_i64(weight, w->cfg.weight)};
+	PGresult *r = db_exec(l->conn, &err, SQL_REGISTER, 5, p);
+	pgarr_free(&groups);
+	if (!r) {
+		rc = -1;
+		goto done;
+	}
+	l->runner_id = db_get_i64(r, 0, 0);
+	PQclear(r);
+	pthread_mutex_lock(&w->mu);
+	w->runner_id = l->runner_id;
+	pthread_mutex_unlock(&w->mu);
+	char id[24];
+	log_kv(&w->log, LOG_INFO, "registered", "runner_id", db_i64(id, l->runner_id), NULL);
+done:
+	if (rc)
+		log_kv(&w->log, LOG_WARN, "heartbeat failed", "error", buf_str(&err), NULL);
+	buf_free(&err);
+	return rc;
+}
+
+static const char SQL_LIVE[] =
+	"SELECT r.id, r.weight FROM cairn.runners r "
+	"WHERE $1 = ANY (r.groups) AND r.healthy "
+	"  AND r.heartbeat_at > now() - $2 * interval '1 millisecond' "
+	"  AND EXISTS (SELECT 1 FROM pg_stat_activity a "
+	"              WHERE a.pid = r.lease_pid AND a.datname = current_database()) "
+	"ORDER BY r.id";
+
+static const char SQL_ACQUIRE[] =
+	"WITH got AS (SELECT s FROM unnest($3::int[]) s WHERE pg_try_advisory_lock($2::int, s)) "
+	"INSERT INTO cairn.shard_leases (shard_group, shard, owner, epoch, acquired_at) "
+	"SELECT $1, s, $4, 1, now() FROM got ORDER BY s "
+	"ON CONFLICT (shard_group, shard) DO UPDATE "
+	"  SET owner = excluded.owner, epoch = cairn.shard_leases.epoch + 1, acquired_at = now() "
+	"RETURNING shard, epoch";
+
+static const char SQL_RELEASE[] =
+	"WITH un AS (SELECT s, pg_advisory_unlock($2::int, s) AS ok FROM unnest($3::int[]) s), "
+	"lk AS (SELECT shard FROM cairn.shard_leases WHERE shard_group = $1 AND owner = $4 "
+	"       AND shard IN (SELECT s FROM un) ORDER BY shard FOR UPDATE), "
+	"clear AS (UPDATE cairn.shard_leases SET owner = NULL "
+	"          WHERE shard_group = $1 AND shard IN (SELECT shard FROM lk)) "
+	"SELECT count(*) FILTER (WHERE ok) FROM un";
+
+static const char SQL_STILL_LOCKED[] =
+	"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+	"AND classid = ($1::int)::oid AND objsubid = 2 AND objid::bigint = ANY ($2::bigint[])";
+
+/* Unlocks the given shards of g (already drained by the caller). */
+static int release_shards(lease *l, lease_group *g, const int *shards, int n, buf *err)
+{
+	if (n == 0)
+		return 0;
+	pgarr arr = PGARR_INIT;
+	for (int i = 0; i < n; i++)
+		pgarr_add_i64(&arr, shards[i]);
+	char key[24], me[24];
+	const char *p[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr), db_i64(me, l->runner_id)};
+	PGresult *r = db_exec(l->conn, err, SQL_RELEASE, 4, p);
+	int rc = r ? 0 : -1;
+	PQclear(r);
+	if (!rc) {
+		/* Session locks stack: make sure none is left behind. */
+		const char *q[] = {db_i64(key, g->lock_key), pgarr_str(&arr)};
+		r = db_exec(l->conn, err, SQL_STILL_LOCKED, 2, q);
+		if (r && db_get_i64(r, 0, 0) != 0)
+			log_kv(&l->w->log, LOG_ERROR, "advisory locks still held after release", "group",
+			       g->name, NULL);
+		PQclear(r);
+	}
+	pgarr_free(&arr);
+	if (!rc)
+		for (int i = 0; i < n; i++)
+			if (g->epoch[shards[i]]) {
+				g->epoch[shards[i]] = 0;
+				g->owned--;
+			}
+	return rc;
+}
+
+static int rebalance_group(lease *l, lease_group *g, int *changed, buf *err)
+{
+	cairn_worker *w = l->w;
+	char ttl[24];
+	const char *p[] = {g->name, db_i64(ttl, w->cfg.runner_ttl_ms)};
+	PGresult *r = db_exec(l->conn, err, SQL_LIVE, 2, p);
+	if (!r)
+		return -1;
+	int n = PQntuples(r);
+	assign_runner *rs = calloc((size_t)n + 1, sizeof *rs);
+	int *want = malloc((size_t)l->shards * sizeof *want), *lst = malloc((size_t)l->shards * sizeof *lst);
+	int me = -1;
+	for (int i = 0; i < n; i++) {
+		rs[i].id = db_get_i64(r, i, 0);
+		rs[i].weight = db_get_int(r, i, 1);
+		if (rs[i].id == l->runner_id)
+			me = i;
+	}
+	PQclear(r);
+	assign_shards(rs, n, (uint64_t)(uint32_t)g->lock_key, l->shards, want);
+	int rc = 0;
+	/* Release what is no longer ours. */
+	int k = 0;
+	for (int s = 0; s < l->shards; s++)
+		if (g->epoch[s] && want[s] != me)
+			lst[k++] = s;
+	if (k) {
+		rc = release_shards(l, g, lst, k, err);
+		*changed += k;
+	}
+	/* Try to acquire what is ours and not yet held. */
+	k = 0;
+	for (int s = 0; s < l->shards && me >= 0 && !rc; s++)
+		if (!g->epoch[s] && want[s] == me)
+			lst[k++] = s;
+	if (k && !rc) {
+		pgarr arr = PGARR_INIT;
+		for (int i = 0; i < k; i++)
+			pgarr_add_i64(&arr, lst[i]);
+		char key[24], mid[24];
+		const char *q[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr), db_i64(mid, l->runner_id)};
+		r = db_exec(l->conn, err, SQL_ACQUIRE, 4, q);
+		if (!r) {
+			/* The statement rolled back but session locks it took survive:
+			 * give them back so none is held without an epoch. */
+			const char *u[] = {db_i64(key, g->lock_key), pgarr_str(&arr)};
+			db_cmd(l->conn, NULL,
+			       "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s", 2, u);
+			rc = -1;
+		} else {
+			for (int i = 0; i < PQntuples(r); i++) {
+				int s = db_get_int(r, i, 0);
+				if (s >= 0 && s < l->shards && !g->epoch[s]) {
+					g->epoch[s] = db_get_i64(r, i, 1);
+					g->owned++;
+				}
+			}
+			*changed += PQntuples(r);
+			PQclear(r);
+		}
+		pgarr_free(&arr);
+	}
+	free(rs);
+	free(want);
+	free(lst);
+	return rc;
+}
+
+int lease_rebalance(lease *l)
+{
+	buf err = BUF_INIT;
+	int changed = 0, rc = 0;
+	for (int i = 0; i < l->ngroups && !rc; i++)
+		rc = rebalance_group(l, &l->groups[i], &changed, &err);
+	if (rc)
+		log_kv(&l->w->log, LOG_WARN, "rebalance failed", "error", buf_str(&err), NULL);
+	buf_free(&err);
+	publish(l);
+	if (rc)
+		return -1;
+	l->rebalanced = 1;
+	if (changed) {
+		atomic_fetch_add(&l->w->m.rebalances, 1);
+		char n[24], owned[24];
+		log_kv(&l->w->log, LOG_INFO, "rebalanced", "changed", db_i64(n, changed), "owned",
+		       db_i64(owned, atomic_load(&l->w->m.shards_owned)), NULL);
+	}
+	return changed ? 1 : 0;
+}
+
+void lease_release_all(lease *l)
+{
+	buf err = BUF_INIT;
+	int *lst = malloc((size_t)l->shards * sizeof *lst);
+	for (int i = 0; i < l->ngroups && lst; i++) {
+		lease_group *g = &l->groups[i];
+		int k = 0;
+		for (int s = 0; s < l->shards; s++)
+			if (g->epoch[s])
+				lst[k++] = s;
+		release_shards(l, g, lst, k, &err);
+	}
+	free(lst);
+	if (l->runner_id) {
+		char id[24];
+		const char *p[] = {db_i64(id, l->runner_id)};
+		db_cmd(l->conn, &err, "DELETE FROM cairn.runners WHERE id = $1", 1, p);
+	}
+	publish(l);
+	buf_free(&err);
+}

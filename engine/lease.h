@@ -1,0 +1,61 @@
+/*
+ * lease.h - runner registry and shard leases on the worker's dedicated lease
+ * connection: register and heartbeat, compute the desired shards
+ * (assign.c), release the ones no longer ours, acquire ours with two-key
+ * session advisory locks and bump their fencing epoch.
+ */
+#ifndef CAIRN_LEASE_H
+#define CAIRN_LEASE_H
+#include <libpq-fe.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+struct cairn_worker;
+
+typedef struct lease_group {
+	const char *name;
+	int32_t lock_key;
+	int64_t *epoch; /* [shards]; 0 = not owned */
+	int owned;
+} lease_group;
+
+typedef struct lease {
+	struct cairn_worker *w;
+	PGconn *conn;
+	int64_t runner_id;
+	int shards;
+	lease_group groups[16];
+	int ngroups;
+	int64_t next_rebalance_ms;
+	int rebalanced; /* at least one full round since attaching */
+} lease;
+
+/*
+ * The fence every shard-scoped write carries: it only takes effect while
+ * cairn.shard_leases still shows this runner with the epoch it acquired.
+ * $1 group, $2 shard, $3 runner id, $4 epoch.
+ */
+#define LEASE_FENCE                                                                      \
+	"EXISTS (SELECT 1 FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 " \
+	"AND owner = $3 AND epoch = $4)"
+
+/*
+ * Runs sql (whose parameters start with $1..$4 as in LEASE_FENCE, then the
+ * caller's own from $5) and returns the number of rows it affected, or -1 on
+ * error. 0 means the fence refused the write.
+ */
+int lease_fenced_exec(PGconn *c, buf *err, const char *sql, const char *group, int shard,
+		      int64_t runner_id, int64_t epoch, int nextra, const char *const *extra);
+
+int lease_init(lease *l, struct cairn_worker *w, int shards);
+void lease_free(lease *l);
+/* After a lost connection: forget every shard (the locks died with it). */
+void lease_forget(lease *l);
+/* Registers (if needed) and heartbeats; 0 or -1 when the connection failed. */
+int lease_heartbeat(lease *l);
+/* One rebalance round; 1 if ownership changed, 0 if not, -1 on error. */
+int lease_rebalance(lease *l);
+/* Releases every shard and deregisters (clean shutdown). */
+void lease_release_all(lease *l);
+#endif
