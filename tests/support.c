@@ -355,3 +355,23 @@ int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms)
 	struct http_want h = {port, path, want_status};
 	return twait(http_is, &h, timeout_ms);
 }
+
+char *tfile_take(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	cr_assert(f, "cannot open %s", path);
+	char *s = NULL;
+	size_t n = 0, r;
+	char chunk[4096];
+	while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
+		s = realloc(s, n + r + 1);
+		memcpy(s + n, chunk, r);
+		n += r;
+	}
+	fclose(f);
+	unlink(path);
+	if (!s)
+		s = calloc(1, 1);
+	s[n] = '\0';
+	return s;
+}

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "support.h"
 
 static int load(config *c, buf *err, int argc, char **argv)
 {
@@ -159,13 +160,9 @@ Test(log, logfmt_quotes_values_and_json_escapes)
 	lg.format = LOG_JSON;
 	log_kv(&lg, LOG_WARN, "quote \"x\"", "k", "v\n", NULL);
 	close(fd);
-	FILE *f = fopen(path, "r");
-	char text[1024] = "";
-	size_t n = fread(text, 1, sizeof text - 1, f);
-	text[n] = '\0';
-	fclose(f);
-	unlink(path);
+	char *text = tfile_take(path);
 	cr_assert(strstr(text, "level=info msg=\"hello world\" k=plain q=\"two words\"\n"), "%s", text);
 	cr_assert(!strstr(text, "hidden"));
 	cr_assert(strstr(text, "\"level\":\"warn\",\"msg\":\"quote \\\"x\\\"\",\"k\":\"v\\u000a\"}"), "%s", text);
+	free(text);
 }

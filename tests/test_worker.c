@@ -87,14 +87,10 @@ Test(worker, sigterm_drains_and_exits_zero_within_the_timeout)
 	int64_t t0 = tnow_ms();
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 5000), 0);
 	cr_assert_lt(tnow_ms() - t0, 5000);
-	FILE *f = fopen(log, "r");
-	char text[8192] = "";
-	size_t n = fread(text, 1, sizeof text - 1, f);
-	text[n] = '\0';
-	fclose(f);
-	unlink(log);
+	char *text = tfile_take(log);
 	cr_assert(strstr(text, "level=info msg=\"draining\" reason=SIGTERM"), "%s", text);
 	cr_assert(strstr(text, "msg=\"stopped\" finished_cleanly="), "%s", text);
+	free(text);
 }
 
 static int readyz_says_unreachable(void *arg)
@@ -138,17 +134,13 @@ Test(worker, unreachable_database_keeps_it_alive_and_not_ready_until_it_appears)
 	PQfinish(c);
 
 	/* Each state change is logged once, not once per attempt. */
-	FILE *f = fopen(log, "r");
-	char text[65536] = "";
-	size_t n = fread(text, 1, sizeof text - 1, f);
-	text[n] = '\0';
-	fclose(f);
-	unlink(log);
+	char *text = tfile_take(log);
 	int unreachable = 0;
 	for (const char *p = text; (p = strstr(p, "database unreachable")); p++)
 		unreachable++;
 	cr_assert_eq(unreachable, 1, "logged %d times:\n%s", unreachable, text);
 	cr_assert(strstr(text, "database connected"), "%s", text);
+	free(text);
 }
 
 Test(worker, shard_count_mismatch_stops_with_a_clear_error)
@@ -159,13 +151,9 @@ Test(worker, shard_count_mismatch_stops_with_a_clear_error)
 	pid_t pid = tworker_start(db, tfree_port(), log, "CAIRN_SHARDS=64", NULL);
 	int rc = tworker_stop(pid, 0, 15000);
 	cr_assert_eq(rc, 1, "exit %d", rc);
-	FILE *f = fopen(log, "r");
-	char text[8192] = "";
-	size_t n = fread(text, 1, sizeof text - 1, f);
-	text[n] = '\0';
-	fclose(f);
-	unlink(log);
+	char *text = tfile_take(log);
 	cr_assert(strstr(text, "CAIRN_SHARDS is 64 but the database records shards_per_group = 4096"), "%s", text);
+	free(text);
 }
 
 static int run_worker_cmd(char **out, char **err, const char *env, const char *arg)
