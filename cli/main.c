@@ -136,10 +136,8 @@ static int read_input(const char *cmd, const char *arg, const char **text, char 
 		len += r;
 		if (len + 1 == cap) {
 			char *g = cap > (64u << 20) ? NULL : realloc(s, cap *= 2);
-			if (!g) {
+			if (!g)
 				free(s);
-				s = NULL;
-			}
 			s = g;
 		}
 	}

@@ -375,3 +375,12 @@ char *tfile_take(const char *path)
 	s[n] = '\0';
 	return s;
 }
+
+const char *tlog_file(char out[64])
+{
+	snprintf(out, 64, "/tmp/cairn-test-log-XXXXXX");
+	int fd = mkstemp(out);
+	cr_assert(fd >= 0, "mkstemp: %s", strerror(errno));
+	close(fd);
+	return out;
+}

@@ -46,5 +46,7 @@ int tworker_stop(pid_t pid, int sig, int64_t timeout_ms);
 long thttp(int port, const char *method, const char *path, char **body, char **ctype);
 /* Waits until GET path answers want_status. */
 int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms);
+/* Creates an empty temporary file for a worker log; returns its path in out. */
+const char *tlog_file(char out[64]);
 /* The whole file as a string (caller frees), then the file is removed. */
 char *tfile_take(const char *path);

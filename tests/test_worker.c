@@ -80,8 +80,8 @@ Test(worker, sigterm_drains_and_exits_zero_within_the_timeout)
 {
 	const char *db = tdb_new_migrated();
 	int port = tfree_port();
-	char log[] = "/tmp/cairn-worker-log-XXXXXX";
-	close(mkstemp(log));
+	char log[64];
+	tlog_file(log);
 	pid_t pid = tworker_start(db, port, log, "CAIRN_SHUTDOWN_TIMEOUT=5s", NULL);
 	cr_assert(thttp_wait(port, "/readyz", 200, 15000));
 	int64_t t0 = tnow_ms();
@@ -110,8 +110,8 @@ Test(worker, unreachable_database_keeps_it_alive_and_not_ready_until_it_appears)
 	snprintf(name, sizeof name, "cairn_late_%d", (int)getpid());
 	snprintf(late, sizeof late, "%s dbname=%s", db, name);
 	int port = tfree_port();
-	char log[] = "/tmp/cairn-worker-log-XXXXXX";
-	close(mkstemp(log));
+	char log[64];
+	tlog_file(log);
 	pid_t pid = tworker_start(late, port, log, "CAIRN_HEARTBEAT_INTERVAL=100ms",
 				  "CAIRN_RUNNER_TTL=1s", NULL);
 	cr_assert(thttp_wait(port, "/healthz", 200, 15000), "healthz not 200 without a database");
@@ -146,8 +146,8 @@ Test(worker, unreachable_database_keeps_it_alive_and_not_ready_until_it_appears)
 Test(worker, shard_count_mismatch_stops_with_a_clear_error)
 {
 	const char *db = tdb_new_migrated();
-	char log[] = "/tmp/cairn-worker-log-XXXXXX";
-	close(mkstemp(log));
+	char log[64];
+	tlog_file(log);
 	pid_t pid = tworker_start(db, tfree_port(), log, "CAIRN_SHARDS=64", NULL);
 	int rc = tworker_stop(pid, 0, 15000);
 	cr_assert_eq(rc, 1, "exit %d", rc);
