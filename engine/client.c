@@ -33,6 +33,12 @@ const char *cairn_strstatus(int status)
 	case CAIRN_ETIMEOUT: return "timed out";
 	case CAIRN_ESTATE: return "wrong state";
 	case CAIRN_ESCHEMA: return "schema error";
+	case CAIRN_SUSPENDED: return "suspended";
+	case CAIRN_CANCELLED: return "cancelled";
+	case CAIRN_ERETRY: return "retryable failure";
+	case CAIRN_EFAIL: return "failed";
+	case CAIRN_ENONDET: return "non-determinism";
+	case CAIRN_ESTOP: return "handed over";
 	default: return "unknown status";
 	}
 }

@@ -38,7 +38,24 @@ typedef enum cairn_status {
 	CAIRN_ETIMEOUT = 5,  /* a wait ran out of time */
 	CAIRN_ESTATE = 6,    /* the object is in a state that forbids the call */
 	CAIRN_ESCHEMA = 7,   /* schema missing, outdated, or configuration mismatch */
+	CAIRN_SUSPENDED = 8, /* the run must wait (sleep, signal, step backoff): return it */
+	CAIRN_CANCELLED = 9, /* the run was cancelled: return it */
+	CAIRN_ERETRY = 10,   /* a step failed and may be retried (see cairn_retryable) */
+	CAIRN_EFAIL = 11,    /* a step or workflow failed for good (see cairn_fail) */
+	CAIRN_ENONDET = 12,  /* replay found a different durable call than the journal */
+	CAIRN_ESTOP = 13,    /* the worker is handing the run over (shard moved, drain): return it */
 } cairn_status;
+
+/*
+ * Returns from the enclosing workflow function with the status of expr unless
+ * it is CAIRN_OK. Suspension, cancellation and hand-over travel up this way.
+ */
+#define CAIRN_TRY(expr)                                                                 \
+	do {                                                                            \
+		int cairn_try_rc_ = (expr);                                             \
+		if (cairn_try_rc_ != CAIRN_OK)                                          \
+			return cairn_try_rc_;                                           \
+	} while (0)
 
 /* A short, constant English name for a status code ("not found"). */
 const char *cairn_strstatus(int status);
@@ -225,6 +242,178 @@ int cairn_worker_run(cairn_worker *w);
 /* Asks a running worker to drain and return; safe from any thread. */
 void cairn_worker_stop(cairn_worker *w);
 void cairn_worker_free(cairn_worker *w);
+
+/*
+ * A plugin is a shared object loaded with `cairn-worker --plugin flows.so`
+ * (or CAIRN_PLUGINS=a.so,b.so). It exports this function, which registers its
+ * workflows and singletons; a non-zero return stops the worker from starting.
+ */
+int cairn_plugin_init(cairn_worker *w);
+
+/* -------------------------------------------------------------- workflows */
+
+/*
+ * A workflow is a plain C function. Every durable call it makes (cairn_step,
+ * cairn_sleep, cairn_await_signal, cairn_now, cairn_random) takes the next
+ * sequence number of the run's journal. When a run resumes after a sleep, a
+ * signal or a crash, the function is called again from the top and each
+ * journaled call returns its recorded result at once, so the code must make
+ * the same durable calls in the same order every time (no branching on the
+ * wall clock or on rand(); use cairn_now and cairn_random).
+ *
+ *     static int charge(cairn_ctx *ctx, void *arg, cJSON **result)
+ *     {
+ *             *result = cJSON_CreateString("ch_123"); // call the payment API here
+ *             return CAIRN_OK;
+ *     }
+ *
+ *     static int order(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+ *     {
+ *             cJSON *charge_id, *approval;
+ *             CAIRN_TRY(cairn_step(ctx, "charge", charge, NULL, &charge_id));
+ *             int rc = cairn_await_signal(ctx, "approval", 3600 * 1000, &approval);
+ *             if (rc == CAIRN_ETIMEOUT)
+ *                     return cairn_fail(ctx, "nobody approved within an hour");
+ *             CAIRN_TRY(rc);
+ *             CAIRN_TRY(cairn_sleep(ctx, "cool-off", 2000));
+ *             *output = cJSON_CreateObject();
+ *             cJSON_AddItemToObject(*output, "charge", cJSON_Duplicate(charge_id, 1));
+ *             return CAIRN_OK;
+ *     }
+ *
+ *     cairn_workflow_register(w, "order", order, NULL);
+ *
+ * JSON values are cJSON (#include <cjson/cJSON.h>). A result handed back by a
+ * durable call is owned by ctx and valid until the workflow function returns;
+ * *output, when set, is taken over by the engine.
+ */
+struct cJSON;
+typedef struct cairn_ctx cairn_ctx;
+
+/*
+ * Return values of a workflow function: CAIRN_OK (the run completes with
+ * *output, NULL meaning null), CAIRN_SUSPENDED / CAIRN_CANCELLED /
+ * CAIRN_ESTOP as handed back by a durable call, CAIRN_ERETRY (the run is
+ * retried per the workflow's policy while attempts remain) or CAIRN_EFAIL
+ * and any other error (the run fails for good).
+ */
+typedef int (*cairn_workflow_fn)(cairn_ctx *ctx, const struct cJSON *input, struct cJSON **output);
+
+/*
+ * Exponential backoff with jitter. Zero fields take the defaults:
+ * max_attempts 3 (1 = no retries), initial_ms 1000, multiplier 2.0,
+ * max_ms 60000, jitter 0.2 (each wait is drawn from +-20% of its nominal).
+ * Set jitter to a negative value for none.
+ */
+typedef struct cairn_retry_policy {
+	int max_attempts;
+	int64_t initial_ms;
+	double multiplier;
+	int64_t max_ms;
+	double jitter;
+} cairn_retry_policy;
+
+typedef struct cairn_workflow_opts {
+	cairn_retry_policy retry; /* between attempts of the whole run; max_attempts
+				     is the run's own (set at enqueue, default 3) */
+	void *arg;                /* handed to the function by cairn_workflow_arg() */
+} cairn_workflow_opts;
+
+/*
+ * Registers a workflow before cairn_worker_run(). name follows the run-name
+ * rules ([A-Za-z0-9_.:-], 1-128 bytes). CAIRN_EINVAL for a bad or repeated
+ * name. opts may be NULL.
+ */
+int cairn_workflow_register(cairn_worker *w, const char *name, cairn_workflow_fn fn,
+			    const cairn_workflow_opts *opts);
+
+/*
+ * A step function does the side-effecting work (call an API, write a row).
+ * It returns CAIRN_OK with *result set (or NULL for null), CAIRN_ERETRY for a
+ * failure worth retrying (cairn_retryable) or CAIRN_EFAIL for one that is not
+ * (cairn_fail). It may run more than once if the worker dies before its result
+ * is journaled; once journaled it never runs again.
+ */
+typedef int (*cairn_step_fn)(cairn_ctx *ctx, void *arg, struct cJSON **result);
+
+/*
+ * Runs fn once and journals its result under name, retrying with the default
+ * policy (3 attempts, 1s, x2). The wait between attempts is a durable timer:
+ * the run suspends (CAIRN_SUSPENDED) and resumes when it is due. Returns
+ * CAIRN_OK with *result, CAIRN_EFAIL when the attempts are used up or the
+ * step failed permanently (the error is journaled and becomes the run's),
+ * CAIRN_SUSPENDED, CAIRN_CANCELLED, CAIRN_ESTOP or CAIRN_ENONDET.
+ */
+int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg,
+	       struct cJSON **result);
+/* As cairn_step with its own retry policy (NULL: the default). */
+int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
+		     cairn_step_fn fn, void *arg, struct cJSON **result);
+
+/* Durable sleep: CAIRN_SUSPENDED until the time has come, then CAIRN_OK. */
+int cairn_sleep(cairn_ctx *ctx, const char *name, int64_t duration_ms);
+int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t unix_ms);
+
+/*
+ * Waits for the signal name (`cairn signal RUN name PAYLOAD`). A signal sent
+ * before the call is buffered and returned at once; signals of one name are
+ * consumed in the order they were sent. CAIRN_OK with *payload, or
+ * CAIRN_SUSPENDED, or CAIRN_ETIMEOUT once timeout_ms has passed since the
+ * first call (timeout_ms < 0: no timeout), or CAIRN_CANCELLED.
+ */
+int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms,
+		       struct cJSON **payload);
+
+/* The wall clock (Unix ms) and a random 64-bit number, journaled so a replay
+ * sees the same values. */
+int cairn_now(cairn_ctx *ctx, int64_t *unix_ms);
+int cairn_random(cairn_ctx *ctx, uint64_t *value);
+
+/*
+ * Record an error message on ctx and return CAIRN_EFAIL (permanent) or
+ * CAIRN_ERETRY (retryable), printf-style. Use them as `return cairn_fail(...)`
+ * from a step or a workflow.
+ */
+int cairn_fail(cairn_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cairn_retryable(cairn_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 1 once the run is cancelled or the worker is handing it over: a long step
+ * should check this and return early. */
+int cairn_should_stop(const cairn_ctx *ctx);
+
+int64_t cairn_ctx_run_id(const cairn_ctx *ctx);
+const char *cairn_ctx_workflow(const cairn_ctx *ctx);
+int cairn_ctx_attempt(const cairn_ctx *ctx); /* 1 for the first attempt of the run */
+void *cairn_workflow_arg(const cairn_ctx *ctx);
+
+/* ------------------------------------------------------------- singletons */
+
+/*
+ * A singleton is a named background task that runs on exactly one worker: the
+ * owner of the shard hash(name) in its group. It runs in its own thread and
+ * must check cairn_singleton_cancelled() often (or sleep with
+ * cairn_singleton_sleep()); when the shard moves, the worker sets the flag and
+ * waits for the function to return before it lets the shard go. Returning
+ * CAIRN_OK ends it until the shard is acquired again; returning an error
+ * restarts it after backoff_ms * 2^min(failures - 1, 10).
+ */
+typedef struct cairn_singleton cairn_singleton;
+typedef int (*cairn_singleton_fn)(cairn_singleton *s, void *arg);
+
+typedef struct cairn_singleton_opts {
+	const char *group;  /* shard group; NULL: the worker's first */
+	int64_t backoff_ms; /* restart backoff base; 0: CAIRN_SINGLETON_BACKOFF */
+} cairn_singleton_opts;
+
+int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_fn fn, void *arg,
+			     const cairn_singleton_opts *opts);
+int cairn_singleton_cancelled(cairn_singleton *s);
+/* Sleeps up to ms; returns 1 if cancelled meanwhile, else 0. */
+int cairn_singleton_sleep(cairn_singleton *s, int64_t ms);
+/* The database the worker uses (a libpq conninfo), to open a connection. */
+const char *cairn_singleton_conninfo(const cairn_singleton *s);
+/* The id of this runner in cairn.runners. */
+int64_t cairn_singleton_runner_id(const cairn_singleton *s);
 
 #ifdef __cplusplus
 }
