@@ -5,6 +5,7 @@
 #                   run every test against a private PostgreSQL
 #   make demo       run a demo workflow end to end
 #   make bench      run the benchmarks
+#   make examples   build the example plugins into build/examples/*.so
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make format     clang-format every C file
 
@@ -37,6 +38,12 @@ WORKER_OBJ := $(patsubst workers/%.c,$(OUT)/workers/%.o,$(wildcard workers/*.c))
 TEST_SRC   := $(wildcard tests/test_*.c)
 TEST_BIN   := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(OUT)/tests/support.o
+
+# Example plugins: shared objects loaded by cairn-worker --plugin. Not linked
+# against libcairn (the worker executable provides cairn_*) and built without
+# sanitizers, so the same .so loads into the release and the sanitizer worker.
+EXAMPLES   := $(patsubst workers/examples/%.c,build/examples/%.so,$(wildcard workers/examples/*.c))
+EX_CFLAGS  = -std=c17 -D_GNU_SOURCE $(WARN) -Iinclude $(PKG_CFLAGS) -O2 -g -fPIC -shared
 
 ifeq ($(SAN),1)
 LIB := $(OUT)/lib/libcairn.a
@@ -72,15 +79,28 @@ $(BIN)/cairn: $(CLI_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
+# -rdynamic and the whole archive: a plugin may call any cairn_* function,
+# so all of them must be in the executable and exported to dlopen'ed objects.
 $(BIN)/cairn-worker: $(WORKER_OBJ) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -rdynamic -o $@ $(WORKER_OBJ) $(LIB) $(LDLIBS)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $(WORKER_OBJ) -Wl,--whole-archive $(LIB) -Wl,--no-whole-archive $(LDLIBS)
+
+examples: $(EXAMPLES)
+
+build/examples/%.so: workers/examples/%.c include/cairn.h
+	@mkdir -p $(@D)
+	$(CC) $(EX_CFLAGS) -o $@ $< $(shell pkg-config --libs libcjson 2>/dev/null)
+
+# The benchmark driver (scripts/bench.sh runs it); not a Criterion suite.
+$(OUT)/bench: $(OUT)/tests/bench.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_SUPPORT) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(LIB) $(LDLIBS) -lcriterion
 
-test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN)
+test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES)
 
 # `make test` = dependencies, sanitizer build, then every suite against a
 # private PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh.
@@ -91,7 +111,7 @@ test: deps
 demo: deps all
 	sh scripts/demo.sh
 
-bench: deps all
+bench: deps all examples build/rel/bench
 	sh scripts/bench.sh
 
 clean:

@@ -3,6 +3,10 @@
 # the demo: initdb into DIR, listening only on a Unix socket in DIR (so it
 # never collides with another server's port), run as an unprivileged system
 # user when we are root. `start` prints the DATABASE_URL to use.
+#
+# Durability is off by default (fsync=off, full_page_writes=off): the tests
+# need speed, not crash safety. PG_FSYNC=on keeps PostgreSQL's durable
+# defaults, which is what a benchmark has to measure.
 set -eu
 cmd=$1
 dir=$2
@@ -29,10 +33,15 @@ start)
 	[ "$(id -u)" -eq 0 ] && chown "$pguser" "$dir"
 	as_user "$pgbin/initdb" -D "$dir/data" -U cairn -A trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log" >&2; exit 1; }
+	case "${PG_FSYNC:-off}" in
+	on) durability="-c fsync=on -c full_page_writes=on" ;;
+	off) durability="-c fsync=off -c full_page_writes=off" ;;
+	*) echo "pg.sh: PG_FSYNC=\"$PG_FSYNC\": expected on or off" >&2; exit 2 ;;
+	esac
 	# Tests start many workers; each holds a lease connection and advisory
 	# locks on every shard it owns.
 	as_user "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-		-o "-c listen_addresses='' -k $dir -p 5432 -c fsync=off -c full_page_writes=off \
+		-o "-c listen_addresses='' -k $dir -p 5432 $durability \
 		    -c max_connections=400 -c max_locks_per_transaction=256 \
 		    -c shared_buffers=256MB" >/dev/null ||
 		{ cat "$dir/server.log" >&2; exit 1; }

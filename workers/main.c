@@ -1,11 +1,14 @@
 /*
  * main.c - the stock cairn-worker: parses its flags, builds a worker with
- * cairn_worker_new() and runs it. Everything else lives in libcairn so a user
- * can build the same daemon with their own workflows linked in.
+ * cairn_worker_new(), registers the built-in workflows (builtins.c) and runs
+ * it; plugins named by CAIRN_PLUGINS / --plugin are loaded by
+ * cairn_worker_run(). Everything else lives in libcairn so a user can build
+ * the same daemon with their own workflows linked in.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "builtins.h"
 #include "cairn.h"
 
 static const char USAGE[] =
@@ -18,6 +21,8 @@ static const char USAGE[] =
 	"  --help            show this help\n"
 	"  --version         print the version\n"
 	"  --check-config    validate the configuration, print it (password masked), exit\n"
+	"\n"
+	"Built-in workflows: noop, sleep {\"ms\": N}, http {\"url\": ...}, order (the demo).\n"
 	"\n"
 	"Settings come from the environment, overridden by the flag beside each;\n"
 	"durations take 500ms, 2s, 1m, 1h, 7d:\n";
@@ -49,9 +54,18 @@ int main(int argc, char **argv)
 		cairn_worker_free(w);
 		return 0;
 	}
+	rc = builtins_register(w);
+	if (rc) {
+		fprintf(stderr, "cairn-worker: cannot register the built-in workflows: %s: %s\n",
+			cairn_strstatus(rc), cairn_worker_errmsg(w));
+		cairn_worker_free(w);
+		builtins_shutdown();
+		return 1;
+	}
 	rc = cairn_worker_run(w);
 	if (rc)
 		fprintf(stderr, "cairn-worker: %s\n", cairn_worker_errmsg(w));
 	cairn_worker_free(w);
+	builtins_shutdown();
 	return rc ? 1 : 0;
 }

@@ -1,0 +1,91 @@
+/*
+ * plugin.c - the plugin loader: opens each shared object named by
+ * CAIRN_PLUGINS / --plugin and calls its cairn_plugin_init(w), which
+ * registers workflows and singletons. Called once by cairn_worker_run()
+ * before any worker thread starts.
+ *
+ * Owns nothing after it returns: the dlopen handles are deliberately never
+ * closed, because the functions a plugin registered must stay mapped as long
+ * as the worker may call them, which is the life of the process. Plugins are
+ * opened RTLD_LOCAL so two plugins cannot clash over their own symbols; the
+ * cairn_* functions they call resolve against the executable, which is linked
+ * with -rdynamic (and the whole of libcairn) for that reason.
+ */
+#include "plugin.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cairn.h"
+
+typedef int (*plugin_init_fn)(cairn_worker *w);
+
+static int load_one(cairn_worker *w, const char *path, buf *err)
+{
+	/* dlopen searches the library path for a bare name; a plugin named on
+	 * the command line is a file, so make it one. */
+	buf file = BUF_INIT;
+	buf_printf(&file, "%s%s", strchr(path, '/') ? "" : "./", path);
+	if (file.oom) {
+		buf_printf(err, "plugin \"%s\": out of memory", path);
+		return -1;
+	}
+	dlerror();
+	void *h = dlopen(file.data, RTLD_NOW | RTLD_LOCAL);
+	buf_free(&file);
+	if (!h) {
+		const char *why = dlerror();
+		buf_printf(err, "plugin \"%s\": cannot load it: %s", path, why ? why : "unknown error");
+		return -1;
+	}
+	dlerror();
+	/* POSIX guarantees a function pointer survives the trip through void *. */
+	void *sym = dlsym(h, "cairn_plugin_init");
+	const char *why = dlerror();
+	if (!sym || why) {
+		buf_printf(err,
+			   "plugin \"%s\": it does not export cairn_plugin_init: %s; a plugin defines "
+			   "int cairn_plugin_init(cairn_worker *w)",
+			   path, why ? why : "the symbol is NULL");
+		dlclose(h);
+		return -1;
+	}
+	plugin_init_fn init;
+	memcpy(&init, &sym, sizeof init);
+	int rc = init(w);
+	if (rc != 0) {
+		/* The worker's own message says which registration failed. err may
+		 * be that very buffer, so build the text aside first. */
+		const char *detail = cairn_worker_errmsg(w);
+		buf msg = BUF_INIT;
+		buf_printf(&msg, "plugin \"%s\": cairn_plugin_init returned %d (%s)", path, rc,
+			   cairn_strstatus(rc));
+		if (detail && *detail)
+			buf_printf(&msg, ": %s", detail);
+		if (detail && buf_str(err) == detail)
+			buf_reset(err);
+		buf_puts(err, buf_str(&msg));
+		buf_free(&msg);
+		/* It may have registered some workflows already: keep it mapped. */
+		return -1;
+	}
+	return 0;
+}
+
+int plugin_load_all(struct cairn_worker *w, const char *paths, buf *err)
+{
+	if (!paths || !*paths)
+		return 0;
+	char *list = strdup(paths);
+	if (!list) {
+		buf_puts(err, "plugins: out of memory");
+		return -1;
+	}
+	int rc = 0;
+	char *save = NULL;
+	for (char *p = strtok_r(list, ":", &save); p && rc == 0; p = strtok_r(NULL, ":", &save))
+		rc = load_one(w, p, err);
+	free(list);
+	return rc;
+}

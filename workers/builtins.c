@@ -1,0 +1,733 @@
+/*
+ * builtins.c - the workflows every stock cairn-worker serves:
+ *
+ *   noop   returns its input (the benchmark's unit of work)
+ *   sleep  {"ms": N}: one durable sleep
+ *   http   one HTTP request with libcurl, journaled, retried on connection
+ *          errors and 5xx with backoff
+ *   order  the demo: charge, wait for an "approval" signal, pack, ship
+ *
+ * Every input is validated before the first durable call, and bad input
+ * fails the run with a message naming the field, the value and what is
+ * accepted. Workflow functions run on the worker's executor threads and are
+ * re-run from the top on every resume, so they keep no state of their own:
+ * a durable call's result is owned by the ctx, and *output is handed to the
+ * engine. Owns nothing beyond one call; libcurl's global state is set up by
+ * builtins_register() on the main thread.
+ */
+#include "builtins.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "buf.h"
+
+#define DAY_MS (24LL * 3600 * 1000)
+#define SLEEP_MAX_MS (30 * DAY_MS)
+
+#define HTTP_URL_MAX 8192
+#define HTTP_HEADERS_MAX 64            /* request headers */
+#define HTTP_HEADER_VALUE_MAX 8192
+#define HTTP_BODY_MAX (1 << 20)        /* response body, bytes */
+#define HTTP_RESP_HEADERS_MAX (64 << 10) /* all response header lines, bytes */
+#define HTTP_TIMEOUT_DEFAULT_MS 10000
+#define HTTP_TIMEOUT_MAX_MS 300000
+#define HTTP_ATTEMPTS_DEFAULT 5
+#define HTTP_ATTEMPTS_MAX 20
+
+#define ORDER_ITEM_MAX 200
+#define ORDER_APPROVAL_TIMEOUT_MS (3600 * 1000)
+
+/* ------------------------------------------------------------ helpers */
+
+/* The JSON text of v for an error message, cut to fit out. */
+static const char *json_text(const cJSON *v, char *out, size_t n)
+{
+	if (!v) {
+		snprintf(out, n, "nothing");
+		return out;
+	}
+	char *s = cJSON_PrintUnformatted(v);
+	if (!s) {
+		snprintf(out, n, "(unprintable)");
+		return out;
+	}
+	if (strlen(s) >= n && n > 4)
+		snprintf(out, n, "%.*s...", (int)(n - 4), s);
+	else
+		snprintf(out, n, "%s", s);
+	free(s);
+	return out;
+}
+
+/* 1 if s[0..n) is valid UTF-8 without NUL bytes (what jsonb accepts). */
+static int utf8_text(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		unsigned c = s[i];
+		size_t len;
+		unsigned min;
+		if (c == 0)
+			return 0;
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if ((c & 0xE0) == 0xC0)
+			len = 2, min = 0x80, c &= 0x1F;
+		else if ((c & 0xF0) == 0xE0)
+			len = 3, min = 0x800, c &= 0x0F;
+		else if ((c & 0xF8) == 0xF0)
+			len = 4, min = 0x10000, c &= 0x07;
+		else
+			return 0;
+		if (n - i < len)
+			return 0;
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xC0) != 0x80)
+				return 0;
+			c = (c << 6) | (s[i + k] & 0x3F);
+		}
+		if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+			return 0;
+		i += len;
+	}
+	return 1;
+}
+
+/* Appends s[0..n) to b, bytes that are not UTF-8 text replaced by '?'. */
+static void append_text(buf *b, const char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		size_t len = 1;
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0xF0)
+			len = 4;
+		else if (c >= 0xE0)
+			len = 3;
+		else if (c >= 0xC0)
+			len = 2;
+		if (len <= n - i && utf8_text((const unsigned char *)s + i, len))
+			buf_append(b, s + i, len);
+		else
+			buf_append(b, "?", 1), len = 1;
+		i += len;
+	}
+}
+
+static void base64(buf *b, const unsigned char *s, size_t n)
+{
+	static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = (unsigned)s[i] << 16;
+		if (i + 1 < n)
+			v |= (unsigned)s[i + 1] << 8;
+		if (i + 2 < n)
+			v |= s[i + 2];
+		char q[4] = {A[(v >> 18) & 63], A[(v >> 12) & 63], i + 1 < n ? A[(v >> 6) & 63] : '=',
+			     i + 2 < n ? A[v & 63] : '='};
+		buf_append(b, q, 4);
+	}
+}
+
+/* An integer-valued JSON number in [min, max]; 0 on success. */
+static int get_int(const cJSON *v, int64_t min, int64_t max, int64_t *out)
+{
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble))
+		return -1;
+	if (v->valuedouble < (double)min || v->valuedouble > (double)max)
+		return -1;
+	*out = (int64_t)v->valuedouble;
+	return 0;
+}
+
+static int is_object(const cJSON *v) { return v && cJSON_IsObject(v); }
+
+/* ---------------------------------------------------------------- noop */
+
+static int wf_noop(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	if (!input || cJSON_IsNull(input))
+		return CAIRN_OK;
+	*output = cJSON_Duplicate(input, 1);
+	return *output ? CAIRN_OK : cairn_fail(ctx, "noop: out of memory copying the input");
+}
+
+/* --------------------------------------------------------------- sleep */
+
+static int wf_sleep(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	char t[128];
+	if (!is_object(input))
+		return cairn_fail(ctx, "sleep: input must be an object like {\"ms\": 1000}, got %s",
+				  json_text(input, t, sizeof t));
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(input, "ms");
+	int64_t ms;
+	if (get_int(v, 0, SLEEP_MAX_MS, &ms))
+		return cairn_fail(ctx,
+				  "sleep: \"ms\" must be an integer from 0 to %lld (30 days), got %s",
+				  (long long)SLEEP_MAX_MS, json_text(v, t, sizeof t));
+	CAIRN_TRY(cairn_sleep(ctx, "sleep", ms));
+	*output = cJSON_CreateObject();
+	if (*output)
+		cJSON_AddNumberToObject(*output, "slept_ms", (double)ms);
+	return CAIRN_OK;
+}
+
+/* ---------------------------------------------------------------- http */
+
+/* A validated request; built from the input on every (re)play. */
+typedef struct http_req {
+	char url[HTTP_URL_MAX + 1];
+	char method[8];
+	struct curl_slist *headers;
+	char *body; /* NULL: none */
+	size_t body_len;
+	int64_t timeout_ms;
+} http_req;
+
+/* What came back; lives for one attempt. */
+typedef struct http_resp {
+	cairn_ctx *ctx;
+	buf body;
+	int body_too_big;
+	cJSON *headers;
+	size_t header_bytes;
+	int headers_too_big;
+} http_resp;
+
+static const char *const HTTP_METHODS[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"};
+
+static int header_name_ok(const char *s)
+{
+	/* RFC 9110 token characters. */
+	size_t n = strlen(s);
+	if (n == 0 || n > 256)
+		return 0;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && !strchr("!#$%&'*+-.^_`|~", *s))
+			return 0;
+	return 1;
+}
+
+static int header_value_ok(const char *s)
+{
+	if (strlen(s) > HTTP_HEADER_VALUE_MAX)
+		return 0;
+	for (; *s; s++)
+		if (*s == '\r' || *s == '\n')
+			return 0;
+	return 1;
+}
+
+static void http_req_free(http_req *r)
+{
+	curl_slist_free_all(r->headers);
+	free(r->body);
+}
+
+/* Adds "Name: value" to the request's headers; 0 on success. */
+static int add_header(http_req *r, const char *name, const char *value)
+{
+	buf b = BUF_INIT;
+	/* "Name;" sends an empty header; "Name:" would remove it. */
+	if (*value)
+		buf_printf(&b, "%s: %s", name, value);
+	else
+		buf_printf(&b, "%s;", name);
+	struct curl_slist *l = b.oom ? NULL : curl_slist_append(r->headers, b.data);
+	buf_free(&b);
+	if (!l)
+		return -1;
+	r->headers = l;
+	return 0;
+}
+
+/* Checks the url: parseable by libcurl, scheme http or https, a host. */
+static int check_url(cairn_ctx *ctx, const char *url)
+{
+	CURLU *u = curl_url();
+	if (!u)
+		return cairn_fail(ctx, "http: out of memory");
+	char *scheme = NULL, *host = NULL;
+	CURLUcode uc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+	int rc = CAIRN_OK;
+	if (uc != CURLUE_OK)
+		rc = cairn_fail(ctx, "http: \"url\" is not a valid URL: \"%.200s\": %s", url,
+				curl_url_strerror(uc));
+	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+		 (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
+		rc = cairn_fail(ctx, "http: \"url\" must be an http:// or https:// URL, got \"%.200s\"",
+				url);
+	else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host)
+		rc = cairn_fail(ctx, "http: \"url\" has no host: \"%.200s\"", url);
+	curl_free(scheme);
+	curl_free(host);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+/* Validates the input into r; a bad field fails the run naming it. */
+static int http_parse(cairn_ctx *ctx, const cJSON *in, http_req *r, cairn_retry_policy *policy)
+{
+	char t[128];
+	if (!is_object(in))
+		return cairn_fail(ctx,
+				  "http: input must be an object like {\"url\": \"https://example.com\"}, "
+				  "got %s",
+				  json_text(in, t, sizeof t));
+
+	const cJSON *url = cJSON_GetObjectItemCaseSensitive(in, "url");
+	if (!url)
+		return cairn_fail(ctx, "http: \"url\" is missing: the input needs {\"url\": "
+				       "\"https://...\"}");
+	if (!cJSON_IsString(url) || !*url->valuestring)
+		return cairn_fail(ctx, "http: \"url\" must be a non-empty string, got %s",
+				  json_text(url, t, sizeof t));
+	if (strlen(url->valuestring) > HTTP_URL_MAX)
+		return cairn_fail(ctx, "http: \"url\" is %zu bytes long; at most %d are accepted",
+				  strlen(url->valuestring), HTTP_URL_MAX);
+	CAIRN_TRY(check_url(ctx, url->valuestring));
+	snprintf(r->url, sizeof r->url, "%s", url->valuestring);
+
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(in, "method");
+	snprintf(r->method, sizeof r->method, "GET");
+	if (m && !cJSON_IsNull(m)) {
+		size_t i = 0, n = sizeof HTTP_METHODS / sizeof HTTP_METHODS[0];
+		if (cJSON_IsString(m))
+			while (i < n && strcasecmp(m->valuestring, HTTP_METHODS[i]) != 0)
+				i++;
+		if (!cJSON_IsString(m) || i == n)
+			return cairn_fail(ctx,
+					  "http: \"method\" must be GET, POST, PUT, PATCH, DELETE or "
+					  "HEAD, got %s",
+					  json_text(m, t, sizeof t));
+		snprintf(r->method, sizeof r->method, "%s", HTTP_METHODS[i]);
+	}
+
+	int has_content_type = 0;
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(in, "headers");
+	if (h && !cJSON_IsNull(h)) {
+		if (!cJSON_IsObject(h))
+			return cairn_fail(ctx,
+					  "http: \"headers\" must be an object of strings like "
+					  "{\"Accept\": \"application/json\"}, got %s",
+					  json_text(h, t, sizeof t));
+		if (cJSON_GetArraySize(h) > HTTP_HEADERS_MAX)
+			return cairn_fail(ctx, "http: \"headers\" has %d entries; at most %d are accepted",
+					  cJSON_GetArraySize(h), HTTP_HEADERS_MAX);
+		const cJSON *e;
+		cJSON_ArrayForEach(e, h)
+		{
+			if (!header_name_ok(e->string))
+				return cairn_fail(ctx,
+						  "http: header name \"%.100s\" is not valid: expected "
+						  "1-256 letters, digits or !#$%%&'*+-.^_`|~",
+						  e->string);
+			if (!cJSON_IsString(e))
+				return cairn_fail(ctx, "http: header \"%s\" must be a string, got %s",
+						  e->string, json_text(e, t, sizeof t));
+			if (!header_value_ok(e->valuestring))
+				return cairn_fail(ctx,
+						  "http: header \"%s\" must be at most %d bytes without "
+						  "CR or LF",
+						  e->string, HTTP_HEADER_VALUE_MAX);
+			has_content_type |= strcasecmp(e->string, "content-type") == 0;
+			if (add_header(r, e->string, e->valuestring))
+				return cairn_fail(ctx, "http: out of memory");
+		}
+	}
+
+	const cJSON *body = cJSON_GetObjectItemCaseSensitive(in, "body");
+	if (body && !cJSON_IsNull(body)) {
+		if (strcmp(r->method, "HEAD") == 0)
+			return cairn_fail(ctx, "http: a HEAD request cannot have a \"body\"");
+		int text = cJSON_IsString(body);
+		r->body = text ? strdup(body->valuestring) : cJSON_PrintUnformatted(body);
+		if (!r->body)
+			return cairn_fail(ctx, "http: out of memory");
+		r->body_len = strlen(r->body);
+		if (!has_content_type &&
+		    add_header(r, "Content-Type",
+			       text ? "text/plain; charset=utf-8" : "application/json"))
+			return cairn_fail(ctx, "http: out of memory");
+	}
+
+	const cJSON *to = cJSON_GetObjectItemCaseSensitive(in, "timeout_ms");
+	r->timeout_ms = HTTP_TIMEOUT_DEFAULT_MS;
+	if (to && !cJSON_IsNull(to) && get_int(to, 1, HTTP_TIMEOUT_MAX_MS, &r->timeout_ms))
+		return cairn_fail(ctx, "http: \"timeout_ms\" must be an integer from 1 to %d, got %s",
+				  HTTP_TIMEOUT_MAX_MS, json_text(to, t, sizeof t));
+
+	const cJSON *ma = cJSON_GetObjectItemCaseSensitive(in, "max_attempts");
+	int64_t attempts = HTTP_ATTEMPTS_DEFAULT;
+	if (ma && !cJSON_IsNull(ma) && get_int(ma, 1, HTTP_ATTEMPTS_MAX, &attempts))
+		return cairn_fail(ctx, "http: \"max_attempts\" must be an integer from 1 to %d, got %s",
+				  HTTP_ATTEMPTS_MAX, json_text(ma, t, sizeof t));
+	policy->max_attempts = (int)attempts;
+
+	/* curl would wait for "100 Continue" before sending a large body. */
+	struct curl_slist *l = curl_slist_append(r->headers, "Expect:");
+	if (!l)
+		return cairn_fail(ctx, "http: out of memory");
+	r->headers = l;
+	return CAIRN_OK;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+	http_resp *resp = arg;
+	size_t len = size * n;
+	if (resp->body.len + len > HTTP_BODY_MAX) {
+		resp->body_too_big = 1;
+		return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
+	}
+	buf_append(&resp->body, p, len);
+	return resp->body.oom ? 0 : len;
+}
+
+/* One header line: "HTTP/1.1 200 OK" starts a new response (a redirect or
+ * 100 Continue came before), "Name: value" adds a header. */
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+	http_resp *resp = arg;
+	size_t len = size * n;
+	resp->header_bytes += len;
+	if (resp->header_bytes > HTTP_RESP_HEADERS_MAX) {
+		resp->headers_too_big = 1;
+		return 0;
+	}
+	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+		cJSON_Delete(resp->headers);
+		resp->headers = cJSON_CreateObject();
+		return resp->headers ? len : 0;
+	}
+	const char *colon = memchr(p, ':', len);
+	if (!colon || colon == p || !resp->headers)
+		return len; /* blank line, folded continuation: nothing to record */
+	buf name = BUF_INIT, value = BUF_INIT;
+	for (const char *c = p; c < colon; c++) {
+		char l = (char)tolower((unsigned char)*c);
+		append_text(&name, &l, 1);
+	}
+	const char *v = colon + 1, *end = p + len;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	cJSON *old = name.data ? cJSON_GetObjectItemCaseSensitive(resp->headers, name.data) : NULL;
+	if (old && cJSON_IsString(old))
+		buf_printf(&value, "%s, ", old->valuestring);
+	append_text(&value, v, (size_t)(end - v));
+	size_t ok = 0;
+	if (!name.oom && !value.oom && name.data) {
+		cJSON *s = cJSON_CreateString(buf_str(&value));
+		if (s) {
+			if (old)
+				cJSON_ReplaceItemInObjectCaseSensitive(resp->headers, name.data, s);
+			else
+				cJSON_AddItemToObject(resp->headers, name.data, s);
+			ok = len;
+		}
+	}
+	buf_free(&name);
+	buf_free(&value);
+	return ok;
+}
+
+static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	http_resp *resp = arg;
+	return cairn_should_stop(resp->ctx);
+}
+
+/* Errors no retry can fix. */
+static int curl_permanent(CURLcode c)
+{
+	switch (c) {
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_URL_MALFORMAT:
+	case CURLE_NOT_BUILT_IN:
+	case CURLE_TOO_MANY_REDIRECTS:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_BAD_CONTENT_ENCODING:
+	case CURLE_FILESIZE_EXCEEDED:
+	case CURLE_BAD_FUNCTION_ARGUMENT:
+	case CURLE_UNKNOWN_OPTION: return 1;
+	default: return 0;
+	}
+}
+
+static int http_setopts(CURL *e, const http_req *r, http_resp *resp, char *errbuf)
+{
+	int bad = 0;
+#define SET(opt, val) bad |= curl_easy_setopt(e, opt, val) != CURLE_OK
+	SET(CURLOPT_URL, r->url);
+	SET(CURLOPT_PROTOCOLS_STR, "http,https");
+	SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	SET(CURLOPT_FOLLOWLOCATION, 1L);
+	SET(CURLOPT_MAXREDIRS, 5L);
+	SET(CURLOPT_NOSIGNAL, 1L);
+	SET(CURLOPT_TIMEOUT_MS, (long)r->timeout_ms);
+	SET(CURLOPT_CONNECTTIMEOUT_MS, (long)(r->timeout_ms < 10000 ? r->timeout_ms : 10000));
+	SET(CURLOPT_ERRORBUFFER, errbuf);
+	SET(CURLOPT_USERAGENT, "cairn/" CAIRN_VERSION);
+	SET(CURLOPT_HTTPHEADER, r->headers);
+	SET(CURLOPT_WRITEFUNCTION, on_body);
+	SET(CURLOPT_WRITEDATA, resp);
+	SET(CURLOPT_HEADERFUNCTION, on_header);
+	SET(CURLOPT_HEADERDATA, resp);
+	SET(CURLOPT_NOPROGRESS, 0L);
+	SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+	SET(CURLOPT_XFERINFODATA, resp);
+	if (strcmp(r->method, "HEAD") == 0) {
+		SET(CURLOPT_NOBODY, 1L);
+	} else if (strcmp(r->method, "GET") != 0 || r->body) {
+		if (strcmp(r->method, "POST") != 0)
+			SET(CURLOPT_CUSTOMREQUEST, r->method);
+		if (r->body || strcmp(r->method, "DELETE") != 0) {
+			SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+			SET(CURLOPT_POSTFIELDS, r->body ? r->body : "");
+		}
+	}
+#undef SET
+	return bad ? -1 : 0;
+}
+
+static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	const http_req *r = arg;
+	http_resp resp = {.ctx = ctx, .body = BUF_INIT, .headers = cJSON_CreateObject()};
+	char errbuf[CURL_ERROR_SIZE] = "";
+	CURL *e = curl_easy_init();
+	int rc;
+	if (!e || !resp.headers || http_setopts(e, r, &resp, errbuf)) {
+		rc = cairn_retryable(ctx, "http: cannot set up the request to %.200s (out of memory?)",
+				     r->url);
+		goto out;
+	}
+	CURLcode c = curl_easy_perform(e);
+	long status = 0;
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	const char *why = *errbuf ? errbuf : curl_easy_strerror(c);
+	if (resp.body_too_big) {
+		rc = cairn_fail(ctx, "http: %s %.200s: the response body is larger than %d bytes",
+				r->method, r->url, HTTP_BODY_MAX);
+	} else if (resp.headers_too_big) {
+		rc = cairn_fail(ctx, "http: %s %.200s: the response headers are larger than %d bytes",
+				r->method, r->url, HTTP_RESP_HEADERS_MAX);
+	} else if (c == CURLE_ABORTED_BY_CALLBACK) {
+		rc = cairn_retryable(ctx, "http: %s %.200s: interrupted, the run is stopping",
+				     r->method, r->url);
+	} else if (c != CURLE_OK) {
+		rc = (curl_permanent(c) ? cairn_fail : cairn_retryable)(
+			ctx, "http: %s %.200s: %s", r->method, r->url, why);
+	} else if (status >= 500) {
+		rc = cairn_retryable(ctx, "http: %s %.200s: the server answered %ld", r->method,
+				     r->url, status);
+	} else {
+		cJSON *o = cJSON_CreateObject();
+		if (!o) {
+			rc = cairn_retryable(ctx, "http: out of memory");
+			goto out;
+		}
+		cJSON_AddNumberToObject(o, "status", (double)status);
+		cJSON_AddItemToObject(o, "headers", resp.headers);
+		resp.headers = NULL;
+		const unsigned char *b = (const unsigned char *)buf_str(&resp.body);
+		if (utf8_text(b, resp.body.len)) {
+			cJSON_AddStringToObject(o, "body", (const char *)b);
+		} else {
+			/* Binary: jsonb cannot hold it as a string. */
+			buf b64 = BUF_INIT;
+			base64(&b64, b, resp.body.len);
+			cJSON_AddStringToObject(o, "body_base64", buf_str(&b64));
+			buf_free(&b64);
+		}
+		*result = o;
+		rc = CAIRN_OK;
+	}
+out:
+	curl_easy_cleanup(e);
+	cJSON_Delete(resp.headers);
+	buf_free(&resp.body);
+	return rc;
+}
+
+static int wf_http(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	http_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return cairn_fail(ctx, "http: out of memory");
+	cairn_retry_policy policy = {.initial_ms = 1000, .multiplier = 2.0, .max_ms = 30000};
+	int rc = http_parse(ctx, input, r, &policy);
+	if (rc == CAIRN_OK) {
+		cJSON *res;
+		rc = cairn_step_retry(ctx, "request", &policy, http_step, r, &res);
+		if (rc == CAIRN_OK)
+			*output = cJSON_Duplicate(res, 1);
+	}
+	http_req_free(r);
+	free(r);
+	return rc;
+}
+
+/* --------------------------------------------------------------- order */
+
+typedef struct order_in {
+	const char *item;
+	double amount;
+} order_in;
+
+static int order_charge(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	const order_in *o = arg;
+	char id[64];
+	snprintf(id, sizeof id, "ch_%" PRId64, cairn_ctx_run_id(ctx));
+	/* A real workflow calls the payment provider here, with id as the
+	 * idempotency key so a re-run of this step cannot charge twice. */
+	cJSON *r = cJSON_CreateObject();
+	if (!r || !cJSON_AddStringToObject(r, "charge_id", id) ||
+	    !cJSON_AddNumberToObject(r, "amount", o->amount)) {
+		cJSON_Delete(r);
+		return cairn_retryable(ctx, "charge: out of memory");
+	}
+	*result = r;
+	return CAIRN_OK;
+}
+
+static int order_ship(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	char id[64];
+	snprintf(id, sizeof id, "trk_%" PRId64, cairn_ctx_run_id(ctx));
+	cJSON *r = cJSON_CreateObject();
+	if (!r || !cJSON_AddStringToObject(r, "tracking", id)) {
+		cJSON_Delete(r);
+		return cairn_retryable(ctx, "ship: out of memory");
+	}
+	*result = r;
+	return CAIRN_OK;
+}
+
+/* A string field of a journaled result, or NULL. */
+static const char *result_string(const cJSON *o, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Reads the approval signal: true, false, or {"approved": bool, "by": "..."}. */
+static int order_approval(cairn_ctx *ctx, const cJSON *p, int *approved, const char **by)
+{
+	char t[128];
+	static const char accepted[] = "true, false or {\"approved\": true|false, \"by\": \"name\"}";
+	*by = NULL;
+	if (cJSON_IsBool(p)) {
+		*approved = cJSON_IsTrue(p);
+		return CAIRN_OK;
+	}
+	if (!is_object(p))
+		return cairn_fail(ctx, "order: the approval signal must be %s, got %s", accepted,
+				  json_text(p, t, sizeof t));
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(p, "approved");
+	if (!cJSON_IsBool(a))
+		return cairn_fail(ctx, "order: \"approved\" of the approval signal must be true or "
+				       "false, got %s",
+				  json_text(a, t, sizeof t));
+	*approved = cJSON_IsTrue(a);
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(p, "by");
+	if (b && !cJSON_IsNull(b)) {
+		if (!cJSON_IsString(b) || strlen(b->valuestring) > ORDER_ITEM_MAX)
+			return cairn_fail(ctx,
+					  "order: \"by\" of the approval signal must be a string of "
+					  "at most %d bytes, got %s",
+					  ORDER_ITEM_MAX, json_text(b, t, sizeof t));
+		*by = b->valuestring;
+	}
+	return CAIRN_OK;
+}
+
+static int wf_order(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	char t[128];
+	if (!is_object(input))
+		return cairn_fail(ctx,
+				  "order: input must be an object like {\"item\": \"book\", "
+				  "\"amount\": 12}, got %s",
+				  json_text(input, t, sizeof t));
+	const cJSON *item = cJSON_GetObjectItemCaseSensitive(input, "item");
+	if (!cJSON_IsString(item) || !*item->valuestring ||
+	    strlen(item->valuestring) > ORDER_ITEM_MAX)
+		return cairn_fail(ctx, "order: \"item\" must be a non-empty string of at most %d bytes, "
+				       "got %s",
+				  ORDER_ITEM_MAX, json_text(item, t, sizeof t));
+	const cJSON *amount = cJSON_GetObjectItemCaseSensitive(input, "amount");
+	if (!cJSON_IsNumber(amount) || !isfinite(amount->valuedouble) || amount->valuedouble <= 0)
+		return cairn_fail(ctx, "order: \"amount\" must be a number greater than 0, got %s",
+				  json_text(amount, t, sizeof t));
+	order_in o = {item->valuestring, amount->valuedouble};
+
+	cJSON *charge, *approval, *ship;
+	CAIRN_TRY(cairn_step(ctx, "charge", order_charge, &o, &charge));
+	int rc = cairn_await_signal(ctx, "approval", ORDER_APPROVAL_TIMEOUT_MS, &approval);
+	if (rc == CAIRN_ETIMEOUT)
+		return cairn_fail(ctx, "order: no approval within 1h");
+	CAIRN_TRY(rc);
+	int approved = 0;
+	const char *by = NULL;
+	CAIRN_TRY(order_approval(ctx, approval, &approved, &by));
+	if (!approved)
+		return by ? cairn_fail(ctx, "order rejected by %s", by)
+			  : cairn_fail(ctx, "order rejected");
+	CAIRN_TRY(cairn_sleep(ctx, "pack", 1000));
+	CAIRN_TRY(cairn_step(ctx, "ship", order_ship, NULL, &ship));
+
+	const char *charge_id = result_string(charge, "charge_id");
+	const char *tracking = result_string(ship, "tracking");
+	if (!charge_id || !tracking)
+		return cairn_fail(ctx, "order: the journal of this run has no %s",
+				  charge_id ? "tracking number" : "charge id");
+	cJSON *out = cJSON_CreateObject();
+	if (!out)
+		return cairn_retryable(ctx, "order: out of memory");
+	cJSON_AddStringToObject(out, "item", o.item);
+	cJSON_AddNumberToObject(out, "amount", o.amount);
+	cJSON_AddStringToObject(out, "charge_id", charge_id);
+	cJSON_AddStringToObject(out, "tracking", tracking);
+	if (by)
+		cJSON_AddStringToObject(out, "approved_by", by);
+	else
+		cJSON_AddNullToObject(out, "approved_by");
+	*output = out;
+	return CAIRN_OK;
+}
+
+/* ---------------------------------------------------------- registration */
+
+int builtins_register(cairn_worker *w)
+{
+	static const struct {
+		const char *name;
+		cairn_workflow_fn fn;
+	} flows[] = {{"noop", wf_noop}, {"sleep", wf_sleep}, {"http", wf_http}, {"order", wf_order}};
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return CAIRN_ENOMEM;
+	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++) {
+		int rc = cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL);
+		if (rc)
+			return rc;
+	}
+	return CAIRN_OK;
+}
+
+void builtins_shutdown(void) { curl_global_cleanup(); }
