@@ -86,6 +86,8 @@ static void metrics(cairn_worker *w, reply *r)
 	       (double)atomic_load(&m->detachments));
 	metric(b, "cairn_singleton_restarts_total", "counter", "Singleton restarts after a failure.",
 	       NULL, (double)atomic_load(&m->singleton_restarts));
+	metric(b, "cairn_health_checks_total", "counter", "Rounds of the runner health checker run here.",
+	       NULL, (double)atomic_load(&m->health_checks));
 	metric(b, "cairn_runs_started_total", "counter", "Run executions started.", NULL,
 	       (double)atomic_load(&m->runs_started));
 	metric(b, "cairn_runs_completed_total", "counter", "Runs that completed.", NULL,
@@ -140,9 +142,46 @@ static void status(cairn_worker *w, reply *r)
 		cJSON_AddStringToObject(cfg, line, eq + 1);
 	}
 	buf_free(&text);
-	cJSON_AddArrayToObject(o, "shards");
-	cJSON_AddArrayToObject(o, "in_flight");
-	cJSON_AddArrayToObject(o, "singletons");
+	/* Owned shards with their epochs, one object per group. */
+	cJSON *shards = cJSON_AddArrayToObject(o, "shards");
+	for (int g = 0; g < w->nown; g++) {
+		cJSON *grp = cJSON_CreateObject();
+		cJSON_AddStringToObject(grp, "group", w->own[g].name);
+		cJSON *list = cJSON_AddArrayToObject(grp, "owned");
+		for (int s = 0; s < w->shards; s++) {
+			int64_t e = worker_epoch(w, g, s);
+			if (!e)
+				continue;
+			cJSON *it = cJSON_CreateObject();
+			cJSON_AddNumberToObject(it, "shard", s);
+			cJSON_AddNumberToObject(it, "epoch", (double)e);
+			cJSON_AddItemToArray(list, it);
+		}
+		cJSON_AddNumberToObject(grp, "count", cJSON_GetArraySize(list));
+		cJSON_AddItemToArray(shards, grp);
+	}
+	buf part = BUF_INIT;
+	dispatch_status(w, &part);
+	cJSON_AddItemToObject(o, "in_flight", cJSON_Parse(buf_str(&part)));
+	buf_reset(&part);
+	singletons_status(w, &part);
+	cJSON_AddItemToObject(o, "singletons", cJSON_Parse(buf_str(&part)));
+	buf_free(&part);
+	cJSON *hist = cJSON_AddArrayToObject(o, "rebalances");
+	pthread_mutex_lock(&w->mu);
+	int first = w->nhistory > REBALANCE_HISTORY ? w->nhistory - REBALANCE_HISTORY : 0;
+	for (int i = w->nhistory - 1; i >= first; i--) {
+		const rebalance_rec *rec = &w->history[i % REBALANCE_HISTORY];
+		cJSON *it = cJSON_CreateObject();
+		cJSON_AddNumberToObject(it, "unix_ms", (double)rec->unix_ms);
+		cJSON_AddStringToObject(it, "group", rec->group);
+		cJSON_AddNumberToObject(it, "acquired", rec->acquired);
+		cJSON_AddNumberToObject(it, "released", rec->released);
+		cJSON_AddNumberToObject(it, "live_runners", rec->live_runners);
+		cJSON_AddStringToObject(it, "why", rec->why);
+		cJSON_AddItemToArray(hist, it);
+	}
+	pthread_mutex_unlock(&w->mu);
 	char *s = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	if (s) {

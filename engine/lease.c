@@ -40,37 +40,42 @@ int lease_init(lease *l, cairn_worker *w, int shards)
 	memset(l, 0, sizeof *l);
 	l->w = w;
 	l->shards = shards;
-	for (int i = 0; i < w->cfg.ngroups; i++) {
-		lease_group *g = &l->groups[l->ngroups++];
+	pthread_mutex_lock(&w->mu);
+	int rc = 0;
+	for (int i = w->nown; i < w->cfg.ngroups; i++) {
+		own_group *g = &w->own[i];
 		g->name = w->cfg.groups[i];
 		g->lock_key = hash_group_lock_key(g->name);
 		g->epoch = calloc((size_t)shards, sizeof *g->epoch);
-		if (!g->epoch)
-			return -1;
+		g->busy = calloc((size_t)shards, sizeof *g->busy);
+		if (!g->epoch || !g->busy) {
+			rc = -1;
+			break;
+		}
+		w->nown = i + 1;
 	}
-	return 0;
+	pthread_mutex_unlock(&w->mu);
+	return rc;
 }
 
-void lease_free(lease *l)
-{
-	for (int i = 0; i < l->ngroups; i++)
-		free(l->groups[i].epoch);
-	memset(l, 0, sizeof *l);
-}
+void lease_free(lease *l) { memset(l, 0, sizeof *l); }
 
 static void publish(lease *l)
 {
 	int owned = 0;
-	for (int i = 0; i < l->ngroups; i++)
-		owned += l->groups[i].owned;
+	for (int i = 0; i < l->w->nown; i++)
+		owned += l->w->own[i].owned;
 	atomic_store(&l->w->m.shards_owned, owned);
 }
 
 void lease_forget(lease *l)
 {
-	for (int i = 0; i < l->ngroups; i++) {
-		memset(l->groups[i].epoch, 0, (size_t)l->shards * sizeof *l->groups[i].epoch);
-		l->groups[i].owned = 0;
+	cairn_worker *w = l->w;
+	for (int i = 0; i < w->nown; i++) {
+		own_group *g = &w->own[i];
+		for (int s = 0; s < l->shards; s++)
+			atomic_store(&g->epoch[s], 0);
+		g->owned = 0;
 	}
 	l->rebalanced = 0;
 	l->runner_id = 0;
@@ -107,8 +112,8 @@ int lease_heartbeat(lease *l)
 		lease_forget(l);
 	}
 	pgarr groups = PGARR_INIT;
-	for (int i = 0; i < l->ngroups; i++)
-		pgarr_add(&groups, l->groups[i].name);
+	for (int i = 0; i < w->nown; i++)
+		pgarr_add(&groups, w->own[i].name);
 	char weight[24];
 	const char *p[] = {w->name, w->cfg.advertise_addr, CAIRN_VERSION, pgarr_str(&groups),
 			   db_i64(weight, w->cfg.weight)};
@@ -160,11 +165,24 @@ static const char SQL_STILL_LOCKED[] =
 	"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
 	"AND classid = ($1::int)::oid AND objsubid = 2 AND objid::bigint = ANY ($2::bigint[])";
 
-/* Unlocks the given shards of g (already drained by the caller). */
-static int release_shards(lease *l, lease_group *g, const int *shards, int n, buf *err)
+/*
+ * Releases the given shards of group gi: stop dispatching them, let their
+ * in-flight runs reach a durable point (bounded by a deadline), stop their
+ * singletons and wait for them, then unlock and verify against pg_locks.
+ */
+static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 {
 	if (n == 0)
 		return 0;
+	cairn_worker *w = l->w;
+	own_group *g = &w->own[gi];
+	for (int i = 0; i < n; i++)
+		atomic_store(&g->epoch[shards[i]], -atomic_load(&g->epoch[shards[i]]));
+	int64_t limit = w->cfg.shutdown_timeout_ms < 10000 ? w->cfg.shutdown_timeout_ms : 10000;
+	if (dispatch_drain_shards(w, gi, shards, n, worker_now_ms() + limit) < 0)
+		log_kv(&w->log, LOG_WARN, "released shards with runs still in flight (their writes are fenced)",
+		       "group", g->name, NULL);
+	singletons_stop_shards(w, gi, shards, n);
 	pgarr arr = PGARR_INIT;
 	for (int i = 0; i < n; i++)
 		pgarr_add_i64(&arr, shards[i]);
@@ -183,17 +201,15 @@ static int release_shards(lease *l, lease_group *g, const int *shards, int n, bu
 		PQclear(r);
 	}
 	pgarr_free(&arr);
-	if (!rc)
-		for (int i = 0; i < n; i++)
-			if (g->epoch[shards[i]]) {
-				g->epoch[shards[i]] = 0;
-				g->owned--;
-			}
+	for (int i = 0; i < n; i++)
+		if (atomic_exchange(&g->epoch[shards[i]], 0))
+			g->owned--;
 	return rc;
 }
 
-static int rebalance_group(lease *l, lease_group *g, int *changed, buf *err)
+static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 {
+	own_group *g = &l->w->own[gi];
 	cairn_worker *w = l->w;
 	char ttl[24];
 	const char *p[] = {g->name, db_i64(ttl, w->cfg.runner_ttl_ms)};
@@ -216,16 +232,18 @@ static int rebalance_group(lease *l, lease_group *g, int *changed, buf *err)
 	/* Release what is no longer ours. */
 	int k = 0;
 	for (int s = 0; s < l->shards; s++)
-		if (g->epoch[s] && want[s] != me)
+		if (atomic_load(&g->epoch[s]) && want[s] != me)
 			lst[k++] = s;
+	rebalance_rec rec = {.live_runners = n};
 	if (k) {
-		rc = release_shards(l, g, lst, k, err);
+		rc = release_shards(l, gi, lst, k, err);
 		*changed += k;
+		rec.released = k;
 	}
 	/* Try to acquire what is ours and not yet held. */
 	k = 0;
 	for (int s = 0; s < l->shards && me >= 0 && !rc; s++)
-		if (!g->epoch[s] && want[s] == me)
+		if (!atomic_load(&g->epoch[s]) && want[s] == me)
 			lst[k++] = s;
 	if (k && !rc) {
 		pgarr arr = PGARR_INIT;
@@ -244,15 +262,24 @@ static int rebalance_group(lease *l, lease_group *g, int *changed, buf *err)
 		} else {
 			for (int i = 0; i < PQntuples(r); i++) {
 				int s = db_get_int(r, i, 0);
-				if (s >= 0 && s < l->shards && !g->epoch[s]) {
-					g->epoch[s] = db_get_i64(r, i, 1);
+				if (s >= 0 && s < l->shards && !atomic_load(&g->epoch[s])) {
+					atomic_store(&g->epoch[s], db_get_i64(r, i, 1));
 					g->owned++;
 				}
 			}
 			*changed += PQntuples(r);
+			rec.acquired = PQntuples(r);
 			PQclear(r);
 		}
 		pgarr_free(&arr);
+	}
+	if (rec.acquired || rec.released) {
+		snprintf(rec.group, sizeof rec.group, "%s", g->name);
+		snprintf(rec.why, sizeof rec.why, "%s",
+			 me < 0	 ? "this runner is not live yet"
+			 : k > 0 && rec.acquired < k ? "shards still held by their old owner"
+						      : "live runners changed");
+		worker_history_add(l->w, &rec);
 	}
 	free(rs);
 	free(want);
@@ -264,8 +291,8 @@ int lease_rebalance(lease *l)
 {
 	buf err = BUF_INIT;
 	int changed = 0, rc = 0;
-	for (int i = 0; i < l->ngroups && !rc; i++)
-		rc = rebalance_group(l, &l->groups[i], &changed, &err);
+	for (int i = 0; i < l->w->nown && !rc; i++)
+		rc = rebalance_group(l, i, &changed, &err);
 	if (rc)
 		log_kv(&l->w->log, LOG_WARN, "rebalance failed", "error", buf_str(&err), NULL);
 	buf_free(&err);
@@ -286,13 +313,13 @@ void lease_release_all(lease *l)
 {
 	buf err = BUF_INIT;
 	int *lst = malloc((size_t)l->shards * sizeof *lst);
-	for (int i = 0; i < l->ngroups && lst; i++) {
-		lease_group *g = &l->groups[i];
+	for (int i = 0; i < l->w->nown && lst; i++) {
+		own_group *g = &l->w->own[i];
 		int k = 0;
 		for (int s = 0; s < l->shards; s++)
-			if (g->epoch[s])
+			if (atomic_load(&g->epoch[s]))
 				lst[k++] = s;
-		release_shards(l, g, lst, k, &err);
+		release_shards(l, i, lst, k, &err);
 	}
 	free(lst);
 	if (l->runner_id) {

@@ -13,20 +13,11 @@
 
 struct cairn_worker;
 
-typedef struct lease_group {
-	const char *name;
-	int32_t lock_key;
-	int64_t *epoch; /* [shards]; 0 = not owned */
-	int owned;
-} lease_group;
-
 typedef struct lease {
 	struct cairn_worker *w;
 	PGconn *conn;
 	int64_t runner_id;
-	int shards;
-	lease_group groups[16];
-	int ngroups;
+	int shards; /* the shard table itself is w->own (worker.h) */
 	int64_t next_rebalance_ms;
 	int rebalanced; /* at least one full round since attaching */
 } lease;

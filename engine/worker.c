@@ -23,6 +23,7 @@
 #include "client.h"
 #include "db.h"
 #include "lease.h"
+#include "plugin.h"
 
 const double WORKER_STEP_BOUNDS_S[STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 						   0.1,	  0.25,	  0.5,	 1,    2.5,   10};
@@ -42,6 +43,33 @@ static int64_t unix_ms(void)
 }
 
 void worker_stamp(worker_loop *l) { atomic_store(&l->stamp_ms, worker_now_ms()); }
+
+int64_t worker_epoch(cairn_worker *w, int group, int shard)
+{
+	if (group < 0 || group >= w->nown || shard < 0 || shard >= w->shards)
+		return 0;
+	int64_t e = atomic_load(&w->own[group].epoch[shard]);
+	return e > 0 ? e : 0;
+}
+
+int worker_group_index(const cairn_worker *w, const char *group)
+{
+	for (int i = 0; i < w->nown; i++)
+		if (strcmp(w->own[i].name, group) == 0)
+			return i;
+	return -1;
+}
+
+void worker_history_add(cairn_worker *w, const rebalance_rec *rec)
+{
+	pthread_mutex_lock(&w->mu);
+	rebalance_rec *r = &w->history[w->nhistory++ % REBALANCE_HISTORY];
+	*r = *rec;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	r->unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	pthread_mutex_unlock(&w->mu);
+}
 
 void worker_wait_locked(cairn_worker *w, int64_t ms)
 {
@@ -117,6 +145,13 @@ void cairn_worker_free(cairn_worker *w)
 {
 	if (!w)
 		return;
+	dispatch_free(w);
+	singletons_free(w);
+	for (int i = 0; i < w->nown; i++) {
+		free(w->own[i].epoch);
+		free(w->own[i].busy);
+	}
+	free(w->flows);
 	config_free(&w->cfg);
 	buf_free(&w->err);
 	buf_free(&w->cfgtext);
@@ -192,7 +227,7 @@ static void nap(supervisor *s, int64_t ms)
 	for (;;) {
 		worker_stamp(s->loop);
 		int64_t left = until - worker_now_ms();
-		if (w->stopping || left <= 0)
+		if (w->stopping || left <= 0 || w->wake_supervisor)
 			break;
 		worker_wait_locked(w, left < s->loop->interval_ms ? left : s->loop->interval_ms);
 	}
@@ -227,6 +262,7 @@ static void detach(supervisor *s, lease *l, PGconn **conn, const char *why)
 	pthread_mutex_lock(&w->mu);
 	w->runner_id = 0;
 	pthread_mutex_unlock(&w->mu);
+	singletons_sync(w); /* none is owned now: stop them */
 	if (*conn)
 		PQfinish(*conn);
 	*conn = NULL;
@@ -339,11 +375,16 @@ static void *supervisor_main(void *arg)
 			if (changed >= 0)
 				set_ready(w, 1, "");
 		}
+		singletons_sync(w);
 		int64_t next = l.next_rebalance_ms < next_heartbeat ? l.next_rebalance_ms : next_heartbeat;
+		int64_t restart = singletons_next_ms(w);
+		if (restart && restart < next)
+			next = restart;
 		nap(s, next - worker_now_ms());
 	}
 	if (conn && db_ok(conn) && l.runner_id)
 		lease_release_all(&l);
+	singletons_stop_all(w);
 	if (conn)
 		PQfinish(conn);
 	lease_free(&l);
@@ -368,6 +409,16 @@ int cairn_worker_run(cairn_worker *w)
 	supervisor sup = {.w = w};
 	sup.loop = loop_add(w, "supervisor", w->cfg.heartbeat_interval_ms);
 
+	buf perr = BUF_INIT;
+	if (plugin_load_all(w, w->cfg.plugins, &perr) < 0) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, buf_str(&perr));
+		buf_free(&perr);
+		log_kv(&w->log, LOG_ERROR, "cannot load a plugin", "error", buf_str(&w->err), NULL);
+		return CAIRN_EINVAL;
+	}
+	buf_free(&perr);
+	singletons_register_builtin(w);
 	if (http_start(w) < 0) {
 		log_kv(&w->log, LOG_ERROR, "cannot start the HTTP endpoint", "addr", w->cfg.http_addr,
 		       "error", buf_str(&w->err), NULL);
@@ -375,6 +426,22 @@ int cairn_worker_run(cairn_worker *w)
 	}
 	char port[16];
 	snprintf(port, sizeof port, "%d", w->http_port);
+	/* An advertised address with port 0 means "the port we were given". */
+	size_t alen = strlen(w->cfg.advertise_addr);
+	if (alen >= 2 && strcmp(w->cfg.advertise_addr + alen - 2, ":0") == 0) {
+		char *a = malloc(alen + 8);
+		if (a) {
+			snprintf(a, alen + 8, "%.*s:%d", (int)(alen - 2), w->cfg.advertise_addr, w->http_port);
+			free(w->cfg.advertise_addr);
+			w->cfg.advertise_addr = a;
+		}
+	}
+	if (dispatch_start(w) < 0) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, "cannot start the dispatcher: out of memory");
+		http_stop(w);
+		return CAIRN_ENOMEM;
+	}
 	log_kv(&w->log, LOG_INFO, "cairn-worker started", "version", CAIRN_VERSION, "runner", w->name,
 	       "http_addr", w->cfg.http_addr, "http_port", port, NULL);
 	pthread_create(&sup.thread, NULL, supervisor_main, &sup);
@@ -398,12 +465,21 @@ int cairn_worker_run(cairn_worker *w)
 	pthread_mutex_lock(&w->mu);
 	snprintf(w->state, sizeof w->state, "draining");
 	snprintf(w->not_ready, sizeof w->not_ready, "draining");
+	pthread_mutex_unlock(&w->mu);
+
+	/* Runs stop at their next durable point and their writes are committed
+	 * while the leases still hold; then the supervisor releases everything. */
+	int64_t deadline = worker_now_ms() + w->cfg.shutdown_timeout_ms;
+	int finished = 0, cut = 0;
+	dispatch_stop(w, deadline, &finished, &cut);
+	pthread_mutex_lock(&w->mu);
 	w->stopping = 1;
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 
-	/* Let the loops reach a durable point; a second signal exits at once. */
-	int64_t deadline = worker_now_ms() + w->cfg.shutdown_timeout_ms;
+	/* A second signal exits at once. Releasing gets at least two seconds. */
+	if (deadline < worker_now_ms() + 2000)
+		deadline = worker_now_ms() + 2000;
 	while (!atomic_load(&sup.done) && worker_now_ms() < deadline) {
 		int sig = sigtimedwait(&sigs, NULL, &(struct timespec){0, 20 * 1000000L});
 		if (sig == SIGTERM || sig == SIGINT) {
@@ -418,8 +494,11 @@ int cairn_worker_run(cairn_worker *w)
 	pthread_mutex_lock(&w->mu);
 	snprintf(w->state, sizeof w->state, "stopped");
 	pthread_mutex_unlock(&w->mu);
-	log_kv(&w->log, LOG_INFO, "stopped", "finished_cleanly", "0", "cut_off", "0", NULL);
-	if (!clean) {
+	char fin[24], cutoff[24];
+	snprintf(fin, sizeof fin, "%d", finished);
+	snprintf(cutoff, sizeof cutoff, "%d", cut);
+	log_kv(&w->log, LOG_INFO, "stopped", "finished_cleanly", fin, "cut_off", cutoff, NULL);
+	if (!clean || cut) {
 		/* The supervisor is stuck in a database call past the deadline. */
 		log_kv(&w->log, LOG_WARN, "shutdown timeout passed with a loop still busy", NULL);
 		_exit(0);

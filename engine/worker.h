@@ -30,6 +30,7 @@ typedef struct worker_metrics {
 	_Atomic uint64_t rebalances;
 	_Atomic uint64_t lease_losses;
 	_Atomic uint64_t singleton_restarts;
+	_Atomic uint64_t health_checks;
 	_Atomic uint64_t runs_started, runs_completed, runs_failed;
 	_Atomic uint64_t step_buckets[STEP_BUCKETS]; /* cumulative counts below each bound */
 	_Atomic uint64_t step_count;
@@ -39,6 +40,34 @@ typedef struct worker_metrics {
 } worker_metrics;
 
 extern const double WORKER_STEP_BOUNDS_S[STEP_BUCKETS];
+
+typedef struct workflow_def {
+	char name[129];
+	cairn_workflow_fn fn;
+	cairn_workflow_opts opts;
+} workflow_def;
+
+/* Which shards this worker owns, shared by the lease loop (writer) and the
+ * dispatcher, executors and singletons (readers). */
+typedef struct own_group {
+	const char *name;
+	int32_t lock_key;
+	_Atomic int64_t *epoch; /* [shards]; 0 = not owned or being released */
+	_Atomic int *busy;      /* [shards]; runs of the shard in flight here */
+	int owned;
+} own_group;
+
+/* One rebalance round that changed something, for /status. */
+typedef struct rebalance_rec {
+	int64_t unix_ms;
+	char group[64];
+	int acquired, released, live_runners;
+	char why[96];
+} rebalance_rec;
+#define REBALANCE_HISTORY 16
+
+struct singleton;
+struct dispatch;
 
 struct cairn_worker {
 	config cfg;
@@ -58,6 +87,18 @@ struct cairn_worker {
 	char state[32];       /* starting, running, draining, stopped */
 	char not_ready[512];  /* why /readyz is 503; "" when ready */
 
+	own_group own[16]; /* set up once the shard count is known */
+	int nown;
+	rebalance_rec history[REBALANCE_HISTORY]; /* ring, guarded by mu */
+	int nhistory;
+	int wake_supervisor; /* a singleton ended: reconsider restarts now */
+
+	workflow_def *flows;
+	int nflows;
+	struct singleton *singletons;
+	int nsingletons;
+	struct dispatch *dispatch;
+
 	worker_loop loops[WORKER_MAX_LOOPS];
 	int nloops;
 	worker_metrics m;
@@ -70,6 +111,33 @@ int64_t worker_now_ms(void);
 void worker_stamp(worker_loop *l);
 /* Waits on w->cv up to ms; returns early when stopping. Caller holds w->mu. */
 void worker_wait_locked(cairn_worker *w, int64_t ms);
+
+/* Finds a registered workflow; NULL if none. */
+const workflow_def *worker_flow(const cairn_worker *w, const char *name);
+/* The epoch this worker holds for (group, shard); 0 if not owned. */
+int64_t worker_epoch(cairn_worker *w, int group, int shard);
+int worker_group_index(const cairn_worker *w, const char *group);
+void worker_history_add(cairn_worker *w, const rebalance_rec *rec);
+
+/* singleton.c: start, stop and restart singletons per ownership; called by
+ * the supervisor after every rebalance and whenever a singleton ended. */
+void singletons_sync(cairn_worker *w);
+/* Stops the singletons on the given shards and waits for them (before unlock). */
+void singletons_stop_shards(cairn_worker *w, int group, const int *shards, int n);
+void singletons_stop_all(cairn_worker *w);
+int64_t singletons_next_ms(cairn_worker *w); /* monotonic ms of the next due restart; 0 none */
+void singletons_register_builtin(cairn_worker *w);
+void singletons_status(cairn_worker *w, buf *json_array);
+void singletons_free(cairn_worker *w);
+
+/* dispatch.c: the poll loop, executor pool and group committer. */
+int dispatch_start(cairn_worker *w);
+/* Waits (up to deadline_ms, monotonic) until no run of these shards is in flight. */
+int dispatch_drain_shards(cairn_worker *w, int group, const int *shards, int n, int64_t deadline_ms);
+/* Stops every thread; returns runs finished cleanly / cut off via out params. */
+void dispatch_stop(cairn_worker *w, int64_t deadline_ms, int *clean, int *cut);
+void dispatch_status(cairn_worker *w, buf *json_array);
+void dispatch_free(cairn_worker *w); /* after dispatch_stop and the supervisor */
 
 /* http.c */
 int http_start(cairn_worker *w);

@@ -1,0 +1,167 @@
+/*
+ * maint.c - the built-in singletons (DESIGN section 6):
+ *   cairn.health   GETs every runner's /healthz with libcurl; after
+ *                  HEALTH_FAILURES failures in a row marks it unhealthy
+ *                  (never the last healthy runner); removes runners whose
+ *                  heartbeat is older than twice the TTL.
+ *   cairn.janitor  deletes finished runs older than CAIRN_RETENTION, in
+ *                  small batches, checking for cancellation between them.
+ * Each opens its own connection and returns an error (so the singleton
+ * supervisor restarts it with backoff) when the database fails.
+ */
+#include <curl/curl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "worker.h"
+
+#define HEALTH_FAILURES 3
+#define JANITOR_BATCH "500"
+#define JANITOR_INTERVAL_MS 10000
+
+static const char SQL_HEALTH_LIST[] =
+	"SELECT id, address FROM cairn.runners "
+	"WHERE heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY id";
+
+static const char SQL_HEALTH_OK[] =
+	"UPDATE cairn.runners SET health_failures = 0, healthy = true "
+	"WHERE id = $1 AND (health_failures <> 0 OR NOT healthy)";
+
+/* Counts the failure; marks unhealthy only if another healthy live runner remains. */
+static const char SQL_HEALTH_FAIL[] =
+	"UPDATE cairn.runners r SET health_failures = r.health_failures + 1, "
+	"  healthy = CASE WHEN r.health_failures + 1 >= $2 AND EXISTS (SELECT 1 FROM cairn.runners o "
+	"      WHERE o.id <> r.id AND o.healthy "
+	"        AND o.heartbeat_at > now() - $3 * interval '1 millisecond') "
+	"    THEN false ELSE r.healthy END "
+	"WHERE r.id = $1 RETURNING r.healthy, r.health_failures";
+
+static const char SQL_HEALTH_REMOVE[] =
+	"DELETE FROM cairn.runners WHERE heartbeat_at < now() - 2 * $1 * interval '1 millisecond' "
+	"RETURNING id";
+
+static const char SQL_JANITOR[] =
+	"DELETE FROM cairn.runs WHERE id IN (SELECT id FROM cairn.runs "
+	"  WHERE finished_at < now() - $1 * interval '1 millisecond' ORDER BY finished_at LIMIT $2)";
+
+static size_t discard(char *p, size_t size, size_t n, void *u) { return size * n; }
+
+static int probe(CURL *h, const char *address, int64_t timeout_ms)
+{
+	char url[300];
+	snprintf(url, sizeof url, "http://%s/healthz", address);
+	curl_easy_reset(h);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+	long code = 0;
+	if (curl_easy_perform(h) != CURLE_OK)
+		return -1;
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+	return code == 200 ? 0 : -1;
+}
+
+static int health_round(cairn_worker *w, PGconn *c, CURL *h)
+{
+	buf err = BUF_INIT;
+	char ttl[24], limit[24];
+	db_i64(ttl, w->cfg.runner_ttl_ms);
+	db_i64(limit, HEALTH_FAILURES);
+	const char *p[] = {ttl};
+	PGresult *r = db_exec(c, &err, SQL_HEALTH_LIST, 1, p);
+	int rc = r ? 0 : -1;
+	int64_t timeout = w->cfg.heartbeat_interval_ms < 1000 ? w->cfg.heartbeat_interval_ms : 1000;
+	for (int i = 0; r && i < PQntuples(r) && !rc; i++) {
+		const char *id = PQgetvalue(r, i, 0), *addr = PQgetvalue(r, i, 1);
+		if (!addr[0] || probe(h, addr, timeout) == 0) {
+			rc = db_cmd(c, &err, SQL_HEALTH_OK, 1, (const char *const[]){id});
+			continue;
+		}
+		PGresult *f = db_exec(c, &err, SQL_HEALTH_FAIL, 3, (const char *const[]){id, limit, ttl});
+		if (!f) {
+			rc = -1;
+			break;
+		}
+		if (PQntuples(f) == 1 && db_get_int(f, 0, 1) >= HEALTH_FAILURES)
+			log_kv(&w->log, LOG_WARN,
+			       PQgetvalue(f, 0, 0)[0] == 't' ? "runner failing health checks, kept healthy: it is the last healthy runner"
+							     : "runner marked unhealthy",
+			       "runner_id", id, "address", addr, NULL);
+		PQclear(f);
+	}
+	PQclear(r);
+	if (!rc) {
+		r = db_exec(c, &err, SQL_HEALTH_REMOVE, 1, p);
+		for (int i = 0; r && i < PQntuples(r); i++)
+			log_kv(&w->log, LOG_INFO, "removed dead runner", "runner_id", PQgetvalue(r, i, 0), NULL);
+		rc = r ? 0 : -1;
+		PQclear(r);
+	}
+	if (rc)
+		log_kv(&w->log, LOG_WARN, "health check round failed", "error", buf_str(&err), NULL);
+	else
+		atomic_fetch_add(&w->m.health_checks, 1);
+	buf_free(&err);
+	return rc;
+}
+
+static int health_main(cairn_singleton *s, void *arg)
+{
+	cairn_worker *w = arg;
+	buf err = BUF_INIT;
+	PGconn *c = db_connect(cairn_singleton_conninfo(s), "cairn-worker health", &err);
+	CURL *h = curl_easy_init();
+	int rc = c && h ? CAIRN_OK : CAIRN_EDB;
+	if (!c)
+		log_kv(&w->log, LOG_WARN, "health checker cannot connect", "error", buf_str(&err), NULL);
+	while (rc == CAIRN_OK && !cairn_singleton_cancelled(s)) {
+		if (health_round(w, c, h) < 0 && !db_ok(c))
+			rc = CAIRN_EDB;
+		else
+			cairn_singleton_sleep(s, w->cfg.heartbeat_interval_ms);
+	}
+	if (h)
+		curl_easy_cleanup(h);
+	PQfinish(c);
+	buf_free(&err);
+	return rc;
+}
+
+static int janitor_main(cairn_singleton *s, void *arg)
+{
+	cairn_worker *w = arg;
+	buf err = BUF_INIT;
+	PGconn *c = db_connect(cairn_singleton_conninfo(s), "cairn-worker janitor", &err);
+	int rc = c ? CAIRN_OK : CAIRN_EDB;
+	char ret[24];
+	db_i64(ret, w->cfg.retention_ms);
+	const char *p[] = {ret, JANITOR_BATCH};
+	while (rc == CAIRN_OK && !cairn_singleton_cancelled(s)) {
+		PGresult *r = db_exec(c, &err, SQL_JANITOR, 2, p);
+		if (!r) {
+			log_kv(&w->log, LOG_WARN, "janitor failed", "error", buf_str(&err), NULL);
+			rc = CAIRN_EDB;
+			break;
+		}
+		int n = atoi(PQcmdTuples(r));
+		if (n > 0)
+			log_kv(&w->log, LOG_INFO, "janitor deleted finished runs", "runs", PQcmdTuples(r), NULL);
+		PQclear(r);
+		if (n < atoi(JANITOR_BATCH))
+			cairn_singleton_sleep(s, JANITOR_INTERVAL_MS);
+	}
+	PQfinish(c);
+	buf_free(&err);
+	return rc;
+}
+
+void singletons_register_builtin(cairn_worker *w)
+{
+	cairn_singleton_register(w, "cairn.health", health_main, w, NULL);
+	cairn_singleton_register(w, "cairn.janitor", janitor_main, w, NULL);
+}
