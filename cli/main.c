@@ -1,6 +1,6 @@
 /*
  * main.c - the cairn command: migrate the schema, enqueue runs, send signals,
- * cancel, retry, inspect and wait for results. Each command parses and
+ * cancel, retry, inspect and wait for results, and show runners and shards. Each command parses and
  * validates its arguments, then makes one or two calls of the public client
  * API (include/cairn.h); nothing here talks SQL.
  */
@@ -29,6 +29,8 @@ static const char USAGE[] =
 	"  status     show a run and its journal\n"
 	"  result     print a run's output (--wait to wait for it)\n"
 	"  list       list runs\n"
+	"  runners    list the registered runners and whether they are live\n"
+	"  shards     show the owner and epoch of each shard\n"
 	"\n"
 	"RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
 	"$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
@@ -605,6 +607,248 @@ static int cmd_list(int argc, char **argv)
 	return code;
 }
 
+/* ----------------------------------------------------------- visibility */
+
+/* A heartbeat age for a table: 350ms, 4.2s, 3m12s, 2h5m. */
+static const char *fmt_age(int64_t ms, char out[32])
+{
+	if (ms < 1000)
+		snprintf(out, 32, "%" PRId64 "ms", ms);
+	else if (ms < 60000)
+		snprintf(out, 32, "%" PRId64 ".%" PRId64 "s", ms / 1000, ms % 1000 / 100);
+	else if (ms < 3600000)
+		snprintf(out, 32, "%" PRId64 "m%" PRId64 "s", ms / 60000, ms % 60000 / 1000);
+	else
+		snprintf(out, 32, "%" PRId64 "h%" PRId64 "m", ms / 3600000, ms % 3600000 / 60000);
+	return out;
+}
+
+/* The comma-separated groups of a runner as a JSON array of strings. */
+static cJSON *groups_json(const char *groups)
+{
+	cJSON *arr = cJSON_CreateArray();
+	for (const char *p = groups; p && *p;) {
+		size_t len = strcspn(p, ",");
+		char *g = strndup(p, len);
+		if (g)
+			cJSON_AddItemToArray(arr, cJSON_CreateString(g));
+		free(g);
+		p += len + (p[len] == ',');
+	}
+	return arr;
+}
+
+static int cmd_runners(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn runners [--ttl DURATION] [--json]\n"
+		"\n"
+		"Lists the runners registered in cairn.runners: id, name, address,\n"
+		"version, whether the health checker holds it healthy, whether it is\n"
+		"live (heartbeat younger than the TTL and its lease connection present\n"
+		"in pg_stat_activity), the age of its last heartbeat and how many shards\n"
+		"it owns.\n"
+		"\n"
+		"  --ttl DURATION    heartbeat age after which a runner is not live\n"
+		"                    (1ms-365d; default 10s, as CAIRN_RUNNER_TTL)\n"
+		"  --json            print a JSON array\n" COMMON_HELP;
+	cli_opt opts[] = {{"ttl", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
+	cli_args a = {opts, 4, {0}, 0};
+	if (cli_parse("runners", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos)
+		return cli_error("runners", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
+	char err[PARSE_ERR_MAX];
+	int64_t ttl_ms = 10000;
+	const char *ttl = cli_get(&a, "ttl");
+	if (ttl && parse_duration_ms(ttl, &ttl_ms, err) < 0)
+		return cli_error("runners", EXIT_USAGE, "--ttl: %s", err);
+	if (ttl && (ttl_ms <= 0 || ttl_ms > 365 * 86400000LL))
+		return cli_error("runners", EXIT_USAGE,
+				 "--ttl: invalid duration \"%s\": expected a duration from 1ms to 365d", ttl);
+	cairn_client *c;
+	int code = cli_open("runners", &a, &c);
+	if (code)
+		return code;
+	cairn_runner_info *r;
+	size_t n;
+	int rc = cairn_runner_list(c, ttl_ms, &r, &n);
+	if (rc) {
+		code = cli_fail("runners", c, rc);
+	} else if (cli_has(&a, "json")) {
+		cJSON *arr = cJSON_CreateArray();
+		for (size_t i = 0; i < n; i++) {
+			char t[32];
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "id", (double)r[i].id);
+			cJSON_AddStringToObject(o, "name", r[i].name);
+			cJSON_AddStringToObject(o, "address", r[i].address);
+			cJSON_AddStringToObject(o, "version", r[i].version);
+			cJSON_AddItemToObject(o, "groups", groups_json(r[i].groups));
+			cJSON_AddNumberToObject(o, "weight", r[i].weight);
+			cJSON_AddBoolToObject(o, "healthy", r[i].healthy);
+			cJSON_AddBoolToObject(o, "live", r[i].live);
+			cJSON_AddNumberToObject(o, "heartbeat_age_ms", (double)r[i].heartbeat_age_ms);
+			cJSON_AddStringToObject(o, "started_at", cli_time(r[i].started_unix_ms, t));
+			cJSON_AddNumberToObject(o, "shards", r[i].shards);
+			cJSON_AddItemToArray(arr, o);
+		}
+		cli_print_json(arr);
+	} else {
+		printf("%-8s %-20s %-22s %-8s %-7s %-4s %-13s %s\n", "ID", "NAME", "ADDRESS", "VERSION",
+		       "HEALTHY", "LIVE", "HEARTBEAT_AGE", "SHARDS");
+		for (size_t i = 0; i < n; i++) {
+			char age[32];
+			printf("%-8" PRId64 " %-20s %-22s %-8s %-7s %-4s %-13s %d\n", r[i].id, r[i].name,
+			       r[i].address, r[i].version, r[i].healthy ? "yes" : "no",
+			       r[i].live ? "yes" : "no", fmt_age(r[i].heartbeat_age_ms, age), r[i].shards);
+		}
+	}
+	cairn_runner_list_free(r, n);
+	cairn_client_free(c);
+	return code;
+}
+
+/* Shards per owner; owner 0 is "unowned". */
+typedef struct owner_count {
+	int64_t owner;
+	const char *name; /* borrowed from the shard list */
+	size_t shards;
+} owner_count;
+
+static int owner_cmp(const void *a, const void *b)
+{
+	int64_t x = ((const owner_count *)a)->owner, y = ((const owner_count *)b)->owner;
+	return (x > y) - (x < y);
+}
+
+/* Counts the shards of each owner; returns the number of entries (the
+ * unowned one first and always present, then owners by id) or 0 when out of
+ * memory. */
+static size_t summarize(const cairn_shard_info *s, size_t n, owner_count **out)
+{
+	owner_count *v = calloc(n + 1, sizeof *v);
+	*out = v;
+	if (!v)
+		return 0;
+	size_t k = 1;
+	for (size_t i = 0; i < n; i++) {
+		size_t j = 0;
+		if (s[i].owner)
+			for (j = 1; j < k && v[j].owner != s[i].owner; j++)
+				;
+		if (j == k) {
+			v[k].owner = s[i].owner;
+			v[k++].name = s[i].owner_name;
+		}
+		v[j].shards++;
+	}
+	qsort(v + 1, k - 1, sizeof *v, owner_cmp);
+	return k;
+}
+
+static int cmd_shards(int argc, char **argv)
+{
+	static const char help[] =
+		"usage: cairn shards [--group G] [--json]\n"
+		"\n"
+		"Shows who owns each shard and its fencing epoch (one line per shard in\n"
+		"cairn.shard_leases; a shard never acquired has no line), then the\n"
+		"number of shards each runner owns and how many have no owner.\n"
+		"\n"
+		"  --group G         only shards of group G\n"
+		"  --json            print {\"shards\": [...], \"summary\": [...]}\n" COMMON_HELP;
+	cli_opt opts[] = {{"group", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
+	cli_args a = {opts, 4, {0}, 0};
+	if (cli_parse("shards", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos)
+		return cli_error("shards", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
+	char err[PARSE_ERR_MAX];
+	const char *group = cli_get(&a, "group");
+	if (group && parse_check_name("group", group, err) < 0)
+		return cli_error("shards", EXIT_USAGE, "--group: %s", err);
+	cairn_client *c;
+	int code = cli_open("shards", &a, &c);
+	if (code)
+		return code;
+	cairn_shard_info *s;
+	size_t n;
+	owner_count *sum = NULL;
+	int rc = cairn_shard_list(c, group, &s, &n);
+	size_t nsum = rc ? 0 : summarize(s, n, &sum);
+	if (rc) {
+		code = cli_fail("shards", c, rc);
+	} else if (!nsum) {
+		code = cli_error("shards", EXIT_RUNTIME, "out of memory");
+	} else if (cli_has(&a, "json")) {
+		cJSON *doc = cJSON_CreateObject();
+		cJSON *arr = cJSON_AddArrayToObject(doc, "shards");
+		for (size_t i = 0; i < n; i++) {
+			char t[32];
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "group", s[i].group);
+			cJSON_AddNumberToObject(o, "shard", s[i].shard);
+			if (s[i].owner)
+				cJSON_AddNumberToObject(o, "owner", (double)s[i].owner);
+			else
+				cJSON_AddNullToObject(o, "owner");
+			if (s[i].owner_name)
+				cJSON_AddStringToObject(o, "owner_name", s[i].owner_name);
+			else
+				cJSON_AddNullToObject(o, "owner_name");
+			cJSON_AddNumberToObject(o, "epoch", (double)s[i].epoch);
+			if (s[i].acquired_unix_ms)
+				cJSON_AddStringToObject(o, "acquired_at", cli_time(s[i].acquired_unix_ms, t));
+			else
+				cJSON_AddNullToObject(o, "acquired_at");
+			cJSON_AddItemToArray(arr, o);
+		}
+		arr = cJSON_AddArrayToObject(doc, "summary");
+		for (size_t i = 0; i < nsum; i++) {
+			/* Owners first, the unowned count last, as in the table. */
+			const owner_count *oc = &sum[(i + 1) % nsum];
+			cJSON *o = cJSON_CreateObject();
+			if (oc->owner)
+				cJSON_AddNumberToObject(o, "owner", (double)oc->owner);
+			else
+				cJSON_AddNullToObject(o, "owner");
+			if (oc->name)
+				cJSON_AddStringToObject(o, "owner_name", oc->name);
+			else
+				cJSON_AddNullToObject(o, "owner_name");
+			cJSON_AddNumberToObject(o, "shards", (double)oc->shards);
+			cJSON_AddItemToArray(arr, o);
+		}
+		cli_print_json(doc);
+	} else {
+		printf("%-20s %-6s %-28s %s\n", "GROUP", "SHARD", "OWNER", "EPOCH");
+		for (size_t i = 0; i < n; i++) {
+			char owner[160] = "-";
+			if (s[i].owner)
+				snprintf(owner, sizeof owner, "%" PRId64 ":%s", s[i].owner,
+					 s[i].owner_name ? s[i].owner_name : "?");
+			printf("%-20s %-6d %-28s %" PRId64 "\n", s[i].group, s[i].shard, owner, s[i].epoch);
+		}
+		printf("\n%-28s %s\n", "OWNER", "SHARDS");
+		for (size_t i = 1; i < nsum; i++) {
+			char owner[160];
+			snprintf(owner, sizeof owner, "%" PRId64 ":%s", sum[i].owner,
+				 sum[i].name ? sum[i].name : "?");
+			printf("%-28s %zu\n", owner, sum[i].shards);
+		}
+		printf("%-28s %zu\n", "unowned", sum[0].shards);
+	}
+	free(sum);
+	cairn_shard_list_free(s, n);
+	cairn_client_free(c);
+	return code;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -612,7 +856,8 @@ int main(int argc, char **argv)
 		int (*fn)(int, char **);
 	} cmds[] = {{"migrate", cmd_migrate}, {"enqueue", cmd_enqueue}, {"signal", cmd_signal},
 		    {"cancel", cmd_cancel},   {"retry", cmd_retry},	{"status", cmd_status},
-		    {"result", cmd_result},   {"list", cmd_list}};
+		    {"result", cmd_result},   {"list", cmd_list},	{"runners", cmd_runners},
+		    {"shards", cmd_shards}};
 	if (argc < 2) {
 		fputs(USAGE, stderr);
 		return EXIT_USAGE;
@@ -629,7 +874,7 @@ int main(int argc, char **argv)
 		if (strcmp(argv[1], cmds[i].name) == 0)
 			return cmds[i].fn(argc - 2, argv + 2);
 	fprintf(stderr, "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
-			"cancel, retry, status, result, list (see cairn --help)\n",
+			"cancel, retry, status, result, list, runners, shards (see cairn --help)\n",
 		argv[1]);
 	return EXIT_USAGE;
 }

@@ -1,9 +1,10 @@
 /*
  * client.c - the public client API: open a connection, enqueue runs, send
- * signals, cancel, retry, read runs and wait for results. The `cairn` CLI is a
- * thin layer over these functions. Owns one PGconn per handle. Every input is
- * validated before anything is written; every write is one statement, so a
- * rejected or failed call leaves nothing behind.
+ * signals, cancel, retry, read runs and wait for results, and list runners and
+ * shard leases. The `cairn` CLI is a thin layer over these functions. Owns one
+ * PGconn per handle. Every input is validated before anything is written;
+ * every write is one statement, so a rejected or failed call leaves nothing
+ * behind.
  */
 #include "client.h"
 
@@ -604,4 +605,134 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 	}
 	db_cmd(c->conn, NULL, "UNLISTEN " CAIRN_DONE_CHANNEL, 0, NULL);
 	return rc;
+}
+
+/* ------------------------------------------------------------ visibility */
+
+/* Liveness is the workers' own test (lease.c SQL_LIVE) minus health, which is
+ * reported in its own column. */
+static const char SQL_RUNNER_LIST[] =
+	"SELECT r.id, r.name, r.address, r.version, array_to_string(r.groups, ','), r.weight, "
+	"       r.healthy, "
+	"       r.heartbeat_at > now() - $1 * interval '1 millisecond' "
+	"         AND EXISTS (SELECT 1 FROM pg_stat_activity a "
+	"                     WHERE a.pid = r.lease_pid AND a.datname = current_database()), "
+	"       greatest(0, (extract(epoch FROM now() - r.heartbeat_at) * 1000)::bigint), "
+	"       " MS("r.started_at") ", "
+	"       (SELECT count(*) FROM cairn.shard_leases s WHERE s.owner = r.id) "
+	"FROM cairn.runners r ORDER BY r.id";
+
+#define RUNNER_TTL_MAX_MS (365 * 86400000LL)
+
+static void runner_clear(cairn_runner_info *r)
+{
+	free(r->name);
+	free(r->address);
+	free(r->version);
+	free(r->groups);
+}
+
+void cairn_runner_list_free(cairn_runner_info *r, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		runner_clear(&r[i]);
+	free(r);
+}
+
+int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (ttl_ms <= 0 || ttl_ms > RUNNER_TTL_MAX_MS)
+		return client_fail(c, CAIRN_EINVAL,
+				   "invalid ttl %" PRId64 "ms: expected a duration from 1ms to 365d", ttl_ms);
+	char ttl[24];
+	const char *p[] = {db_i64(ttl, ttl_ms)};
+	PGresult *r = db_exec(c->conn, &c->err, SQL_RUNNER_LIST, 1, p);
+	if (!r)
+		return db_fail(c);
+	size_t rows = (size_t)PQntuples(r);
+	cairn_runner_info *v = rows ? calloc(rows, sizeof *v) : NULL;
+	if (rows && !v) {
+		PQclear(r);
+		return client_fail(c, CAIRN_ENOMEM, "out of memory listing %zu runners", rows);
+	}
+	int oom = 0;
+	for (int i = 0; i < (int)rows; i++) {
+		cairn_runner_info *x = &v[i];
+		x->id = db_get_i64(r, i, 0);
+		x->name = db_get_str(r, i, 1);
+		x->address = db_get_str(r, i, 2);
+		x->version = db_get_str(r, i, 3);
+		x->groups = db_get_str(r, i, 4);
+		x->weight = db_get_int(r, i, 5);
+		x->healthy = PQgetvalue(r, i, 6)[0] == 't';
+		x->live = PQgetvalue(r, i, 7)[0] == 't';
+		x->heartbeat_age_ms = db_get_i64(r, i, 8);
+		x->started_unix_ms = db_get_i64(r, i, 9);
+		x->shards = db_get_int(r, i, 10);
+		/* Every text column is NOT NULL, so NULL here means strdup failed. */
+		oom |= !x->name || !x->address || !x->version || !x->groups;
+	}
+	PQclear(r);
+	if (oom) {
+		cairn_runner_list_free(v, rows);
+		return client_fail(c, CAIRN_ENOMEM, "out of memory listing %zu runners", rows);
+	}
+	*out = v;
+	*n = rows;
+	return CAIRN_OK;
+}
+
+static const char SQL_SHARD_LIST[] =
+	"SELECT s.shard_group, s.shard, s.owner, r.name, s.epoch, " MS("s.acquired_at") " "
+	"FROM cairn.shard_leases s LEFT JOIN cairn.runners r ON r.id = s.owner "
+	"WHERE $1::text IS NULL OR s.shard_group = $1 "
+	"ORDER BY s.shard_group, s.shard";
+
+void cairn_shard_list_free(cairn_shard_info *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(s[i].group);
+		free(s[i].owner_name);
+	}
+	free(s);
+}
+
+int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	char err[PARSE_ERR_MAX];
+	if (group && parse_check_name("group", group, err) < 0)
+		return client_fail(c, CAIRN_EINVAL, "%s", err);
+	const char *p[] = {group};
+	PGresult *r = db_exec(c->conn, &c->err, SQL_SHARD_LIST, 1, p);
+	if (!r)
+		return db_fail(c);
+	size_t rows = (size_t)PQntuples(r);
+	cairn_shard_info *v = rows ? calloc(rows, sizeof *v) : NULL;
+	if (rows && !v) {
+		PQclear(r);
+		return client_fail(c, CAIRN_ENOMEM, "out of memory listing %zu shards", rows);
+	}
+	int oom = 0;
+	for (int i = 0; i < (int)rows; i++) {
+		cairn_shard_info *x = &v[i];
+		x->group = db_get_str(r, i, 0);
+		x->shard = db_get_int(r, i, 1);
+		x->owner = db_get_i64(r, i, 2);
+		x->owner_name = db_get_str(r, i, 3);
+		x->epoch = db_get_i64(r, i, 4);
+		x->acquired_unix_ms = db_get_i64(r, i, 5);
+		oom |= !x->group || (!PQgetisnull(r, i, 3) && !x->owner_name);
+	}
+	PQclear(r);
+	if (oom) {
+		cairn_shard_list_free(v, rows);
+		return client_fail(c, CAIRN_ENOMEM, "out of memory listing %zu shards", rows);
+	}
+	*out = v;
+	*n = rows;
+	return CAIRN_OK;
 }

@@ -207,6 +207,49 @@ typedef struct cairn_migration_info {
 int cairn_migration_list(cairn_client *c, const char *dir, cairn_migration_info **out, size_t *n);
 void cairn_migration_list_free(cairn_migration_info *m, size_t n);
 
+/* ------------------------------------------------------------- visibility */
+
+/* One row of cairn.runners, as `cairn runners` shows it. */
+typedef struct cairn_runner_info {
+	int64_t id;
+	char *name, *address, *version;
+	char *groups;             /* the runner's shard groups, comma-separated */
+	int weight;
+	int healthy;              /* not marked unhealthy by the health checker */
+	int live;                 /* heartbeat younger than the TTL and lease backend connected */
+	int64_t heartbeat_age_ms; /* now() - heartbeat_at, measured by PostgreSQL */
+	int64_t started_unix_ms;
+	int shards;               /* cairn.shard_leases rows it owns */
+} cairn_runner_info;
+
+/*
+ * Lists every registered runner in id order. A runner is live when its
+ * heartbeat is younger than ttl_ms and its lease connection (lease_pid) is in
+ * pg_stat_activity of this database: the test the workers themselves use,
+ * except that health is reported separately. CAIRN_EINVAL unless ttl_ms is
+ * from 1 ms to 365 days. The caller frees *out with cairn_runner_list_free().
+ */
+int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, size_t *n);
+void cairn_runner_list_free(cairn_runner_info *r, size_t n);
+
+/* One row of cairn.shard_leases. */
+typedef struct cairn_shard_info {
+	char *group;
+	int shard;
+	int64_t owner;            /* runner id, or 0 when no runner owns the shard */
+	char *owner_name;         /* or NULL */
+	int64_t epoch;            /* fencing epoch, bumped on every acquisition */
+	int64_t acquired_unix_ms; /* 0 if never acquired */
+} cairn_shard_info;
+
+/*
+ * Lists the shard leases of group (NULL: every group) by group and shard. A
+ * shard that was never acquired has no row. CAIRN_EINVAL for a bad group
+ * name. The caller frees *out with cairn_shard_list_free().
+ */
+int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out, size_t *n);
+void cairn_shard_list_free(cairn_shard_info *s, size_t n);
+
 /* ---------------------------------------------------------------- worker */
 
 typedef struct cairn_worker cairn_worker;
