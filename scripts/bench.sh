@@ -1,4 +1,45 @@
 #!/bin/sh
-# bench.sh - the benchmarks need the worker and executor (not built yet).
-echo "bench: no benchmarks yet: they measure the worker, which is not built yet" >&2
-exit 0
+# bench.sh - `make bench`: starts a private PostgreSQL with its durable
+# defaults (PG_FSYNC=on; PG_FSYNC=off measures without fsync), migrates, and
+# runs build/rel/bench, which enqueues, starts cairn-worker (with the
+# bench_flows plugin) and prints a table; the JSON goes to $BENCH_OUT or
+# ./bench.json. The bench empties cairn.runs between phases, so it never uses
+# $DATABASE_URL: set BENCH_DATABASE_URL to point it at a database of its own.
+# Stops and removes everything it started, also when interrupted.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=${BENCH_OUT:-$(pwd)/bench.json}
+pgdir=""
+logs=$(mktemp -d /tmp/cairn-bench-logs.XXXXXX)
+keep_logs=1
+cleanup() {
+	if [ -n "$pgdir" ]; then
+		sh "$top/tests/pg.sh" stop "$pgdir"
+	fi
+	[ "$keep_logs" = 1 ] || rm -rf "$logs"
+	return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+if [ -n "${BENCH_DATABASE_URL:-}" ]; then
+	DATABASE_URL=$BENCH_DATABASE_URL
+	echo "bench: using BENCH_DATABASE_URL (its runs are deleted)"
+else
+	pgdir=$(mktemp -d /tmp/cairn-bench-pg.XXXXXX)
+	DATABASE_URL=$(PG_FSYNC=${PG_FSYNC:-on} sh "$top/tests/pg.sh" start "$pgdir")
+	echo "bench: private PostgreSQL in $pgdir (fsync=${PG_FSYNC:-on})"
+fi
+export DATABASE_URL
+"$top/bin/cairn" migrate >/dev/null
+# The logs only matter when a phase could not be measured (bench exits 3).
+rc=0
+"$top/build/rel/bench" --worker "$top/bin/cairn-worker" \
+	--plugin "$top/build/examples/bench_flows.so" --out "$out" --logs "$logs" || rc=$?
+if [ "$rc" -eq 3 ]; then
+	echo "bench: some phases were not measured; the worker logs stay in $logs"
+	exit 0
+fi
+keep_logs=${BENCH_KEEP_LOGS:-0}
+[ "$keep_logs" = 1 ] && echo "bench: worker logs kept in $logs"
+exit "$rc"

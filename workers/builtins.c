@@ -51,7 +51,7 @@
 static const char *json_text(const cJSON *v, char *out, size_t n)
 {
 	if (!v) {
-		snprintf(out, n, "nothing");
+		snprintf(out, n, "nothing (the field is missing)");
 		return out;
 	}
 	char *s = cJSON_PrintUnformatted(v);
