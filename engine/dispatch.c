@@ -418,8 +418,8 @@ static void *executor_main(void *arg)
 /* ---------------------------------------------------------------- poller */
 
 static const char SQL_CLAIM[] =
-	"WITH due AS (SELECT m.id, m.run_id, l.epoch FROM cairn.shard_leases l "
-	"  JOIN cairn.messages m ON m.shard_group = l.shard_group AND m.shard = l.shard "
+	"WITH due AS (SELECT m.id, m.run_id, l.epoch FROM cairn.messages m "
+	"  JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
 	"  WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
 	"  ORDER BY m.deliver_at, m.id LIMIT $3), "
 	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids "
@@ -581,7 +581,10 @@ static void *poller_main(void *arg)
 		worker_stamp(d->loop);
 		if (!conn) {
 			conn = connect_prepared(w, "cairn-worker poll", "cairn_claim", SQL_CLAIM, &err);
-			if (conn && db_cmd(conn, &err, "LISTEN " CAIRN_WAKE_CHANNEL, 0, NULL) < 0) {
+			/* A generic plan cannot know the LIMIT and sorts every due
+			 * message; plan each claim with its values instead. */
+			if (conn && (db_cmd(conn, &err, "SET plan_cache_mode = force_custom_plan", 0, NULL) < 0 ||
+				     db_cmd(conn, &err, "LISTEN " CAIRN_WAKE_CHANNEL, 0, NULL) < 0)) {
 				PQfinish(conn);
 				conn = NULL;
 			}

@@ -1,7 +1,8 @@
-/* test_unit.c - pure modules, no database: hashing, parsing, array literals. */
+/* test_unit.c - pure modules, no database: hashing, parsing, array literals, backoff. */
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "buf.h"
 #include "hash.h"
 #include "parse.h"
@@ -169,4 +170,34 @@ Test(buf, grows_and_detaches)
 	cr_assert(strlen(s) > 3000);
 	cr_assert_str_eq(buf_str(&b), "");
 	free(s);
+}
+
+Test(backoff, zero_policy_takes_the_documented_defaults)
+{
+	cairn_retry_policy p = backoff_policy(NULL);
+	cr_assert_eq(p.max_attempts, 3);
+	cr_assert_eq(p.initial_ms, 1000);
+	cr_assert_float_eq(p.multiplier, 2.0, 1e-9);
+	cr_assert_eq(p.max_ms, 60000);
+	cr_assert_float_eq(p.jitter, 0.2, 1e-9);
+	cairn_retry_policy none = backoff_policy(&(cairn_retry_policy){.jitter = -1});
+	cr_assert_float_eq(none.jitter, 0.0, 1e-9);
+}
+
+Test(backoff, grows_exponentially_and_stops_at_the_cap)
+{
+	cairn_retry_policy p = {.initial_ms = 100, .multiplier = 2, .max_ms = 1000, .jitter = -1};
+	int64_t want[] = {100, 200, 400, 800, 1000, 1000};
+	for (int a = 1; a <= 6; a++)
+		cr_assert_eq(backoff_ms(&p, a, 0.5), want[a - 1], "attempt %d", a);
+	cr_assert_eq(backoff_ms(&p, 1000000, 0.5), 1000, "a huge attempt number stays at the cap");
+}
+
+Test(backoff, jitter_spreads_within_the_fraction_around_the_nominal)
+{
+	cairn_retry_policy p = {.initial_ms = 1000, .multiplier = 2, .max_ms = 60000, .jitter = 0.2};
+	cr_assert_eq(backoff_ms(&p, 1, 0.5), 1000);
+	cr_assert_eq(backoff_ms(&p, 1, 0.0), 800);
+	cr_assert(backoff_ms(&p, 1, 0.999999) <= 1200 && backoff_ms(&p, 1, 0.999999) >= 1199);
+	cr_assert_eq(backoff_ms(&p, 3, 0.0), 3200);
 }
