@@ -100,7 +100,14 @@ $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_SUPPORT) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(LIB) $(LDLIBS) -lcriterion
 
-test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES)
+# The plugin the singleton tests load into cairn-worker (--plugin); its
+# cairn_* symbols resolve against the worker binary (-rdynamic).
+TEST_PLUGIN := $(OUT)/tests/plugin_test.so
+$(TEST_PLUGIN): tests/plugin_test.c include/cairn.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq 2>/dev/null)
+
+test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN)
 
 # `make test` = dependencies, sanitizer build, then every suite against a
 # private PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh.

@@ -8,6 +8,7 @@ out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
 export CAIRN_BIN_DIR="$top/$out/bin"
 export CAIRN_SQL_DIR="$top/sql/migrations"
+export CAIRN_TEST_PLUGIN="$top/$out/tests/plugin_test.so"
 
 pgdir=""
 cleanup() {

@@ -384,3 +384,46 @@ const char *tlog_file(char out[64])
 	close(fd);
 	return out;
 }
+
+const char *tdb_new_migrated_shards(int shards)
+{
+	const char *db = tdb_new();
+	char n[16], *err = NULL;
+	snprintf(n, sizeof n, "%d", shards);
+	int rc = tcli(db, NULL, &err, "migrate", "--shards", n, NULL);
+	cr_assert_eq(rc, 0, "cairn migrate --shards %d failed: %s", shards, err ? err : "");
+	free(err);
+	return db;
+}
+
+double tmetric(int port, const char *name)
+{
+	char *body = NULL;
+	double v = -1;
+	if (thttp(port, "GET", "/metrics", &body, NULL) == 200) {
+		size_t n = strlen(name);
+		for (const char *p = body; *p;) {
+			if (strncmp(p, name, n) == 0 && p[n] == ' ') {
+				v = strtod(p + n + 1, NULL);
+				break;
+			}
+			const char *nl = strchr(p, '\n');
+			if (!nl)
+				break;
+			p = nl + 1;
+		}
+	}
+	free(body);
+	return v;
+}
+
+const char *tplugin_path(void)
+{
+	static char path[1024];
+	const char *p = getenv("CAIRN_TEST_PLUGIN");
+	if (p && *p)
+		return p;
+	const char *dir = getenv("CAIRN_BIN_DIR");
+	snprintf(path, sizeof path, "%s/../tests/plugin_test.so", dir ? dir : "bin");
+	return path;
+}

@@ -50,3 +50,11 @@ int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms)
 const char *tlog_file(char out[64]);
 /* The whole file as a string (caller frees), then the file is removed. */
 char *tfile_take(const char *path);
+
+/* tdb_new() plus `cairn migrate --shards N`: fewer shards keep lease tests light. */
+const char *tdb_new_migrated_shards(int shards);
+/* The value of an unlabelled metric on the worker's /metrics, or -1 when the
+ * endpoint does not answer or has no such metric. */
+double tmetric(int port, const char *name);
+/* The path of the test plugin (tests/plugin_test.so): $CAIRN_TEST_PLUGIN. */
+const char *tplugin_path(void);
