@@ -355,9 +355,9 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	buf_reset(&ctx->err);
 	buf_puts(&ctx->err, buf_str(&msg));
 	if (src == CAIRN_ERETRY)
-		buf_printf(&ctx->err, " (after %d attempts)", attempts);
+		buf_printf(&ctx->err, " (gave up after %d attempts)", attempts);
 	buf_free(&msg);
-	return src;
+	return CAIRN_EFAIL;
 }
 
 int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg, cJSON **result)

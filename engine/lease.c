@@ -107,9 +107,13 @@ int lease_heartbeat(lease *l)
 		PQclear(r);
 		if (found)
 			goto done;
-		/* Removed as dead by a health checker: register anew. */
+		/* Removed as dead by a health checker: stop the shards' work, give
+		 * every lock back (their leases rows no longer name us) and
+		 * register anew. */
 		log_kv(&w->log, LOG_WARN, "runner row was removed; registering again", NULL);
 		lease_forget(l);
+		singletons_sync(w);
+		db_cmd(l->conn, NULL, "SELECT pg_advisory_unlock_all()", 0, NULL);
 	}
 	pgarr groups = PGARR_INIT;
 	for (int i = 0; i < w->nown; i++)

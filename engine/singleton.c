@@ -31,6 +31,8 @@ struct cairn_singleton {
 	_Atomic int joinable;
 	_Atomic int cancel;
 	_Atomic int exited;
+	pthread_mutex_t mu; /* with cv: wakes cairn_singleton_sleep on cancel */
+	pthread_cond_t cv;
 	int rc;
 	int failures;
 	int finished; /* returned CAIRN_OK: not restarted until the shard comes back */
@@ -88,20 +90,39 @@ int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_
 	s->arg = arg;
 	s->group = group;
 	s->backoff_ms = opts && opts->backoff_ms ? opts->backoff_ms : w->cfg.singleton_backoff_ms;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	w->singletons[w->nsingletons++].s = s;
 	return CAIRN_OK;
 }
 
 int cairn_singleton_cancelled(cairn_singleton *s) { return atomic_load(&s->cancel); }
 
+/* Sleeps in slices on the singleton's own condition variable, so a worker
+ * that is stopping (whose w->cv waits return at once) is not spun on. */
 int cairn_singleton_sleep(cairn_singleton *s, int64_t ms)
 {
-	cairn_worker *w = s->w;
 	int64_t until = worker_now_ms() + ms;
-	pthread_mutex_lock(&w->mu);
-	while (!atomic_load(&s->cancel) && worker_now_ms() < until)
-		worker_wait_locked(w, until - worker_now_ms() < 100 ? until - worker_now_ms() : 100);
-	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_lock(&s->mu);
+	while (!atomic_load(&s->cancel)) {
+		int64_t left = until - worker_now_ms();
+		if (left <= 0)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)(left / 1000);
+		ts.tv_nsec += (long)(left % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	}
+	pthread_mutex_unlock(&s->mu);
 	return atomic_load(&s->cancel);
 }
 
@@ -167,9 +188,9 @@ static void stop_one(struct cairn_singleton *s)
 	if (!s->joinable)
 		return;
 	atomic_store(&s->cancel, 1);
-	pthread_mutex_lock(&s->w->mu);
-	pthread_cond_broadcast(&s->w->cv);
-	pthread_mutex_unlock(&s->w->mu);
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
 	reap(s, 1);
 }
 
@@ -266,8 +287,11 @@ void singletons_status(cairn_worker *w, buf *out)
 
 void singletons_free(cairn_worker *w)
 {
-	for (int i = 0; i < w->nsingletons; i++)
+	for (int i = 0; i < w->nsingletons; i++) {
+		pthread_mutex_destroy(&w->singletons[i].s->mu);
+		pthread_cond_destroy(&w->singletons[i].s->cv);
 		free(w->singletons[i].s);
+	}
 	free(w->singletons);
 	w->singletons = NULL;
 	w->nsingletons = 0;

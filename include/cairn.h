@@ -288,7 +288,7 @@ void cairn_worker_free(cairn_worker *w);
 
 /*
  * A plugin is a shared object loaded with `cairn-worker --plugin flows.so`
- * (or CAIRN_PLUGINS=a.so,b.so). It exports this function, which registers its
+ * (or CAIRN_PLUGINS=a.so:b.so). It exports this function, which registers its
  * workflows and singletons; a non-zero return stops the worker from starting.
  */
 int cairn_plugin_init(cairn_worker *w);
@@ -336,9 +336,10 @@ typedef struct cairn_ctx cairn_ctx;
 /*
  * Return values of a workflow function: CAIRN_OK (the run completes with
  * *output, NULL meaning null), CAIRN_SUSPENDED / CAIRN_CANCELLED /
- * CAIRN_ESTOP as handed back by a durable call, CAIRN_ERETRY (the run is
- * retried per the workflow's policy while attempts remain) or CAIRN_EFAIL
- * and any other error (the run fails for good).
+ * CAIRN_ESTOP as handed back by a durable call, CAIRN_ERETRY (the whole run
+ * is retried from its journal per the workflow's policy while the run's
+ * attempts remain; steps that did not complete run again) or CAIRN_EFAIL and
+ * any other error, CAIRN_ENONDET included (the run fails for good).
  */
 typedef int (*cairn_workflow_fn)(cairn_ctx *ctx, const struct cJSON *input, struct cJSON **output);
 
