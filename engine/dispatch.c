@@ -417,6 +417,8 @@ static void *executor_main(void *arg)
 
 /* ---------------------------------------------------------------- poller */
 
+/* The journal and the buffered signals come unordered (an ordered aggregate
+ * costs a sort per run); exec.c indexes steps by seq and takes signals by id. */
 static const char SQL_CLAIM[] =
 	"WITH due AS (SELECT m.id, m.run_id, l.epoch FROM cairn.messages m "
 	"  JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
@@ -437,10 +439,9 @@ static const char SQL_CLAIM[] =
 	"  (SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'kind', s.kind, "
 	"     'status', s.status, 'output', s.output, 'error', s.error, 'attempts', s.attempts, "
 	"     'wake_at', (extract(epoch FROM s.wake_at) * 1000)::bigint, "
-	"     'started_at', (extract(epoch FROM s.started_at) * 1000)::bigint) ORDER BY s.seq)::text "
+	"     'started_at', (extract(epoch FROM s.started_at) * 1000)::bigint))::text "
 	"   FROM cairn.steps s WHERE s.run_id = r.id), "
-	"  (SELECT json_agg(json_build_object('id', g.id, 'name', g.name, 'payload', g.payload) "
-	"     ORDER BY g.id)::text "
+	"  (SELECT json_agg(json_build_object('id', g.id, 'name', g.name, 'payload', g.payload))::text "
 	"   FROM cairn.signals g WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL)";
 
 static int parse_ids(const char *text, int64_t **out)

@@ -419,14 +419,16 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	jrow row = {.seq = seq, .name = (char *)name, .kind = "signal", .attempts = 1,
 		    .started_ms = e ? jnum(e, "started_at") : unix_now_ms(), .wake_ms = deadline};
 	/* The oldest buffered signal of this name, if one came. */
-	cJSON *sig = NULL;
-	int idx = 0;
-	cJSON_ArrayForEach(sig, ctx->signals)
+	cJSON *sig = NULL, *it;
+	int idx = 0, i = 0;
+	cJSON_ArrayForEach(it, ctx->signals)
 	{
-		const char *sn = jstr(sig, "name");
-		if (sn && strcmp(sn, name) == 0)
-			break;
-		idx++;
+		const char *sn = jstr(it, "name");
+		if (sn && strcmp(sn, name) == 0 && (!sig || jnum(it, "id") < jnum(sig, "id"))) {
+			sig = it;
+			idx = i;
+		}
+		i++;
 	}
 	if (sig) {
 		row.status = "completed";

@@ -305,6 +305,9 @@ int lease_rebalance(lease *l)
 		return -1;
 	l->rebalanced = 1;
 	if (changed) {
+		/* The pollers' claim plans on how many shards each runner owns:
+		 * keep the planner's picture of this small table current. */
+		db_cmd(l->conn, NULL, "ANALYZE cairn.shard_leases", 0, NULL);
 		atomic_fetch_add(&l->w->m.rebalances, 1);
 		char n[24], owned[24];
 		log_kv(&l->w->log, LOG_INFO, "rebalanced", "changed", db_i64(n, changed), "owned",

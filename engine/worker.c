@@ -227,7 +227,11 @@ static void nap(supervisor *s, int64_t ms)
 	for (;;) {
 		worker_stamp(s->loop);
 		int64_t left = until - worker_now_ms();
-		if (w->stopping || left <= 0 || w->wake_supervisor)
+		if (w->wake_supervisor) {
+			w->wake_supervisor = 0; /* a singleton ended: look at it now */
+			break;
+		}
+		if (w->stopping || left <= 0)
 			break;
 		worker_wait_locked(w, left < s->loop->interval_ms ? left : s->loop->interval_ms);
 	}
