@@ -260,6 +260,8 @@ static void detach(supervisor *s, lease *l, PGconn **conn, const char *why)
 	cairn_worker *w = s->w;
 	if (l->runner_id || l->rebalanced) {
 		atomic_fetch_add(&w->m.detachments, 1);
+		/* Shards held when the connection went: lost, not released. */
+		atomic_fetch_add(&w->m.lease_losses, (uint64_t)atomic_load(&w->m.shards_owned));
 		log_kv(&w->log, LOG_WARN, "detached: forgot every shard", "reason", why, NULL);
 	}
 	lease_forget(l);
