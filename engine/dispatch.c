@@ -664,7 +664,22 @@ int dispatch_drain_shards(cairn_worker *w, int group, const int *shards, int n, 
 	if (!d)
 		return 0;
 	pthread_mutex_lock(&d->mu);
-	pthread_cond_broadcast(&d->job_cv);
+	/* Queued runs of these shards have not started: drop them now rather
+	 * than wait for a free executor (their messages stay in the table). */
+	for (job **pp = &d->qhead; *pp;) {
+		job *j = *pp;
+		if (j->group == group && worker_epoch(w, j->group, j->shard) != j->epoch) {
+			*pp = j->next;
+			d->qlen--;
+			job_done_locked(d, j);
+			continue;
+		}
+		pp = &j->next;
+	}
+	d->qtail = NULL;
+	for (job *j = d->qhead; j; j = j->next)
+		d->qtail = j;
+	atomic_store(&w->m.queue_depth, d->qlen);
 	int busy;
 	for (;;) {
 		busy = 0;

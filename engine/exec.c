@@ -567,6 +567,11 @@ static commit *unknown_workflow(cairn_worker *w, job *j, commit *c)
 	}
 	int64_t left = w->cfg.unknown_workflow_timeout_ms - age;
 	c->defer_at_ms = j->db_now_ms + (left < 5000 ? left : 5000);
+	c->run_update = 1;
+	c->run_status = "pending";
+	buf msg = BUF_INIT;
+	buf_printf(&msg, "waiting for a worker that has workflow \"%s\" registered", j->workflow);
+	c->error = buf_detach(&msg);
 	return c;
 }
 
