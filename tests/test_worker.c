@@ -223,3 +223,61 @@ Test(worker, help_and_version)
 	free(out);
 	free(err);
 }
+
+/* /status lists the shards owned with their epochs, the singletons running
+ * here and the rebalance rounds that gave them. */
+static int status_has_all_shards(void *arg)
+{
+	int port = *(int *)arg;
+	char *body = NULL;
+	int ok = 0;
+	if (thttp(port, "GET", "/status", &body, NULL) == 200) {
+		cJSON *j = cJSON_Parse(body);
+		cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
+		ok = g && cJSON_GetObjectItem(g, "count")->valueint == 64 &&
+		     cJSON_GetArraySize(cJSON_GetObjectItem(j, "singletons")) == 2;
+		cJSON_Delete(j);
+	}
+	free(body);
+	return ok;
+}
+
+Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
+{
+	const char *db = tdb_new_migrated_shards(64);
+	int port = tfree_port();
+	pid_t pid = tworker_start(db, port, NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
+	cr_assert(twait(status_has_all_shards, &port, 15000), "the worker never owned all 64 shards");
+	char *body;
+	cr_assert_eq(thttp(port, "GET", "/status", &body, NULL), 200);
+	cJSON *j = cJSON_Parse(body);
+	cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
+	cr_assert_str_eq(cJSON_GetObjectItem(g, "group")->valuestring, "default");
+	cJSON *it;
+	int n = 0;
+	cJSON_ArrayForEach(it, cJSON_GetObjectItem(g, "owned"))
+	{
+		cr_assert_eq(cJSON_GetObjectItem(it, "shard")->valueint, n, "shards are listed in order");
+		cr_assert_geq(cJSON_GetObjectItem(it, "epoch")->valuedouble, 1);
+		n++;
+	}
+	cr_assert_eq(n, 64);
+	const char *seen[2] = {0};
+	int k = 0;
+	cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "singletons")) seen[k++] =
+		cJSON_GetObjectItem(it, "name")->valuestring;
+	cr_assert(strcmp(seen[0], "cairn.health") == 0 || strcmp(seen[1], "cairn.health") == 0);
+	cr_assert(strcmp(seen[0], "cairn.janitor") == 0 || strcmp(seen[1], "cairn.janitor") == 0);
+	cJSON *rb = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "rebalances"), 0);
+	cr_assert(rb, "no rebalance round recorded: %s", body);
+	cr_assert_eq(cJSON_GetObjectItem(rb, "acquired")->valueint, 64);
+	cr_assert_str_eq(cJSON_GetObjectItem(rb, "group")->valuestring, "default");
+	cr_assert(cJSON_IsArray(cJSON_GetObjectItem(j, "in_flight")));
+	/* The epochs /status shows are the ones in the database. */
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL AND epoch >= 1"), 64);
+	PQfinish(c);
+	cJSON_Delete(j);
+	free(body);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
+}
