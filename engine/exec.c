@@ -656,8 +656,11 @@ commit *exec_job(cairn_worker *w, job *j)
 			c->new_kind = "start";
 			c->new_at_ms = ctx_now(&ctx) + backoff_ms(&pol, j->attempt, randombytes_uniform(1000000) / 1e6);
 		} else {
+			/* The attempt count is on the run; name it when it ran out. */
 			buf msg = BUF_INIT;
-			buf_printf(&msg, "%s (attempt %d of %d)", why, j->attempt, j->max_attempts);
+			buf_puts(&msg, why);
+			if (rc == CAIRN_ERETRY)
+				buf_printf(&msg, " (run attempt %d of %d)", j->attempt, j->max_attempts);
 			finish(c, "failed", buf_str(&msg));
 			buf_free(&msg);
 			atomic_fetch_add(&w->m.runs_failed, 1);
