@@ -107,7 +107,13 @@ $(TEST_PLUGIN): tests/plugin_test.c include/cairn.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq 2>/dev/null)
 
-test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN)
+# The workflows of the execution tests (test_exec.c), loaded the same way.
+TEST_FLOWS := $(OUT)/tests/plugin_flows.so
+$(TEST_FLOWS): tests/plugin_flows.c include/cairn.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
+
+test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN) $(TEST_FLOWS)
 
 # `make test` = dependencies, sanitizer build, then every suite against a
 # private PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh.

@@ -9,6 +9,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 export CAIRN_BIN_DIR="$top/$out/bin"
 export CAIRN_SQL_DIR="$top/sql/migrations"
 export CAIRN_TEST_PLUGIN="$top/$out/tests/plugin_test.so"
+export CAIRN_TEST_FLOWS="$top/$out/tests/plugin_flows.so"
 
 pgdir=""
 cleanup() {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -263,6 +264,8 @@ pid_t tworker_start(const char *db, int port, const char *log_path, ...)
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
+		/* A worker never outlives the test that started it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (log_path) {
 			FILE *f = freopen(log_path, "a", stderr);
 			(void)f;
@@ -426,4 +429,33 @@ const char *tplugin_path(void)
 	const char *dir = getenv("CAIRN_BIN_DIR");
 	snprintf(path, sizeof path, "%s/../tests/plugin_test.so", dir ? dir : "bin");
 	return path;
+}
+
+const char *tflows_path(void)
+{
+	static char path[1024];
+	const char *p = getenv("CAIRN_TEST_FLOWS");
+	if (p && *p)
+		return p;
+	const char *dir = getenv("CAIRN_BIN_DIR");
+	snprintf(path, sizeof path, "%s/../tests/plugin_flows.so", dir ? dir : "bin");
+	return path;
+}
+
+struct sql_want {
+	PGconn *c;
+	const char *sql;
+	int64_t want;
+};
+
+static int sql_at_least(void *arg)
+{
+	struct sql_want *w = arg;
+	return tdb_int(w->c, w->sql) >= w->want;
+}
+
+int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_ms)
+{
+	struct sql_want w = {c, sql, want};
+	return twait(sql_at_least, &w, timeout_ms);
 }

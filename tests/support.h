@@ -58,3 +58,8 @@ const char *tdb_new_migrated_shards(int shards);
 double tmetric(int port, const char *name);
 /* The path of the test plugin (tests/plugin_test.so): $CAIRN_TEST_PLUGIN. */
 const char *tplugin_path(void);
+/* The path of the execution tests' plugin (tests/plugin_flows.so): $CAIRN_TEST_FLOWS. */
+const char *tflows_path(void);
+/* Polls the number sql returns (tdb_int) every 10 ms until it is at least want;
+ * 1 if it got there within timeout_ms, else 0. */
+int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_ms);

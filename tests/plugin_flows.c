@@ -1,0 +1,337 @@
+/*
+ * plugin_flows.c - the workflows of the execution tests (test_exec.c), loaded
+ * into a real cairn-worker with `--plugin plugin_flows.so` (CAIRN_PLUGINS).
+ * Each one exists to make one engine promise observable from outside:
+ *
+ *   t.replay   {"mode": "split"}: step "count" bumps t_counter, then step
+ *              "block" waits for a row in t_flags; {"mode": "same"}: one step
+ *              "count_block" bumps and then waits. Shows which steps re-run
+ *              after a crash (t_counter counts executions of the bump).
+ *   t.await    optional durable sleep "pause" (sleep_ms), then awaits signal
+ *              name with timeout_ms; {"timed_out": bool, "payload": ...}.
+ *   t.flaky    step "flaky" with the policy {attempts, initial_ms}, no jitter;
+ *              every execution writes a row to t_attempts, and it is retryable
+ *              until t_flags has a row for the run.
+ *   t.nondet   reads t_flags inside the workflow function (deliberately not
+ *              durable) to name its first step "alpha" or "beta", then awaits
+ *              "go".
+ *   t.signals  awaits signal "s" n times and returns the payloads in order;
+ *              every execution of the function writes its [enter, exit)
+ *              interval to t_exec, so overlapping executions are visible.
+ *   t.spread   step "first", durable sleep "nap" (50 ms), step "second"; both
+ *              steps write (run, step) to t_hits, which has no unique
+ *              constraint, so re-executions show up as extra rows.
+ *
+ * The tables are created by the tests. Database access uses one libpq
+ * connection per executor thread (DATABASE_URL of the worker process), opened
+ * on first use and closed by a thread-specific-data destructor when the
+ * thread ends. Built without libcairn: cairn_* resolve against the worker.
+ */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cairn.h"
+
+#define BLOCK_POLL_MS 20
+#define SPREAD_NAP_MS 50
+#define SIGNALS_MAX   1000
+
+/* ------------------------------------------------------------ database */
+
+static pthread_key_t conn_key;
+static pthread_once_t conn_once = PTHREAD_ONCE_INIT;
+
+static void conn_close(void *c)
+{
+	PQfinish(c);
+}
+static void conn_key_make(void)
+{
+	pthread_key_create(&conn_key, conn_close);
+}
+
+/* This thread's connection, (re)opened when needed; NULL if the database is
+ * unreachable. */
+static PGconn *conn(void)
+{
+	pthread_once(&conn_once, conn_key_make);
+	PGconn *c = pthread_getspecific(conn_key);
+	if (c && PQstatus(c) == CONNECTION_OK)
+		return c;
+	PQfinish(c);
+	pthread_setspecific(conn_key, NULL);
+	const char *url = getenv("DATABASE_URL");
+	c = PQconnectdb(url ? url : "");
+	if (PQstatus(c) != CONNECTION_OK) {
+		PQfinish(c);
+		return NULL;
+	}
+	pthread_setspecific(conn_key, c);
+	return c;
+}
+
+/*
+ * Runs sql with the run id as $1 and an optional text $2; the first column
+ * of the first row, if any, goes to out. 0 on success, -1 on any failure.
+ */
+static int q(int64_t run, const char *sql, const char *p2, char *out, size_t n)
+{
+	PGconn *c = conn();
+	if (!c)
+		return -1;
+	char id[24];
+	snprintf(id, sizeof id, "%" PRId64, run);
+	const char *p[] = {id, p2};
+	PGresult *r = PQexecParams(c, sql, p2 ? 2 : 1, NULL, p, NULL, NULL, 0);
+	ExecStatusType st = PQresultStatus(r);
+	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+	if (ok && out && n) {
+		out[0] = '\0';
+		if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+			snprintf(out, n, "%s", PQgetvalue(r, 0, 0));
+	}
+	PQclear(r);
+	return ok ? 0 : -1;
+}
+
+/* 1 if t_flags has a row for the run, 0 if not, -1 on a database error. */
+static int flag_set(int64_t run)
+{
+	char v[32];
+	if (q(run, "SELECT count(*) FROM t_flags WHERE run_id = $1", NULL, v, sizeof v) < 0)
+		return -1;
+	return atoi(v) > 0;
+}
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+static const cJSON *field(const cJSON *in, const char *name)
+{
+	return cJSON_IsObject(in) ? cJSON_GetObjectItemCaseSensitive(in, name) : NULL;
+}
+
+static int64_t int_field(const cJSON *in, const char *name, int64_t dflt)
+{
+	const cJSON *v = field(in, name);
+	return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : dflt;
+}
+
+/* ------------------------------------------------------------ t.replay */
+
+static int bump(cairn_ctx *ctx, int64_t *n)
+{
+	char v[32];
+	if (q(cairn_ctx_run_id(ctx),
+	      "INSERT INTO t_counter (run_id, n) VALUES ($1, 1) ON CONFLICT (run_id) "
+	      "DO UPDATE SET n = t_counter.n + 1 RETURNING n",
+	      NULL, v, sizeof v) < 0)
+		return cairn_retryable(ctx, "count: cannot update t_counter");
+	*n = strtoll(v, NULL, 10);
+	return CAIRN_OK;
+}
+
+/* Waits for the run's flag; gives up (retryably) when the run must stop. */
+static int wait_flag(cairn_ctx *ctx)
+{
+	for (;;) {
+		int f = flag_set(cairn_ctx_run_id(ctx));
+		if (f > 0)
+			return CAIRN_OK;
+		if (cairn_should_stop(ctx))
+			return cairn_retryable(ctx, "block: the run is stopping");
+		nap_ms(BLOCK_POLL_MS);
+	}
+}
+
+static int step_count(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	int64_t n;
+	CAIRN_TRY(bump(ctx, &n));
+	*result = cJSON_CreateNumber((double)n);
+	return CAIRN_OK;
+}
+
+static int step_block(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	CAIRN_TRY(wait_flag(ctx));
+	*result = cJSON_CreateTrue();
+	return CAIRN_OK;
+}
+
+static int step_count_block(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	int64_t n;
+	CAIRN_TRY(bump(ctx, &n));
+	CAIRN_TRY(wait_flag(ctx));
+	*result = cJSON_CreateNumber((double)n);
+	return CAIRN_OK;
+}
+
+static int wf_replay(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	const cJSON *mode = field(input, "mode");
+	int same = cJSON_IsString(mode) && strcmp(mode->valuestring, "same") == 0;
+	cJSON *count, *ok;
+	if (same) {
+		CAIRN_TRY(cairn_step(ctx, "count_block", step_count_block, NULL, &count));
+	} else {
+		CAIRN_TRY(cairn_step(ctx, "count", step_count, NULL, &count));
+		CAIRN_TRY(cairn_step(ctx, "block", step_block, NULL, &ok));
+	}
+	*output = cJSON_CreateObject();
+	cJSON_AddItemToObject(*output, "count", cJSON_Duplicate(count, 1));
+	return CAIRN_OK;
+}
+
+/* ------------------------------------------------------------- t.await */
+
+static int wf_await(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t sleep_ms = int_field(input, "sleep_ms", 0);
+	int64_t timeout_ms = int_field(input, "timeout_ms", -1);
+	const cJSON *name = field(input, "name");
+	if (!cJSON_IsString(name))
+		return cairn_fail(ctx, "t.await: \"name\" must be a string");
+	if (sleep_ms > 0)
+		CAIRN_TRY(cairn_sleep(ctx, "pause", sleep_ms));
+	cJSON *payload = NULL;
+	int rc = cairn_await_signal(ctx, name->valuestring, timeout_ms, &payload);
+	if (rc != CAIRN_OK && rc != CAIRN_ETIMEOUT)
+		return rc;
+	*output = cJSON_CreateObject();
+	cJSON_AddBoolToObject(*output, "timed_out", rc == CAIRN_ETIMEOUT);
+	cJSON_AddItemToObject(*output, "payload",
+	                      payload ? cJSON_Duplicate(payload, 1) : cJSON_CreateNull());
+	return CAIRN_OK;
+}
+
+/* ------------------------------------------------------------- t.flaky */
+
+static int step_flaky(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	int64_t run = cairn_ctx_run_id(ctx);
+	char n[32];
+	if (q(run, "INSERT INTO t_attempts (run_id, at) VALUES ($1, clock_timestamp())", NULL, NULL,
+	      0) < 0 ||
+	    q(run, "SELECT count(*) FROM t_attempts WHERE run_id = $1", NULL, n, sizeof n) < 0)
+		return cairn_retryable(ctx, "flaky: cannot write t_attempts");
+	int f = flag_set(run);
+	if (f <= 0)
+		return cairn_retryable(ctx, "flaky: not yet (execution %s)", n);
+	*result = cJSON_CreateNumber((double)strtoll(n, NULL, 10));
+	return CAIRN_OK;
+}
+
+static int wf_flaky(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cairn_retry_policy p = {.max_attempts = (int)int_field(input, "attempts", 3),
+	                        .initial_ms = int_field(input, "initial_ms", 100),
+	                        .multiplier = 2.0,
+	                        .jitter = -1};
+	cJSON *n;
+	CAIRN_TRY(cairn_step_retry(ctx, "flaky", &p, step_flaky, NULL, &n));
+	*output = cJSON_CreateObject();
+	cJSON_AddItemToObject(*output, "executions", cJSON_Duplicate(n, 1));
+	return CAIRN_OK;
+}
+
+/* ------------------------------------------------------------ t.nondet */
+
+static int step_trivial(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	*result = cJSON_CreateString(arg);
+	return CAIRN_OK;
+}
+
+static int wf_nondet(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	/* Wrong on purpose: a workflow must not branch on anything that is not
+	 * journaled. This is what the non-determinism check is for. */
+	int f = flag_set(cairn_ctx_run_id(ctx));
+	if (f < 0)
+		return cairn_retryable(ctx, "t.nondet: cannot read t_flags");
+	const char *name = f ? "beta" : "alpha";
+	cJSON *r, *go;
+	CAIRN_TRY(cairn_step(ctx, name, step_trivial, (void *)name, &r));
+	CAIRN_TRY(cairn_await_signal(ctx, "go", -1, &go));
+	*output = cJSON_Duplicate(r, 1);
+	return CAIRN_OK;
+}
+
+/* ----------------------------------------------------------- t.signals */
+
+static int signals_body(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t n = int_field(input, "n", 1);
+	if (n < 1 || n > SIGNALS_MAX)
+		return cairn_fail(ctx, "t.signals: \"n\" must be from 1 to %d", SIGNALS_MAX);
+	cJSON *all = cJSON_CreateArray();
+	for (int64_t i = 0; i < n; i++) {
+		cJSON *p;
+		int rc = cairn_await_signal(ctx, "s", -1, &p);
+		if (rc != CAIRN_OK) {
+			cJSON_Delete(all);
+			return rc;
+		}
+		cJSON_AddItemToArray(all, cJSON_Duplicate(p, 1));
+	}
+	*output = all;
+	return CAIRN_OK;
+}
+
+static int wf_signals(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	char enter[64] = "";
+	int64_t run = cairn_ctx_run_id(ctx);
+	q(run, "SELECT clock_timestamp()::text, $1::bigint", NULL, enter, sizeof enter);
+	int rc = signals_body(ctx, input, output);
+	if (enter[0])
+		q(run,
+		  "INSERT INTO t_exec (run_id, t_enter, t_exit) "
+		  "VALUES ($1, $2::timestamptz, clock_timestamp())",
+		  enter, NULL, 0);
+	return rc;
+}
+
+/* ------------------------------------------------------------ t.spread */
+
+static int step_hit(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	if (q(cairn_ctx_run_id(ctx), "INSERT INTO t_hits (run_id, step) VALUES ($1, $2)", arg, NULL,
+	      0) < 0)
+		return cairn_retryable(ctx, "%s: cannot write t_hits", (const char *)arg);
+	return CAIRN_OK;
+}
+
+static int wf_spread(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	CAIRN_TRY(cairn_step(ctx, "first", step_hit, "first", NULL));
+	CAIRN_TRY(cairn_sleep(ctx, "nap", SPREAD_NAP_MS));
+	CAIRN_TRY(cairn_step(ctx, "second", step_hit, "second", NULL));
+	return CAIRN_OK;
+}
+
+/* ---------------------------------------------------------------- init */
+
+int cairn_plugin_init(cairn_worker *w)
+{
+	static const struct {
+		const char *name;
+		cairn_workflow_fn fn;
+	} flows[] = {{"t.replay", wf_replay}, {"t.await", wf_await},     {"t.flaky", wf_flaky},
+	             {"t.nondet", wf_nondet}, {"t.signals", wf_signals}, {"t.spread", wf_spread}};
+	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
+		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
+			return 1;
+	return 0;
+}

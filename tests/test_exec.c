@@ -1,0 +1,800 @@
+/*
+ * test_exec.c - executing runs (DESIGN section 5), end to end: real
+ * cairn-worker processes with the workflows of tests/plugin_flows.so, on a
+ * database of their own per test, killed with SIGKILL where the point is to
+ * survive a crash. Runs are driven with the C client API and the cairn CLI,
+ * and every wait is a condition polled with a deadline.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cairn.h"
+#include "support.h"
+
+/* The tables the plugin's workflows write (see plugin_flows.c). */
+static const char TABLES[] =
+    "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL);"
+    "CREATE TABLE t_flags (run_id bigint NOT NULL);"
+    "CREATE TABLE t_attempts (run_id bigint NOT NULL, at timestamptz NOT NULL);"
+    "CREATE TABLE t_exec (id bigserial, run_id bigint, t_enter timestamptz, t_exit timestamptz);"
+    "CREATE TABLE t_hits (run_id bigint NOT NULL, step text NOT NULL);";
+
+typedef struct env {
+	const char *db;
+	PGconn *c;
+	cairn_client *cl;
+} env;
+
+static void setup(env *e)
+{
+	e->db = tdb_new_migrated_shards(64);
+	e->c = tdb_connect(e->db);
+	tdb_exec(e->c, TABLES);
+	int rc = cairn_client_open(e->db, &e->cl);
+	cr_assert_eq(rc, CAIRN_OK, "client: %s", e->cl ? cairn_client_errmsg(e->cl) : "no memory");
+}
+
+static void teardown(env *e)
+{
+	cairn_client_free(e->cl);
+	PQfinish(e->c);
+}
+
+typedef struct wk {
+	pid_t pid;
+	int port;
+	char log[64];
+} wk;
+
+/* Workers this test started and has not ended: killed by the suite's fini,
+ * so a failed assertion never leaves a worker running. */
+static pid_t live[8];
+
+static void live_add(pid_t pid)
+{
+	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
+		if (!live[i]) {
+			live[i] = pid;
+			return;
+		}
+}
+
+static void live_del(pid_t pid)
+{
+	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
+		if (live[i] == pid)
+			live[i] = 0;
+}
+
+static void kill_live(void)
+{
+	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
+		if (live[i]) {
+			tworker_stop(live[i], SIGKILL, 5000);
+			live[i] = 0;
+		}
+}
+
+/* No per-test .timeout: with --jobs 2, Criterion 2.4.1's runner leaks a
+ * timer of a test that sets one, and LeakSanitizer fails the suite for it.
+ * tests/run.sh's --timeout bounds every test instead. */
+TestSuite(exec, .fini = kill_live);
+
+/* Starts a worker with quick polls and takeovers and the test plugin; waits
+ * until it is ready. extra is one more NAME=value setting or NULL. */
+static void wk_start(wk *w, const char *db, const char *extra)
+{
+	char plugins[1100];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	w->port = tfree_port();
+	tlog_file(w->log);
+	w->pid = tworker_start(db, w->port, w->log, "CAIRN_POLL_INTERVAL=100ms",
+	                       "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
+	                       "CAIRN_RUNNER_TTL=2s", plugins, extra, NULL);
+	live_add(w->pid);
+	cr_assert(thttp_wait(w->port, "/readyz", 200, 20000),
+	          "worker never became ready; log in %s", w->log);
+}
+
+static void wk_kill(wk *w)
+{
+	int rc = tworker_stop(w->pid, SIGKILL, 5000);
+	live_del(w->pid);
+	cr_assert_eq(rc, 128 + SIGKILL, "kill -9: exit %d", rc);
+	unlink(w->log);
+}
+
+/* Ends a worker with a SIGTERM drain: it must exit 0 (a sanitizer report in
+ * the worker, a leak in the plugin, would make it exit otherwise). */
+static void wk_stop(wk *w)
+{
+	int rc = tworker_stop(w->pid, SIGTERM, 15000);
+	live_del(w->pid);
+	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, w->log);
+	unlink(w->log);
+}
+
+/* One line of measurements on stderr, which tests/run.sh shows. */
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "test_exec: %s\n", line);
+}
+
+static int64_t enqueue(env *e, const char *workflow, const char *input, int max_attempts)
+{
+	cairn_enqueue_opts o = {.input = input, .max_attempts = max_attempts};
+	cairn_enqueued r;
+	int rc = cairn_enqueue(e->cl, workflow, &o, &r);
+	cr_assert_eq(rc, CAIRN_OK, "enqueue %s: %s", workflow, cairn_client_errmsg(e->cl));
+	return r.id;
+}
+
+/* A number the database computes with printf-style SQL. */
+static int64_t num(env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int64_t num(env *e, const char *fmt, ...)
+{
+	char sql[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof sql, fmt, ap);
+	va_end(ap);
+	return tdb_int(e->c, sql);
+}
+
+static int wait_num(env *e, int64_t want, int64_t timeout_ms, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int wait_num(env *e, int64_t want, int64_t timeout_ms, const char *fmt, ...)
+{
+	char sql[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof sql, fmt, ap);
+	va_end(ap);
+	return tdb_wait_at_least(e->c, sql, want, timeout_ms);
+}
+
+static void wait_status(env *e, int64_t id, const char *status, int64_t timeout_ms)
+{
+	int ok = wait_num(
+	    e, 1, timeout_ms,
+	    "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = '%s'", id, status);
+	cr_assert(ok, "run %" PRId64 " never became %s", id, status);
+}
+
+/* Waits for the run to finish and loads it with its journal. */
+static cairn_run *finished(env *e, int64_t id, int64_t timeout_ms)
+{
+	int rc = cairn_run_wait(e->cl, id, timeout_ms);
+	cr_assert_eq(rc, CAIRN_OK, "run %" PRId64 " did not finish within %" PRId64 " ms (%s)", id,
+	             timeout_ms, cairn_strstatus(rc));
+	cairn_run *r;
+	cr_assert_eq(cairn_run_get(e->cl, id, &r), CAIRN_OK, "%s", cairn_client_errmsg(e->cl));
+	return r;
+}
+
+static void set_flag(env *e, int64_t id)
+{
+	char sql[128];
+	snprintf(sql, sizeof sql, "INSERT INTO t_flags (run_id) VALUES (%" PRId64 ")", id);
+	tdb_exec(e->c, sql);
+}
+
+/* A number field of a JSON object text. */
+static double jnum(const char *text, const char *name)
+{
+	cJSON *j = cJSON_Parse(text ? text : "");
+	cr_assert(j, "not JSON: %s", text ? text : "(null)");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+	cr_assert(cJSON_IsNumber(v), "no number \"%s\" in %s", name, text);
+	double d = v->valuedouble;
+	cJSON_Delete(j);
+	return d;
+}
+
+static const cairn_step_info *step_named(const cairn_run *r, const char *name)
+{
+	for (size_t i = 0; i < r->nsteps; i++)
+		if (strcmp(r->steps[i].name, name) == 0)
+			return &r->steps[i];
+	cr_assert_fail("run %" PRId64 " has no journal entry \"%s\"", r->id, name);
+	return NULL;
+}
+
+/* ------------------------------------------------------------- replay */
+
+Test(exec, replay_returns_journaled_results_without_rerunning_the_step)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"split\"}", 0);
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+	                   " AND name = 'count' AND status = 'completed'",
+	                   id),
+	          "step count was never journaled");
+	/* "count" is journaled, so the run is now inside "block". */
+	cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 1);
+	wk_kill(&a);
+
+	wk_start(&b, e.db, NULL);
+	set_flag(&e, id);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "count"), 1, "%s", r->output);
+	cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 1,
+	             "step count ran again after the crash");
+	cr_assert_eq(r->nsteps, 2);
+	cr_assert_eq(step_named(r, "count")->attempts, 1);
+	cr_assert_str_eq(step_named(r, "block")->status, "completed");
+	cairn_run_free(r);
+	wk_stop(&b);
+	teardown(&e);
+}
+
+Test(exec, a_step_interrupted_before_its_result_is_journaled_runs_again)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\"}", 0);
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+	          "step count_block never ran");
+	/* The step has counted and is now blocked, its result not journaled. */
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+	                 " AND status = 'completed'",
+	                 id),
+	             0);
+	wk_kill(&a);
+
+	wk_start(&b, e.db, NULL);
+	cr_assert(wait_num(&e, 2, 20000, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id),
+	          "the interrupted step was not run again");
+	set_flag(&e, id);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "count"), 2, "%s", r->output);
+	cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 2);
+	cairn_run_free(r);
+	wk_stop(&b);
+	teardown(&e);
+}
+
+/* -------------------------------------------------------------- sleep */
+
+Test(exec, durable_sleep_survives_the_death_of_every_worker)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "sleep", "{\"ms\": 2000}", 0);
+	wait_status(&e, id, "sleeping", 20000);
+	wk_kill(&a); /* no worker is left */
+
+	wk_start(&b, e.db, NULL);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "slept_ms"), 2000, "%s", r->output);
+	int64_t took = num(&e,
+	                   "SELECT (extract(epoch FROM finished_at - started_at) * 1000)::bigint "
+	                   "FROM cairn.runs WHERE id = %" PRId64,
+	                   id);
+	report("durable sleep of 2000 ms across a kill -9: finished_at - started_at = %" PRId64
+	       " ms",
+	       took);
+	cr_assert_geq(took, 2000);
+	cr_assert_str_eq(step_named(r, "sleep")->status, "completed");
+	cairn_run_free(r);
+	wk_stop(&b);
+	teardown(&e);
+}
+
+/* ------------------------------------------------------------ signals */
+
+Test(exec, a_signal_sent_before_the_await_is_buffered_and_received)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.await",
+	                     "{\"sleep_ms\": 500, \"name\": \"hello\", \"timeout_ms\": 30000}", 0);
+	cr_assert_eq(cairn_signal(e.cl, id, "hello", "{\"n\": 7}"), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	cairn_run *r = finished(&e, id, 20000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cJSON *out = cJSON_Parse(r->output);
+	cr_assert(out);
+	cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(out, "timed_out")), "%s", r->output);
+	cJSON *p = cJSON_GetObjectItem(out, "payload");
+	cr_assert(p && cJSON_GetObjectItem(p, "n") && cJSON_GetObjectItem(p, "n")->valuedouble == 7,
+	          "%s", r->output);
+	cJSON_Delete(out);
+	/* It really came first: sent before the await (seq 1) began. */
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.signals g JOIN cairn.steps s ON s.run_id = "
+	                 "g.run_id AND s.seq = 1 AND s.kind = 'signal' WHERE g.run_id = %" PRId64
+	                 " AND g.created_at < s.started_at AND g.consumed_by_seq = 1",
+	                 id),
+	             1);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, await_timeout_returns_etimeout_to_the_workflow)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.await", "{\"name\": \"never\", \"timeout_ms\": 300}", 0);
+	cairn_run *r = finished(&e, id, 20000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cJSON *out = cJSON_Parse(r->output);
+	cr_assert(out && cJSON_IsTrue(cJSON_GetObjectItem(out, "timed_out")), "%s", r->output);
+	cJSON_Delete(out);
+	const cairn_step_info *s = step_named(r, "never");
+	cr_assert_str_eq(s->kind, "signal");
+	cr_assert(s->error && strstr(s->error, "timed out"), "%s", s->error ? s->error : "(null)");
+	cr_assert_geq(s->finished_unix_ms - s->started_unix_ms, 300);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+/* ------------------------------------------------------------- cancel */
+
+static void cancel_promptly(env *e, int64_t id, const char *what)
+{
+	int64_t t0 = tnow_ms();
+	cr_assert_eq(cairn_cancel(e->cl, id), CAIRN_OK, "%s", cairn_client_errmsg(e->cl));
+	cairn_run *r = finished(e, id, 10000);
+	int64_t took = tnow_ms() - t0;
+	report("cancel while %s: the run ended %s after %" PRId64 " ms", what, r->status, took);
+	cr_assert_str_eq(r->status, "cancelled", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_lt(took, 5000);
+	cairn_run_free(r);
+}
+
+Test(exec, cancel_while_sleeping_or_awaiting_a_signal_ends_the_run_cancelled_promptly)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t sleeper = enqueue(&e, "sleep", "{\"ms\": 600000}", 0);
+	int64_t waiter = enqueue(&e, "order", "{\"item\": \"book\", \"amount\": 12}", 0);
+	wait_status(&e, sleeper, "sleeping", 20000);
+	wait_status(&e, waiter, "waiting", 20000);
+	cancel_promptly(&e, sleeper, "sleeping 10 minutes");
+	cancel_promptly(&e, waiter, "waiting for approval");
+	/* Nothing is left to wake them. */
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.messages WHERE run_id IN (%" PRId64
+	                 ", %" PRId64 ")",
+	                 sleeper, waiter),
+	             0);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+/* ------------------------------------------------------------ retries */
+
+/*
+ * One attempt of the run (--max-attempts 1), so only the step's own retry
+ * policy is at work here; what the run does with a step that used up its
+ * attempts is the next test's subject.
+ */
+Test(exec, step_retries_with_backoff_then_fails_and_cairn_retry_completes_it)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.flaky", "{\"attempts\": 3, \"initial_ms\": 100}", 1);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "failed", "%s", r->status);
+	cr_assert(r->error && strstr(r->error, "flaky: not yet"), "%s", r->error ? r->error : "");
+	const cairn_step_info *s = step_named(r, "flaky");
+	cr_assert_str_eq(s->status, "failed");
+	cr_assert_eq(s->attempts, 3, "journal shows %d attempts", s->attempts);
+	int64_t execs = num(&e, "SELECT count(*) FROM t_attempts WHERE run_id = %" PRId64, id);
+	cr_assert_eq(execs, 3,
+	             "the step ran %" PRId64 " times for a policy of 3 attempts; error: %s", execs,
+	             r->error);
+	/* The waits between attempts: at least 100 ms, then 200 ms (no jitter). */
+	int64_t gap1 =
+	    num(&e,
+	        "SELECT (extract(epoch FROM at - lag(at) OVER (ORDER BY at)) * 1000)::bigint "
+	        "FROM t_attempts WHERE run_id = %" PRId64 " ORDER BY at OFFSET 1 LIMIT 1",
+	        id);
+	int64_t gap2 =
+	    num(&e,
+	        "SELECT (extract(epoch FROM at - lag(at) OVER (ORDER BY at)) * 1000)::bigint "
+	        "FROM t_attempts WHERE run_id = %" PRId64 " ORDER BY at OFFSET 2 LIMIT 1",
+	        id);
+	report("step retry gaps: %" PRId64 " ms (backoff 100), %" PRId64 " ms (backoff 200)", gap1,
+	       gap2);
+	cr_assert_geq(gap1, 100);
+	cr_assert_geq(gap2, 200);
+	cairn_run_free(r);
+
+	set_flag(&e, id);
+	char ref[24], *err = NULL;
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+	int rc = tcli(e.db, NULL, &err, "retry", ref, NULL);
+	cr_assert_eq(rc, 0, "cairn retry: %s", err);
+	free(err);
+	r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "executions"), 4, "%s", r->output);
+	cr_assert_str_eq(step_named(r, "flaky")->status, "completed");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+/*
+ * cairn.h: cairn_step "returns CAIRN_EFAIL when the attempts are used up
+ * (the error is journaled and becomes the run's)"; DESIGN 5: a failing step
+ * is retried up to its max_attempts, then the run fails for good. So a run
+ * with the default 3 attempts whose step policy allows 3 attempts executes
+ * the step 3 times, not 3 x 3.
+ */
+Test(exec, a_step_that_used_up_its_attempts_fails_the_run_without_running_again)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.flaky", "{\"attempts\": 3, \"initial_ms\": 100}", 0);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "failed", "%s", r->status);
+	int64_t execs = num(&e, "SELECT count(*) FROM t_attempts WHERE run_id = %" PRId64, id);
+	report("step policy 3 attempts, run max_attempts 3: the step ran %" PRId64
+	       " times, the run took %d attempts; error: %s",
+	       execs, r->attempt, r->error ? r->error : "(null)");
+	cr_assert_eq(execs, 3,
+	             "the step ran %" PRId64
+	             " times for a policy of 3 attempts (run attempt %d); error: %s",
+	             execs, r->attempt, r->error ? r->error : "(null)");
+	cr_assert_eq(r->attempt, 1, "the run was re-driven after its step had failed for good");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+/* --------------------------------------------------- non-determinism */
+
+Test(exec, a_replay_that_calls_a_different_step_fails_naming_both)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.nondet", NULL, 0);
+	wait_status(&e, id, "waiting", 20000);
+	set_flag(&e, id); /* the next replay names its first step "beta" */
+	cr_assert_eq(cairn_signal(e.cl, id, "go", NULL), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	cairn_run *r = finished(&e, id, 20000);
+	cr_assert_str_eq(r->status, "failed", "%s", r->status);
+	cr_assert(r->error && strstr(r->error, "non-determinism") &&
+	              strstr(r->error, "\"alpha\"") && strstr(r->error, "\"beta\""),
+	          "%s", r->error ? r->error : "(null)");
+	report("non-determinism error: %s", r->error);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+/* ------------------------------------------------- concurrent signals */
+
+#define SENDERS    4
+#define PER_SENDER 5
+
+typedef struct sender {
+	const char *db;
+	int64_t run;
+	int k;
+	int failed;
+} sender;
+
+static void *send_signals(void *arg)
+{
+	sender *s = arg;
+	cairn_client *c;
+	if (cairn_client_open(s->db, &c) != CAIRN_OK) {
+		s->failed = 1;
+		cairn_client_free(c);
+		return NULL;
+	}
+	for (int i = 0; i < PER_SENDER; i++) {
+		char p[64];
+		snprintf(p, sizeof p, "{\"t\": %d, \"i\": %d}", s->k, i);
+		if (cairn_signal(c, s->run, "s", p) != CAIRN_OK)
+			s->failed = 1;
+	}
+	cairn_client_free(c);
+	return NULL;
+}
+
+Test(exec, concurrent_signals_are_each_consumed_once_in_order_one_execution_at_a_time)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int n = SENDERS * PER_SENDER;
+	char in[32];
+	snprintf(in, sizeof in, "{\"n\": %d}", n);
+	int64_t id = enqueue(&e, "t.signals", in, 0);
+	wait_status(&e, id, "waiting", 20000);
+	pthread_t th[SENDERS];
+	sender s[SENDERS];
+	for (int k = 0; k < SENDERS; k++) {
+		s[k] = (sender){e.db, id, k, 0};
+		pthread_create(&th[k], NULL, send_signals, &s[k]);
+	}
+	for (int k = 0; k < SENDERS; k++) {
+		pthread_join(th[k], NULL);
+		cr_assert(!s[k].failed, "sender %d failed", k);
+	}
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+
+	cJSON *got = cJSON_Parse(r->output);
+	cr_assert(cJSON_IsArray(got) && cJSON_GetArraySize(got) == n, "%s", r->output);
+	/* Exactly once each, and each sender's signals in the order it sent them. */
+	int seen[SENDERS][PER_SENDER] = {{0}}, last[SENDERS];
+	for (int k = 0; k < SENDERS; k++)
+		last[k] = -1;
+	cJSON *p;
+	cJSON_ArrayForEach(p, got)
+	{
+		int t = (int)cJSON_GetObjectItem(p, "t")->valuedouble;
+		int i = (int)cJSON_GetObjectItem(p, "i")->valuedouble;
+		cr_assert(t >= 0 && t < SENDERS && i >= 0 && i < PER_SENDER);
+		seen[t][i]++;
+		cr_assert_gt(i, last[t], "sender %d: payload %d came after %d: %s", t, i, last[t],
+		             r->output);
+		last[t] = i;
+	}
+	for (int k = 0; k < SENDERS; k++)
+		for (int i = 0; i < PER_SENDER; i++)
+			cr_assert_eq(seen[k][i], 1, "payload (%d, %d) received %d times", k, i,
+			             seen[k][i]);
+	/* Each signal row is marked with the journal position that consumed it.
+	 * (Not compared with the id order: ids of concurrent senders are drawn
+	 * before their commits, so a later id can become visible first.) */
+	char sql[256];
+	snprintf(sql, sizeof sql,
+	         "SELECT json_agg(payload ORDER BY consumed_by_seq)::text FROM cairn.signals WHERE "
+	         "run_id = %" PRId64,
+	         id);
+	char *sent = tdb_str(e.c, sql);
+	cJSON *want = cJSON_Parse(sent);
+	cr_assert(cJSON_Compare(got, want, 1), "received %s, consumed %s", r->output, sent);
+	cJSON_Delete(want);
+	free(sent);
+	cJSON_Delete(got);
+	cr_assert_eq(
+	    num(&e,
+	        "SELECT count(DISTINCT consumed_by_seq) FROM cairn.signals WHERE run_id = %" PRId64,
+	        id),
+	    n);
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.signals WHERE run_id = %" PRId64
+	                 " AND consumed_by_seq IS NULL",
+	                 id),
+	             0);
+
+	/* No two executions of the run overlapped in time. */
+	int64_t execs = num(&e, "SELECT count(*) FROM t_exec WHERE run_id = %" PRId64, id);
+	int64_t overlaps = num(
+	    &e,
+	    "SELECT count(*) FROM t_exec x JOIN t_exec y ON x.id < y.id AND x.run_id = "
+	    "y.run_id AND x.t_enter < y.t_exit AND y.t_enter < x.t_exit WHERE x.run_id = %" PRId64,
+	    id);
+	report("%d concurrent signals: %" PRId64 " executions of the run, %" PRId64 " overlapping",
+	       n, execs, overlaps);
+	cr_assert_geq(execs, 2);
+	cr_assert_eq(overlaps, 0);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+/* ------------------------------------------------------ many + a kill */
+
+#define SPREAD_RUNS 1000
+
+Test(exec, a_thousand_runs_on_three_workers_survive_a_kill_and_are_journaled_once)
+{
+	env e;
+	setup(&e);
+	wk w[3];
+	for (int i = 0; i < 3; i++)
+		wk_start(&w[i], e.db, NULL);
+	/* Wait until the three share the shards. */
+	cr_assert(wait_num(&e, 3, 20000,
+	                   "SELECT count(DISTINCT owner) FROM cairn.shard_leases "
+	                   "WHERE owner IS NOT NULL"),
+	          "the shards were never spread over three workers");
+
+	cairn_enqueue_opts *o = calloc(SPREAD_RUNS, sizeof *o);
+	cairn_enqueued *ids = calloc(SPREAD_RUNS, sizeof *ids);
+	int rc = cairn_enqueue_batch(e.cl, "t.spread", SPREAD_RUNS, o, ids);
+	cr_assert_eq(rc, CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	free(o);
+	free(ids);
+	int64_t t0 = tnow_ms();
+
+	const char *done = "SELECT count(*) FROM cairn.runs WHERE status = 'completed'";
+	cr_assert(tdb_wait_at_least(e.c, done, SPREAD_RUNS * 3 / 10, 60000),
+	          "runs are not completing");
+	int64_t at_kill = tdb_int(e.c, done);
+	int64_t owned =
+	    num(&e,
+	        "SELECT count(*) FROM cairn.shard_leases l JOIN cairn.runners r ON r.id = "
+	        "l.owner WHERE r.address LIKE '%%:%d'",
+	        w[1].port);
+	wk_kill(&w[1]);
+	cr_assert(tdb_wait_at_least(e.c, done, SPREAD_RUNS, 120000),
+	          "only %" PRId64 " of %d runs completed", tdb_int(e.c, done), SPREAD_RUNS);
+	int64_t took = tnow_ms() - t0;
+
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.runs WHERE status <> 'completed'"), 0);
+	/* Exactly once in the journal: first, nap, second, each once per run. */
+	int64_t once =
+	    num(&e, "SELECT count(*) FROM (SELECT run_id FROM cairn.steps GROUP BY run_id "
+	            "HAVING count(*) = 3 AND count(DISTINCT name) = 3 "
+	            "AND bool_and(status = 'completed') AND bool_and(name IN ('first', 'nap', "
+	            "'second'))) x");
+	cr_assert_eq(once, SPREAD_RUNS);
+	/* At least once in effect. */
+	cr_assert_eq(
+	    num(&e,
+	        "SELECT count(*) FROM cairn.runs r WHERE (SELECT count(DISTINCT step) FROM t_hits "
+	        "h WHERE h.run_id = r.id) <> 2"),
+	    0);
+	int64_t hits = num(&e, "SELECT count(*) FROM t_hits");
+	int64_t twice = num(&e, "SELECT count(*) FROM (SELECT 1 FROM t_hits GROUP BY run_id, step "
+	                        "HAVING count(*) > 1) x");
+	report("%d runs on 3 workers, one killed (it owned %" PRId64 " of 64 shards) after %" PRId64
+	       " had completed: all completed in %" PRId64 " ms; steps executed %" PRId64
+	       " times for %d journaled (%" PRId64 " re-executions, in %" PRId64 " run steps)",
+	       SPREAD_RUNS, owned, at_kill, took, hits, 2 * SPREAD_RUNS, hits - 2 * SPREAD_RUNS,
+	       twice);
+	wk_stop(&w[0]);
+	wk_stop(&w[2]);
+	teardown(&e);
+}
+
+/* --------------------------------------------------------- bad input */
+
+Test(exec, a_workflow_nobody_registered_fails_after_the_timeout_naming_it)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, "CAIRN_UNKNOWN_WORKFLOW_TIMEOUT=2s");
+	int64_t id = enqueue(&e, "t.nobody", NULL, 0);
+	cairn_run *r = finished(&e, id, 20000);
+	cr_assert_str_eq(r->status, "failed", "%s", r->status);
+	cr_assert(r->error && strstr(r->error, "\"t.nobody\"") &&
+	              strstr(r->error, "not registered"),
+	          "%s", r->error ? r->error : "(null)");
+	int64_t age = r->finished_unix_ms - r->created_unix_ms;
+	report("unknown workflow failed %" PRId64 " ms after it was enqueued (timeout 2000 ms)",
+	       age);
+	cr_assert_geq(age, 2000);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+static int alive(pid_t pid)
+{
+	return waitpid(pid, NULL, WNOHANG) == 0;
+}
+
+Test(exec,
+     bad_input_to_builtin_workflows_fails_the_run_naming_the_field_and_the_worker_stays_healthy)
+{
+	static const struct {
+		const char *workflow, *input, *names;
+	} bad[] = {
+	    {"http", "{}", "\"url\" is missing"},
+	    {"http", "{\"url\": \"file:///etc/passwd\"}", "\"url\" must be an http:// or https://"},
+	    {"http", "{\"url\": \"ftp://x\"}", "\"url\" must be an http:// or https://"},
+	    {"http", "{\"url\": \"http://127.0.0.1/\", \"method\": \"BREW\"}", "\"method\""},
+	    {"sleep", "{\"ms\": -1}", "\"ms\" must be an integer"},
+	    {"sleep", "{\"ms\": \"x\"}", "\"ms\" must be an integer"},
+	    {"sleep", "null", "input must be an object"},
+	    {"order", "{\"amount\": 0}", "\"item\""},
+	    {"order", "{\"item\": \"book\", \"amount\": 0}",
+	     "\"amount\" must be a number greater than 0"},
+	};
+	size_t nbad = sizeof bad / sizeof bad[0];
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t ids[16];
+	for (size_t i = 0; i < nbad; i++)
+		ids[i] = enqueue(&e, bad[i].workflow, bad[i].input, 0);
+	for (size_t i = 0; i < nbad; i++) {
+		cairn_run *r = finished(&e, ids[i], 20000);
+		cr_assert_str_eq(r->status, "failed", "%s %s: %s", bad[i].workflow, bad[i].input,
+		                 r->status);
+		cr_assert(r->error && strstr(r->error, bad[i].names), "%s %s: %s", bad[i].workflow,
+		          bad[i].input, r->error ? r->error : "(null)");
+		cr_assert_eq(r->attempt, 1, "%s %s: bad input was retried (attempt %d)",
+		             bad[i].workflow, bad[i].input, r->attempt);
+		cairn_run_free(r);
+	}
+	cr_assert(alive(a.pid), "the worker died; log in %s", a.log);
+	cr_assert_eq(thttp(a.port, "GET", "/healthz", NULL, NULL), 200);
+	int64_t id = enqueue(&e, "noop", "{\"still\": \"here\"}", 0);
+	cairn_run *r = finished(&e, id, 20000);
+	cr_assert_str_eq(r->status, "completed");
+	cr_assert(strstr(r->output, "\"still\""), "%s", r->output);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, http_builtin_gets_the_workers_healthz_and_retries_a_closed_port)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	char in[256];
+	snprintf(in, sizeof in, "{\"url\": \"http://127.0.0.1:%d/healthz\", \"timeout_ms\": 5000}",
+	         a.port);
+	int64_t ok = enqueue(&e, "http", in, 0);
+	snprintf(in, sizeof in,
+	         "{\"url\": \"http://127.0.0.1:%d/\", \"timeout_ms\": 500, \"max_attempts\": 2}",
+	         tfree_port());
+	int64_t closed = enqueue(&e, "http", in, 1);
+
+	cairn_run *r = finished(&e, ok, 20000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "status"), 200, "%s", r->output);
+	cr_assert(strstr(r->output, "\"body\":\"ok\\n\"") ||
+	              strstr(r->output, "\"body\": \"ok\\n\""),
+	          "%s", r->output);
+	cairn_run_free(r);
+
+	r = finished(&e, closed, 20000);
+	cr_assert_str_eq(r->status, "failed", "%s", r->status);
+	const cairn_step_info *s = step_named(r, "request");
+	report("http to a closed port: %d attempts, error: %s", s->attempts, r->error);
+	cr_assert_eq(s->attempts, 2, "journal shows %d attempts", s->attempts);
+	cr_assert(strstr(r->error, "http: GET http://127.0.0.1:"), "%s", r->error);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
