@@ -20,21 +20,6 @@
 #include "pgarr.h"
 #include "worker.h"
 
-int lease_fenced_exec(PGconn *c, buf *err, const char *sql, const char *group, int shard,
-		      int64_t runner_id, int64_t epoch, int nextra, const char *const *extra)
-{
-	char s[24], r[24], e[24];
-	const char *p[32] = {group, db_i64(s, shard), db_i64(r, runner_id), db_i64(e, epoch)};
-	for (int i = 0; i < nextra && i < 28; i++)
-		p[4 + i] = extra[i];
-	PGresult *res = db_exec(c, err, sql, 4 + nextra, p);
-	if (!res)
-		return -1;
-	int n = atoi(PQcmdTuples(res));
-	PQclear(res);
-	return n;
-}
-
 int lease_init(lease *l, cairn_worker *w, int shards)
 {
 	memset(l, 0, sizeof *l);

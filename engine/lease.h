@@ -25,19 +25,13 @@ typedef struct lease {
 /*
  * The fence every shard-scoped write carries: it only takes effect while
  * cairn.shard_leases still shows this runner with the epoch it acquired.
- * $1 group, $2 shard, $3 runner id, $4 epoch.
+ * $1 group, $2 shard, $3 runner id, $4 epoch. The claim and the group commit
+ * (dispatch.c) apply the same condition row by row, as a join with
+ * cairn.shard_leases on (group, shard, owner, epoch).
  */
 #define LEASE_FENCE                                                                      \
 	"EXISTS (SELECT 1 FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 " \
 	"AND owner = $3 AND epoch = $4)"
-
-/*
- * Runs sql (whose parameters start with $1..$4 as in LEASE_FENCE, then the
- * caller's own from $5) and returns the number of rows it affected, or -1 on
- * error. 0 means the fence refused the write.
- */
-int lease_fenced_exec(PGconn *c, buf *err, const char *sql, const char *group, int shard,
-		      int64_t runner_id, int64_t epoch, int nextra, const char *const *extra);
 
 int lease_init(lease *l, struct cairn_worker *w, int shards);
 void lease_free(lease *l);

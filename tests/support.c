@@ -361,6 +361,13 @@ int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms)
 
 char *tfile_take(const char *path)
 {
+	char *s = tfile_read(path);
+	unlink(path);
+	return s;
+}
+
+char *tfile_read(const char *path)
+{
 	FILE *f = fopen(path, "r");
 	cr_assert(f, "cannot open %s", path);
 	char *s = NULL;
@@ -372,7 +379,6 @@ char *tfile_take(const char *path)
 		n += r;
 	}
 	fclose(f);
-	unlink(path);
 	if (!s)
 		s = calloc(1, 1);
 	s[n] = '\0';

@@ -50,6 +50,8 @@ int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms)
 const char *tlog_file(char out[64]);
 /* The whole file as a string (caller frees), then the file is removed. */
 char *tfile_take(const char *path);
+/* The whole file as a string (caller frees); the file stays. */
+char *tfile_read(const char *path);
 
 /* tdb_new() plus `cairn migrate --shards N`: fewer shards keep lease tests light. */
 const char *tdb_new_migrated_shards(int shards);

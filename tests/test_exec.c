@@ -279,6 +279,76 @@ Test(exec, a_step_interrupted_before_its_result_is_journaled_runs_again)
 	teardown(&e);
 }
 
+/*
+ * Fencing in the engine itself: worker X is frozen (SIGSTOP) while it runs a
+ * step, its lease connection is terminated so Y takes the shard (epoch + 1)
+ * and completes the run; when X wakes up and finishes its stale execution,
+ * its commit is refused by the fence and the run keeps Y's result.
+ */
+Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
+{
+	env e;
+	setup(&e);
+	wk w[2];
+	wk_start(&w[0], e.db, NULL);
+	wk_start(&w[1], e.db, NULL);
+	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\"}", 0);
+	cr_assert(wait_num(&e, 1, 20000, "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+		  "step count_block never ran");
+	/* Which worker is executing it: the owner of the run's shard. */
+	int64_t owner_pid = num(&e,
+				"SELECT split_part(r.name, ':', 2)::bigint FROM cairn.runs u "
+				"JOIN cairn.shard_leases l ON l.shard_group = u.shard_group AND l.shard = u.shard "
+				"JOIN cairn.runners r ON r.id = l.owner WHERE u.id = %" PRId64,
+				id);
+	int x = w[0].pid == (pid_t)owner_pid ? 0 : 1, y = 1 - x;
+	cr_assert_eq(w[x].pid, (pid_t)owner_pid, "no worker owns the run's shard");
+	int64_t epoch = num(&e,
+			    "SELECT l.epoch FROM cairn.runs u JOIN cairn.shard_leases l "
+			    "ON l.shard_group = u.shard_group AND l.shard = u.shard WHERE u.id = %" PRId64,
+			    id);
+	cr_assert_eq(kill(w[x].pid, SIGSTOP), 0);
+	num(&e, "SELECT count(pg_terminate_backend(lease_pid)) FROM cairn.runners WHERE name LIKE '%%:%d'",
+	    (int)w[x].pid);
+	/* Y takes the shard with a new epoch and runs the step again. */
+	cr_assert(wait_num(&e, epoch + 1, 20000,
+			   "SELECT l.epoch FROM cairn.runs u JOIN cairn.shard_leases l ON l.shard_group = "
+			   "u.shard_group AND l.shard = u.shard JOIN cairn.runners r ON r.id = l.owner "
+			   "WHERE u.id = %" PRId64 " AND r.name LIKE '%%:%d'",
+			   id, (int)w[y].pid),
+		  "the other worker never took the shard");
+	cr_assert(wait_num(&e, 2, 20000, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id),
+		  "the new owner never ran the step");
+	set_flag(&e, id);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "count"), 2, "%s", r->output);
+	cairn_run_free(r);
+	/* X wakes up inside its stale execution and tries to write it. */
+	cr_assert_eq(kill(w[x].pid, SIGCONT), 0);
+	char *log = NULL;
+	int64_t deadline = tnow_ms() + 20000;
+	while (tnow_ms() < deadline) {
+		free(log);
+		log = tfile_read(w[x].log);
+		if (log && strstr(log, "refused by the fence"))
+			break;
+		usleep(20000);
+	}
+	cr_assert(log && strstr(log, "refused by the fence"), "the stale write was not refused:\n%s",
+		  log ? log : "");
+	free(log);
+	r = finished(&e, id, 1000);
+	cr_assert_str_eq(r->status, "completed");
+	cr_assert_eq(jnum(r->output, "count"), 2, "the stale worker overwrote the result: %s", r->output);
+	cr_assert_eq(r->nsteps, 1);
+	cr_assert_str_eq(r->steps[0].output, "2", "the journal kept a stale result");
+	cairn_run_free(r);
+	wk_kill(&w[x]);
+	wk_stop(&w[y]);
+	teardown(&e);
+}
+
 /* -------------------------------------------------------------- sleep */
 
 Test(exec, durable_sleep_survives_the_death_of_every_worker)
