@@ -700,10 +700,9 @@ int dispatch_drain_shards(cairn_worker *w, int group, const int *shards, int n, 
 	return busy ? -1 : 0;
 }
 
-void dispatch_stop(cairn_worker *w, int64_t deadline_ms, int *clean, int *cut)
+void dispatch_stop_begin(cairn_worker *w)
 {
 	struct dispatch *d = w->dispatch;
-	*clean = *cut = 0;
 	if (!d)
 		return;
 	atomic_store(&d->stopping, 1);
@@ -713,21 +712,32 @@ void dispatch_stop(cairn_worker *w, int64_t deadline_ms, int *clean, int *cut)
 	pthread_mutex_lock(&d->mu);
 	d->exec_stop = 1;
 	pthread_cond_broadcast(&d->job_cv);
-	while (d->executing > 0 && worker_now_ms() < deadline_ms) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&d->done_cv, &d->mu, &ts);
-	}
-	*cut = d->executing;
 	pthread_mutex_unlock(&d->mu);
-	if (*cut) {
-		/* A step is still running past the deadline: do not wait for it. */
-		*clean = d->clean;
+}
+
+int dispatch_executing(cairn_worker *w)
+{
+	struct dispatch *d = w->dispatch;
+	if (!d)
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	int n = d->executing;
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
+void dispatch_stop_end(cairn_worker *w, int *clean, int *cut)
+{
+	struct dispatch *d = w->dispatch;
+	*clean = *cut = 0;
+	if (!d)
 		return;
-	}
+	pthread_mutex_lock(&d->mu);
+	*cut = d->executing;
+	*clean = d->clean;
+	pthread_mutex_unlock(&d->mu);
+	if (*cut)
+		return; /* a step is still running past the deadline: do not wait for it */
 	for (int i = 0; i < d->nexec; i++)
 		pthread_join(d->execs[i], NULL);
 	pthread_mutex_lock(&d->mu);
@@ -735,7 +745,6 @@ void dispatch_stop(cairn_worker *w, int64_t deadline_ms, int *clean, int *cut)
 	pthread_cond_signal(&d->commit_cv);
 	pthread_mutex_unlock(&d->mu);
 	pthread_join(d->committer, NULL);
-	*clean = d->clean;
 }
 
 void dispatch_free(cairn_worker *w)

@@ -401,6 +401,17 @@ static void *supervisor_main(void *arg)
 
 /* ------------------------------------------------------------- lifecycle */
 
+/* While draining: waits up to ms for SIGTERM or SIGINT, and exits at once
+ * if one comes. */
+static void second_signal_exits(cairn_worker *w, const sigset_t *sigs, long ms)
+{
+	int sig = sigtimedwait(sigs, NULL, &(struct timespec){0, ms * 1000000L});
+	if (sig == SIGTERM || sig == SIGINT) {
+		log_kv(&w->log, LOG_WARN, "second signal: exiting now", NULL);
+		_exit(1);
+	}
+}
+
 int cairn_worker_run(cairn_worker *w)
 {
 	sigset_t sigs;
@@ -477,7 +488,10 @@ int cairn_worker_run(cairn_worker *w)
 	 * while the leases still hold; then the supervisor releases everything. */
 	int64_t deadline = worker_now_ms() + w->cfg.shutdown_timeout_ms;
 	int finished = 0, cut = 0;
-	dispatch_stop(w, deadline, &finished, &cut);
+	dispatch_stop_begin(w);
+	while (dispatch_executing(w) > 0 && worker_now_ms() < deadline)
+		second_signal_exits(w, &sigs, 20);
+	dispatch_stop_end(w, &finished, &cut);
 	pthread_mutex_lock(&w->mu);
 	w->stopping = 1;
 	pthread_cond_broadcast(&w->cv);
@@ -486,13 +500,8 @@ int cairn_worker_run(cairn_worker *w)
 	/* A second signal exits at once. Releasing gets at least two seconds. */
 	if (deadline < worker_now_ms() + 2000)
 		deadline = worker_now_ms() + 2000;
-	while (!atomic_load(&sup.done) && worker_now_ms() < deadline) {
-		int sig = sigtimedwait(&sigs, NULL, &(struct timespec){0, 20 * 1000000L});
-		if (sig == SIGTERM || sig == SIGINT) {
-			log_kv(&w->log, LOG_WARN, "second signal: exiting now", NULL);
-			_exit(1);
-		}
-	}
+	while (!atomic_load(&sup.done) && worker_now_ms() < deadline)
+		second_signal_exits(w, &sigs, 20);
 	int clean = atomic_load(&sup.done);
 	if (clean)
 		pthread_join(sup.thread, NULL);

@@ -134,8 +134,13 @@ void singletons_free(cairn_worker *w);
 int dispatch_start(cairn_worker *w);
 /* Waits (up to deadline_ms, monotonic) until no run of these shards is in flight. */
 int dispatch_drain_shards(cairn_worker *w, int group, const int *shards, int n, int64_t deadline_ms);
-/* Stops every thread; returns runs finished cleanly / cut off via out params. */
-void dispatch_stop(cairn_worker *w, int64_t deadline_ms, int *clean, int *cut);
+/* Draining: stop claiming and tell executors to stop at their next durable
+ * point; then wait while dispatch_executing() > 0 (up to a deadline); then
+ * dispatch_stop_end() joins everything and flushes the committer, unless
+ * runs are still executing (cut off), in which case it leaves them. */
+void dispatch_stop_begin(cairn_worker *w);
+int dispatch_executing(cairn_worker *w);
+void dispatch_stop_end(cairn_worker *w, int *clean, int *cut);
 void dispatch_status(cairn_worker *w, buf *json_array);
 void dispatch_free(cairn_worker *w); /* after dispatch_stop and the supervisor */
 

@@ -21,6 +21,9 @@
  *   t.spread   step "first", durable sleep "nap" (50 ms), step "second"; both
  *              steps write (run, step) to t_hits, which has no unique
  *              constraint, so re-executions show up as extra rows.
+ *   t.stubborn step "work" that takes {"ms": N} and does not check
+ *              cairn_should_stop, then bumps t_counter: a step a drain must
+ *              wait for (or cut off).
  *
  * The tables are created by the tests. Database access uses one libpq
  * connection per executor thread (DATABASE_URL of the worker process), opened
@@ -321,6 +324,23 @@ static int wf_spread(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ---------------------------------------------------------- t.stubborn */
+
+static int step_work(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	nap_ms((long)*(const int64_t *)arg);
+	*result = cJSON_CreateTrue();
+	return CAIRN_OK;
+}
+
+static int wf_stubborn(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t ms = int_field(input, "ms", 1000);
+	CAIRN_TRY(cairn_step(ctx, "work", step_work, &ms, NULL));
+	CAIRN_TRY(cairn_step(ctx, "count", step_count, NULL, NULL));
+	return CAIRN_OK;
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -329,7 +349,8 @@ int cairn_plugin_init(cairn_worker *w)
 		const char *name;
 		cairn_workflow_fn fn;
 	} flows[] = {{"t.replay", wf_replay}, {"t.await", wf_await},     {"t.flaky", wf_flaky},
-	             {"t.nondet", wf_nondet}, {"t.signals", wf_signals}, {"t.spread", wf_spread}};
+	             {"t.nondet", wf_nondet}, {"t.signals", wf_signals}, {"t.spread", wf_spread},
+	             {"t.stubborn", wf_stubborn}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

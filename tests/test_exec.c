@@ -279,6 +279,20 @@ Test(exec, a_step_interrupted_before_its_result_is_journaled_runs_again)
 	teardown(&e);
 }
 
+/* Waits until the worker's log contains text. */
+static int wait_log(wk *w, const char *text, int64_t timeout_ms)
+{
+	int64_t deadline = tnow_ms() + timeout_ms;
+	for (;;) {
+		char *log = tfile_read(w->log);
+		int found = strstr(log, text) != NULL;
+		free(log);
+		if (found || tnow_ms() >= deadline)
+			return found;
+		usleep(20000);
+	}
+}
+
 /*
  * Fencing in the engine itself: worker X is frozen (SIGSTOP) while it runs a
  * step, its lease connection is terminated so Y takes the shard (epoch + 1)
@@ -326,18 +340,7 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	cairn_run_free(r);
 	/* X wakes up inside its stale execution and tries to write it. */
 	cr_assert_eq(kill(w[x].pid, SIGCONT), 0);
-	char *log = NULL;
-	int64_t deadline = tnow_ms() + 20000;
-	while (tnow_ms() < deadline) {
-		free(log);
-		log = tfile_read(w[x].log);
-		if (log && strstr(log, "refused by the fence"))
-			break;
-		usleep(20000);
-	}
-	cr_assert(log && strstr(log, "refused by the fence"), "the stale write was not refused:\n%s",
-		  log ? log : "");
-	free(log);
+	cr_assert(wait_log(&w[x], "refused by the fence", 20000), "the stale write was not refused");
 	r = finished(&e, id, 1000);
 	cr_assert_str_eq(r->status, "completed");
 	cr_assert_eq(jnum(r->output, "count"), 2, "the stale worker overwrote the result: %s", r->output);
@@ -346,6 +349,87 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	cairn_run_free(r);
 	wk_kill(&w[x]);
 	wk_stop(&w[y]);
+	teardown(&e);
+}
+
+/* --------------------------------------------------------------- drain */
+
+/* The worker's log once it has exited. */
+static char *log_of(wk *w)
+{
+	char *log = tfile_read(w->log);
+	unlink(w->log);
+	return log;
+}
+
+Test(exec, sigterm_lets_a_running_step_finish_and_journals_it_before_exiting)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, "CAIRN_SHUTDOWN_TIMEOUT=20s");
+	int64_t id = enqueue(&e, "t.stubborn", "{\"ms\": 1500}", 0);
+	wait_status(&e, id, "running", 20000);
+	int64_t t0 = tnow_ms();
+	int rc = tworker_stop(a.pid, SIGTERM, 20000);
+	live_del(a.pid);
+	char *log = log_of(&a);
+	cr_assert_eq(rc, 0, "exit %d:\n%s", rc, log);
+	cr_assert(strstr(log, "finished_cleanly=1 cut_off=0"), "%s", log);
+	report("drain with a 1.5 s step in flight took %" PRId64 " ms", tnow_ms() - t0);
+	free(log);
+	cr_assert_eq(num(&e,
+			 "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+			 " AND name = 'work' AND status = 'completed'",
+			 id),
+		     1, "the finished step was not journaled before the worker exited");
+	cr_assert_eq(num(&e, "SELECT count(*) FROM t_counter WHERE run_id = %" PRId64, id), 0,
+		     "the run went on past its durable point while draining");
+	wk_start(&b, e.db, NULL);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(step_named(r, "work")->attempts, 1, "the journaled step ran again");
+	cairn_run_free(r);
+	wk_stop(&b);
+	teardown(&e);
+}
+
+Test(exec, sigterm_cuts_off_a_step_past_the_shutdown_timeout_and_a_second_signal_exits_at_once)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, "CAIRN_SHUTDOWN_TIMEOUT=1s");
+	int64_t id = enqueue(&e, "t.stubborn", "{\"ms\": 30000}", 0);
+	wait_status(&e, id, "running", 20000);
+	int64_t t0 = tnow_ms();
+	int rc = tworker_stop(a.pid, SIGTERM, 10000);
+	live_del(a.pid);
+	char *log = log_of(&a);
+	cr_assert_eq(rc, 0, "exit %d:\n%s", rc, log);
+	cr_assert(strstr(log, "cut_off=1"), "%s", log);
+	cr_assert_lt(tnow_ms() - t0, 8000, "the drain did not stop at the shutdown timeout");
+	free(log);
+
+	/* The run is still there; the next worker takes it, and a second
+	 * SIGTERM during its drain exits at once. */
+	wk_start(&b, e.db, "CAIRN_SHUTDOWN_TIMEOUT=60s");
+	cr_assert(wait_num(&e, 1, 20000,
+			   "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = "
+			   "r.shard_group AND l.shard = r.shard JOIN cairn.runners n ON n.id = l.owner "
+			   "WHERE r.id = %" PRId64 " AND r.status = 'running' AND n.name LIKE '%%:%d'",
+			   id, (int)b.pid),
+		  "the second worker never took the run");
+	cr_assert_eq(kill(b.pid, SIGTERM), 0);
+	cr_assert(wait_log(&b, "msg=\"draining\"", 10000), "the worker never began to drain");
+	t0 = tnow_ms();
+	rc = tworker_stop(b.pid, SIGTERM, 5000);
+	live_del(b.pid);
+	log = log_of(&b);
+	cr_assert_eq(rc, 1, "exit %d after a second SIGTERM:\n%s", rc, log);
+	cr_assert(strstr(log, "second signal"), "%s", log);
+	cr_assert_lt(tnow_ms() - t0, 3000, "the second signal did not exit at once");
+	free(log);
 	teardown(&e);
 }
 
