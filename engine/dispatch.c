@@ -60,7 +60,7 @@ struct dispatch {
 	int executing;
 	int exec_stop, commit_stop;
 	_Atomic int stopping;
-	int clean, cut;
+	int clean; /* executions that reached a durable point while draining */
 	worker_loop *loop;
 };
 

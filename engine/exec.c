@@ -645,7 +645,7 @@ commit *exec_job(cairn_worker *w, job *j)
 	} else {
 		const char *why = ctx.err.len ? buf_str(&ctx.err) : cairn_strstatus(rc);
 		cairn_retry_policy pol = backoff_policy(&def->opts.retry);
-		if (rc != CAIRN_EFAIL && rc != CAIRN_ENONDET && j->attempt < j->max_attempts) {
+		if (rc == CAIRN_ERETRY && j->attempt < j->max_attempts) {
 			drop_unfinished_rows(c);
 			c->run_update = 1;
 			c->run_status = "pending";
