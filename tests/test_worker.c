@@ -281,3 +281,25 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	free(body);
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
 }
+
+/* A plugin that cannot be loaded stops the worker before it does anything,
+ * naming the path and the reason. */
+static void refuses_plugin(const char *path, const char *why)
+{
+	const char *db = tdb_new_migrated();
+	char log[64], env[1100];
+	tlog_file(log);
+	snprintf(env, sizeof env, "CAIRN_PLUGINS=%s", path);
+	pid_t pid = tworker_start(db, tfree_port(), log, env, NULL);
+	int rc = tworker_stop(pid, 0, 15000);
+	char *text = tfile_take(log);
+	cr_assert_eq(rc, 1, "exit %d:\n%s", rc, text);
+	cr_assert(strstr(text, path) && strstr(text, why), "%s", text);
+	free(text);
+}
+
+Test(worker, unloadable_plugins_stop_the_worker_naming_path_and_reason)
+{
+	refuses_plugin("/nonexistent/flows.so", "cannot load it");
+	refuses_plugin("/lib/x86_64-linux-gnu/libm.so.6", "does not export cairn_plugin_init");
+}
