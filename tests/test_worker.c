@@ -303,3 +303,31 @@ Test(worker, unloadable_plugins_stop_the_worker_naming_path_and_reason)
 	refuses_plugin("/nonexistent/flows.so", "cannot load it");
 	refuses_plugin("/lib/x86_64-linux-gnu/libm.so.6", "does not export cairn_plugin_init");
 }
+
+/* The built-in singletons at work: the janitor deletes finished runs older
+ * than CAIRN_RETENTION (and only those), the health checker removes runners
+ * whose heartbeat is older than twice the TTL. */
+Test(worker, janitor_deletes_old_finished_runs_and_health_checker_removes_dead_runners)
+{
+	const char *db = tdb_new_migrated_shards(64);
+	PGconn *c = tdb_connect(db);
+	tdb_exec(c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, input, finished_at) VALUES "
+		    "('noop', 'old-done', 'default', 1, 'completed', 'null', now() - interval '2 days'), "
+		    "('noop', 'new-done', 'default', 2, 'completed', 'null', now() - interval '1 hour'), "
+		    "('noop', 'old-live', 'default', 3, 'sleeping', 'null', NULL)");
+	tdb_exec(c, "UPDATE cairn.runs SET created_at = now() - interval '3 days' WHERE key LIKE 'old-%'");
+	tdb_exec(c, "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid, heartbeat_at) "
+		    "VALUES ('ghost:1', '127.0.0.1:1', 'x', '{default}', 100, 1, now() - interval '1 hour')");
+	int port = tfree_port();
+	pid_t pid = tworker_start(db, port, NULL, "CAIRN_RETENTION=1d", "CAIRN_RUNNER_TTL=2s",
+				  "CAIRN_HEARTBEAT_INTERVAL=200ms", NULL);
+	cr_assert(tdb_wait_at_least(c, "SELECT 1 - count(*) FROM cairn.runs WHERE key = 'old-done'", 1, 20000),
+		  "the janitor never deleted the old finished run");
+	cr_assert(tdb_wait_at_least(c, "SELECT 1 - count(*) FROM cairn.runners WHERE name = 'ghost:1'", 1, 20000),
+		  "the health checker never removed the dead runner");
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key IN ('new-done', 'old-live')"), 2,
+		     "the janitor deleted a run it must keep");
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runners"), 1, "the live runner was removed");
+	PQfinish(c);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
+}
