@@ -36,6 +36,7 @@
 
 typedef struct flight {
 	int64_t run_id;
+	job *job; /* valid while the run is in flight */
 	int group, shard;
 	int64_t since_unix_ms;
 	char workflow[NAME_MAX_BYTES + 1];
@@ -529,6 +530,7 @@ static int claim(struct dispatch *d, PGconn *conn, int limit, buf *err)
 		}
 		flight *f = &d->fl[d->nfl++];
 		f->run_id = j->run_id;
+		f->job = j;
 		f->group = group;
 		f->shard = shard;
 		f->since_unix_ms = unix_now_ms();
@@ -549,6 +551,34 @@ static int claim(struct dispatch *d, PGconn *conn, int limit, buf *err)
 	int got = PQntuples(r);
 	PQclear(r);
 	return got >= limit ? limit : queued;
+}
+
+static const char SQL_CANCELLED[] =
+	"SELECT id FROM cairn.runs WHERE id = ANY ($1::bigint[]) AND cancel_requested";
+
+/* Tells in-flight runs that were cancelled meanwhile, so that a long step
+ * polling cairn_should_stop() hears of it before its next durable call. */
+static void check_cancels(struct dispatch *d, PGconn *conn)
+{
+	pgarr ids = PGARR_INIT;
+	pthread_mutex_lock(&d->mu);
+	for (int i = 0; i < d->nfl; i++)
+		pgarr_add_i64(&ids, d->fl[i].run_id);
+	pthread_mutex_unlock(&d->mu);
+	if (ids.n == 0)
+		return;
+	const char *p[] = {pgarr_str(&ids)};
+	PGresult *r = db_exec(conn, NULL, SQL_CANCELLED, 1, p);
+	pgarr_free(&ids);
+	pthread_mutex_lock(&d->mu);
+	for (int k = 0; r && k < PQntuples(r); k++) {
+		int64_t id = db_get_i64(r, k, 0);
+		for (int i = 0; i < d->nfl; i++)
+			if (d->fl[i].run_id == id)
+				atomic_store(&d->fl[i].job->cancel_requested, 1);
+	}
+	pthread_mutex_unlock(&d->mu);
+	PQclear(r);
 }
 
 /* Waits for a notification, a wake-up from an executor, or the timeout. */
@@ -578,8 +608,13 @@ static void *poller_main(void *arg)
 	PGconn *conn = NULL;
 	buf err = BUF_INIT;
 	int failures = 0;
+	int64_t next_cancel_check = 0;
 	while (!atomic_load(&d->stopping)) {
 		worker_stamp(d->loop);
+		if (conn && worker_now_ms() >= next_cancel_check) {
+			check_cancels(d, conn);
+			next_cancel_check = worker_now_ms() + w->cfg.poll_interval_ms;
+		}
 		if (!conn) {
 			conn = connect_prepared(w, "cairn-worker poll", "cairn_claim", SQL_CLAIM, &err);
 			/* A generic plan cannot know the LIMIT and sorts every due

@@ -15,7 +15,8 @@ typedef struct job {
 	int group, shard;
 	int64_t epoch;
 	char *workflow, *status, *input;
-	int attempt, max_attempts, cancel_requested;
+	int attempt, max_attempts;
+	_Atomic int cancel_requested; /* also set by the poller while the run executes */
 	int64_t created_ms;
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
 	char *journal, *signals;         /* JSON arrays or NULL */

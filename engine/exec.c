@@ -130,7 +130,8 @@ static int flush(cairn_ctx *ctx)
 	ctx->pending = NULL;
 	int ok = dispatch_commit_wait(ctx->w, c);
 	if (ok)
-		ctx->job->cancel_requested |= c->cancel_requested;
+		if (c->cancel_requested)
+			atomic_store(&ctx->job->cancel_requested, 1);
 	commit_free(c);
 	if (!ok) {
 		ctx->fatal = CAIRN_ESTOP;
@@ -302,7 +303,8 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 		if (jnum(e, "wake_at") > ctx_now(ctx))
 			return suspend(ctx, "sleeping", 0);
 	}
-	if ((rc = interrupt(ctx)) || (rc = flush(ctx)))
+	/* The flush also brings news of a cancellation: look again after it. */
+	if ((rc = interrupt(ctx)) || (rc = flush(ctx)) || (rc = interrupt(ctx)))
 		return rc;
 	attempts++;
 	int64_t t0 = unix_now_ms(), m0 = worker_now_ms();
@@ -343,6 +345,13 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	buf msg = BUF_INIT;
 	buf_printf(&msg, "step %s: %s", name, ctx->err.len ? buf_str(&ctx->err) : "failed");
 	row.error = (char *)buf_str(&msg);
+	if (atomic_load(&ctx->job->cancel_requested)) {
+		/* The step gave up because the run was cancelled under it. */
+		row.status = "failed";
+		rc = add_row(ctx, &row);
+		buf_free(&msg);
+		return rc ? cairn_fail(ctx, "out of memory") : CAIRN_CANCELLED;
+	}
 	if (src == CAIRN_ERETRY && attempts < p.max_attempts) {
 		row.status = "retrying";
 		row.wake_ms = ctx_now(ctx) + backoff_ms(&p, attempts, randombytes_uniform(1000000) / 1e6);

@@ -560,6 +560,26 @@ Test(exec, cancel_while_sleeping_or_awaiting_a_signal_ends_the_run_cancelled_pro
  * policy is at work here; what the run does with a step that used up its
  * attempts is the next test's subject.
  */
+Test(exec, cancel_reaches_a_long_step_that_polls_cairn_should_stop)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\"}", 0);
+	cr_assert(wait_num(&e, 1, 20000, "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+		  "step count_block never ran");
+	int64_t t0 = tnow_ms();
+	cr_assert_eq(cairn_cancel(e.cl, id), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	cairn_run *r = finished(&e, id, 10000);
+	int64_t took = tnow_ms() - t0;
+	cr_assert_str_eq(r->status, "cancelled", "%s: %s", r->status, r->error ? r->error : "");
+	report("cancel reached a blocked step and ended the run in %" PRId64 " ms", took);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
 Test(exec, step_retries_with_backoff_then_fails_and_cairn_retry_completes_it)
 {
 	env e;
