@@ -177,6 +177,8 @@ static void status(cairn_worker *w, reply *r)
 		cJSON_AddStringToObject(it, "group", rec->group);
 		cJSON_AddNumberToObject(it, "acquired", rec->acquired);
 		cJSON_AddNumberToObject(it, "released", rec->released);
+		cJSON_AddStringToObject(it, "acquired_shards", rec->acquired_shards);
+		cJSON_AddStringToObject(it, "released_shards", rec->released_shards);
 		cJSON_AddNumberToObject(it, "live_runners", rec->live_runners);
 		cJSON_AddStringToObject(it, "why", rec->why);
 		cJSON_AddItemToArray(hist, it);

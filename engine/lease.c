@@ -196,6 +196,28 @@ static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 	return rc;
 }
 
+/* Writes ascending shard numbers as ranges ("0-12,15,17-20"), cut with "...". */
+static void shard_ranges(char *out, size_t size, const int *sorted, int n)
+{
+	size_t used = 0;
+	out[0] = '\0';
+	for (int i = 0; i < n;) {
+		int j = i;
+		while (j + 1 < n && sorted[j + 1] == sorted[j] + 1)
+			j++;
+		char part[32];
+		int len = i == j ? snprintf(part, sizeof part, "%s%d", used ? "," : "", sorted[i])
+				 : snprintf(part, sizeof part, "%s%d-%d", used ? "," : "", sorted[i], sorted[j]);
+		if (used + (size_t)len + 4 > size) {
+			snprintf(out + used, size - used, "...");
+			return;
+		}
+		memcpy(out + used, part, (size_t)len + 1);
+		used += (size_t)len;
+		i = j + 1;
+	}
+}
+
 static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 {
 	own_group *g = &l->w->own[gi];
@@ -225,6 +247,7 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 			lst[k++] = s;
 	rebalance_rec rec = {.live_runners = n};
 	if (k) {
+		shard_ranges(rec.released_shards, sizeof rec.released_shards, lst, k);
 		rc = release_shards(l, gi, lst, k, err);
 		*changed += k;
 		rec.released = k;
@@ -249,13 +272,16 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 			       "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s", 2, u);
 			rc = -1;
 		} else {
+			int got = 0;
 			for (int i = 0; i < PQntuples(r); i++) {
 				int s = db_get_int(r, i, 0);
 				if (s >= 0 && s < l->shards && !atomic_load(&g->epoch[s])) {
 					atomic_store(&g->epoch[s], db_get_i64(r, i, 1));
 					g->owned++;
+					lst[got++] = s; /* ascending: the statement orders by shard */
 				}
 			}
+			shard_ranges(rec.acquired_shards, sizeof rec.acquired_shards, lst, got);
 			*changed += PQntuples(r);
 			rec.acquired = PQntuples(r);
 			PQclear(r);

@@ -62,6 +62,7 @@ typedef struct rebalance_rec {
 	int64_t unix_ms;
 	char group[64];
 	int acquired, released, live_runners;
+	char acquired_shards[128], released_shards[128]; /* "0-12,15", cut with "..." */
 	char why[96];
 } rebalance_rec;
 #define REBALANCE_HISTORY 16

@@ -271,6 +271,8 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	cJSON *rb = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "rebalances"), 0);
 	cr_assert(rb, "no rebalance round recorded: %s", body);
 	cr_assert_eq(cJSON_GetObjectItem(rb, "acquired")->valueint, 64);
+	cr_assert_str_eq(cJSON_GetObjectItem(rb, "acquired_shards")->valuestring, "0-63");
+	cr_assert_str_eq(cJSON_GetObjectItem(rb, "released_shards")->valuestring, "");
 	cr_assert_str_eq(cJSON_GetObjectItem(rb, "group")->valuestring, "default");
 	cr_assert(cJSON_IsArray(cJSON_GetObjectItem(j, "in_flight")));
 	/* The epochs /status shows are the ones in the database. */
