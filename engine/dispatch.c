@@ -33,6 +33,7 @@
 #include "pgarr.h"
 
 #define COMMIT_MAX 512
+#define SLOW_CLAIM_MS 20 /* a claim of one batch normally takes a few ms */
 
 typedef struct flight {
 	int64_t run_id;
@@ -608,7 +609,7 @@ static void *poller_main(void *arg)
 	PGconn *conn = NULL;
 	buf err = BUF_INIT;
 	int failures = 0;
-	int64_t next_cancel_check = 0;
+	int64_t next_cancel_check = 0, next_analyze = 0;
 	while (!atomic_load(&d->stopping)) {
 		worker_stamp(d->loop);
 		if (conn && worker_now_ms() >= next_cancel_check) {
@@ -642,7 +643,19 @@ static void *poller_main(void *arg)
 			continue;
 		}
 		int limit = room < w->cfg.poll_batch ? room : w->cfg.poll_batch;
+		int64_t t0 = worker_now_ms();
 		int n = claim(d, conn, limit, &err);
+		int64_t took = worker_now_ms() - t0;
+		if (n >= 0 && took > SLOW_CLAIM_MS && worker_now_ms() >= next_analyze) {
+			/* A slow claim after a bulk load is the planner sorting every
+			 * due message because its statistics still say the table is
+			 * small; autovacuum would take up to a minute to notice. */
+			char ms[24];
+			log_kv(&w->log, LOG_INFO, "slow claim: refreshing the statistics of cairn.messages",
+			       "claim_ms", db_i64(ms, took), NULL);
+			db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
+			next_analyze = worker_now_ms() + 60000;
+		}
 		if (n < 0) {
 			log_kv(&w->log, LOG_WARN, "poll failed", "error", buf_str(&err), NULL);
 			if (!db_ok(conn)) {

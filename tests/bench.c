@@ -342,9 +342,6 @@ static void phase_throughput(bench *b, const char *phase, const char *workflow, 
 		note_error(b, phase, "cannot enqueue the backlog: %s", cairn_client_errmsg(b->c));
 		return;
 	}
-	/* After a bulk load, as after any: fresh statistics for the planner
-	 * (autovacuum would take up to a minute to notice). */
-	PQclear(q(b, "ANALYZE cairn.messages, cairn.runs", 0, NULL));
 	int port = free_port();
 	pid_t w = worker_start(b, phase, port);
 	if (w < 0) {
