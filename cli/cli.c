@@ -31,7 +31,8 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_args *a)
 		const char *arg = argv[i];
 		if (only_pos || arg[0] != '-' || strcmp(arg, "-") == 0) {
 			if (a->npos == (int)(sizeof a->pos / sizeof a->pos[0]))
-				return cli_error(cmd, EXIT_USAGE, "too many arguments (see cairn %s --help)", cmd);
+				return cli_error(cmd, EXIT_USAGE,
+				                 "too many arguments (see cairn %s --help)", cmd);
 			a->pos[a->npos++] = arg;
 			continue;
 		}
@@ -42,19 +43,23 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_args *a)
 		if (strcmp(arg, "-h") == 0)
 			arg = "--help";
 		if (strncmp(arg, "--", 2) != 0)
-			return cli_error(cmd, EXIT_USAGE, "unknown option \"%s\" (see cairn %s --help)", arg, cmd);
+			return cli_error(cmd, EXIT_USAGE,
+			                 "unknown option \"%s\" (see cairn %s --help)", arg, cmd);
 		const char *name = arg + 2, *eq = strchr(name, '=');
 		size_t len = eq ? (size_t)(eq - name) : strlen(name);
 		cli_opt *o = NULL;
 		for (int k = 0; k < a->nopts; k++)
-			if (strlen(a->opts[k].name) == len && strncmp(a->opts[k].name, name, len) == 0)
+			if (strlen(a->opts[k].name) == len &&
+			    strncmp(a->opts[k].name, name, len) == 0)
 				o = &a->opts[k];
 		if (!o)
-			return cli_error(cmd, EXIT_USAGE, "unknown option \"%.*s\" (see cairn %s --help)",
-					 (int)len + 2, arg, cmd);
+			return cli_error(cmd, EXIT_USAGE,
+			                 "unknown option \"%.*s\" (see cairn %s --help)",
+			                 (int)len + 2, arg, cmd);
 		if (!o->has_arg) {
 			if (eq)
-				return cli_error(cmd, EXIT_USAGE, "option --%s takes no value", o->name);
+				return cli_error(cmd, EXIT_USAGE, "option --%s takes no value",
+				                 o->name);
 			o->value = "";
 		} else if (eq) {
 			o->value = eq + 1;
@@ -75,14 +80,17 @@ const char *cli_get(const cli_args *a, const char *name)
 	return NULL;
 }
 
-int cli_has(const cli_args *a, const char *name) { return cli_get(a, name) != NULL; }
+int cli_has(const cli_args *a, const char *name)
+{
+	return cli_get(a, name) != NULL;
+}
 
 int cli_fail(const char *cmd, cairn_client *c, int rc)
 {
-	int code = rc == CAIRN_EINVAL	   ? EXIT_USAGE
-		   : rc == CAIRN_ENOTFOUND ? EXIT_NOTFOUND
-		   : rc == CAIRN_ETIMEOUT  ? EXIT_TIMEOUT
-					   : EXIT_RUNTIME;
+	int code = rc == CAIRN_EINVAL      ? EXIT_USAGE
+	           : rc == CAIRN_ENOTFOUND ? EXIT_NOTFOUND
+	           : rc == CAIRN_ETIMEOUT  ? EXIT_TIMEOUT
+	                                   : EXIT_RUNTIME;
 	return cli_error(cmd, code, "%s", c ? cairn_client_errmsg(c) : cairn_strstatus(rc));
 }
 

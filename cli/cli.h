@@ -26,7 +26,8 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_args *a);
 const char *cli_get(const cli_args *a, const char *name);
 int cli_has(const cli_args *a, const char *name);
 /* Prints "cairn CMD: msg" to stderr and returns code. */
-int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int cli_error(const char *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Maps a cairn status to an exit code, printing the client's message. */
 int cli_fail(const char *cmd, cairn_client *c, int rc);
 /* Prints a JSON document on stdout and frees it. */

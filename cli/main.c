@@ -13,51 +13,51 @@
 #include "cli.h"
 #include "parse.h"
 
-#define COMMON_HELP                                                              \
-	"  --db URL          database (default: $DATABASE_URL)\n"                  \
+#define COMMON_HELP                                                                                \
+	"  --db URL          database (default: $DATABASE_URL)\n"                                  \
 	"  -h, --help        show this help\n"
 
 static const char USAGE[] =
-	"usage: cairn [--version] [--help] COMMAND [ARGS]\n"
-	"\n"
-	"cairn is a durable workflow engine on PostgreSQL. Commands:\n"
-	"  migrate    apply the database schema (--status lists migrations)\n"
-	"  enqueue    start a run of a workflow\n"
-	"  signal     send a signal to a run\n"
-	"  cancel     cancel a run\n"
-	"  retry      re-drive a failed or cancelled run\n"
-	"  status     show a run and its journal\n"
-	"  result     print a run's output (--wait to wait for it)\n"
-	"  list       list runs\n"
-	"  runners    list the registered runners and whether they are live\n"
-	"  shards     show the owner and epoch of each shard\n"
-	"\n"
-	"RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
-	"$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
-	"\n"
-	"Exit codes: 0 success, 1 runtime error, 2 usage error, 3 not found, 4 timeout.\n"
-	"Environment: DATABASE_URL, CAIRN_MAX_PAYLOAD (largest input or payload,\n"
-	"default 1MiB).\n";
+    "usage: cairn [--version] [--help] COMMAND [ARGS]\n"
+    "\n"
+    "cairn is a durable workflow engine on PostgreSQL. Commands:\n"
+    "  migrate    apply the database schema (--status lists migrations)\n"
+    "  enqueue    start a run of a workflow\n"
+    "  signal     send a signal to a run\n"
+    "  cancel     cancel a run\n"
+    "  retry      re-drive a failed or cancelled run\n"
+    "  status     show a run and its journal\n"
+    "  result     print a run's output (--wait to wait for it)\n"
+    "  list       list runs\n"
+    "  runners    list the registered runners and whether they are live\n"
+    "  shards     show the owner and epoch of each shard\n"
+    "\n"
+    "RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
+    "$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
+    "\n"
+    "Exit codes: 0 success, 1 runtime error, 2 usage error, 3 not found, 4 timeout.\n"
+    "Environment: DATABASE_URL, CAIRN_MAX_PAYLOAD (largest input or payload,\n"
+    "default 1MiB).\n";
 
 /* --------------------------------------------------------------- migrate */
 
 static int cmd_migrate(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn migrate [--status] [--dir DIR] [--shards N] [--json]\n"
-		"\n"
-		"Applies the pending migrations in order, each in its own transaction.\n"
-		"Concurrent migrators are serialized; running it again is a no-op. An\n"
-		"applied migration whose file changed since is refused.\n"
-		"\n"
-		"  --status          list applied and pending migrations; change nothing\n"
-		"  --dir DIR         read NNNN_name.sql files from DIR instead of the ones\n"
-		"                    built into cairn\n"
-		"  --shards N        shards per group (1-65536; default 4096), recorded on\n"
-		"                    a fresh database; must match the recorded value after\n"
-		"  --json            with --status: print JSON\n" COMMON_HELP;
+	    "usage: cairn migrate [--status] [--dir DIR] [--shards N] [--json]\n"
+	    "\n"
+	    "Applies the pending migrations in order, each in its own transaction.\n"
+	    "Concurrent migrators are serialized; running it again is a no-op. An\n"
+	    "applied migration whose file changed since is refused.\n"
+	    "\n"
+	    "  --status          list applied and pending migrations; change nothing\n"
+	    "  --dir DIR         read NNNN_name.sql files from DIR instead of the ones\n"
+	    "                    built into cairn\n"
+	    "  --shards N        shards per group (1-65536; default 4096), recorded on\n"
+	    "                    a fresh database; must match the recorded value after\n"
+	    "  --json            with --status: print JSON\n" COMMON_HELP;
 	cli_opt opts[] = {{"status", 0, 0}, {"dir", 1, 0}, {"shards", 1, 0},
-			  {"json", 0, 0},   {"db", 1, 0},  {"help", 0, 0}};
+	                  {"json", 0, 0},   {"db", 1, 0},  {"help", 0, 0}};
 	cli_args a = {opts, 6, {0}, 0};
 	if (cli_parse("migrate", argc, argv, &a))
 		return EXIT_USAGE;
@@ -90,7 +90,8 @@ static int cmd_migrate(int argc, char **argv)
 				cJSON_AddStringToObject(o, "checksum", m[i].checksum);
 				cJSON_AddBoolToObject(o, "applied", m[i].applied);
 				if (m[i].applied)
-					cJSON_AddStringToObject(o, "applied_at", cli_time(m[i].applied_unix_ms, t));
+					cJSON_AddStringToObject(o, "applied_at",
+					                        cli_time(m[i].applied_unix_ms, t));
 				cJSON_AddBoolToObject(o, "changed", m[i].changed);
 				cJSON_AddItemToArray(arr, o);
 			}
@@ -100,7 +101,9 @@ static int cmd_migrate(int argc, char **argv)
 			for (size_t i = 0; i < n; i++) {
 				char t[32];
 				printf("%04d     %-28s %-10s %s\n", m[i].version, m[i].name,
-				       m[i].changed ? "CHANGED" : m[i].applied ? "applied" : "pending",
+				       m[i].changed   ? "CHANGED"
+				       : m[i].applied ? "applied"
+				                      : "pending",
 				       m[i].applied ? cli_time(m[i].applied_unix_ms, t) : "-");
 			}
 		}
@@ -149,7 +152,8 @@ static int read_input(const char *cmd, const char *arg, const char **text, char 
 	s[len] = '\0';
 	if (strlen(s) != len) {
 		free(s);
-		return cli_error(cmd, EXIT_USAGE, "--input: file \"%s\" contains a NUL byte", arg + 1);
+		return cli_error(cmd, EXIT_USAGE, "--input: file \"%s\" contains a NUL byte",
+		                 arg + 1);
 	}
 	*text = *owned = s;
 	return 0;
@@ -160,32 +164,35 @@ static int print_result(const char *cmd, cairn_client *c, int64_t id, int json);
 static int cmd_enqueue(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn enqueue WORKFLOW [--key K] [--input JSON | --input @FILE]\n"
-		"                     [--delay DURATION | --at TIME] [--max-attempts N]\n"
-		"                     [--group G] [--wait [--timeout DURATION]] [--json]\n"
-		"\n"
-		"Enqueues a run of WORKFLOW and prints its id. The same (WORKFLOW, KEY)\n"
-		"again prints the id of the existing run and says so (exit 0).\n"
-		"\n"
-		"  --key K           idempotency key (default: a unique generated key)\n"
-		"  --input JSON      the run's input as JSON text, or @FILE to read it\n"
-		"  --delay DURATION  start no earlier than now + DURATION (500ms, 30s, 5m, 1h)\n"
-		"  --at TIME         start no earlier than TIME (RFC 3339, 2026-12-24T10:00:00Z)\n"
-		"  --max-attempts N  attempts before the run fails for good (1-1000; default 3)\n"
-		"  --group G         shard group (default: default)\n"
-		"  --wait            wait for the run to finish and print its result\n"
-		"  --timeout D       with --wait: give up after D (default 30s; exit 4)\n"
-		"  --json            print {\"id\": ..., \"existed\": ...} (with --wait: the result)\n" COMMON_HELP;
-	cli_opt opts[] = {{"key", 1, 0},   {"input", 1, 0},   {"delay", 1, 0},	 {"at", 1, 0},
-			  {"max-attempts", 1, 0}, {"group", 1, 0}, {"wait", 0, 0},	 {"timeout", 1, 0},
-			  {"json", 0, 0},  {"db", 1, 0},      {"help", 0, 0}};
+	    "usage: cairn enqueue WORKFLOW [--key K] [--input JSON | --input @FILE]\n"
+	    "                     [--delay DURATION | --at TIME] [--max-attempts N]\n"
+	    "                     [--group G] [--wait [--timeout DURATION]] [--json]\n"
+	    "\n"
+	    "Enqueues a run of WORKFLOW and prints its id. The same (WORKFLOW, KEY)\n"
+	    "again prints the id of the existing run and says so (exit 0).\n"
+	    "\n"
+	    "  --key K           idempotency key (default: a unique generated key)\n"
+	    "  --input JSON      the run's input as JSON text, or @FILE to read it\n"
+	    "  --delay DURATION  start no earlier than now + DURATION (500ms, 30s, 5m, 1h)\n"
+	    "  --at TIME         start no earlier than TIME (RFC 3339, 2026-12-24T10:00:00Z)\n"
+	    "  --max-attempts N  attempts before the run fails for good (1-1000; default 3)\n"
+	    "  --group G         shard group (default: default)\n"
+	    "  --wait            wait for the run to finish and print its result\n"
+	    "  --timeout D       with --wait: give up after D (default 30s; exit 4)\n"
+	    "  --json            print {\"id\": ..., \"existed\": ...} (with --wait: the "
+	    "result)\n" COMMON_HELP;
+	cli_opt opts[] = {{"key", 1, 0},  {"input", 1, 0},        {"delay", 1, 0},
+	                  {"at", 1, 0},   {"max-attempts", 1, 0}, {"group", 1, 0},
+	                  {"wait", 0, 0}, {"timeout", 1, 0},      {"json", 0, 0},
+	                  {"db", 1, 0},   {"help", 0, 0}};
 	cli_args a = {opts, 11, {0}, 0};
 	if (cli_parse("enqueue", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
 		return fputs(help, stdout), EXIT_OK;
 	if (a.npos != 1)
-		return cli_error("enqueue", EXIT_USAGE, "expected exactly one WORKFLOW (see --help)");
+		return cli_error("enqueue", EXIT_USAGE,
+		                 "expected exactly one WORKFLOW (see --help)");
 	char err[PARSE_ERR_MAX];
 	cairn_enqueue_opts o = {0};
 	const char *workflow = a.pos[0];
@@ -210,7 +217,8 @@ static int cmd_enqueue(int argc, char **argv)
 		o.max_attempts = (int)v;
 	}
 	int64_t timeout_ms = 30000;
-	if (cli_has(&a, "timeout") && parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
+	if (cli_has(&a, "timeout") &&
+	    parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
 		return cli_error("enqueue", EXIT_USAGE, "--timeout: %s", err);
 	char *owned;
 	if (read_input("enqueue", cli_get(&a, "input"), &o.input, &owned))
@@ -226,13 +234,14 @@ static int cmd_enqueue(int argc, char **argv)
 	if (rc) {
 		/* Client-side validation names the field; say which argument it was. */
 		code = rc == CAIRN_EINVAL && strncmp(cairn_client_errmsg(c), "input", 5) == 0
-			       ? cli_error("enqueue", EXIT_USAGE, "--%s", cairn_client_errmsg(c))
-			       : cli_fail("enqueue", c, rc);
+		           ? cli_error("enqueue", EXIT_USAGE, "--%s", cairn_client_errmsg(c))
+		           : cli_fail("enqueue", c, rc);
 	} else if (cli_has(&a, "wait")) {
 		if (res.existed)
 			fprintf(stderr, "run %" PRId64 " already existed\n", res.id);
 		rc = cairn_run_wait(c, res.id, timeout_ms);
-		code = rc ? cli_fail("enqueue", c, rc) : print_result("enqueue", c, res.id, cli_has(&a, "json"));
+		code = rc ? cli_fail("enqueue", c, rc)
+		          : print_result("enqueue", c, res.id, cli_has(&a, "json"));
 	} else if (cli_has(&a, "json")) {
 		cJSON *d = cJSON_CreateObject();
 		cJSON_AddNumberToObject(d, "id", (double)res.id);
@@ -241,8 +250,8 @@ static int cmd_enqueue(int argc, char **argv)
 	} else {
 		printf("%" PRId64 "\n", res.id);
 		if (res.existed)
-			fprintf(stderr, "run %" PRId64 " already existed for %s with this key\n", res.id,
-				workflow);
+			fprintf(stderr, "run %" PRId64 " already existed for %s with this key\n",
+			        res.id, workflow);
 	}
 	free(owned);
 	cairn_client_free(c);
@@ -268,11 +277,12 @@ static int open_and_resolve(const char *cmd, const cli_args *a, cairn_client **c
 static int cmd_signal(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn signal RUN NAME [--input JSON | --input @FILE]\n"
-		"\n"
-		"Sends signal NAME to RUN. The signal is buffered until the run awaits it.\n"
-		"\n"
-		"  --input JSON      the signal's payload as JSON text, or @FILE (default null)\n" COMMON_HELP;
+	    "usage: cairn signal RUN NAME [--input JSON | --input @FILE]\n"
+	    "\n"
+	    "Sends signal NAME to RUN. The signal is buffered until the run awaits it.\n"
+	    "\n"
+	    "  --input JSON      the signal's payload as JSON text, or @FILE (default "
+	    "null)\n" COMMON_HELP;
 	cli_opt opts[] = {{"input", 1, 0}, {"db", 1, 0}, {"help", 0, 0}};
 	cli_args a = {opts, 3, {0}, 0};
 	if (cli_parse("signal", argc, argv, &a))
@@ -294,7 +304,8 @@ static int cmd_signal(int argc, char **argv)
 	if (!code) {
 		int rc = cairn_signal(c, id, a.pos[1], payload);
 		if (rc == CAIRN_EINVAL)
-			code = cli_error("signal", EXIT_USAGE, "--input: %s", cairn_client_errmsg(c));
+			code =
+			    cli_error("signal", EXIT_USAGE, "--input: %s", cairn_client_errmsg(c));
 		else if (rc)
 			code = cli_fail("signal", c, rc);
 		else
@@ -306,7 +317,7 @@ static int cmd_signal(int argc, char **argv)
 }
 
 static int cmd_run_action(int argc, char **argv, const char *cmd, const char *help,
-			  int (*fn)(cairn_client *, int64_t), const char *done)
+                          int (*fn)(cairn_client *, int64_t), const char *done)
 {
 	cli_opt opts[] = {{"db", 1, 0}, {"help", 0, 0}};
 	cli_args a = {opts, 2, {0}, 0};
@@ -332,20 +343,22 @@ static int cmd_run_action(int argc, char **argv, const char *cmd, const char *he
 
 static int cmd_cancel(int argc, char **argv)
 {
-	return cmd_run_action(argc, argv, "cancel",
-			      "usage: cairn cancel RUN\n\n"
-			      "Cancels RUN. A run that has not started ends cancelled at once; a\n"
-			      "started one ends cancelled at its next durable call.\n\n" COMMON_HELP,
-			      cairn_cancel, "cancel requested");
+	return cmd_run_action(
+	    argc, argv, "cancel",
+	    "usage: cairn cancel RUN\n\n"
+	    "Cancels RUN. A run that has not started ends cancelled at once; a\n"
+	    "started one ends cancelled at its next durable call.\n\n" COMMON_HELP,
+	    cairn_cancel, "cancel requested");
 }
 
 static int cmd_retry(int argc, char **argv)
 {
-	return cmd_run_action(argc, argv, "retry",
-			      "usage: cairn retry RUN\n\n"
-			      "Re-drives a failed or cancelled RUN with a fresh attempt count. Its\n"
-			      "completed steps are replayed from the journal, not run again.\n\n" COMMON_HELP,
-			      cairn_retry, "re-driven");
+	return cmd_run_action(
+	    argc, argv, "retry",
+	    "usage: cairn retry RUN\n\n"
+	    "Re-drives a failed or cancelled RUN with a fresh attempt count. Its\n"
+	    "completed steps are replayed from the journal, not run again.\n\n" COMMON_HELP,
+	    cairn_retry, "re-driven");
 }
 
 /* -------------------------------------------------------------- reading */
@@ -372,9 +385,11 @@ static cJSON *run_json(const cairn_run *r)
 	const struct {
 		const char *k;
 		int64_t v;
-	} times[] = {{"created_at", r->created_unix_ms},   {"scheduled_at", r->scheduled_unix_ms},
-		     {"started_at", r->started_unix_ms},   {"updated_at", r->updated_unix_ms},
-		     {"finished_at", r->finished_unix_ms}};
+	} times[] = {{"created_at", r->created_unix_ms},
+	             {"scheduled_at", r->scheduled_unix_ms},
+	             {"started_at", r->started_unix_ms},
+	             {"updated_at", r->updated_unix_ms},
+	             {"finished_at", r->finished_unix_ms}};
 	for (size_t i = 0; i < sizeof times / sizeof *times; i++) {
 		if (times[i].v)
 			cJSON_AddStringToObject(o, times[i].k, cli_time(times[i].v, t));
@@ -394,22 +409,25 @@ static void print_journal_text(const cairn_run *r)
 		const cairn_step_info *s = &r->steps[i];
 		char dur[24] = "-";
 		if (s->finished_unix_ms)
-			snprintf(dur, sizeof dur, "%" PRId64 "ms", s->finished_unix_ms - s->started_unix_ms);
-		printf("  %-4d %-20s %-7s %-10s %-8d %-9s %s%s\n", s->seq, s->name, s->kind, s->status,
-		       s->attempts, dur, s->error ? "error: " : "",
-		       s->error ? s->error : s->output ? s->output : "-");
+			snprintf(dur, sizeof dur, "%" PRId64 "ms",
+			         s->finished_unix_ms - s->started_unix_ms);
+		printf("  %-4d %-20s %-7s %-10s %-8d %-9s %s%s\n", s->seq, s->name, s->kind,
+		       s->status, s->attempts, dur, s->error ? "error: " : "",
+		       s->error    ? s->error
+		       : s->output ? s->output
+		                   : "-");
 	}
 }
 
 static int cmd_status(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn status RUN [--json]\n"
-		"\n"
-		"Shows RUN: workflow, key, shard, status, attempts, timestamps, input,\n"
-		"output or error, and its journal so far.\n"
-		"\n"
-		"  --json            print one JSON document\n" COMMON_HELP;
+	    "usage: cairn status RUN [--json]\n"
+	    "\n"
+	    "Shows RUN: workflow, key, shard, status, attempts, timestamps, input,\n"
+	    "output or error, and its journal so far.\n"
+	    "\n"
+	    "  --json            print one JSON document\n" COMMON_HELP;
 	cli_opt opts[] = {{"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
 	cli_args a = {opts, 3, {0}, 0};
 	if (cli_parse("status", argc, argv, &a))
@@ -446,9 +464,11 @@ static int cmd_status(int argc, char **argv)
 				cJSON_AddNullToObject(so, "error");
 			cJSON_AddStringToObject(so, "started_at", cli_time(s->started_unix_ms, t));
 			if (s->finished_unix_ms) {
-				cJSON_AddStringToObject(so, "finished_at", cli_time(s->finished_unix_ms, t));
-				cJSON_AddNumberToObject(so, "duration_ms",
-							(double)(s->finished_unix_ms - s->started_unix_ms));
+				cJSON_AddStringToObject(so, "finished_at",
+				                        cli_time(s->finished_unix_ms, t));
+				cJSON_AddNumberToObject(
+				    so, "duration_ms",
+				    (double)(s->finished_unix_ms - s->started_unix_ms));
 			} else {
 				cJSON_AddNullToObject(so, "finished_at");
 				cJSON_AddNullToObject(so, "duration_ms");
@@ -459,11 +479,11 @@ static int cmd_status(int argc, char **argv)
 	} else {
 		char t[32];
 		printf("run %" PRId64 "\n", r->id);
-		printf("  workflow   %s\n  key        %s\n  shard      %s/%d\n", r->workflow, r->key,
-		       r->group, r->shard);
+		printf("  workflow   %s\n  key        %s\n  shard      %s/%d\n", r->workflow,
+		       r->key, r->group, r->shard);
 		printf("  status     %s%s (attempt %d of %d)\n", r->status,
-		       r->cancel_requested && !r->finished_unix_ms ? ", cancel requested" : "", r->attempt,
-		       r->max_attempts);
+		       r->cancel_requested && !r->finished_unix_ms ? ", cancel requested" : "",
+		       r->attempt, r->max_attempts);
 		printf("  created    %s\n", cli_time(r->created_unix_ms, t));
 		printf("  scheduled  %s\n", cli_time(r->scheduled_unix_ms, t));
 		printf("  started    %s\n", cli_time(r->started_unix_ms, t));
@@ -489,7 +509,8 @@ static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 	if (rc)
 		return cli_fail(cmd, c, rc);
 	int code = EXIT_OK;
-	int finished = r->finished_unix_ms != 0, ok = finished && strcmp(r->status, "completed") == 0;
+	int finished = r->finished_unix_ms != 0,
+	    ok = finished && strcmp(r->status, "completed") == 0;
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddNumberToObject(o, "id", (double)r->id);
@@ -504,11 +525,11 @@ static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 		printf("%s\n", r->output ? r->output : "null");
 	}
 	if (!finished)
-		code = cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s", id,
-				 r->status);
+		code = cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s",
+		                 id, r->status);
 	else if (!ok)
 		code = cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " %s: %s", id, r->status,
-				 r->error ? r->error : "no error recorded");
+		                 r->error ? r->error : "no error recorded");
 	cairn_run_free(r);
 	return code;
 }
@@ -516,16 +537,17 @@ static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 static int cmd_result(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn result RUN [--wait] [--timeout DURATION] [--json]\n"
-		"\n"
-		"Prints the output JSON of a completed RUN (exit 0); for a failed or\n"
-		"cancelled run prints its error (exit 1). A run that has not finished\n"
-		"exits 4, at once or, with --wait, after the timeout.\n"
-		"\n"
-		"  --wait            wait until the run finishes\n"
-		"  --timeout D       with --wait: give up after D (default 30s)\n"
-		"  --json            print {\"id\", \"status\", \"output\", \"error\"}\n" COMMON_HELP;
-	cli_opt opts[] = {{"wait", 0, 0}, {"timeout", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
+	    "usage: cairn result RUN [--wait] [--timeout DURATION] [--json]\n"
+	    "\n"
+	    "Prints the output JSON of a completed RUN (exit 0); for a failed or\n"
+	    "cancelled run prints its error (exit 1). A run that has not finished\n"
+	    "exits 4, at once or, with --wait, after the timeout.\n"
+	    "\n"
+	    "  --wait            wait until the run finishes\n"
+	    "  --timeout D       with --wait: give up after D (default 30s)\n"
+	    "  --json            print {\"id\", \"status\", \"output\", \"error\"}\n" COMMON_HELP;
+	cli_opt opts[] = {
+	    {"wait", 0, 0}, {"timeout", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
 	cli_args a = {opts, 5, {0}, 0};
 	if (cli_parse("result", argc, argv, &a))
 		return EXIT_USAGE;
@@ -535,7 +557,8 @@ static int cmd_result(int argc, char **argv)
 		return cli_error("result", EXIT_USAGE, "expected exactly one RUN (see --help)");
 	char err[PARSE_ERR_MAX];
 	int64_t timeout_ms = 30000;
-	if (cli_has(&a, "timeout") && parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
+	if (cli_has(&a, "timeout") &&
+	    parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
 		return cli_error("result", EXIT_USAGE, "--timeout: %s", err);
 	cairn_client *c;
 	int64_t id;
@@ -551,17 +574,17 @@ static int cmd_result(int argc, char **argv)
 static int cmd_list(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn list [--workflow W] [--status S] [--limit N] [--json]\n"
-		"\n"
-		"Lists runs, newest first.\n"
-		"\n"
-		"  --workflow W      only runs of workflow W\n"
-		"  --status S        only runs in status S: pending, running, sleeping,\n"
-		"                    waiting, completed, failed or cancelled\n"
-		"  --limit N         at most N runs (1-10000; default 50)\n"
-		"  --json            print a JSON array\n" COMMON_HELP;
+	    "usage: cairn list [--workflow W] [--status S] [--limit N] [--json]\n"
+	    "\n"
+	    "Lists runs, newest first.\n"
+	    "\n"
+	    "  --workflow W      only runs of workflow W\n"
+	    "  --status S        only runs in status S: pending, running, sleeping,\n"
+	    "                    waiting, completed, failed or cancelled\n"
+	    "  --limit N         at most N runs (1-10000; default 50)\n"
+	    "  --json            print a JSON array\n" COMMON_HELP;
 	cli_opt opts[] = {{"workflow", 1, 0}, {"status", 1, 0}, {"limit", 1, 0},
-			  {"json", 0, 0},     {"db", 1, 0},	    {"help", 0, 0}};
+	                  {"json", 0, 0},     {"db", 1, 0},     {"help", 0, 0}};
 	cli_args a = {opts, 6, {0}, 0};
 	if (cli_parse("list", argc, argv, &a))
 		return EXIT_USAGE;
@@ -592,12 +615,12 @@ static int cmd_list(int argc, char **argv)
 			cJSON_AddItemToArray(arr, run_json(&runs[i]));
 		cli_print_json(arr);
 	} else {
-		printf("%-10s %-16s %-24s %-10s %-7s %s\n", "ID", "WORKFLOW", "KEY", "STATUS", "ATTEMPT",
-		       "CREATED");
+		printf("%-10s %-16s %-24s %-10s %-7s %s\n", "ID", "WORKFLOW", "KEY", "STATUS",
+		       "ATTEMPT", "CREATED");
 		for (size_t i = 0; i < n; i++) {
 			char t[32];
-			printf("%-10" PRId64 " %-16s %-24s %-10s %-7d %s\n", runs[i].id, runs[i].workflow,
-			       runs[i].key, runs[i].status, runs[i].attempt,
+			printf("%-10" PRId64 " %-16s %-24s %-10s %-7d %s\n", runs[i].id,
+			       runs[i].workflow, runs[i].key, runs[i].status, runs[i].attempt,
 			       cli_time(runs[i].created_unix_ms, t));
 		}
 	}
@@ -641,17 +664,17 @@ static cJSON *groups_json(const char *groups)
 static int cmd_runners(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn runners [--ttl DURATION] [--json]\n"
-		"\n"
-		"Lists the runners registered in cairn.runners: id, name, address,\n"
-		"version, whether the health checker holds it healthy, whether it is\n"
-		"live (heartbeat younger than the TTL and its lease connection present\n"
-		"in pg_stat_activity), the age of its last heartbeat and how many shards\n"
-		"it owns.\n"
-		"\n"
-		"  --ttl DURATION    heartbeat age after which a runner is not live\n"
-		"                    (1ms-365d; default 10s, as CAIRN_RUNNER_TTL)\n"
-		"  --json            print a JSON array\n" COMMON_HELP;
+	    "usage: cairn runners [--ttl DURATION] [--json]\n"
+	    "\n"
+	    "Lists the runners registered in cairn.runners: id, name, address,\n"
+	    "version, whether the health checker holds it healthy, whether it is\n"
+	    "live (heartbeat younger than the TTL and its lease connection present\n"
+	    "in pg_stat_activity), the age of its last heartbeat and how many shards\n"
+	    "it owns.\n"
+	    "\n"
+	    "  --ttl DURATION    heartbeat age after which a runner is not live\n"
+	    "                    (1ms-365d; default 10s, as CAIRN_RUNNER_TTL)\n"
+	    "  --json            print a JSON array\n" COMMON_HELP;
 	cli_opt opts[] = {{"ttl", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
 	cli_args a = {opts, 4, {0}, 0};
 	if (cli_parse("runners", argc, argv, &a))
@@ -666,8 +689,9 @@ static int cmd_runners(int argc, char **argv)
 	if (ttl && parse_duration_ms(ttl, &ttl_ms, err) < 0)
 		return cli_error("runners", EXIT_USAGE, "--ttl: %s", err);
 	if (ttl && (ttl_ms <= 0 || ttl_ms > 365 * 86400000LL))
-		return cli_error("runners", EXIT_USAGE,
-				 "--ttl: invalid duration \"%s\": expected a duration from 1ms to 365d", ttl);
+		return cli_error(
+		    "runners", EXIT_USAGE,
+		    "--ttl: invalid duration \"%s\": expected a duration from 1ms to 365d", ttl);
 	cairn_client *c;
 	int code = cli_open("runners", &a, &c);
 	if (code)
@@ -690,20 +714,22 @@ static int cmd_runners(int argc, char **argv)
 			cJSON_AddNumberToObject(o, "weight", r[i].weight);
 			cJSON_AddBoolToObject(o, "healthy", r[i].healthy);
 			cJSON_AddBoolToObject(o, "live", r[i].live);
-			cJSON_AddNumberToObject(o, "heartbeat_age_ms", (double)r[i].heartbeat_age_ms);
+			cJSON_AddNumberToObject(o, "heartbeat_age_ms",
+			                        (double)r[i].heartbeat_age_ms);
 			cJSON_AddStringToObject(o, "started_at", cli_time(r[i].started_unix_ms, t));
 			cJSON_AddNumberToObject(o, "shards", r[i].shards);
 			cJSON_AddItemToArray(arr, o);
 		}
 		cli_print_json(arr);
 	} else {
-		printf("%-8s %-20s %-22s %-8s %-7s %-4s %-13s %s\n", "ID", "NAME", "ADDRESS", "VERSION",
-		       "HEALTHY", "LIVE", "HEARTBEAT_AGE", "SHARDS");
+		printf("%-8s %-20s %-22s %-8s %-7s %-4s %-13s %s\n", "ID", "NAME", "ADDRESS",
+		       "VERSION", "HEALTHY", "LIVE", "HEARTBEAT_AGE", "SHARDS");
 		for (size_t i = 0; i < n; i++) {
 			char age[32];
-			printf("%-8" PRId64 " %-20s %-22s %-8s %-7s %-4s %-13s %d\n", r[i].id, r[i].name,
-			       r[i].address, r[i].version, r[i].healthy ? "yes" : "no",
-			       r[i].live ? "yes" : "no", fmt_age(r[i].heartbeat_age_ms, age), r[i].shards);
+			printf("%-8" PRId64 " %-20s %-22s %-8s %-7s %-4s %-13s %d\n", r[i].id,
+			       r[i].name, r[i].address, r[i].version, r[i].healthy ? "yes" : "no",
+			       r[i].live ? "yes" : "no", fmt_age(r[i].heartbeat_age_ms, age),
+			       r[i].shards);
 		}
 	}
 	cairn_runner_list_free(r, n);
@@ -752,14 +778,14 @@ static size_t summarize(const cairn_shard_info *s, size_t n, owner_count **out)
 static int cmd_shards(int argc, char **argv)
 {
 	static const char help[] =
-		"usage: cairn shards [--group G] [--json]\n"
-		"\n"
-		"Shows who owns each shard and its fencing epoch (one line per shard in\n"
-		"cairn.shard_leases; a shard never acquired has no line), then the\n"
-		"number of shards each runner owns and how many have no owner.\n"
-		"\n"
-		"  --group G         only shards of group G\n"
-		"  --json            print {\"shards\": [...], \"summary\": [...]}\n" COMMON_HELP;
+	    "usage: cairn shards [--group G] [--json]\n"
+	    "\n"
+	    "Shows who owns each shard and its fencing epoch (one line per shard in\n"
+	    "cairn.shard_leases; a shard never acquired has no line), then the\n"
+	    "number of shards each runner owns and how many have no owner.\n"
+	    "\n"
+	    "  --group G         only shards of group G\n"
+	    "  --json            print {\"shards\": [...], \"summary\": [...]}\n" COMMON_HELP;
 	cli_opt opts[] = {{"group", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
 	cli_args a = {opts, 4, {0}, 0};
 	if (cli_parse("shards", argc, argv, &a))
@@ -803,7 +829,8 @@ static int cmd_shards(int argc, char **argv)
 				cJSON_AddNullToObject(o, "owner_name");
 			cJSON_AddNumberToObject(o, "epoch", (double)s[i].epoch);
 			if (s[i].acquired_unix_ms)
-				cJSON_AddStringToObject(o, "acquired_at", cli_time(s[i].acquired_unix_ms, t));
+				cJSON_AddStringToObject(o, "acquired_at",
+				                        cli_time(s[i].acquired_unix_ms, t));
 			else
 				cJSON_AddNullToObject(o, "acquired_at");
 			cJSON_AddItemToArray(arr, o);
@@ -831,14 +858,15 @@ static int cmd_shards(int argc, char **argv)
 			char owner[160] = "-";
 			if (s[i].owner)
 				snprintf(owner, sizeof owner, "%" PRId64 ":%s", s[i].owner,
-					 s[i].owner_name ? s[i].owner_name : "?");
-			printf("%-20s %-6d %-28s %" PRId64 "\n", s[i].group, s[i].shard, owner, s[i].epoch);
+				         s[i].owner_name ? s[i].owner_name : "?");
+			printf("%-20s %-6d %-28s %" PRId64 "\n", s[i].group, s[i].shard, owner,
+			       s[i].epoch);
 		}
 		printf("\n%-28s %s\n", "OWNER", "SHARDS");
 		for (size_t i = 1; i < nsum; i++) {
 			char owner[160];
 			snprintf(owner, sizeof owner, "%" PRId64 ":%s", sum[i].owner,
-				 sum[i].name ? sum[i].name : "?");
+			         sum[i].name ? sum[i].name : "?");
 			printf("%-28s %zu\n", owner, sum[i].shards);
 		}
 		printf("%-28s %zu\n", "unowned", sum[0].shards);
@@ -855,14 +883,15 @@ int main(int argc, char **argv)
 		const char *name;
 		int (*fn)(int, char **);
 	} cmds[] = {{"migrate", cmd_migrate}, {"enqueue", cmd_enqueue}, {"signal", cmd_signal},
-		    {"cancel", cmd_cancel},   {"retry", cmd_retry},	{"status", cmd_status},
-		    {"result", cmd_result},   {"list", cmd_list},	{"runners", cmd_runners},
-		    {"shards", cmd_shards}};
+	            {"cancel", cmd_cancel},   {"retry", cmd_retry},     {"status", cmd_status},
+	            {"result", cmd_result},   {"list", cmd_list},       {"runners", cmd_runners},
+	            {"shards", cmd_shards}};
 	if (argc < 2) {
 		fputs(USAGE, stderr);
 		return EXIT_USAGE;
 	}
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
 		fputs(USAGE, stdout);
 		return EXIT_OK;
 	}
@@ -873,8 +902,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
 		if (strcmp(argv[1], cmds[i].name) == 0)
 			return cmds[i].fn(argc - 2, argv + 2);
-	fprintf(stderr, "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
-			"cancel, retry, status, result, list, runners, shards (see cairn --help)\n",
-		argv[1]);
+	fprintf(stderr,
+	        "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
+	        "cancel, retry, status, result, list, runners, shards (see cairn --help)\n",
+	        argv[1]);
 	return EXIT_USAGE;
 }

@@ -15,7 +15,7 @@
 static double score(const assign_runner *r, uint64_t group_key, int shard)
 {
 	uint64_t h = hash_mix64(hash_mix64((uint64_t)r->id) ^ group_key ^
-				hash_mix64((uint64_t)shard * 0x9e3779b97f4a7c15ULL));
+	                        hash_mix64((uint64_t)shard * 0x9e3779b97f4a7c15ULL));
 	/* 53 random bits -> u in (0, 1). */
 	double u = ((double)(h >> 11) + 0.5) / 9007199254740992.0;
 	return (double)r->weight / -log(u);
@@ -38,7 +38,7 @@ int assign_shard(const assign_runner *runners, int nrunners, uint64_t group_key,
 }
 
 void assign_shards(const assign_runner *runners, int nrunners, uint64_t group_key, int shards,
-		   int *owner)
+                   int *owner)
 {
 	for (int s = 0; s < shards; s++)
 		owner[s] = assign_shard(runners, nrunners, group_key, s);

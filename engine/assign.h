@@ -19,7 +19,7 @@ typedef struct assign_runner {
  * owner of shard s of group_key's group; -1 everywhere when there are no runners.
  */
 void assign_shards(const assign_runner *runners, int nrunners, uint64_t group_key, int shards,
-		   int *owner);
+                   int *owner);
 /* The desired owner index of one shard (the same answer as assign_shards). */
 int assign_shard(const assign_runner *runners, int nrunners, uint64_t group_key, int shard);
 #endif

@@ -38,7 +38,10 @@ void buf_append(buf *b, const char *s, size_t n)
 	b->data[b->len] = '\0';
 }
 
-void buf_puts(buf *b, const char *s) { buf_append(b, s, strlen(s)); }
+void buf_puts(buf *b, const char *s)
+{
+	buf_append(b, s, strlen(s));
+}
 
 void buf_vprintf(buf *b, const char *fmt, va_list ap)
 {
@@ -84,4 +87,7 @@ char *buf_detach(buf *b)
 	return s;
 }
 
-const char *buf_str(const buf *b) { return b->data ? b->data : ""; }
+const char *buf_str(const buf *b)
+{
+	return b->data ? b->data : "";
+}

@@ -7,10 +7,13 @@
 typedef struct buf {
 	char *data; /* NUL-terminated; NULL until the first append */
 	size_t len, cap;
-	int oom;    /* set once an allocation failed; later appends are no-ops */
+	int oom; /* set once an allocation failed; later appends are no-ops */
 } buf;
 
-#define BUF_INIT {0}
+#define BUF_INIT                                                                                   \
+	{                                                                                          \
+		0                                                                                  \
+	}
 
 void buf_append(buf *b, const char *s, size_t n);
 void buf_puts(buf *b, const char *s);

@@ -62,7 +62,7 @@ static int db_fail(cairn_client *c)
 	const char *st = db_last_sqlstate();
 	if (strcmp(st, "3F000") == 0 || strcmp(st, "42P01") == 0) /* no schema / table */
 		return client_fail(c, CAIRN_ESCHEMA,
-				   "the database has no cairn schema: run `cairn migrate` first");
+		                   "the database has no cairn schema: run `cairn migrate` first");
 	return CAIRN_EDB;
 }
 
@@ -80,7 +80,7 @@ int cairn_client_open(const char *conninfo, cairn_client **out)
 		conninfo = getenv("DATABASE_URL");
 	if (!conninfo || !*conninfo)
 		return client_fail(c, CAIRN_EDB,
-				   "no database given: set DATABASE_URL or pass --db URL");
+		                   "no database given: set DATABASE_URL or pass --db URL");
 	c->conn = db_connect(conninfo, "cairn", &c->err);
 	return c->conn ? CAIRN_OK : CAIRN_EDB;
 }
@@ -95,9 +95,15 @@ void cairn_client_free(cairn_client *c)
 	free(c);
 }
 
-const char *cairn_client_errmsg(const cairn_client *c) { return c ? buf_str(&c->err) : "out of memory"; }
+const char *cairn_client_errmsg(const cairn_client *c)
+{
+	return c ? buf_str(&c->err) : "out of memory";
+}
 
-void cairn_client_set_max_payload(cairn_client *c, size_t bytes) { c->max_payload = bytes; }
+void cairn_client_set_max_payload(cairn_client *c, size_t bytes)
+{
+	c->max_payload = bytes;
+}
 
 int client_shards(cairn_client *c, int *shards)
 {
@@ -105,16 +111,17 @@ int client_shards(cairn_client *c, int *shards)
 		*shards = c->shards;
 		return CAIRN_OK;
 	}
-	PGresult *r = db_exec(c->conn, &c->err,
-			      "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
-			      NULL);
+	PGresult *r = db_exec(
+	    c->conn, &c->err,
+	    "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0, NULL);
 	if (!r)
 		return db_fail(c);
 	int n = PQntuples(r) ? db_get_int(r, 0, 0) : 0;
 	PQclear(r);
 	if (n <= 0)
-		return client_fail(c, CAIRN_ESCHEMA,
-				   "shards_per_group is not recorded in the database: run `cairn migrate`");
+		return client_fail(
+		    c, CAIRN_ESCHEMA,
+		    "shards_per_group is not recorded in the database: run `cairn migrate`");
 	*shards = c->shards = n;
 	return CAIRN_OK;
 }
@@ -122,27 +129,28 @@ int client_shards(cairn_client *c, int *shards)
 /* ---------------------------------------------------------------- enqueue */
 
 static const char SQL_ENQUEUE[] =
-	"WITH input AS ("
-	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::int[], "
-	"                       $7::bigint[], $8::bigint[]) WITH ORDINALITY "
-	"    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, ord)), "
-	"ins AS ("
-	"  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, scheduled_at) "
-	"  SELECT $1, key, shard_group, shard, input, max_attempts, "
-	"         CASE WHEN at_ms IS NOT NULL THEN to_timestamp(at_ms / 1000.0) "
-	"              ELSE now() + delay_ms * interval '1 millisecond' END "
-	"  FROM input ORDER BY ord "
-	"  ON CONFLICT (workflow, key) DO NOTHING "
-	"  RETURNING id, key, shard_group, shard, scheduled_at), "
-	"msg AS ("
-	"  INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
-	"  SELECT id, shard_group, shard, 'start', scheduled_at FROM ins "
-	"  RETURNING CASE WHEN deliver_at <= now() "
-	"    THEN pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard) END) "
-	"SELECT coalesce(ins.id, r.id), ins.id IS NULL, (SELECT count(*) FROM msg) "
-	"FROM input i LEFT JOIN ins ON ins.key = i.key "
-	"LEFT JOIN cairn.runs r ON r.workflow = $1 AND r.key = i.key AND ins.id IS NULL "
-	"ORDER BY i.ord";
+    "WITH input AS ("
+    "  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::int[], "
+    "                       $7::bigint[], $8::bigint[]) WITH ORDINALITY "
+    "    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, ord)), "
+    "ins AS ("
+    "  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
+    "scheduled_at) "
+    "  SELECT $1, key, shard_group, shard, input, max_attempts, "
+    "         CASE WHEN at_ms IS NOT NULL THEN to_timestamp(at_ms / 1000.0) "
+    "              ELSE now() + delay_ms * interval '1 millisecond' END "
+    "  FROM input ORDER BY ord "
+    "  ON CONFLICT (workflow, key) DO NOTHING "
+    "  RETURNING id, key, shard_group, shard, scheduled_at), "
+    "msg AS ("
+    "  INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
+    "  SELECT id, shard_group, shard, 'start', scheduled_at FROM ins "
+    "  RETURNING CASE WHEN deliver_at <= now() "
+    "    THEN pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard) END) "
+    "SELECT coalesce(ins.id, r.id), ins.id IS NULL, (SELECT count(*) FROM msg) "
+    "FROM input i LEFT JOIN ins ON ins.key = i.key "
+    "LEFT JOIN cairn.runs r ON r.workflow = $1 AND r.key = i.key AND ins.id IS NULL "
+    "ORDER BY i.ord";
 
 static int check_opts(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o)
 {
@@ -157,11 +165,12 @@ static int check_opts(cairn_client *c, const char *workflow, const cairn_enqueue
 		return client_fail(c, CAIRN_EINVAL, "%s", err);
 	if (o->max_attempts < 0 || o->max_attempts > 1000)
 		return client_fail(c, CAIRN_EINVAL,
-				   "invalid max_attempts %d: expected an integer from 1 to 1000",
-				   o->max_attempts);
+		                   "invalid max_attempts %d: expected an integer from 1 to 1000",
+		                   o->max_attempts);
 	if (o->delay_ms < 0)
-		return client_fail(c, CAIRN_EINVAL, "invalid delay %" PRId64 "ms: must not be negative",
-				   o->delay_ms);
+		return client_fail(c, CAIRN_EINVAL,
+		                   "invalid delay %" PRId64 "ms: must not be negative",
+		                   o->delay_ms);
 	if (o->at_unix_ms < 0)
 		return client_fail(c, CAIRN_EINVAL, "invalid start time: before 1970");
 	return CAIRN_OK;
@@ -176,12 +185,13 @@ static void random_key(char out[33])
 }
 
 int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
-			const cairn_enqueue_opts *opts, cairn_enqueued *out)
+                        const cairn_enqueue_opts *opts, cairn_enqueued *out)
 {
 	if (n == 0)
 		return CAIRN_OK;
 	if (n > 100000)
-		return client_fail(c, CAIRN_EINVAL, "batch of %zu runs: at most 100000 are accepted", n);
+		return client_fail(c, CAIRN_EINVAL,
+		                   "batch of %zu runs: at most 100000 are accepted", n);
 	for (size_t i = 0; i < n; i++) {
 		int rc = check_opts(c, workflow, &opts[i]);
 		if (rc)
@@ -212,9 +222,9 @@ int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
 		else
 			pgarr_add(&ats, NULL);
 	}
-	const char *params[] = {workflow,	    pgarr_str(&keys),	pgarr_str(&groups),
-				pgarr_str(&sh),	    pgarr_str(&inputs), pgarr_str(&maxa),
-				pgarr_str(&delays), pgarr_str(&ats)};
+	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
+	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
+	                        pgarr_str(&delays), pgarr_str(&ats)};
 	rc = CAIRN_OK;
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
@@ -254,7 +264,7 @@ done:
 }
 
 int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
-		  cairn_enqueued *out)
+                  cairn_enqueued *out)
 {
 	cairn_enqueue_opts none = {0};
 	return cairn_enqueue_batch(c, workflow, 1, opts ? opts : &none, out);
@@ -266,29 +276,33 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 {
 	char err[PARSE_ERR_MAX];
 	if (!ref || !*ref)
-		return client_fail(c, CAIRN_EINVAL, "run must not be empty: expected an id or WORKFLOW/KEY");
+		return client_fail(c, CAIRN_EINVAL,
+		                   "run must not be empty: expected an id or WORKFLOW/KEY");
 	const char *slash = strchr(ref, '/');
 	PGresult *r;
 	char idtxt[24];
 	if (!slash) {
 		int64_t v;
 		if (parse_int(ref, 1, INT64_MAX, &v, err) < 0)
-			return client_fail(c, CAIRN_EINVAL,
-					   "invalid run \"%s\": expected a numeric id or WORKFLOW/KEY", ref);
+			return client_fail(
+			    c, CAIRN_EINVAL,
+			    "invalid run \"%s\": expected a numeric id or WORKFLOW/KEY", ref);
 		const char *p[] = {db_i64(idtxt, v)};
 		r = db_exec(c->conn, &c->err, "SELECT id FROM cairn.runs WHERE id = $1", 1, p);
 	} else {
 		char wf[NAME_MAX_BYTES + 1];
 		size_t wl = (size_t)(slash - ref);
 		if (wl == 0 || wl > NAME_MAX_BYTES)
-			return client_fail(c, CAIRN_EINVAL, "invalid run \"%s\": expected WORKFLOW/KEY", ref);
+			return client_fail(c, CAIRN_EINVAL,
+			                   "invalid run \"%s\": expected WORKFLOW/KEY", ref);
 		memcpy(wf, ref, wl);
 		wf[wl] = '\0';
-		if (parse_check_name("workflow", wf, err) < 0 || parse_check_key(slash + 1, err) < 0)
+		if (parse_check_name("workflow", wf, err) < 0 ||
+		    parse_check_key(slash + 1, err) < 0)
 			return client_fail(c, CAIRN_EINVAL, "invalid run \"%s\": %s", ref, err);
 		const char *p[] = {wf, slash + 1};
-		r = db_exec(c->conn, &c->err, "SELECT id FROM cairn.runs WHERE workflow = $1 AND key = $2",
-			    2, p);
+		r = db_exec(c->conn, &c->err,
+		            "SELECT id FROM cairn.runs WHERE workflow = $1 AND key = $2", 2, p);
 	}
 	if (!r)
 		return db_fail(c);
@@ -300,18 +314,18 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 }
 
 static const char SQL_SIGNAL[] =
-	"WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done "
-	"           FROM cairn.runs WHERE id = $1), "
-	"s AS (INSERT INTO cairn.signals (run_id, name, payload) "
-	"      SELECT id, $2, $3::jsonb FROM r WHERE NOT done RETURNING run_id), "
-	"m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-	"      SELECT id, shard_group, shard, 'signal' FROM r WHERE NOT done "
-	"      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
-	"SELECT done, (SELECT count(*) FROM s) + (SELECT count(*) FROM m) FROM r";
+    "WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done "
+    "           FROM cairn.runs WHERE id = $1), "
+    "s AS (INSERT INTO cairn.signals (run_id, name, payload) "
+    "      SELECT id, $2, $3::jsonb FROM r WHERE NOT done RETURNING run_id), "
+    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+    "      SELECT id, shard_group, shard, 'signal' FROM r WHERE NOT done "
+    "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+    "SELECT done, (SELECT count(*) FROM s) + (SELECT count(*) FROM m) FROM r";
 
 /* Runs a statement whose first row's first column is "run already finished". */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
-			 const char *const *params, const char *verb)
+                         const char *const *params, const char *verb)
 {
 	PGresult *r = db_exec(c->conn, &c->err, sql, n, params);
 	if (!r)
@@ -320,8 +334,9 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 	if (PQntuples(r) == 0)
 		rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", run_id);
 	else if (PQgetvalue(r, 0, 0)[0] == 't')
-		rc = client_fail(c, CAIRN_ESTATE, "cannot %s run %" PRId64 ": %s", verb, run_id,
-				 PQnfields(r) > 2 ? PQgetvalue(r, 0, 2) : "it has already finished");
+		rc =
+		    client_fail(c, CAIRN_ESTATE, "cannot %s run %" PRId64 ": %s", verb, run_id,
+		                PQnfields(r) > 2 ? PQgetvalue(r, 0, 2) : "it has already finished");
 	PQclear(r);
 	return rc;
 }
@@ -341,22 +356,22 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 /* A run that has not started is cancelled at once; a started one gets the
  * request and a cancel message, and ends cancelled at its next durable call. */
 static const char SQL_CANCEL[] =
-	"WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
-	"           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
-	"now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
-	"             cancel_requested = true, finished_at = now(), updated_at = now() "
-	"         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
-	"           AND attempt = 0 RETURNING id), "
-	"drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
-	"notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
-	"req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
-	"        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
-	"        RETURNING id, shard_group, shard), "
-	"m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-	"      SELECT id, shard_group, shard, 'cancel' FROM req "
-	"      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
-	"SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-	"  + (SELECT count(*) FROM notify_) FROM r";
+    "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
+    "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+    "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
+    "             cancel_requested = true, finished_at = now(), updated_at = now() "
+    "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
+    "           AND attempt = 0 RETURNING id), "
+    "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
+    "notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
+    "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
+    "        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
+    "        RETURNING id, shard_group, shard), "
+    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+    "      SELECT id, shard_group, shard, 'cancel' FROM req "
+    "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+    "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
+    "  + (SELECT count(*) FROM notify_) FROM r";
 
 int cairn_cancel(cairn_client *c, int64_t run_id)
 {
@@ -368,19 +383,19 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 /* Failed steps are dropped from the journal so they run again; completed
  * steps are kept and replayed. */
 static const char SQL_RETRY[] =
-	"WITH r AS (SELECT id, status, status NOT IN ('failed', 'cancelled') AS bad "
-	"           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
-	"up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
-	"           cancel_requested = false, finished_at = NULL, updated_at = now(), "
-	"           scheduled_at = now() "
-	"       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
-	"st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) AND status <> 'completed' "
-	"       RETURNING 1), "
-	"m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-	"      SELECT id, shard_group, shard, 'start' FROM up "
-	"      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
-	"SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM m), "
-	"       'it is ' || status || ', only failed or cancelled runs can be retried' FROM r";
+    "WITH r AS (SELECT id, status, status NOT IN ('failed', 'cancelled') AS bad "
+    "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+    "up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
+    "           cancel_requested = false, finished_at = NULL, updated_at = now(), "
+    "           scheduled_at = now() "
+    "       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
+    "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) AND status <> 'completed' "
+    "       RETURNING 1), "
+    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+    "      SELECT id, shard_group, shard, 'start' FROM up "
+    "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+    "SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM m), "
+    "       'it is ' || status || ', only failed or cancelled runs can be retried' FROM r";
 
 int cairn_retry(cairn_client *c, int64_t run_id)
 {
@@ -392,10 +407,10 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 /* ------------------------------------------------------------ run reads */
 
 #define MS(col) "(extract(epoch FROM " col ") * 1000)::bigint"
-#define RUN_COLS                                                                                \
+#define RUN_COLS                                                                                   \
 	"id, workflow, key, shard_group, shard, status, attempt, max_attempts, cancel_requested, " \
-	"input::text, output::text, error, " MS("created_at") ", " MS("scheduled_at") ", "          \
-	MS("started_at") ", " MS("updated_at") ", " MS("finished_at")
+	"input::text, output::text, error, " MS("created_at") ", " MS("scheduled_at") ", " MS(     \
+	    "started_at") ", " MS("updated_at") ", " MS("finished_at")
 
 static void run_from_row(cairn_run *run, const PGresult *r, int i)
 {
@@ -451,7 +466,8 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	*out = NULL;
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, id)};
-	PGresult *r = db_exec(c->conn, &c->err, "SELECT " RUN_COLS " FROM cairn.runs WHERE id = $1", 1, p);
+	PGresult *r =
+	    db_exec(c->conn, &c->err, "SELECT " RUN_COLS " FROM cairn.runs WHERE id = $1", 1, p);
 	if (!r)
 		return db_fail(c);
 	if (PQntuples(r) == 0) {
@@ -466,9 +482,10 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	run_from_row(run, r, 0);
 	PQclear(r);
 	r = db_exec(c->conn, &c->err,
-		    "SELECT seq, name, kind, status, output::text, error, attempts, " MS("started_at")
-		    ", " MS("finished_at") " FROM cairn.steps WHERE run_id = $1 ORDER BY seq",
-		    1, p);
+	            "SELECT seq, name, kind, status, output::text, error, attempts, " MS(
+	                "started_at") ", " MS("finished_at") " FROM cairn.steps WHERE run_id = $1 "
+	                                                     "ORDER BY seq",
+	            1, p);
 	if (!r) {
 		cairn_run_free(run);
 		return db_fail(c);
@@ -499,7 +516,7 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 }
 
 static const char *const RUN_STATUSES[] = {"pending",   "running", "sleeping", "waiting",
-					   "completed", "failed",  "cancelled"};
+                                           "completed", "failed",  "cancelled"};
 
 int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n)
 {
@@ -516,20 +533,23 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 		for (size_t i = 0; i < sizeof RUN_STATUSES / sizeof *RUN_STATUSES; i++)
 			ok |= strcmp(f->status, RUN_STATUSES[i]) == 0;
 		if (!ok)
-			return client_fail(c, CAIRN_EINVAL,
-					   "invalid status \"%s\": expected one of pending, running, "
-					   "sleeping, waiting, completed, failed, cancelled",
-					   f->status);
+			return client_fail(
+			    c, CAIRN_EINVAL,
+			    "invalid status \"%s\": expected one of pending, running, "
+			    "sleeping, waiting, completed, failed, cancelled",
+			    f->status);
 	}
 	if (f->limit < 0 || f->limit > 10000)
-		return client_fail(c, CAIRN_EINVAL, "invalid limit %d: expected 1 to 10000", f->limit);
+		return client_fail(c, CAIRN_EINVAL, "invalid limit %d: expected 1 to 10000",
+		                   f->limit);
 	char lim[24];
 	const char *p[] = {f->workflow, f->status, db_i64(lim, f->limit ? f->limit : 50)};
-	PGresult *r = db_exec(c->conn, &c->err,
-			      "SELECT " RUN_COLS " FROM cairn.runs "
-			      "WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2) "
-			      "ORDER BY id DESC LIMIT $3",
-			      3, p);
+	PGresult *r = db_exec(
+	    c->conn, &c->err,
+	    "SELECT " RUN_COLS " FROM cairn.runs "
+	    "WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2) "
+	    "ORDER BY id DESC LIMIT $3",
+	    3, p);
 	if (!r)
 		return db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
@@ -570,8 +590,9 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
 	int rc;
 	for (;;) {
-		PGresult *r = db_exec(c->conn, &c->err,
-				      "SELECT finished_at IS NOT NULL FROM cairn.runs WHERE id = $1", 1, p);
+		PGresult *r =
+		    db_exec(c->conn, &c->err,
+		            "SELECT finished_at IS NOT NULL FROM cairn.runs WHERE id = $1", 1, p);
 		if (!r) {
 			rc = db_fail(c);
 			break;
@@ -588,14 +609,16 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 		}
 		int64_t left = deadline - now_ms();
 		if (left <= 0) {
-			rc = client_fail(c, CAIRN_ETIMEOUT, "run %" PRId64 " did not finish in time", id);
+			rc = client_fail(c, CAIRN_ETIMEOUT,
+			                 "run %" PRId64 " did not finish in time", id);
 			break;
 		}
 		/* Sleep until a notification or 1 s (the polling fallback). */
 		struct pollfd pfd = {.fd = PQsocket(c->conn), .events = POLLIN};
 		int wait = left > 1000 ? 1000 : (int)left;
 		if (poll(&pfd, 1, wait) < 0 && errno != EINTR) {
-			rc = client_fail(c, CAIRN_EDB, "waiting for run %" PRId64 ": %s", id, strerror(errno));
+			rc = client_fail(c, CAIRN_EDB, "waiting for run %" PRId64 ": %s", id,
+			                 strerror(errno));
 			break;
 		}
 		PQconsumeInput(c->conn);
@@ -612,15 +635,16 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 /* Liveness is the workers' own test (lease.c SQL_LIVE) minus health, which is
  * reported in its own column. */
 static const char SQL_RUNNER_LIST[] =
-	"SELECT r.id, r.name, r.address, r.version, array_to_string(r.groups, ','), r.weight, "
-	"       r.healthy, "
-	"       r.heartbeat_at > now() - $1 * interval '1 millisecond' "
-	"         AND EXISTS (SELECT 1 FROM pg_stat_activity a "
-	"                     WHERE a.pid = r.lease_pid AND a.datname = current_database()), "
-	"       greatest(0, (extract(epoch FROM now() - r.heartbeat_at) * 1000)::bigint), "
-	"       " MS("r.started_at") ", "
-	"       (SELECT count(*) FROM cairn.shard_leases s WHERE s.owner = r.id) "
-	"FROM cairn.runners r ORDER BY r.id";
+    "SELECT r.id, r.name, r.address, r.version, array_to_string(r.groups, ','), r.weight, "
+    "       r.healthy, "
+    "       r.heartbeat_at > now() - $1 * interval '1 millisecond' "
+    "         AND EXISTS (SELECT 1 FROM pg_stat_activity a "
+    "                     WHERE a.pid = r.lease_pid AND a.datname = current_database()), "
+    "       greatest(0, (extract(epoch FROM now() - r.heartbeat_at) * 1000)::bigint), "
+    "       " MS(
+        "r.started_at") ", "
+                        "       (SELECT count(*) FROM cairn.shard_leases s WHERE s.owner = r.id) "
+                        "FROM cairn.runners r ORDER BY r.id";
 
 #define RUNNER_TTL_MAX_MS (365 * 86400000LL)
 
@@ -644,8 +668,9 @@ int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, 
 	*out = NULL;
 	*n = 0;
 	if (ttl_ms <= 0 || ttl_ms > RUNNER_TTL_MAX_MS)
-		return client_fail(c, CAIRN_EINVAL,
-				   "invalid ttl %" PRId64 "ms: expected a duration from 1ms to 365d", ttl_ms);
+		return client_fail(
+		    c, CAIRN_EINVAL,
+		    "invalid ttl %" PRId64 "ms: expected a duration from 1ms to 365d", ttl_ms);
 	char ttl[24];
 	const char *p[] = {db_i64(ttl, ttl_ms)};
 	PGresult *r = db_exec(c->conn, &c->err, SQL_RUNNER_LIST, 1, p);
@@ -684,11 +709,11 @@ int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, 
 	return CAIRN_OK;
 }
 
-static const char SQL_SHARD_LIST[] =
-	"SELECT s.shard_group, s.shard, s.owner, r.name, s.epoch, " MS("s.acquired_at") " "
-	"FROM cairn.shard_leases s LEFT JOIN cairn.runners r ON r.id = s.owner "
-	"WHERE $1::text IS NULL OR s.shard_group = $1 "
-	"ORDER BY s.shard_group, s.shard";
+static const char SQL_SHARD_LIST[] = "SELECT s.shard_group, s.shard, s.owner, r.name, s.epoch, " MS(
+    "s.acquired_at") " "
+                     "FROM cairn.shard_leases s LEFT JOIN cairn.runners r ON r.id = s.owner "
+                     "WHERE $1::text IS NULL OR s.shard_group = $1 "
+                     "ORDER BY s.shard_group, s.shard";
 
 void cairn_shard_list_free(cairn_shard_info *s, size_t n)
 {

@@ -8,10 +8,10 @@
 #include "cairn.h"
 
 #define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
-#define CAIRN_DEFAULT_GROUP "default"
-#define CAIRN_DEFAULT_SHARDS 4096
-#define CAIRN_WAKE_CHANNEL "cairn_wake"
-#define CAIRN_DONE_CHANNEL "cairn_done"
+#define CAIRN_DEFAULT_GROUP       "default"
+#define CAIRN_DEFAULT_SHARDS      4096
+#define CAIRN_WAKE_CHANNEL        "cairn_wake"
+#define CAIRN_DONE_CHANNEL        "cairn_done"
 
 struct cairn_client {
 	PGconn *conn;
@@ -22,7 +22,7 @@ struct cairn_client {
 
 /* Sets the handle's error message and returns code. */
 int client_fail(cairn_client *c, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* Reads shards_per_group from cairn.settings (cached). */
 int client_shards(cairn_client *c, int *shards);
 #endif

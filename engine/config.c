@@ -29,55 +29,58 @@ typedef struct setting {
 } setting;
 
 #define OFF(f) offsetof(config, f)
-#define DAY (86400000LL)
+#define DAY    (86400000LL)
 static const setting SETTINGS[] = {
-	{"DATABASE_URL", K_STR, OFF(database_url), "", 0, 0, "PostgreSQL URL or conninfo (flag --db)"},
-	{"CAIRN_HTTP_ADDR", K_STR, OFF(http_addr), "127.0.0.1:8080", 0, 0,
-	 "health/readiness/metrics/status endpoint, HOST:PORT"},
-	{"CAIRN_ADVERTISE_ADDR", K_STR, OFF(advertise_addr), "", 0, 0,
-	 "HOST:PORT other runners use to reach the endpoint (default: CAIRN_HTTP_ADDR)"},
-	{"CAIRN_CONCURRENCY", K_INT, OFF(concurrency), "16", 1, 1024, "executor threads"},
-	{"CAIRN_SHARDS", K_INT, OFF(shards), "0", 0, 65536,
-	 "shards per group; 0 uses the count recorded by `cairn migrate`"},
-	{"CAIRN_SHARD_GROUPS", K_STR, OFF(groups_text), "default", 0, 0,
-	 "comma-separated shard groups this worker serves"},
-	{"CAIRN_WEIGHT", K_INT, OFF(weight), "100", 1, 10000, "share of shards relative to other runners"},
-	{"CAIRN_POLL_INTERVAL", K_DUR, OFF(poll_interval_ms), "500ms", 10, DAY,
-	 "poll for due messages at least this often"},
-	{"CAIRN_POLL_BATCH", K_INT, OFF(poll_batch), "256", 1, 10000, "messages claimed per poll"},
-	{"CAIRN_SHUTDOWN_TIMEOUT", K_DUR, OFF(shutdown_timeout_ms), "30s", 0, DAY,
-	 "how long a drain waits for in-flight work"},
-	{"CAIRN_LOG_LEVEL", K_LEVEL, OFF(log_level), "info", 0, 0, "error, warn, info or debug"},
-	{"CAIRN_LOG_FORMAT", K_FORMAT, OFF(log_format), "logfmt", 0, 0, "logfmt or json"},
-	{"CAIRN_HEARTBEAT_INTERVAL", K_DUR, OFF(heartbeat_interval_ms), "1s", 50, 60000,
-	 "runner heartbeat and database check interval"},
-	{"CAIRN_RUNNER_TTL", K_DUR, OFF(runner_ttl_ms), "10s", 200, DAY,
-	 "a runner whose heartbeat is older is dead"},
-	{"CAIRN_REBALANCE_INTERVAL", K_DUR, OFF(rebalance_interval_ms), "1s", 50, 600000,
-	 "how often shard ownership is recomputed"},
-	{"CAIRN_REBALANCE_DEBOUNCE", K_DUR, OFF(rebalance_debounce_ms), "250ms", 0, 600000,
-	 "wait after a change before the next rebalance round"},
-	{"CAIRN_DETACH_AFTER", K_INT, OFF(detach_after), "3", 1, 100,
-	 "consecutive failed heartbeats before detaching"},
-	{"CAIRN_REATTACH_WINDOW", K_DUR, OFF(reattach_window_ms), "2s", 0, 600000,
-	 "storage must be healthy this long before re-attaching"},
-	{"CAIRN_RETENTION", K_DUR, OFF(retention_ms), "7d", 60000, 3650 * DAY,
-	 "finished runs older than this are deleted"},
-	{"CAIRN_SINGLETON_BACKOFF", K_DUR, OFF(singleton_backoff_ms), "1s", 10, 600000,
-	 "base of a failed singleton's restart backoff"},
-	{"CAIRN_UNKNOWN_WORKFLOW_TIMEOUT", K_DUR, OFF(unknown_workflow_timeout_ms), "1m", 0, 30 * DAY,
-	 "a run of a workflow no worker registered fails after this"},
-	{"CAIRN_MAX_PAYLOAD", K_SIZE, OFF(max_payload_bytes), "1MiB", 1, 1 << 30,
-	 "largest input, output or signal payload"},
-	{"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,
-	 "colon-separated workflow plugins (.so) to load (flag --plugin, repeatable)"},
+    {"DATABASE_URL", K_STR, OFF(database_url), "", 0, 0, "PostgreSQL URL or conninfo (flag --db)"},
+    {"CAIRN_HTTP_ADDR", K_STR, OFF(http_addr), "127.0.0.1:8080", 0, 0,
+     "health/readiness/metrics/status endpoint, HOST:PORT"},
+    {"CAIRN_ADVERTISE_ADDR", K_STR, OFF(advertise_addr), "", 0, 0,
+     "HOST:PORT other runners use to reach the endpoint (default: CAIRN_HTTP_ADDR)"},
+    {"CAIRN_CONCURRENCY", K_INT, OFF(concurrency), "16", 1, 1024, "executor threads"},
+    {"CAIRN_SHARDS", K_INT, OFF(shards), "0", 0, 65536,
+     "shards per group; 0 uses the count recorded by `cairn migrate`"},
+    {"CAIRN_SHARD_GROUPS", K_STR, OFF(groups_text), "default", 0, 0,
+     "comma-separated shard groups this worker serves"},
+    {"CAIRN_WEIGHT", K_INT, OFF(weight), "100", 1, 10000,
+     "share of shards relative to other runners"},
+    {"CAIRN_POLL_INTERVAL", K_DUR, OFF(poll_interval_ms), "500ms", 10, DAY,
+     "poll for due messages at least this often"},
+    {"CAIRN_POLL_BATCH", K_INT, OFF(poll_batch), "256", 1, 10000, "messages claimed per poll"},
+    {"CAIRN_SHUTDOWN_TIMEOUT", K_DUR, OFF(shutdown_timeout_ms), "30s", 0, DAY,
+     "how long a drain waits for in-flight work"},
+    {"CAIRN_LOG_LEVEL", K_LEVEL, OFF(log_level), "info", 0, 0, "error, warn, info or debug"},
+    {"CAIRN_LOG_FORMAT", K_FORMAT, OFF(log_format), "logfmt", 0, 0, "logfmt or json"},
+    {"CAIRN_HEARTBEAT_INTERVAL", K_DUR, OFF(heartbeat_interval_ms), "1s", 50, 60000,
+     "runner heartbeat and database check interval"},
+    {"CAIRN_RUNNER_TTL", K_DUR, OFF(runner_ttl_ms), "10s", 200, DAY,
+     "a runner whose heartbeat is older is dead"},
+    {"CAIRN_REBALANCE_INTERVAL", K_DUR, OFF(rebalance_interval_ms), "1s", 50, 600000,
+     "how often shard ownership is recomputed"},
+    {"CAIRN_REBALANCE_DEBOUNCE", K_DUR, OFF(rebalance_debounce_ms), "250ms", 0, 600000,
+     "wait after a change before the next rebalance round"},
+    {"CAIRN_DETACH_AFTER", K_INT, OFF(detach_after), "3", 1, 100,
+     "consecutive failed heartbeats before detaching"},
+    {"CAIRN_REATTACH_WINDOW", K_DUR, OFF(reattach_window_ms), "2s", 0, 600000,
+     "storage must be healthy this long before re-attaching"},
+    {"CAIRN_RETENTION", K_DUR, OFF(retention_ms), "7d", 60000, 3650 * DAY,
+     "finished runs older than this are deleted"},
+    {"CAIRN_SINGLETON_BACKOFF", K_DUR, OFF(singleton_backoff_ms), "1s", 10, 600000,
+     "base of a failed singleton's restart backoff"},
+    {"CAIRN_UNKNOWN_WORKFLOW_TIMEOUT", K_DUR, OFF(unknown_workflow_timeout_ms), "1m", 0, 30 * DAY,
+     "a run of a workflow no worker registered fails after this"},
+    {"CAIRN_MAX_PAYLOAD", K_SIZE, OFF(max_payload_bytes), "1MiB", 1, 1 << 30,
+     "largest input, output or signal payload"},
+    {"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,
+     "colon-separated workflow plugins (.so) to load (flag --plugin, repeatable)"},
 };
 #define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
-static const char *KIND_ACCEPTS[] = {
-	[K_STR] = "text", [K_INT] = "an integer", [K_DUR] = "a duration like 500ms, 2s or 1m",
-	[K_SIZE] = "a size like 512KiB or 1MiB", [K_LEVEL] = "error, warn, info or debug",
-	[K_FORMAT] = "logfmt or json"};
+static const char *KIND_ACCEPTS[] = {[K_STR] = "text",
+                                     [K_INT] = "an integer",
+                                     [K_DUR] = "a duration like 500ms, 2s or 1m",
+                                     [K_SIZE] = "a size like 512KiB or 1MiB",
+                                     [K_LEVEL] = "error, warn, info or debug",
+                                     [K_FORMAT] = "logfmt or json"};
 
 /* "CAIRN_POLL_INTERVAL" -> "poll-interval"; DATABASE_URL -> "db". */
 static void flag_name(const setting *s, char *out, size_t n)
@@ -100,10 +103,11 @@ static void flag_name(const setting *s, char *out, size_t n)
 static void range_text(const setting *s, char *out, size_t n)
 {
 	if (s->kind == K_INT)
-		snprintf(out, n, "%s from %" PRId64 " to %" PRId64, KIND_ACCEPTS[s->kind], s->min, s->max);
+		snprintf(out, n, "%s from %" PRId64 " to %" PRId64, KIND_ACCEPTS[s->kind], s->min,
+		         s->max);
 	else if (s->kind == K_DUR)
-		snprintf(out, n, "%s, from %" PRId64 "ms to %" PRId64 "ms", KIND_ACCEPTS[s->kind], s->min,
-			 s->max);
+		snprintf(out, n, "%s, from %" PRId64 "ms to %" PRId64 "ms", KIND_ACCEPTS[s->kind],
+		         s->min, s->max);
 	else
 		snprintf(out, n, "%s", KIND_ACCEPTS[s->kind]);
 }
@@ -142,7 +146,8 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 			*(int64_t *)field = n;
 		break;
 	case K_SIZE:
-		ok = parse_size_bytes(v, &sz, perr) == 0 && sz >= (size_t)s->min && sz <= (size_t)s->max;
+		ok = parse_size_bytes(v, &sz, perr) == 0 && sz >= (size_t)s->min &&
+		     sz <= (size_t)s->max;
 		if (ok)
 			*(size_t *)field = sz;
 		break;
@@ -169,7 +174,8 @@ static int parse_addr(config *cfg, buf *err)
 	char host[128];
 	int64_t port;
 	char perr[PARSE_ERR_MAX];
-	if (!colon || (size_t)(colon - a) >= sizeof host || parse_int(colon + 1, 0, 65535, &port, perr) < 0)
+	if (!colon || (size_t)(colon - a) >= sizeof host ||
+	    parse_int(colon + 1, 0, 65535, &port, perr) < 0)
 		goto bad;
 	memcpy(host, a, (size_t)(colon - a));
 	host[colon - a] = '\0';
@@ -200,10 +206,11 @@ static int parse_addr(config *cfg, buf *err)
 	return 0;
 bad:
 	buf_reset(err);
-	buf_printf(err,
-		   "invalid value for CAIRN_HTTP_ADDR: \"%s\": expected HOST:PORT with an IP address "
-		   "(127.0.0.1:8080, [::1]:8080, :8080) and a port from 0 to 65535",
-		   a);
+	buf_printf(
+	    err,
+	    "invalid value for CAIRN_HTTP_ADDR: \"%s\": expected HOST:PORT with an IP address "
+	    "(127.0.0.1:8080, [::1]:8080, :8080) and a port from 0 to 65535",
+	    a);
 	return -1;
 }
 
@@ -217,8 +224,11 @@ static int parse_groups(config *cfg, buf *err)
 			g++;
 		if (parse_check_name("group", g, perr) < 0 || cfg->ngroups == CONFIG_MAX_GROUPS) {
 			buf_reset(err);
-			buf_printf(err, "invalid value for CAIRN_SHARD_GROUPS: \"%s\": %s", cfg->groups_text,
-				   cfg->ngroups == CONFIG_MAX_GROUPS ? "at most 16 groups are accepted" : perr);
+			buf_printf(err, "invalid value for CAIRN_SHARD_GROUPS: \"%s\": %s",
+			           cfg->groups_text,
+			           cfg->ngroups == CONFIG_MAX_GROUPS
+			               ? "at most 16 groups are accepted"
+			               : perr);
 			free(copy);
 			return -1;
 		}
@@ -231,8 +241,10 @@ static int parse_groups(config *cfg, buf *err)
 	free(copy);
 	if (cfg->ngroups == 0) {
 		buf_reset(err);
-		buf_printf(err, "invalid value for CAIRN_SHARD_GROUPS: \"%s\": expected at least one group name",
-			   cfg->groups_text);
+		buf_printf(err,
+		           "invalid value for CAIRN_SHARD_GROUPS: \"%s\": expected at least one "
+		           "group name",
+		           cfg->groups_text);
 		return -1;
 	}
 	return 0;
@@ -240,8 +252,8 @@ static int parse_groups(config *cfg, buf *err)
 
 static int is_own_flag(const char *arg)
 {
-	return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0 || strcmp(arg, "--version") == 0 ||
-	       strcmp(arg, "--check-config") == 0;
+	return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0 ||
+	       strcmp(arg, "--version") == 0 || strcmp(arg, "--check-config") == 0;
 }
 
 int config_load(config *cfg, int argc, char **argv, buf *err)
@@ -299,7 +311,8 @@ int config_load(config *cfg, int argc, char **argv, buf *err)
 		size_t pl = perr ? strlen(perr) : 0;
 		while (pl && perr[pl - 1] == '\n')
 			perr[--pl] = '\0';
-		buf_printf(err, "invalid value for DATABASE_URL: %s", perr ? perr : "out of memory");
+		buf_printf(err, "invalid value for DATABASE_URL: %s",
+		           perr ? perr : "out of memory");
 		PQfreemem(perr);
 		return -1;
 	}
@@ -313,9 +326,10 @@ int config_load(config *cfg, int argc, char **argv, buf *err)
 	if (cfg->runner_ttl_ms < 2 * cfg->heartbeat_interval_ms) {
 		buf_reset(err);
 		buf_printf(err,
-			   "invalid value for CAIRN_RUNNER_TTL: %" PRId64 "ms: must be at least twice "
-			   "CAIRN_HEARTBEAT_INTERVAL (%" PRId64 "ms)",
-			   cfg->runner_ttl_ms, cfg->heartbeat_interval_ms);
+		           "invalid value for CAIRN_RUNNER_TTL: %" PRId64
+		           "ms: must be at least twice "
+		           "CAIRN_HEARTBEAT_INTERVAL (%" PRId64 "ms)",
+		           cfg->runner_ttl_ms, cfg->heartbeat_interval_ms);
 		return -1;
 	}
 	return 0;
@@ -370,7 +384,9 @@ void config_describe(const config *cfg, buf *out)
 			buf_puts(out, l[*(const int *)f]);
 			break;
 		}
-		case K_FORMAT: buf_puts(out, *(const int *)f == LOG_JSON ? "json" : "logfmt"); break;
+		case K_FORMAT:
+			buf_puts(out, *(const int *)f == LOG_JSON ? "json" : "logfmt");
+			break;
 		}
 		buf_puts(out, "\n");
 	}

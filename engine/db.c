@@ -79,9 +79,15 @@ int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *param
 	return 0;
 }
 
-const char *db_last_sqlstate(void) { return last_sqlstate; }
+const char *db_last_sqlstate(void)
+{
+	return last_sqlstate;
+}
 
-int db_ok(PGconn *c) { return c && PQstatus(c) == CONNECTION_OK; }
+int db_ok(PGconn *c)
+{
+	return c && PQstatus(c) == CONNECTION_OK;
+}
 
 int64_t db_get_i64(const PGresult *r, int row, int col)
 {
@@ -90,7 +96,10 @@ int64_t db_get_i64(const PGresult *r, int row, int col)
 	return strtoll(PQgetvalue(r, row, col), NULL, 10);
 }
 
-int db_get_int(const PGresult *r, int row, int col) { return (int)db_get_i64(r, row, col); }
+int db_get_int(const PGresult *r, int row, int col)
+{
+	return (int)db_get_i64(r, row, col);
+}
 
 char *db_get_str(const PGresult *r, int row, int col)
 {

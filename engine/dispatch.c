@@ -32,7 +32,7 @@
 #include "parse.h"
 #include "pgarr.h"
 
-#define COMMIT_MAX 512
+#define COMMIT_MAX    512
 #define SLOW_CLAIM_MS 20 /* a claim of one batch normally takes a few ms */
 
 typedef struct flight {
@@ -66,7 +66,10 @@ struct dispatch {
 	worker_loop *loop;
 };
 
-int dispatch_stopping(cairn_worker *w) { return w->dispatch && atomic_load(&w->dispatch->stopping); }
+int dispatch_stopping(cairn_worker *w)
+{
+	return w->dispatch && atomic_load(&w->dispatch->stopping);
+}
 
 static void wake_poller(struct dispatch *d)
 {
@@ -138,44 +141,44 @@ int dispatch_commit_wait(cairn_worker *w, commit *c)
 }
 
 static const char SQL_COMMIT[] =
-	"WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::int[], $5::bigint[]) "
-	"           AS b(run_id, g, s, e)), "
-	"ok AS (SELECT b.run_id, b.g, b.s FROM b JOIN cairn.shard_leases l "
-	"       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = $1 AND l.epoch = b.e), "
-	"ins AS (INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, error, attempts, "
-	"                                 wake_at, started_at, finished_at) "
-	"  SELECT t.r, t.q, t.n, t.k, t.st, t.o::jsonb, t.er, t.a, to_timestamp(t.w / 1000.0), "
-	"         to_timestamp(t.sa / 1000.0), to_timestamp(t.fa / 1000.0) "
-	"  FROM unnest($6::bigint[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[], "
-	"              $12::text[], $13::int[], $14::bigint[], $15::bigint[], $16::bigint[]) "
-	"       AS t(r, q, n, k, st, o, er, a, w, sa, fa) "
-	"  WHERE t.r IN (SELECT run_id FROM ok) "
-	"  ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, output = excluded.output, "
-	"    error = excluded.error, attempts = excluded.attempts, wake_at = excluded.wake_at, "
-	"    finished_at = excluded.finished_at), "
-	"upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
-	"    attempt = u.a, updated_at = now(), finished_at = CASE WHEN u.fin THEN now() END "
-	"  FROM unnest($17::bigint[], $18::text[], $19::text[], $20::text[], $21::int[], $22::bool[]) "
-	"       AS u(id, st, o, er, a, fin) "
-	"  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) RETURNING r.id, u.fin), "
-	"delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY ($23::bigint[]) "
-	"    OR m.run_id = ANY ($24::bigint[])) AND m.run_id IN (SELECT run_id FROM ok)), "
-	"newm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
-	"  SELECT ok.run_id, ok.g, ok.s, n.k, to_timestamp(n.at / 1000.0) "
-	"  FROM unnest($25::bigint[], $26::text[], $27::bigint[]) AS n(r, k, at) "
-	"  JOIN ok ON ok.run_id = n.r), "
-	"sig AS (UPDATE cairn.signals g SET consumed_by_seq = x.q "
-	"  FROM unnest($28::bigint[], $29::int[]) AS x(id, q) "
-	"  WHERE g.id = x.id AND g.run_id IN (SELECT run_id FROM ok)), "
-	"rst AS (DELETE FROM cairn.steps s WHERE s.run_id = ANY ($30::bigint[]) "
-	"  AND s.status <> 'completed' AND s.run_id IN (SELECT run_id FROM ok) "
-	"  AND (s.run_id, s.seq) NOT IN (SELECT * FROM unnest($6::bigint[], $7::int[]))), "
-	"dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
-	"    attempts = m.attempts + 1 FROM unnest($31::bigint[], $32::bigint[]) AS x(id, at) "
-	"  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok)), "
-	"ntf AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM upd WHERE fin) "
-	"SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM ntf) "
-	"FROM ok JOIN cairn.runs r ON r.id = ok.run_id";
+    "WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::int[], $5::bigint[]) "
+    "           AS b(run_id, g, s, e)), "
+    "ok AS (SELECT b.run_id, b.g, b.s FROM b JOIN cairn.shard_leases l "
+    "       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = $1 AND l.epoch = b.e), "
+    "ins AS (INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, error, attempts, "
+    "                                 wake_at, started_at, finished_at) "
+    "  SELECT t.r, t.q, t.n, t.k, t.st, t.o::jsonb, t.er, t.a, to_timestamp(t.w / 1000.0), "
+    "         to_timestamp(t.sa / 1000.0), to_timestamp(t.fa / 1000.0) "
+    "  FROM unnest($6::bigint[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[], "
+    "              $12::text[], $13::int[], $14::bigint[], $15::bigint[], $16::bigint[]) "
+    "       AS t(r, q, n, k, st, o, er, a, w, sa, fa) "
+    "  WHERE t.r IN (SELECT run_id FROM ok) "
+    "  ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, output = excluded.output, "
+    "    error = excluded.error, attempts = excluded.attempts, wake_at = excluded.wake_at, "
+    "    finished_at = excluded.finished_at), "
+    "upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
+    "    attempt = u.a, updated_at = now(), finished_at = CASE WHEN u.fin THEN now() END "
+    "  FROM unnest($17::bigint[], $18::text[], $19::text[], $20::text[], $21::int[], $22::bool[]) "
+    "       AS u(id, st, o, er, a, fin) "
+    "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) RETURNING r.id, u.fin), "
+    "delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY ($23::bigint[]) "
+    "    OR m.run_id = ANY ($24::bigint[])) AND m.run_id IN (SELECT run_id FROM ok)), "
+    "newm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
+    "  SELECT ok.run_id, ok.g, ok.s, n.k, to_timestamp(n.at / 1000.0) "
+    "  FROM unnest($25::bigint[], $26::text[], $27::bigint[]) AS n(r, k, at) "
+    "  JOIN ok ON ok.run_id = n.r), "
+    "sig AS (UPDATE cairn.signals g SET consumed_by_seq = x.q "
+    "  FROM unnest($28::bigint[], $29::int[]) AS x(id, q) "
+    "  WHERE g.id = x.id AND g.run_id IN (SELECT run_id FROM ok)), "
+    "rst AS (DELETE FROM cairn.steps s WHERE s.run_id = ANY ($30::bigint[]) "
+    "  AND s.status <> 'completed' AND s.run_id IN (SELECT run_id FROM ok) "
+    "  AND (s.run_id, s.seq) NOT IN (SELECT * FROM unnest($6::bigint[], $7::int[]))), "
+    "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
+    "    attempts = m.attempts + 1 FROM unnest($31::bigint[], $32::bigint[]) AS x(id, at) "
+    "  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok)), "
+    "ntf AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM upd WHERE fin) "
+    "SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM ntf) "
+    "FROM ok JOIN cairn.runs r ON r.id = ok.run_id";
 
 #define NARR 31 /* $2..$32 */
 
@@ -262,7 +265,8 @@ static int commit_batch(cairn_worker *w, PGconn *conn, commit **batch, int n, bu
 			for (int i = 0; i < n; i++)
 				if (batch[i]->job->run_id == id) {
 					batch[i]->ok = 1;
-					batch[i]->cancel_requested = PQgetvalue(r, row, 1)[0] == 't';
+					batch[i]->cancel_requested =
+					    PQgetvalue(r, row, 1)[0] == 't';
 				}
 		}
 	}
@@ -272,8 +276,8 @@ static int commit_batch(cairn_worker *w, PGconn *conn, commit **batch, int n, bu
 	return rc;
 }
 
-static PGconn *connect_prepared(cairn_worker *w, const char *app, const char *name,
-				const char *sql, buf *err)
+static PGconn *connect_prepared(cairn_worker *w, const char *app, const char *name, const char *sql,
+                                buf *err)
 {
 	PGconn *c = db_connect(w->cfg.database_url, app, err);
 	if (!c)
@@ -299,7 +303,8 @@ static void settle(struct dispatch *d, commit **batch, int n)
 		c->done = 1;
 		if (c->async) {
 			if (!c->ok && c->run_update)
-				log_kv(&d->w->log, LOG_WARN, "final write refused by the fence: the shard moved", NULL);
+				log_kv(&d->w->log, LOG_WARN,
+				       "final write refused by the fence: the shard moved", NULL);
 			job_done_locked(d, c->job);
 			commit_free(c);
 		}
@@ -336,10 +341,12 @@ static void *committer_main(void *arg)
 		pthread_mutex_unlock(&d->mu);
 
 		while (!conn) {
-			conn = connect_prepared(w, "cairn-worker commit", "cairn_commit", SQL_COMMIT, &err);
+			conn = connect_prepared(w, "cairn-worker commit", "cairn_commit",
+			                        SQL_COMMIT, &err);
 			if (conn)
 				break;
-			log_kv(&w->log, LOG_WARN, "committer cannot connect; retrying", "error", buf_str(&err), NULL);
+			log_kv(&w->log, LOG_WARN, "committer cannot connect; retrying", "error",
+			       buf_str(&err), NULL);
 			int64_t nap = 100LL << (failures < 6 ? failures++ : 6);
 			usleep((useconds_t)(nap * 1000));
 			if (atomic_load(&d->stopping) && failures > 3)
@@ -350,13 +357,15 @@ static void *committer_main(void *arg)
 			/* One bad item must not sink the others: commit them one by one. */
 			for (int i = 0; i < n; i++) {
 				if (commit_batch(w, conn, &batch[i], 1, &err) < 0) {
-					log_kv(&w->log, LOG_ERROR, "commit failed", "error", buf_str(&err), NULL);
+					log_kv(&w->log, LOG_ERROR, "commit failed", "error",
+					       buf_str(&err), NULL);
 					batch[i]->ok = 0;
 				}
 			}
 			rc = 0;
 		} else if (rc < 0) {
-			log_kv(&w->log, LOG_WARN, "commit failed; the runs will be retried", "error", buf_str(&err), NULL);
+			log_kv(&w->log, LOG_WARN, "commit failed; the runs will be retried",
+			       "error", buf_str(&err), NULL);
 			for (int i = 0; i < n; i++)
 				batch[i]->ok = 0;
 			if (conn && !db_ok(conn)) {
@@ -393,7 +402,8 @@ static void *executor_main(void *arg)
 			d->qtail = NULL;
 		d->qlen--;
 		atomic_store(&w->m.queue_depth, d->qlen);
-		int stale = atomic_load(&d->stopping) || worker_epoch(w, j->group, j->shard) != j->epoch;
+		int stale =
+		    atomic_load(&d->stopping) || worker_epoch(w, j->group, j->shard) != j->epoch;
 		if (!stale)
 			d->executing++;
 		pthread_mutex_unlock(&d->mu);
@@ -422,29 +432,31 @@ static void *executor_main(void *arg)
 /* The journal and the buffered signals come unordered (an ordered aggregate
  * costs a sort per run); exec.c indexes steps by seq and takes signals by id. */
 static const char SQL_CLAIM[] =
-	"WITH due AS (SELECT m.id, m.run_id, l.epoch FROM cairn.messages m "
-	"  JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
-	"  WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
-	"  ORDER BY m.deliver_at, m.id LIMIT $3), "
-	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids "
-	"      FROM due GROUP BY run_id) "
-	"UPDATE cairn.runs r SET "
-	"  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' ELSE r.status END, "
-	"  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
-	"  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
-	"                    ELSE r.started_at END, "
-	"  updated_at = now() "
-	"FROM d WHERE r.id = d.run_id "
-	"RETURNING r.id, r.shard_group, r.shard, d.epoch, d.ids::text, r.workflow, r.status, "
-	"  r.input::text, r.attempt, r.max_attempts, r.cancel_requested, "
-	"  (extract(epoch FROM r.created_at) * 1000)::bigint, (extract(epoch FROM now()) * 1000)::bigint, "
-	"  (SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'kind', s.kind, "
-	"     'status', s.status, 'output', s.output, 'error', s.error, 'attempts', s.attempts, "
-	"     'wake_at', (extract(epoch FROM s.wake_at) * 1000)::bigint, "
-	"     'started_at', (extract(epoch FROM s.started_at) * 1000)::bigint))::text "
-	"   FROM cairn.steps s WHERE s.run_id = r.id), "
-	"  (SELECT json_agg(json_build_object('id', g.id, 'name', g.name, 'payload', g.payload))::text "
-	"   FROM cairn.signals g WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL)";
+    "WITH due AS (SELECT m.id, m.run_id, l.epoch FROM cairn.messages m "
+    "  JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
+    "  WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
+    "  ORDER BY m.deliver_at, m.id LIMIT $3), "
+    "d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids "
+    "      FROM due GROUP BY run_id) "
+    "UPDATE cairn.runs r SET "
+    "  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' ELSE "
+    "r.status END, "
+    "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
+    "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
+    "                    ELSE r.started_at END, "
+    "  updated_at = now() "
+    "FROM d WHERE r.id = d.run_id "
+    "RETURNING r.id, r.shard_group, r.shard, d.epoch, d.ids::text, r.workflow, r.status, "
+    "  r.input::text, r.attempt, r.max_attempts, r.cancel_requested, "
+    "  (extract(epoch FROM r.created_at) * 1000)::bigint, (extract(epoch FROM now()) * "
+    "1000)::bigint, "
+    "  (SELECT json_agg(json_build_object('seq', s.seq, 'name', s.name, 'kind', s.kind, "
+    "     'status', s.status, 'output', s.output, 'error', s.error, 'attempts', s.attempts, "
+    "     'wake_at', (extract(epoch FROM s.wake_at) * 1000)::bigint, "
+    "     'started_at', (extract(epoch FROM s.started_at) * 1000)::bigint))::text "
+    "   FROM cairn.steps s WHERE s.run_id = r.id), "
+    "  (SELECT json_agg(json_build_object('id', g.id, 'name', g.name, 'payload', g.payload))::text "
+    "   FROM cairn.signals g WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL)";
 
 static int parse_ids(const char *text, int64_t **out)
 {
@@ -492,7 +504,8 @@ static int claim(struct dispatch *d, PGconn *conn, int limit, buf *err)
 		int group = worker_group_index(w, PQgetvalue(r, i, 1));
 		int shard = db_get_int(r, i, 2);
 		int64_t epoch = db_get_i64(r, i, 3);
-		if (group < 0 || shard < 0 || shard >= w->shards || worker_epoch(w, group, shard) != epoch)
+		if (group < 0 || shard < 0 || shard >= w->shards ||
+		    worker_epoch(w, group, shard) != epoch)
 			continue; /* being released, or not yet known here */
 		job *j = calloc(1, sizeof *j);
 		if (!j)
@@ -555,7 +568,7 @@ static int claim(struct dispatch *d, PGconn *conn, int limit, buf *err)
 }
 
 static const char SQL_CANCELLED[] =
-	"SELECT id FROM cairn.runs WHERE id = ANY ($1::bigint[]) AND cancel_requested";
+    "SELECT id FROM cairn.runs WHERE id = ANY ($1::bigint[]) AND cancel_requested";
 
 /* Tells in-flight runs that were cancelled meanwhile, so that a long step
  * polling cairn_should_stop() hears of it before its next durable call. */
@@ -586,7 +599,7 @@ static void check_cancels(struct dispatch *d, PGconn *conn)
 static void wait_wake(struct dispatch *d, PGconn *conn, int64_t ms)
 {
 	struct pollfd fds[2] = {{.fd = d->wake_fd, .events = POLLIN},
-				{.fd = conn ? PQsocket(conn) : -1, .events = POLLIN}};
+	                        {.fd = conn ? PQsocket(conn) : -1, .events = POLLIN}};
 	if (poll(fds, conn ? 2 : 1, (int)ms) > 0) {
 		uint64_t v;
 		if (fds[0].revents & POLLIN) {
@@ -617,17 +630,21 @@ static void *poller_main(void *arg)
 			next_cancel_check = worker_now_ms() + w->cfg.poll_interval_ms;
 		}
 		if (!conn) {
-			conn = connect_prepared(w, "cairn-worker poll", "cairn_claim", SQL_CLAIM, &err);
+			conn = connect_prepared(w, "cairn-worker poll", "cairn_claim", SQL_CLAIM,
+			                        &err);
 			/* A generic plan cannot know the LIMIT and sorts every due
 			 * message; plan each claim with its values instead. */
-			if (conn && (db_cmd(conn, &err, "SET plan_cache_mode = force_custom_plan", 0, NULL) < 0 ||
-				     db_cmd(conn, &err, "LISTEN " CAIRN_WAKE_CHANNEL, 0, NULL) < 0)) {
+			if (conn &&
+			    (db_cmd(conn, &err, "SET plan_cache_mode = force_custom_plan", 0,
+			            NULL) < 0 ||
+			     db_cmd(conn, &err, "LISTEN " CAIRN_WAKE_CHANNEL, 0, NULL) < 0)) {
 				PQfinish(conn);
 				conn = NULL;
 			}
 			if (!conn) {
 				int64_t cap = 100LL << (failures < 7 ? failures++ : 7);
-				wait_wake(d, NULL, cap / 2 + randombytes_uniform((uint32_t)cap / 2 + 1));
+				wait_wake(d, NULL,
+				          cap / 2 + randombytes_uniform((uint32_t)cap / 2 + 1));
 				continue;
 			}
 			failures = 0;
@@ -651,7 +668,8 @@ static void *poller_main(void *arg)
 			 * due message because its statistics still say the table is
 			 * small; autovacuum would take up to a minute to notice. */
 			char ms[24];
-			log_kv(&w->log, LOG_INFO, "slow claim: refreshing the statistics of cairn.messages",
+			log_kv(&w->log, LOG_INFO,
+			       "slow claim: refreshing the statistics of cairn.messages",
 			       "claim_ms", db_i64(ms, took), NULL);
 			db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
 			next_analyze = worker_now_ms() + 60000;
@@ -818,9 +836,12 @@ void dispatch_status(cairn_worker *w, buf *out)
 	if (d) {
 		pthread_mutex_lock(&d->mu);
 		for (int i = 0; i < d->nfl && i < 100; i++)
-			buf_printf(out, "%s{\"run_id\":%" PRId64 ",\"workflow\":\"%s\",\"group\":\"%s\",\"shard\":%d,\"since_unix_ms\":%" PRId64 "}",
-				   i ? "," : "", d->fl[i].run_id, d->fl[i].workflow, w->own[d->fl[i].group].name,
-				   d->fl[i].shard, d->fl[i].since_unix_ms);
+			buf_printf(
+			    out,
+			    "%s{\"run_id\":%" PRId64 ",\"workflow\":\"%s\",\"group\":\"%s\","
+			                             "\"shard\":%d,\"since_unix_ms\":%" PRId64 "}",
+			    i ? "," : "", d->fl[i].run_id, d->fl[i].workflow,
+			    w->own[d->fl[i].group].name, d->fl[i].shard, d->fl[i].since_unix_ms);
 		pthread_mutex_unlock(&d->mu);
 	}
 	buf_puts(out, "]");

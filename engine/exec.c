@@ -198,11 +198,26 @@ static int stop_now(const cairn_ctx *ctx)
 	       worker_epoch(ctx->w, ctx->job->group, ctx->job->shard) != ctx->job->epoch;
 }
 
-int cairn_should_stop(const cairn_ctx *ctx) { return ctx->job->cancel_requested || stop_now(ctx); }
-int64_t cairn_ctx_run_id(const cairn_ctx *ctx) { return ctx->job->run_id; }
-const char *cairn_ctx_workflow(const cairn_ctx *ctx) { return ctx->job->workflow; }
-int cairn_ctx_attempt(const cairn_ctx *ctx) { return ctx->job->attempt; }
-void *cairn_workflow_arg(const cairn_ctx *ctx) { return ctx->def->opts.arg; }
+int cairn_should_stop(const cairn_ctx *ctx)
+{
+	return ctx->job->cancel_requested || stop_now(ctx);
+}
+int64_t cairn_ctx_run_id(const cairn_ctx *ctx)
+{
+	return ctx->job->run_id;
+}
+const char *cairn_ctx_workflow(const cairn_ctx *ctx)
+{
+	return ctx->job->workflow;
+}
+int cairn_ctx_attempt(const cairn_ctx *ctx)
+{
+	return ctx->job->attempt;
+}
+void *cairn_workflow_arg(const cairn_ctx *ctx)
+{
+	return ctx->def->opts.arg;
+}
 
 /* Before anything new happens: cancellation and hand-over. */
 static int interrupt(cairn_ctx *ctx)
@@ -240,10 +255,11 @@ static int next_entry(cairn_ctx *ctx, const char *name, const char *kind, cJSON 
 	const char *en = jstr(e, "name"), *ek = jstr(e, "kind");
 	if (!en || !ek || strcmp(en, name) != 0 || strcmp(ek, kind) != 0) {
 		buf_reset(&ctx->err);
-		buf_printf(&ctx->err,
-			   "non-determinism at journal position %d: the journal has %s \"%s\" but the "
-			   "workflow now calls %s \"%s\"",
-			   *seq, ek ? ek : "?", en ? en : "?", kind, name);
+		buf_printf(
+		    &ctx->err,
+		    "non-determinism at journal position %d: the journal has %s \"%s\" but the "
+		    "workflow now calls %s \"%s\"",
+		    *seq, ek ? ek : "?", en ? en : "?", kind, name);
 		return ctx->fatal = CAIRN_ENONDET;
 	}
 	*entry = e;
@@ -273,7 +289,7 @@ static char *print_json(const cJSON *v)
 }
 
 int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
-		     cairn_step_fn fn, void *arg, cJSON **result)
+                     cairn_step_fn fn, void *arg, cJSON **result)
 {
 	if (result)
 		*result = NULL;
@@ -313,16 +329,22 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	int src = fn ? fn(ctx, arg, &out) : cairn_fail(ctx, "step function is NULL");
 	int64_t took_ms = worker_now_ms() - m0;
 	observe_step(ctx->w, took_ms * 1000);
-	jrow row = {.seq = seq, .name = (char *)name, .kind = "step", .attempts = attempts,
-		    .started_ms = t0, .finished_ms = unix_now_ms()};
+	jrow row = {.seq = seq,
+	            .name = (char *)name,
+	            .kind = "step",
+	            .attempts = attempts,
+	            .started_ms = t0,
+	            .finished_ms = unix_now_ms()};
 	char *text = NULL;
 	if (src == CAIRN_OK) {
 		text = print_json(out);
 		if (!text)
 			src = cairn_fail(ctx, "step %s: out of memory printing its result", name);
 		else if (strlen(text) > ctx->w->cfg.max_payload_bytes)
-			src = cairn_fail(ctx, "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
-					 name, strlen(text), ctx->w->cfg.max_payload_bytes);
+			src = cairn_fail(
+			    ctx,
+			    "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
+			    name, strlen(text), ctx->w->cfg.max_payload_bytes);
 	}
 	if (src == CAIRN_OK) {
 		row.status = "completed";
@@ -338,8 +360,10 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	cJSON_Delete(out);
 	if (src != CAIRN_ERETRY && src != CAIRN_EFAIL) {
 		buf_reset(&ctx->err);
-		buf_printf(&ctx->err, "step function returned %d (%s); expected CAIRN_OK, CAIRN_ERETRY or CAIRN_EFAIL",
-			   src, cairn_strstatus(src));
+		buf_printf(&ctx->err,
+		           "step function returned %d (%s); expected CAIRN_OK, CAIRN_ERETRY or "
+		           "CAIRN_EFAIL",
+		           src, cairn_strstatus(src));
 		src = CAIRN_EFAIL;
 	}
 	buf msg = BUF_INIT;
@@ -354,10 +378,12 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	}
 	if (src == CAIRN_ERETRY && attempts < p.max_attempts) {
 		row.status = "retrying";
-		row.wake_ms = ctx_now(ctx) + backoff_ms(&p, attempts, randombytes_uniform(1000000) / 1e6);
+		row.wake_ms =
+		    ctx_now(ctx) + backoff_ms(&p, attempts, randombytes_uniform(1000000) / 1e6);
 		rc = add_row(ctx, &row);
 		buf_free(&msg);
-		return rc ? cairn_fail(ctx, "out of memory") : suspend(ctx, "sleeping", row.wake_ms);
+		return rc ? cairn_fail(ctx, "out of memory")
+		          : suspend(ctx, "sleeping", row.wake_ms);
 	}
 	row.status = "failed";
 	add_row(ctx, &row);
@@ -386,8 +412,12 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 	if ((rc = interrupt(ctx)))
 		return rc;
 	int64_t now = ctx_now(ctx), wake = e ? jnum(e, "wake_at") : until_ms;
-	jrow row = {.seq = seq, .name = (char *)name, .kind = "sleep", .attempts = 1,
-		    .started_ms = e ? jnum(e, "started_at") : unix_now_ms(), .wake_ms = wake};
+	jrow row = {.seq = seq,
+	            .name = (char *)name,
+	            .kind = "sleep",
+	            .attempts = 1,
+	            .started_ms = e ? jnum(e, "started_at") : unix_now_ms(),
+	            .wake_ms = wake};
 	if (wake <= now) {
 		row.status = "completed";
 		row.finished_ms = unix_now_ms();
@@ -396,7 +426,8 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 	if (e)
 		return suspend(ctx, "sleeping", 0);
 	row.status = "waiting";
-	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : suspend(ctx, "sleeping", wake);
+	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory")
+	                          : suspend(ctx, "sleeping", wake);
 }
 
 int cairn_sleep(cairn_ctx *ctx, const char *name, int64_t duration_ms)
@@ -425,8 +456,12 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 		return rc;
 	int64_t now = ctx_now(ctx);
 	int64_t deadline = e ? jnum(e, "wake_at") : timeout_ms >= 0 ? now + timeout_ms : 0;
-	jrow row = {.seq = seq, .name = (char *)name, .kind = "signal", .attempts = 1,
-		    .started_ms = e ? jnum(e, "started_at") : unix_now_ms(), .wake_ms = deadline};
+	jrow row = {.seq = seq,
+	            .name = (char *)name,
+	            .kind = "signal",
+	            .attempts = 1,
+	            .started_ms = e ? jnum(e, "started_at") : unix_now_ms(),
+	            .wake_ms = deadline};
 	/* The oldest buffered signal of this name, if one came. */
 	cJSON *sig = NULL, *it;
 	int idx = 0, i = 0;
@@ -461,7 +496,8 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	if (e)
 		return suspend(ctx, "waiting", 0);
 	row.status = "waiting";
-	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : suspend(ctx, "waiting", deadline);
+	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory")
+	                          : suspend(ctx, "waiting", deadline);
 }
 
 /* cairn_now and cairn_random: a value made once and journaled as text. */
@@ -481,8 +517,14 @@ static int journaled_value(cairn_ctx *ctx, const char *kind, uint64_t fresh, uin
 	char text[32];
 	snprintf(text, sizeof text, "\"%" PRIu64 "\"", fresh);
 	int64_t now = unix_now_ms();
-	jrow row = {.seq = seq, .name = (char *)kind, .kind = kind, .status = "completed",
-		    .output = text, .attempts = 1, .started_ms = now, .finished_ms = now};
+	jrow row = {.seq = seq,
+	            .name = (char *)kind,
+	            .kind = kind,
+	            .status = "completed",
+	            .output = text,
+	            .attempts = 1,
+	            .started_ms = now,
+	            .finished_ms = now};
 	*out = fresh;
 	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : CAIRN_OK;
 }
@@ -564,14 +606,16 @@ static commit *unknown_workflow(cairn_worker *w, job *j, commit *c)
 	int64_t age = j->db_now_ms - j->created_ms;
 	if (age >= w->cfg.unknown_workflow_timeout_ms) {
 		buf msg = BUF_INIT;
-		buf_printf(&msg,
-			   "workflow \"%s\" is not registered on any worker that owned this run's shard "
-			   "within CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
-			   j->workflow, w->cfg.unknown_workflow_timeout_ms);
+		buf_printf(
+		    &msg,
+		    "workflow \"%s\" is not registered on any worker that owned this run's shard "
+		    "within CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
+		    j->workflow, w->cfg.unknown_workflow_timeout_ms);
 		finish(c, "failed", buf_str(&msg));
 		buf_free(&msg);
 		atomic_fetch_add(&w->m.runs_failed, 1);
-		log_kv(&w->log, LOG_WARN, "failed a run of an unknown workflow", "workflow", j->workflow, NULL);
+		log_kv(&w->log, LOG_WARN, "failed a run of an unknown workflow", "workflow",
+		       j->workflow, NULL);
 		return c;
 	}
 	int64_t left = w->cfg.unknown_workflow_timeout_ms - age;
@@ -614,12 +658,15 @@ commit *exec_job(cairn_worker *w, job *j)
 	commit *p = ctx.pending;
 	if (p) {
 		c->rows = p->rows, c->nrows = p->nrows, c->caprows = p->caprows;
-		c->sig_ids = p->sig_ids, c->sig_seqs = p->sig_seqs, c->nsig = p->nsig, c->capsig = p->capsig;
+		c->sig_ids = p->sig_ids, c->sig_seqs = p->sig_seqs, c->nsig = p->nsig,
+		c->capsig = p->capsig;
 		free(p);
 	}
 	if (ctx.suspend_status) {
 		if (rc != CAIRN_SUSPENDED)
-			log_kv(&w->log, LOG_WARN, "workflow did not return CAIRN_SUSPENDED after a durable call suspended it",
+			log_kv(&w->log, LOG_WARN,
+			       "workflow did not return CAIRN_SUSPENDED after a durable call "
+			       "suspended it",
 			       "workflow", j->workflow, NULL);
 		c->run_update = 1;
 		c->run_status = ctx.suspend_status;
@@ -642,8 +689,10 @@ commit *exec_job(cairn_worker *w, job *j)
 			atomic_fetch_add(&w->m.runs_completed, 1);
 		} else {
 			buf msg = BUF_INIT;
-			buf_printf(&msg, "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
-				   text ? strlen(text) : 0, w->cfg.max_payload_bytes);
+			buf_printf(
+			    &msg,
+			    "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
+			    text ? strlen(text) : 0, w->cfg.max_payload_bytes);
 			finish(c, "failed", buf_str(&msg));
 			buf_free(&msg);
 			free(text);
@@ -663,13 +712,16 @@ commit *exec_job(cairn_worker *w, job *j)
 			c->reset_steps = 1;
 			c->delete_claimed = 1;
 			c->new_kind = "start";
-			c->new_at_ms = ctx_now(&ctx) + backoff_ms(&pol, j->attempt, randombytes_uniform(1000000) / 1e6);
+			c->new_at_ms =
+			    ctx_now(&ctx) +
+			    backoff_ms(&pol, j->attempt, randombytes_uniform(1000000) / 1e6);
 		} else {
 			/* The attempt count is on the run; name it when it ran out. */
 			buf msg = BUF_INIT;
 			buf_puts(&msg, why);
 			if (rc == CAIRN_ERETRY)
-				buf_printf(&msg, " (run attempt %d of %d)", j->attempt, j->max_attempts);
+				buf_printf(&msg, " (run attempt %d of %d)", j->attempt,
+				           j->max_attempts);
 			finish(c, "failed", buf_str(&msg));
 			buf_free(&msg);
 			atomic_fetch_add(&w->m.runs_failed, 1);
@@ -686,7 +738,7 @@ commit *exec_job(cairn_worker *w, job *j)
 }
 
 int cairn_workflow_register(cairn_worker *w, const char *name, cairn_workflow_fn fn,
-			    const cairn_workflow_opts *opts)
+                            const cairn_workflow_opts *opts)
 {
 	char err[PARSE_ERR_MAX];
 	buf_reset(&w->err);

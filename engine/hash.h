@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define HASH_FNV64_OFFSET 0xcbf29ce484222325ULL
-#define HASH_FNV64_PRIME 0x100000001b3ULL
+#define HASH_FNV64_PRIME  0x100000001b3ULL
 
 uint64_t hash_fnv1a64(const void *data, size_t n);
 /* shard = FNV-1a-64(key) mod shards_per_group. */

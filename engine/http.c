@@ -49,16 +49,17 @@ static void readyz(cairn_worker *w, reply *r)
 	if (ready)
 		buf_puts(&r->body, "ready\n");
 	else
-		buf_printf(&r->body, "not ready: %s\n", w->not_ready[0] ? w->not_ready : "stopping");
+		buf_printf(&r->body, "not ready: %s\n",
+		           w->not_ready[0] ? w->not_ready : "stopping");
 	pthread_mutex_unlock(&w->mu);
 	r->status = ready ? 200 : 503;
 }
 
 static void metric(buf *b, const char *name, const char *type, const char *help, const char *labels,
-		   double value)
+                   double value)
 {
 	buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %.17g\n", name, help, name, type, name,
-		   labels ? labels : "", value);
+	           labels ? labels : "", value);
 }
 
 static void metrics(cairn_worker *w, reply *r)
@@ -70,40 +71,46 @@ static void metrics(cairn_worker *w, reply *r)
 	pthread_mutex_unlock(&w->mu);
 	char labels[160];
 	snprintf(labels, sizeof labels, "{version=\"%s\"}", CAIRN_VERSION);
-	metric(b, "cairn_build_info", "gauge", "Build information; the value is always 1.", labels, 1);
+	metric(b, "cairn_build_info", "gauge", "Build information; the value is always 1.", labels,
+	       1);
 	metric(b, "cairn_uptime_seconds", "gauge", "Seconds since this worker started.", NULL,
 	       (double)(worker_now_ms() - w->start_mono_ms) / 1000.0);
-	metric(b, "cairn_db_connected", "gauge", "1 while the database connection is up.", NULL, connected);
-	metric(b, "cairn_db_reconnects_total", "counter", "Database reconnections after a loss.", NULL,
-	       (double)atomic_load(&m->db_reconnects));
+	metric(b, "cairn_db_connected", "gauge", "1 while the database connection is up.", NULL,
+	       connected);
+	metric(b, "cairn_db_reconnects_total", "counter", "Database reconnections after a loss.",
+	       NULL, (double)atomic_load(&m->db_reconnects));
 	metric(b, "cairn_shards_owned", "gauge", "Shards this worker holds a lease on.", NULL,
 	       atomic_load(&m->shards_owned));
-	metric(b, "cairn_rebalances_total", "counter", "Rebalance rounds that changed ownership.", NULL,
-	       (double)atomic_load(&m->rebalances));
-	metric(b, "cairn_lease_losses_total", "counter", "Shard leases lost without releasing them.",
-	       NULL, (double)atomic_load(&m->lease_losses));
-	metric(b, "cairn_detachments_total", "counter", "Times this worker detached from storage.", NULL,
-	       (double)atomic_load(&m->detachments));
-	metric(b, "cairn_singleton_restarts_total", "counter", "Singleton restarts after a failure.",
-	       NULL, (double)atomic_load(&m->singleton_restarts));
-	metric(b, "cairn_health_checks_total", "counter", "Rounds of the runner health checker run here.",
-	       NULL, (double)atomic_load(&m->health_checks));
+	metric(b, "cairn_rebalances_total", "counter", "Rebalance rounds that changed ownership.",
+	       NULL, (double)atomic_load(&m->rebalances));
+	metric(b, "cairn_lease_losses_total", "counter",
+	       "Shard leases lost without releasing them.", NULL,
+	       (double)atomic_load(&m->lease_losses));
+	metric(b, "cairn_detachments_total", "counter", "Times this worker detached from storage.",
+	       NULL, (double)atomic_load(&m->detachments));
+	metric(b, "cairn_singleton_restarts_total", "counter",
+	       "Singleton restarts after a failure.", NULL,
+	       (double)atomic_load(&m->singleton_restarts));
+	metric(b, "cairn_health_checks_total", "counter",
+	       "Rounds of the runner health checker run here.", NULL,
+	       (double)atomic_load(&m->health_checks));
 	metric(b, "cairn_runs_started_total", "counter", "Run executions started.", NULL,
 	       (double)atomic_load(&m->runs_started));
 	metric(b, "cairn_runs_completed_total", "counter", "Runs that completed.", NULL,
 	       (double)atomic_load(&m->runs_completed));
 	metric(b, "cairn_runs_failed_total", "counter", "Runs that failed for good.", NULL,
 	       (double)atomic_load(&m->runs_failed));
-	metric(b, "cairn_queue_depth", "gauge", "Runs dispatched and waiting for an executor.", NULL,
-	       atomic_load(&m->queue_depth));
+	metric(b, "cairn_queue_depth", "gauge", "Runs dispatched and waiting for an executor.",
+	       NULL, atomic_load(&m->queue_depth));
 	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"
-		    "# TYPE cairn_step_duration_seconds histogram\n");
+	            "# TYPE cairn_step_duration_seconds histogram\n");
 	for (int i = 0; i < STEP_BUCKETS; i++)
 		buf_printf(b, "cairn_step_duration_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-			   WORKER_STEP_BOUNDS_S[i], atomic_load(&m->step_buckets[i]));
+		           WORKER_STEP_BOUNDS_S[i], atomic_load(&m->step_buckets[i]));
 	uint64_t count = atomic_load(&m->step_count);
 	buf_printf(b, "cairn_step_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", count);
-	buf_printf(b, "cairn_step_duration_seconds_sum %.6f\n", (double)atomic_load(&m->step_sum_us) / 1e6);
+	buf_printf(b, "cairn_step_duration_seconds_sum %.6f\n",
+	           (double)atomic_load(&m->step_sum_us) / 1e6);
 	buf_printf(b, "cairn_step_duration_seconds_count %" PRIu64 "\n", count);
 	r->status = 200;
 	r->type = "text/plain; version=0.0.4; charset=utf-8";
@@ -126,7 +133,8 @@ static void status(cairn_worker *w, reply *r)
 	if (w->not_ready[0])
 		cJSON_AddStringToObject(o, "not_ready_reason", w->not_ready);
 	cJSON_AddBoolToObject(o, "db_connected", w->db_connected);
-	cJSON_AddNumberToObject(o, "uptime_seconds", (double)(worker_now_ms() - w->start_mono_ms) / 1000.0);
+	cJSON_AddNumberToObject(o, "uptime_seconds",
+	                        (double)(worker_now_ms() - w->start_mono_ms) / 1000.0);
 	cJSON_AddNumberToObject(o, "shards_per_group", w->shards);
 	pthread_mutex_unlock(&w->mu);
 	/* Configuration without secrets: the database URL is masked. */
@@ -134,7 +142,8 @@ static void status(cairn_worker *w, reply *r)
 	buf text = BUF_INIT;
 	config_describe(&w->cfg, &text);
 	char *save = NULL;
-	for (char *line = strtok_r(text.data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+	for (char *line = strtok_r(text.data, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
 		char *eq = strchr(line, '=');
 		if (!eq)
 			continue;
@@ -196,8 +205,8 @@ static void status(cairn_worker *w, reply *r)
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
-			      const char *method, const char *version, const char *upload_data,
-			      size_t *upload_size, void **con_cls)
+                              const char *method, const char *version, const char *upload_data,
+                              size_t *upload_size, void **con_cls)
 {
 	cairn_worker *w = cls;
 	reply r = {404, "text/plain; charset=utf-8", BUF_INIT};
@@ -216,9 +225,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	} else {
 		buf_puts(&r.body, "not found: try /healthz, /readyz, /metrics or /status\n");
 	}
-	struct MHD_Response *resp =
-		MHD_create_response_from_buffer(r.body.len, r.body.data ? r.body.data : (void *)"",
-						MHD_RESPMEM_MUST_COPY);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(
+	    r.body.len, r.body.data ? r.body.data : (void *)"", MHD_RESPMEM_MUST_COPY);
 	buf_free(&r.body);
 	if (!resp)
 		return MHD_NO;
@@ -234,15 +242,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 int http_start(cairn_worker *w)
 {
 	w->http = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (w->cfg.http_sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-		0, NULL, NULL, handle, w, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&w->cfg.http_sa,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-		(unsigned)16, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_END);
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+	        (w->cfg.http_sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+	    0, NULL, NULL, handle, w, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&w->cfg.http_sa,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	    (unsigned)16, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_END);
 	if (!w->http) {
 		buf_reset(&w->err);
 		buf_printf(&w->err, "cannot listen on %s (in use, or not an address of this host)",
-			   w->cfg.http_addr);
+		           w->cfg.http_addr);
 		return -1;
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->http, MHD_DAEMON_INFO_BIND_PORT);

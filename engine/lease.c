@@ -43,7 +43,10 @@ int lease_init(lease *l, cairn_worker *w, int shards)
 	return rc;
 }
 
-void lease_free(lease *l) { memset(l, 0, sizeof *l); }
+void lease_free(lease *l)
+{
+	memset(l, 0, sizeof *l);
+}
 
 static void publish(lease *l)
 {
@@ -68,12 +71,12 @@ void lease_forget(lease *l)
 }
 
 static const char SQL_REGISTER[] =
-	"INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid) "
-	"VALUES ($1, $2, $3, $4::text[], $5, pg_backend_pid()) RETURNING id";
+    "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid) "
+    "VALUES ($1, $2, $3, $4::text[], $5, pg_backend_pid()) RETURNING id";
 
 static const char SQL_HEARTBEAT[] =
-	"UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
-	"WHERE id = $1 RETURNING healthy";
+    "UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
+    "WHERE id = $1 RETURNING healthy";
 
 int lease_heartbeat(lease *l)
 {
@@ -105,7 +108,7 @@ int lease_heartbeat(lease *l)
 		pgarr_add(&groups, w->own[i].name);
 	char weight[24];
 	const char *p[] = {w->name, w->cfg.advertise_addr, CAIRN_VERSION, pgarr_str(&groups),
-			   db_i64(weight, w->cfg.weight)};
+	                   db_i64(weight, w->cfg.weight)};
 	PGresult *r = db_exec(l->conn, &err, SQL_REGISTER, 5, p);
 	pgarr_free(&groups);
 	if (!r) {
@@ -127,32 +130,32 @@ done:
 }
 
 static const char SQL_LIVE[] =
-	"SELECT r.id, r.weight FROM cairn.runners r "
-	"WHERE $1 = ANY (r.groups) AND r.healthy "
-	"  AND r.heartbeat_at > now() - $2 * interval '1 millisecond' "
-	"  AND EXISTS (SELECT 1 FROM pg_stat_activity a "
-	"              WHERE a.pid = r.lease_pid AND a.datname = current_database()) "
-	"ORDER BY r.id";
+    "SELECT r.id, r.weight FROM cairn.runners r "
+    "WHERE $1 = ANY (r.groups) AND r.healthy "
+    "  AND r.heartbeat_at > now() - $2 * interval '1 millisecond' "
+    "  AND EXISTS (SELECT 1 FROM pg_stat_activity a "
+    "              WHERE a.pid = r.lease_pid AND a.datname = current_database()) "
+    "ORDER BY r.id";
 
 static const char SQL_ACQUIRE[] =
-	"WITH got AS (SELECT s FROM unnest($3::int[]) s WHERE pg_try_advisory_lock($2::int, s)) "
-	"INSERT INTO cairn.shard_leases (shard_group, shard, owner, epoch, acquired_at) "
-	"SELECT $1, s, $4, 1, now() FROM got ORDER BY s "
-	"ON CONFLICT (shard_group, shard) DO UPDATE "
-	"  SET owner = excluded.owner, epoch = cairn.shard_leases.epoch + 1, acquired_at = now() "
-	"RETURNING shard, epoch";
+    "WITH got AS (SELECT s FROM unnest($3::int[]) s WHERE pg_try_advisory_lock($2::int, s)) "
+    "INSERT INTO cairn.shard_leases (shard_group, shard, owner, epoch, acquired_at) "
+    "SELECT $1, s, $4, 1, now() FROM got ORDER BY s "
+    "ON CONFLICT (shard_group, shard) DO UPDATE "
+    "  SET owner = excluded.owner, epoch = cairn.shard_leases.epoch + 1, acquired_at = now() "
+    "RETURNING shard, epoch";
 
 static const char SQL_RELEASE[] =
-	"WITH un AS (SELECT s, pg_advisory_unlock($2::int, s) AS ok FROM unnest($3::int[]) s), "
-	"lk AS (SELECT shard FROM cairn.shard_leases WHERE shard_group = $1 AND owner = $4 "
-	"       AND shard IN (SELECT s FROM un) ORDER BY shard FOR UPDATE), "
-	"clear AS (UPDATE cairn.shard_leases SET owner = NULL "
-	"          WHERE shard_group = $1 AND shard IN (SELECT shard FROM lk)) "
-	"SELECT count(*) FILTER (WHERE ok) FROM un";
+    "WITH un AS (SELECT s, pg_advisory_unlock($2::int, s) AS ok FROM unnest($3::int[]) s), "
+    "lk AS (SELECT shard FROM cairn.shard_leases WHERE shard_group = $1 AND owner = $4 "
+    "       AND shard IN (SELECT s FROM un) ORDER BY shard FOR UPDATE), "
+    "clear AS (UPDATE cairn.shard_leases SET owner = NULL "
+    "          WHERE shard_group = $1 AND shard IN (SELECT shard FROM lk)) "
+    "SELECT count(*) FILTER (WHERE ok) FROM un";
 
 static const char SQL_STILL_LOCKED[] =
-	"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
-	"AND classid = ($1::int)::oid AND objsubid = 2 AND objid::bigint = ANY ($2::bigint[])";
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+    "AND classid = ($1::int)::oid AND objsubid = 2 AND objid::bigint = ANY ($2::bigint[])";
 
 /*
  * Releases the given shards of group gi: stop dispatching them, let their
@@ -169,14 +172,16 @@ static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 		atomic_store(&g->epoch[shards[i]], -atomic_load(&g->epoch[shards[i]]));
 	int64_t limit = w->cfg.shutdown_timeout_ms < 10000 ? w->cfg.shutdown_timeout_ms : 10000;
 	if (dispatch_drain_shards(w, gi, shards, n, worker_now_ms() + limit) < 0)
-		log_kv(&w->log, LOG_WARN, "released shards with runs still in flight (their writes are fenced)",
+		log_kv(&w->log, LOG_WARN,
+		       "released shards with runs still in flight (their writes are fenced)",
 		       "group", g->name, NULL);
 	singletons_stop_shards(w, gi, shards, n);
 	pgarr arr = PGARR_INIT;
 	for (int i = 0; i < n; i++)
 		pgarr_add_i64(&arr, shards[i]);
 	char key[24], me[24];
-	const char *p[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr), db_i64(me, l->runner_id)};
+	const char *p[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr),
+	                   db_i64(me, l->runner_id)};
 	PGresult *r = db_exec(l->conn, err, SQL_RELEASE, 4, p);
 	int rc = r ? 0 : -1;
 	PQclear(r);
@@ -185,8 +190,8 @@ static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 		const char *q[] = {db_i64(key, g->lock_key), pgarr_str(&arr)};
 		r = db_exec(l->conn, err, SQL_STILL_LOCKED, 2, q);
 		if (r && db_get_i64(r, 0, 0) != 0)
-			log_kv(&l->w->log, LOG_ERROR, "advisory locks still held after release", "group",
-			       g->name, NULL);
+			log_kv(&l->w->log, LOG_ERROR, "advisory locks still held after release",
+			       "group", g->name, NULL);
 		PQclear(r);
 	}
 	pgarr_free(&arr);
@@ -207,7 +212,8 @@ static void shard_ranges(char *out, size_t size, const int *sorted, int n)
 			j++;
 		char part[32];
 		int len = i == j ? snprintf(part, sizeof part, "%s%d", used ? "," : "", sorted[i])
-				 : snprintf(part, sizeof part, "%s%d-%d", used ? "," : "", sorted[i], sorted[j]);
+		                 : snprintf(part, sizeof part, "%s%d-%d", used ? "," : "",
+		                            sorted[i], sorted[j]);
 		if (used + (size_t)len + 4 > size) {
 			snprintf(out + used, size - used, "...");
 			return;
@@ -229,7 +235,8 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 		return -1;
 	int n = PQntuples(r);
 	assign_runner *rs = calloc((size_t)n + 1, sizeof *rs);
-	int *want = malloc((size_t)l->shards * sizeof *want), *lst = malloc((size_t)l->shards * sizeof *lst);
+	int *want = malloc((size_t)l->shards * sizeof *want),
+	    *lst = malloc((size_t)l->shards * sizeof *lst);
 	int me = -1;
 	for (int i = 0; i < n; i++) {
 		rs[i].id = db_get_i64(r, i, 0);
@@ -262,14 +269,16 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 		for (int i = 0; i < k; i++)
 			pgarr_add_i64(&arr, lst[i]);
 		char key[24], mid[24];
-		const char *q[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr), db_i64(mid, l->runner_id)};
+		const char *q[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr),
+		                   db_i64(mid, l->runner_id)};
 		r = db_exec(l->conn, err, SQL_ACQUIRE, 4, q);
 		if (!r) {
 			/* The statement rolled back but session locks it took survive:
 			 * give them back so none is held without an epoch. */
 			const char *u[] = {db_i64(key, g->lock_key), pgarr_str(&arr)};
 			db_cmd(l->conn, NULL,
-			       "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s", 2, u);
+			       "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s", 2,
+			       u);
 			rc = -1;
 		} else {
 			int got = 0;
@@ -278,7 +287,8 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 				if (s >= 0 && s < l->shards && !atomic_load(&g->epoch[s])) {
 					atomic_store(&g->epoch[s], db_get_i64(r, i, 1));
 					g->owned++;
-					lst[got++] = s; /* ascending: the statement orders by shard */
+					lst[got++] =
+					    s; /* ascending: the statement orders by shard */
 				}
 			}
 			shard_ranges(rec.acquired_shards, sizeof rec.acquired_shards, lst, got);
@@ -291,9 +301,9 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 	if (rec.acquired || rec.released) {
 		snprintf(rec.group, sizeof rec.group, "%s", g->name);
 		snprintf(rec.why, sizeof rec.why, "%s",
-			 me < 0	 ? "this runner is not live yet"
-			 : k > 0 && rec.acquired < k ? "shards still held by their old owner"
-						      : "live runners changed");
+		         me < 0                      ? "this runner is not live yet"
+		         : k > 0 && rec.acquired < k ? "shards still held by their old owner"
+		                                     : "live runners changed");
 		worker_history_add(l->w, &rec);
 	}
 	free(rs);

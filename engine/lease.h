@@ -29,8 +29,8 @@ typedef struct lease {
  * (dispatch.c) apply the same condition row by row, as a join with
  * cairn.shard_leases on (group, shard, owner, epoch).
  */
-#define LEASE_FENCE                                                                      \
-	"EXISTS (SELECT 1 FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 " \
+#define LEASE_FENCE                                                                                \
+	"EXISTS (SELECT 1 FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 "          \
 	"AND owner = $3 AND epoch = $4)"
 
 int lease_init(lease *l, struct cairn_worker *w, int shards);

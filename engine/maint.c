@@ -18,36 +18,38 @@
 #include "db.h"
 #include "worker.h"
 
-#define HEALTH_FAILURES 3
-#define JANITOR_BATCH "500"
+#define HEALTH_FAILURES     3
+#define JANITOR_BATCH       "500"
 #define JANITOR_INTERVAL_MS 10000
 
 static const char SQL_HEALTH_LIST[] =
-	"SELECT id, address FROM cairn.runners "
-	"WHERE heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY id";
+    "SELECT id, address FROM cairn.runners "
+    "WHERE heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY id";
 
-static const char SQL_HEALTH_OK[] =
-	"UPDATE cairn.runners SET health_failures = 0, healthy = true "
-	"WHERE id = $1 AND (health_failures <> 0 OR NOT healthy)";
+static const char SQL_HEALTH_OK[] = "UPDATE cairn.runners SET health_failures = 0, healthy = true "
+                                    "WHERE id = $1 AND (health_failures <> 0 OR NOT healthy)";
 
 /* Counts the failure; marks unhealthy only if another healthy live runner remains. */
 static const char SQL_HEALTH_FAIL[] =
-	"UPDATE cairn.runners r SET health_failures = r.health_failures + 1, "
-	"  healthy = CASE WHEN r.health_failures + 1 >= $2 AND EXISTS (SELECT 1 FROM cairn.runners o "
-	"      WHERE o.id <> r.id AND o.healthy "
-	"        AND o.heartbeat_at > now() - $3 * interval '1 millisecond') "
-	"    THEN false ELSE r.healthy END "
-	"WHERE r.id = $1 RETURNING r.healthy, r.health_failures";
+    "UPDATE cairn.runners r SET health_failures = r.health_failures + 1, "
+    "  healthy = CASE WHEN r.health_failures + 1 >= $2 AND EXISTS (SELECT 1 FROM cairn.runners o "
+    "      WHERE o.id <> r.id AND o.healthy "
+    "        AND o.heartbeat_at > now() - $3 * interval '1 millisecond') "
+    "    THEN false ELSE r.healthy END "
+    "WHERE r.id = $1 RETURNING r.healthy, r.health_failures";
 
 static const char SQL_HEALTH_REMOVE[] =
-	"DELETE FROM cairn.runners WHERE heartbeat_at < now() - 2 * $1 * interval '1 millisecond' "
-	"RETURNING id";
+    "DELETE FROM cairn.runners WHERE heartbeat_at < now() - 2 * $1 * interval '1 millisecond' "
+    "RETURNING id";
 
 static const char SQL_JANITOR[] =
-	"DELETE FROM cairn.runs WHERE id IN (SELECT id FROM cairn.runs "
-	"  WHERE finished_at < now() - $1 * interval '1 millisecond' ORDER BY finished_at LIMIT $2)";
+    "DELETE FROM cairn.runs WHERE id IN (SELECT id FROM cairn.runs "
+    "  WHERE finished_at < now() - $1 * interval '1 millisecond' ORDER BY finished_at LIMIT $2)";
 
-static size_t discard(char *p, size_t size, size_t n, void *u) { return size * n; }
+static size_t discard(char *p, size_t size, size_t n, void *u)
+{
+	return size * n;
+}
 
 static int probe(CURL *h, const char *address, int64_t timeout_ms)
 {
@@ -82,15 +84,18 @@ static int health_round(cairn_worker *w, PGconn *c, CURL *h)
 			rc = db_cmd(c, &err, SQL_HEALTH_OK, 1, (const char *const[]){id});
 			continue;
 		}
-		PGresult *f = db_exec(c, &err, SQL_HEALTH_FAIL, 3, (const char *const[]){id, limit, ttl});
+		PGresult *f =
+		    db_exec(c, &err, SQL_HEALTH_FAIL, 3, (const char *const[]){id, limit, ttl});
 		if (!f) {
 			rc = -1;
 			break;
 		}
 		if (PQntuples(f) == 1 && db_get_int(f, 0, 1) >= HEALTH_FAILURES)
 			log_kv(&w->log, LOG_WARN,
-			       PQgetvalue(f, 0, 0)[0] == 't' ? "runner failing health checks, kept healthy: it is the last healthy runner"
-							     : "runner marked unhealthy",
+			       PQgetvalue(f, 0, 0)[0] == 't'
+			           ? "runner failing health checks, kept healthy: it is the last "
+			             "healthy runner"
+			           : "runner marked unhealthy",
 			       "runner_id", id, "address", addr, NULL);
 		PQclear(f);
 	}
@@ -98,12 +103,14 @@ static int health_round(cairn_worker *w, PGconn *c, CURL *h)
 	if (!rc) {
 		r = db_exec(c, &err, SQL_HEALTH_REMOVE, 1, p);
 		for (int i = 0; r && i < PQntuples(r); i++)
-			log_kv(&w->log, LOG_INFO, "removed dead runner", "runner_id", PQgetvalue(r, i, 0), NULL);
+			log_kv(&w->log, LOG_INFO, "removed dead runner", "runner_id",
+			       PQgetvalue(r, i, 0), NULL);
 		rc = r ? 0 : -1;
 		PQclear(r);
 	}
 	if (rc)
-		log_kv(&w->log, LOG_WARN, "health check round failed", "error", buf_str(&err), NULL);
+		log_kv(&w->log, LOG_WARN, "health check round failed", "error", buf_str(&err),
+		       NULL);
 	else
 		atomic_fetch_add(&w->m.health_checks, 1);
 	buf_free(&err);
@@ -118,7 +125,8 @@ static int health_main(cairn_singleton *s, void *arg)
 	CURL *h = curl_easy_init();
 	int rc = c && h ? CAIRN_OK : CAIRN_EDB;
 	if (!c)
-		log_kv(&w->log, LOG_WARN, "health checker cannot connect", "error", buf_str(&err), NULL);
+		log_kv(&w->log, LOG_WARN, "health checker cannot connect", "error", buf_str(&err),
+		       NULL);
 	while (rc == CAIRN_OK && !cairn_singleton_cancelled(s)) {
 		if (health_round(w, c, h) < 0 && !db_ok(c))
 			rc = CAIRN_EDB;
@@ -150,7 +158,8 @@ static int janitor_main(cairn_singleton *s, void *arg)
 		}
 		int n = atoi(PQcmdTuples(r));
 		if (n > 0)
-			log_kv(&w->log, LOG_INFO, "janitor deleted finished runs", "runs", PQcmdTuples(r), NULL);
+			log_kv(&w->log, LOG_INFO, "janitor deleted finished runs", "runs",
+			       PQcmdTuples(r), NULL);
 		PQclear(r);
 		if (n < atoi(JANITOR_BATCH))
 			cairn_singleton_sleep(s, JANITOR_INTERVAL_MS);

@@ -34,13 +34,12 @@ typedef struct migration {
 	char checksum[65];
 } migration;
 
-static const char SQL_BOOTSTRAP[] =
-	"CREATE SCHEMA IF NOT EXISTS cairn; "
-	"CREATE TABLE IF NOT EXISTS cairn.schema_migrations ("
-	"  version integer PRIMARY KEY CHECK (version > 0),"
-	"  name text NOT NULL,"
-	"  checksum text NOT NULL CHECK (length(checksum) = 64),"
-	"  applied_at timestamptz NOT NULL DEFAULT now())";
+static const char SQL_BOOTSTRAP[] = "CREATE SCHEMA IF NOT EXISTS cairn; "
+                                    "CREATE TABLE IF NOT EXISTS cairn.schema_migrations ("
+                                    "  version integer PRIMARY KEY CHECK (version > 0),"
+                                    "  name text NOT NULL,"
+                                    "  checksum text NOT NULL CHECK (length(checksum) = 64),"
+                                    "  applied_at timestamptz NOT NULL DEFAULT now())";
 
 static void migrations_free(migration *m, size_t n)
 {
@@ -100,7 +99,8 @@ static int add_migration(cairn_client *c, migration **ms, size_t *n, const char 
 	if (parse_filename(file, &m.version, &m.name) < 0) {
 		free(sql);
 		return client_fail(c, CAIRN_EINVAL,
-				   "invalid migration file name \"%s\": expected NNNN_name.sql", file);
+		                   "invalid migration file name \"%s\": expected NNNN_name.sql",
+		                   file);
 	}
 	m.sql = sql;
 	unsigned char hash[crypto_hash_sha256_BYTES];
@@ -127,12 +127,13 @@ static int load(cairn_client *c, const char *dir, migration **out, size_t *count
 		for (size_t i = 0; i < cairn_embedded_migrations_count && !rc; i++) {
 			char *sql = strdup(cairn_embedded_migrations[i].sql);
 			rc = sql ? add_migration(c, &ms, &n, cairn_embedded_migrations[i].file, sql)
-				 : CAIRN_ENOMEM;
+			         : CAIRN_ENOMEM;
 		}
 	} else {
 		DIR *d = opendir(dir);
 		if (!d)
-			return client_fail(c, CAIRN_EINVAL, "cannot open migrations directory \"%s\"", dir);
+			return client_fail(c, CAIRN_EINVAL,
+			                   "cannot open migrations directory \"%s\"", dir);
 		struct dirent *e;
 		while (!rc && (e = readdir(d))) {
 			size_t len = strlen(e->d_name);
@@ -142,7 +143,8 @@ static int load(cairn_client *c, const char *dir, migration **out, size_t *count
 			buf_printf(&path, "%s/%s", dir, e->d_name);
 			char *sql = read_file(buf_str(&path));
 			rc = sql ? add_migration(c, &ms, &n, e->d_name, sql)
-				 : client_fail(c, CAIRN_EINVAL, "cannot read \"%s\"", buf_str(&path));
+			         : client_fail(c, CAIRN_EINVAL, "cannot read \"%s\"",
+			                       buf_str(&path));
 			buf_free(&path);
 		}
 		closedir(d);
@@ -154,8 +156,9 @@ static int load(cairn_client *c, const char *dir, migration **out, size_t *count
 	qsort(ms, n, sizeof *ms, cmp_version);
 	for (size_t i = 1; i < n; i++)
 		if (ms[i].version == ms[i - 1].version) {
-			rc = client_fail(c, CAIRN_EINVAL, "two migration files have version %04d: %s and %s",
-					 ms[i].version, ms[i - 1].name, ms[i].name);
+			rc = client_fail(c, CAIRN_EINVAL,
+			                 "two migration files have version %04d: %s and %s",
+			                 ms[i].version, ms[i - 1].name, ms[i].name);
 			migrations_free(ms, n);
 			return rc;
 		}
@@ -195,10 +198,11 @@ static int read_applied(cairn_client *c, applied **out, size_t *n)
 {
 	*out = NULL;
 	*n = 0;
-	PGresult *r = db_exec(c->conn, &c->err,
-			      "SELECT version, checksum, (extract(epoch FROM applied_at) * 1000)::bigint "
-			      "FROM cairn.schema_migrations ORDER BY version",
-			      0, NULL);
+	PGresult *r =
+	    db_exec(c->conn, &c->err,
+	            "SELECT version, checksum, (extract(epoch FROM applied_at) * 1000)::bigint "
+	            "FROM cairn.schema_migrations ORDER BY version",
+	            0, NULL);
 	if (!r)
 		return CAIRN_EDB;
 	size_t rows = (size_t)PQntuples(r);
@@ -235,16 +239,18 @@ static int verify(cairn_client *c, const migration *ms, size_t n, const applied 
 			if (ms[j].version == a[i].version)
 				m = &ms[j];
 		if (!m)
-			return client_fail(c, CAIRN_ESCHEMA,
-					   "migration %04d is applied in the database but unknown to this "
-					   "cairn: the database is newer than this binary",
-					   a[i].version);
+			return client_fail(
+			    c, CAIRN_ESCHEMA,
+			    "migration %04d is applied in the database but unknown to this "
+			    "cairn: the database is newer than this binary",
+			    a[i].version);
 		if (strcmp(m->checksum, a[i].checksum) != 0)
-			return client_fail(c, CAIRN_ESCHEMA,
-					   "migration %04d_%s.sql was changed after it was applied: "
-					   "checksum %.12s... in the database, %.12s... in the file; restore "
-					   "the file and put the change in a new migration",
-					   m->version, m->name, a[i].checksum, m->checksum);
+			return client_fail(
+			    c, CAIRN_ESCHEMA,
+			    "migration %04d_%s.sql was changed after it was applied: "
+			    "checksum %.12s... in the database, %.12s... in the file; restore "
+			    "the file and put the change in a new migration",
+			    m->version, m->name, a[i].checksum, m->checksum);
 	}
 	return CAIRN_OK;
 }
@@ -258,8 +264,9 @@ static int apply_one(cairn_client *c, const migration *m, int *did)
 	if (db_cmd(c->conn, &c->err, "BEGIN", 0, NULL) < 0 ||
 	    db_cmd(c->conn, &c->err, MIGRATE_LOCK, 0, NULL) < 0)
 		goto fail;
-	PGresult *r = db_exec(c->conn, &c->err,
-			      "SELECT checksum FROM cairn.schema_migrations WHERE version = $1", 1, p);
+	PGresult *r =
+	    db_exec(c->conn, &c->err,
+	            "SELECT checksum FROM cairn.schema_migrations WHERE version = $1", 1, p);
 	if (!r)
 		goto fail;
 	int done = PQntuples(r) == 1;
@@ -267,15 +274,16 @@ static int apply_one(cairn_client *c, const migration *m, int *did)
 	if (!done) {
 		r = PQexec(c->conn, m->sql);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-			client_fail(c, CAIRN_EDB, "migration %04d_%s.sql failed: %s", m->version, m->name,
-				    PQresultErrorMessage(r));
+			client_fail(c, CAIRN_EDB, "migration %04d_%s.sql failed: %s", m->version,
+			            m->name, PQresultErrorMessage(r));
 			PQclear(r);
 			goto fail;
 		}
 		PQclear(r);
 		if (db_cmd(c->conn, &c->err,
-			   "INSERT INTO cairn.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-			   3, p) < 0)
+		           "INSERT INTO cairn.schema_migrations (version, name, checksum) VALUES "
+		           "($1, $2, $3)",
+		           3, p) < 0)
 			goto fail;
 		*did = 1;
 	}
@@ -291,21 +299,23 @@ static int record_shards(cairn_client *c, int shards)
 {
 	char v[24];
 	const char *p[] = {db_i64(v, shards > 0 ? shards : CAIRN_DEFAULT_SHARDS)};
-	PGresult *r = db_exec(c->conn, &c->err,
-			      "WITH ins AS (INSERT INTO cairn.settings (name, value) "
-			      "  VALUES ('shards_per_group', $1) ON CONFLICT (name) DO NOTHING RETURNING value) "
-			      "SELECT value FROM ins UNION ALL "
-			      "SELECT value FROM cairn.settings WHERE name = 'shards_per_group'",
-			      1, p);
+	PGresult *r = db_exec(
+	    c->conn, &c->err,
+	    "WITH ins AS (INSERT INTO cairn.settings (name, value) "
+	    "  VALUES ('shards_per_group', $1) ON CONFLICT (name) DO NOTHING RETURNING value) "
+	    "SELECT value FROM ins UNION ALL "
+	    "SELECT value FROM cairn.settings WHERE name = 'shards_per_group'",
+	    1, p);
 	if (!r)
 		return CAIRN_EDB;
 	int recorded = PQntuples(r) ? db_get_int(r, 0, 0) : 0;
 	PQclear(r);
 	if (shards > 0 && recorded != shards)
-		return client_fail(c, CAIRN_ESCHEMA,
-				   "shards_per_group is %d in the database, not %d: the shard count "
-				   "cannot change once runs are stored",
-				   recorded, shards);
+		return client_fail(
+		    c, CAIRN_ESCHEMA,
+		    "shards_per_group is %d in the database, not %d: the shard count "
+		    "cannot change once runs are stored",
+		    recorded, shards);
 	c->shards = recorded;
 	return CAIRN_OK;
 }
@@ -315,7 +325,7 @@ int cairn_migrate(cairn_client *c, const char *dir, int shards_per_group, int *a
 	*applied_count = 0;
 	if (shards_per_group < 0 || shards_per_group > 65536)
 		return client_fail(c, CAIRN_EINVAL, "invalid shards %d: expected 1 to 65536",
-				   shards_per_group);
+		                   shards_per_group);
 	migration *ms;
 	size_t n;
 	int rc = load(c, dir, &ms, &n);
@@ -341,7 +351,8 @@ done:
 	return rc;
 }
 
-int cairn_migration_list(cairn_client *c, const char *dir, cairn_migration_info **out, size_t *count)
+int cairn_migration_list(cairn_client *c, const char *dir, cairn_migration_info **out,
+                         size_t *count)
 {
 	*out = NULL;
 	*count = 0;
@@ -352,8 +363,8 @@ int cairn_migration_list(cairn_client *c, const char *dir, cairn_migration_info 
 		return rc;
 	applied *a = NULL;
 	size_t na = 0;
-	PGresult *r = db_exec(c->conn, &c->err, "SELECT to_regclass('cairn.schema_migrations') IS NOT NULL",
-			      0, NULL);
+	PGresult *r = db_exec(c->conn, &c->err,
+	                      "SELECT to_regclass('cairn.schema_migrations') IS NOT NULL", 0, NULL);
 	if (!r) {
 		rc = CAIRN_EDB;
 		goto done;

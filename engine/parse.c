@@ -53,7 +53,8 @@ int parse_duration_ms(const char *s, int64_t *out, char *err)
 			unit = 86400000;
 			p++;
 		} else {
-			return ERR("invalid duration \"%s\": missing or unknown unit; %s", s, accepted);
+			return ERR("invalid duration \"%s\": missing or unknown unit; %s", s,
+			           accepted);
 		}
 		if (n > (INT64_MAX - total) / unit)
 			return ERR("duration \"%s\" is too large", s);
@@ -76,8 +77,14 @@ int parse_size_bytes(const char *s, size_t *out, char *err)
 	static const struct {
 		const char *suffix;
 		unsigned long long mult;
-	} units[] = {{"", 1},		{"B", 1},	    {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20},
-		     {"GiB", 1ULL << 30}, {"KB", 1000},	    {"MB", 1000000},	 {"GB", 1000000000}};
+	} units[] = {{"", 1},
+	             {"B", 1},
+	             {"KiB", 1ULL << 10},
+	             {"MiB", 1ULL << 20},
+	             {"GiB", 1ULL << 30},
+	             {"KB", 1000},
+	             {"MB", 1000000},
+	             {"GB", 1000000000}};
 	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
 		if (strcmp(end, units[i].suffix) == 0) {
 			if (n > SIZE_MAX / units[i].mult)
@@ -112,8 +119,8 @@ int parse_timestamp_ms(const char *s, int64_t *out, char *err)
 		return ERR("invalid time \"%s\": %s", s ? s : "", accepted);
 	static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
 	int leap = (Y % 4 == 0 && Y % 100 != 0) || Y % 400 == 0;
-	if (Y < 1970 || M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || (M == 2 && D == 29 && !leap) ||
-	    h > 23 || m > 59 || sec > 60)
+	if (Y < 1970 || M < 1 || M > 12 || D < 1 || D > mdays[M - 1] ||
+	    (M == 2 && D == 29 && !leap) || h > 23 || m > 59 || sec > 60)
 		return ERR("invalid time \"%s\": a field is out of range; %s", s, accepted);
 	const char *p = s + 19;
 	int64_t frac_ms = 0;
@@ -132,7 +139,8 @@ int parse_timestamp_ms(const char *s, int64_t *out, char *err)
 		p++;
 	} else if (*p == '+' || *p == '-') {
 		int oh, om;
-		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 || om > 59)
+		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 ||
+		    om > 59)
 			return ERR("invalid time \"%s\": bad UTC offset; %s", s, accepted);
 		offset_s = (oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
 		p += 6;
@@ -141,8 +149,12 @@ int parse_timestamp_ms(const char *s, int64_t *out, char *err)
 	}
 	if (*p)
 		return ERR("invalid time \"%s\": trailing characters; %s", s, accepted);
-	struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D,
-			.tm_hour = h, .tm_min = m, .tm_sec = sec};
+	struct tm tm = {.tm_year = Y - 1900,
+	                .tm_mon = M - 1,
+	                .tm_mday = D,
+	                .tm_hour = h,
+	                .tm_min = m,
+	                .tm_sec = sec};
 	int64_t t = (int64_t)timegm(&tm);
 	*out = (t - offset_s) * 1000 + frac_ms;
 	return 0;
@@ -151,16 +163,18 @@ int parse_timestamp_ms(const char *s, int64_t *out, char *err)
 int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err)
 {
 	if (!s || !*s)
-		return ERR("empty number: expected an integer from %" PRId64 " to %" PRId64, min, max);
+		return ERR("empty number: expected an integer from %" PRId64 " to %" PRId64, min,
+		           max);
 	errno = 0;
 	char *end;
 	long long v = strtoll(s, &end, 10);
 	if (*end || errno || end == s || isspace((unsigned char)*s))
-		return ERR("invalid number \"%s\": expected an integer from %" PRId64 " to %" PRId64, s,
-			   min, max);
+		return ERR("invalid number \"%s\": expected an integer from %" PRId64
+		           " to %" PRId64,
+		           s, min, max);
 	if (v < min || v > max)
-		return ERR("%s is out of range: expected an integer from %" PRId64 " to %" PRId64, s, min,
-			   max);
+		return ERR("%s is out of range: expected an integer from %" PRId64 " to %" PRId64,
+		           s, min, max);
 	*out = v;
 	return 0;
 }
@@ -171,13 +185,15 @@ int parse_check_name(const char *what, const char *s, char *err)
 		return ERR("%s must not be empty", what);
 	size_t n = strlen(s);
 	if (n > NAME_MAX_BYTES)
-		return ERR("%s is %zu bytes long: at most %d are accepted", what, n, NAME_MAX_BYTES);
+		return ERR("%s is %zu bytes long: at most %d are accepted", what, n,
+		           NAME_MAX_BYTES);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (!isalnum(c) && c != '_' && c != '-' && c != '.' && c != ':')
-			return ERR("invalid %s \"%.*s\": character %zu (0x%02x) is not accepted; expected "
-				   "letters, digits and _ - . :",
-				   what, c < 0x20 ? 0 : (int)n, s, i + 1, c);
+			return ERR(
+			    "invalid %s \"%.*s\": character %zu (0x%02x) is not accepted; expected "
+			    "letters, digits and _ - . :",
+			    what, c < 0x20 ? 0 : (int)n, s, i + 1, c);
 	}
 	return 0;
 }
@@ -187,7 +203,10 @@ static size_t utf8_len(const unsigned char *p)
 {
 	if (p[0] < 0x80)
 		return 1;
-	size_t n = (p[0] & 0xe0) == 0xc0 ? 2 : (p[0] & 0xf0) == 0xe0 ? 3 : (p[0] & 0xf8) == 0xf0 ? 4 : 0;
+	size_t n = (p[0] & 0xe0) == 0xc0   ? 2
+	           : (p[0] & 0xf0) == 0xe0 ? 3
+	           : (p[0] & 0xf8) == 0xf0 ? 4
+	                                   : 0;
 	if (n == 0 || (n == 2 && p[0] < 0xc2))
 		return 0;
 	for (size_t i = 1; i < n; i++)
@@ -206,9 +225,10 @@ int parse_check_key(const char *s, char *err)
 	for (size_t i = 0; i < n;) {
 		unsigned char c = (unsigned char)s[i];
 		if (c < 0x20 || c == 0x7f)
-			return ERR("invalid key: byte %zu is a control character (0x%02x); keys are "
-				   "printable UTF-8",
-				   i + 1, c);
+			return ERR(
+			    "invalid key: byte %zu is a control character (0x%02x); keys are "
+			    "printable UTF-8",
+			    i + 1, c);
 		size_t len = utf8_len((const unsigned char *)s + i);
 		if (len == 0)
 			return ERR("invalid key: byte %zu is not valid UTF-8", i + 1);

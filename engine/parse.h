@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PARSE_ERR_MAX 256
+#define PARSE_ERR_MAX  256
 #define NAME_MAX_BYTES 128
-#define KEY_MAX_BYTES 512
+#define KEY_MAX_BYTES  512
 
 /* "500ms", "2s", "1m", "1h", "7d", "1m30s"; a bare 0 is allowed. */
 int parse_duration_ms(const char *s, int64_t *out, char *err);

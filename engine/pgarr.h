@@ -15,7 +15,10 @@ typedef struct pgarr {
 	int closed;
 } pgarr;
 
-#define PGARR_INIT {BUF_INIT, 0, 0}
+#define PGARR_INIT                                                                                 \
+	{                                                                                          \
+		BUF_INIT, 0, 0                                                                     \
+	}
 
 /* Appends a quoted element; NULL appends SQL NULL. */
 void pgarr_add(pgarr *a, const char *s);

@@ -36,7 +36,8 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 	buf_free(&file);
 	if (!h) {
 		const char *why = dlerror();
-		buf_printf(err, "plugin \"%s\": cannot load it: %s", path, why ? why : "unknown error");
+		buf_printf(err, "plugin \"%s\": cannot load it: %s", path,
+		           why ? why : "unknown error");
 		return -1;
 	}
 	dlerror();
@@ -44,10 +45,11 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 	void *sym = dlsym(h, "cairn_plugin_init");
 	const char *why = dlerror();
 	if (!sym || why) {
-		buf_printf(err,
-			   "plugin \"%s\": it does not export cairn_plugin_init: %s; a plugin defines "
-			   "int cairn_plugin_init(cairn_worker *w)",
-			   path, why ? why : "the symbol is NULL");
+		buf_printf(
+		    err,
+		    "plugin \"%s\": it does not export cairn_plugin_init: %s; a plugin defines "
+		    "int cairn_plugin_init(cairn_worker *w)",
+		    path, why ? why : "the symbol is NULL");
 		dlclose(h);
 		return -1;
 	}
@@ -60,7 +62,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 		const char *detail = cairn_worker_errmsg(w);
 		buf msg = BUF_INIT;
 		buf_printf(&msg, "plugin \"%s\": cairn_plugin_init returned %d (%s)", path, rc,
-			   cairn_strstatus(rc));
+		           cairn_strstatus(rc));
 		if (detail && *detail)
 			buf_printf(&msg, ": %s", detail);
 		if (detail && buf_str(err) == detail)

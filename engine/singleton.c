@@ -47,7 +47,7 @@ typedef struct singleton {
 } singleton;
 
 int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_fn fn, void *arg,
-			     const cairn_singleton_opts *opts)
+                             const cairn_singleton_opts *opts)
 {
 	char err[PARSE_ERR_MAX];
 	buf_reset(&w->err);
@@ -62,14 +62,16 @@ int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_
 			if (strcmp(w->cfg.groups[i], opts->group) == 0)
 				group = i;
 		if (group < 0) {
-			buf_printf(&w->err, "singleton %s: group \"%s\" is not one of CAIRN_SHARD_GROUPS (%s)",
-				   name, opts->group, w->cfg.groups_text);
+			buf_printf(
+			    &w->err,
+			    "singleton %s: group \"%s\" is not one of CAIRN_SHARD_GROUPS (%s)",
+			    name, opts->group, w->cfg.groups_text);
 			return CAIRN_EINVAL;
 		}
 	}
 	if (opts && opts->backoff_ms < 0) {
 		buf_printf(&w->err, "singleton %s: backoff_ms is %" PRId64 "; accepted: >= 0", name,
-			   opts->backoff_ms);
+		           opts->backoff_ms);
 		return CAIRN_EINVAL;
 	}
 	for (int i = 0; i < w->nsingletons; i++)
@@ -100,7 +102,10 @@ int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_
 	return CAIRN_OK;
 }
 
-int cairn_singleton_cancelled(cairn_singleton *s) { return atomic_load(&s->cancel); }
+int cairn_singleton_cancelled(cairn_singleton *s)
+{
+	return atomic_load(&s->cancel);
+}
 
 /* Sleeps in slices on the singleton's own condition variable, so a worker
  * that is stopping (whose w->cv waits return at once) is not spun on. */
@@ -126,7 +131,10 @@ int cairn_singleton_sleep(cairn_singleton *s, int64_t ms)
 	return atomic_load(&s->cancel);
 }
 
-const char *cairn_singleton_conninfo(const cairn_singleton *s) { return s->w->cfg.database_url; }
+const char *cairn_singleton_conninfo(const cairn_singleton *s)
+{
+	return s->w->cfg.database_url;
+}
 
 int64_t cairn_singleton_runner_id(const cairn_singleton *s)
 {
@@ -179,8 +187,8 @@ static void reap(struct cairn_singleton *s, int cancelled)
 	char d[24], f[24];
 	snprintf(d, sizeof d, "%" PRId64 "ms", delay);
 	snprintf(f, sizeof f, "%d", s->failures);
-	log_kv(&w->log, LOG_WARN, "singleton failed; restarting after backoff", "singleton", s->name,
-	       "status", cairn_strstatus(s->rc), "failures", f, "backoff", d, NULL);
+	log_kv(&w->log, LOG_WARN, "singleton failed; restarting after backoff", "singleton",
+	       s->name, "status", cairn_strstatus(s->rc), "failures", f, "backoff", d, NULL);
 }
 
 static void stop_one(struct cairn_singleton *s)
@@ -226,7 +234,8 @@ void singletons_sync(cairn_worker *w)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		s->started_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 		if (pthread_create(&s->thread, NULL, singleton_main, s) != 0) {
-			log_kv(&w->log, LOG_ERROR, "cannot start a singleton thread", "singleton", s->name, NULL);
+			log_kv(&w->log, LOG_ERROR, "cannot start a singleton thread", "singleton",
+			       s->name, NULL);
 			s->next_start_ms = now + s->backoff_ms;
 			continue;
 		}
@@ -264,7 +273,8 @@ int64_t singletons_next_ms(cairn_worker *w)
 	int64_t next = 0;
 	for (int i = 0; i < w->nsingletons; i++) {
 		struct cairn_singleton *s = w->singletons[i].s;
-		if (!s->joinable && !s->finished && s->next_start_ms && (!next || s->next_start_ms < next))
+		if (!s->joinable && !s->finished && s->next_start_ms &&
+		    (!next || s->next_start_ms < next))
 			next = s->next_start_ms;
 	}
 	return next;
@@ -278,8 +288,10 @@ void singletons_status(cairn_worker *w, buf *out)
 		struct cairn_singleton *s = w->singletons[i].s;
 		if (!s->joinable)
 			continue;
-		buf_printf(out, "%s{\"name\":\"%s\",\"shard\":%d,\"started_unix_ms\":%" PRId64 ",\"restarts\":%d}",
-			   first ? "" : ",", s->name, shard_of(s), s->started_unix_ms, s->failures);
+		buf_printf(out,
+		           "%s{\"name\":\"%s\",\"shard\":%d,\"started_unix_ms\":%" PRId64
+		           ",\"restarts\":%d}",
+		           first ? "" : ",", s->name, shard_of(s), s->started_unix_ms, s->failures);
 		first = 0;
 	}
 	buf_puts(out, "]");

@@ -26,7 +26,7 @@
 #include "plugin.h"
 
 const double WORKER_STEP_BOUNDS_S[STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-						   0.1,	  0.25,	  0.5,	 1,    2.5,   10};
+                                                   0.1,   0.25,   0.5,   1,    2.5,   10};
 
 int64_t worker_now_ms(void)
 {
@@ -42,7 +42,10 @@ static int64_t unix_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void worker_stamp(worker_loop *l) { atomic_store(&l->stamp_ms, worker_now_ms()); }
+void worker_stamp(worker_loop *l)
+{
+	atomic_store(&l->stamp_ms, worker_now_ms());
+}
 
 int64_t worker_epoch(cairn_worker *w, int group, int shard)
 {
@@ -114,7 +117,10 @@ int cairn_worker_new(int argc, char **argv, cairn_worker **out)
 	return CAIRN_OK;
 }
 
-const char *cairn_worker_errmsg(const cairn_worker *w) { return w ? buf_str(&w->err) : "out of memory"; }
+const char *cairn_worker_errmsg(const cairn_worker *w)
+{
+	return w ? buf_str(&w->err) : "out of memory";
+}
 
 const char *cairn_worker_config_text(cairn_worker *w)
 {
@@ -124,7 +130,10 @@ const char *cairn_worker_config_text(cairn_worker *w)
 }
 
 static buf settings_help;
-static void settings_help_make(void) { config_help(&settings_help); }
+static void settings_help_make(void)
+{
+	config_help(&settings_help);
+}
 
 const char *cairn_worker_settings_help(void)
 {
@@ -182,9 +191,9 @@ static void set_not_ready(cairn_worker *w, const char *reason)
 static int check_schema(cairn_worker *w, PGconn *c)
 {
 	buf err = BUF_INIT;
-	PGresult *r = db_exec(c, &err,
-			      "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
-			      NULL);
+	PGresult *r = db_exec(
+	    c, &err, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
+	    NULL);
 	int rc = 0;
 	if (!r) {
 		set_not_ready(w, "the database has no cairn schema: run `cairn migrate`");
@@ -195,10 +204,11 @@ static int check_schema(cairn_worker *w, PGconn *c)
 	} else {
 		int shards = db_get_int(r, 0, 0);
 		if (w->cfg.shards && w->cfg.shards != shards) {
-			buf_printf(&w->err,
-				   "CAIRN_SHARDS is %d but the database records shards_per_group = %d: "
-				   "a shard count cannot change once runs are stored",
-				   w->cfg.shards, shards);
+			buf_printf(
+			    &w->err,
+			    "CAIRN_SHARDS is %d but the database records shards_per_group = %d: "
+			    "a shard count cannot change once runs are stored",
+			    w->cfg.shards, shards);
 			rc = -2;
 		} else {
 			pthread_mutex_lock(&w->mu);
@@ -298,12 +308,14 @@ static void *supervisor_main(void *arg)
 			conn = db_connect(w->cfg.database_url, "cairn-worker lease", &err);
 			if (!conn) {
 				if (!logged_down) {
-					log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",
+					log_kv(&w->log, LOG_WARN,
+					       "database unreachable; retrying with backoff",
 					       "error", buf_str(&err), NULL);
 					logged_down = 1;
 				}
 				char reason[512];
-				snprintf(reason, sizeof reason, "database unreachable: %s", buf_str(&err));
+				snprintf(reason, sizeof reason, "database unreachable: %s",
+				         buf_str(&err));
 				set_ready(w, 0, reason);
 				buf_free(&err);
 				/* Capped exponential backoff with full jitter. */
@@ -311,7 +323,8 @@ static void *supervisor_main(void *arg)
 				if (cap > 15000)
 					cap = 15000;
 				failures++;
-				nap(s, cap / 2 + (int64_t)randombytes_uniform((uint32_t)(cap / 2 + 1)));
+				nap(s, cap / 2 +
+				           (int64_t)randombytes_uniform((uint32_t)(cap / 2 + 1)));
 				continue;
 			}
 			buf_free(&err);
@@ -327,8 +340,8 @@ static void *supervisor_main(void *arg)
 		if (!l.runner_id) {
 			int sc = check_schema(w, conn);
 			if (sc == -2) {
-				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping", "error",
-				       buf_str(&w->err), NULL);
+				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping",
+				       "error", buf_str(&w->err), NULL);
 				pthread_mutex_lock(&w->mu);
 				w->fatal = 1;
 				w->stopping = 1;
@@ -351,8 +364,9 @@ static void *supervisor_main(void *arg)
 				have_lease = 1;
 			}
 			/* Re-attach only after storage has been healthy for the window. */
-			int64_t wait = healthy_since + (ever_connected ? w->cfg.reattach_window_ms : 0) -
-				       worker_now_ms();
+			int64_t wait = healthy_since +
+			               (ever_connected ? w->cfg.reattach_window_ms : 0) -
+			               worker_now_ms();
 			if (wait > 0) {
 				set_ready(w, 1, "waiting for the re-attach window");
 				nap(s, wait);
@@ -365,7 +379,9 @@ static void *supervisor_main(void *arg)
 			next_heartbeat = now + w->cfg.heartbeat_interval_ms;
 			if (lease_heartbeat(&l) < 0) {
 				if (!db_ok(conn) || ++hb_failures >= w->cfg.detach_after)
-					detach(s, &l, &conn, db_ok(conn) ? "heartbeats failing" : "lease connection lost");
+					detach(s, &l, &conn,
+					       db_ok(conn) ? "heartbeats failing"
+					                   : "lease connection lost");
 				continue;
 			}
 			hb_failures = 0;
@@ -376,13 +392,15 @@ static void *supervisor_main(void *arg)
 				detach(s, &l, &conn, "lease connection lost");
 				continue;
 			}
-			l.next_rebalance_ms = worker_now_ms() + (changed > 0 ? w->cfg.rebalance_debounce_ms
-									     : w->cfg.rebalance_interval_ms);
+			l.next_rebalance_ms =
+			    worker_now_ms() + (changed > 0 ? w->cfg.rebalance_debounce_ms
+			                                   : w->cfg.rebalance_interval_ms);
 			if (changed >= 0)
 				set_ready(w, 1, "");
 		}
 		singletons_sync(w);
-		int64_t next = l.next_rebalance_ms < next_heartbeat ? l.next_rebalance_ms : next_heartbeat;
+		int64_t next =
+		    l.next_rebalance_ms < next_heartbeat ? l.next_rebalance_ms : next_heartbeat;
 		int64_t restart = singletons_next_ms(w);
 		if (restart && restart < next)
 			next = restart;
@@ -437,8 +455,8 @@ int cairn_worker_run(cairn_worker *w)
 	buf_free(&perr);
 	singletons_register_builtin(w);
 	if (http_start(w) < 0) {
-		log_kv(&w->log, LOG_ERROR, "cannot start the HTTP endpoint", "addr", w->cfg.http_addr,
-		       "error", buf_str(&w->err), NULL);
+		log_kv(&w->log, LOG_ERROR, "cannot start the HTTP endpoint", "addr",
+		       w->cfg.http_addr, "error", buf_str(&w->err), NULL);
 		return CAIRN_EINVAL;
 	}
 	char port[16];
@@ -448,7 +466,8 @@ int cairn_worker_run(cairn_worker *w)
 	if (alen >= 2 && strcmp(w->cfg.advertise_addr + alen - 2, ":0") == 0) {
 		char *a = malloc(alen + 8);
 		if (a) {
-			snprintf(a, alen + 8, "%.*s:%d", (int)(alen - 2), w->cfg.advertise_addr, w->http_port);
+			snprintf(a, alen + 8, "%.*s:%d", (int)(alen - 2), w->cfg.advertise_addr,
+			         w->http_port);
 			free(w->cfg.advertise_addr);
 			w->cfg.advertise_addr = a;
 		}
@@ -459,8 +478,8 @@ int cairn_worker_run(cairn_worker *w)
 		http_stop(w);
 		return CAIRN_ENOMEM;
 	}
-	log_kv(&w->log, LOG_INFO, "cairn-worker started", "version", CAIRN_VERSION, "runner", w->name,
-	       "http_addr", w->cfg.http_addr, "http_port", port, NULL);
+	log_kv(&w->log, LOG_INFO, "cairn-worker started", "version", CAIRN_VERSION, "runner",
+	       w->name, "http_addr", w->cfg.http_addr, "http_port", port, NULL);
 	pthread_create(&sup.thread, NULL, supervisor_main, &sup);
 	pthread_mutex_lock(&w->mu);
 	snprintf(w->state, sizeof w->state, "running");

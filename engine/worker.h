@@ -22,7 +22,7 @@ typedef struct worker_loop {
 } worker_loop;
 
 #define WORKER_MAX_LOOPS 8
-#define STEP_BUCKETS 12
+#define STEP_BUCKETS     12
 
 typedef struct worker_metrics {
 	_Atomic uint64_t db_reconnects;
@@ -81,12 +81,12 @@ struct cairn_worker {
 	pthread_mutex_t mu; /* guards the fields below and signals cv */
 	pthread_cond_t cv;
 	int stopping;
-	int fatal;            /* a configuration mismatch: stop and fail */
+	int fatal; /* a configuration mismatch: stop and fail */
 	int db_connected;
-	int shards;           /* shards_per_group in effect */
-	int64_t runner_id;    /* 0 until registered */
-	char state[32];       /* starting, running, draining, stopped */
-	char not_ready[512];  /* why /readyz is 503; "" when ready */
+	int shards;          /* shards_per_group in effect */
+	int64_t runner_id;   /* 0 until registered */
+	char state[32];      /* starting, running, draining, stopped */
+	char not_ready[512]; /* why /readyz is 503; "" when ready */
 
 	own_group own[16]; /* set up once the shard count is known */
 	int nown;
@@ -134,7 +134,8 @@ void singletons_free(cairn_worker *w);
 /* dispatch.c: the poll loop, executor pool and group committer. */
 int dispatch_start(cairn_worker *w);
 /* Waits (up to deadline_ms, monotonic) until no run of these shards is in flight. */
-int dispatch_drain_shards(cairn_worker *w, int group, const int *shards, int n, int64_t deadline_ms);
+int dispatch_drain_shards(cairn_worker *w, int group, const int *shards, int n,
+                          int64_t deadline_ms);
 /* Draining: stop claiming and tell executors to stop at their next durable
  * point; then wait while dispatch_executing() > 0 (up to a deadline); then
  * dispatch_stop_end() joins everything and flushes the committer, unless

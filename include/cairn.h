@@ -43,18 +43,18 @@ typedef enum cairn_status {
 	CAIRN_ERETRY = 10,   /* a step failed and may be retried (see cairn_retryable) */
 	CAIRN_EFAIL = 11,    /* a step or workflow failed for good (see cairn_fail) */
 	CAIRN_ENONDET = 12,  /* replay found a different durable call than the journal */
-	CAIRN_ESTOP = 13,    /* the worker is handing the run over (shard moved, drain): return it */
+	CAIRN_ESTOP = 13, /* the worker is handing the run over (shard moved, drain): return it */
 } cairn_status;
 
 /*
  * Returns from the enclosing workflow function with the status of expr unless
  * it is CAIRN_OK. Suspension, cancellation and hand-over travel up this way.
  */
-#define CAIRN_TRY(expr)                                                                 \
-	do {                                                                            \
-		int cairn_try_rc_ = (expr);                                             \
-		if (cairn_try_rc_ != CAIRN_OK)                                          \
-			return cairn_try_rc_;                                           \
+#define CAIRN_TRY(expr)                                                                            \
+	do {                                                                                       \
+		int cairn_try_rc_ = (expr);                                                        \
+		if (cairn_try_rc_ != CAIRN_OK)                                                     \
+			return cairn_try_rc_;                                                      \
 	} while (0)
 
 /* A short, constant English name for a status code ("not found"). */
@@ -90,8 +90,8 @@ typedef struct cairn_enqueue_opts {
 } cairn_enqueue_opts;
 
 typedef struct cairn_enqueued {
-	int64_t id;   /* the run's id */
-	int existed;  /* 1 if (workflow, key) was already enqueued: id is that run */
+	int64_t id;  /* the run's id */
+	int existed; /* 1 if (workflow, key) was already enqueued: id is that run */
 } cairn_enqueued;
 
 /*
@@ -101,7 +101,7 @@ typedef struct cairn_enqueued {
  * Validation errors return CAIRN_EINVAL and write nothing.
  */
 int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
-		  cairn_enqueued *out);
+                  cairn_enqueued *out);
 
 /*
  * Enqueues n runs of one workflow in one transaction (one statement). opts[i]
@@ -109,7 +109,7 @@ int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opt
  * or, on an error, nothing is.
  */
 int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
-			const cairn_enqueue_opts *opts, cairn_enqueued *out);
+                        const cairn_enqueue_opts *opts, cairn_enqueued *out);
 
 /*
  * Resolves a run reference: a numeric id or "WORKFLOW/KEY". CAIRN_ENOTFOUND if
@@ -157,7 +157,7 @@ typedef struct cairn_run {
 	char *output; /* JSON text or NULL */
 	char *error;  /* or NULL */
 	int64_t created_unix_ms, scheduled_unix_ms, started_unix_ms, updated_unix_ms,
-		finished_unix_ms; /* 0 when unset */
+	    finished_unix_ms; /* 0 when unset */
 	size_t nsteps;
 	cairn_step_info *steps; /* the journal, by seq; only from cairn_run_get */
 } cairn_run;
@@ -197,10 +197,10 @@ int cairn_migrate(cairn_client *c, const char *dir, int shards_per_group, int *a
 typedef struct cairn_migration_info {
 	int version;
 	char *name;
-	char *checksum;   /* hex SHA-256 of the file */
-	int applied;      /* 1 if recorded in cairn.schema_migrations */
+	char *checksum; /* hex SHA-256 of the file */
+	int applied;    /* 1 if recorded in cairn.schema_migrations */
 	int64_t applied_unix_ms;
-	int changed;      /* applied, but the file's checksum differs */
+	int changed; /* applied, but the file's checksum differs */
 } cairn_migration_info;
 
 /* Lists known and applied migrations in version order. Free with cairn_migration_list_free(). */
@@ -213,13 +213,13 @@ void cairn_migration_list_free(cairn_migration_info *m, size_t n);
 typedef struct cairn_runner_info {
 	int64_t id;
 	char *name, *address, *version;
-	char *groups;             /* the runner's shard groups, comma-separated */
+	char *groups; /* the runner's shard groups, comma-separated */
 	int weight;
 	int healthy;              /* not marked unhealthy by the health checker */
 	int live;                 /* heartbeat younger than the TTL and lease backend connected */
 	int64_t heartbeat_age_ms; /* now() - heartbeat_at, measured by PostgreSQL */
 	int64_t started_unix_ms;
-	int shards;               /* cairn.shard_leases rows it owns */
+	int shards; /* cairn.shard_leases rows it owns */
 } cairn_runner_info;
 
 /*
@@ -359,7 +359,7 @@ typedef struct cairn_retry_policy {
 
 typedef struct cairn_workflow_opts {
 	cairn_retry_policy retry; /* between attempts of the whole run; max_attempts
-				     is the run's own (set at enqueue, default 3) */
+	                             is the run's own (set at enqueue, default 3) */
 	void *arg;                /* handed to the function by cairn_workflow_arg() */
 } cairn_workflow_opts;
 
@@ -369,7 +369,7 @@ typedef struct cairn_workflow_opts {
  * name. opts may be NULL.
  */
 int cairn_workflow_register(cairn_worker *w, const char *name, cairn_workflow_fn fn,
-			    const cairn_workflow_opts *opts);
+                            const cairn_workflow_opts *opts);
 
 /*
  * A step function does the side-effecting work (call an API, write a row).
@@ -389,10 +389,10 @@ typedef int (*cairn_step_fn)(cairn_ctx *ctx, void *arg, struct cJSON **result);
  * CAIRN_SUSPENDED, CAIRN_CANCELLED, CAIRN_ESTOP or CAIRN_ENONDET.
  */
 int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg,
-	       struct cJSON **result);
+               struct cJSON **result);
 /* As cairn_step with its own retry policy (NULL: the default). */
 int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
-		     cairn_step_fn fn, void *arg, struct cJSON **result);
+                     cairn_step_fn fn, void *arg, struct cJSON **result);
 
 /* Durable sleep: CAIRN_SUSPENDED until the time has come, then CAIRN_OK. */
 int cairn_sleep(cairn_ctx *ctx, const char *name, int64_t duration_ms);
@@ -406,7 +406,7 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t unix_ms);
  * first call (timeout_ms < 0: no timeout), or CAIRN_CANCELLED.
  */
 int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms,
-		       struct cJSON **payload);
+                       struct cJSON **payload);
 
 /* The wall clock (Unix ms) and a random 64-bit number, journaled so a replay
  * sees the same values. */
@@ -450,7 +450,7 @@ typedef struct cairn_singleton_opts {
 } cairn_singleton_opts;
 
 int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_fn fn, void *arg,
-			     const cairn_singleton_opts *opts);
+                             const cairn_singleton_opts *opts);
 int cairn_singleton_cancelled(cairn_singleton *s);
 /* Sleeps up to ms; returns 1 if cancelled meanwhile, else 0. */
 int cairn_singleton_sleep(cairn_singleton *s, int64_t ms);

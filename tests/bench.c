@@ -58,21 +58,21 @@ typedef struct bench {
 
 static const char SQL_RESET[] = "TRUNCATE cairn.messages, cairn.signals, cairn.steps, cairn.runs";
 static const char SQL_PROGRESS[] =
-	"SELECT count(*) FILTER (WHERE finished_at IS NOT NULL),"
-	"       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))"
-	"  FROM cairn.runs WHERE workflow = $1 AND key LIKE $2";
+    "SELECT count(*) FILTER (WHERE finished_at IS NOT NULL),"
+    "       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))"
+    "  FROM cairn.runs WHERE workflow = $1 AND key LIKE $2";
 static const char SQL_THROUGHPUT[] =
-	"SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))"
-	"  FROM cairn.runs WHERE workflow = $1 AND status = 'completed'";
+    "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))"
+    "  FROM cairn.runs WHERE workflow = $1 AND status = 'completed'";
 static const char SQL_LATENCY[] =
-	"SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),"
-	"       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), avg(ms), max(ms), count(*)"
-	"  FROM (SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms"
-	"          FROM cairn.runs WHERE workflow = 'noop' AND key LIKE 'lat-%'"
-	"           AND started_at IS NOT NULL) s";
+    "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),"
+    "       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), avg(ms), max(ms), count(*)"
+    "  FROM (SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms"
+    "          FROM cairn.runs WHERE workflow = 'noop' AND key LIKE 'lat-%'"
+    "           AND started_at IS NOT NULL) s";
 static const char SQL_SERVER[] =
-	"SELECT current_setting('server_version'), current_setting('fsync'),"
-	"       current_setting('synchronous_commit')";
+    "SELECT current_setting('server_version'), current_setting('fsync'),"
+    "       current_setting('synchronous_commit')";
 
 static int64_t now_ms(void)
 {
@@ -89,7 +89,7 @@ static void sleep_ms(int64_t ms)
 }
 
 static void note_error(bench *b, const char *phase, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static void note_error(bench *b, const char *phase, const char *fmt, ...)
 {
 	char msg[512];
@@ -109,8 +109,8 @@ static int env_int(const char *name, int def)
 	char *end;
 	long n = strtol(v, &end, 10);
 	if (*end || n < 0 || n > 10000000) {
-		fprintf(stderr, "bench: %s=\"%s\" is not a count from 0 to 10000000; using %d\n", name,
-			v, def);
+		fprintf(stderr, "bench: %s=\"%s\" is not a count from 0 to 10000000; using %d\n",
+		        name, v, def);
 		return def;
 	}
 	return (int)n;
@@ -184,7 +184,10 @@ static pid_t worker_start(bench *b, const char *name, int port)
 	_exit(127);
 }
 
-static size_t discard(char *p, size_t size, size_t n, void *arg) { return size * n; }
+static size_t discard(char *p, size_t size, size_t n, void *arg)
+{
+	return size * n;
+}
 
 static long http_status(int port, const char *path)
 {
@@ -240,7 +243,7 @@ static void worker_stop(pid_t pid)
 /* Waits until n runs of workflow (keys like key_like) have finished; gives up
  * after the phase timeout, or after 30 s without progress. 0 when all did. */
 static int wait_finished(bench *b, const char *phase, const char *workflow, const char *key_like,
-			 int n, pid_t worker)
+                         int n, pid_t worker)
 {
 	const char *params[] = {workflow, key_like};
 	int64_t start = now_ms(), last_change = start, last_print = start;
@@ -256,19 +259,21 @@ static int wait_finished(bench *b, const char *phase, const char *workflow, cons
 			done = d, last_change = t;
 		if (done >= n) {
 			if (failed)
-				note_error(b, phase, "%ld of %d runs did not complete (failed or cancelled)",
-					   failed, n);
+				note_error(b, phase,
+				           "%ld of %d runs did not complete (failed or cancelled)",
+				           failed, n);
 			return 0;
 		}
 		int st;
 		if (worker > 0 && waitpid(worker, &st, WNOHANG) == worker) {
-			note_error(b, phase, "the worker exited (see its log in %s) after %ld of %d runs",
-				   b->log_dir, done, n);
+			note_error(b, phase,
+			           "the worker exited (see its log in %s) after %ld of %d runs",
+			           b->log_dir, done, n);
 			return -1;
 		}
 		if (t - last_change > 30000 || t - start > b->phase_timeout_ms) {
 			note_error(b, phase, "gave up after %" PRId64 " s: %ld of %d runs finished",
-				   (t - start) / 1000, done, n);
+			           (t - start) / 1000, done, n);
 			return -1;
 		}
 		if (t - last_print >= 5000) {
@@ -334,7 +339,7 @@ static void phase_enqueue(bench *b)
 
 /* Drains a backlog of n runs of workflow with a fresh worker; adds result. */
 static void phase_throughput(bench *b, const char *phase, const char *workflow, int n,
-			     const char *result)
+                             const char *result)
 {
 	if (n <= 0 || reset(b))
 		return;
@@ -373,7 +378,7 @@ static void phase_latency(bench *b)
 	pid_t w = worker_start(b, "latency", port);
 	if (w < 0 || worker_ready(w, port, 60000)) {
 		note_error(b, "latency", "the worker did not become ready within 60 s (log in %s)",
-			   b->log_dir);
+		           b->log_dir);
 		worker_stop(w);
 		return;
 	}
@@ -412,14 +417,14 @@ typedef struct row {
 } row;
 
 static const row ROWS[] = {
-	{"enqueue_single_per_s", "enqueue, one run per call (runs/s)", -1, 0},
-	{"enqueue_batch_per_s", "enqueue, batches of 500 (runs/s)", -1, 0},
-	{"noop_runs_per_s", "noop runs/s, 1 worker", 1, 7000},
-	{"bench3_runs_per_s", "3-step runs/s, 1 worker", 1, 1500},
-	{"latency_p50_ms", "enqueue-to-start p50 (ms)", 0, 3},
-	{"latency_p99_ms", "enqueue-to-start p99 (ms)", 0, 10},
-	{"latency_avg_ms", "enqueue-to-start average (ms)", -1, 0},
-	{"latency_max_ms", "enqueue-to-start max (ms)", -1, 0},
+    {"enqueue_single_per_s", "enqueue, one run per call (runs/s)", -1, 0},
+    {"enqueue_batch_per_s", "enqueue, batches of 500 (runs/s)", -1, 0},
+    {"noop_runs_per_s", "noop runs/s, 1 worker", 1, 7000},
+    {"bench3_runs_per_s", "3-step runs/s, 1 worker", 1, 1500},
+    {"latency_p50_ms", "enqueue-to-start p50 (ms)", 0, 3},
+    {"latency_p99_ms", "enqueue-to-start p99 (ms)", 0, 10},
+    {"latency_avg_ms", "enqueue-to-start average (ms)", -1, 0},
+    {"latency_max_ms", "enqueue-to-start max (ms)", -1, 0},
 };
 
 static int report(bench *b, cJSON *env)
@@ -438,14 +443,15 @@ static int report(bench *b, cJSON *env)
 		cJSON *v = cJSON_GetObjectItem(b->results, r->key);
 		char val[32] = "-", tgt[32] = "", verdict[16] = "";
 		if (r->higher_is_better >= 0) {
-			snprintf(tgt, sizeof tgt, "%s %g", r->higher_is_better ? ">=" : "<=", r->target);
+			snprintf(tgt, sizeof tgt, "%s %g",
+			         r->higher_is_better ? ">=" : "<=", r->target);
 			cJSON_AddNumberToObject(targets, r->key, r->target);
 		}
 		if (cJSON_IsNumber(v)) {
 			snprintf(val, sizeof val, "%.1f", v->valuedouble);
 			if (r->higher_is_better >= 0) {
 				int ok = r->higher_is_better ? v->valuedouble >= r->target
-							     : v->valuedouble <= r->target;
+				                             : v->valuedouble <= r->target;
 				snprintf(verdict, sizeof verdict, "%s", ok ? "met" : "MISSED");
 				cJSON_AddBoolToObject(met, r->key, ok);
 			}
@@ -500,24 +506,24 @@ static cJSON *environment(bench *b)
 }
 
 static const char USAGE[] =
-	"usage: bench [--worker PATH] [--plugin PATH] [--out FILE] [--logs DIR]\n"
-	"\n"
-	"Measures enqueue rate, worker throughput and enqueue-to-start latency\n"
-	"against $DATABASE_URL (migrated). It TRUNCATES cairn.runs and the tables\n"
-	"that hang off it between phases: use a database of its own (`make bench`\n"
-	"starts one). Sizes come from BENCH_SINGLE (2000), BENCH_BATCH (20000),\n"
-	"BENCH_NOOP (20000), BENCH_3STEP (10000), BENCH_LATENCY (200),\n"
-	"BENCH_CONCURRENCY (16); the JSON goes to --out, $BENCH_OUT or bench.json.\n";
+    "usage: bench [--worker PATH] [--plugin PATH] [--out FILE] [--logs DIR]\n"
+    "\n"
+    "Measures enqueue rate, worker throughput and enqueue-to-start latency\n"
+    "against $DATABASE_URL (migrated). It TRUNCATES cairn.runs and the tables\n"
+    "that hang off it between phases: use a database of its own (`make bench`\n"
+    "starts one). Sizes come from BENCH_SINGLE (2000), BENCH_BATCH (20000),\n"
+    "BENCH_NOOP (20000), BENCH_3STEP (10000), BENCH_LATENCY (200),\n"
+    "BENCH_CONCURRENCY (16); the JSON goes to --out, $BENCH_OUT or bench.json.\n";
 
 int main(int argc, char **argv)
 {
 	bench b = {
-		.worker = "bin/cairn-worker",
-		.plugin = "build/examples/bench_flows.so",
-		.out = getenv("BENCH_OUT") && *getenv("BENCH_OUT") ? getenv("BENCH_OUT") : "bench.json",
-		.log_dir = ".",
-		.latency_gap_ms = 20,
-		.phase_timeout_ms = 600000,
+	    .worker = "bin/cairn-worker",
+	    .plugin = "build/examples/bench_flows.so",
+	    .out = getenv("BENCH_OUT") && *getenv("BENCH_OUT") ? getenv("BENCH_OUT") : "bench.json",
+	    .log_dir = ".",
+	    .latency_gap_ms = 20,
+	    .phase_timeout_ms = 600000,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char **slot = NULL;
@@ -532,7 +538,8 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
 			return fputs(USAGE, stdout), 0;
 		if (!slot || i + 1 >= argc) {
-			fprintf(stderr, "bench: unknown or incomplete argument \"%s\"\n%s", argv[i], USAGE);
+			fprintf(stderr, "bench: unknown or incomplete argument \"%s\"\n%s", argv[i],
+			        USAGE);
 			return 2;
 		}
 		*slot = argv[++i];
@@ -550,7 +557,7 @@ int main(int argc, char **argv)
 	}
 	if (access(b.worker, X_OK) != 0) {
 		fprintf(stderr, "bench: --worker %s is not an executable: %s\n", b.worker,
-			strerror(errno));
+		        strerror(errno));
 		return 2;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -348,8 +348,8 @@ int cairn_plugin_init(cairn_worker *w)
 	static const struct {
 		const char *name;
 		cairn_workflow_fn fn;
-	} flows[] = {{"t.replay", wf_replay}, {"t.await", wf_await},     {"t.flaky", wf_flaky},
-	             {"t.nondet", wf_nondet}, {"t.signals", wf_signals}, {"t.spread", wf_spread},
+	} flows[] = {{"t.replay", wf_replay},    {"t.await", wf_await},     {"t.flaky", wf_flaky},
+	             {"t.nondet", wf_nondet},    {"t.signals", wf_signals}, {"t.spread", wf_spread},
 	             {"t.stubborn", wf_stubborn}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)

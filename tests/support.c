@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,12 +44,13 @@ const char *tdb_new(void)
 	const char *admin = getenv("DATABASE_URL");
 	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
 	PGconn *c = PQconnectdb(admin);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "cannot connect to %s: %s", admin, PQerrorMessage(c));
+	cr_assert(PQstatus(c) == CONNECTION_OK, "cannot connect to %s: %s", admin,
+	          PQerrorMessage(c));
 	static unsigned seq;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	snprintf(db_name, sizeof db_name, "cairn_test_%d_%ld_%u", (int)getpid(), (long)ts.tv_nsec,
-		 seq++);
+	         seq++);
 	char sql[128];
 	snprintf(sql, sizeof sql, "CREATE DATABASE %s", db_name);
 	PGresult *r = PQexec(c, sql);
@@ -67,8 +68,8 @@ const char *tdb_new(void)
 		const char *v = strcmp(o->keyword, "dbname") == 0 ? db_name : o->val;
 		if (!v || !*v)
 			continue;
-		n += (size_t)snprintf(db_conninfo + n, sizeof db_conninfo - n, "%s%s='%s'", n ? " " : "",
-				      o->keyword, v);
+		n += (size_t)snprintf(db_conninfo + n, sizeof db_conninfo - n, "%s%s='%s'",
+		                      n ? " " : "", o->keyword, v);
 	}
 	if (!strstr(db_conninfo, "dbname="))
 		snprintf(db_conninfo + n, sizeof db_conninfo - n, " dbname='%s'", db_name);
@@ -97,14 +98,15 @@ static PGresult *query(PGconn *c, const char *sql)
 {
 	PGresult *r = PQexec(c, sql);
 	cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK,
-		  "%s: %s", sql, PQerrorMessage(c));
+	          "%s: %s", sql, PQerrorMessage(c));
 	return r;
 }
 
 int64_t tdb_int(PGconn *c, const char *sql)
 {
 	PGresult *r = query(c, sql);
-	int64_t v = PQntuples(r) && !PQgetisnull(r, 0, 0) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
+	int64_t v =
+	    PQntuples(r) && !PQgetisnull(r, 0, 0) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
 	PQclear(r);
 	return v;
 }
@@ -117,7 +119,10 @@ char *tdb_str(PGconn *c, const char *sql)
 	return v;
 }
 
-void tdb_exec(PGconn *c, const char *sql) { PQclear(query(c, sql)); }
+void tdb_exec(PGconn *c, const char *sql)
+{
+	PQclear(query(c, sql));
+}
 
 const char *tbin(const char *name)
 {

@@ -18,7 +18,8 @@ Test(assign, is_deterministic_and_independent_of_runner_order)
 	runners_of(a, 5, 1);
 	for (int i = 0; i < 5; i++)
 		b[i] = a[4 - i];
-	int *oa = malloc(SHARDS * sizeof *oa), *ob = malloc(SHARDS * sizeof *ob), *oc = malloc(SHARDS * sizeof *oc);
+	int *oa = malloc(SHARDS * sizeof *oa), *ob = malloc(SHARDS * sizeof *ob),
+	    *oc = malloc(SHARDS * sizeof *oc);
 	assign_shards(a, 5, 7, SHARDS, oa);
 	assign_shards(a, 5, 7, SHARDS, oc);
 	assign_shards(b, 5, 7, SHARDS, ob);
@@ -43,8 +44,9 @@ static void check_balance(int64_t first_id)
 			count[owner[s]]++;
 		double mean = (double)SHARDS / n;
 		for (int i = 0; i < n; i++)
-			cr_assert_leq(count[i], 1.25 * mean, "%d runners: runner %d has %d shards, mean %.1f", n,
-				      i, count[i], mean);
+			cr_assert_leq(count[i], 1.25 * mean,
+			              "%d runners: runner %d has %d shards, mean %.1f", n, i,
+			              count[i], mean);
 	}
 	free(owner);
 }
@@ -63,7 +65,8 @@ Test(assign, weights_shift_shares_proportionally)
 	int heavy = 0;
 	for (int s = 0; s < SHARDS; s++)
 		heavy += owner[s] == 1;
-	cr_assert(heavy > 0.70 * SHARDS && heavy < 0.80 * SHARDS, "heavy runner has %d of %d", heavy, SHARDS);
+	cr_assert(heavy > 0.70 * SHARDS && heavy < 0.80 * SHARDS, "heavy runner has %d of %d",
+	          heavy, SHARDS);
 	free(owner);
 }
 
@@ -72,12 +75,14 @@ Test(assign, a_joining_runner_takes_shards_only_from_others)
 	for (int n = 1; n < 16; n++) {
 		assign_runner r[16];
 		runners_of(r, n + 1, 1);
-		int *before = malloc(SHARDS * sizeof *before), *after = malloc(SHARDS * sizeof *after);
+		int *before = malloc(SHARDS * sizeof *before),
+		    *after = malloc(SHARDS * sizeof *after);
 		assign_shards(r, n, 3, SHARDS, before);
 		assign_shards(r, n + 1, 3, SHARDS, after);
 		for (int s = 0; s < SHARDS; s++)
 			cr_assert(after[s] == before[s] || after[s] == n,
-				  "shard %d moved between old runners %d -> %d", s, before[s], after[s]);
+			          "shard %d moved between old runners %d -> %d", s, before[s],
+			          after[s]);
 		free(before);
 		free(after);
 	}
@@ -93,13 +98,14 @@ Test(assign, a_leaving_runner_moves_only_its_own_shards)
 			for (int i = 0; i < n; i++)
 				if (i != leave)
 					rest[k++] = all[i];
-			int *before = malloc(SHARDS * sizeof *before), *after = malloc(SHARDS * sizeof *after);
+			int *before = malloc(SHARDS * sizeof *before),
+			    *after = malloc(SHARDS * sizeof *after);
 			assign_shards(all, n, 3, SHARDS, before);
 			assign_shards(rest, k, 3, SHARDS, after);
 			for (int s = 0; s < SHARDS; s++)
 				if (before[s] != leave)
 					cr_assert_eq(all[before[s]].id, rest[after[s]].id,
-						     "shard %d moved though its owner stayed", s);
+					             "shard %d moved though its owner stayed", s);
 			free(before);
 			free(after);
 		}

@@ -19,8 +19,9 @@ static int64_t count(const char *db, const char *sql)
 
 static int64_t rows_written(const char *db)
 {
-	return count(db, "SELECT (SELECT count(*) FROM cairn.runs) + (SELECT count(*) FROM cairn.messages) "
-			 "+ (SELECT count(*) FROM cairn.signals)");
+	return count(
+	    db, "SELECT (SELECT count(*) FROM cairn.runs) + (SELECT count(*) FROM cairn.messages) "
+	        "+ (SELECT count(*) FROM cairn.signals)");
 }
 
 static int64_t enqueue(const char *db, const char *wf, const char *key)
@@ -39,16 +40,17 @@ Test(enqueue, prints_id_and_writes_run_and_start_message_in_its_shard)
 	const char *db = tdb_new_migrated();
 	char *out, *err;
 	cr_assert_eq(tcli(db, &out, &err, "enqueue", "order", "--key", "o-1", "--input",
-			  "{\"item\": \"book\", \"amount\": 12}", NULL),
-		     0, "%s", err);
+	                  "{\"item\": \"book\", \"amount\": 12}", NULL),
+	             0, "%s", err);
 	int64_t id = strtoll(out, NULL, 10);
 	cr_assert_gt(id, 0);
 	char sql[512];
-	snprintf(sql, sizeof sql,
-		 "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
-		 "WHERE r.id = %lld AND r.status = 'pending' AND m.kind = 'start' AND r.shard = m.shard "
-		 "AND r.input->>'item' = 'book' AND r.shard_group = 'default'",
-		 (long long)id);
+	snprintf(
+	    sql, sizeof sql,
+	    "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
+	    "WHERE r.id = %lld AND r.status = 'pending' AND m.kind = 'start' AND r.shard = m.shard "
+	    "AND r.input->>'item' = 'book' AND r.shard_group = 'default'",
+	    (long long)id);
 	cr_assert_eq(count(db, sql), 1);
 	/* shard = FNV-1a-64("o-1") mod 4096, computed independently here. */
 	unsigned long long h = 0xcbf29ce484222325ULL;
@@ -96,17 +98,20 @@ Test(enqueue, without_key_generates_unique_keys)
 Test(enqueue, delay_and_at_schedule_the_start_message)
 {
 	const char *db = tdb_new_migrated();
-	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "d", "--delay", "1h", NULL), 0);
-	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages WHERE deliver_at "
-			       "BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'"),
-		     1);
-	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "a", "--at", "2030-01-02T03:04:05Z",
-			  NULL),
-		     0);
-	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
-			       "WHERE r.key = 'a' AND m.deliver_at = '2030-01-02T03:04:05Z' "
-			       "AND r.scheduled_at = m.deliver_at"),
-		     1);
+	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "d", "--delay", "1h", NULL),
+	             0);
+	cr_assert_eq(
+	    count(db, "SELECT count(*) FROM cairn.messages WHERE deliver_at "
+	              "BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'"),
+	    1);
+	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "a", "--at",
+	                  "2030-01-02T03:04:05Z", NULL),
+	             0);
+	cr_assert_eq(
+	    count(db, "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
+	              "WHERE r.key = 'a' AND m.deliver_at = '2030-01-02T03:04:05Z' "
+	              "AND r.scheduled_at = m.deliver_at"),
+	    1);
 }
 
 Test(enqueue, input_from_file_and_max_attempts_and_group)
@@ -121,12 +126,12 @@ Test(enqueue, input_from_file_and_max_attempts_and_group)
 	char arg[64];
 	snprintf(arg, sizeof arg, "@%s", path);
 	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "f", "--input", arg,
-			  "--max-attempts", "5", "--group", "billing", NULL),
-		     0);
+	                  "--max-attempts", "5", "--group", "billing", NULL),
+	             0);
 	unlink(path);
 	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE (input->>'n')::int = 7 "
-			       "AND max_attempts = 5 AND shard_group = 'billing'"),
-		     1);
+	                       "AND max_attempts = 5 AND shard_group = 'billing'"),
+	             1);
 }
 
 /* Each bad input: exit 2, an error naming the argument and the value, nothing written. */
@@ -144,19 +149,25 @@ static void rejects(const char *db, const char *expect, const char *const *argv)
 Test(enqueue, rejects_bad_input_and_writes_nothing)
 {
 	const char *db = tdb_new_migrated();
-	rejects(db, "byte 10", (const char *[]){"enqueue", "noop", "--input", "{\"item\": }", NULL});
-	rejects(db, "unknown option \"--bogus\"", (const char *[]){"enqueue", "noop", "--bogus", NULL});
+	rejects(db, "byte 10",
+	        (const char *[]){"enqueue", "noop", "--input", "{\"item\": }", NULL});
+	rejects(db, "unknown option \"--bogus\"",
+	        (const char *[]){"enqueue", "noop", "--bogus", NULL});
 	rejects(db, "invalid duration \"10parsecs\"",
-		(const char *[]){"enqueue", "noop", "--delay", "10parsecs", NULL});
+	        (const char *[]){"enqueue", "noop", "--delay", "10parsecs", NULL});
 	rejects(db, "--at: invalid time \"tomorrow\"",
-		(const char *[]){"enqueue", "noop", "--at", "tomorrow", NULL});
+	        (const char *[]){"enqueue", "noop", "--at", "tomorrow", NULL});
 	rejects(db, "workflow must not be empty", (const char *[]){"enqueue", "", NULL});
-	rejects(db, "key must not be empty", (const char *[]){"enqueue", "noop", "--key", "", NULL});
-	rejects(db, "control character", (const char *[]){"enqueue", "noop", "--key", "a\x01", NULL});
+	rejects(db, "key must not be empty",
+	        (const char *[]){"enqueue", "noop", "--key", "", NULL});
+	rejects(db, "control character",
+	        (const char *[]){"enqueue", "noop", "--key", "a\x01", NULL});
 	rejects(db, "0x0a", (const char *[]){"enqueue", "no\nop", NULL});
-	rejects(db, "--max-attempts", (const char *[]){"enqueue", "noop", "--max-attempts", "0", NULL});
+	rejects(db, "--max-attempts",
+	        (const char *[]){"enqueue", "noop", "--max-attempts", "0", NULL});
 	rejects(db, "cannot be used together",
-		(const char *[]){"enqueue", "noop", "--delay", "1s", "--at", "2030-01-01T00:00:00Z", NULL});
+	        (const char *[]){"enqueue", "noop", "--delay", "1s", "--at", "2030-01-01T00:00:00Z",
+	                         NULL});
 	rejects(db, "needs a value", (const char *[]){"enqueue", "noop", "--key", NULL});
 	rejects(db, "expected exactly one WORKFLOW", (const char *[]){"enqueue", NULL});
 }
@@ -179,13 +190,14 @@ Test(enqueue, rejects_input_larger_than_the_maximum)
 	char arg[64];
 	snprintf(arg, sizeof arg, "@%s", path);
 	rejects(db, "larger than the maximum of 1048576 bytes",
-		(const char *[]){"enqueue", "noop", "--input", arg, NULL});
+	        (const char *[]){"enqueue", "noop", "--input", arg, NULL});
 	unlink(path);
 	setenv("CAIRN_MAX_PAYLOAD", "10", 1);
 	rejects(db, "maximum of 10 bytes",
-		(const char *[]){"enqueue", "noop", "--input", "\"0123456789abc\"", NULL});
+	        (const char *[]){"enqueue", "noop", "--input", "\"0123456789abc\"", NULL});
 	setenv("CAIRN_MAX_PAYLOAD", "lots", 1);
-	rejects(db, "CAIRN_MAX_PAYLOAD: invalid size \"lots\"", (const char *[]){"enqueue", "noop", NULL});
+	rejects(db, "CAIRN_MAX_PAYLOAD: invalid size \"lots\"",
+	        (const char *[]){"enqueue", "noop", NULL});
 	unsetenv("CAIRN_MAX_PAYLOAD");
 }
 
@@ -203,15 +215,16 @@ Test(signal, is_buffered_with_a_wake_message)
 	const char *db = tdb_new_migrated();
 	int64_t id = enqueue(db, "order", "s1");
 	char *out, *err;
-	cr_assert_eq(tcli(db, &out, &err, "signal", "order/s1", "approval", "--input", "{\"ok\": true}", NULL),
-		     0, "%s", err);
+	cr_assert_eq(tcli(db, &out, &err, "signal", "order/s1", "approval", "--input",
+	                  "{\"ok\": true}", NULL),
+	             0, "%s", err);
 	free(out);
 	free(err);
 	char sql[256];
 	snprintf(sql, sizeof sql,
-		 "SELECT count(*) FROM cairn.signals WHERE run_id = %lld AND name = 'approval' "
-		 "AND payload->>'ok' = 'true' AND consumed_by_seq IS NULL",
-		 (long long)id);
+	         "SELECT count(*) FROM cairn.signals WHERE run_id = %lld AND name = 'approval' "
+	         "AND payload->>'ok' = 'true' AND consumed_by_seq IS NULL",
+	         (long long)id);
 	cr_assert_eq(count(db, sql), 1);
 	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages WHERE kind = 'signal'"), 1);
 }
@@ -246,7 +259,9 @@ Test(cancel, pending_run_is_cancelled_at_once)
 	char *out;
 	cr_assert_eq(tcli(db, &out, NULL, "cancel", "noop/c1", NULL), 0);
 	free(out);
-	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled' AND finished_at IS NOT NULL"), 1);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled' AND "
+	                       "finished_at IS NOT NULL"),
+	             1);
 	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages"), 0);
 	char *err;
 	cr_assert_eq(tcli(db, NULL, &err, "cancel", "noop/c1", NULL), 1);
@@ -260,11 +275,16 @@ Test(cancel, started_run_gets_request_and_cancel_message)
 	int64_t id = enqueue(db, "noop", "c2");
 	PGconn *c = tdb_connect(db);
 	char sql[256];
-	snprintf(sql, sizeof sql, "UPDATE cairn.runs SET status = 'sleeping', attempt = 1 WHERE id = %lld",
-		 (long long)id);
+	snprintf(sql, sizeof sql,
+	         "UPDATE cairn.runs SET status = 'sleeping', attempt = 1 WHERE id = %lld",
+	         (long long)id);
 	tdb_exec(c, sql);
 	cr_assert_eq(tcli(db, NULL, NULL, "cancel", "noop/c2", NULL), 0);
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE cancel_requested AND status = 'sleeping'"), 1);
+	cr_assert_eq(
+	    tdb_int(
+	        c,
+	        "SELECT count(*) FROM cairn.runs WHERE cancel_requested AND status = 'sleeping'"),
+	    1);
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages WHERE kind = 'cancel'"), 1);
 	PQfinish(c);
 }
@@ -276,16 +296,16 @@ Test(status, shows_run_fields_and_journal_in_text_and_json)
 	PGconn *c = tdb_connect(db);
 	char sql[512];
 	snprintf(sql, sizeof sql,
-		 "INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, finished_at) "
-		 "VALUES (%lld, 0, 'charge', 'step', 'completed', '{\"charged\": 12}', now())",
-		 (long long)id);
+	         "INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, finished_at) "
+	         "VALUES (%lld, 0, 'charge', 'step', 'completed', '{\"charged\": 12}', now())",
+	         (long long)id);
 	tdb_exec(c, sql);
 	PQfinish(c);
 	char *out, *err;
 	cr_assert_eq(tcli(db, &out, &err, "status", "order/st1", NULL), 0, "%s", err);
-	cr_assert(strstr(out, "workflow   order") && strstr(out, "pending") && strstr(out, "charge") &&
-		  strstr(out, "journal (1 step)"),
-		  "%s", out);
+	cr_assert(strstr(out, "workflow   order") && strstr(out, "pending") &&
+	              strstr(out, "charge") && strstr(out, "journal (1 step)"),
+	          "%s", out);
 	free(out);
 	free(err);
 	char ids[24];
@@ -299,7 +319,8 @@ Test(status, shows_run_fields_and_journal_in_text_and_json)
 	cr_assert_eq(cJSON_GetArraySize(journal), 1);
 	cJSON *s0 = cJSON_GetArrayItem(journal, 0);
 	cr_assert_str_eq(cJSON_GetObjectItem(s0, "name")->valuestring, "charge");
-	cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(s0, "output"), "charged")->valueint, 12);
+	cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(s0, "output"), "charged")->valueint,
+	             12);
 	cJSON_Delete(j);
 	free(out);
 }
@@ -331,7 +352,9 @@ Test(list, filters_by_workflow_and_status_with_limit)
 	cr_assert(cJSON_IsArray(j) && cJSON_GetArraySize(j) == 3, "%s", out);
 	cJSON_Delete(j);
 	free(out);
-	cr_assert_eq(tcli(db, &out, NULL, "list", "--workflow", "noop", "--status", "pending", "--json", NULL), 0);
+	cr_assert_eq(tcli(db, &out, NULL, "list", "--workflow", "noop", "--status", "pending",
+	                  "--json", NULL),
+	             0);
 	j = cJSON_Parse(out);
 	cr_assert_eq(cJSON_GetArraySize(j), 1, "%s", out);
 	cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 0), "key")->valuestring, "l2");
@@ -352,9 +375,11 @@ Test(cli, help_describes_every_command_and_exit_codes)
 	cr_assert_eq(tcli(NULL, &out, NULL, "--help", NULL), 0);
 	cr_assert(strstr(out, "Exit codes"), "%s", out);
 	free(out);
-	const char *cmds[] = {"migrate", "enqueue", "signal", "cancel", "retry", "status", "result", "list"};
+	const char *cmds[] = {"migrate", "enqueue", "signal", "cancel",
+	                      "retry",   "status",  "result", "list"};
 	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
-		cr_assert_eq(tcli(NULL, &out, NULL, cmds[i], "--help", NULL), 0, "%s --help", cmds[i]);
+		cr_assert_eq(tcli(NULL, &out, NULL, cmds[i], "--help", NULL), 0, "%s --help",
+		             cmds[i]);
 		cr_assert(strstr(out, "usage: cairn ") && strstr(out, "--db"), "%s", out);
 		free(out);
 	}
@@ -371,7 +396,8 @@ Test(cli, db_flag_overrides_environment)
 {
 	const char *db = tdb_new_migrated();
 	char *out, *err;
-	cr_assert_eq(tcli("host=/nonexistent dbname=x", &out, &err, "list", "--db", db, NULL), 0, "%s", err);
+	cr_assert_eq(tcli("host=/nonexistent dbname=x", &out, &err, "list", "--db", db, NULL), 0,
+	             "%s", err);
 	free(out);
 	free(err);
 }

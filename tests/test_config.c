@@ -143,10 +143,12 @@ Test(config, describe_masks_password_in_urls_and_conninfo)
 {
 	buf b = BUF_INIT;
 	config_mask_url("postgresql://app:s3cret@db/cairn", &b);
-	cr_assert(!strstr(buf_str(&b), "s3cret") && strstr(buf_str(&b), "password=****"), "%s", buf_str(&b));
+	cr_assert(!strstr(buf_str(&b), "s3cret") && strstr(buf_str(&b), "password=****"), "%s",
+	          buf_str(&b));
 	buf_reset(&b);
 	config_mask_url("host=db password='it s' dbname=x", &b);
-	cr_assert(!strstr(buf_str(&b), "it s") && strstr(buf_str(&b), "dbname=x"), "%s", buf_str(&b));
+	cr_assert(!strstr(buf_str(&b), "it s") && strstr(buf_str(&b), "dbname=x"), "%s",
+	          buf_str(&b));
 	buf_free(&b);
 }
 
@@ -161,8 +163,11 @@ Test(log, logfmt_quotes_values_and_json_escapes)
 	log_kv(&lg, LOG_WARN, "quote \"x\"", "k", "v\n", NULL);
 	close(fd);
 	char *text = tfile_take(path);
-	cr_assert(strstr(text, "level=info msg=\"hello world\" k=plain q=\"two words\"\n"), "%s", text);
+	cr_assert(strstr(text, "level=info msg=\"hello world\" k=plain q=\"two words\"\n"), "%s",
+	          text);
 	cr_assert(!strstr(text, "hidden"));
-	cr_assert(strstr(text, "\"level\":\"warn\",\"msg\":\"quote \\\"x\\\"\",\"k\":\"v\\u000a\"}"), "%s", text);
+	cr_assert(
+	    strstr(text, "\"level\":\"warn\",\"msg\":\"quote \\\"x\\\"\",\"k\":\"v\\u000a\"}"),
+	    "%s", text);
 	free(text);
 }

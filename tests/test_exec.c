@@ -307,32 +307,39 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	wk_start(&w[0], e.db, NULL);
 	wk_start(&w[1], e.db, NULL);
 	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\"}", 0);
-	cr_assert(wait_num(&e, 1, 20000, "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
-		  "step count_block never ran");
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+	          "step count_block never ran");
 	/* Which worker is executing it: the owner of the run's shard. */
-	int64_t owner_pid = num(&e,
-				"SELECT split_part(r.name, ':', 2)::bigint FROM cairn.runs u "
-				"JOIN cairn.shard_leases l ON l.shard_group = u.shard_group AND l.shard = u.shard "
-				"JOIN cairn.runners r ON r.id = l.owner WHERE u.id = %" PRId64,
-				id);
+	int64_t owner_pid =
+	    num(&e,
+	        "SELECT split_part(r.name, ':', 2)::bigint FROM cairn.runs u "
+	        "JOIN cairn.shard_leases l ON l.shard_group = u.shard_group AND l.shard = u.shard "
+	        "JOIN cairn.runners r ON r.id = l.owner WHERE u.id = %" PRId64,
+	        id);
 	int x = w[0].pid == (pid_t)owner_pid ? 0 : 1, y = 1 - x;
 	cr_assert_eq(w[x].pid, (pid_t)owner_pid, "no worker owns the run's shard");
-	int64_t epoch = num(&e,
-			    "SELECT l.epoch FROM cairn.runs u JOIN cairn.shard_leases l "
-			    "ON l.shard_group = u.shard_group AND l.shard = u.shard WHERE u.id = %" PRId64,
-			    id);
+	int64_t epoch =
+	    num(&e,
+	        "SELECT l.epoch FROM cairn.runs u JOIN cairn.shard_leases l "
+	        "ON l.shard_group = u.shard_group AND l.shard = u.shard WHERE u.id = %" PRId64,
+	        id);
 	cr_assert_eq(kill(w[x].pid, SIGSTOP), 0);
-	num(&e, "SELECT count(pg_terminate_backend(lease_pid)) FROM cairn.runners WHERE name LIKE '%%:%d'",
+	num(&e,
+	    "SELECT count(pg_terminate_backend(lease_pid)) FROM cairn.runners WHERE name LIKE "
+	    "'%%:%d'",
 	    (int)w[x].pid);
 	/* Y takes the shard with a new epoch and runs the step again. */
-	cr_assert(wait_num(&e, epoch + 1, 20000,
-			   "SELECT l.epoch FROM cairn.runs u JOIN cairn.shard_leases l ON l.shard_group = "
-			   "u.shard_group AND l.shard = u.shard JOIN cairn.runners r ON r.id = l.owner "
-			   "WHERE u.id = %" PRId64 " AND r.name LIKE '%%:%d'",
-			   id, (int)w[y].pid),
-		  "the other worker never took the shard");
+	cr_assert(
+	    wait_num(
+	        &e, epoch + 1, 20000,
+	        "SELECT l.epoch FROM cairn.runs u JOIN cairn.shard_leases l ON l.shard_group = "
+	        "u.shard_group AND l.shard = u.shard JOIN cairn.runners r ON r.id = l.owner "
+	        "WHERE u.id = %" PRId64 " AND r.name LIKE '%%:%d'",
+	        id, (int)w[y].pid),
+	    "the other worker never took the shard");
 	cr_assert(wait_num(&e, 2, 20000, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id),
-		  "the new owner never ran the step");
+	          "the new owner never ran the step");
 	set_flag(&e, id);
 	cairn_run *r = finished(&e, id, 30000);
 	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
@@ -340,10 +347,12 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	cairn_run_free(r);
 	/* X wakes up inside its stale execution and tries to write it. */
 	cr_assert_eq(kill(w[x].pid, SIGCONT), 0);
-	cr_assert(wait_log(&w[x], "refused by the fence", 20000), "the stale write was not refused");
+	cr_assert(wait_log(&w[x], "refused by the fence", 20000),
+	          "the stale write was not refused");
 	r = finished(&e, id, 1000);
 	cr_assert_str_eq(r->status, "completed");
-	cr_assert_eq(jnum(r->output, "count"), 2, "the stale worker overwrote the result: %s", r->output);
+	cr_assert_eq(jnum(r->output, "count"), 2, "the stale worker overwrote the result: %s",
+	             r->output);
 	cr_assert_eq(r->nsteps, 1);
 	cr_assert_str_eq(r->steps[0].output, "2", "the journal kept a stale result");
 	cairn_run_free(r);
@@ -379,12 +388,12 @@ Test(exec, sigterm_lets_a_running_step_finish_and_journals_it_before_exiting)
 	report("drain with a 1.5 s step in flight took %" PRId64 " ms", tnow_ms() - t0);
 	free(log);
 	cr_assert_eq(num(&e,
-			 "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
-			 " AND name = 'work' AND status = 'completed'",
-			 id),
-		     1, "the finished step was not journaled before the worker exited");
+	                 "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+	                 " AND name = 'work' AND status = 'completed'",
+	                 id),
+	             1, "the finished step was not journaled before the worker exited");
 	cr_assert_eq(num(&e, "SELECT count(*) FROM t_counter WHERE run_id = %" PRId64, id), 0,
-		     "the run went on past its durable point while draining");
+	             "the run went on past its durable point while draining");
 	wk_start(&b, e.db, NULL);
 	cairn_run *r = finished(&e, id, 30000);
 	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
@@ -414,12 +423,14 @@ Test(exec, sigterm_cuts_off_a_step_past_the_shutdown_timeout_and_a_second_signal
 	/* The run is still there; the next worker takes it, and a second
 	 * SIGTERM during its drain exits at once. */
 	wk_start(&b, e.db, "CAIRN_SHUTDOWN_TIMEOUT=60s");
-	cr_assert(wait_num(&e, 1, 20000,
-			   "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = "
-			   "r.shard_group AND l.shard = r.shard JOIN cairn.runners n ON n.id = l.owner "
-			   "WHERE r.id = %" PRId64 " AND r.status = 'running' AND n.name LIKE '%%:%d'",
-			   id, (int)b.pid),
-		  "the second worker never took the run");
+	cr_assert(
+	    wait_num(
+	        &e, 1, 20000,
+	        "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = "
+	        "r.shard_group AND l.shard = r.shard JOIN cairn.runners n ON n.id = l.owner "
+	        "WHERE r.id = %" PRId64 " AND r.status = 'running' AND n.name LIKE '%%:%d'",
+	        id, (int)b.pid),
+	    "the second worker never took the run");
 	cr_assert_eq(kill(b.pid, SIGTERM), 0);
 	cr_assert(wait_log(&b, "msg=\"draining\"", 10000), "the worker never began to drain");
 	t0 = tnow_ms();
@@ -567,8 +578,9 @@ Test(exec, cancel_reaches_a_long_step_that_polls_cairn_should_stop)
 	wk a;
 	wk_start(&a, e.db, NULL);
 	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\"}", 0);
-	cr_assert(wait_num(&e, 1, 20000, "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
-		  "step count_block never ran");
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+	          "step count_block never ran");
 	int64_t t0 = tnow_ms();
 	cr_assert_eq(cairn_cancel(e.cl, id), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
 	cairn_run *r = finished(&e, id, 10000);

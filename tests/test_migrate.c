@@ -28,17 +28,22 @@ Test(migrate, fresh_database_gets_schema_and_records_checksums)
 	snprintf(want, sizeof want, "applied %d migration", shipped());
 	cr_assert(strstr(out, want), "%s", out);
 	PGconn *c = tdb_connect(db);
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.schema_migrations WHERE length(checksum) = 64"),
-		     shipped());
-	const char *tables[] = {"runners", "shard_leases", "runs", "steps", "signals", "messages",
-				"schema_migrations", "settings"};
+	cr_assert_eq(
+	    tdb_int(c, "SELECT count(*) FROM cairn.schema_migrations WHERE length(checksum) = 64"),
+	    shipped());
+	const char *tables[] = {"runners",  "shard_leases",      "runs",    "steps", "signals",
+	                        "messages", "schema_migrations", "settings"};
 	for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
 		char sql[200];
-		snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_tables WHERE schemaname = 'cairn' AND tablename = '%s'",
-			 tables[i]);
+		snprintf(sql, sizeof sql,
+		         "SELECT count(*) FROM pg_tables WHERE schemaname = 'cairn' AND tablename "
+		         "= '%s'",
+		         tables[i]);
 		cr_assert_eq(tdb_int(c, sql), 1, "table cairn.%s missing", tables[i]);
 	}
-	cr_assert_eq(tdb_int(c, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'"), 4096);
+	cr_assert_eq(
+	    tdb_int(c, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'"),
+	    4096);
 	/* The checksum is the SHA-256 of the file. */
 	char *sum = tdb_str(c, "SELECT checksum FROM cairn.schema_migrations WHERE version = 1");
 	char cmd[1024];

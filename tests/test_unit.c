@@ -58,7 +58,8 @@ Test(parse, duration_rejects_bad_values_naming_them)
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		cr_assert_eq(parse_duration_ms(bad[i], &v, err), -1, "accepted \"%s\"", bad[i]);
 		if (*bad[i] && strlen(bad[i]) < 10)
-			cr_assert(strstr(err, bad[i]), "error does not name \"%s\": %s", bad[i], err);
+			cr_assert(strstr(err, bad[i]), "error does not name \"%s\": %s", bad[i],
+			          err);
 	}
 	parse_duration_ms("abc", &v, err);
 	cr_assert(strstr(err, "500ms"), "error does not say what is accepted: %s", err);
@@ -89,8 +90,9 @@ Test(parse, timestamp_parses_rfc3339)
 	cr_assert_eq(v, 1798106400000LL);
 	cr_assert_eq(parse_timestamp_ms("2026-12-24T12:00:00.250+02:00", &v, err), 0);
 	cr_assert_eq(v, 1798106400250LL);
-	const char *bad[] = {"2026-12-24", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z",
-			     "2026-12-24T10:00:00", "tomorrow", "2026-12-24T10:00:00Zjunk"};
+	const char *bad[] = {
+	    "2026-12-24", "2026-13-01T00:00:00Z",    "2026-02-30T00:00:00Z", "2026-12-24T10:00:00",
+	    "tomorrow",   "2026-12-24T10:00:00Zjunk"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		cr_assert_eq(parse_timestamp_ms(bad[i], &v, err), -1, "accepted %s", bad[i]);
 		cr_assert(strstr(err, bad[i]), "error does not name the value: %s", err);
@@ -139,7 +141,8 @@ Test(parse, keys_accept_utf8_and_reject_control_characters)
 Test(parse, json_validation_names_position_and_size)
 {
 	char err[PARSE_ERR_MAX];
-	cr_assert_eq(parse_check_json("input", "{\"item\": \"book\", \"amount\": 12}", 1024, err), 0);
+	cr_assert_eq(parse_check_json("input", "{\"item\": \"book\", \"amount\": 12}", 1024, err),
+	             0);
 	cr_assert_eq(parse_check_json("input", "{\"item\": }", 1024, err), -1);
 	cr_assert(strstr(err, "byte 10"), "%s", err);
 	cr_assert_eq(parse_check_json("input", "[1,2] trailing", 1024, err), -1);
@@ -195,7 +198,8 @@ Test(backoff, grows_exponentially_and_stops_at_the_cap)
 
 Test(backoff, jitter_spreads_within_the_fraction_around_the_nominal)
 {
-	cairn_retry_policy p = {.initial_ms = 1000, .multiplier = 2, .max_ms = 60000, .jitter = 0.2};
+	cairn_retry_policy p = {
+	    .initial_ms = 1000, .multiplier = 2, .max_ms = 60000, .jitter = 0.2};
 	cr_assert_eq(backoff_ms(&p, 1, 0.5), 1000);
 	cr_assert_eq(backoff_ms(&p, 1, 0.0), 800);
 	cr_assert(backoff_ms(&p, 1, 0.999999) <= 1200 && backoff_ms(&p, 1, 0.999999) >= 1199);

@@ -17,13 +17,14 @@
 
 /* Inserts a runner and returns its id. pid is SQL ("pg_backend_pid()" or a number). */
 static int64_t add_runner(PGconn *c, const char *name, const char *pid, const char *extra_cols,
-			  const char *extra_vals)
+                          const char *extra_vals)
 {
 	char sql[1024];
-	snprintf(sql, sizeof sql,
-		 "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid%s) "
-		 "VALUES ('%s', '10.0.0.1:8080', '0.1.0', '{default,billing}', 200, %s%s) RETURNING id",
-		 extra_cols, name, pid, extra_vals);
+	snprintf(
+	    sql, sizeof sql,
+	    "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid%s) "
+	    "VALUES ('%s', '10.0.0.1:8080', '0.1.0', '{default,billing}', 200, %s%s) RETURNING id",
+	    extra_cols, name, pid, extra_vals);
 	return tdb_int(c, sql);
 }
 
@@ -34,9 +35,9 @@ static void add_shards(PGconn *c, const char *group, int from, int to, int64_t o
 	if (owner)
 		snprintf(own, sizeof own, "%lld", (long long)owner);
 	snprintf(sql, sizeof sql,
-		 "INSERT INTO cairn.shard_leases (shard_group, shard, owner, epoch, acquired_at) "
-		 "SELECT '%s', s, %s, %d, now() FROM generate_series(%d, %d) s",
-		 group, own, epoch, from, to - 1);
+	         "INSERT INTO cairn.shard_leases (shard_group, shard, owner, epoch, acquired_at) "
+	         "SELECT '%s', s, %s, %d, now() FROM generate_series(%d, %d) s",
+	         group, own, epoch, from, to - 1);
 	tdb_exec(c, sql);
 }
 
@@ -118,7 +119,7 @@ static fixture setup_runners(void)
 	f.alive = add_runner(f.conn, "alive", "pg_backend_pid()", "", "");
 	f.gone = add_runner(f.conn, "gone", DEAD_PID, ", healthy", ", false");
 	f.stale = add_runner(f.conn, "stale", "pg_backend_pid()", ", heartbeat_at",
-			     ", now() - interval '1 hour'");
+	                     ", now() - interval '1 hour'");
 	add_shards(f.conn, "default", 0, 3, f.alive, 2);
 	add_shards(f.conn, "default", 3, 4, f.gone, 5);
 	add_shards(f.conn, "default", 4, 6, 0, 1);
@@ -131,7 +132,8 @@ Test(runners, table_shows_health_liveness_heartbeat_and_shards)
 	fixture f = setup_runners();
 	char *out, *err;
 	cr_assert_eq(tcli(f.db, &out, &err, "runners", NULL), 0, "%s", err);
-	cr_assert(has_line(out, "ID NAME ADDRESS VERSION HEALTHY LIVE HEARTBEAT_AGE SHARDS"), "%s", out);
+	cr_assert(has_line(out, "ID NAME ADDRESS VERSION HEALTHY LIVE HEARTBEAT_AGE SHARDS"), "%s",
+	          out);
 	cr_assert_eq(line_count(out), 4, "%s", out);
 	/* Every column of each runner, by splitting its line. */
 	const struct {
@@ -139,8 +141,8 @@ Test(runners, table_shows_health_liveness_heartbeat_and_shards)
 		const char *name, *healthy, *live, *age; /* age: NULL = any */
 		int shards;
 	} want[] = {{f.alive, "alive", "yes", "yes", NULL, 4},
-		    {f.gone, "gone", "no", "no", NULL, 1},
-		    {f.stale, "stale", "yes", "no", "1h0m", 0}};
+	            {f.gone, "gone", "no", "no", NULL, 1},
+	            {f.stale, "stale", "yes", "no", "1h0m", 0}};
 	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
 		char needle[64];
 		snprintf(needle, sizeof needle, "\n%lld ", (long long)want[i].id);
@@ -149,8 +151,8 @@ Test(runners, table_shows_health_liveness_heartbeat_and_shards)
 		char name[64], addr[64], ver[64], healthy[8], live[8], agetxt[32];
 		int shards;
 		cr_assert_eq(sscanf(line + 1, "%*d %63s %63s %63s %7s %7s %31s %d", name, addr, ver,
-				    healthy, live, agetxt, &shards),
-			     7, "%s", line);
+		                    healthy, live, agetxt, &shards),
+		             7, "%s", line);
 		cr_assert_str_eq(name, want[i].name);
 		cr_assert_str_eq(addr, "10.0.0.1:8080");
 		cr_assert_str_eq(ver, "0.1.0");
@@ -185,7 +187,8 @@ Test(runners, json_has_every_field_and_ttl_decides_liveness)
 	cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a, "healthy")));
 	cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a, "live")));
 	cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(g, "healthy")));
-	cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(g, "live")), "a runner without a backend is live");
+	cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(g, "live")),
+	          "a runner without a backend is live");
 	cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(s, "healthy")));
 	cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(s, "live")), "a stale heartbeat is live");
 	cr_assert_eq(cJSON_GetObjectItem(a, "shards")->valueint, 4);
@@ -249,7 +252,8 @@ static void rejects(const char *db, const char *const *argv, const char *const *
 	int rc = tcli_argv(db, &out, &err, argv);
 	cr_assert_eq(rc, 2, "%s %s: exit %d, stderr: %s", argv[0], argv[1], rc, err);
 	for (size_t i = 0; expect[i]; i++)
-		cr_assert(strstr(err, expect[i]), "stderr does not mention \"%s\": %s", expect[i], err);
+		cr_assert(strstr(err, expect[i]), "stderr does not mention \"%s\": %s", expect[i],
+		          err);
 	cr_assert(!out || !*out, "a rejected command printed: %s", out);
 	free(out);
 	free(err);
@@ -259,15 +263,15 @@ Test(runners, rejects_bad_ttl_and_arguments)
 {
 	const char *db = tdb_new_migrated();
 	rejects(db, (const char *[]){"runners", "--ttl", "soon", NULL},
-		(const char *[]){"--ttl", "\"soon\"", "expected a duration", NULL});
+	        (const char *[]){"--ttl", "\"soon\"", "expected a duration", NULL});
 	rejects(db, (const char *[]){"runners", "--ttl", "0", NULL},
-		(const char *[]){"--ttl", "\"0\"", "from 1ms to 365d", NULL});
+	        (const char *[]){"--ttl", "\"0\"", "from 1ms to 365d", NULL});
 	rejects(db, (const char *[]){"runners", "--ttl", "400d", NULL},
-		(const char *[]){"--ttl", "\"400d\"", "from 1ms to 365d", NULL});
+	        (const char *[]){"--ttl", "\"400d\"", "from 1ms to 365d", NULL});
 	rejects(db, (const char *[]){"runners", "extra", NULL},
-		(const char *[]){"unexpected argument \"extra\"", NULL});
+	        (const char *[]){"unexpected argument \"extra\"", NULL});
 	rejects(db, (const char *[]){"runners", "--group", "x", NULL},
-		(const char *[]){"unknown option \"--group\"", NULL});
+	        (const char *[]){"unknown option \"--group\"", NULL});
 }
 
 Test(shards, table_lists_owner_and_epoch_then_a_summary_per_runner)
@@ -318,7 +322,8 @@ Test(shards, json_has_shards_and_summary)
 {
 	fixture f = setup_runners();
 	cJSON *j = cli_json(f.db, (const char *[]){"shards", "--json", NULL});
-	cJSON *shards = cJSON_GetObjectItem(j, "shards"), *summary = cJSON_GetObjectItem(j, "summary");
+	cJSON *shards = cJSON_GetObjectItem(j, "shards"),
+	      *summary = cJSON_GetObjectItem(j, "summary");
 	cr_assert(cJSON_IsArray(shards) && cJSON_GetArraySize(shards) == 7);
 	cJSON *b0 = cJSON_GetArrayItem(shards, 0);
 	cr_assert_str_eq(cJSON_GetObjectItem(b0, "group")->valuestring, "billing");
@@ -340,7 +345,8 @@ Test(shards, json_has_shards_and_summary)
 	cr_assert_str_eq(cJSON_GetObjectItem(sa, "owner_name")->valuestring, "alive");
 	cr_assert_eq(cJSON_GetObjectItem(sg, "shards")->valueint, 1);
 	cr_assert_eq(cJSON_GetObjectItem(su, "shards")->valueint, 2);
-	cr_assert(summary_of(summary, f.stale) == NULL, "a runner without shards is in the summary");
+	cr_assert(summary_of(summary, f.stale) == NULL,
+	          "a runner without shards is in the summary");
 	cJSON_Delete(j);
 	PQfinish(f.conn);
 }
@@ -349,10 +355,11 @@ Test(shards, group_filter_limits_shards_and_summary)
 {
 	fixture f = setup_runners();
 	cJSON *j = cli_json(f.db, (const char *[]){"shards", "--group", "billing", "--json", NULL});
-	cJSON *shards = cJSON_GetObjectItem(j, "shards"), *summary = cJSON_GetObjectItem(j, "summary");
+	cJSON *shards = cJSON_GetObjectItem(j, "shards"),
+	      *summary = cJSON_GetObjectItem(j, "summary");
 	cr_assert_eq(cJSON_GetArraySize(shards), 1);
 	cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(shards, 0), "group")->valuestring,
-			 "billing");
+	                 "billing");
 	cr_assert_eq(cJSON_GetArraySize(summary), 2);
 	cr_assert_eq(cJSON_GetObjectItem(summary_of(summary, f.alive), "shards")->valueint, 1);
 	cr_assert_eq(cJSON_GetObjectItem(summary_of(summary, 0), "shards")->valueint, 0);
@@ -392,20 +399,20 @@ Test(shards, rejects_bad_group_naming_argument_value_and_rule)
 {
 	const char *db = tdb_new_migrated();
 	rejects(db, (const char *[]){"shards", "--group", "bad group", NULL},
-		(const char *[]){"cairn shards: --group", "\"bad group\"", "letters, digits and _ - . :",
-				 NULL});
+	        (const char *[]){"cairn shards: --group", "\"bad group\"",
+	                         "letters, digits and _ - . :", NULL});
 	rejects(db, (const char *[]){"shards", "--group", "", NULL},
-		(const char *[]){"--group", "group must not be empty", NULL});
+	        (const char *[]){"--group", "group must not be empty", NULL});
 	char *long_group = malloc(200);
 	memset(long_group, 'g', 199);
 	long_group[199] = '\0';
 	rejects(db, (const char *[]){"shards", "--group", long_group, NULL},
-		(const char *[]){"--group", "199 bytes long", "at most 128", NULL});
+	        (const char *[]){"--group", "199 bytes long", "at most 128", NULL});
 	free(long_group);
 	rejects(db, (const char *[]){"shards", "--group", NULL},
-		(const char *[]){"--group needs a value", NULL});
+	        (const char *[]){"--group needs a value", NULL});
 	rejects(db, (const char *[]){"shards", "default", NULL},
-		(const char *[]){"unexpected argument \"default\"", NULL});
+	        (const char *[]){"unexpected argument \"default\"", NULL});
 }
 
 Test(visibility, before_migrate_says_to_migrate)
@@ -427,13 +434,13 @@ Test(visibility, help_documents_both_commands)
 	cr_assert(strstr(out, "runners") && strstr(out, "shards"), "%s", out);
 	free(out);
 	cr_assert_eq(tcli(NULL, &out, NULL, "runners", "--help", NULL), 0);
-	cr_assert(strstr(out, "usage: cairn runners") && strstr(out, "--ttl") && strstr(out, "--json") &&
-		  strstr(out, "--db"),
-		  "%s", out);
+	cr_assert(strstr(out, "usage: cairn runners") && strstr(out, "--ttl") &&
+	              strstr(out, "--json") && strstr(out, "--db"),
+	          "%s", out);
 	free(out);
 	cr_assert_eq(tcli(NULL, &out, NULL, "shards", "--help", NULL), 0);
 	cr_assert(strstr(out, "usage: cairn shards") && strstr(out, "--group") &&
-		  strstr(out, "--json") && strstr(out, "--db"),
-		  "%s", out);
+	              strstr(out, "--json") && strstr(out, "--db"),
+	          "%s", out);
 	free(out);
 }

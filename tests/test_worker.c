@@ -26,10 +26,11 @@ Test(worker, endpoints_answer_with_status_type_and_content)
 
 	cr_assert_eq(thttp(port, "GET", "/metrics", &body, &ct), 200);
 	cr_assert(strstr(ct, "text/plain; version=0.0.4"), "%s", ct);
-	const char *names[] = {"cairn_build_info", "cairn_uptime_seconds", "cairn_db_connected",
-			       "cairn_db_reconnects_total", "cairn_shards_owned", "cairn_runs_started_total",
-			       "cairn_runs_completed_total", "cairn_runs_failed_total",
-			       "cairn_step_duration_seconds", "cairn_queue_depth", "cairn_detachments_total"};
+	const char *names[] = {
+	    "cairn_build_info",           "cairn_uptime_seconds",    "cairn_db_connected",
+	    "cairn_db_reconnects_total",  "cairn_shards_owned",      "cairn_runs_started_total",
+	    "cairn_runs_completed_total", "cairn_runs_failed_total", "cairn_step_duration_seconds",
+	    "cairn_queue_depth",          "cairn_detachments_total"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		char help[128], type[128];
 		snprintf(help, sizeof help, "# HELP %s ", names[i]);
@@ -113,9 +114,10 @@ Test(worker, unreachable_database_keeps_it_alive_and_not_ready_until_it_appears)
 	char log[64];
 	tlog_file(log);
 	pid_t pid = tworker_start(late, port, log, "CAIRN_HEARTBEAT_INTERVAL=100ms",
-				  "CAIRN_RUNNER_TTL=1s", NULL);
+	                          "CAIRN_RUNNER_TTL=1s", NULL);
 	cr_assert(thttp_wait(port, "/healthz", 200, 15000), "healthz not 200 without a database");
-	cr_assert(twait(readyz_says_unreachable, &port, 10000), "readyz does not say the database is unreachable");
+	cr_assert(twait(readyz_says_unreachable, &port, 10000),
+	          "readyz does not say the database is unreachable");
 	cr_assert_eq(thttp(port, "GET", "/healthz", NULL, NULL), 200);
 
 	PGconn *c = tdb_connect(db);
@@ -127,7 +129,8 @@ Test(worker, unreachable_database_keeps_it_alive_and_not_ready_until_it_appears)
 	char mig[2300];
 	snprintf(mig, sizeof mig, "%s", late);
 	cr_assert_eq(tcli(mig, NULL, NULL, "migrate", NULL), 0);
-	cr_assert(thttp_wait(port, "/readyz", 200, 20000), "never became ready after the database appeared");
+	cr_assert(thttp_wait(port, "/readyz", 200, 20000),
+	          "never became ready after the database appeared");
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 10000), 0);
 	snprintf(sql, sizeof sql, "DROP DATABASE %s WITH (FORCE)", name);
 	tdb_exec(c, sql);
@@ -152,7 +155,9 @@ Test(worker, shard_count_mismatch_stops_with_a_clear_error)
 	int rc = tworker_stop(pid, 0, 15000);
 	cr_assert_eq(rc, 1, "exit %d", rc);
 	char *text = tfile_take(log);
-	cr_assert(strstr(text, "CAIRN_SHARDS is 64 but the database records shards_per_group = 4096"), "%s", text);
+	cr_assert(
+	    strstr(text, "CAIRN_SHARDS is 64 but the database records shards_per_group = 4096"),
+	    "%s", text);
 	free(text);
 }
 
@@ -191,7 +196,8 @@ static int run_worker_cmd(char **out, char **err, const char *env, const char *a
 Test(worker, check_config_prints_effective_settings_with_password_masked)
 {
 	char *out, *err;
-	cr_assert_eq(run_worker_cmd(&out, &err, "CAIRN_CONCURRENCY=4", "--check-config"), 0, "%s", err);
+	cr_assert_eq(run_worker_cmd(&out, &err, "CAIRN_CONCURRENCY=4", "--check-config"), 0, "%s",
+	             err);
 	cr_assert(strstr(out, "CAIRN_CONCURRENCY=4\n"), "%s", out);
 	cr_assert(strstr(out, "password=****") && !strstr(out, "s3cret"), "%s", out);
 	free(out);
@@ -202,7 +208,9 @@ Test(worker, bad_setting_stops_before_doing_anything)
 {
 	char *out, *err;
 	cr_assert_eq(run_worker_cmd(&out, &err, "CAIRN_CONCURRENCY=zero", NULL), 2);
-	cr_assert(strstr(err, "invalid value for CAIRN_CONCURRENCY: \"zero\": expected an integer from 1 to 1024"), "%s", err);
+	cr_assert(strstr(err, "invalid value for CAIRN_CONCURRENCY: \"zero\": expected an integer "
+	                      "from 1 to 1024"),
+	          "%s", err);
 	free(out);
 	free(err);
 	cr_assert_eq(run_worker_cmd(&out, &err, NULL, "--bogus"), 2);
@@ -215,7 +223,8 @@ Test(worker, help_and_version)
 {
 	char *out, *err;
 	cr_assert_eq(run_worker_cmd(&out, &err, NULL, "--help"), 0);
-	cr_assert(strstr(out, "CAIRN_SHUTDOWN_TIMEOUT") && strstr(out, "--check-config"), "%s", out);
+	cr_assert(strstr(out, "CAIRN_SHUTDOWN_TIMEOUT") && strstr(out, "--check-config"), "%s",
+	          out);
 	free(out);
 	free(err);
 	cr_assert_eq(run_worker_cmd(&out, &err, NULL, "--version"), 0);
@@ -247,7 +256,8 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	const char *db = tdb_new_migrated_shards(64);
 	int port = tfree_port();
 	pid_t pid = tworker_start(db, port, NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
-	cr_assert(twait(status_has_all_shards, &port, 15000), "the worker never owned all 64 shards");
+	cr_assert(twait(status_has_all_shards, &port, 15000),
+	          "the worker never owned all 64 shards");
 	char *body;
 	cr_assert_eq(thttp(port, "GET", "/status", &body, NULL), 200);
 	cJSON *j = cJSON_Parse(body);
@@ -257,7 +267,8 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	int n = 0;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(g, "owned"))
 	{
-		cr_assert_eq(cJSON_GetObjectItem(it, "shard")->valueint, n, "shards are listed in order");
+		cr_assert_eq(cJSON_GetObjectItem(it, "shard")->valueint, n,
+		             "shards are listed in order");
 		cr_assert_geq(cJSON_GetObjectItem(it, "epoch")->valuedouble, 1);
 		n++;
 	}
@@ -265,7 +276,7 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	const char *seen[2] = {0};
 	int k = 0;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "singletons")) seen[k++] =
-		cJSON_GetObjectItem(it, "name")->valuestring;
+	    cJSON_GetObjectItem(it, "name")->valuestring;
 	cr_assert(strcmp(seen[0], "cairn.health") == 0 || strcmp(seen[1], "cairn.health") == 0);
 	cr_assert(strcmp(seen[0], "cairn.janitor") == 0 || strcmp(seen[1], "cairn.janitor") == 0);
 	cJSON *rb = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "rebalances"), 0);
@@ -277,7 +288,11 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	cr_assert(cJSON_IsArray(cJSON_GetObjectItem(j, "in_flight")));
 	/* The epochs /status shows are the ones in the database. */
 	PGconn *c = tdb_connect(db);
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL AND epoch >= 1"), 64);
+	cr_assert_eq(
+	    tdb_int(
+	        c,
+	        "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL AND epoch >= 1"),
+	    64);
 	PQfinish(c);
 	cJSON_Delete(j);
 	free(body);
@@ -313,23 +328,34 @@ Test(worker, janitor_deletes_old_finished_runs_and_health_checker_removes_dead_r
 {
 	const char *db = tdb_new_migrated_shards(64);
 	PGconn *c = tdb_connect(db);
-	tdb_exec(c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, input, finished_at) VALUES "
-		    "('noop', 'old-done', 'default', 1, 'completed', 'null', now() - interval '2 days'), "
-		    "('noop', 'new-done', 'default', 2, 'completed', 'null', now() - interval '1 hour'), "
-		    "('noop', 'old-live', 'default', 3, 'sleeping', 'null', NULL)");
-	tdb_exec(c, "UPDATE cairn.runs SET created_at = now() - interval '3 days' WHERE key LIKE 'old-%'");
-	tdb_exec(c, "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid, heartbeat_at) "
-		    "VALUES ('ghost:1', '127.0.0.1:1', 'x', '{default}', 100, 1, now() - interval '1 hour')");
+	tdb_exec(
+	    c,
+	    "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, input, "
+	    "finished_at) VALUES "
+	    "('noop', 'old-done', 'default', 1, 'completed', 'null', now() - interval '2 days'), "
+	    "('noop', 'new-done', 'default', 2, 'completed', 'null', now() - interval '1 hour'), "
+	    "('noop', 'old-live', 'default', 3, 'sleeping', 'null', NULL)");
+	tdb_exec(
+	    c,
+	    "UPDATE cairn.runs SET created_at = now() - interval '3 days' WHERE key LIKE 'old-%'");
+	tdb_exec(c, "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid, "
+	            "heartbeat_at) "
+	            "VALUES ('ghost:1', '127.0.0.1:1', 'x', '{default}', 100, 1, now() - interval "
+	            "'1 hour')");
 	int port = tfree_port();
 	pid_t pid = tworker_start(db, port, NULL, "CAIRN_RETENTION=1d", "CAIRN_RUNNER_TTL=2s",
-				  "CAIRN_HEARTBEAT_INTERVAL=200ms", NULL);
-	cr_assert(tdb_wait_at_least(c, "SELECT 1 - count(*) FROM cairn.runs WHERE key = 'old-done'", 1, 20000),
-		  "the janitor never deleted the old finished run");
-	cr_assert(tdb_wait_at_least(c, "SELECT 1 - count(*) FROM cairn.runners WHERE name = 'ghost:1'", 1, 20000),
-		  "the health checker never removed the dead runner");
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key IN ('new-done', 'old-live')"), 2,
-		     "the janitor deleted a run it must keep");
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runners"), 1, "the live runner was removed");
+	                          "CAIRN_HEARTBEAT_INTERVAL=200ms", NULL);
+	cr_assert(tdb_wait_at_least(c, "SELECT 1 - count(*) FROM cairn.runs WHERE key = 'old-done'",
+	                            1, 20000),
+	          "the janitor never deleted the old finished run");
+	cr_assert(tdb_wait_at_least(
+	              c, "SELECT 1 - count(*) FROM cairn.runners WHERE name = 'ghost:1'", 1, 20000),
+	          "the health checker never removed the dead runner");
+	cr_assert_eq(
+	    tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key IN ('new-done', 'old-live')"), 2,
+	    "the janitor deleted a run it must keep");
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runners"), 1,
+	             "the live runner was removed");
 	PQfinish(c);
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
 }

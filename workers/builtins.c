@@ -29,20 +29,20 @@
 
 #include "buf.h"
 
-#define DAY_MS (24LL * 3600 * 1000)
+#define DAY_MS       (24LL * 3600 * 1000)
 #define SLEEP_MAX_MS (30 * DAY_MS)
 
-#define HTTP_URL_MAX 8192
-#define HTTP_HEADERS_MAX 64            /* request headers */
-#define HTTP_HEADER_VALUE_MAX 8192
-#define HTTP_BODY_MAX (1 << 20)        /* response body, bytes */
-#define HTTP_RESP_HEADERS_MAX (64 << 10) /* all response header lines, bytes */
+#define HTTP_URL_MAX            8192
+#define HTTP_HEADERS_MAX        64 /* request headers */
+#define HTTP_HEADER_VALUE_MAX   8192
+#define HTTP_BODY_MAX           (1 << 20)  /* response body, bytes */
+#define HTTP_RESP_HEADERS_MAX   (64 << 10) /* all response header lines, bytes */
 #define HTTP_TIMEOUT_DEFAULT_MS 10000
-#define HTTP_TIMEOUT_MAX_MS 300000
-#define HTTP_ATTEMPTS_DEFAULT 5
-#define HTTP_ATTEMPTS_MAX 20
+#define HTTP_TIMEOUT_MAX_MS     300000
+#define HTTP_ATTEMPTS_DEFAULT   5
+#define HTTP_ATTEMPTS_MAX       20
 
-#define ORDER_ITEM_MAX 200
+#define ORDER_ITEM_MAX            200
 #define ORDER_APPROVAL_TIMEOUT_MS (3600 * 1000)
 
 /* ------------------------------------------------------------ helpers */
@@ -133,8 +133,8 @@ static void base64(buf *b, const unsigned char *s, size_t n)
 			v |= (unsigned)s[i + 1] << 8;
 		if (i + 2 < n)
 			v |= s[i + 2];
-		char q[4] = {A[(v >> 18) & 63], A[(v >> 12) & 63], i + 1 < n ? A[(v >> 6) & 63] : '=',
-			     i + 2 < n ? A[v & 63] : '='};
+		char q[4] = {A[(v >> 18) & 63], A[(v >> 12) & 63],
+		             i + 1 < n ? A[(v >> 6) & 63] : '=', i + 2 < n ? A[v & 63] : '='};
 		buf_append(b, q, 4);
 	}
 }
@@ -142,7 +142,8 @@ static void base64(buf *b, const unsigned char *s, size_t n)
 /* An integer-valued JSON number in [min, max]; 0 on success. */
 static int get_int(const cJSON *v, int64_t min, int64_t max, int64_t *out)
 {
-	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble))
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+	    v->valuedouble != floor(v->valuedouble))
 		return -1;
 	if (v->valuedouble < (double)min || v->valuedouble > (double)max)
 		return -1;
@@ -150,7 +151,10 @@ static int get_int(const cJSON *v, int64_t min, int64_t max, int64_t *out)
 	return 0;
 }
 
-static int is_object(const cJSON *v) { return v && cJSON_IsObject(v); }
+static int is_object(const cJSON *v)
+{
+	return v && cJSON_IsObject(v);
+}
 
 /* ---------------------------------------------------------------- noop */
 
@@ -169,13 +173,13 @@ static int wf_sleep(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	char t[128];
 	if (!is_object(input))
 		return cairn_fail(ctx, "sleep: input must be an object like {\"ms\": 1000}, got %s",
-				  json_text(input, t, sizeof t));
+		                  json_text(input, t, sizeof t));
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(input, "ms");
 	int64_t ms;
 	if (get_int(v, 0, SLEEP_MAX_MS, &ms))
-		return cairn_fail(ctx,
-				  "sleep: \"ms\" must be an integer from 0 to %lld (30 days), got %s",
-				  (long long)SLEEP_MAX_MS, json_text(v, t, sizeof t));
+		return cairn_fail(
+		    ctx, "sleep: \"ms\" must be an integer from 0 to %lld (30 days), got %s",
+		    (long long)SLEEP_MAX_MS, json_text(v, t, sizeof t));
 	CAIRN_TRY(cairn_sleep(ctx, "sleep", ms));
 	*output = cJSON_CreateObject();
 	if (*output)
@@ -263,11 +267,11 @@ static int check_url(cairn_ctx *ctx, const char *url)
 	int rc = CAIRN_OK;
 	if (uc != CURLUE_OK)
 		rc = cairn_fail(ctx, "http: \"url\" is not a valid URL: \"%.200s\": %s", url,
-				curl_url_strerror(uc));
+		                curl_url_strerror(uc));
 	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-		 (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
-		rc = cairn_fail(ctx, "http: \"url\" must be an http:// or https:// URL, got \"%.200s\"",
-				url);
+	         (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0))
+		rc = cairn_fail(
+		    ctx, "http: \"url\" must be an http:// or https:// URL, got \"%.200s\"", url);
 	else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host)
 		rc = cairn_fail(ctx, "http: \"url\" has no host: \"%.200s\"", url);
 	curl_free(scheme);
@@ -281,21 +285,22 @@ static int http_parse(cairn_ctx *ctx, const cJSON *in, http_req *r, cairn_retry_
 {
 	char t[128];
 	if (!is_object(in))
-		return cairn_fail(ctx,
-				  "http: input must be an object like {\"url\": \"https://example.com\"}, "
-				  "got %s",
-				  json_text(in, t, sizeof t));
+		return cairn_fail(
+		    ctx,
+		    "http: input must be an object like {\"url\": \"https://example.com\"}, "
+		    "got %s",
+		    json_text(in, t, sizeof t));
 
 	const cJSON *url = cJSON_GetObjectItemCaseSensitive(in, "url");
 	if (!url)
 		return cairn_fail(ctx, "http: \"url\" is missing: the input needs {\"url\": "
-				       "\"https://...\"}");
+		                       "\"https://...\"}");
 	if (!cJSON_IsString(url) || !*url->valuestring)
 		return cairn_fail(ctx, "http: \"url\" must be a non-empty string, got %s",
-				  json_text(url, t, sizeof t));
+		                  json_text(url, t, sizeof t));
 	if (strlen(url->valuestring) > HTTP_URL_MAX)
 		return cairn_fail(ctx, "http: \"url\" is %zu bytes long; at most %d are accepted",
-				  strlen(url->valuestring), HTTP_URL_MAX);
+		                  strlen(url->valuestring), HTTP_URL_MAX);
 	CAIRN_TRY(check_url(ctx, url->valuestring));
 	snprintf(r->url, sizeof r->url, "%s", url->valuestring);
 
@@ -307,10 +312,11 @@ static int http_parse(cairn_ctx *ctx, const cJSON *in, http_req *r, cairn_retry_
 			while (i < n && strcasecmp(m->valuestring, HTTP_METHODS[i]) != 0)
 				i++;
 		if (!cJSON_IsString(m) || i == n)
-			return cairn_fail(ctx,
-					  "http: \"method\" must be GET, POST, PUT, PATCH, DELETE or "
-					  "HEAD, got %s",
-					  json_text(m, t, sizeof t));
+			return cairn_fail(
+			    ctx,
+			    "http: \"method\" must be GET, POST, PUT, PATCH, DELETE or "
+			    "HEAD, got %s",
+			    json_text(m, t, sizeof t));
 		snprintf(r->method, sizeof r->method, "%s", HTTP_METHODS[i]);
 	}
 
@@ -319,28 +325,32 @@ static int http_parse(cairn_ctx *ctx, const cJSON *in, http_req *r, cairn_retry_
 	if (h && !cJSON_IsNull(h)) {
 		if (!cJSON_IsObject(h))
 			return cairn_fail(ctx,
-					  "http: \"headers\" must be an object of strings like "
-					  "{\"Accept\": \"application/json\"}, got %s",
-					  json_text(h, t, sizeof t));
+			                  "http: \"headers\" must be an object of strings like "
+			                  "{\"Accept\": \"application/json\"}, got %s",
+			                  json_text(h, t, sizeof t));
 		if (cJSON_GetArraySize(h) > HTTP_HEADERS_MAX)
-			return cairn_fail(ctx, "http: \"headers\" has %d entries; at most %d are accepted",
-					  cJSON_GetArraySize(h), HTTP_HEADERS_MAX);
+			return cairn_fail(
+			    ctx, "http: \"headers\" has %d entries; at most %d are accepted",
+			    cJSON_GetArraySize(h), HTTP_HEADERS_MAX);
 		const cJSON *e;
 		cJSON_ArrayForEach(e, h)
 		{
 			if (!header_name_ok(e->string))
-				return cairn_fail(ctx,
-						  "http: header name \"%.100s\" is not valid: expected "
-						  "1-256 letters, digits or !#$%%&'*+-.^_`|~",
-						  e->string);
+				return cairn_fail(
+				    ctx,
+				    "http: header name \"%.100s\" is not valid: expected "
+				    "1-256 letters, digits or !#$%%&'*+-.^_`|~",
+				    e->string);
 			if (!cJSON_IsString(e))
-				return cairn_fail(ctx, "http: header \"%s\" must be a string, got %s",
-						  e->string, json_text(e, t, sizeof t));
-			if (!header_value_ok(e->valuestring))
 				return cairn_fail(ctx,
-						  "http: header \"%s\" must be at most %d bytes without "
-						  "CR or LF",
-						  e->string, HTTP_HEADER_VALUE_MAX);
+				                  "http: header \"%s\" must be a string, got %s",
+				                  e->string, json_text(e, t, sizeof t));
+			if (!header_value_ok(e->valuestring))
+				return cairn_fail(
+				    ctx,
+				    "http: header \"%s\" must be at most %d bytes without "
+				    "CR or LF",
+				    e->string, HTTP_HEADER_VALUE_MAX);
 			has_content_type |= strcasecmp(e->string, "content-type") == 0;
 			if (add_header(r, e->string, e->valuestring))
 				return cairn_fail(ctx, "http: out of memory");
@@ -358,21 +368,23 @@ static int http_parse(cairn_ctx *ctx, const cJSON *in, http_req *r, cairn_retry_
 		r->body_len = strlen(r->body);
 		if (!has_content_type &&
 		    add_header(r, "Content-Type",
-			       text ? "text/plain; charset=utf-8" : "application/json"))
+		               text ? "text/plain; charset=utf-8" : "application/json"))
 			return cairn_fail(ctx, "http: out of memory");
 	}
 
 	const cJSON *to = cJSON_GetObjectItemCaseSensitive(in, "timeout_ms");
 	r->timeout_ms = HTTP_TIMEOUT_DEFAULT_MS;
 	if (to && !cJSON_IsNull(to) && get_int(to, 1, HTTP_TIMEOUT_MAX_MS, &r->timeout_ms))
-		return cairn_fail(ctx, "http: \"timeout_ms\" must be an integer from 1 to %d, got %s",
-				  HTTP_TIMEOUT_MAX_MS, json_text(to, t, sizeof t));
+		return cairn_fail(ctx,
+		                  "http: \"timeout_ms\" must be an integer from 1 to %d, got %s",
+		                  HTTP_TIMEOUT_MAX_MS, json_text(to, t, sizeof t));
 
 	const cJSON *ma = cJSON_GetObjectItemCaseSensitive(in, "max_attempts");
 	int64_t attempts = HTTP_ATTEMPTS_DEFAULT;
 	if (ma && !cJSON_IsNull(ma) && get_int(ma, 1, HTTP_ATTEMPTS_MAX, &attempts))
-		return cairn_fail(ctx, "http: \"max_attempts\" must be an integer from 1 to %d, got %s",
-				  HTTP_ATTEMPTS_MAX, json_text(ma, t, sizeof t));
+		return cairn_fail(ctx,
+		                  "http: \"max_attempts\" must be an integer from 1 to %d, got %s",
+		                  HTTP_ATTEMPTS_MAX, json_text(ma, t, sizeof t));
 	policy->max_attempts = (int)attempts;
 
 	/* curl would wait for "100 Continue" before sending a large body. */
@@ -512,8 +524,8 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 	CURL *e = curl_easy_init();
 	int rc;
 	if (!e || !resp.headers || http_setopts(e, r, &resp, errbuf)) {
-		rc = cairn_retryable(ctx, "http: cannot set up the request to %.200s (out of memory?)",
-				     r->url);
+		rc = cairn_retryable(
+		    ctx, "http: cannot set up the request to %.200s (out of memory?)", r->url);
 		goto out;
 	}
 	CURLcode c = curl_easy_perform(e);
@@ -522,19 +534,20 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 	const char *why = *errbuf ? errbuf : curl_easy_strerror(c);
 	if (resp.body_too_big) {
 		rc = cairn_fail(ctx, "http: %s %.200s: the response body is larger than %d bytes",
-				r->method, r->url, HTTP_BODY_MAX);
+		                r->method, r->url, HTTP_BODY_MAX);
 	} else if (resp.headers_too_big) {
-		rc = cairn_fail(ctx, "http: %s %.200s: the response headers are larger than %d bytes",
-				r->method, r->url, HTTP_RESP_HEADERS_MAX);
+		rc = cairn_fail(ctx,
+		                "http: %s %.200s: the response headers are larger than %d bytes",
+		                r->method, r->url, HTTP_RESP_HEADERS_MAX);
 	} else if (c == CURLE_ABORTED_BY_CALLBACK) {
 		rc = cairn_retryable(ctx, "http: %s %.200s: interrupted, the run is stopping",
-				     r->method, r->url);
+		                     r->method, r->url);
 	} else if (c != CURLE_OK) {
-		rc = (curl_permanent(c) ? cairn_fail : cairn_retryable)(
-			ctx, "http: %s %.200s: %s", r->method, r->url, why);
+		rc = (curl_permanent(c) ? cairn_fail : cairn_retryable)(ctx, "http: %s %.200s: %s",
+		                                                        r->method, r->url, why);
 	} else if (status >= 500) {
 		rc = cairn_retryable(ctx, "http: %s %.200s: the server answered %ld", r->method,
-				     r->url, status);
+		                     r->url, status);
 	} else {
 		cJSON *o = cJSON_CreateObject();
 		if (!o) {
@@ -630,7 +643,8 @@ static const char *result_string(const cJSON *o, const char *name)
 static int order_approval(cairn_ctx *ctx, const cJSON *p, int *approved, const char **by)
 {
 	char t[128];
-	static const char accepted[] = "true, false or {\"approved\": true|false, \"by\": \"name\"}";
+	static const char accepted[] =
+	    "true, false or {\"approved\": true|false, \"by\": \"name\"}";
 	*by = NULL;
 	if (cJSON_IsBool(p)) {
 		*approved = cJSON_IsTrue(p);
@@ -638,20 +652,22 @@ static int order_approval(cairn_ctx *ctx, const cJSON *p, int *approved, const c
 	}
 	if (!is_object(p))
 		return cairn_fail(ctx, "order: the approval signal must be %s, got %s", accepted,
-				  json_text(p, t, sizeof t));
+		                  json_text(p, t, sizeof t));
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(p, "approved");
 	if (!cJSON_IsBool(a))
-		return cairn_fail(ctx, "order: \"approved\" of the approval signal must be true or "
-				       "false, got %s",
-				  json_text(a, t, sizeof t));
+		return cairn_fail(ctx,
+		                  "order: \"approved\" of the approval signal must be true or "
+		                  "false, got %s",
+		                  json_text(a, t, sizeof t));
 	*approved = cJSON_IsTrue(a);
 	const cJSON *b = cJSON_GetObjectItemCaseSensitive(p, "by");
 	if (b && !cJSON_IsNull(b)) {
 		if (!cJSON_IsString(b) || strlen(b->valuestring) > ORDER_ITEM_MAX)
-			return cairn_fail(ctx,
-					  "order: \"by\" of the approval signal must be a string of "
-					  "at most %d bytes, got %s",
-					  ORDER_ITEM_MAX, json_text(b, t, sizeof t));
+			return cairn_fail(
+			    ctx,
+			    "order: \"by\" of the approval signal must be a string of "
+			    "at most %d bytes, got %s",
+			    ORDER_ITEM_MAX, json_text(b, t, sizeof t));
 		*by = b->valuestring;
 	}
 	return CAIRN_OK;
@@ -662,19 +678,20 @@ static int wf_order(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	char t[128];
 	if (!is_object(input))
 		return cairn_fail(ctx,
-				  "order: input must be an object like {\"item\": \"book\", "
-				  "\"amount\": 12}, got %s",
-				  json_text(input, t, sizeof t));
+		                  "order: input must be an object like {\"item\": \"book\", "
+		                  "\"amount\": 12}, got %s",
+		                  json_text(input, t, sizeof t));
 	const cJSON *item = cJSON_GetObjectItemCaseSensitive(input, "item");
 	if (!cJSON_IsString(item) || !*item->valuestring ||
 	    strlen(item->valuestring) > ORDER_ITEM_MAX)
-		return cairn_fail(ctx, "order: \"item\" must be a non-empty string of at most %d bytes, "
-				       "got %s",
-				  ORDER_ITEM_MAX, json_text(item, t, sizeof t));
+		return cairn_fail(ctx,
+		                  "order: \"item\" must be a non-empty string of at most %d bytes, "
+		                  "got %s",
+		                  ORDER_ITEM_MAX, json_text(item, t, sizeof t));
 	const cJSON *amount = cJSON_GetObjectItemCaseSensitive(input, "amount");
 	if (!cJSON_IsNumber(amount) || !isfinite(amount->valuedouble) || amount->valuedouble <= 0)
 		return cairn_fail(ctx, "order: \"amount\" must be a number greater than 0, got %s",
-				  json_text(amount, t, sizeof t));
+		                  json_text(amount, t, sizeof t));
 	order_in o = {item->valuestring, amount->valuedouble};
 
 	cJSON *charge, *approval, *ship;
@@ -688,7 +705,7 @@ static int wf_order(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	CAIRN_TRY(order_approval(ctx, approval, &approved, &by));
 	if (!approved)
 		return by ? cairn_fail(ctx, "order rejected by %s", by)
-			  : cairn_fail(ctx, "order rejected");
+		          : cairn_fail(ctx, "order rejected");
 	CAIRN_TRY(cairn_sleep(ctx, "pack", 1000));
 	CAIRN_TRY(cairn_step(ctx, "ship", order_ship, NULL, &ship));
 
@@ -696,7 +713,7 @@ static int wf_order(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	const char *tracking = result_string(ship, "tracking");
 	if (!charge_id || !tracking)
 		return cairn_fail(ctx, "order: the journal of this run has no %s",
-				  charge_id ? "tracking number" : "charge id");
+		                  charge_id ? "tracking number" : "charge id");
 	cJSON *out = cJSON_CreateObject();
 	if (!out)
 		return cairn_retryable(ctx, "order: out of memory");
@@ -719,7 +736,8 @@ int builtins_register(cairn_worker *w)
 	static const struct {
 		const char *name;
 		cairn_workflow_fn fn;
-	} flows[] = {{"noop", wf_noop}, {"sleep", wf_sleep}, {"http", wf_http}, {"order", wf_order}};
+	} flows[] = {
+	    {"noop", wf_noop}, {"sleep", wf_sleep}, {"http", wf_http}, {"order", wf_order}};
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		return CAIRN_ENOMEM;
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++) {
@@ -730,4 +748,7 @@ int builtins_register(cairn_worker *w)
 	return CAIRN_OK;
 }
 
-void builtins_shutdown(void) { curl_global_cleanup(); }
+void builtins_shutdown(void)
+{
+	curl_global_cleanup();
+}

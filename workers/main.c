@@ -12,20 +12,20 @@
 #include "cairn.h"
 
 static const char USAGE[] =
-	"usage: cairn-worker [--help] [--version] [--check-config] [--NAME VALUE ...]\n"
-	"\n"
-	"Runs a cairn worker against a shared PostgreSQL: leases shards, executes\n"
-	"workflow runs, and serves /healthz, /readyz, /metrics and /status over HTTP.\n"
-	"SIGTERM or SIGINT drains (a second signal exits at once).\n"
-	"\n"
-	"  --help            show this help\n"
-	"  --version         print the version\n"
-	"  --check-config    validate the configuration, print it (password masked), exit\n"
-	"\n"
-	"Built-in workflows: noop, sleep {\"ms\": N}, http {\"url\": ...}, order (the demo).\n"
-	"\n"
-	"Settings come from the environment, overridden by the flag beside each;\n"
-	"durations take 500ms, 2s, 1m, 1h, 7d:\n";
+    "usage: cairn-worker [--help] [--version] [--check-config] [--NAME VALUE ...]\n"
+    "\n"
+    "Runs a cairn worker against a shared PostgreSQL: leases shards, executes\n"
+    "workflow runs, and serves /healthz, /readyz, /metrics and /status over HTTP.\n"
+    "SIGTERM or SIGINT drains (a second signal exits at once).\n"
+    "\n"
+    "  --help            show this help\n"
+    "  --version         print the version\n"
+    "  --check-config    validate the configuration, print it (password masked), exit\n"
+    "\n"
+    "Built-in workflows: noop, sleep {\"ms\": N}, http {\"url\": ...}, order (the demo).\n"
+    "\n"
+    "Settings come from the environment, overridden by the flag beside each;\n"
+    "durations take 500ms, 2s, 1m, 1h, 7d:\n";
 
 int main(int argc, char **argv)
 {
@@ -57,7 +57,7 @@ int main(int argc, char **argv)
 	rc = builtins_register(w);
 	if (rc) {
 		fprintf(stderr, "cairn-worker: cannot register the built-in workflows: %s: %s\n",
-			cairn_strstatus(rc), cairn_worker_errmsg(w));
+		        cairn_strstatus(rc), cairn_worker_errmsg(w));
 		cairn_worker_free(w);
 		builtins_shutdown();
 		return 1;

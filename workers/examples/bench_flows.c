@@ -35,4 +35,7 @@ static int bench3(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
-int cairn_plugin_init(cairn_worker *w) { return cairn_workflow_register(w, "bench3", bench3, NULL); }
+int cairn_plugin_init(cairn_worker *w)
+{
+	return cairn_workflow_register(w, "bench3", bench3, NULL);
+}

@@ -46,9 +46,9 @@ static int greet(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	if (!cJSON_IsString(name) || !*name->valuestring ||
 	    strlen(name->valuestring) > GREET_NAME_MAX)
 		return cairn_fail(ctx,
-				  "greet: \"name\" must be a non-empty string of at most %d bytes, "
-				  "as in {\"name\": \"Ada\"}",
-				  GREET_NAME_MAX);
+		                  "greet: \"name\" must be a non-empty string of at most %d bytes, "
+		                  "as in {\"name\": \"Ada\"}",
+		                  GREET_NAME_MAX);
 	cJSON *greeting;
 	int64_t at;
 	CAIRN_TRY(cairn_step(ctx, "greeting", build_greeting, name->valuestring, &greeting));
@@ -62,4 +62,7 @@ static int greet(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
-int cairn_plugin_init(cairn_worker *w) { return cairn_workflow_register(w, "greet", greet, NULL); }
+int cairn_plugin_init(cairn_worker *w)
+{
+	return cairn_workflow_register(w, "greet", greet, NULL);
+}
