@@ -190,7 +190,8 @@ static void add_ms(pgarr *a, int64_t ms)
 		pgarr_add(a, NULL);
 }
 
-/* Runs one group commit of the batch; 0, or -1 when the statement failed. */
+/* Runs one group commit of the batch: 0; -2 when the statement failed on
+ * the values themselves; -1 when it failed otherwise. */
 static int commit_batch(cairn_worker *w, PGconn *conn, commit **batch, int n, buf *err)
 {
 	pgarr a[NARR];
@@ -256,7 +257,10 @@ static int commit_batch(cairn_worker *w, PGconn *conn, commit **batch, int n, bu
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		buf_reset(err);
 		buf_puts(err, PQresultErrorMessage(r));
-		rc = -1;
+		/* Data exceptions (22) and program limits (54) are the values'
+		 * fault: the same writes would fail again. */
+		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		rc = st && (strncmp(st, "22", 2) == 0 || strncmp(st, "54", 2) == 0) ? -2 : -1;
 	} else {
 		for (int i = 0; i < n; i++)
 			batch[i]->ok = 0;
@@ -292,6 +296,37 @@ static PGconn *connect_prepared(cairn_worker *w, const char *app, const char *na
 	}
 	PQclear(r);
 	return c;
+}
+
+/*
+ * The database refused a run's writes with the connection fine (invalid
+ * UTF-8 in a step result, say): executing it again would redo its steps
+ * forever, so the run fails with the database's message instead.
+ */
+static void fail_unstorable(cairn_worker *w, PGconn *conn, commit *c, buf *err)
+{
+	buf why = BUF_INIT;
+	buf_printf(&why, "cannot store the run's results: %s", buf_str(err));
+	while (why.len && (why.data[why.len - 1] == '\n'))
+		why.data[--why.len] = '\0';
+	log_kv(&w->log, LOG_ERROR, "a run's writes were refused; failing it", "error",
+	       buf_str(&why), NULL);
+	commit f = {.job = c->job,
+		    .run_update = 1,
+		    .run_status = "failed",
+		    .error = (char *)buf_str(&why),
+		    .attempt = c->job->attempt,
+		    .finished = 1,
+		    .delete_all = 1};
+	commit *one = &f;
+	c->ok = 0;
+	if (commit_batch(w, conn, &one, 1, err) < 0)
+		log_kv(&w->log, LOG_ERROR, "cannot fail the run either", "error", buf_str(err),
+		       NULL);
+	else
+		atomic_fetch_add(&w->m.runs_failed, 1);
+	c->cancel_requested = 0;
+	buf_free(&why);
 }
 
 /* Ends the commits of a batch: wakes their executors or ends their jobs. */
@@ -353,12 +388,16 @@ static void *committer_main(void *arg)
 				break;
 		}
 		int rc = conn ? commit_batch(w, conn, batch, n, &err) : -1;
-		if (rc < 0 && conn && db_ok(conn) && n > 1) {
-			/* One bad item must not sink the others: commit them one by one. */
+		if (rc < 0 && conn && db_ok(conn)) {
+			/* One bad item must not sink the others: commit them one by one,
+			 * and fail a run whose own writes the database refuses. */
 			for (int i = 0; i < n; i++) {
-				if (commit_batch(w, conn, &batch[i], 1, &err) < 0) {
-					log_kv(&w->log, LOG_ERROR, "commit failed", "error",
-					       buf_str(&err), NULL);
+				int one = n == 1 ? rc : commit_batch(w, conn, &batch[i], 1, &err);
+				if (one == -2)
+					fail_unstorable(w, conn, batch[i], &err);
+				else if (one < 0) {
+					log_kv(&w->log, LOG_WARN, "commit failed; the run will be retried",
+					       "error", buf_str(&err), NULL);
 					batch[i]->ok = 0;
 				}
 			}

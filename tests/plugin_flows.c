@@ -21,6 +21,8 @@
  *   t.spread   step "first", durable sleep "nap" (50 ms), step "second"; both
  *              steps write (run, step) to t_hits, which has no unique
  *              constraint, so re-executions show up as extra rows.
+ *   t.badutf8  step "bad" bumps t_counter and returns a string that is not
+ *              UTF-8, which PostgreSQL refuses to store.
  *   t.stubborn step "work" that takes {"ms": N} and does not check
  *              cairn_should_stop, then bumps t_counter: a step a drain must
  *              wait for (or cut off).
@@ -341,6 +343,22 @@ static int wf_stubborn(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ----------------------------------------------------------- t.badutf8 */
+
+static int step_bad(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	int64_t n;
+	CAIRN_TRY(bump(ctx, &n));
+	*result = cJSON_CreateString("\xff\xfe not UTF-8");
+	return CAIRN_OK;
+}
+
+static int wf_badutf8(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	CAIRN_TRY(cairn_step(ctx, "bad", step_bad, NULL, NULL));
+	return CAIRN_OK;
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -350,7 +368,7 @@ int cairn_plugin_init(cairn_worker *w)
 		cairn_workflow_fn fn;
 	} flows[] = {{"t.replay", wf_replay},    {"t.await", wf_await},     {"t.flaky", wf_flaky},
 	             {"t.nondet", wf_nondet},    {"t.signals", wf_signals}, {"t.spread", wf_spread},
-	             {"t.stubborn", wf_stubborn}};
+	             {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

@@ -571,6 +571,25 @@ Test(exec, cancel_while_sleeping_or_awaiting_a_signal_ends_the_run_cancelled_pro
  * policy is at work here; what the run does with a step that used up its
  * attempts is the next test's subject.
  */
+Test(exec, a_result_the_database_refuses_fails_the_run_instead_of_rerunning_it)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.badutf8", NULL, 0);
+	cairn_run *r = finished(&e, id, 20000);
+	cr_assert_str_eq(r->status, "failed");
+	cr_assert(r->error && strstr(r->error, "cannot store the run's results"), "%s",
+		  r->error ? r->error : "(no error)");
+	cairn_run_free(r);
+	cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 1,
+		     "the step ran again");
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.messages WHERE run_id = %" PRId64, id), 0);
+	wk_stop(&a);
+	teardown(&e);
+}
+
 Test(exec, cancel_reaches_a_long_step_that_polls_cairn_should_stop)
 {
 	env e;
