@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,4 +444,43 @@ Test(visibility, help_documents_both_commands)
 	              strstr(out, "--json") && strstr(out, "--db"),
 	          "%s", out);
 	free(out);
+}
+
+/* The two commands against real workers: both are live, healthy and between
+ * them own every shard, and `cairn shards` agrees. */
+static int two_own_everything(void *arg)
+{
+	PGconn *c = arg;
+	return tdb_int(c, "SELECT count(DISTINCT owner) FROM cairn.shard_leases") == 2 &&
+	       tdb_int(c, "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL") == 64;
+}
+
+Test(visibility, runners_and_shards_describe_two_real_workers)
+{
+	const char *db = tdb_new_migrated_shards(64);
+	pid_t a = tworker_start(db, tfree_port(), NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
+	pid_t b = tworker_start(db, tfree_port(), NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
+	PGconn *c = tdb_connect(db);
+	cr_assert(twait(two_own_everything, c, 20000), "the two workers never split the shards");
+	cJSON *rs = cli_json(db, (const char *const[]){"runners", "--json", NULL});
+	cr_assert_eq(cJSON_GetArraySize(rs), 2);
+	int shards = 0;
+	cJSON *r;
+	cJSON_ArrayForEach(r, rs)
+	{
+		cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "live")), "a worker is not live");
+		cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(r, "healthy")));
+		shards += cJSON_GetObjectItem(r, "shards")->valueint;
+	}
+	cr_assert_eq(shards, 64);
+	cJSON_Delete(rs);
+	cJSON *sh = cli_json(db, (const char *const[]){"shards", "--json", NULL});
+	cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(sh, "shards")), 64);
+	cJSON *unowned = summary_of(cJSON_GetObjectItem(sh, "summary"), 0);
+	cr_assert(!unowned || cJSON_GetObjectItem(unowned, "shards")->valueint == 0,
+	          "shards left unowned");
+	cJSON_Delete(sh);
+	PQfinish(c);
+	cr_assert_eq(tworker_stop(a, SIGTERM, 15000), 0);
+	cr_assert_eq(tworker_stop(b, SIGTERM, 15000), 0);
 }
