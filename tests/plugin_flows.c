@@ -23,9 +23,10 @@
  *              constraint, so re-executions show up as extra rows.
  *   t.badutf8  step "bad" bumps t_counter and returns a string that is not
  *              UTF-8, which PostgreSQL refuses to store.
- *   t.stubborn step "work" that takes {"ms": N} and does not check
- *              cairn_should_stop, then bumps t_counter: a step a drain must
- *              wait for (or cut off).
+ *   t.stubborn step "work" writes a row to t_attempts as it starts, takes
+ *              {"ms": N} and does not check cairn_should_stop; then step
+ *              "count" bumps t_counter: a step a drain must wait for (or cut
+ *              off).
  *
  * The tables are created by the tests. Database access uses one libpq
  * connection per executor thread (DATABASE_URL of the worker process), opened
@@ -330,6 +331,11 @@ static int wf_spread(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 
 static int step_work(cairn_ctx *ctx, void *arg, cJSON **result)
 {
+	/* Tell the test the step is running, then take the time. */
+	if (q(cairn_ctx_run_id(ctx),
+	      "INSERT INTO t_attempts (run_id, at) VALUES ($1, clock_timestamp())", NULL, NULL,
+	      0) < 0)
+		return cairn_retryable(ctx, "work: cannot write t_attempts");
 	nap_ms((long)*(const int64_t *)arg);
 	*result = cJSON_CreateTrue();
 	return CAIRN_OK;
@@ -366,8 +372,9 @@ int cairn_plugin_init(cairn_worker *w)
 	static const struct {
 		const char *name;
 		cairn_workflow_fn fn;
-	} flows[] = {{"t.replay", wf_replay},    {"t.await", wf_await},     {"t.flaky", wf_flaky},
-	             {"t.nondet", wf_nondet},    {"t.signals", wf_signals}, {"t.spread", wf_spread},
+	} flows[] = {{"t.replay", wf_replay},     {"t.await", wf_await},
+	             {"t.flaky", wf_flaky},       {"t.nondet", wf_nondet},
+	             {"t.signals", wf_signals},   {"t.spread", wf_spread},
 	             {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
