@@ -361,6 +361,39 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	teardown(&e);
 }
 
+/* ------------------------------------------------------------- results */
+
+Test(exec, cli_waits_for_results_and_exits_by_outcome)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	char *out, *err;
+	cr_assert_eq(tcli(e.db, &out, &err, "enqueue", "noop", "--input", "{\"a\": 1}", "--wait",
+	                  "--timeout", "20s", NULL),
+	             0, "%s", err);
+	cr_assert(strstr(out, "\"a\""), "enqueue --wait printed %s", out);
+	free(out);
+	free(err);
+	/* A run that sleeps longer than the wait: exit 4. */
+	int64_t id = enqueue(&e, "sleep", "{\"ms\": 600000}", 0);
+	char ref[32];
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+	cr_assert_eq(tcli(e.db, NULL, &err, "result", ref, "--wait", "--timeout", "1s", NULL), 4,
+	             "%s", err);
+	free(err);
+	/* A failed run: exit 1 with its error. */
+	id = enqueue(&e, "http", "{}", 0);
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+	cr_assert_eq(tcli(e.db, &out, &err, "result", ref, "--wait", "--timeout", "20s", NULL), 1);
+	cr_assert(strstr(err, "url"), "%s", err);
+	free(out);
+	free(err);
+	wk_stop(&a);
+	teardown(&e);
+}
+
 /* --------------------------------------------------------------- drain */
 
 /* The worker's log once it has exited. */
