@@ -58,7 +58,6 @@ struct dispatch {
 	flight *fl;
 	int nfl, capfl;
 	commit *chead, *ctail;
-	int clen;
 	int executing;
 	int exec_stop, commit_stop;
 	_Atomic int stopping;
@@ -123,7 +122,6 @@ static void commit_enqueue(struct dispatch *d, commit *c)
 	else
 		d->chead = c;
 	d->ctail = c;
-	d->clen++;
 	pthread_cond_signal(&d->commit_cv);
 	pthread_mutex_unlock(&d->mu);
 }
@@ -312,12 +310,12 @@ static void fail_unstorable(cairn_worker *w, PGconn *conn, commit *c, buf *err)
 	log_kv(&w->log, LOG_ERROR, "a run's writes were refused; failing it", "error",
 	       buf_str(&why), NULL);
 	commit f = {.job = c->job,
-		    .run_update = 1,
-		    .run_status = "failed",
-		    .error = (char *)buf_str(&why),
-		    .attempt = c->job->attempt,
-		    .finished = 1,
-		    .delete_all = 1};
+	            .run_update = 1,
+	            .run_status = "failed",
+	            .error = (char *)buf_str(&why),
+	            .attempt = c->job->attempt,
+	            .finished = 1,
+	            .delete_all = 1};
 	commit *one = &f;
 	c->ok = 0;
 	if (commit_batch(w, conn, &one, 1, err) < 0)
@@ -369,7 +367,6 @@ static void *committer_main(void *arg)
 		while (d->chead && n < COMMIT_MAX) {
 			batch[n++] = d->chead;
 			d->chead = d->chead->next;
-			d->clen--;
 		}
 		if (!d->chead)
 			d->ctail = NULL;
@@ -396,8 +393,9 @@ static void *committer_main(void *arg)
 				if (one == -2)
 					fail_unstorable(w, conn, batch[i], &err);
 				else if (one < 0) {
-					log_kv(&w->log, LOG_WARN, "commit failed; the run will be retried",
-					       "error", buf_str(&err), NULL);
+					log_kv(&w->log, LOG_WARN,
+					       "commit failed; the run will be retried", "error",
+					       buf_str(&err), NULL);
 					batch[i]->ok = 0;
 				}
 			}
@@ -451,7 +449,6 @@ static void *executor_main(void *arg)
 			job_done(d, j); /* not started: its messages stay for the next owner */
 			continue;
 		}
-		j->started_unix_ms = unix_now_ms();
 		commit *c = exec_job(w, j);
 		pthread_mutex_lock(&d->mu);
 		d->executing--;
@@ -586,7 +583,7 @@ static int claim(struct dispatch *d, PGconn *conn, int limit, buf *err)
 		f->job = j;
 		f->group = group;
 		f->shard = shard;
-		f->since_unix_ms = unix_now_ms();
+		f->since_unix_ms = worker_unix_ms();
 		snprintf(f->workflow, sizeof f->workflow, "%s", j->workflow);
 		atomic_fetch_add(&w->own[group].busy[shard], 1);
 		j->next = NULL;
@@ -741,7 +738,7 @@ int dispatch_start(cairn_worker *w)
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->job_cv, NULL);
-	pthread_cond_init(&d->done_cv, NULL);
+	worker_cond_init(&d->done_cv);
 	pthread_cond_init(&d->commit_cv, NULL);
 	d->nexec = w->cfg.concurrency;
 	d->qcap = w->cfg.poll_batch > w->cfg.concurrency ? w->cfg.poll_batch : w->cfg.concurrency;
@@ -793,13 +790,7 @@ int dispatch_drain_shards(cairn_worker *w, int group, const int *shards, int n, 
 		int64_t left = deadline_ms - worker_now_ms();
 		if (!busy || left <= 0)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		int64_t ms = left < 50 ? left : 50;
-		ts.tv_nsec += ms * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&d->done_cv, &d->mu, &ts);
+		worker_cond_wait_ms(&d->done_cv, &d->mu, left < 50 ? left : 50);
 	}
 	pthread_mutex_unlock(&d->mu);
 	return busy ? -1 : 0;
@@ -875,12 +866,12 @@ void dispatch_status(cairn_worker *w, buf *out)
 	if (d) {
 		pthread_mutex_lock(&d->mu);
 		for (int i = 0; i < d->nfl && i < 100; i++)
-			buf_printf(
-			    out,
-			    "%s{\"run_id\":%" PRId64 ",\"workflow\":\"%s\",\"group\":\"%s\","
-			                             "\"shard\":%d,\"since_unix_ms\":%" PRId64 "}",
-			    i ? "," : "", d->fl[i].run_id, d->fl[i].workflow,
-			    w->own[d->fl[i].group].name, d->fl[i].shard, d->fl[i].since_unix_ms);
+			buf_printf(out,
+			           "%s{\"run_id\":%" PRId64 ",\"workflow\":\"%s\",\"group\":\"%s\","
+			           "\"shard\":%d,\"since_unix_ms\":%" PRId64 "}",
+			           i ? "," : "", d->fl[i].run_id, d->fl[i].workflow,
+			           w->own[d->fl[i].group].name, d->fl[i].shard,
+			           d->fl[i].since_unix_ms);
 		pthread_mutex_unlock(&d->mu);
 	}
 	buf_puts(out, "]");

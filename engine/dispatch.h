@@ -22,7 +22,6 @@ typedef struct job {
 	char *journal, *signals;         /* JSON arrays or NULL */
 	int64_t *msgs;                   /* claimed message ids */
 	int nmsgs;
-	int64_t started_unix_ms;
 	struct job *next;
 } job;
 
@@ -69,5 +68,4 @@ commit *exec_job(cairn_worker *w, job *j);
 int dispatch_commit_wait(cairn_worker *w, commit *c);
 /* Whether in-flight work must stop at its next durable point. */
 int dispatch_stopping(cairn_worker *w);
-int64_t unix_now_ms(void);
 #endif

@@ -37,13 +37,6 @@ struct cairn_ctx {
 	int64_t wake_ms;            /* a new wake message is needed at this time */
 };
 
-int64_t unix_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The database clock: read at claim, advanced by the monotonic clock. */
 static int64_t ctx_now(const cairn_ctx *ctx)
 {
@@ -323,7 +316,7 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	if ((rc = interrupt(ctx)) || (rc = flush(ctx)) || (rc = interrupt(ctx)))
 		return rc;
 	attempts++;
-	int64_t t0 = unix_now_ms(), m0 = worker_now_ms();
+	int64_t t0 = worker_unix_ms(), m0 = worker_now_ms();
 	buf_reset(&ctx->err);
 	cJSON *out = NULL;
 	int src = fn ? fn(ctx, arg, &out) : cairn_fail(ctx, "step function is NULL");
@@ -334,7 +327,7 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	            .kind = "step",
 	            .attempts = attempts,
 	            .started_ms = t0,
-	            .finished_ms = unix_now_ms()};
+	            .finished_ms = worker_unix_ms()};
 	char *text = NULL;
 	if (src == CAIRN_OK) {
 		text = print_json(out);
@@ -416,11 +409,11 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 	            .name = (char *)name,
 	            .kind = "sleep",
 	            .attempts = 1,
-	            .started_ms = e ? jnum(e, "started_at") : unix_now_ms(),
+	            .started_ms = e ? jnum(e, "started_at") : worker_unix_ms(),
 	            .wake_ms = wake};
 	if (wake <= now) {
 		row.status = "completed";
-		row.finished_ms = unix_now_ms();
+		row.finished_ms = worker_unix_ms();
 		return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : CAIRN_OK;
 	}
 	if (e)
@@ -460,7 +453,7 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	            .name = (char *)name,
 	            .kind = "signal",
 	            .attempts = 1,
-	            .started_ms = e ? jnum(e, "started_at") : unix_now_ms(),
+	            .started_ms = e ? jnum(e, "started_at") : worker_unix_ms(),
 	            .wake_ms = deadline};
 	/* The oldest buffered signal of this name, if one came. */
 	cJSON *sig = NULL, *it;
@@ -476,7 +469,7 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	}
 	if (sig) {
 		row.status = "completed";
-		row.finished_ms = unix_now_ms();
+		row.finished_ms = worker_unix_ms();
 		const cJSON *pl = cJSON_GetObjectItemCaseSensitive(sig, "payload");
 		row.output = print_json(pl);
 		rc = add_row(ctx, &row) || add_signal(ctx, jnum(sig, "id"), seq);
@@ -489,7 +482,7 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	}
 	if (deadline && deadline <= now) {
 		row.status = "completed";
-		row.finished_ms = unix_now_ms();
+		row.finished_ms = worker_unix_ms();
 		row.error = "timed out";
 		return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : CAIRN_ETIMEOUT;
 	}
@@ -516,7 +509,7 @@ static int journaled_value(cairn_ctx *ctx, const char *kind, uint64_t fresh, uin
 		return rc;
 	char text[32];
 	snprintf(text, sizeof text, "\"%" PRIu64 "\"", fresh);
-	int64_t now = unix_now_ms();
+	int64_t now = worker_unix_ms();
 	jrow row = {.seq = seq,
 	            .name = (char *)kind,
 	            .kind = kind,

@@ -93,11 +93,7 @@ int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_
 	s->group = group;
 	s->backoff_ms = opts && opts->backoff_ms ? opts->backoff_ms : w->cfg.singleton_backoff_ms;
 	pthread_mutex_init(&s->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	worker_cond_init(&s->cv);
 	w->singletons[w->nsingletons++].s = s;
 	return CAIRN_OK;
 }
@@ -117,15 +113,7 @@ int cairn_singleton_sleep(cairn_singleton *s, int64_t ms)
 		int64_t left = until - worker_now_ms();
 		if (left <= 0)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += (time_t)(left / 1000);
-		ts.tv_nsec += (long)(left % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+		worker_cond_wait_ms(&s->cv, &s->mu, left);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return atomic_load(&s->cancel);
@@ -229,10 +217,7 @@ void singletons_sync(cairn_worker *w)
 		atomic_store(&s->exited, 0);
 		if (s->starts++ > 0 && s->failures > 0)
 			atomic_fetch_add(&w->m.singleton_restarts, 1);
-		s->started_unix_ms = 0;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		s->started_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+		s->started_unix_ms = worker_unix_ms();
 		if (pthread_create(&s->thread, NULL, singleton_main, s) != 0) {
 			log_kv(&w->log, LOG_ERROR, "cannot start a singleton thread", "singleton",
 			       s->name, NULL);

@@ -35,7 +35,7 @@ int64_t worker_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int64_t unix_ms(void)
+int64_t worker_unix_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -68,15 +68,22 @@ void worker_history_add(cairn_worker *w, const rebalance_rec *rec)
 	pthread_mutex_lock(&w->mu);
 	rebalance_rec *r = &w->history[w->nhistory++ % REBALANCE_HISTORY];
 	*r = *rec;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	r->unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	r->unix_ms = worker_unix_ms();
 	pthread_mutex_unlock(&w->mu);
 }
 
-void worker_wait_locked(cairn_worker *w, int64_t ms)
+void worker_cond_init(pthread_cond_t *cv)
 {
-	if (w->stopping || ms <= 0)
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+void worker_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+	if (ms <= 0)
 		return;
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -86,7 +93,13 @@ void worker_wait_locked(cairn_worker *w, int64_t ms)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
-	pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
+void worker_wait_locked(cairn_worker *w, int64_t ms)
+{
+	if (!w->stopping)
+		worker_cond_wait_ms(&w->cv, &w->mu, ms);
 }
 
 int cairn_worker_new(int argc, char **argv, cairn_worker **out)
@@ -99,11 +112,7 @@ int cairn_worker_new(int argc, char **argv, cairn_worker **out)
 		return CAIRN_ENOMEM;
 	*out = w;
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	worker_cond_init(&w->cv);
 	w->log = (logger){.level = LOG_INFO, .format = LOG_LOGFMT, .fd = 2};
 	snprintf(w->state, sizeof w->state, "starting");
 	snprintf(w->not_ready, sizeof w->not_ready, "starting");
@@ -440,7 +449,7 @@ int cairn_worker_run(cairn_worker *w)
 	signal(SIGPIPE, SIG_IGN);
 
 	w->start_mono_ms = worker_now_ms();
-	w->start_unix_ms = unix_ms();
+	w->start_unix_ms = worker_unix_ms();
 	supervisor sup = {.w = w};
 	sup.loop = loop_add(w, "supervisor", w->cfg.heartbeat_interval_ms);
 

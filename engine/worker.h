@@ -108,8 +108,12 @@ struct cairn_worker {
 	int http_port; /* the bound port */
 };
 
-int64_t worker_now_ms(void);
+int64_t worker_now_ms(void);  /* monotonic */
+int64_t worker_unix_ms(void); /* wall clock */
 void worker_stamp(worker_loop *l);
+/* Condition variables on the monotonic clock, and a timed wait on one. */
+void worker_cond_init(pthread_cond_t *cv);
+void worker_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
 /* Waits on w->cv up to ms; returns early when stopping. Caller holds w->mu. */
 void worker_wait_locked(cairn_worker *w, int64_t ms);
 
