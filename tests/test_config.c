@@ -1,10 +1,11 @@
-/* test_config.c - worker configuration parsing: pure, no database. */
+/* test_config.c - worker configuration parsing and registration input: pure, no database. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cairn.h"
 #include "config.h"
 #include "log.h"
 #include "support.h"
@@ -170,4 +171,62 @@ Test(log, logfmt_quotes_values_and_json_escapes)
 	    strstr(text, "\"level\":\"warn\",\"msg\":\"quote \\\"x\\\"\",\"k\":\"v\\u000a\"}"),
 	    "%s", text);
 	free(text);
+}
+
+/* ------------------------------------------------ registration input */
+
+static int noop_flow(cairn_ctx *ctx, const struct cJSON *in, struct cJSON **out)
+{
+	return CAIRN_OK;
+}
+static int noop_singleton(cairn_singleton *s, void *arg)
+{
+	return CAIRN_OK;
+}
+
+static cairn_worker *worker_for_registration(void)
+{
+	env_reset();
+	setenv("CAIRN_SHARD_GROUPS", "default,billing", 1);
+	cairn_worker *w;
+	char *argv[] = {"w"};
+	cr_assert_eq(cairn_worker_new(1, argv, &w), CAIRN_OK, "%s", cairn_worker_errmsg(w));
+	return w;
+}
+
+Test(register, workflow_names_are_validated_and_unique)
+{
+	cairn_worker *w = worker_for_registration();
+	cr_assert_eq(cairn_workflow_register(w, "orders.v2", noop_flow, NULL), CAIRN_OK);
+	cr_assert_eq(cairn_workflow_register(w, "orders.v2", noop_flow, NULL), CAIRN_EINVAL);
+	cr_assert(strstr(cairn_worker_errmsg(w), "orders.v2 is registered twice"), "%s",
+	          cairn_worker_errmsg(w));
+	cr_assert_eq(cairn_workflow_register(w, "bad name", noop_flow, NULL), CAIRN_EINVAL);
+	cr_assert(strstr(cairn_worker_errmsg(w), "workflow name"), "%s", cairn_worker_errmsg(w));
+	cr_assert_eq(cairn_workflow_register(w, "", noop_flow, NULL), CAIRN_EINVAL);
+	cr_assert_eq(cairn_workflow_register(w, "nofn", NULL, NULL), CAIRN_EINVAL);
+	cr_assert(strstr(cairn_worker_errmsg(w), "NULL"), "%s", cairn_worker_errmsg(w));
+	cairn_worker_free(w);
+}
+
+Test(register, singleton_groups_and_backoff_are_validated)
+{
+	cairn_worker *w = worker_for_registration();
+	cairn_singleton_opts billing = {.group = "billing", .backoff_ms = 50};
+	cr_assert_eq(cairn_singleton_register(w, "sweeper", noop_singleton, NULL, &billing),
+	             CAIRN_OK);
+	cr_assert_eq(cairn_singleton_register(w, "sweeper", noop_singleton, NULL, NULL),
+	             CAIRN_EINVAL);
+	cairn_singleton_opts nogroup = {.group = "shipping"};
+	cr_assert_eq(cairn_singleton_register(w, "other", noop_singleton, NULL, &nogroup),
+	             CAIRN_EINVAL);
+	cr_assert(strstr(cairn_worker_errmsg(w), "\"shipping\" is not one of CAIRN_SHARD_GROUPS"),
+	          "%s", cairn_worker_errmsg(w));
+	cairn_singleton_opts negative = {.backoff_ms = -1};
+	cr_assert_eq(cairn_singleton_register(w, "other", noop_singleton, NULL, &negative),
+	             CAIRN_EINVAL);
+	cr_assert(strstr(cairn_worker_errmsg(w), "backoff_ms is -1"), "%s", cairn_worker_errmsg(w));
+	cr_assert_eq(cairn_singleton_register(w, "bad/name", noop_singleton, NULL, NULL),
+	             CAIRN_EINVAL);
+	cairn_worker_free(w);
 }
