@@ -23,6 +23,14 @@ cairn_retry_policy backoff_policy(const cairn_retry_policy *p)
 	return d;
 }
 
+int64_t backoff_reconnect_ms(int failures, int64_t cap_ms, double u)
+{
+	int64_t cap = 100LL << (failures < 10 ? (failures > 0 ? failures : 0) : 10);
+	if (cap > cap_ms)
+		cap = cap_ms;
+	return cap / 2 + (int64_t)((double)(cap / 2) * u);
+}
+
 int64_t backoff_ms(const cairn_retry_policy *p, int attempt, double u)
 {
 	cairn_retry_policy d = backoff_policy(p);

@@ -14,4 +14,11 @@ cairn_retry_policy backoff_policy(const cairn_retry_policy *p);
  * fraction using u in [0, 1) (0.5 gives the nominal value). Never negative.
  */
 int64_t backoff_ms(const cairn_retry_policy *p, int attempt, double u);
+
+/*
+ * The wait before reconnecting after `failures` failed attempts (0-based):
+ * capped exponential backoff from 100 ms with full jitter, u in [0, 1)
+ * spreading it over [cap/2, cap] where cap = min(100 ms * 2^failures, cap_ms).
+ */
+int64_t backoff_reconnect_ms(int failures, int64_t cap_ms, double u);
 #endif

@@ -245,7 +245,7 @@ int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
 				continue;
 			}
 			out[i].id = db_get_i64(r, i, 0);
-			out[i].existed = PQgetvalue(r, i, 1)[0] == 't';
+			out[i].existed = db_get_bool(r, i, 1);
 		}
 		PQclear(r);
 		if (!missing)
@@ -333,7 +333,7 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 	int rc = CAIRN_OK;
 	if (PQntuples(r) == 0)
 		rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", run_id);
-	else if (PQgetvalue(r, 0, 0)[0] == 't')
+	else if (db_get_bool(r, 0, 0))
 		rc =
 		    client_fail(c, CAIRN_ESTATE, "cannot %s run %" PRId64 ": %s", verb, run_id,
 		                PQnfields(r) > 2 ? PQgetvalue(r, 0, 2) : "it has already finished");
@@ -422,7 +422,7 @@ static void run_from_row(cairn_run *run, const PGresult *r, int i)
 	run->status = db_get_str(r, i, 5);
 	run->attempt = db_get_int(r, i, 6);
 	run->max_attempts = db_get_int(r, i, 7);
-	run->cancel_requested = PQgetvalue(r, i, 8)[0] == 't';
+	run->cancel_requested = db_get_bool(r, i, 8);
 	run->input = db_get_str(r, i, 9);
 	run->output = db_get_str(r, i, 10);
 	run->error = db_get_str(r, i, 11);
@@ -597,7 +597,7 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 			rc = db_fail(c);
 			break;
 		}
-		int found = PQntuples(r) == 1, done = found && PQgetvalue(r, 0, 0)[0] == 't';
+		int found = PQntuples(r) == 1, done = found && db_get_bool(r, 0, 0);
 		PQclear(r);
 		if (!found) {
 			rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", id);
@@ -691,8 +691,8 @@ int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, 
 		x->version = db_get_str(r, i, 3);
 		x->groups = db_get_str(r, i, 4);
 		x->weight = db_get_int(r, i, 5);
-		x->healthy = PQgetvalue(r, i, 6)[0] == 't';
-		x->live = PQgetvalue(r, i, 7)[0] == 't';
+		x->healthy = db_get_bool(r, i, 6);
+		x->live = db_get_bool(r, i, 7);
 		x->heartbeat_age_ms = db_get_i64(r, i, 8);
 		x->started_unix_ms = db_get_i64(r, i, 9);
 		x->shards = db_get_int(r, i, 10);

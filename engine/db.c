@@ -101,6 +101,11 @@ int db_get_int(const PGresult *r, int row, int col)
 	return (int)db_get_i64(r, row, col);
 }
 
+int db_get_bool(const PGresult *r, int row, int col)
+{
+	return PQgetvalue(r, row, col)[0] == 't';
+}
+
 char *db_get_str(const PGresult *r, int row, int col)
 {
 	if (PQgetisnull(r, row, col))

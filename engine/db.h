@@ -29,6 +29,8 @@ int db_ok(PGconn *c);
 /* Parses a timestamptz column rendered by SQL as epoch milliseconds (bigint). */
 int64_t db_get_i64(const PGresult *r, int row, int col);
 int db_get_int(const PGresult *r, int row, int col);
+/* 1 for a boolean column that is true, 0 otherwise (false or NULL). */
+int db_get_bool(const PGresult *r, int row, int col);
 /* strdup of the value, or NULL when the column is NULL. */
 char *db_get_str(const PGresult *r, int row, int col);
 

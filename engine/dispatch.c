@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,8 +266,7 @@ static int commit_batch(cairn_worker *w, PGconn *conn, commit **batch, int n, bu
 			for (int i = 0; i < n; i++)
 				if (batch[i]->job->run_id == id) {
 					batch[i]->ok = 1;
-					batch[i]->cancel_requested =
-					    PQgetvalue(r, row, 1)[0] == 't';
+					batch[i]->cancel_requested = db_get_bool(r, row, 1);
 				}
 		}
 	}
@@ -379,8 +377,7 @@ static void *committer_main(void *arg)
 				break;
 			log_kv(&w->log, LOG_WARN, "committer cannot connect; retrying", "error",
 			       buf_str(&err), NULL);
-			int64_t nap = 100LL << (failures < 6 ? failures++ : 6);
-			usleep((useconds_t)(nap * 1000));
+			usleep((useconds_t)(worker_reconnect_ms(failures++) * 1000));
 			if (atomic_load(&d->stopping) && failures > 3)
 				break;
 		}
@@ -465,6 +462,15 @@ static void *executor_main(void *arg)
 
 /* ---------------------------------------------------------------- poller */
 
+/* The ids of the runs in flight here, as an array literal. */
+static void inflight_ids(struct dispatch *d, pgarr *out)
+{
+	pthread_mutex_lock(&d->mu);
+	for (int i = 0; i < d->nfl; i++)
+		pgarr_add_i64(out, d->fl[i].run_id);
+	pthread_mutex_unlock(&d->mu);
+}
+
 /* The journal and the buffered signals come unordered (an ordered aggregate
  * costs a sort per run); exec.c indexes steps by seq and takes signals by id. */
 static const char SQL_CLAIM[] =
@@ -520,10 +526,7 @@ static int claim(struct dispatch *d, PGconn *conn, int limit, buf *err)
 {
 	cairn_worker *w = d->w;
 	pgarr ex = PGARR_INIT;
-	pthread_mutex_lock(&d->mu);
-	for (int i = 0; i < d->nfl; i++)
-		pgarr_add_i64(&ex, d->fl[i].run_id);
-	pthread_mutex_unlock(&d->mu);
+	inflight_ids(d, &ex);
 	char me[24], lim[24];
 	const char *p[] = {db_i64(me, w->runner_id), pgarr_str(&ex), db_i64(lim, limit)};
 	PGresult *r = PQexecPrepared(conn, "cairn_claim", 3, p, NULL, NULL, 0);
@@ -556,7 +559,7 @@ static int claim(struct dispatch *d, PGconn *conn, int limit, buf *err)
 		j->input = db_get_str(r, i, 7);
 		j->attempt = db_get_int(r, i, 8);
 		j->max_attempts = db_get_int(r, i, 9);
-		j->cancel_requested = PQgetvalue(r, i, 10)[0] == 't';
+		j->cancel_requested = db_get_bool(r, i, 10);
 		j->created_ms = db_get_i64(r, i, 11);
 		j->db_now_ms = db_get_i64(r, i, 12);
 		j->mono_at_load = mono;
@@ -611,10 +614,7 @@ static const char SQL_CANCELLED[] =
 static void check_cancels(struct dispatch *d, PGconn *conn)
 {
 	pgarr ids = PGARR_INIT;
-	pthread_mutex_lock(&d->mu);
-	for (int i = 0; i < d->nfl; i++)
-		pgarr_add_i64(&ids, d->fl[i].run_id);
-	pthread_mutex_unlock(&d->mu);
+	inflight_ids(d, &ids);
 	if (ids.n == 0)
 		return;
 	const char *p[] = {pgarr_str(&ids)};
@@ -678,9 +678,7 @@ static void *poller_main(void *arg)
 				conn = NULL;
 			}
 			if (!conn) {
-				int64_t cap = 100LL << (failures < 7 ? failures++ : 7);
-				wait_wake(d, NULL,
-				          cap / 2 + randombytes_uniform((uint32_t)cap / 2 + 1));
+				wait_wake(d, NULL, worker_reconnect_ms(failures++));
 				continue;
 			}
 			failures = 0;

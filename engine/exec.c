@@ -621,22 +621,31 @@ static commit *unknown_workflow(cairn_worker *w, job *j, commit *c)
 	return c;
 }
 
+/* The final commit of an execution: the committer ends the job with it. */
+static commit *final_commit(commit *c, job *j)
+{
+	if (!c)
+		c = calloc(1, sizeof *c);
+	if (c) {
+		c->job = j;
+		c->async = 1;
+		c->attempt = j->attempt;
+	}
+	return c;
+}
+
 commit *exec_job(cairn_worker *w, job *j)
 {
-	commit *c = calloc(1, sizeof *c);
-	if (!c)
-		return NULL;
-	c->job = j;
-	c->async = 1;
-	c->attempt = j->attempt;
+	commit *c;
 	if (strcmp(j->status, "completed") == 0 || strcmp(j->status, "failed") == 0 ||
 	    strcmp(j->status, "cancelled") == 0) {
-		c->delete_claimed = 1; /* a late message for a finished run */
+		if ((c = final_commit(NULL, j)))
+			c->delete_claimed = 1; /* a late message for a finished run */
 		return c;
 	}
 	const workflow_def *def = worker_flow(w, j->workflow);
 	if (!def)
-		return unknown_workflow(w, j, c);
+		return (c = final_commit(NULL, j)) ? unknown_workflow(w, j, c) : NULL;
 	cairn_ctx ctx = {.w = w, .job = j, .def = def};
 	cJSON *input = j->input ? cJSON_Parse(j->input) : NULL, *output = NULL;
 	int rc;
@@ -647,15 +656,11 @@ commit *exec_job(cairn_worker *w, job *j)
 	else
 		rc = def->fn(&ctx, input, &output);
 	atomic_fetch_add(&w->m.runs_started, 1);
-	/* The rows this execution produced go into the final commit. */
-	commit *p = ctx.pending;
-	if (p) {
-		c->rows = p->rows, c->nrows = p->nrows, c->caprows = p->caprows;
-		c->sig_ids = p->sig_ids, c->sig_seqs = p->sig_seqs, c->nsig = p->nsig,
-		c->capsig = p->capsig;
-		free(p);
-	}
-	if (ctx.suspend_status) {
+	/* The rows this execution has not flushed open its final commit. */
+	c = final_commit(ctx.pending, j);
+	if (!c) {
+		/* Out of memory: nothing is written; the messages bring it back. */
+	} else if (ctx.suspend_status) {
 		if (rc != CAIRN_SUSPENDED)
 			log_kv(&w->log, LOG_WARN,
 			       "workflow did not return CAIRN_SUSPENDED after a durable call "

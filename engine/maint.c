@@ -92,7 +92,7 @@ static int health_round(cairn_worker *w, PGconn *c, CURL *h)
 		}
 		if (PQntuples(f) == 1 && db_get_int(f, 0, 1) >= HEALTH_FAILURES)
 			log_kv(&w->log, LOG_WARN,
-			       PQgetvalue(f, 0, 0)[0] == 't'
+			       db_get_bool(f, 0, 0)
 			           ? "runner failing health checks, kept healthy: it is the last "
 			             "healthy runner"
 			           : "runner marked unhealthy",

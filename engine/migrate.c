@@ -369,7 +369,7 @@ int cairn_migration_list(cairn_client *c, const char *dir, cairn_migration_info 
 		rc = CAIRN_EDB;
 		goto done;
 	}
-	int exists = PQgetvalue(r, 0, 0)[0] == 't';
+	int exists = db_get_bool(r, 0, 0);
 	PQclear(r);
 	if (exists && (rc = read_applied(c, &a, &na)))
 		goto done;

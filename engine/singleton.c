@@ -41,11 +41,6 @@ struct cairn_singleton {
 	uint64_t starts;
 };
 
-/* w->singletons is an array of pointers so the threads' handles never move. */
-typedef struct singleton {
-	struct cairn_singleton *s;
-} singleton;
-
 int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_fn fn, void *arg,
                              const cairn_singleton_opts *opts)
 {
@@ -75,11 +70,12 @@ int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_
 		return CAIRN_EINVAL;
 	}
 	for (int i = 0; i < w->nsingletons; i++)
-		if (strcmp(w->singletons[i].s->name, name) == 0) {
+		if (strcmp(w->singletons[i]->name, name) == 0) {
 			buf_printf(&w->err, "singleton %s is registered twice", name);
 			return CAIRN_EINVAL;
 		}
-	singleton *grown = realloc(w->singletons, (size_t)(w->nsingletons + 1) * sizeof *grown);
+	struct cairn_singleton **grown =
+	    realloc(w->singletons, (size_t)(w->nsingletons + 1) * sizeof *grown);
 	if (!grown)
 		return CAIRN_ENOMEM;
 	w->singletons = grown;
@@ -94,7 +90,7 @@ int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_
 	s->backoff_ms = opts && opts->backoff_ms ? opts->backoff_ms : w->cfg.singleton_backoff_ms;
 	pthread_mutex_init(&s->mu, NULL);
 	worker_cond_init(&s->cv);
-	w->singletons[w->nsingletons++].s = s;
+	w->singletons[w->nsingletons++] = s; /* pointers: the threads' handles never move */
 	return CAIRN_OK;
 }
 
@@ -197,7 +193,7 @@ void singletons_sync(cairn_worker *w)
 	pthread_mutex_unlock(&w->mu);
 	int64_t now = worker_now_ms();
 	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i].s;
+		struct cairn_singleton *s = w->singletons[i];
 		int shard = shard_of(s);
 		int owned = shard >= 0 && worker_epoch(w, s->group, shard) > 0;
 		if (s->joinable && atomic_load(&s->exited))
@@ -235,7 +231,7 @@ void singletons_sync(cairn_worker *w)
 void singletons_stop_shards(cairn_worker *w, int group, const int *shards, int n)
 {
 	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i].s;
+		struct cairn_singleton *s = w->singletons[i];
 		if (!s->joinable || s->group != group)
 			continue;
 		int shard = shard_of(s);
@@ -250,14 +246,14 @@ void singletons_stop_shards(cairn_worker *w, int group, const int *shards, int n
 void singletons_stop_all(cairn_worker *w)
 {
 	for (int i = 0; i < w->nsingletons; i++)
-		stop_one(w->singletons[i].s);
+		stop_one(w->singletons[i]);
 }
 
 int64_t singletons_next_ms(cairn_worker *w)
 {
 	int64_t next = 0;
 	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i].s;
+		struct cairn_singleton *s = w->singletons[i];
 		if (!s->joinable && !s->finished && s->next_start_ms &&
 		    (!next || s->next_start_ms < next))
 			next = s->next_start_ms;
@@ -270,7 +266,7 @@ void singletons_status(cairn_worker *w, buf *out)
 	buf_puts(out, "[");
 	int first = 1;
 	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i].s;
+		struct cairn_singleton *s = w->singletons[i];
 		if (!s->joinable)
 			continue;
 		buf_printf(out,
@@ -285,9 +281,9 @@ void singletons_status(cairn_worker *w, buf *out)
 void singletons_free(cairn_worker *w)
 {
 	for (int i = 0; i < w->nsingletons; i++) {
-		pthread_mutex_destroy(&w->singletons[i].s->mu);
-		pthread_cond_destroy(&w->singletons[i].s->cv);
-		free(w->singletons[i].s);
+		pthread_mutex_destroy(&w->singletons[i]->mu);
+		pthread_cond_destroy(&w->singletons[i]->cv);
+		free(w->singletons[i]);
 	}
 	free(w->singletons);
 	w->singletons = NULL;

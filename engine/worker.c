@@ -20,10 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backoff.h"
 #include "client.h"
 #include "db.h"
 #include "lease.h"
 #include "plugin.h"
+
+/* Reconnects back off to at most this. */
+#define RECONNECT_CAP_MS 15000
 
 const double WORKER_STEP_BOUNDS_S[STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                    0.1,   0.25,   0.5,   1,    2.5,   10};
@@ -40,6 +44,11 @@ int64_t worker_unix_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t worker_reconnect_ms(int failures)
+{
+	return backoff_reconnect_ms(failures, RECONNECT_CAP_MS, randombytes_uniform(1000000) / 1e6);
 }
 
 void worker_stamp(worker_loop *l)
@@ -327,13 +336,7 @@ static void *supervisor_main(void *arg)
 				         buf_str(&err));
 				set_ready(w, 0, reason);
 				buf_free(&err);
-				/* Capped exponential backoff with full jitter. */
-				int64_t cap = 100LL << (failures < 8 ? failures : 8);
-				if (cap > 15000)
-					cap = 15000;
-				failures++;
-				nap(s, cap / 2 +
-				           (int64_t)randombytes_uniform((uint32_t)(cap / 2 + 1)));
+				nap(s, worker_reconnect_ms(failures++));
 				continue;
 			}
 			buf_free(&err);

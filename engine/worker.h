@@ -67,7 +67,6 @@ typedef struct rebalance_rec {
 } rebalance_rec;
 #define REBALANCE_HISTORY 16
 
-struct singleton;
 struct dispatch;
 
 struct cairn_worker {
@@ -96,7 +95,7 @@ struct cairn_worker {
 
 	workflow_def *flows;
 	int nflows;
-	struct singleton *singletons;
+	struct cairn_singleton **singletons;
 	int nsingletons;
 	struct dispatch *dispatch;
 
@@ -114,6 +113,8 @@ void worker_stamp(worker_loop *l);
 /* Condition variables on the monotonic clock, and a timed wait on one. */
 void worker_cond_init(pthread_cond_t *cv);
 void worker_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
+/* The wait before the next reconnect after `failures` failures (jittered). */
+int64_t worker_reconnect_ms(int failures);
 /* Waits on w->cv up to ms; returns early when stopping. Caller holds w->mu. */
 void worker_wait_locked(cairn_worker *w, int64_t ms);
 

@@ -470,3 +470,23 @@ int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_
 	struct sql_want w = {c, sql, want};
 	return twait(sql_at_least, &w, timeout_ms);
 }
+
+int64_t tdb_intf(PGconn *c, const char *fmt, ...)
+{
+	char sql[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof sql, fmt, ap);
+	va_end(ap);
+	return tdb_int(c, sql);
+}
+
+int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)
+{
+	char sql[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof sql, fmt, ap);
+	va_end(ap);
+	return tdb_wait_at_least(c, sql, want, timeout_ms);
+}

@@ -65,3 +65,7 @@ const char *tflows_path(void);
 /* Polls the number sql returns (tdb_int) every 10 ms until it is at least want;
  * 1 if it got there within timeout_ms, else 0. */
 int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_ms);
+/* tdb_int and tdb_wait_at_least with the SQL built printf-style. */
+int64_t tdb_intf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));

@@ -144,29 +144,9 @@ static int64_t enqueue(env *e, const char *workflow, const char *input, int max_
 	return r.id;
 }
 
-/* A number the database computes with printf-style SQL. */
-static int64_t num(env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int64_t num(env *e, const char *fmt, ...)
-{
-	char sql[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof sql, fmt, ap);
-	va_end(ap);
-	return tdb_int(e->c, sql);
-}
-
-static int wait_num(env *e, int64_t want, int64_t timeout_ms, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int wait_num(env *e, int64_t want, int64_t timeout_ms, const char *fmt, ...)
-{
-	char sql[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof sql, fmt, ap);
-	va_end(ap);
-	return tdb_wait_at_least(e->c, sql, want, timeout_ms);
-}
+/* A number the database computes with printf-style SQL, and a wait for it. */
+#define num(e, ...)                        tdb_intf((e)->c, __VA_ARGS__)
+#define wait_num(e, want, timeout_ms, ...) tdb_wait_at_leastf((e)->c, want, timeout_ms, __VA_ARGS__)
 
 static void wait_status(env *e, int64_t id, const char *status, int64_t timeout_ms)
 {
@@ -396,14 +376,6 @@ Test(exec, cli_waits_for_results_and_exits_by_outcome)
 
 /* --------------------------------------------------------------- drain */
 
-/* The worker's log once it has exited. */
-static char *log_of(wk *w)
-{
-	char *log = tfile_read(w->log);
-	unlink(w->log);
-	return log;
-}
-
 Test(exec, sigterm_lets_a_running_step_finish_and_journals_it_before_exiting)
 {
 	env e;
@@ -417,7 +389,7 @@ Test(exec, sigterm_lets_a_running_step_finish_and_journals_it_before_exiting)
 	int64_t t0 = tnow_ms();
 	int rc = tworker_stop(a.pid, SIGTERM, 20000);
 	live_del(a.pid);
-	char *log = log_of(&a);
+	char *log = tfile_take(a.log);
 	cr_assert_eq(rc, 0, "exit %d:\n%s", rc, log);
 	cr_assert(strstr(log, "finished_cleanly=1 cut_off=0"), "%s", log);
 	report("drain with a 1.5 s step in flight took %" PRId64 " ms", tnow_ms() - t0);
@@ -451,7 +423,7 @@ Test(exec, sigterm_cuts_off_a_step_past_the_shutdown_timeout_and_a_second_signal
 	int64_t t0 = tnow_ms();
 	int rc = tworker_stop(a.pid, SIGTERM, 10000);
 	live_del(a.pid);
-	char *log = log_of(&a);
+	char *log = tfile_take(a.log);
 	cr_assert_eq(rc, 0, "exit %d:\n%s", rc, log);
 	cr_assert(strstr(log, "cut_off=1"), "%s", log);
 	cr_assert_lt(tnow_ms() - t0, 8000, "the drain did not stop at the shutdown timeout");
@@ -468,7 +440,7 @@ Test(exec, sigterm_cuts_off_a_step_past_the_shutdown_timeout_and_a_second_signal
 	t0 = tnow_ms();
 	rc = tworker_stop(b.pid, SIGTERM, 5000);
 	live_del(b.pid);
-	log = log_of(&b);
+	log = tfile_take(b.log);
 	cr_assert_eq(rc, 1, "exit %d after a second SIGTERM:\n%s", rc, log);
 	cr_assert(strstr(log, "second signal"), "%s", log);
 	cr_assert_lt(tnow_ms() - t0, 3000, "the second signal did not exit at once");

@@ -111,15 +111,7 @@ static int stop(int i, int sig, int64_t timeout_ms)
 	return rc;
 }
 
-static int64_t qint(const char *fmt, ...)
-{
-	char sql[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof sql, fmt, ap);
-	va_end(ap);
-	return tdb_int(conn, sql);
-}
+#define qint(...) tdb_intf(conn, __VA_ARGS__)
 
 /* The runner id worker i registered under (its name is host:pid); -1 if none. */
 static int64_t runner_id(int i)

@@ -205,3 +205,12 @@ Test(backoff, jitter_spreads_within_the_fraction_around_the_nominal)
 	cr_assert(backoff_ms(&p, 1, 0.999999) <= 1200 && backoff_ms(&p, 1, 0.999999) >= 1199);
 	cr_assert_eq(backoff_ms(&p, 3, 0.0), 3200);
 }
+
+Test(backoff, reconnect_doubles_from_100ms_with_full_jitter_up_to_the_cap)
+{
+	cr_assert_eq(backoff_reconnect_ms(0, 15000, 0.0), 50);
+	cr_assert_eq(backoff_reconnect_ms(0, 15000, 0.999), 99);
+	cr_assert_eq(backoff_reconnect_ms(3, 15000, 0.0), 400);
+	cr_assert_eq(backoff_reconnect_ms(20, 15000, 0.0), 7500, "capped");
+	cr_assert_eq(backoff_reconnect_ms(20, 15000, 0.999), 14992);
+}
