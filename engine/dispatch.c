@@ -632,8 +632,25 @@ static void check_cancels(struct dispatch *d, PGconn *conn)
 }
 
 /* Waits for a notification, a wake-up from an executor, or the timeout. */
+/* Drops the notifications libpq has received; 1 if there were any. */
+static int take_notifies(PGconn *conn)
+{
+	int any = 0;
+	PGnotify *n;
+	PQconsumeInput(conn);
+	while ((n = PQnotifies(conn))) {
+		PQfreemem(n);
+		any = 1;
+	}
+	return any;
+}
+
 static void wait_wake(struct dispatch *d, PGconn *conn, int64_t ms)
 {
+	/* A notification that came in with the last claim's result is already
+	 * in libpq's queue, not on the socket: poll() would not see it. */
+	if (conn && take_notifies(conn))
+		return;
 	struct pollfd fds[2] = {{.fd = d->wake_fd, .events = POLLIN},
 	                        {.fd = conn ? PQsocket(conn) : -1, .events = POLLIN}};
 	if (poll(fds, conn ? 2 : 1, (int)ms) > 0) {
@@ -643,12 +660,8 @@ static void wait_wake(struct dispatch *d, PGconn *conn, int64_t ms)
 			(void)n;
 		}
 	}
-	if (conn) {
-		PQconsumeInput(conn);
-		PGnotify *n;
-		while ((n = PQnotifies(conn)))
-			PQfreemem(n);
-	}
+	if (conn)
+		take_notifies(conn);
 }
 
 static void *poller_main(void *arg)
