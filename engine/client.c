@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "db.h"
 #include "hash.h"
 #include "parse.h"
@@ -40,6 +41,7 @@ const char *cairn_strstatus(int status)
 	case CAIRN_EFAIL: return "failed";
 	case CAIRN_ENONDET: return "non-determinism";
 	case CAIRN_ESTOP: return "handed over";
+	case CAIRN_EINTR: return "interrupted";
 	default: return "unknown status";
 	}
 }
@@ -107,22 +109,12 @@ void cairn_client_set_max_payload(cairn_client *c, size_t bytes)
 
 int client_shards(cairn_client *c, int *shards)
 {
-	if (c->shards > 0) {
-		*shards = c->shards;
-		return CAIRN_OK;
+	if (c->shards <= 0) {
+		int rc = db_shards_per_group(c->conn, &c->shards, &c->err);
+		if (rc)
+			return -rc;
 	}
-	PGresult *r = db_exec(
-	    c->conn, &c->err,
-	    "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0, NULL);
-	if (!r)
-		return db_fail(c);
-	int n = PQntuples(r) ? db_get_int(r, 0, 0) : 0;
-	PQclear(r);
-	if (n <= 0)
-		return client_fail(
-		    c, CAIRN_ESCHEMA,
-		    "shards_per_group is not recorded in the database: run `cairn migrate`");
-	*shards = c->shards = n;
+	*shards = c->shards;
 	return CAIRN_OK;
 }
 
@@ -574,20 +566,13 @@ void cairn_run_list_free(cairn_run *runs, size_t n)
 	free(runs);
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 {
 	if (db_cmd(c->conn, &c->err, "LISTEN " CAIRN_DONE_CHANNEL, 0, NULL) < 0)
 		return db_fail(c);
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, id)};
-	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : clock_mono_ms() + timeout_ms;
 	int rc;
 	for (;;) {
 		PGresult *r =
@@ -607,7 +592,7 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 			rc = CAIRN_OK;
 			break;
 		}
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - clock_mono_ms();
 		if (left <= 0) {
 			rc = client_fail(c, CAIRN_ETIMEOUT,
 			                 "run %" PRId64 " did not finish in time", id);
@@ -632,14 +617,12 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 
 /* ------------------------------------------------------------ visibility */
 
-/* Liveness is the workers' own test (lease.c SQL_LIVE) minus health, which is
- * reported in its own column. */
+/* Liveness is the workers' own test (cairn.runner_live, as lease.c asks it)
+ * minus health, which is reported in its own column. */
 static const char SQL_RUNNER_LIST[] =
     "SELECT r.id, r.name, r.address, r.version, array_to_string(r.groups, ','), r.weight, "
     "       r.healthy, "
-    "       r.heartbeat_at > now() - $1 * interval '1 millisecond' "
-    "         AND EXISTS (SELECT 1 FROM pg_stat_activity a "
-    "                     WHERE a.pid = r.lease_pid AND a.datname = current_database()), "
+    "       cairn.runner_live(r, $1), "
     "       greatest(0, (extract(epoch FROM now() - r.heartbeat_at) * 1000)::bigint), "
     "       " MS(
         "r.started_at") ", "

@@ -256,49 +256,24 @@ static int is_own_flag(const char *arg)
 	       strcmp(arg, "--version") == 0 || strcmp(arg, "--check-config") == 0;
 }
 
-int config_load(config *cfg, int argc, char **argv, buf *err)
+/* Every setting at its default, then the environment when asked. */
+static int load_base(config *cfg, int from_env, buf *err)
 {
 	memset(cfg, 0, sizeof *cfg);
 	for (size_t i = 0; i < NSETTINGS; i++)
 		if (set_value(cfg, &SETTINGS[i], "default", SETTINGS[i].def, err) < 0)
 			return -1;
-	for (size_t i = 0; i < NSETTINGS; i++) {
+	for (size_t i = 0; from_env && i < NSETTINGS; i++) {
 		const char *v = getenv(SETTINGS[i].env);
 		if (v && set_value(cfg, &SETTINGS[i], "env", v, err) < 0)
 			return -1;
 	}
-	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i];
-		if (is_own_flag(arg))
-			continue;
-		if (strncmp(arg, "--", 2) != 0) {
-			buf_reset(err);
-			buf_printf(err, "unexpected argument \"%s\" (see --help)", arg);
-			return -1;
-		}
-		const char *name = arg + 2, *eq = strchr(name, '=');
-		size_t len = eq ? (size_t)(eq - name) : strlen(name);
-		const setting *s = NULL;
-		for (size_t k = 0; k < NSETTINGS && !s; k++) {
-			char flag[64];
-			flag_name(&SETTINGS[k], flag, sizeof flag);
-			if (strlen(flag) == len && strncmp(flag, name, len) == 0)
-				s = &SETTINGS[k];
-		}
-		if (!s) {
-			buf_reset(err);
-			buf_printf(err, "unknown option \"%.*s\" (see --help)", (int)len + 2, arg);
-			return -1;
-		}
-		const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-		if (!v) {
-			buf_reset(err);
-			buf_printf(err, "option --%.*s needs a value", (int)len, name);
-			return -1;
-		}
-		if (set_value(cfg, s, "flag", v, err) < 0)
-			return -1;
-	}
+	return 0;
+}
+
+/* Checks what no single setting can check alone and derives the rest. */
+static int finish(config *cfg, buf *err)
+{
 	if (!cfg->database_url[0]) {
 		buf_reset(err);
 		buf_puts(err, "DATABASE_URL is not set: set it or pass --db URL");
@@ -333,6 +308,74 @@ int config_load(config *cfg, int argc, char **argv, buf *err)
 		return -1;
 	}
 	return 0;
+}
+
+int config_load(config *cfg, int argc, char **argv, buf *err)
+{
+	if (load_base(cfg, 1, err) < 0)
+		return -1;
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		if (is_own_flag(arg))
+			continue;
+		if (strncmp(arg, "--", 2) != 0) {
+			buf_reset(err);
+			buf_printf(err, "unexpected argument \"%s\" (see --help)", arg);
+			return -1;
+		}
+		const char *name = arg + 2, *eq = strchr(name, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+		const setting *s = NULL;
+		for (size_t k = 0; k < NSETTINGS && !s; k++) {
+			char flag[64];
+			flag_name(&SETTINGS[k], flag, sizeof flag);
+			if (strlen(flag) == len && strncmp(flag, name, len) == 0)
+				s = &SETTINGS[k];
+		}
+		if (!s) {
+			buf_reset(err);
+			buf_printf(err, "unknown option \"%.*s\" (see --help)", (int)len + 2, arg);
+			return -1;
+		}
+		const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+		if (!v) {
+			buf_reset(err);
+			buf_printf(err, "option --%.*s needs a value", (int)len, name);
+			return -1;
+		}
+		if (set_value(cfg, s, "flag", v, err) < 0)
+			return -1;
+	}
+	return finish(cfg, err);
+}
+
+int config_load_settings(config *cfg, const char *database_url, const char *const *settings,
+                         int from_env, buf *err)
+{
+	if (load_base(cfg, from_env, err) < 0)
+		return -1;
+	for (size_t i = 0; settings && settings[i]; i++) {
+		const char *eq = strchr(settings[i], '=');
+		size_t len = eq ? (size_t)(eq - settings[i]) : strlen(settings[i]);
+		const setting *s = NULL;
+		for (size_t k = 0; k < NSETTINGS && !s; k++)
+			if (strlen(SETTINGS[k].env) == len &&
+			    strncmp(SETTINGS[k].env, settings[i], len) == 0)
+				s = &SETTINGS[k];
+		if (!eq || !s) {
+			buf_reset(err);
+			buf_printf(err,
+			           "invalid setting \"%s\": expected NAME=value with a NAME "
+			           "from `cairn-worker --help`",
+			           settings[i]);
+			return -1;
+		}
+		if (set_value(cfg, s, "env", eq + 1, err) < 0)
+			return -1;
+	}
+	if (database_url && set_value(cfg, &SETTINGS[0], "env", database_url, err) < 0)
+		return -1;
+	return finish(cfg, err);
 }
 
 void config_free(config *cfg)

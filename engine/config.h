@@ -50,6 +50,13 @@ typedef struct config {
  * --check-config) are left to it and ignored here.
  */
 int config_load(config *cfg, int argc, char **argv, buf *err);
+/*
+ * Fills cfg for an embedded worker: defaults, the environment if from_env,
+ * then settings ("NAME=value" by variable name, NULL-terminated; may be
+ * NULL), then database_url (if not NULL). Errors as config_load.
+ */
+int config_load_settings(config *cfg, const char *database_url, const char *const *settings,
+                         int from_env, buf *err);
 void config_free(config *cfg);
 /* One "NAME=value" line per setting, the database password masked. */
 void config_describe(const config *cfg, buf *out);

@@ -1,14 +1,19 @@
 /*
  * db.c - libpq helpers shared by the client, the migrator and the worker.
- * Every statement goes through db_exec(), so every statement is
- * parameterised and every failure carries the server's message.
+ * db_exec() runs a parameterised statement and turns a failure into the
+ * server's message; the worker's hot statements (claim, commit) are
+ * prepared by their modules and run with PQexecPrepared.
  */
 #include "db.h"
 
 #include <inttypes.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "backoff.h"
+#include "cairn.h"
 
 static _Thread_local char last_sqlstate[6];
 
@@ -117,4 +122,33 @@ char *db_i64(char out[24], int64_t v)
 {
 	snprintf(out, 24, "%" PRId64, v);
 	return out;
+}
+
+int db_shards_per_group(PGconn *c, int *shards, buf *err)
+{
+	PGresult *r = db_exec(
+	    c, err, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
+	    NULL);
+	if (!r) {
+		const char *st = db_last_sqlstate();
+		if (!db_ok(c) || (strcmp(st, "3F000") != 0 && strcmp(st, "42P01") != 0))
+			return -CAIRN_EDB;
+		buf_reset(err);
+		buf_puts(err, "the database has no cairn schema: run `cairn migrate` first");
+		return -CAIRN_ESCHEMA;
+	}
+	int n = PQntuples(r) ? db_get_int(r, 0, 0) : 0;
+	PQclear(r);
+	if (n <= 0) {
+		buf_reset(err);
+		buf_puts(err, "shards_per_group is not recorded in the database: run `cairn migrate`");
+		return -CAIRN_ESCHEMA;
+	}
+	*shards = n;
+	return 0;
+}
+
+int64_t db_backoff_ms(int failures)
+{
+	return backoff_reconnect_ms(failures, 15000, randombytes_uniform(1000000) / 1e6);
 }

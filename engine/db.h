@@ -1,6 +1,7 @@
 /*
  * db.h - thin helpers over libpq: connect, parameterised statements with
- * error capture, transactions. One PGconn per thread, never shared.
+ * error capture, typed column reads, the shard count every component needs,
+ * and the reconnect backoff. One PGconn per thread, never shared.
  */
 #ifndef CAIRN_DB_H
 #define CAIRN_DB_H
@@ -33,6 +34,17 @@ int db_get_int(const PGresult *r, int row, int col);
 int db_get_bool(const PGresult *r, int row, int col);
 /* strdup of the value, or NULL when the column is NULL. */
 char *db_get_str(const PGresult *r, int row, int col);
+
+/*
+ * Reads shards_per_group from cairn.settings: 0 with *shards set;
+ * -CAIRN_ESCHEMA when the schema is missing or the count is not recorded
+ * (err says to run `cairn migrate`); -CAIRN_EDB when the statement failed.
+ */
+int db_shards_per_group(PGconn *c, int *shards, buf *err);
+
+/* The wait before reconnecting after `failures` failed attempts: capped
+ * exponential backoff (100 ms up to 15 s) with full jitter. */
+int64_t db_backoff_ms(int failures);
 
 /* Decimal text of v in out (at least 24 bytes); returns out. */
 char *db_i64(char out[24], int64_t v);

@@ -1,71 +1,56 @@
 /*
- * dispatch.h - what the dispatcher (dispatch.c) and the executor (exec.c)
- * share: a job is one claimed run with its journal; a commit is the writes of
- * one run that the group committer puts into a shared transaction.
+ * dispatch.h - moves runs from cairn.messages to the executors and back
+ * (DESIGN section 5): one poller thread claims the due messages of the
+ * shards this runner owns; CAIRN_CONCURRENCY executor threads run them
+ * (exec.h); their writes go through the group committer (commit.h), which
+ * dispatch starts and stops.
+ *
+ * Owns: the poller and executor threads, the poller's connection, the job
+ * queue, the in-flight set and the committer. A run is in flight from its
+ * claim until its final commit is written, and is never claimed twice at
+ * once; every in-flight run is counted in the shardmap, so that a release
+ * can wait for its shards to be idle.
  */
 #ifndef CAIRN_DISPATCH_H
 #define CAIRN_DISPATCH_H
-#include <stdint.h>
+#include "config.h"
+#include "lease.h"
+#include "log.h"
+#include "metrics.h"
+#include "registry.h"
+#include "shardmap.h"
+#include "watchdog.h"
 
-#include "buf.h"
-#include "worker.h"
+struct cJSON;
+typedef struct dispatch dispatch;
 
-typedef struct job {
-	int64_t run_id;
-	int group, shard;
-	int64_t epoch;
-	char *workflow, *status, *input;
-	int attempt, max_attempts;
-	_Atomic int cancel_requested; /* also set by the poller while the run executes */
-	int64_t created_ms;
-	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
-	char *journal, *signals;         /* JSON arrays or NULL */
-	int64_t *msgs;                   /* claimed message ids */
-	int nmsgs;
-	struct job *next;
-} job;
+typedef struct dispatch_env {
+	const config *cfg; /* database, poll interval and batch, concurrency, limits */
+	const logger *log;
+	metrics *m;
+	shardmap *map;       /* read, and runs counted in and out */
+	const registry *reg; /* the workflows */
+	const lease *lease;  /* the runner id claims are made under */
+	watch *loop;         /* the poller's heartbeat */
+} dispatch_env;
 
-/* One journal row to insert or update. */
-typedef struct jrow {
-	int seq;
-	char *name;
-	const char *kind, *status;
-	char *output, *error; /* JSON text / message, or NULL */
-	int attempts;
-	int64_t wake_ms, started_ms, finished_ms; /* 0: NULL */
-} jrow;
-
-typedef struct commit {
-	job *job;
-	jrow *rows;
-	int nrows, caprows;
-	int64_t *sig_ids;
-	int *sig_seqs;
-	int nsig, capsig;
-
-	int run_update; /* write the fields below to cairn.runs */
-	const char *run_status;
-	char *output, *error;
-	int attempt, finished;
-
-	int delete_claimed, delete_all, reset_steps;
-	const char *new_kind; /* a new message for the run at new_at_ms, or NULL */
-	int64_t new_at_ms;
-	int64_t defer_at_ms; /* move the claimed messages to this time instead */
-
-	/* Filled by the committer. */
-	int done, ok, cancel_requested;
-	int async; /* the executor does not wait: the committer ends the job */
-	struct commit *next;
-} commit;
-
-void commit_free(commit *c);
-
-/* exec.c: runs one job to its next durable point and builds its final commit
- * (NULL when there is nothing to write). */
-commit *exec_job(cairn_worker *w, job *j);
-/* The wait, in the committer, for a commit of the running execution. */
-int dispatch_commit_wait(cairn_worker *w, commit *c);
-/* Whether in-flight work must stop at its next durable point. */
-int dispatch_stopping(cairn_worker *w);
+/* Starts the committer, the executors and the poller; 0 or -CAIRN_ENOMEM
+ * (nothing left running). */
+int dispatch_start(const dispatch_env *env, dispatch **out);
+/* Drops the queued (not yet started) runs of shards of this group that are
+ * no longer owned; their messages stay for the next owner. */
+void dispatch_drop_queued(dispatch *d, int group);
+/*
+ * Draining: dispatch_stop_begin stops claiming and tells executors to stop
+ * at their next durable point; the caller waits while dispatch_executing()
+ * > 0 (up to its deadline); then dispatch_stop_end joins everything and
+ * flushes the committer, unless runs are still executing (cut off), in
+ * which case it leaves them running and says so in *cut.
+ */
+void dispatch_stop_begin(dispatch *d);
+int dispatch_executing(dispatch *d);
+void dispatch_stop_end(dispatch *d, int *clean, int *cut);
+/* Appends the in-flight runs (at most 100) to array. */
+void dispatch_status(dispatch *d, struct cJSON *array);
+void dispatch_free(dispatch *d); /* after dispatch_stop_end reported no cut-off */
 #endif

@@ -1,14 +1,15 @@
 /*
- * exec.c - runs a workflow function with replay (DESIGN section 5). The
- * journal arrives with the job; each durable call takes the next sequence
- * number and returns the journaled result if there is one (a different name
- * or kind at that position is a non-determinism error). New results are
- * collected in a pending commit that is flushed, through the group committer
- * and fenced, before any step function runs and when the execution ends, so
- * no side effect ever follows an unjournaled result.
+ * exec.c - runs a workflow function with replay (see exec.h). The journal
+ * arrives with the job; each durable call takes the next sequence number and
+ * returns the journaled result if there is one (a different name or kind at
+ * that position is a non-determinism error). New results are collected in a
+ * pending commit that is flushed before any step function runs and when the
+ * execution ends, so no side effect ever follows an unjournaled result.
  *
  * Owns: the cairn_ctx of one execution (one executor thread).
  */
+#include "exec.h"
+
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <sodium.h>
@@ -18,146 +19,64 @@
 #include <string.h>
 
 #include "backoff.h"
-#include "dispatch.h"
+#include "clock.h"
+#include "journal.h"
 #include "parse.h"
 
 struct cairn_ctx {
-	cairn_worker *w;
+	const exec_env *env;
 	job *job;
 	const workflow_def *def;
-	cJSON *journal, *signals;
-	cJSON **by_seq; /* journal entries indexed by seq (NULL: none) */
-	int njournal;
+	journal jr;
+	signal_box sigs;
 	int seq;
 	cJSON *keep; /* owns values handed to the workflow */
 	commit *pending;
 	buf err;
-	int fatal;                  /* a sticky error (non-determinism, lost fence) */
-	const char *suspend_status; /* sleeping or waiting once suspended */
-	int64_t wake_ms;            /* a new wake message is needed at this time */
+	int fatal;           /* a sticky status (non-determinism, lost fence, no memory) */
+	int suspended;       /* a durable call suspended the run */
+	run_status wait_as;  /* sleeping or waiting, once suspended */
+	int64_t wake_ms;     /* a wake message is needed at this time (0: none) */
 };
+
+void job_free(job *j)
+{
+	if (!j)
+		return;
+	free(j->workflow);
+	free(j->input);
+	free(j->journal);
+	free(j->signals);
+	free(j->msgs);
+	free(j);
+}
 
 /* The database clock: read at claim, advanced by the monotonic clock. */
 static int64_t ctx_now(const cairn_ctx *ctx)
 {
-	return ctx->job->db_now_ms + (worker_now_ms() - ctx->job->mono_at_load);
+	return ctx->job->db_now_ms + (clock_mono_ms() - ctx->job->mono_at_load);
 }
 
-void commit_free(commit *c)
+static commit *new_commit(const job *j)
 {
-	if (!c)
-		return;
-	for (int i = 0; i < c->nrows; i++) {
-		free(c->rows[i].name);
-		free(c->rows[i].output);
-		free(c->rows[i].error);
-	}
-	free(c->rows);
-	free(c->sig_ids);
-	free(c->sig_seqs);
-	free(c->output);
-	free(c->error);
-	free(c);
+	commit_run run = {.id = j->run_id,
+	                  .group = j->group_name,
+	                  .shard = j->shard,
+	                  .owner = j->owner,
+	                  .epoch = j->epoch,
+	                  .msgs = j->msgs,
+	                  .nmsgs = j->nmsgs};
+	commit *c = commit_new(&run);
+	if (c)
+		c->attempt = j->attempt;
+	return c;
 }
 
 static commit *pending(cairn_ctx *ctx)
 {
-	if (!ctx->pending) {
-		ctx->pending = calloc(1, sizeof *ctx->pending);
-		if (ctx->pending)
-			ctx->pending->job = ctx->job;
-	}
+	if (!ctx->pending)
+		ctx->pending = new_commit(ctx->job);
 	return ctx->pending;
-}
-
-/* Adds a journal row (copying its strings); -1 on out of memory. */
-static int add_row(cairn_ctx *ctx, const jrow *r)
-{
-	commit *c = pending(ctx);
-	if (!c)
-		return -1;
-	if (c->nrows == c->caprows) {
-		int cap = c->caprows ? c->caprows * 2 : 4;
-		jrow *g = realloc(c->rows, (size_t)cap * sizeof *g);
-		if (!g)
-			return -1;
-		c->rows = g;
-		c->caprows = cap;
-	}
-	jrow *d = &c->rows[c->nrows++];
-	*d = *r;
-	d->name = strdup(r->name);
-	d->output = r->output ? strdup(r->output) : NULL;
-	d->error = r->error ? strdup(r->error) : NULL;
-	return 0;
-}
-
-static int add_signal(cairn_ctx *ctx, int64_t id, int seq)
-{
-	commit *c = pending(ctx);
-	if (!c)
-		return -1;
-	if (c->nsig == c->capsig) {
-		int cap = c->capsig ? c->capsig * 2 : 4;
-		int64_t *ids = realloc(c->sig_ids, (size_t)cap * sizeof *ids);
-		if (ids)
-			c->sig_ids = ids;
-		int *seqs = realloc(c->sig_seqs, (size_t)cap * sizeof *seqs);
-		if (seqs)
-			c->sig_seqs = seqs;
-		if (!ids || !seqs)
-			return -1;
-		c->capsig = cap;
-	}
-	c->sig_ids[c->nsig] = id;
-	c->sig_seqs[c->nsig++] = seq;
-	return 0;
-}
-
-/* Writes the pending rows and waits for their commit; CAIRN_ESTOP if fenced out. */
-static int flush(cairn_ctx *ctx)
-{
-	commit *c = ctx->pending;
-	if (!c)
-		return CAIRN_OK;
-	ctx->pending = NULL;
-	int ok = dispatch_commit_wait(ctx->w, c);
-	if (ok)
-		if (c->cancel_requested)
-			atomic_store(&ctx->job->cancel_requested, 1);
-	commit_free(c);
-	if (!ok) {
-		ctx->fatal = CAIRN_ESTOP;
-		return CAIRN_ESTOP;
-	}
-	return CAIRN_OK;
-}
-
-static const char *jstr(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static int64_t jnum(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-	return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
-}
-
-/* Hands v to the workflow; ctx keeps ownership. */
-static cJSON *keep(cairn_ctx *ctx, cJSON *v)
-{
-	if (!v)
-		v = cJSON_CreateNull();
-	if (v)
-		cJSON_AddItemToArray(ctx->keep, v);
-	return v;
-}
-
-static cJSON *keep_copy(cairn_ctx *ctx, const cJSON *v)
-{
-	return keep(ctx, v ? cJSON_Duplicate(v, 1) : NULL);
 }
 
 static int vfail(cairn_ctx *ctx, int code, const char *fmt, va_list ap)
@@ -185,28 +104,76 @@ int cairn_retryable(cairn_ctx *ctx, const char *fmt, ...)
 	return rc;
 }
 
+/* Out of memory while recording a result: the run fails (sticky), since
+ * going on would run steps whose predecessors are not journaled. */
+static int no_memory(cairn_ctx *ctx)
+{
+	buf_reset(&ctx->err);
+	buf_puts(&ctx->err, "out of memory recording a durable call");
+	return ctx->fatal = CAIRN_EFAIL;
+}
+
+static int add_row(cairn_ctx *ctx, const jrow *r)
+{
+	commit *c = pending(ctx);
+	return c && commit_add_row(c, r) == 0 ? CAIRN_OK : no_memory(ctx);
+}
+
+/* Writes the pending rows and waits for their commit; CAIRN_ESTOP if refused. */
+static int flush(cairn_ctx *ctx)
+{
+	commit *c = ctx->pending;
+	if (!c)
+		return CAIRN_OK;
+	ctx->pending = NULL;
+	c->outcome = COMMIT_JOURNAL;
+	int rc = ctx->env->flush(ctx->env->arg, c);
+	if (!rc && c->cancel_requested)
+		atomic_store(&ctx->job->cancel_requested, 1);
+	commit_free(c);
+	return rc ? (ctx->fatal = CAIRN_ESTOP) : CAIRN_OK;
+}
+
+/* Hands v to the workflow; ctx keeps ownership. */
+static cJSON *keep(cairn_ctx *ctx, cJSON *v)
+{
+	if (!v)
+		v = cJSON_CreateNull();
+	if (v)
+		cJSON_AddItemToArray(ctx->keep, v);
+	return v;
+}
+
+static cJSON *keep_copy(cairn_ctx *ctx, const cJSON *v)
+{
+	return keep(ctx, v ? cJSON_Duplicate(v, 1) : NULL);
+}
+
 static int stop_now(const cairn_ctx *ctx)
 {
-	return dispatch_stopping(ctx->w) ||
-	       worker_epoch(ctx->w, ctx->job->group, ctx->job->shard) != ctx->job->epoch;
+	return ctx->env->must_stop(ctx->env->arg, ctx->job);
 }
 
 int cairn_should_stop(const cairn_ctx *ctx)
 {
 	return ctx->job->cancel_requested || stop_now(ctx);
 }
+
 int64_t cairn_ctx_run_id(const cairn_ctx *ctx)
 {
 	return ctx->job->run_id;
 }
+
 const char *cairn_ctx_workflow(const cairn_ctx *ctx)
 {
 	return ctx->job->workflow;
 }
+
 int cairn_ctx_attempt(const cairn_ctx *ctx)
 {
 	return ctx->job->attempt;
 }
+
 void *cairn_workflow_arg(const cairn_ctx *ctx)
 {
 	return ctx->def->opts.arg;
@@ -228,52 +195,43 @@ static int interrupt(cairn_ctx *ctx)
  * Takes the next sequence number for a durable call. *entry is the journal's
  * entry at that position or NULL; a mismatch fails the run.
  */
-static int next_entry(cairn_ctx *ctx, const char *name, const char *kind, cJSON **entry, int *seq)
+static int next_entry(cairn_ctx *ctx, const char *name, step_kind kind,
+                      const journal_entry **entry, int *seq)
 {
 	*entry = NULL;
-	if (ctx->suspend_status)
+	if (ctx->suspended)
 		return CAIRN_SUSPENDED; /* the workflow went on after a suspension */
 	if (ctx->fatal)
 		return ctx->fatal;
 	char err[PARSE_ERR_MAX];
 	if (!name || parse_check_name("durable call name", name, err) < 0) {
 		buf_reset(&ctx->err);
-		buf_printf(&ctx->err, "%s %s", kind, name ? err : "name is NULL");
+		buf_printf(&ctx->err, "%s %s", step_kind_name(kind), name ? err : "name is NULL");
 		return ctx->fatal = CAIRN_EFAIL;
 	}
 	*seq = ctx->seq++;
-	if (*seq >= ctx->njournal || !ctx->by_seq[*seq])
+	const journal_entry *e = journal_at(&ctx->jr, *seq);
+	if (!e)
 		return CAIRN_OK;
-	cJSON *e = ctx->by_seq[*seq];
-	const char *en = jstr(e, "name"), *ek = jstr(e, "kind");
-	if (!en || !ek || strcmp(en, name) != 0 || strcmp(ek, kind) != 0) {
+	if (e->kind != kind || strcmp(e->name, name) != 0) {
 		buf_reset(&ctx->err);
-		buf_printf(
-		    &ctx->err,
-		    "non-determinism at journal position %d: the journal has %s \"%s\" but the "
-		    "workflow now calls %s \"%s\"",
-		    *seq, ek ? ek : "?", en ? en : "?", kind, name);
+		buf_printf(&ctx->err,
+		           "non-determinism at journal position %d: the journal has %s \"%s\" but "
+		           "the workflow now calls %s \"%s\"",
+		           *seq, step_kind_name(e->kind), e->name, step_kind_name(kind), name);
 		return ctx->fatal = CAIRN_ENONDET;
 	}
 	*entry = e;
 	return CAIRN_OK;
 }
 
-static int suspend(cairn_ctx *ctx, const char *status, int64_t wake_ms)
+static int suspend(cairn_ctx *ctx, run_status as, int64_t wake_ms)
 {
-	ctx->suspend_status = status;
+	ctx->suspended = 1;
+	ctx->wait_as = as;
 	if (wake_ms && (!ctx->wake_ms || wake_ms < ctx->wake_ms))
 		ctx->wake_ms = wake_ms;
 	return CAIRN_SUSPENDED;
-}
-
-static void observe_step(cairn_worker *w, int64_t us)
-{
-	atomic_fetch_add(&w->m.step_count, 1);
-	atomic_fetch_add(&w->m.step_sum_us, (uint64_t)us);
-	for (int i = 0; i < STEP_BUCKETS; i++)
-		if ((double)us / 1e6 <= WORKER_STEP_BOUNDS_S[i])
-			atomic_fetch_add(&w->m.step_buckets[i], 1);
 }
 
 static char *print_json(const cJSON *v)
@@ -281,75 +239,89 @@ static char *print_json(const cJSON *v)
 	return v ? cJSON_PrintUnformatted(v) : strdup("null");
 }
 
+/* A journaled step: its recorded result, its recorded failure, or (for a
+ * step that is retrying) how many attempts it has had. */
+static int replay_step(cairn_ctx *ctx, const journal_entry *e, cJSON **result, int *attempts)
+{
+	if (e->status == STEP_COMPLETED) {
+		cJSON *v = keep_copy(ctx, e->output);
+		if (result)
+			*result = v;
+		return CAIRN_OK;
+	}
+	if (e->status == STEP_FAILED) {
+		buf_reset(&ctx->err);
+		buf_puts(&ctx->err, e->error ? e->error : "step failed");
+		return CAIRN_EFAIL;
+	}
+	*attempts = e->attempts;
+	int rc = interrupt(ctx);
+	if (rc)
+		return rc;
+	if (e->wake_ms > ctx_now(ctx))
+		return suspend(ctx, RUN_SLEEPING, 0);
+	return -1; /* due: run it */
+}
+
+/* Checks a step function's result: CAIRN_OK with *text set, or a failure. */
+static int step_result(cairn_ctx *ctx, const char *name, int src, const cJSON *out, char **text)
+{
+	*text = NULL;
+	if (src != CAIRN_OK)
+		return src;
+	*text = print_json(out);
+	if (!*text)
+		return cairn_fail(ctx, "step %s: out of memory printing its result", name);
+	size_t len = strlen(*text);
+	if (len > ctx->env->max_payload_bytes) {
+		free(*text);
+		*text = NULL;
+		return cairn_fail(ctx, "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
+		                  name, len, ctx->env->max_payload_bytes);
+	}
+	return CAIRN_OK;
+}
+
 int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
                      cairn_step_fn fn, void *arg, cJSON **result)
 {
 	if (result)
 		*result = NULL;
-	cJSON *e;
-	int seq, rc = next_entry(ctx, name, "step", &e, &seq);
+	const journal_entry *e;
+	int seq, rc = next_entry(ctx, name, KIND_STEP, &e, &seq);
 	if (rc)
 		return rc;
 	cairn_retry_policy p = backoff_policy(policy);
 	int attempts = 0;
-	if (e) {
-		const char *st = jstr(e, "status");
-		if (st && strcmp(st, "completed") == 0) {
-			cJSON *v = keep_copy(ctx, cJSON_GetObjectItemCaseSensitive(e, "output"));
-			if (result)
-				*result = v;
-			return CAIRN_OK;
-		}
-		if (st && strcmp(st, "failed") == 0) {
-			const char *er = jstr(e, "error");
-			buf_reset(&ctx->err);
-			buf_puts(&ctx->err, er ? er : "step failed");
-			return CAIRN_EFAIL;
-		}
-		attempts = (int)jnum(e, "attempts");
-		if ((rc = interrupt(ctx)))
-			return rc;
-		if (jnum(e, "wake_at") > ctx_now(ctx))
-			return suspend(ctx, "sleeping", 0);
-	}
+	if (e && (rc = replay_step(ctx, e, result, &attempts)) >= 0)
+		return rc;
 	/* The flush also brings news of a cancellation: look again after it. */
 	if ((rc = interrupt(ctx)) || (rc = flush(ctx)) || (rc = interrupt(ctx)))
 		return rc;
 	attempts++;
-	int64_t t0 = worker_unix_ms(), m0 = worker_now_ms();
+	int64_t t0 = clock_unix_ms(), m0 = clock_mono_ms();
 	buf_reset(&ctx->err);
 	cJSON *out = NULL;
 	int src = fn ? fn(ctx, arg, &out) : cairn_fail(ctx, "step function is NULL");
-	int64_t took_ms = worker_now_ms() - m0;
-	observe_step(ctx->w, took_ms * 1000);
+	metrics_observe_step(ctx->env->m, (clock_mono_ms() - m0) * 1000);
 	jrow row = {.seq = seq,
 	            .name = (char *)name,
-	            .kind = "step",
+	            .kind = KIND_STEP,
 	            .attempts = attempts,
 	            .started_ms = t0,
-	            .finished_ms = worker_unix_ms()};
-	char *text = NULL;
+	            .finished_ms = clock_unix_ms()};
+	char *text;
+	src = step_result(ctx, name, src, out, &text);
 	if (src == CAIRN_OK) {
-		text = print_json(out);
-		if (!text)
-			src = cairn_fail(ctx, "step %s: out of memory printing its result", name);
-		else if (strlen(text) > ctx->w->cfg.max_payload_bytes)
-			src = cairn_fail(
-			    ctx,
-			    "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
-			    name, strlen(text), ctx->w->cfg.max_payload_bytes);
-	}
-	if (src == CAIRN_OK) {
-		row.status = "completed";
+		row.status = STEP_COMPLETED;
 		row.output = text;
 		rc = add_row(ctx, &row);
 		free(text);
 		cJSON *v = keep(ctx, out);
 		if (result)
 			*result = v;
-		return rc ? cairn_fail(ctx, "out of memory") : CAIRN_OK;
+		return rc;
 	}
-	free(text);
 	cJSON_Delete(out);
 	if (src != CAIRN_ERETRY && src != CAIRN_EFAIL) {
 		buf_reset(&ctx->err);
@@ -364,28 +336,27 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	row.error = (char *)buf_str(&msg);
 	if (atomic_load(&ctx->job->cancel_requested)) {
 		/* The step gave up because the run was cancelled under it. */
-		row.status = "failed";
+		row.status = STEP_FAILED;
 		rc = add_row(ctx, &row);
 		buf_free(&msg);
-		return rc ? cairn_fail(ctx, "out of memory") : CAIRN_CANCELLED;
+		return rc ? rc : CAIRN_CANCELLED;
 	}
 	if (src == CAIRN_ERETRY && attempts < p.max_attempts) {
-		row.status = "retrying";
+		row.status = STEP_RETRYING;
 		row.wake_ms =
 		    ctx_now(ctx) + backoff_ms(&p, attempts, randombytes_uniform(1000000) / 1e6);
 		rc = add_row(ctx, &row);
 		buf_free(&msg);
-		return rc ? cairn_fail(ctx, "out of memory")
-		          : suspend(ctx, "sleeping", row.wake_ms);
+		return rc ? rc : suspend(ctx, RUN_SLEEPING, row.wake_ms);
 	}
-	row.status = "failed";
-	add_row(ctx, &row);
+	row.status = STEP_FAILED;
+	rc = add_row(ctx, &row);
 	buf_reset(&ctx->err);
 	buf_puts(&ctx->err, buf_str(&msg));
 	if (src == CAIRN_ERETRY)
 		buf_printf(&ctx->err, " (gave up after %d attempts)", attempts);
 	buf_free(&msg);
-	return CAIRN_EFAIL;
+	return rc ? rc : CAIRN_EFAIL;
 }
 
 int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg, cJSON **result)
@@ -395,32 +366,30 @@ int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg, cJ
 
 int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 {
-	cJSON *e;
-	int seq, rc = next_entry(ctx, name, "sleep", &e, &seq);
+	const journal_entry *e;
+	int seq, rc = next_entry(ctx, name, KIND_SLEEP, &e, &seq);
 	if (rc)
 		return rc;
-	const char *st = e ? jstr(e, "status") : NULL;
-	if (st && strcmp(st, "completed") == 0)
+	if (e && e->status == STEP_COMPLETED)
 		return CAIRN_OK;
 	if ((rc = interrupt(ctx)))
 		return rc;
-	int64_t now = ctx_now(ctx), wake = e ? jnum(e, "wake_at") : until_ms;
+	int64_t now = ctx_now(ctx), wake = e ? e->wake_ms : until_ms;
 	jrow row = {.seq = seq,
 	            .name = (char *)name,
-	            .kind = "sleep",
+	            .kind = KIND_SLEEP,
 	            .attempts = 1,
-	            .started_ms = e ? jnum(e, "started_at") : worker_unix_ms(),
+	            .started_ms = e ? e->started_ms : clock_unix_ms(),
 	            .wake_ms = wake};
 	if (wake <= now) {
-		row.status = "completed";
-		row.finished_ms = worker_unix_ms();
-		return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : CAIRN_OK;
+		row.status = STEP_COMPLETED;
+		row.finished_ms = clock_unix_ms();
+		return add_row(ctx, &row);
 	}
 	if (e)
-		return suspend(ctx, "sleeping", 0);
-	row.status = "waiting";
-	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory")
-	                          : suspend(ctx, "sleeping", wake);
+		return suspend(ctx, RUN_SLEEPING, 0);
+	row.status = STEP_WAITING;
+	return (rc = add_row(ctx, &row)) ? rc : suspend(ctx, RUN_SLEEPING, wake);
 }
 
 int cairn_sleep(cairn_ctx *ctx, const char *name, int64_t duration_ms)
@@ -432,15 +401,14 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 {
 	if (payload)
 		*payload = NULL;
-	cJSON *e;
-	int seq, rc = next_entry(ctx, name, "signal", &e, &seq);
+	const journal_entry *e;
+	int seq, rc = next_entry(ctx, name, KIND_SIGNAL, &e, &seq);
 	if (rc)
 		return rc;
-	const char *st = e ? jstr(e, "status") : NULL;
-	if (st && strcmp(st, "completed") == 0) {
-		if (jstr(e, "error"))
-			return CAIRN_ETIMEOUT;
-		cJSON *v = keep_copy(ctx, cJSON_GetObjectItemCaseSensitive(e, "output"));
+	if (e && e->status == STEP_TIMED_OUT)
+		return CAIRN_ETIMEOUT;
+	if (e && e->status == STEP_COMPLETED) {
+		cJSON *v = keep_copy(ctx, e->output);
 		if (payload)
 			*payload = v;
 		return CAIRN_OK;
@@ -448,84 +416,72 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	if ((rc = interrupt(ctx)))
 		return rc;
 	int64_t now = ctx_now(ctx);
-	int64_t deadline = e ? jnum(e, "wake_at") : timeout_ms >= 0 ? now + timeout_ms : 0;
+	int64_t deadline = e ? e->wake_ms : timeout_ms >= 0 ? now + timeout_ms : 0;
 	jrow row = {.seq = seq,
 	            .name = (char *)name,
-	            .kind = "signal",
+	            .kind = KIND_SIGNAL,
 	            .attempts = 1,
-	            .started_ms = e ? jnum(e, "started_at") : worker_unix_ms(),
+	            .started_ms = e ? e->started_ms : clock_unix_ms(),
 	            .wake_ms = deadline};
-	/* The oldest buffered signal of this name, if one came. */
-	cJSON *sig = NULL, *it;
-	int idx = 0, i = 0;
-	cJSON_ArrayForEach(it, ctx->signals)
-	{
-		const char *sn = jstr(it, "name");
-		if (sn && strcmp(sn, name) == 0 && (!sig || jnum(it, "id") < jnum(sig, "id"))) {
-			sig = it;
-			idx = i;
-		}
-		i++;
-	}
+	signal_entry *sig = signals_take(&ctx->sigs, name);
 	if (sig) {
-		row.status = "completed";
-		row.finished_ms = worker_unix_ms();
-		const cJSON *pl = cJSON_GetObjectItemCaseSensitive(sig, "payload");
-		row.output = print_json(pl);
-		rc = add_row(ctx, &row) || add_signal(ctx, jnum(sig, "id"), seq);
+		row.status = STEP_COMPLETED;
+		row.finished_ms = clock_unix_ms();
+		row.output = print_json(sig->payload);
+		rc = row.output ? add_row(ctx, &row) : no_memory(ctx);
 		free(row.output);
-		cJSON *v = keep_copy(ctx, pl);
-		cJSON_DeleteItemFromArray(ctx->signals, idx);
+		if (!rc && commit_add_signal(pending(ctx), sig->id, seq) < 0)
+			rc = no_memory(ctx);
+		cJSON *v = keep_copy(ctx, sig->payload);
 		if (payload)
 			*payload = v;
-		return rc ? cairn_fail(ctx, "out of memory") : CAIRN_OK;
+		return rc;
 	}
 	if (deadline && deadline <= now) {
-		row.status = "completed";
-		row.finished_ms = worker_unix_ms();
-		row.error = "timed out";
-		return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : CAIRN_ETIMEOUT;
+		row.status = STEP_TIMED_OUT;
+		row.finished_ms = clock_unix_ms();
+		return (rc = add_row(ctx, &row)) ? rc : CAIRN_ETIMEOUT;
 	}
 	if (e)
-		return suspend(ctx, "waiting", 0);
-	row.status = "waiting";
-	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory")
-	                          : suspend(ctx, "waiting", deadline);
+		return suspend(ctx, RUN_WAITING, 0);
+	row.status = STEP_WAITING;
+	return (rc = add_row(ctx, &row)) ? rc : suspend(ctx, RUN_WAITING, deadline);
 }
 
 /* cairn_now and cairn_random: a value made once and journaled as text. */
-static int journaled_value(cairn_ctx *ctx, const char *kind, uint64_t fresh, uint64_t *out)
+static int journaled_value(cairn_ctx *ctx, step_kind kind, uint64_t fresh, uint64_t *out)
 {
-	cJSON *e;
-	int seq, rc = next_entry(ctx, kind, kind, &e, &seq);
+	const char *name = step_kind_name(kind);
+	const journal_entry *e;
+	int seq, rc = next_entry(ctx, name, kind, &e, &seq);
 	if (rc)
 		return rc;
 	if (e) {
-		const char *v = jstr(e, "output");
-		*out = v ? strtoull(v, NULL, 10) : 0;
+		const cJSON *v = e->output;
+		*out = cJSON_IsString(v) ? strtoull(v->valuestring, NULL, 10) : 0;
 		return CAIRN_OK;
 	}
 	if ((rc = interrupt(ctx)))
 		return rc;
 	char text[32];
 	snprintf(text, sizeof text, "\"%" PRIu64 "\"", fresh);
-	int64_t now = worker_unix_ms();
+	int64_t now = clock_unix_ms();
 	jrow row = {.seq = seq,
-	            .name = (char *)kind,
+	            .name = (char *)name,
 	            .kind = kind,
-	            .status = "completed",
+	            .status = STEP_COMPLETED,
 	            .output = text,
 	            .attempts = 1,
 	            .started_ms = now,
 	            .finished_ms = now};
 	*out = fresh;
-	return add_row(ctx, &row) ? cairn_fail(ctx, "out of memory") : CAIRN_OK;
+	return add_row(ctx, &row);
 }
 
 int cairn_now(cairn_ctx *ctx, int64_t *unix_ms)
 {
 	uint64_t v = 0;
-	int rc = journaled_value(ctx, "now", (uint64_t)ctx_now(ctx), &v);
+	int rc = journaled_value(ctx, KIND_NOW, (uint64_t)ctx_now(ctx), &v);
 	*unix_ms = (int64_t)v;
 	return rc;
 }
@@ -534,237 +490,157 @@ int cairn_random(cairn_ctx *ctx, uint64_t *value)
 {
 	uint64_t fresh;
 	randombytes_buf(&fresh, sizeof fresh);
-	return journaled_value(ctx, "random", fresh, value);
+	return journaled_value(ctx, KIND_RANDOM, fresh, value);
 }
 
 /* --------------------------------------------------------------- the run */
 
+/* Loads the journal and the signals; a run whose data cannot be loaded fails
+ * alone with a message saying why. */
 static int load(cairn_ctx *ctx)
 {
 	job *j = ctx->job;
+	buf why = BUF_INIT;
 	ctx->keep = cJSON_CreateArray();
-	ctx->journal = j->journal ? cJSON_Parse(j->journal) : cJSON_CreateArray();
-	ctx->signals = j->signals ? cJSON_Parse(j->signals) : cJSON_CreateArray();
-	if (!ctx->keep || !cJSON_IsArray(ctx->journal) || !cJSON_IsArray(ctx->signals))
-		return -1;
-	int max = -1;
-	cJSON *e;
-	cJSON_ArrayForEach(e, ctx->journal)
-	{
-		int s = (int)jnum(e, "seq");
-		if (s > max)
-			max = s;
+	int rc = ctx->keep ? 0 : -CAIRN_ENOMEM;
+	if (!rc)
+		rc = journal_parse(j->journal, &ctx->jr, &why);
+	if (!rc)
+		rc = signals_parse(j->signals, &ctx->sigs, &why);
+	if (rc) {
+		buf_reset(&ctx->err);
+		buf_printf(&ctx->err, "cannot load the run: %s",
+		           rc == -CAIRN_ENOMEM ? "out of memory" : buf_str(&why));
 	}
-	ctx->njournal = max + 1;
-	ctx->by_seq = calloc((size_t)ctx->njournal + 1, sizeof *ctx->by_seq);
-	if (!ctx->by_seq)
-		return -1;
-	cJSON_ArrayForEach(e, ctx->journal)
-	{
-		int s = (int)jnum(e, "seq");
-		if (s >= 0)
-			ctx->by_seq[s] = e;
-	}
-	return 0;
+	buf_free(&why);
+	return rc;
 }
 
-static void finish(commit *c, const char *status, const char *error)
+static void finish(commit *c, run_status status, const char *error)
 {
-	c->run_update = 1;
-	c->run_status = status;
-	c->finished = 1;
-	c->delete_all = 1;
+	c->outcome = COMMIT_FINISH;
+	c->status = status;
 	c->error = error ? strdup(error) : NULL;
 }
 
-/* Drops the not-completed rows of this execution (a run retry starts them over). */
-static void drop_unfinished_rows(commit *c)
-{
-	int k = 0;
-	for (int i = 0; i < c->nrows; i++) {
-		if (strcmp(c->rows[i].status, "completed") == 0) {
-			c->rows[k++] = c->rows[i];
-			continue;
-		}
-		free(c->rows[i].name);
-		free(c->rows[i].output);
-		free(c->rows[i].error);
-	}
-	c->nrows = k;
-}
-
 /* A message for a workflow nobody here registered: wait for one, then fail. */
-static commit *unknown_workflow(cairn_worker *w, job *j, commit *c)
+static commit *unknown_workflow(const exec_env *env, job *j, commit *c)
 {
 	int64_t age = j->db_now_ms - j->created_ms;
-	if (age >= w->cfg.unknown_workflow_timeout_ms) {
-		buf msg = BUF_INIT;
-		buf_printf(
-		    &msg,
-		    "workflow \"%s\" is not registered on any worker that owned this run's shard "
-		    "within CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
-		    j->workflow, w->cfg.unknown_workflow_timeout_ms);
-		finish(c, "failed", buf_str(&msg));
-		buf_free(&msg);
-		atomic_fetch_add(&w->m.runs_failed, 1);
-		log_kv(&w->log, LOG_WARN, "failed a run of an unknown workflow", "workflow",
-		       j->workflow, NULL);
-		return c;
-	}
-	int64_t left = w->cfg.unknown_workflow_timeout_ms - age;
-	c->defer_at_ms = j->db_now_ms + (left < 5000 ? left : 5000);
-	c->run_update = 1;
-	c->run_status = "pending";
 	buf msg = BUF_INIT;
-	buf_printf(&msg, "waiting for a worker that has workflow \"%s\" registered", j->workflow);
-	c->error = buf_detach(&msg);
+	if (age >= env->unknown_workflow_timeout_ms) {
+		buf_printf(&msg,
+		           "workflow \"%s\" is not registered on any worker that owned this run's "
+		           "shard within CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
+		           j->workflow, env->unknown_workflow_timeout_ms);
+		finish(c, RUN_FAILED, buf_str(&msg));
+		atomic_fetch_add(&env->m->runs_failed, 1);
+		log_kv(env->log, LOG_WARN, "failed a run of an unknown workflow", "workflow",
+		       j->workflow, NULL);
+	} else {
+		int64_t left = env->unknown_workflow_timeout_ms - age;
+		buf_printf(&msg, "waiting for a worker that has workflow \"%s\" registered",
+		           j->workflow);
+		c->outcome = COMMIT_DEFER;
+		c->at_ms = j->db_now_ms + (left < 5000 ? left : 5000);
+		c->error = buf_detach(&msg);
+	}
+	buf_free(&msg);
 	return c;
 }
 
-/* The final commit of an execution: the committer ends the job with it. */
-static commit *final_commit(commit *c, job *j)
+/* The final commit of an execution that returned rc. */
+static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 {
-	if (!c)
-		c = calloc(1, sizeof *c);
-	if (c) {
-		c->job = j;
-		c->async = 1;
-		c->attempt = j->attempt;
-	}
-	return c;
-}
-
-commit *exec_job(cairn_worker *w, job *j)
-{
-	commit *c;
-	if (strcmp(j->status, "completed") == 0 || strcmp(j->status, "failed") == 0 ||
-	    strcmp(j->status, "cancelled") == 0) {
-		if ((c = final_commit(NULL, j)))
-			c->delete_claimed = 1; /* a late message for a finished run */
-		return c;
-	}
-	const workflow_def *def = worker_flow(w, j->workflow);
-	if (!def)
-		return (c = final_commit(NULL, j)) ? unknown_workflow(w, j, c) : NULL;
-	cairn_ctx ctx = {.w = w, .job = j, .def = def};
-	cJSON *input = j->input ? cJSON_Parse(j->input) : NULL, *output = NULL;
-	int rc;
-	if (load(&ctx) < 0)
-		rc = cairn_fail(&ctx, "cannot load the run's journal (out of memory or corrupt)");
-	else if (j->cancel_requested && ctx.njournal == 0)
-		rc = CAIRN_CANCELLED;
-	else
-		rc = def->fn(&ctx, input, &output);
-	atomic_fetch_add(&w->m.runs_started, 1);
-	/* The rows this execution has not flushed open its final commit. */
-	c = final_commit(ctx.pending, j);
-	if (!c) {
-		/* Out of memory: nothing is written; the messages bring it back. */
-	} else if (ctx.suspend_status) {
+	const exec_env *env = ctx->env;
+	job *j = ctx->job;
+	if (ctx->suspended) {
 		if (rc != CAIRN_SUSPENDED)
-			log_kv(&w->log, LOG_WARN,
+			log_kv(env->log, LOG_WARN,
 			       "workflow did not return CAIRN_SUSPENDED after a durable call "
 			       "suspended it",
 			       "workflow", j->workflow, NULL);
-		c->run_update = 1;
-		c->run_status = ctx.suspend_status;
-		c->delete_claimed = 1;
-		if (ctx.wake_ms) {
-			c->new_kind = "wake";
-			c->new_at_ms = ctx.wake_ms;
-		}
-	} else if (rc == CAIRN_ESTOP || ctx.fatal == CAIRN_ESTOP) {
-		/* Handing over: keep what is journaled, leave the messages. */
-		if (!c->nrows && !c->nsig) {
-			commit_free(c);
-			c = NULL;
-		}
+		c->outcome = COMMIT_SUSPEND;
+		c->status = ctx->wait_as;
+		c->at_ms = ctx->wake_ms;
+	} else if (rc == CAIRN_ESTOP || ctx->fatal == CAIRN_ESTOP) {
+		c->outcome = COMMIT_JOURNAL; /* hand over: keep what is journaled */
 	} else if (rc == CAIRN_OK) {
 		char *text = print_json(output);
-		if (text && strlen(text) <= w->cfg.max_payload_bytes) {
-			finish(c, "completed", NULL);
+		size_t len = text ? strlen(text) : 0;
+		if (text && len <= env->max_payload_bytes) {
+			finish(c, RUN_COMPLETED, NULL);
 			c->output = text;
-			atomic_fetch_add(&w->m.runs_completed, 1);
-		} else {
-			buf msg = BUF_INIT;
-			buf_printf(
-			    &msg,
-			    "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
-			    text ? strlen(text) : 0, w->cfg.max_payload_bytes);
-			finish(c, "failed", buf_str(&msg));
-			buf_free(&msg);
-			free(text);
-			atomic_fetch_add(&w->m.runs_failed, 1);
+			atomic_fetch_add(&env->m->runs_completed, 1);
+			return;
 		}
+		free(text);
+		buf msg = BUF_INIT;
+		buf_printf(&msg, "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
+		           len, env->max_payload_bytes);
+		finish(c, RUN_FAILED, text ? buf_str(&msg) : "out of memory printing the output");
+		buf_free(&msg);
+		atomic_fetch_add(&env->m->runs_failed, 1);
 	} else if (rc == CAIRN_CANCELLED) {
-		finish(c, "cancelled", "cancelled");
+		finish(c, RUN_CANCELLED, "cancelled");
 	} else {
-		const char *why = ctx.err.len ? buf_str(&ctx.err) : cairn_strstatus(rc);
-		cairn_retry_policy pol = backoff_policy(&def->opts.retry);
+		const char *why = ctx->err.len ? buf_str(&ctx->err) : cairn_strstatus(rc);
+		cairn_retry_policy pol = backoff_policy(&ctx->def->opts.retry);
 		if (rc == CAIRN_ERETRY && j->attempt < j->max_attempts) {
-			drop_unfinished_rows(c);
-			c->run_update = 1;
-			c->run_status = "pending";
+			commit_drop_unfinished(c);
+			c->outcome = COMMIT_RETRY;
 			c->attempt = j->attempt + 1;
 			c->error = strdup(why);
-			c->reset_steps = 1;
-			c->delete_claimed = 1;
-			c->new_kind = "start";
-			c->new_at_ms =
-			    ctx_now(&ctx) +
-			    backoff_ms(&pol, j->attempt, randombytes_uniform(1000000) / 1e6);
-		} else {
-			/* The attempt count is on the run; name it when it ran out. */
-			buf msg = BUF_INIT;
-			buf_puts(&msg, why);
-			if (rc == CAIRN_ERETRY)
-				buf_printf(&msg, " (run attempt %d of %d)", j->attempt,
-				           j->max_attempts);
-			finish(c, "failed", buf_str(&msg));
-			buf_free(&msg);
-			atomic_fetch_add(&w->m.runs_failed, 1);
+			c->at_ms = ctx_now(ctx) +
+			           backoff_ms(&pol, j->attempt, randombytes_uniform(1000000) / 1e6);
+			return;
+		}
+		/* The attempt count is on the run; name it when it ran out. */
+		buf msg = BUF_INIT;
+		buf_puts(&msg, why);
+		if (rc == CAIRN_ERETRY)
+			buf_printf(&msg, " (run attempt %d of %d)", j->attempt, j->max_attempts);
+		finish(c, RUN_FAILED, buf_str(&msg));
+		buf_free(&msg);
+		atomic_fetch_add(&env->m->runs_failed, 1);
+	}
+}
+
+commit *exec_job(const exec_env *env, job *j)
+{
+	commit *c;
+	if (run_status_finished(j->status)) {
+		if ((c = new_commit(j)))
+			c->outcome = COMMIT_DISCARD; /* a late message for a finished run */
+		return c;
+	}
+	const workflow_def *def = registry_workflow(env->reg, j->workflow);
+	if (!def)
+		return (c = new_commit(j)) ? unknown_workflow(env, j, c) : NULL;
+	cairn_ctx ctx = {.env = env, .job = j, .def = def};
+	cJSON *input = j->input ? cJSON_Parse(j->input) : NULL, *output = NULL;
+	int rc;
+	if (load(&ctx) < 0)
+		rc = ctx.fatal = CAIRN_EFAIL;
+	else if (j->cancel_requested && ctx.jr.n == 0)
+		rc = CAIRN_CANCELLED;
+	else
+		rc = def->fn(&ctx, input, &output);
+	atomic_fetch_add(&env->m->runs_started, 1);
+	/* The rows this execution has not flushed open its final commit. */
+	c = ctx.pending ? ctx.pending : new_commit(j);
+	if (c) {
+		conclude(&ctx, c, rc, output);
+		if (c->outcome == COMMIT_JOURNAL && !c->nrows && !c->nsig) {
+			commit_free(c); /* handing over with nothing new: leave the messages */
+			c = NULL;
 		}
 	}
 	cJSON_Delete(output);
 	cJSON_Delete(input);
 	cJSON_Delete(ctx.keep);
-	cJSON_Delete(ctx.journal);
-	cJSON_Delete(ctx.signals);
-	free(ctx.by_seq);
+	journal_free(&ctx.jr);
+	signals_free(&ctx.sigs);
 	buf_free(&ctx.err);
 	return c;
-}
-
-int cairn_workflow_register(cairn_worker *w, const char *name, cairn_workflow_fn fn,
-                            const cairn_workflow_opts *opts)
-{
-	char err[PARSE_ERR_MAX];
-	buf_reset(&w->err);
-	if (!fn || parse_check_name("workflow name", name, err) < 0) {
-		buf_puts(&w->err, fn ? err : "workflow function is NULL");
-		return CAIRN_EINVAL;
-	}
-	if (worker_flow(w, name)) {
-		buf_printf(&w->err, "workflow %s is registered twice", name);
-		return CAIRN_EINVAL;
-	}
-	workflow_def *g = realloc(w->flows, (size_t)(w->nflows + 1) * sizeof *g);
-	if (!g)
-		return CAIRN_ENOMEM;
-	w->flows = g;
-	workflow_def *d = &w->flows[w->nflows++];
-	memset(d, 0, sizeof *d);
-	snprintf(d->name, sizeof d->name, "%s", name);
-	d->fn = fn;
-	if (opts)
-		d->opts = *opts;
-	return CAIRN_OK;
-}
-
-const workflow_def *worker_flow(const cairn_worker *w, const char *name)
-{
-	for (int i = 0; i < w->nflows; i++)
-		if (strcmp(w->flows[i].name, name) == 0)
-			return &w->flows[i];
-	return NULL;
 }

@@ -1,73 +1,88 @@
 /*
- * lease.c - membership and shard ownership through Postgres alone (DESIGN
- * section 4). Runs on the supervisor thread's lease connection; a runner is
+ * lease.c - membership and shard ownership through Postgres alone (see
+ * lease.h). Runs on the supervisor thread's lease connection; a runner is
  * live while its lease backend is in pg_stat_activity, its heartbeat is
- * younger than the TTL and it is healthy. Every runner computes the same
- * desired map; a shard still locked by its old owner is retried next round.
- * Session advisory locks stack, so a shard is locked only when not owned, and
- * a release is verified against pg_locks.
+ * younger than the TTL and it is healthy (cairn.runner_live, shared with
+ * `cairn runners`). Every runner computes the same desired map; a shard
+ * still locked by its old owner is retried next round. Session advisory
+ * locks stack, so a shard is locked only when not held, and a release is
+ * verified against pg_locks.
  */
 #include "lease.h"
 
-#include <inttypes.h>
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "assign.h"
+#include "cairn.h"
+#include "clock.h"
 #include "db.h"
-#include "hash.h"
 #include "pgarr.h"
-#include "worker.h"
 
-int lease_init(lease *l, cairn_worker *w, int shards)
+#define HISTORY 16 /* rebalance rounds kept for /status */
+
+/* One rebalance round that changed something. */
+typedef struct round {
+	int64_t unix_ms;
+	int group;
+	int acquired, released, live_runners;
+	char acquired_shards[128], released_shards[128]; /* "0-12,15", cut with "..." */
+	const char *why;                                  /* static text */
+} round;
+
+struct lease {
+	lease_env env;
+	PGconn *conn;
+	_Atomic int64_t runner_id;
+	_Atomic int rebalanced;
+	pthread_mutex_t mu; /* guards the history */
+	round history[HISTORY];
+	int nhistory;
+};
+
+int lease_new(const lease_env *env, lease **out)
 {
-	memset(l, 0, sizeof *l);
-	l->w = w;
-	l->shards = shards;
-	pthread_mutex_lock(&w->mu);
-	int rc = 0;
-	for (int i = w->nown; i < w->cfg.ngroups; i++) {
-		own_group *g = &w->own[i];
-		g->name = w->cfg.groups[i];
-		g->lock_key = hash_group_lock_key(g->name);
-		g->epoch = calloc((size_t)shards, sizeof *g->epoch);
-		g->busy = calloc((size_t)shards, sizeof *g->busy);
-		if (!g->epoch || !g->busy) {
-			rc = -1;
-			break;
-		}
-		w->nown = i + 1;
-	}
-	pthread_mutex_unlock(&w->mu);
-	return rc;
+	lease *l = calloc(1, sizeof *l);
+	*out = l;
+	if (!l)
+		return -CAIRN_ENOMEM;
+	l->env = *env;
+	pthread_mutex_init(&l->mu, NULL);
+	return 0;
 }
 
 void lease_free(lease *l)
 {
-	memset(l, 0, sizeof *l);
+	if (!l)
+		return;
+	pthread_mutex_destroy(&l->mu);
+	free(l);
 }
 
-static void publish(lease *l)
+int64_t lease_runner_id(const lease *l)
 {
-	int owned = 0;
-	for (int i = 0; i < l->w->nown; i++)
-		owned += l->w->own[i].owned;
-	atomic_store(&l->w->m.shards_owned, owned);
+	return atomic_load(&((lease *)l)->runner_id);
+}
+
+int lease_rebalanced(const lease *l)
+{
+	return atomic_load(&((lease *)l)->rebalanced);
+}
+
+void lease_use(lease *l, PGconn *conn)
+{
+	l->conn = conn;
 }
 
 void lease_forget(lease *l)
 {
-	cairn_worker *w = l->w;
-	for (int i = 0; i < w->nown; i++) {
-		own_group *g = &w->own[i];
-		for (int s = 0; s < l->shards; s++)
-			atomic_store(&g->epoch[s], 0);
-		g->owned = 0;
-	}
-	l->rebalanced = 0;
-	l->runner_id = 0;
-	publish(l);
+	shardmap_forget(l->env.map);
+	atomic_store(&l->rebalanced, 0);
+	atomic_store(&l->runner_id, 0);
 }
 
 static const char SQL_REGISTER[] =
@@ -78,64 +93,62 @@ static const char SQL_HEARTBEAT[] =
     "UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
     "WHERE id = $1 RETURNING healthy";
 
+static int do_register(lease *l, buf *err)
+{
+	const lease_env *e = &l->env;
+	pgarr groups = PGARR_INIT;
+	for (int i = 0; i < shardmap_ngroups(e->map); i++)
+		pgarr_add(&groups, shardmap_group_name(e->map, i));
+	char weight[24];
+	const char *p[] = {e->runner_name, e->cfg->advertise_addr, CAIRN_VERSION, pgarr_str(&groups),
+	                   db_i64(weight, e->cfg->weight)};
+	PGresult *r = db_exec(l->conn, err, SQL_REGISTER, 5, p);
+	pgarr_free(&groups);
+	if (!r)
+		return -CAIRN_EDB;
+	int64_t id = db_get_i64(r, 0, 0);
+	PQclear(r);
+	atomic_store(&l->runner_id, id);
+	char text[24];
+	log_kv(e->log, LOG_INFO, "registered", "runner_id", db_i64(text, id), NULL);
+	return 0;
+}
+
 int lease_heartbeat(lease *l)
 {
-	cairn_worker *w = l->w;
 	buf err = BUF_INIT;
 	int rc = 0;
-	if (l->runner_id) {
-		char id[24];
-		const char *p[] = {db_i64(id, l->runner_id)};
+	int64_t id = lease_runner_id(l);
+	if (id) {
+		char text[24];
+		const char *p[] = {db_i64(text, id)};
 		PGresult *r = db_exec(l->conn, &err, SQL_HEARTBEAT, 1, p);
-		if (!r) {
-			rc = -1;
-			goto done;
-		}
-		int found = PQntuples(r) == 1;
+		int found = r && PQntuples(r) == 1;
+		rc = r ? 0 : -CAIRN_EDB;
 		PQclear(r);
-		if (found)
-			goto done;
-		/* Removed as dead by a health checker: stop the shards' work, give
-		 * every lock back (their leases rows no longer name us) and
-		 * register anew. */
-		log_kv(&w->log, LOG_WARN, "runner row was removed; registering again", NULL);
-		lease_forget(l);
-		singletons_sync(w);
-		db_cmd(l->conn, NULL, "SELECT pg_advisory_unlock_all()", 0, NULL);
+		if (!rc && !found) {
+			/* Removed as dead by a health checker: stop the shards' work,
+			 * give every lock back (their lease rows no longer name us)
+			 * and register anew. */
+			log_kv(l->env.log, LOG_WARN, "runner row was removed; registering again",
+			       NULL);
+			lease_forget(l);
+			l->env.forget_hook(l->env.hook_arg);
+			db_cmd(l->conn, NULL, "SELECT pg_advisory_unlock_all()", 0, NULL);
+			id = 0;
+		}
 	}
-	pgarr groups = PGARR_INIT;
-	for (int i = 0; i < w->nown; i++)
-		pgarr_add(&groups, w->own[i].name);
-	char weight[24];
-	const char *p[] = {w->name, w->cfg.advertise_addr, CAIRN_VERSION, pgarr_str(&groups),
-	                   db_i64(weight, w->cfg.weight)};
-	PGresult *r = db_exec(l->conn, &err, SQL_REGISTER, 5, p);
-	pgarr_free(&groups);
-	if (!r) {
-		rc = -1;
-		goto done;
-	}
-	l->runner_id = db_get_i64(r, 0, 0);
-	PQclear(r);
-	pthread_mutex_lock(&w->mu);
-	w->runner_id = l->runner_id;
-	pthread_mutex_unlock(&w->mu);
-	char id[24];
-	log_kv(&w->log, LOG_INFO, "registered", "runner_id", db_i64(id, l->runner_id), NULL);
-done:
+	if (!rc && !id)
+		rc = do_register(l, &err);
 	if (rc)
-		log_kv(&w->log, LOG_WARN, "heartbeat failed", "error", buf_str(&err), NULL);
+		log_kv(l->env.log, LOG_WARN, "heartbeat failed", "error", buf_str(&err), NULL);
 	buf_free(&err);
 	return rc;
 }
 
 static const char SQL_LIVE[] =
     "SELECT r.id, r.weight FROM cairn.runners r "
-    "WHERE $1 = ANY (r.groups) AND r.healthy "
-    "  AND r.heartbeat_at > now() - $2 * interval '1 millisecond' "
-    "  AND EXISTS (SELECT 1 FROM pg_stat_activity a "
-    "              WHERE a.pid = r.lease_pid AND a.datname = current_database()) "
-    "ORDER BY r.id";
+    "WHERE $1 = ANY (r.groups) AND r.healthy AND cairn.runner_live(r, $2) ORDER BY r.id";
 
 static const char SQL_ACQUIRE[] =
     "WITH got AS (SELECT s FROM unnest($3::int[]) s WHERE pg_try_advisory_lock($2::int, s)) "
@@ -144,6 +157,8 @@ static const char SQL_ACQUIRE[] =
     "ON CONFLICT (shard_group, shard) DO UPDATE "
     "  SET owner = excluded.owner, epoch = cairn.shard_leases.epoch + 1, acquired_at = now() "
     "RETURNING shard, epoch";
+
+static const char SQL_UNLOCK[] = "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s";
 
 static const char SQL_RELEASE[] =
     "WITH un AS (SELECT s, pg_advisory_unlock($2::int, s) AS ok FROM unnest($3::int[]) s), "
@@ -157,48 +172,81 @@ static const char SQL_STILL_LOCKED[] =
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
     "AND classid = ($1::int)::oid AND objsubid = 2 AND objid::bigint = ANY ($2::bigint[])";
 
+/* The shards as an int array literal. */
+static void shard_array(pgarr *a, const int *shards, int n)
+{
+	for (int i = 0; i < n; i++)
+		pgarr_add_i64(a, shards[i]);
+}
+
 /*
- * Releases the given shards of group gi: stop dispatching them, let their
- * in-flight runs reach a durable point (bounded by a deadline), stop their
- * singletons and wait for them, then unlock and verify against pg_locks.
+ * Releases the given shards of a group: hide them from the dispatcher, let
+ * the release hook stop their work (bounded by a deadline), then unlock and
+ * verify against pg_locks.
  */
 static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 {
 	if (n == 0)
 		return 0;
-	cairn_worker *w = l->w;
-	own_group *g = &w->own[gi];
+	const lease_env *e = &l->env;
+	const char *gname = shardmap_group_name(e->map, gi);
 	for (int i = 0; i < n; i++)
-		atomic_store(&g->epoch[shards[i]], -atomic_load(&g->epoch[shards[i]]));
-	int64_t limit = w->cfg.shutdown_timeout_ms < 10000 ? w->cfg.shutdown_timeout_ms : 10000;
-	if (dispatch_drain_shards(w, gi, shards, n, worker_now_ms() + limit) < 0)
-		log_kv(&w->log, LOG_WARN,
-		       "released shards with runs still in flight (their writes are fenced)",
-		       "group", g->name, NULL);
-	singletons_stop_shards(w, gi, shards, n);
+		shardmap_releasing(e->map, gi, shards[i]);
+	int64_t limit = e->cfg->shutdown_timeout_ms < 10000 ? e->cfg->shutdown_timeout_ms : 10000;
+	e->release_hook(e->hook_arg, gi, shards, n, clock_mono_ms() + limit);
 	pgarr arr = PGARR_INIT;
-	for (int i = 0; i < n; i++)
-		pgarr_add_i64(&arr, shards[i]);
+	shard_array(&arr, shards, n);
 	char key[24], me[24];
-	const char *p[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr),
-	                   db_i64(me, l->runner_id)};
-	PGresult *r = db_exec(l->conn, err, SQL_RELEASE, 4, p);
-	int rc = r ? 0 : -1;
-	PQclear(r);
+	db_i64(key, shardmap_lock_key(e->map, gi));
+	const char *p[] = {gname, key, pgarr_str(&arr), db_i64(me, lease_runner_id(l))};
+	int rc = db_cmd(l->conn, err, SQL_RELEASE, 4, p) < 0 ? -CAIRN_EDB : 0;
 	if (!rc) {
 		/* Session locks stack: make sure none is left behind. */
-		const char *q[] = {db_i64(key, g->lock_key), pgarr_str(&arr)};
-		r = db_exec(l->conn, err, SQL_STILL_LOCKED, 2, q);
+		const char *q[] = {key, pgarr_str(&arr)};
+		PGresult *r = db_exec(l->conn, err, SQL_STILL_LOCKED, 2, q);
 		if (r && db_get_i64(r, 0, 0) != 0)
-			log_kv(&l->w->log, LOG_ERROR, "advisory locks still held after release",
-			       "group", g->name, NULL);
+			log_kv(e->log, LOG_ERROR, "advisory locks still held after release", "group",
+			       gname, NULL);
 		PQclear(r);
 	}
 	pgarr_free(&arr);
 	for (int i = 0; i < n; i++)
-		if (atomic_exchange(&g->epoch[shards[i]], 0))
-			g->owned--;
+		shardmap_released(e->map, gi, shards[i]);
 	return rc;
+}
+
+/* Tries to lock and take the shards; the ones it got are written to got
+ * (ascending). 0 with *ngot set, or -CAIRN_EDB. */
+static int acquire_shards(lease *l, int gi, const int *want, int n, int *got, int *ngot, buf *err)
+{
+	const lease_env *e = &l->env;
+	*ngot = 0;
+	pgarr arr = PGARR_INIT;
+	shard_array(&arr, want, n);
+	char key[24], me[24];
+	db_i64(key, shardmap_lock_key(e->map, gi));
+	const char *q[] = {shardmap_group_name(e->map, gi), key, pgarr_str(&arr),
+	                   db_i64(me, lease_runner_id(l))};
+	PGresult *r = db_exec(l->conn, err, SQL_ACQUIRE, 4, q);
+	if (!r) {
+		/* The statement rolled back, but session locks it took survive:
+		 * give them back so none is held without an epoch. */
+		const char *u[] = {key, pgarr_str(&arr)};
+		db_cmd(l->conn, NULL, SQL_UNLOCK, 2, u);
+		pgarr_free(&arr);
+		return -CAIRN_EDB;
+	}
+	int shards = shardmap_shards(e->map);
+	for (int i = 0; i < PQntuples(r); i++) {
+		int s = db_get_int(r, i, 0);
+		if (s >= 0 && s < shards && !shardmap_held(e->map, gi, s)) {
+			shardmap_acquired(e->map, gi, s, db_get_i64(r, i, 1));
+			got[(*ngot)++] = s; /* ascending: the statement orders by shard */
+		}
+	}
+	PQclear(r);
+	pgarr_free(&arr);
+	return 0;
 }
 
 /* Writes ascending shard numbers as ranges ("0-12,15,17-20"), cut with "...". */
@@ -224,87 +272,75 @@ static void shard_ranges(char *out, size_t size, const int *sorted, int n)
 	}
 }
 
-static int rebalance_group(lease *l, int gi, int *changed, buf *err)
+static void history_add(lease *l, const round *rec)
 {
-	own_group *g = &l->w->own[gi];
-	cairn_worker *w = l->w;
+	pthread_mutex_lock(&l->mu);
+	round *r = &l->history[l->nhistory++ % HISTORY];
+	*r = *rec;
+	r->unix_ms = clock_unix_ms();
+	pthread_mutex_unlock(&l->mu);
+}
+
+/* The live runners of a group, and this runner's index among them (-1). */
+static int live_runners(lease *l, int gi, assign_runner **out, int *n, int *me, buf *err)
+{
 	char ttl[24];
-	const char *p[] = {g->name, db_i64(ttl, w->cfg.runner_ttl_ms)};
+	const char *p[] = {shardmap_group_name(l->env.map, gi), db_i64(ttl, l->env.cfg->runner_ttl_ms)};
 	PGresult *r = db_exec(l->conn, err, SQL_LIVE, 2, p);
 	if (!r)
-		return -1;
-	int n = PQntuples(r);
-	assign_runner *rs = calloc((size_t)n + 1, sizeof *rs);
-	int *want = malloc((size_t)l->shards * sizeof *want),
-	    *lst = malloc((size_t)l->shards * sizeof *lst);
-	int me = -1;
-	for (int i = 0; i < n; i++) {
-		rs[i].id = db_get_i64(r, i, 0);
-		rs[i].weight = db_get_int(r, i, 1);
-		if (rs[i].id == l->runner_id)
-			me = i;
+		return -CAIRN_EDB;
+	*n = PQntuples(r);
+	*me = -1;
+	*out = calloc((size_t)*n + 1, sizeof **out);
+	for (int i = 0; *out && i < *n; i++) {
+		(*out)[i].id = db_get_i64(r, i, 0);
+		(*out)[i].weight = db_get_int(r, i, 1);
+		if ((*out)[i].id == lease_runner_id(l))
+			*me = i;
 	}
 	PQclear(r);
-	assign_shards(rs, n, (uint64_t)(uint32_t)g->lock_key, l->shards, want);
-	int rc = 0;
-	/* Release what is no longer ours. */
+	return *out ? 0 : -CAIRN_ENOMEM;
+}
+
+static int rebalance_group(lease *l, int gi, int *changed, buf *err)
+{
+	shardmap *map = l->env.map;
+	int shards = shardmap_shards(map), nlive = 0, me = -1;
+	assign_runner *rs = NULL;
+	int rc = live_runners(l, gi, &rs, &nlive, &me, err);
+	int *want = malloc((size_t)shards * sizeof *want), *lst = malloc((size_t)shards * sizeof *lst);
+	if (!rc && (!want || !lst))
+		rc = -CAIRN_ENOMEM;
+	round rec = {.group = gi, .live_runners = nlive};
 	int k = 0;
-	for (int s = 0; s < l->shards; s++)
-		if (atomic_load(&g->epoch[s]) && want[s] != me)
-			lst[k++] = s;
-	rebalance_rec rec = {.live_runners = n};
-	if (k) {
-		shard_ranges(rec.released_shards, sizeof rec.released_shards, lst, k);
-		rc = release_shards(l, gi, lst, k, err);
-		*changed += k;
-		rec.released = k;
+	if (!rc) {
+		assign_shards(rs, nlive, (uint64_t)(uint32_t)shardmap_lock_key(map, gi), shards, want);
+		/* Release what is no longer ours. */
+		for (int s = 0; s < shards; s++)
+			if (shardmap_held(map, gi, s) && want[s] != me)
+				lst[k++] = s;
+		if (k) {
+			shard_ranges(rec.released_shards, sizeof rec.released_shards, lst, k);
+			rc = release_shards(l, gi, lst, k, err);
+			*changed += k;
+			rec.released = k;
+		}
 	}
 	/* Try to acquire what is ours and not yet held. */
 	k = 0;
-	for (int s = 0; s < l->shards && me >= 0 && !rc; s++)
-		if (!atomic_load(&g->epoch[s]) && want[s] == me)
+	for (int s = 0; !rc && me >= 0 && s < shards; s++)
+		if (!shardmap_held(map, gi, s) && want[s] == me)
 			lst[k++] = s;
-	if (k && !rc) {
-		pgarr arr = PGARR_INIT;
-		for (int i = 0; i < k; i++)
-			pgarr_add_i64(&arr, lst[i]);
-		char key[24], mid[24];
-		const char *q[] = {g->name, db_i64(key, g->lock_key), pgarr_str(&arr),
-		                   db_i64(mid, l->runner_id)};
-		r = db_exec(l->conn, err, SQL_ACQUIRE, 4, q);
-		if (!r) {
-			/* The statement rolled back but session locks it took survive:
-			 * give them back so none is held without an epoch. */
-			const char *u[] = {db_i64(key, g->lock_key), pgarr_str(&arr)};
-			db_cmd(l->conn, NULL,
-			       "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s", 2,
-			       u);
-			rc = -1;
-		} else {
-			int got = 0;
-			for (int i = 0; i < PQntuples(r); i++) {
-				int s = db_get_int(r, i, 0);
-				if (s >= 0 && s < l->shards && !atomic_load(&g->epoch[s])) {
-					atomic_store(&g->epoch[s], db_get_i64(r, i, 1));
-					g->owned++;
-					lst[got++] =
-					    s; /* ascending: the statement orders by shard */
-				}
-			}
-			shard_ranges(rec.acquired_shards, sizeof rec.acquired_shards, lst, got);
-			*changed += PQntuples(r);
-			rec.acquired = PQntuples(r);
-			PQclear(r);
-		}
-		pgarr_free(&arr);
+	if (!rc && k) {
+		rc = acquire_shards(l, gi, lst, k, lst, &rec.acquired, err);
+		shard_ranges(rec.acquired_shards, sizeof rec.acquired_shards, lst, rec.acquired);
+		*changed += rec.acquired;
 	}
 	if (rec.acquired || rec.released) {
-		snprintf(rec.group, sizeof rec.group, "%s", g->name);
-		snprintf(rec.why, sizeof rec.why, "%s",
-		         me < 0                      ? "this runner is not live yet"
-		         : k > 0 && rec.acquired < k ? "shards still held by their old owner"
-		                                     : "live runners changed");
-		worker_history_add(l->w, &rec);
+		rec.why = me < 0                      ? "this runner is not live yet"
+		          : k > 0 && rec.acquired < k ? "shards still held by their old owner"
+		                                      : "live runners changed";
+		history_add(l, &rec);
 	}
 	free(rs);
 	free(want);
@@ -312,49 +348,70 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 	return rc;
 }
 
-int lease_rebalance(lease *l)
+int lease_rebalance(lease *l, int *changed)
 {
 	buf err = BUF_INIT;
-	int changed = 0, rc = 0;
-	for (int i = 0; i < l->w->nown && !rc; i++)
-		rc = rebalance_group(l, i, &changed, &err);
+	int rc = 0;
+	*changed = 0;
+	for (int i = 0; i < shardmap_ngroups(l->env.map) && !rc; i++)
+		rc = rebalance_group(l, i, changed, &err);
 	if (rc)
-		log_kv(&l->w->log, LOG_WARN, "rebalance failed", "error", buf_str(&err), NULL);
+		log_kv(l->env.log, LOG_WARN, "rebalance failed", "error", buf_str(&err), NULL);
 	buf_free(&err);
-	publish(l);
 	if (rc)
-		return -1;
-	l->rebalanced = 1;
-	if (changed) {
+		return rc;
+	atomic_store(&l->rebalanced, 1);
+	if (*changed) {
 		/* The pollers' claim plans on how many shards each runner owns:
 		 * keep the planner's picture of this small table current. */
 		db_cmd(l->conn, NULL, "ANALYZE cairn.shard_leases", 0, NULL);
-		atomic_fetch_add(&l->w->m.rebalances, 1);
+		atomic_fetch_add(&l->env.m->rebalances, 1);
 		char n[24], owned[24];
-		log_kv(&l->w->log, LOG_INFO, "rebalanced", "changed", db_i64(n, changed), "owned",
-		       db_i64(owned, atomic_load(&l->w->m.shards_owned)), NULL);
+		log_kv(l->env.log, LOG_INFO, "rebalanced", "changed", db_i64(n, *changed), "owned",
+		       db_i64(owned, shardmap_owned(l->env.map)), NULL);
 	}
-	return changed ? 1 : 0;
+	return 0;
 }
 
 void lease_release_all(lease *l)
 {
 	buf err = BUF_INIT;
-	int *lst = malloc((size_t)l->shards * sizeof *lst);
-	for (int i = 0; i < l->w->nown && lst; i++) {
-		own_group *g = &l->w->own[i];
+	shardmap *map = l->env.map;
+	int shards = shardmap_shards(map);
+	int *lst = malloc((size_t)(shards > 0 ? shards : 1) * sizeof *lst);
+	for (int g = 0; g < shardmap_ngroups(map) && lst; g++) {
 		int k = 0;
-		for (int s = 0; s < l->shards; s++)
-			if (atomic_load(&g->epoch[s]))
+		for (int s = 0; s < shards; s++)
+			if (shardmap_held(map, g, s))
 				lst[k++] = s;
-		release_shards(l, i, lst, k, &err);
+		release_shards(l, g, lst, k, &err);
 	}
 	free(lst);
-	if (l->runner_id) {
-		char id[24];
-		const char *p[] = {db_i64(id, l->runner_id)};
+	int64_t id = lease_runner_id(l);
+	if (id) {
+		char text[24];
+		const char *p[] = {db_i64(text, id)};
 		db_cmd(l->conn, &err, "DELETE FROM cairn.runners WHERE id = $1", 1, p);
 	}
-	publish(l);
 	buf_free(&err);
+}
+
+void lease_history(lease *l, cJSON *array)
+{
+	pthread_mutex_lock(&l->mu);
+	int first = l->nhistory > HISTORY ? l->nhistory - HISTORY : 0;
+	for (int i = l->nhistory - 1; i >= first; i--) {
+		const round *rec = &l->history[i % HISTORY];
+		cJSON *it = cJSON_CreateObject();
+		cJSON_AddNumberToObject(it, "unix_ms", (double)rec->unix_ms);
+		cJSON_AddStringToObject(it, "group", shardmap_group_name(l->env.map, rec->group));
+		cJSON_AddNumberToObject(it, "acquired", rec->acquired);
+		cJSON_AddNumberToObject(it, "released", rec->released);
+		cJSON_AddStringToObject(it, "acquired_shards", rec->acquired_shards);
+		cJSON_AddStringToObject(it, "released_shards", rec->released_shards);
+		cJSON_AddNumberToObject(it, "live_runners", rec->live_runners);
+		cJSON_AddStringToObject(it, "why", rec->why);
+		cJSON_AddItemToArray(array, it);
+	}
+	pthread_mutex_unlock(&l->mu);
 }

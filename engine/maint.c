@@ -9,14 +9,16 @@
  * Each opens its own connection and returns an error (so the singleton
  * supervisor restarts it with backoff) when the database fails.
  */
+#include "maint.h"
+
 #include <curl/curl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cairn.h"
 #include "db.h"
-#include "worker.h"
 
 #define HEALTH_FAILURES     3
 #define JANITOR_BATCH       "500"
@@ -68,16 +70,16 @@ static int probe(CURL *h, const char *address, int64_t timeout_ms)
 	return code == 200 ? 0 : -1;
 }
 
-static int health_round(cairn_worker *w, PGconn *c, CURL *h)
+static int health_round(const maint_env *e, PGconn *c, CURL *h)
 {
 	buf err = BUF_INIT;
 	char ttl[24], limit[24];
-	db_i64(ttl, w->cfg.runner_ttl_ms);
+	db_i64(ttl, e->cfg->runner_ttl_ms);
 	db_i64(limit, HEALTH_FAILURES);
 	const char *p[] = {ttl};
 	PGresult *r = db_exec(c, &err, SQL_HEALTH_LIST, 1, p);
 	int rc = r ? 0 : -1;
-	int64_t timeout = w->cfg.heartbeat_interval_ms < 1000 ? w->cfg.heartbeat_interval_ms : 1000;
+	int64_t timeout = e->cfg->heartbeat_interval_ms < 1000 ? e->cfg->heartbeat_interval_ms : 1000;
 	for (int i = 0; r && i < PQntuples(r) && !rc; i++) {
 		const char *id = PQgetvalue(r, i, 0), *addr = PQgetvalue(r, i, 1);
 		if (!addr[0] || probe(h, addr, timeout) == 0) {
@@ -91,7 +93,7 @@ static int health_round(cairn_worker *w, PGconn *c, CURL *h)
 			break;
 		}
 		if (PQntuples(f) == 1 && db_get_int(f, 0, 1) >= HEALTH_FAILURES)
-			log_kv(&w->log, LOG_WARN,
+			log_kv(e->log, LOG_WARN,
 			       db_get_bool(f, 0, 0)
 			           ? "runner failing health checks, kept healthy: it is the last "
 			             "healthy runner"
@@ -103,35 +105,35 @@ static int health_round(cairn_worker *w, PGconn *c, CURL *h)
 	if (!rc) {
 		r = db_exec(c, &err, SQL_HEALTH_REMOVE, 1, p);
 		for (int i = 0; r && i < PQntuples(r); i++)
-			log_kv(&w->log, LOG_INFO, "removed dead runner", "runner_id",
+			log_kv(e->log, LOG_INFO, "removed dead runner", "runner_id",
 			       PQgetvalue(r, i, 0), NULL);
 		rc = r ? 0 : -1;
 		PQclear(r);
 	}
 	if (rc)
-		log_kv(&w->log, LOG_WARN, "health check round failed", "error", buf_str(&err),
+		log_kv(e->log, LOG_WARN, "health check round failed", "error", buf_str(&err),
 		       NULL);
 	else
-		atomic_fetch_add(&w->m.health_checks, 1);
+		atomic_fetch_add(&e->m->health_checks, 1);
 	buf_free(&err);
 	return rc;
 }
 
 static int health_main(cairn_singleton *s, void *arg)
 {
-	cairn_worker *w = arg;
+	const maint_env *e = arg;
 	buf err = BUF_INIT;
 	PGconn *c = db_connect(cairn_singleton_conninfo(s), "cairn-worker health", &err);
 	CURL *h = curl_easy_init();
 	int rc = c && h ? CAIRN_OK : CAIRN_EDB;
 	if (!c)
-		log_kv(&w->log, LOG_WARN, "health checker cannot connect", "error", buf_str(&err),
+		log_kv(e->log, LOG_WARN, "health checker cannot connect", "error", buf_str(&err),
 		       NULL);
 	while (rc == CAIRN_OK && !cairn_singleton_cancelled(s)) {
-		if (health_round(w, c, h) < 0 && !db_ok(c))
+		if (health_round(e, c, h) < 0 && !db_ok(c))
 			rc = CAIRN_EDB;
 		else
-			cairn_singleton_sleep(s, w->cfg.heartbeat_interval_ms);
+			cairn_singleton_sleep(s, e->cfg->heartbeat_interval_ms);
 	}
 	if (h)
 		curl_easy_cleanup(h);
@@ -142,23 +144,23 @@ static int health_main(cairn_singleton *s, void *arg)
 
 static int janitor_main(cairn_singleton *s, void *arg)
 {
-	cairn_worker *w = arg;
+	const maint_env *e = arg;
 	buf err = BUF_INIT;
 	PGconn *c = db_connect(cairn_singleton_conninfo(s), "cairn-worker janitor", &err);
 	int rc = c ? CAIRN_OK : CAIRN_EDB;
 	char ret[24];
-	db_i64(ret, w->cfg.retention_ms);
+	db_i64(ret, e->cfg->retention_ms);
 	const char *p[] = {ret, JANITOR_BATCH};
 	while (rc == CAIRN_OK && !cairn_singleton_cancelled(s)) {
 		PGresult *r = db_exec(c, &err, SQL_JANITOR, 2, p);
 		if (!r) {
-			log_kv(&w->log, LOG_WARN, "janitor failed", "error", buf_str(&err), NULL);
+			log_kv(e->log, LOG_WARN, "janitor failed", "error", buf_str(&err), NULL);
 			rc = CAIRN_EDB;
 			break;
 		}
 		int n = atoi(PQcmdTuples(r));
 		if (n > 0)
-			log_kv(&w->log, LOG_INFO, "janitor deleted finished runs", "runs",
+			log_kv(e->log, LOG_INFO, "janitor deleted finished runs", "runs",
 			       PQcmdTuples(r), NULL);
 		PQclear(r);
 		if (n < atoi(JANITOR_BATCH))
@@ -169,8 +171,15 @@ static int janitor_main(cairn_singleton *s, void *arg)
 	return rc;
 }
 
-void singletons_register_builtin(cairn_worker *w)
+int maint_register(registry *reg, const maint_env *env, buf *err)
 {
-	cairn_singleton_register(w, "cairn.health", health_main, w, NULL);
-	cairn_singleton_register(w, "cairn.janitor", janitor_main, w, NULL);
+	singleton_def health = {.name = "cairn.health",
+	                        .fn = health_main,
+	                        .arg = (void *)env,
+	                        .backoff_ms = env->cfg->singleton_backoff_ms};
+	singleton_def janitor = health;
+	snprintf(janitor.name, sizeof janitor.name, "cairn.janitor");
+	janitor.fn = janitor_main;
+	int rc = registry_add_singleton(reg, &health, err);
+	return rc ? rc : registry_add_singleton(reg, &janitor, err);
 }

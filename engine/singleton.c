@@ -1,97 +1,72 @@
 /*
- * singleton.c - named background tasks that run on exactly one runner
- * (DESIGN section 6). A singleton's shard is hash(name) in its group; while
- * this runner owns that shard the singleton runs in its own thread. Before a
- * shard is unlocked the lease loop calls singletons_stop_shards(), which sets
- * the cancel flag and joins the thread, so two runners never run one
- * singleton at once. A singleton that returns an error is restarted after
- * backoff * 2^min(failures - 1, 10).
- *
- * Owns: the singleton threads. Every function here but the thread body runs
- * on the supervisor thread.
+ * singleton.c - the singleton supervisor (see singleton.h). A singleton's
+ * shard is hash(name) in its group; while this runner owns that shard the
+ * singleton runs in its own thread. Before a shard is unlocked the lease
+ * loop's release hook calls singletons_stop_shards(), which sets the cancel
+ * flag and joins the thread, so two runners never run one singleton at once.
  */
+#include "singleton.h"
+
+#include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
+#include "clock.h"
 #include "hash.h"
-#include "parse.h"
-#include "worker.h"
 
 struct cairn_singleton {
-	cairn_worker *w;
-	char name[NAME_MAX_BYTES + 1];
-	cairn_singleton_fn fn;
-	void *arg;
-	int group;
-	int64_t backoff_ms;
-
+	const singleton_def *def;
+	singletons *owner;
 	pthread_t thread;
-	_Atomic int joinable;
 	_Atomic int cancel;
 	_Atomic int exited;
-	pthread_mutex_t mu; /* with cv: wakes cairn_singleton_sleep on cancel */
+	pthread_mutex_t mu; /* with cv: wakes cairn_singleton_sleep on cancel; guards the
+	                       status fields below */
 	pthread_cond_t cv;
-	int rc;
+	int running;
+	int64_t started_unix_ms;
 	int failures;
+
+	/* The supervisor thread's alone. */
+	int joinable;
+	int rc;
 	int finished; /* returned CAIRN_OK: not restarted until the shard comes back */
 	int64_t next_start_ms;
-	int64_t started_unix_ms;
 	uint64_t starts;
 };
 
-int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_fn fn, void *arg,
-                             const cairn_singleton_opts *opts)
+struct singletons {
+	singletons_env env;
+	struct cairn_singleton *s;
+	int n;
+};
+
+int singletons_new(const singletons_env *env, singletons **out)
 {
-	char err[PARSE_ERR_MAX];
-	buf_reset(&w->err);
-	if (!fn || parse_check_name("singleton name", name, err) < 0) {
-		buf_printf(&w->err, "%s", fn ? err : "singleton function is NULL");
-		return CAIRN_EINVAL;
+	*out = NULL;
+	singletons *ss = calloc(1, sizeof *ss);
+	int n = registry_nsingletons(env->reg);
+	if (!ss || !(ss->s = calloc((size_t)n + 1, sizeof *ss->s))) {
+		free(ss);
+		return -CAIRN_ENOMEM;
 	}
-	int group = 0;
-	if (opts && opts->group) {
-		group = -1;
-		for (int i = 0; i < w->cfg.ngroups; i++)
-			if (strcmp(w->cfg.groups[i], opts->group) == 0)
-				group = i;
-		if (group < 0) {
-			buf_printf(
-			    &w->err,
-			    "singleton %s: group \"%s\" is not one of CAIRN_SHARD_GROUPS (%s)",
-			    name, opts->group, w->cfg.groups_text);
-			return CAIRN_EINVAL;
+	ss->env = *env;
+	for (int i = 0; i < n; i++, ss->n++) {
+		struct cairn_singleton *s = &ss->s[i];
+		s->def = registry_singleton(env->reg, i);
+		s->owner = ss;
+		pthread_mutex_init(&s->mu, NULL);
+		if (clock_cond_init(&s->cv) < 0) {
+			pthread_mutex_destroy(&s->mu);
+			singletons_free(ss);
+			return -CAIRN_ENOMEM;
 		}
 	}
-	if (opts && opts->backoff_ms < 0) {
-		buf_printf(&w->err, "singleton %s: backoff_ms is %" PRId64 "; accepted: >= 0", name,
-		           opts->backoff_ms);
-		return CAIRN_EINVAL;
-	}
-	for (int i = 0; i < w->nsingletons; i++)
-		if (strcmp(w->singletons[i]->name, name) == 0) {
-			buf_printf(&w->err, "singleton %s is registered twice", name);
-			return CAIRN_EINVAL;
-		}
-	struct cairn_singleton **grown =
-	    realloc(w->singletons, (size_t)(w->nsingletons + 1) * sizeof *grown);
-	if (!grown)
-		return CAIRN_ENOMEM;
-	w->singletons = grown;
-	struct cairn_singleton *s = calloc(1, sizeof *s);
-	if (!s)
-		return CAIRN_ENOMEM;
-	s->w = w;
-	snprintf(s->name, sizeof s->name, "%s", name);
-	s->fn = fn;
-	s->arg = arg;
-	s->group = group;
-	s->backoff_ms = opts && opts->backoff_ms ? opts->backoff_ms : w->cfg.singleton_backoff_ms;
-	pthread_mutex_init(&s->mu, NULL);
-	worker_cond_init(&s->cv);
-	w->singletons[w->nsingletons++] = s; /* pointers: the threads' handles never move */
-	return CAIRN_OK;
+	*out = ss;
+	return 0;
 }
 
 int cairn_singleton_cancelled(cairn_singleton *s)
@@ -99,17 +74,16 @@ int cairn_singleton_cancelled(cairn_singleton *s)
 	return atomic_load(&s->cancel);
 }
 
-/* Sleeps in slices on the singleton's own condition variable, so a worker
- * that is stopping (whose w->cv waits return at once) is not spun on. */
+/* Sleeps on the singleton's own condition variable, which a cancel wakes. */
 int cairn_singleton_sleep(cairn_singleton *s, int64_t ms)
 {
-	int64_t until = worker_now_ms() + ms;
+	int64_t until = clock_mono_ms() + ms;
 	pthread_mutex_lock(&s->mu);
 	while (!atomic_load(&s->cancel)) {
-		int64_t left = until - worker_now_ms();
+		int64_t left = until - clock_mono_ms();
 		if (left <= 0)
 			break;
-		worker_cond_wait_ms(&s->cv, &s->mu, left);
+		clock_cond_wait_ms(&s->cv, &s->mu, left);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return atomic_load(&s->cancel);
@@ -117,62 +91,71 @@ int cairn_singleton_sleep(cairn_singleton *s, int64_t ms)
 
 const char *cairn_singleton_conninfo(const cairn_singleton *s)
 {
-	return s->w->cfg.database_url;
+	return s->owner->env.conninfo;
 }
 
 int64_t cairn_singleton_runner_id(const cairn_singleton *s)
 {
-	pthread_mutex_lock(&s->w->mu);
-	int64_t id = s->w->runner_id;
-	pthread_mutex_unlock(&s->w->mu);
-	return id;
+	return lease_runner_id(s->owner->env.lease);
 }
 
 static int shard_of(const struct cairn_singleton *s)
 {
-	return s->w->shards > 0 ? hash_shard(s->name, s->w->shards) : -1;
+	int shards = shardmap_shards(s->owner->env.map);
+	return shards > 0 ? hash_shard(s->def->name, shards) : -1;
 }
 
 static void *singleton_main(void *arg)
 {
 	struct cairn_singleton *s = arg;
-	s->rc = s->fn(s, s->arg);
+	s->rc = s->def->fn(s, s->def->arg);
 	atomic_store(&s->exited, 1);
-	pthread_mutex_lock(&s->w->mu);
-	s->w->wake_supervisor = 1;
-	pthread_cond_broadcast(&s->w->cv);
-	pthread_mutex_unlock(&s->w->mu);
+	s->owner->env.wake(s->owner->env.wake_arg);
 	return NULL;
+}
+
+static void set_running(struct cairn_singleton *s, int running)
+{
+	pthread_mutex_lock(&s->mu);
+	s->running = running;
+	if (running)
+		s->started_unix_ms = clock_unix_ms();
+	pthread_mutex_unlock(&s->mu);
 }
 
 /* Joins an exited (or cancelled) thread and books its outcome. */
 static void reap(struct cairn_singleton *s, int cancelled)
 {
-	cairn_worker *w = s->w;
+	const singletons_env *env = &s->owner->env;
 	pthread_join(s->thread, NULL);
 	s->joinable = 0;
+	set_running(s, 0);
+	int failures = 0;
 	if (cancelled) {
-		log_kv(&w->log, LOG_INFO, "singleton stopped", "singleton", s->name, NULL);
-		s->failures = 0;
+		log_kv(env->log, LOG_INFO, "singleton stopped", "singleton", s->def->name, NULL);
 		s->finished = 0;
 		s->next_start_ms = 0;
-		return;
-	}
-	if (s->rc == CAIRN_OK) {
+	} else if (s->rc == CAIRN_OK) {
 		s->finished = 1;
-		s->failures = 0;
-		log_kv(&w->log, LOG_INFO, "singleton finished", "singleton", s->name, NULL);
+		log_kv(env->log, LOG_INFO, "singleton finished", "singleton", s->def->name, NULL);
+	} else {
+		pthread_mutex_lock(&s->mu);
+		failures = ++s->failures;
+		pthread_mutex_unlock(&s->mu);
+		int exp = failures - 1 < 10 ? failures - 1 : 10;
+		int64_t delay = s->def->backoff_ms << exp;
+		s->next_start_ms = clock_mono_ms() + delay;
+		char d[24], f[24];
+		snprintf(d, sizeof d, "%" PRId64 "ms", delay);
+		snprintf(f, sizeof f, "%d", failures);
+		log_kv(env->log, LOG_WARN, "singleton failed; restarting after backoff", "singleton",
+		       s->def->name, "status", cairn_strstatus(s->rc), "failures", f, "backoff", d,
+		       NULL);
 		return;
 	}
-	s->failures++;
-	int exp = s->failures - 1 < 10 ? s->failures - 1 : 10;
-	int64_t delay = s->backoff_ms << exp;
-	s->next_start_ms = worker_now_ms() + delay;
-	char d[24], f[24];
-	snprintf(d, sizeof d, "%" PRId64 "ms", delay);
-	snprintf(f, sizeof f, "%d", s->failures);
-	log_kv(&w->log, LOG_WARN, "singleton failed; restarting after backoff", "singleton",
-	       s->name, "status", cairn_strstatus(s->rc), "failures", f, "backoff", d, NULL);
+	pthread_mutex_lock(&s->mu);
+	s->failures = 0;
+	pthread_mutex_unlock(&s->mu);
 }
 
 static void stop_one(struct cairn_singleton *s)
@@ -186,16 +169,38 @@ static void stop_one(struct cairn_singleton *s)
 	reap(s, 1);
 }
 
-void singletons_sync(cairn_worker *w)
+static void start_one(struct cairn_singleton *s, int shard, int64_t now)
 {
-	pthread_mutex_lock(&w->mu);
-	w->wake_supervisor = 0;
-	pthread_mutex_unlock(&w->mu);
-	int64_t now = worker_now_ms();
-	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i];
+	const singletons_env *env = &s->owner->env;
+	atomic_store(&s->cancel, 0);
+	atomic_store(&s->exited, 0);
+	pthread_mutex_lock(&s->mu);
+	int failures = s->failures;
+	pthread_mutex_unlock(&s->mu);
+	if (s->starts++ > 0 && failures > 0)
+		atomic_fetch_add(&env->m->singleton_restarts, 1);
+	set_running(s, 1);
+	if (pthread_create(&s->thread, NULL, singleton_main, s) != 0) {
+		set_running(s, 0);
+		log_kv(env->log, LOG_ERROR, "cannot start a singleton thread; retrying after backoff",
+		       "singleton", s->def->name, NULL);
+		s->next_start_ms = now + s->def->backoff_ms;
+		return;
+	}
+	s->joinable = 1;
+	char sh[24];
+	snprintf(sh, sizeof sh, "%d", shard);
+	log_kv(env->log, LOG_INFO, "singleton started", "singleton", s->def->name, "group",
+	       shardmap_group_name(env->map, s->def->group), "shard", sh, NULL);
+}
+
+void singletons_sync(singletons *ss)
+{
+	int64_t now = clock_mono_ms();
+	for (int i = 0; i < ss->n; i++) {
+		struct cairn_singleton *s = &ss->s[i];
 		int shard = shard_of(s);
-		int owned = shard >= 0 && worker_epoch(w, s->group, shard) > 0;
+		int owned = shard >= 0 && shardmap_epoch(ss->env.map, s->def->group, shard) > 0;
 		if (s->joinable && atomic_load(&s->exited))
 			reap(s, atomic_load(&s->cancel));
 		if (s->joinable && !owned) {
@@ -204,35 +209,22 @@ void singletons_sync(cairn_worker *w)
 		}
 		if (!owned) {
 			s->finished = 0;
-			s->failures = 0;
 			s->next_start_ms = 0;
+			pthread_mutex_lock(&s->mu);
+			s->failures = 0;
+			pthread_mutex_unlock(&s->mu);
 		}
 		if (s->joinable || !owned || s->finished || now < s->next_start_ms)
 			continue;
-		atomic_store(&s->cancel, 0);
-		atomic_store(&s->exited, 0);
-		if (s->starts++ > 0 && s->failures > 0)
-			atomic_fetch_add(&w->m.singleton_restarts, 1);
-		s->started_unix_ms = worker_unix_ms();
-		if (pthread_create(&s->thread, NULL, singleton_main, s) != 0) {
-			log_kv(&w->log, LOG_ERROR, "cannot start a singleton thread", "singleton",
-			       s->name, NULL);
-			s->next_start_ms = now + s->backoff_ms;
-			continue;
-		}
-		s->joinable = 1;
-		char sh[24];
-		snprintf(sh, sizeof sh, "%d", shard);
-		log_kv(&w->log, LOG_INFO, "singleton started", "singleton", s->name, "group",
-		       w->own[s->group].name, "shard", sh, NULL);
+		start_one(s, shard, now);
 	}
 }
 
-void singletons_stop_shards(cairn_worker *w, int group, const int *shards, int n)
+void singletons_stop_shards(singletons *ss, int group, const int *shards, int n)
 {
-	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i];
-		if (!s->joinable || s->group != group)
+	for (int i = 0; i < ss->n; i++) {
+		struct cairn_singleton *s = &ss->s[i];
+		if (!s->joinable || s->def->group != group)
 			continue;
 		int shard = shard_of(s);
 		for (int k = 0; k < n; k++)
@@ -243,17 +235,17 @@ void singletons_stop_shards(cairn_worker *w, int group, const int *shards, int n
 	}
 }
 
-void singletons_stop_all(cairn_worker *w)
+void singletons_stop_all(singletons *ss)
 {
-	for (int i = 0; i < w->nsingletons; i++)
-		stop_one(w->singletons[i]);
+	for (int i = 0; ss && i < ss->n; i++)
+		stop_one(&ss->s[i]);
 }
 
-int64_t singletons_next_ms(cairn_worker *w)
+int64_t singletons_next_ms(singletons *ss)
 {
 	int64_t next = 0;
-	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i];
+	for (int i = 0; i < ss->n; i++) {
+		struct cairn_singleton *s = &ss->s[i];
 		if (!s->joinable && !s->finished && s->next_start_ms &&
 		    (!next || s->next_start_ms < next))
 			next = s->next_start_ms;
@@ -261,31 +253,33 @@ int64_t singletons_next_ms(cairn_worker *w)
 	return next;
 }
 
-void singletons_status(cairn_worker *w, buf *out)
+void singletons_status(singletons *ss, cJSON *array)
 {
-	buf_puts(out, "[");
-	int first = 1;
-	for (int i = 0; i < w->nsingletons; i++) {
-		struct cairn_singleton *s = w->singletons[i];
-		if (!s->joinable)
+	for (int i = 0; ss && i < ss->n; i++) {
+		struct cairn_singleton *s = &ss->s[i];
+		pthread_mutex_lock(&s->mu);
+		int running = s->running, failures = s->failures;
+		int64_t since = s->started_unix_ms;
+		pthread_mutex_unlock(&s->mu);
+		if (!running)
 			continue;
-		buf_printf(out,
-		           "%s{\"name\":\"%s\",\"shard\":%d,\"started_unix_ms\":%" PRId64
-		           ",\"restarts\":%d}",
-		           first ? "" : ",", s->name, shard_of(s), s->started_unix_ms, s->failures);
-		first = 0;
+		cJSON *it = cJSON_CreateObject();
+		cJSON_AddStringToObject(it, "name", s->def->name);
+		cJSON_AddNumberToObject(it, "shard", shard_of(s));
+		cJSON_AddNumberToObject(it, "started_unix_ms", (double)since);
+		cJSON_AddNumberToObject(it, "restarts", failures);
+		cJSON_AddItemToArray(array, it);
 	}
-	buf_puts(out, "]");
 }
 
-void singletons_free(cairn_worker *w)
+void singletons_free(singletons *ss)
 {
-	for (int i = 0; i < w->nsingletons; i++) {
-		pthread_mutex_destroy(&w->singletons[i]->mu);
-		pthread_cond_destroy(&w->singletons[i]->cv);
-		free(w->singletons[i]);
+	if (!ss)
+		return;
+	for (int i = 0; i < ss->n; i++) {
+		pthread_mutex_destroy(&ss->s[i].mu);
+		pthread_cond_destroy(&ss->s[i].cv);
 	}
-	free(w->singletons);
-	w->singletons = NULL;
-	w->nsingletons = 0;
+	free(ss->s);
+	free(ss);
 }

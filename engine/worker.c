@@ -1,12 +1,15 @@
 /*
  * worker.c - the cairn-worker daemon as a library: configuration, the
- * supervisor loop that keeps the database connection (reconnecting with
- * capped exponential backoff and jitter, logging each state change once),
- * and the lifecycle: start the HTTP endpoint and the loops, wait for SIGTERM
- * or SIGINT, drain within the shutdown timeout, join every thread.
+ * supervisor loop that keeps the lease connection (reconnecting with capped
+ * exponential backoff and jitter, logging each state change once), and the
+ * lifecycle: start the modules and the HTTP endpoint, wait for SIGTERM or
+ * SIGINT, drain within the shutdown timeout, join every thread. It never
+ * exits the process: cairn_worker_run returns, and the program decides.
  *
- * Owns: the supervisor thread and its PGconn, the HTTP daemon (http.c). The
- * lease, dispatch and execution loops plug in beside the supervisor.
+ * Owns: every module of the worker (worker.h), the supervisor thread and
+ * its lease connection. The hooks here are the only place modules meet:
+ * the lease loop's release hook stops dispatch and singletons, and a
+ * singleton that ends wakes the supervisor.
  */
 #include "worker.h"
 
@@ -17,101 +20,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "backoff.h"
-#include "client.h"
+#include "clock.h"
 #include "db.h"
-#include "lease.h"
 #include "plugin.h"
 
-/* Reconnects back off to at most this. */
-#define RECONNECT_CAP_MS 15000
+#define WORKER_STATE_NAME(id, name) [id] = name,
+static const char *const WORKER_STATE_NAMES[] = {WORKER_STATE_MAP(WORKER_STATE_NAME)};
+#undef WORKER_STATE_NAME
 
-const double WORKER_STEP_BOUNDS_S[STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                   0.1,   0.25,   0.5,   1,    2.5,   10};
-
-int64_t worker_now_ms(void)
+const char *worker_state_name(worker_state s)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return WORKER_STATE_NAMES[s];
 }
 
-int64_t worker_unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* ------------------------------------------------------------ creation */
 
-int64_t worker_reconnect_ms(int failures)
-{
-	return backoff_reconnect_ms(failures, RECONNECT_CAP_MS, randombytes_uniform(1000000) / 1e6);
-}
-
-void worker_stamp(worker_loop *l)
-{
-	atomic_store(&l->stamp_ms, worker_now_ms());
-}
-
-int64_t worker_epoch(cairn_worker *w, int group, int shard)
-{
-	if (group < 0 || group >= w->nown || shard < 0 || shard >= w->shards)
-		return 0;
-	int64_t e = atomic_load(&w->own[group].epoch[shard]);
-	return e > 0 ? e : 0;
-}
-
-int worker_group_index(const cairn_worker *w, const char *group)
-{
-	for (int i = 0; i < w->nown; i++)
-		if (strcmp(w->own[i].name, group) == 0)
-			return i;
-	return -1;
-}
-
-void worker_history_add(cairn_worker *w, const rebalance_rec *rec)
-{
-	pthread_mutex_lock(&w->mu);
-	rebalance_rec *r = &w->history[w->nhistory++ % REBALANCE_HISTORY];
-	*r = *rec;
-	r->unix_ms = worker_unix_ms();
-	pthread_mutex_unlock(&w->mu);
-}
-
-void worker_cond_init(pthread_cond_t *cv)
-{
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(cv, &ca);
-	pthread_condattr_destroy(&ca);
-}
-
-void worker_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
-{
-	if (ms <= 0)
-		return;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)(ms / 1000);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(cv, mu, &ts);
-}
-
-void worker_wait_locked(cairn_worker *w, int64_t ms)
-{
-	if (!w->stopping)
-		worker_cond_wait_ms(&w->cv, &w->mu, ms);
-}
-
-int cairn_worker_new(int argc, char **argv, cairn_worker **out)
+static int worker_alloc(cairn_worker **out)
 {
 	*out = NULL;
 	if (sodium_init() < 0)
@@ -121,18 +47,52 @@ int cairn_worker_new(int argc, char **argv, cairn_worker **out)
 		return CAIRN_ENOMEM;
 	*out = w;
 	pthread_mutex_init(&w->mu, NULL);
-	worker_cond_init(&w->cv);
+	if (clock_cond_init(&w->cv) < 0)
+		return CAIRN_ENOMEM;
 	w->log = (logger){.level = LOG_INFO, .format = LOG_LOGFMT, .fd = 2};
-	snprintf(w->state, sizeof w->state, "starting");
+	w->state = WORKER_STARTING;
 	snprintf(w->not_ready, sizeof w->not_ready, "starting");
 	char host[64] = "localhost";
 	gethostname(host, sizeof host - 1);
 	snprintf(w->name, sizeof w->name, "%s:%d", host, (int)getpid());
-	if (config_load(&w->cfg, argc, argv, &w->err) < 0)
-		return CAIRN_EINVAL;
+	return CAIRN_OK;
+}
+
+/* Once the configuration is loaded: the modules that registration needs. */
+static int worker_setup(cairn_worker *w)
+{
 	w->log.level = w->cfg.log_level;
 	w->log.format = w->cfg.log_format;
+	w->maint = (maint_env){.cfg = &w->cfg, .log = &w->log, .m = &w->m};
+	if (registry_new(&w->reg) < 0 || shardmap_new(w->cfg.groups, w->cfg.ngroups, &w->map) < 0)
+		return CAIRN_ENOMEM;
 	return CAIRN_OK;
+}
+
+int cairn_worker_new(int argc, char **argv, cairn_worker **out)
+{
+	int rc = worker_alloc(out);
+	if (rc)
+		return rc;
+	cairn_worker *w = *out;
+	if (config_load(&w->cfg, argc, argv, &w->err) < 0)
+		return CAIRN_EINVAL;
+	return worker_setup(w);
+}
+
+int cairn_worker_new_with(const cairn_worker_settings *s, cairn_worker **out)
+{
+	int rc = worker_alloc(out);
+	if (rc)
+		return rc;
+	cairn_worker *w = *out;
+	cairn_worker_settings none = {0};
+	if (!s)
+		s = &none;
+	if (config_load_settings(&w->cfg, s->database_url, s->settings, s->from_environment,
+	                         &w->err) < 0)
+		return CAIRN_EINVAL;
+	return worker_setup(w);
 }
 
 const char *cairn_worker_errmsg(const cairn_worker *w)
@@ -160,6 +120,40 @@ const char *cairn_worker_settings_help(void)
 	return buf_str(&settings_help);
 }
 
+int cairn_workflow_register(cairn_worker *w, const char *name, cairn_workflow_fn fn,
+                            const cairn_workflow_opts *opts)
+{
+	return -registry_add_workflow(w->reg, name, fn, opts, &w->err);
+}
+
+int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_fn fn, void *arg,
+                             const cairn_singleton_opts *opts)
+{
+	singleton_def def = {.fn = fn, .arg = arg, .backoff_ms = w->cfg.singleton_backoff_ms};
+	buf_reset(&w->err);
+	if (name)
+		snprintf(def.name, sizeof def.name, "%s", name);
+	if (name && strlen(name) > NAME_MAX_BYTES) {
+		char perr[PARSE_ERR_MAX];
+		parse_check_name("singleton name", name, perr);
+		buf_puts(&w->err, perr);
+		return CAIRN_EINVAL;
+	}
+	if (opts && opts->group && (def.group = shardmap_group_index(w->map, opts->group)) < 0) {
+		buf_printf(&w->err, "singleton %s: group \"%s\" is not one of CAIRN_SHARD_GROUPS (%s)",
+		           name ? name : "(null)", opts->group, w->cfg.groups_text);
+		return CAIRN_EINVAL;
+	}
+	if (opts && opts->backoff_ms < 0) {
+		buf_printf(&w->err, "singleton %s: backoff_ms is %" PRId64 "; accepted: >= 0",
+		           name ? name : "(null)", opts->backoff_ms);
+		return CAIRN_EINVAL;
+	}
+	if (opts && opts->backoff_ms)
+		def.backoff_ms = opts->backoff_ms;
+	return -registry_add_singleton(w->reg, name ? &def : &(singleton_def){0}, &w->err);
+}
+
 void cairn_worker_stop(cairn_worker *w)
 {
 	pthread_mutex_lock(&w->mu);
@@ -172,13 +166,11 @@ void cairn_worker_free(cairn_worker *w)
 {
 	if (!w)
 		return;
-	dispatch_free(w);
-	singletons_free(w);
-	for (int i = 0; i < w->nown; i++) {
-		free(w->own[i].epoch);
-		free(w->own[i].busy);
-	}
-	free(w->flows);
+	dispatch_free(w->dispatch);
+	singletons_free(w->singletons);
+	lease_free(w->lease);
+	shardmap_free(w->map);
+	registry_free(w->reg);
 	config_free(&w->cfg);
 	buf_free(&w->err);
 	buf_free(&w->cfgtext);
@@ -187,82 +179,44 @@ void cairn_worker_free(cairn_worker *w)
 	free(w);
 }
 
-static worker_loop *loop_add(cairn_worker *w, const char *name, int64_t interval_ms)
+/* ----------------------------------------------------------------- hooks */
+
+/* The lease loop is about to unlock these shards: stop their work. */
+static void release_hook(void *arg, int group, const int *shards, int n, int64_t deadline_ms)
 {
-	worker_loop *l = &w->loops[w->nloops++];
-	l->name = name;
-	l->interval_ms = interval_ms;
-	worker_stamp(l);
-	return l;
+	cairn_worker *w = arg;
+	dispatch_drop_queued(w->dispatch, group);
+	if (shardmap_wait_idle(w->map, group, shards, n, deadline_ms) < 0)
+		log_kv(&w->log, LOG_WARN,
+		       "released shards with runs still in flight (their writes are fenced)",
+		       "group", shardmap_group_name(w->map, group), NULL);
+	singletons_stop_shards(w->singletons, group, shards, n);
+}
+
+/* Every shard was forgotten: stop the singletons that ran on them. */
+static void forget_hook(void *arg)
+{
+	singletons_sync(((cairn_worker *)arg)->singletons);
+}
+
+/* A singleton returned: the supervisor looks at restarts now. */
+static void wake_supervisor(void *arg)
+{
+	cairn_worker *w = arg;
+	pthread_mutex_lock(&w->mu);
+	w->wake_supervisor = 1;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
 }
 
 /* ------------------------------------------------------------ supervisor */
 
-static void set_not_ready(cairn_worker *w, const char *reason)
+static void set_ready(cairn_worker *w, int connected, const char *reason)
 {
 	pthread_mutex_lock(&w->mu);
+	if (connected >= 0)
+		w->db_connected = connected;
 	snprintf(w->not_ready, sizeof w->not_ready, "%s", reason);
-	pthread_mutex_unlock(&w->mu);
-}
-
-/* Checks the schema and the shard count; 0 ready, -1 not ready, -2 fatal. */
-static int check_schema(cairn_worker *w, PGconn *c)
-{
-	buf err = BUF_INIT;
-	PGresult *r = db_exec(
-	    c, &err, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
-	    NULL);
-	int rc = 0;
-	if (!r) {
-		set_not_ready(w, "the database has no cairn schema: run `cairn migrate`");
-		rc = -1;
-	} else if (PQntuples(r) == 0) {
-		set_not_ready(w, "shards_per_group is not recorded: run `cairn migrate`");
-		rc = -1;
-	} else {
-		int shards = db_get_int(r, 0, 0);
-		if (w->cfg.shards && w->cfg.shards != shards) {
-			buf_printf(
-			    &w->err,
-			    "CAIRN_SHARDS is %d but the database records shards_per_group = %d: "
-			    "a shard count cannot change once runs are stored",
-			    w->cfg.shards, shards);
-			rc = -2;
-		} else {
-			pthread_mutex_lock(&w->mu);
-			w->shards = shards;
-			pthread_mutex_unlock(&w->mu);
-		}
-	}
-	PQclear(r);
-	buf_free(&err);
-	return rc;
-}
-
-typedef struct supervisor {
-	cairn_worker *w;
-	worker_loop *loop;
-	pthread_t thread;
-	_Atomic int done;
-} supervisor;
-
-/* Sleeps ms in slices of the loop's interval, stamping its heartbeat. */
-static void nap(supervisor *s, int64_t ms)
-{
-	cairn_worker *w = s->w;
-	int64_t until = worker_now_ms() + ms;
-	pthread_mutex_lock(&w->mu);
-	for (;;) {
-		worker_stamp(s->loop);
-		int64_t left = until - worker_now_ms();
-		if (w->wake_supervisor) {
-			w->wake_supervisor = 0; /* a singleton ended: look at it now */
-			break;
-		}
-		if (w->stopping || left <= 0)
-			break;
-		worker_wait_locked(w, left < s->loop->interval_ms ? left : s->loop->interval_ms);
-	}
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -274,36 +228,168 @@ static int is_stopping(cairn_worker *w)
 	return s;
 }
 
-static void set_ready(cairn_worker *w, int connected, const char *reason)
+/* Checks the schema and the shard count: 0 ready, -CAIRN_ESCHEMA not ready
+ * yet (not migrated), -CAIRN_EINVAL fatal (a shard count mismatch),
+ * -CAIRN_EDB. */
+static int check_schema(cairn_worker *w, PGconn *c)
 {
+	buf err = BUF_INIT;
+	int shards = 0, rc = db_shards_per_group(c, &shards, &err);
+	if (rc == -CAIRN_ESCHEMA) {
+		set_ready(w, -1, buf_str(&err));
+	} else if (!rc && w->cfg.shards && w->cfg.shards != shards) {
+		buf_reset(&w->err);
+		buf_printf(&w->err,
+		           "CAIRN_SHARDS is %d but the database records shards_per_group = %d: "
+		           "a shard count cannot change once runs are stored",
+		           w->cfg.shards, shards);
+		rc = -CAIRN_EINVAL;
+	} else if (!rc && shardmap_set_shards(w->map, shards) < 0) {
+		buf_reset(&w->err);
+		buf_printf(&w->err, "cannot size the shard map for %d shards", shards);
+		rc = -CAIRN_EINVAL;
+	}
+	buf_free(&err);
+	return rc;
+}
+
+typedef struct supervisor {
+	cairn_worker *w;
+	watch *loop;
+	pthread_t thread;
+	_Atomic int done;
+	PGconn *conn;
+	int ever_connected, hb_failures;
+	int64_t healthy_since, next_heartbeat, next_rebalance;
+} supervisor;
+
+/* Sleeps ms in slices of the loop's interval, stamping its heartbeat. */
+static void nap(supervisor *s, int64_t ms)
+{
+	cairn_worker *w = s->w;
+	int64_t until = clock_mono_ms() + ms;
 	pthread_mutex_lock(&w->mu);
-	w->db_connected = connected;
-	snprintf(w->not_ready, sizeof w->not_ready, "%s", reason);
+	for (;;) {
+		watch_stamp(s->loop);
+		int64_t left = until - clock_mono_ms();
+		if (w->wake_supervisor) {
+			w->wake_supervisor = 0; /* a singleton ended: look at it now */
+			break;
+		}
+		if (w->stopping || left <= 0)
+			break;
+		clock_cond_wait_ms(&w->cv, &w->mu,
+		                   left < s->loop->interval_ms ? left : s->loop->interval_ms);
+	}
 	pthread_mutex_unlock(&w->mu);
 }
 
 /* Detaches: forget every shard, close the lease connection, count it. */
-static void detach(supervisor *s, lease *l, PGconn **conn, const char *why)
+static void detach(supervisor *s, const char *why)
 {
 	cairn_worker *w = s->w;
-	if (l->runner_id || l->rebalanced) {
+	if (lease_runner_id(w->lease) || lease_rebalanced(w->lease)) {
 		atomic_fetch_add(&w->m.detachments, 1);
 		/* Shards held when the connection went: lost, not released. */
-		atomic_fetch_add(&w->m.lease_losses, (uint64_t)atomic_load(&w->m.shards_owned));
+		atomic_fetch_add(&w->m.lease_losses, (uint64_t)shardmap_owned(w->map));
 		log_kv(&w->log, LOG_WARN, "detached: forgot every shard", "reason", why, NULL);
 	}
-	lease_forget(l);
-	pthread_mutex_lock(&w->mu);
-	w->runner_id = 0;
-	pthread_mutex_unlock(&w->mu);
-	singletons_sync(w); /* none is owned now: stop them */
-	if (*conn)
-		PQfinish(*conn);
-	*conn = NULL;
-	l->conn = NULL;
+	lease_forget(w->lease);
+	singletons_sync(w->singletons); /* none is owned now: stop them */
+	PQfinish(s->conn);
+	s->conn = NULL;
+	lease_use(w->lease, NULL);
 	char reason[256];
 	snprintf(reason, sizeof reason, "detached: %s", why);
 	set_ready(w, 0, reason);
+}
+
+/* Connects the lease connection; 0, or -CAIRN_EDB after a nap. */
+static int connect_lease(supervisor *s, int *failures, int *logged_down)
+{
+	cairn_worker *w = s->w;
+	buf err = BUF_INIT;
+	s->conn = db_connect(w->cfg.database_url, "cairn-worker lease", &err);
+	if (!s->conn) {
+		if (!*logged_down) {
+			log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",
+			       "error", buf_str(&err), NULL);
+			*logged_down = 1;
+		}
+		char reason[512];
+		snprintf(reason, sizeof reason, "database unreachable: %s", buf_str(&err));
+		set_ready(w, 0, reason);
+		buf_free(&err);
+		nap(s, db_backoff_ms((*failures)++));
+		return -CAIRN_EDB;
+	}
+	buf_free(&err);
+	if (s->ever_connected)
+		atomic_fetch_add(&w->m.db_reconnects, 1);
+	s->healthy_since = clock_mono_ms();
+	*failures = *logged_down = s->hb_failures = 0;
+	log_kv(&w->log, LOG_INFO, "database connected", NULL);
+	lease_use(w->lease, s->conn);
+	return 0;
+}
+
+/* Before registering: the schema is there and the re-attach window passed.
+ * 0 go on, 1 not yet (napped), -CAIRN_EINVAL fatal. */
+static int ready_to_attach(supervisor *s)
+{
+	cairn_worker *w = s->w;
+	int sc = check_schema(w, s->conn);
+	if (sc == -CAIRN_EINVAL)
+		return sc;
+	if (!db_ok(s->conn)) {
+		detach(s, "lease connection lost");
+		return 1;
+	}
+	if (sc) {
+		nap(s, w->cfg.heartbeat_interval_ms);
+		return 1;
+	}
+	/* Re-attach only after storage has been healthy for the window. */
+	int64_t wait = s->healthy_since + (s->ever_connected ? w->cfg.reattach_window_ms : 0) -
+	               clock_mono_ms();
+	if (wait > 0) {
+		set_ready(w, 1, "waiting for the re-attach window");
+		nap(s, wait);
+		return 1;
+	}
+	s->ever_connected = 1;
+	return 0;
+}
+
+/* One heartbeat and rebalance round when due; 0, or 1 after a detach. */
+static int lease_round(supervisor *s)
+{
+	cairn_worker *w = s->w;
+	int64_t now = clock_mono_ms();
+	if (now >= s->next_heartbeat) {
+		s->next_heartbeat = now + w->cfg.heartbeat_interval_ms;
+		if (lease_heartbeat(w->lease) < 0) {
+			if (!db_ok(s->conn) || ++s->hb_failures >= w->cfg.detach_after) {
+				detach(s, db_ok(s->conn) ? "heartbeats failing"
+				                         : "lease connection lost");
+				return 1;
+			}
+			return 0;
+		}
+		s->hb_failures = 0;
+	}
+	if (now >= s->next_rebalance) {
+		int changed = 0, rc = lease_rebalance(w->lease, &changed);
+		if (rc && !db_ok(s->conn)) {
+			detach(s, "lease connection lost");
+			return 1;
+		}
+		s->next_rebalance = clock_mono_ms() + (changed ? w->cfg.rebalance_debounce_ms
+		                                               : w->cfg.rebalance_interval_ms);
+		if (!rc)
+			set_ready(w, 1, "");
+	}
+	return 0;
 }
 
 /*
@@ -315,45 +401,16 @@ static void *supervisor_main(void *arg)
 {
 	supervisor *s = arg;
 	cairn_worker *w = s->w;
-	PGconn *conn = NULL;
-	lease l = {0};
-	int failures = 0, ever_connected = 0, logged_down = 0, hb_failures = 0, have_lease = 0;
-	int64_t healthy_since = 0, next_heartbeat = 0;
+	int failures = 0, logged_down = 0;
 	while (!is_stopping(w)) {
-		worker_stamp(s->loop);
-		if (!conn) {
-			buf err = BUF_INIT;
-			conn = db_connect(w->cfg.database_url, "cairn-worker lease", &err);
-			if (!conn) {
-				if (!logged_down) {
-					log_kv(&w->log, LOG_WARN,
-					       "database unreachable; retrying with backoff",
-					       "error", buf_str(&err), NULL);
-					logged_down = 1;
-				}
-				char reason[512];
-				snprintf(reason, sizeof reason, "database unreachable: %s",
-				         buf_str(&err));
-				set_ready(w, 0, reason);
-				buf_free(&err);
-				nap(s, worker_reconnect_ms(failures++));
-				continue;
-			}
-			buf_free(&err);
-			if (ever_connected)
-				atomic_fetch_add(&w->m.db_reconnects, 1);
-			healthy_since = worker_now_ms();
-			failures = 0;
-			logged_down = 0;
-			hb_failures = 0;
-			log_kv(&w->log, LOG_INFO, "database connected", NULL);
-		}
-		l.conn = conn;
-		if (!l.runner_id) {
-			int sc = check_schema(w, conn);
-			if (sc == -2) {
-				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping",
-				       "error", buf_str(&w->err), NULL);
+		watch_stamp(s->loop);
+		if (!s->conn && connect_lease(s, &failures, &logged_down) < 0)
+			continue;
+		if (!lease_runner_id(w->lease)) {
+			int rc = ready_to_attach(s);
+			if (rc < 0) {
+				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping", "error",
+				       buf_str(&w->err), NULL);
 				pthread_mutex_lock(&w->mu);
 				w->fatal = 1;
 				w->stopping = 1;
@@ -361,69 +418,24 @@ static void *supervisor_main(void *arg)
 				pthread_mutex_unlock(&w->mu);
 				break;
 			}
-			if (!db_ok(conn)) {
-				detach(s, &l, &conn, "lease connection lost");
+			if (rc)
 				continue;
-			}
-			if (sc == -1) {
-				nap(s, w->cfg.heartbeat_interval_ms);
-				continue;
-			}
-			if (!have_lease) {
-				if (lease_init(&l, w, w->shards) < 0)
-					break;
-				l.conn = conn;
-				have_lease = 1;
-			}
-			/* Re-attach only after storage has been healthy for the window. */
-			int64_t wait = healthy_since +
-			               (ever_connected ? w->cfg.reattach_window_ms : 0) -
-			               worker_now_ms();
-			if (wait > 0) {
-				set_ready(w, 1, "waiting for the re-attach window");
-				nap(s, wait);
-				continue;
-			}
-			ever_connected = 1;
 		}
-		int64_t now = worker_now_ms();
-		if (now >= next_heartbeat) {
-			next_heartbeat = now + w->cfg.heartbeat_interval_ms;
-			if (lease_heartbeat(&l) < 0) {
-				if (!db_ok(conn) || ++hb_failures >= w->cfg.detach_after)
-					detach(s, &l, &conn,
-					       db_ok(conn) ? "heartbeats failing"
-					                   : "lease connection lost");
-				continue;
-			}
-			hb_failures = 0;
-		}
-		if (now >= l.next_rebalance_ms) {
-			int changed = lease_rebalance(&l);
-			if (changed < 0 && !db_ok(conn)) {
-				detach(s, &l, &conn, "lease connection lost");
-				continue;
-			}
-			l.next_rebalance_ms =
-			    worker_now_ms() + (changed > 0 ? w->cfg.rebalance_debounce_ms
-			                                   : w->cfg.rebalance_interval_ms);
-			if (changed >= 0)
-				set_ready(w, 1, "");
-		}
-		singletons_sync(w);
+		if (lease_round(s))
+			continue;
+		singletons_sync(w->singletons);
 		int64_t next =
-		    l.next_rebalance_ms < next_heartbeat ? l.next_rebalance_ms : next_heartbeat;
-		int64_t restart = singletons_next_ms(w);
+		    s->next_rebalance < s->next_heartbeat ? s->next_rebalance : s->next_heartbeat;
+		int64_t restart = singletons_next_ms(w->singletons);
 		if (restart && restart < next)
 			next = restart;
-		nap(s, next - worker_now_ms());
+		nap(s, next - clock_mono_ms());
 	}
-	if (conn && db_ok(conn) && l.runner_id)
-		lease_release_all(&l);
-	singletons_stop_all(w);
-	if (conn)
-		PQfinish(conn);
-	lease_free(&l);
+	if (db_ok(s->conn) && lease_runner_id(w->lease))
+		lease_release_all(w->lease);
+	singletons_stop_all(w->singletons);
+	PQfinish(s->conn);
+	s->conn = NULL;
 	set_ready(w, 0, "stopped");
 	atomic_store(&s->done, 1);
 	return NULL;
@@ -431,15 +443,103 @@ static void *supervisor_main(void *arg)
 
 /* ------------------------------------------------------------- lifecycle */
 
-/* While draining: waits up to ms for SIGTERM or SIGINT, and exits at once
- * if one comes. */
-static void second_signal_exits(cairn_worker *w, const sigset_t *sigs, long ms)
+static void set_state(cairn_worker *w, worker_state st)
+{
+	pthread_mutex_lock(&w->mu);
+	w->state = st;
+	if (st == WORKER_DRAINING)
+		snprintf(w->not_ready, sizeof w->not_ready, "draining");
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* While draining: waits up to ms for SIGTERM or SIGINT; 1 if one came. */
+static int second_signal(cairn_worker *w, const sigset_t *sigs, long ms)
 {
 	int sig = sigtimedwait(sigs, NULL, &(struct timespec){0, ms * 1000000L});
-	if (sig == SIGTERM || sig == SIGINT) {
-		log_kv(&w->log, LOG_WARN, "second signal: exiting now", NULL);
-		_exit(1);
+	if (sig != SIGTERM && sig != SIGINT)
+		return 0;
+	log_kv(&w->log, LOG_WARN, "second signal: stopping now", NULL);
+	return 1;
+}
+
+/* An advertised address with port 0 means "the port we were given". */
+static void advertise_bound_port(cairn_worker *w)
+{
+	size_t alen = strlen(w->cfg.advertise_addr);
+	if (alen < 2 || strcmp(w->cfg.advertise_addr + alen - 2, ":0") != 0)
+		return;
+	char *a = malloc(alen + 8);
+	if (!a)
+		return;
+	snprintf(a, alen + 8, "%.*s:%d", (int)(alen - 2), w->cfg.advertise_addr, w->http_port);
+	free(w->cfg.advertise_addr);
+	w->cfg.advertise_addr = a;
+}
+
+/* Loads plugins, registers the built-ins and creates and starts every
+ * module; on failure w->err says why and nothing is left running. */
+static int start_modules(cairn_worker *w)
+{
+	buf perr = BUF_INIT;
+	if (plugin_load_all(w, w->cfg.plugins, &perr) < 0) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, buf_str(&perr));
+		buf_free(&perr);
+		log_kv(&w->log, LOG_ERROR, "cannot load a plugin", "error", buf_str(&w->err), NULL);
+		return CAIRN_EINVAL;
 	}
+	buf_free(&perr);
+	watch *poll_watch = watchdog_add(&w->dog, "poller", w->cfg.poll_interval_ms);
+	lease_env le = {.cfg = &w->cfg,
+	                .runner_name = w->name,
+	                .log = &w->log,
+	                .m = &w->m,
+	                .map = w->map,
+	                .release_hook = release_hook,
+	                .forget_hook = forget_hook,
+	                .hook_arg = w};
+	singletons_env se = {.reg = w->reg,
+	                     .map = w->map,
+	                     .conninfo = w->cfg.database_url,
+	                     .log = &w->log,
+	                     .m = &w->m,
+	                     .wake = wake_supervisor,
+	                     .wake_arg = w};
+	int rc = -maint_register(w->reg, &w->maint, &w->err);
+	if (!rc)
+		rc = -lease_new(&le, &w->lease);
+	se.lease = w->lease;
+	if (!rc)
+		rc = -singletons_new(&se, &w->singletons);
+	dispatch_env de = {.cfg = &w->cfg,
+	                   .log = &w->log,
+	                   .m = &w->m,
+	                   .map = w->map,
+	                   .reg = w->reg,
+	                   .lease = w->lease,
+	                   .loop = poll_watch};
+	if (!rc && !poll_watch)
+		rc = CAIRN_ENOMEM;
+	if (!rc)
+		rc = -dispatch_start(&de, &w->dispatch);
+	if (rc) {
+		if (!w->err.len)
+			buf_printf(&w->err, "cannot start the worker: %s", cairn_strstatus(rc));
+		return rc;
+	}
+	if (http_start(&w->cfg.http_sa, status_handle, w, &w->http, &w->http_port) < 0) {
+		buf_reset(&w->err);
+		buf_printf(&w->err, "cannot listen on %s (in use, or not an address of this host)",
+		           w->cfg.http_addr);
+		log_kv(&w->log, LOG_ERROR, "cannot start the HTTP endpoint", "addr",
+		       w->cfg.http_addr, "error", buf_str(&w->err), NULL);
+		int clean, cut;
+		dispatch_stop_begin(w->dispatch);
+		dispatch_stop_end(w->dispatch, &clean, &cut);
+		return CAIRN_EINVAL;
+	}
+	advertise_bound_port(w);
+	return CAIRN_OK;
 }
 
 int cairn_worker_run(cairn_worker *w)
@@ -451,51 +551,23 @@ int cairn_worker_run(cairn_worker *w)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	w->start_mono_ms = worker_now_ms();
-	w->start_unix_ms = worker_unix_ms();
+	w->start_mono_ms = clock_mono_ms();
 	supervisor sup = {.w = w};
-	sup.loop = loop_add(w, "supervisor", w->cfg.heartbeat_interval_ms);
-
-	buf perr = BUF_INIT;
-	if (plugin_load_all(w, w->cfg.plugins, &perr) < 0) {
-		buf_reset(&w->err);
-		buf_puts(&w->err, buf_str(&perr));
-		buf_free(&perr);
-		log_kv(&w->log, LOG_ERROR, "cannot load a plugin", "error", buf_str(&w->err), NULL);
-		return CAIRN_EINVAL;
-	}
-	buf_free(&perr);
-	singletons_register_builtin(w);
-	if (http_start(w) < 0) {
-		log_kv(&w->log, LOG_ERROR, "cannot start the HTTP endpoint", "addr",
-		       w->cfg.http_addr, "error", buf_str(&w->err), NULL);
-		return CAIRN_EINVAL;
-	}
+	sup.loop = watchdog_add(&w->dog, "supervisor", w->cfg.heartbeat_interval_ms);
+	int rc = start_modules(w);
+	if (rc)
+		return rc;
 	char port[16];
 	snprintf(port, sizeof port, "%d", w->http_port);
-	/* An advertised address with port 0 means "the port we were given". */
-	size_t alen = strlen(w->cfg.advertise_addr);
-	if (alen >= 2 && strcmp(w->cfg.advertise_addr + alen - 2, ":0") == 0) {
-		char *a = malloc(alen + 8);
-		if (a) {
-			snprintf(a, alen + 8, "%.*s:%d", (int)(alen - 2), w->cfg.advertise_addr,
-			         w->http_port);
-			free(w->cfg.advertise_addr);
-			w->cfg.advertise_addr = a;
-		}
-	}
-	if (dispatch_start(w) < 0) {
-		buf_reset(&w->err);
-		buf_puts(&w->err, "cannot start the dispatcher: out of memory");
-		http_stop(w);
-		return CAIRN_ENOMEM;
-	}
 	log_kv(&w->log, LOG_INFO, "cairn-worker started", "version", CAIRN_VERSION, "runner",
 	       w->name, "http_addr", w->cfg.http_addr, "http_port", port, NULL);
-	pthread_create(&sup.thread, NULL, supervisor_main, &sup);
-	pthread_mutex_lock(&w->mu);
-	snprintf(w->state, sizeof w->state, "running");
-	pthread_mutex_unlock(&w->mu);
+	int sup_started = pthread_create(&sup.thread, NULL, supervisor_main, &sup) == 0;
+	if (!sup_started) {
+		log_kv(&w->log, LOG_ERROR, "cannot start the supervisor thread; stopping", NULL);
+		cairn_worker_stop(w);
+		atomic_store(&sup.done, 1);
+	}
+	set_state(w, WORKER_RUNNING);
 
 	/* Wait for a signal or a stop request. */
 	struct timespec tick = {0, 100 * 1000000L};
@@ -510,44 +582,45 @@ int cairn_worker_run(cairn_worker *w)
 			break;
 	}
 	log_kv(&w->log, LOG_INFO, "draining", "reason", why, NULL);
-	pthread_mutex_lock(&w->mu);
-	snprintf(w->state, sizeof w->state, "draining");
-	snprintf(w->not_ready, sizeof w->not_ready, "draining");
-	pthread_mutex_unlock(&w->mu);
+	set_state(w, WORKER_DRAINING);
 
 	/* Runs stop at their next durable point and their writes are committed
 	 * while the leases still hold; then the supervisor releases everything. */
-	int64_t deadline = worker_now_ms() + w->cfg.shutdown_timeout_ms;
-	int finished = 0, cut = 0;
-	dispatch_stop_begin(w);
-	while (dispatch_executing(w) > 0 && worker_now_ms() < deadline)
-		second_signal_exits(w, &sigs, 20);
-	dispatch_stop_end(w, &finished, &cut);
-	pthread_mutex_lock(&w->mu);
-	w->stopping = 1;
-	pthread_cond_broadcast(&w->cv);
-	pthread_mutex_unlock(&w->mu);
+	int64_t deadline = clock_mono_ms() + w->cfg.shutdown_timeout_ms;
+	int finished = 0, cut = 0, abandoned = 0;
+	dispatch_stop_begin(w->dispatch);
+	while (!abandoned && dispatch_executing(w->dispatch) > 0 && clock_mono_ms() < deadline)
+		abandoned = second_signal(w, &sigs, 20);
+	if (!abandoned)
+		dispatch_stop_end(w->dispatch, &finished, &cut);
+	cairn_worker_stop(w);
 
-	/* A second signal exits at once. Releasing gets at least two seconds. */
-	if (deadline < worker_now_ms() + 2000)
-		deadline = worker_now_ms() + 2000;
-	while (!atomic_load(&sup.done) && worker_now_ms() < deadline)
-		second_signal_exits(w, &sigs, 20);
-	int clean = atomic_load(&sup.done);
-	if (clean)
+	/* Releasing gets at least two seconds; a second signal cuts it short. */
+	if (deadline < clock_mono_ms() + 2000)
+		deadline = clock_mono_ms() + 2000;
+	while (!abandoned && !atomic_load(&sup.done) && clock_mono_ms() < deadline)
+		abandoned = second_signal(w, &sigs, 20);
+	int clean = atomic_load(&sup.done) && !abandoned;
+	if (clean && sup_started)
 		pthread_join(sup.thread, NULL);
-	http_stop(w);
-	pthread_mutex_lock(&w->mu);
-	snprintf(w->state, sizeof w->state, "stopped");
-	pthread_mutex_unlock(&w->mu);
+	if (clean && !cut) {
+		http_stop(w->http);
+		w->http = NULL;
+	}
+	set_state(w, WORKER_STOPPED);
 	char fin[24], cutoff[24];
-	snprintf(fin, sizeof fin, "%d", finished);
-	snprintf(cutoff, sizeof cutoff, "%d", cut);
-	log_kv(&w->log, LOG_INFO, "stopped", "finished_cleanly", fin, "cut_off", cutoff, NULL);
+	log_kv(&w->log, LOG_INFO, "stopped", "finished_cleanly", db_i64(fin, finished), "cut_off",
+	       db_i64(cutoff, cut), NULL);
+	if (abandoned) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, "a second signal stopped the drain");
+		return CAIRN_EINTR;
+	}
 	if (!clean || cut) {
-		/* The supervisor is stuck in a database call past the deadline. */
 		log_kv(&w->log, LOG_WARN, "shutdown timeout passed with a loop still busy", NULL);
-		_exit(0);
+		buf_reset(&w->err);
+		buf_puts(&w->err, "the shutdown timeout passed with work still running");
+		return CAIRN_ETIMEOUT;
 	}
 	return w->fatal ? CAIRN_ESCHEMA : CAIRN_OK;
 }

@@ -44,6 +44,7 @@ typedef enum cairn_status {
 	CAIRN_EFAIL = 11,    /* a step or workflow failed for good (see cairn_fail) */
 	CAIRN_ENONDET = 12,  /* replay found a different durable call than the journal */
 	CAIRN_ESTOP = 13, /* the worker is handing the run over (shard moved, drain): return it */
+	CAIRN_EINTR = 14, /* cairn_worker_run: a second signal cut the drain short */
 } cairn_status;
 
 /*
@@ -139,7 +140,7 @@ typedef struct cairn_step_info {
 	int seq;
 	char *name;
 	char *kind;   /* step, sleep, signal, now, random */
-	char *status; /* completed, failed, retrying, waiting */
+	char *status; /* completed, failed, retrying, waiting, timed_out (a signal wait) */
 	char *output; /* JSON text or NULL */
 	char *error;  /* or NULL */
 	int attempts;
@@ -256,12 +257,32 @@ typedef struct cairn_worker cairn_worker;
 
 /*
  * Creates a worker from the environment (DATABASE_URL, CAIRN_*) overridden by
- * flags in argv (argv[0] is the program name; see `cairn-worker --help`).
- * Nothing is started yet. On CAIRN_EINVAL *out is still set and
- * cairn_worker_errmsg() names the bad variable, its value and what is
- * accepted. *out is NULL only on CAIRN_ENOMEM. Free with cairn_worker_free().
+ * flags in argv (argv[0] is the program name; see `cairn-worker --help`):
+ * the constructor of the stock daemon. Nothing is started yet. On
+ * CAIRN_EINVAL *out is still set and cairn_worker_errmsg() names the bad
+ * variable, its value and what is accepted. *out is NULL only on
+ * CAIRN_ENOMEM. Free with cairn_worker_free().
  */
 int cairn_worker_new(int argc, char **argv, cairn_worker **out);
+
+/* The settings of a worker built into a program of its own. */
+typedef struct cairn_worker_settings {
+	const char *database_url; /* libpq URL or conninfo; NULL: from settings or environment */
+	/* NULL-terminated "NAME=value" strings naming the variables that
+	 * `cairn-worker --help` lists ("CAIRN_CONCURRENCY=8",
+	 * "CAIRN_HTTP_ADDR=127.0.0.1:0"), or NULL; validated as the daemon
+	 * validates them. The array and strings are copied. */
+	const char *const *settings;
+	int from_environment; /* 1: read DATABASE_URL and CAIRN_* first, as the daemon does */
+} cairn_worker_settings;
+
+/*
+ * Creates a worker from settings (NULL: defaults, which need a database URL
+ * from somewhere), with no argv to fake. The environment is read only when
+ * from_environment is set; settings override it, and database_url overrides
+ * both. Errors and ownership as cairn_worker_new().
+ */
+int cairn_worker_new_with(const cairn_worker_settings *settings, cairn_worker **out);
 const char *cairn_worker_errmsg(const cairn_worker *w);
 
 /* The effective configuration, one NAME=value per line, password masked;
@@ -274,11 +295,17 @@ const char *cairn_worker_settings_help(void);
 /*
  * Runs the worker until SIGTERM or SIGINT (or cairn_worker_stop()), then
  * drains: stops taking work, lets in-flight work reach a durable point within
- * CAIRN_SHUTDOWN_TIMEOUT, releases everything and returns CAIRN_OK. A second
- * signal exits the process at once. Blocks SIGTERM and SIGINT in the calling
- * thread and every thread it starts. Returns an error only for a fatal
- * configuration mismatch found at run time (CAIRN_ESCHEMA) or if the HTTP
- * endpoint cannot listen (CAIRN_EINVAL).
+ * CAIRN_SHUTDOWN_TIMEOUT, releases everything and returns CAIRN_OK. Blocks
+ * SIGTERM and SIGINT in the calling thread and every thread it starts. It
+ * never exits the process. Other returns:
+ *   CAIRN_ESCHEMA  a fatal configuration mismatch found at run time;
+ *   CAIRN_EINVAL   a plugin could not be loaded or the HTTP endpoint cannot
+ *                  listen (nothing was left running);
+ *   CAIRN_ETIMEOUT the shutdown timeout passed with a step still running;
+ *   CAIRN_EINTR    a second signal came during the drain.
+ * After CAIRN_ETIMEOUT and CAIRN_EINTR threads of the worker may still be
+ * running: do not call cairn_worker_free(); exit the process (the stock
+ * daemon exits 0 and 1). cairn_worker_errmsg() says what happened.
  */
 int cairn_worker_run(cairn_worker *w);
 

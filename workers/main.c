@@ -7,6 +7,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "builtins.h"
 #include "cairn.h"
@@ -65,6 +66,10 @@ int main(int argc, char **argv)
 	rc = cairn_worker_run(w);
 	if (rc)
 		fprintf(stderr, "cairn-worker: %s\n", cairn_worker_errmsg(w));
+	/* A cut-off drain or a second signal leaves threads running: exit now,
+	 * without freeing what they use (a cut-off drain still exits 0). */
+	if (rc == CAIRN_ETIMEOUT || rc == CAIRN_EINTR)
+		_exit(rc == CAIRN_EINTR ? 1 : 0);
 	cairn_worker_free(w);
 	builtins_shutdown();
 	return rc ? 1 : 0;

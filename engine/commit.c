@@ -1,0 +1,536 @@
+/*
+ * commit.c - the group committer (see commit.h): a queue of commits, one
+ * thread with its own connection that takes up to COMMIT_MAX of them at a
+ * time and writes them with one prepared statement. A batch the database
+ * refuses is retried one commit at a time, so one run's bad values cannot
+ * sink the others; a run whose own writes are refused (invalid UTF-8 in a
+ * result, say) fails with the database's message instead of being executed
+ * again forever.
+ */
+#include "commit.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cairn.h"
+#include "client.h"
+#include "db.h"
+#include "sqlparam.h"
+
+#define COMMIT_MAX 512
+
+#define COMMIT_SLOT_NAME(name) #name,
+const char *const COMMIT_SLOT_NAMES[COMMIT_NSLOTS] = {COMMIT_SLOTS(COMMIT_SLOT_NAME)};
+#undef COMMIT_SLOT_NAME
+
+/* ------------------------------------------------------------ one commit */
+
+commit *commit_new(const commit_run *run)
+{
+	commit *c = calloc(1, sizeof *c);
+	if (c)
+		c->run = *run;
+	return c;
+}
+
+static void row_clear(jrow *r)
+{
+	free(r->name);
+	free(r->output);
+	free(r->error);
+}
+
+void commit_free(commit *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->nrows; i++)
+		row_clear(&c->rows[i]);
+	free(c->rows);
+	free(c->sig_ids);
+	free(c->sig_seqs);
+	free(c->output);
+	free(c->error);
+	free(c);
+}
+
+int commit_add_row(commit *c, const jrow *r)
+{
+	if (c->nrows == c->caprows) {
+		int cap = c->caprows ? c->caprows * 2 : 4;
+		jrow *g = realloc(c->rows, (size_t)cap * sizeof *g);
+		if (!g)
+			return -CAIRN_ENOMEM;
+		c->rows = g;
+		c->caprows = cap;
+	}
+	jrow *d = &c->rows[c->nrows];
+	*d = *r;
+	d->name = strdup(r->name);
+	d->output = r->output ? strdup(r->output) : NULL;
+	d->error = r->error ? strdup(r->error) : NULL;
+	if (!d->name || (r->output && !d->output) || (r->error && !d->error)) {
+		row_clear(d);
+		return -CAIRN_ENOMEM;
+	}
+	c->nrows++;
+	return 0;
+}
+
+int commit_add_signal(commit *c, int64_t id, int seq)
+{
+	if (c->nsig == c->capsig) {
+		int cap = c->capsig ? c->capsig * 2 : 4;
+		int64_t *ids = realloc(c->sig_ids, (size_t)cap * sizeof *ids);
+		if (ids)
+			c->sig_ids = ids;
+		int *seqs = realloc(c->sig_seqs, (size_t)cap * sizeof *seqs);
+		if (seqs)
+			c->sig_seqs = seqs;
+		if (!ids || !seqs)
+			return -CAIRN_ENOMEM;
+		c->capsig = cap;
+	}
+	c->sig_ids[c->nsig] = id;
+	c->sig_seqs[c->nsig++] = seq;
+	return 0;
+}
+
+void commit_drop_unfinished(commit *c)
+{
+	int k = 0;
+	for (int i = 0; i < c->nrows; i++) {
+		if (c->rows[i].status == STEP_COMPLETED)
+			c->rows[k++] = c->rows[i];
+		else
+			row_clear(&c->rows[i]);
+	}
+	c->nrows = k;
+}
+
+/* -------------------------------------------------------------- encoding */
+
+static const char SQL_COMMIT[] =
+    "WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "
+    "                                :b_owner::bigint[], :b_epoch::bigint[]) "
+    "           AS b(run_id, g, s, o, e)), "
+    "ok AS (SELECT b.run_id, b.g, b.s FROM b JOIN cairn.shard_leases l "
+    "       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o AND l.epoch = b.e), "
+    "ins AS (INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, error, attempts, "
+    "                                 wake_at, started_at, finished_at) "
+    "  SELECT t.r, t.q, t.n, t.k, t.st, t.o::jsonb, t.er, t.a, to_timestamp(t.w / 1000.0), "
+    "         to_timestamp(t.sa / 1000.0), to_timestamp(t.fa / 1000.0) "
+    "  FROM unnest(:j_run::bigint[], :j_seq::int[], :j_name::text[], :j_kind::text[], "
+    "              :j_status::text[], :j_output::text[], :j_error::text[], :j_attempts::int[], "
+    "              :j_wake::bigint[], :j_started::bigint[], :j_finished::bigint[]) "
+    "       AS t(r, q, n, k, st, o, er, a, w, sa, fa) "
+    "  WHERE t.r IN (SELECT run_id FROM ok) "
+    "  ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, output = excluded.output, "
+    "    error = excluded.error, attempts = excluded.attempts, wake_at = excluded.wake_at, "
+    "    finished_at = excluded.finished_at), "
+    "upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
+    "    attempt = u.a, updated_at = now(), finished_at = CASE WHEN u.fin THEN now() END "
+    "  FROM unnest(:u_run::bigint[], :u_status::text[], :u_output::text[], :u_error::text[], "
+    "              :u_attempt::int[], :u_finished::bool[]) AS u(id, st, o, er, a, fin) "
+    "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) RETURNING r.id, u.fin), "
+    "delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY (:del_msg::bigint[]) "
+    "    OR m.run_id = ANY (:del_run::bigint[])) AND m.run_id IN (SELECT run_id FROM ok)), "
+    "newm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
+    "  SELECT ok.run_id, ok.g, ok.s, n.k, to_timestamp(n.at / 1000.0) "
+    "  FROM unnest(:new_run::bigint[], :new_kind::text[], :new_at::bigint[]) AS n(r, k, at) "
+    "  JOIN ok ON ok.run_id = n.r), "
+    "sig AS (UPDATE cairn.signals g SET consumed_by_seq = x.q "
+    "  FROM unnest(:sig_id::bigint[], :sig_seq::int[]) AS x(id, q) "
+    "  WHERE g.id = x.id AND g.run_id IN (SELECT run_id FROM ok)), "
+    "rst AS (DELETE FROM cairn.steps s WHERE s.run_id = ANY (:reset_run::bigint[]) "
+    "  AND s.status <> 'completed' AND s.run_id IN (SELECT run_id FROM ok) "
+    "  AND (s.run_id, s.seq) NOT IN (SELECT * FROM unnest(:j_run::bigint[], :j_seq::int[]))), "
+    "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
+    "    attempts = m.attempts + 1 "
+    "  FROM unnest(:defer_msg::bigint[], :defer_at::bigint[]) AS x(id, at) "
+    "  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok)), "
+    "ntf AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM upd WHERE fin) "
+    "SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM ntf) "
+    "FROM ok JOIN cairn.runs r ON r.id = ok.run_id";
+
+int commit_statement(buf *sql, buf *err)
+{
+	return sqlparam_bind(SQL_COMMIT, COMMIT_SLOT_NAMES, COMMIT_NSLOTS, sql, err);
+}
+
+static void add_ms(pgarr *a, int64_t ms)
+{
+	if (ms)
+		pgarr_add_i64(a, ms);
+	else
+		pgarr_add(a, NULL);
+}
+
+static void add_run_update(commit_params *p, const commit *c, run_status st, int finished)
+{
+	pgarr_add_i64(&p->slot[SLOT_u_run], c->run.id);
+	pgarr_add(&p->slot[SLOT_u_status], run_status_name(st));
+	pgarr_add(&p->slot[SLOT_u_output], c->output);
+	pgarr_add(&p->slot[SLOT_u_error], c->error);
+	pgarr_add_i64(&p->slot[SLOT_u_attempt], c->attempt);
+	pgarr_add(&p->slot[SLOT_u_finished], finished ? "t" : "f");
+}
+
+static void add_claimed(pgarr *a, const commit *c)
+{
+	for (int k = 0; k < c->run.nmsgs; k++)
+		pgarr_add_i64(a, c->run.msgs[k]);
+}
+
+static void add_new_message(commit_params *p, const commit *c, msg_kind kind)
+{
+	pgarr_add_i64(&p->slot[SLOT_new_run], c->run.id);
+	pgarr_add(&p->slot[SLOT_new_kind], msg_kind_name(kind));
+	pgarr_add_i64(&p->slot[SLOT_new_at], c->at_ms);
+}
+
+static void encode_one(commit_params *p, const commit *c)
+{
+	pgarr *s = p->slot;
+	pgarr_add_i64(&s[SLOT_b_run], c->run.id);
+	pgarr_add(&s[SLOT_b_group], c->run.group);
+	pgarr_add_i64(&s[SLOT_b_shard], c->run.shard);
+	pgarr_add_i64(&s[SLOT_b_owner], c->run.owner);
+	pgarr_add_i64(&s[SLOT_b_epoch], c->run.epoch);
+	for (int k = 0; k < c->nrows; k++) {
+		const jrow *r = &c->rows[k];
+		pgarr_add_i64(&s[SLOT_j_run], c->run.id);
+		pgarr_add_i64(&s[SLOT_j_seq], r->seq);
+		pgarr_add(&s[SLOT_j_name], r->name);
+		pgarr_add(&s[SLOT_j_kind], step_kind_name(r->kind));
+		pgarr_add(&s[SLOT_j_status], step_status_name(r->status));
+		pgarr_add(&s[SLOT_j_output], r->output);
+		pgarr_add(&s[SLOT_j_error], r->error);
+		pgarr_add_i64(&s[SLOT_j_attempts], r->attempts);
+		add_ms(&s[SLOT_j_wake], r->wake_ms);
+		add_ms(&s[SLOT_j_started], r->started_ms);
+		add_ms(&s[SLOT_j_finished], r->finished_ms);
+	}
+	for (int k = 0; k < c->nsig; k++) {
+		pgarr_add_i64(&s[SLOT_sig_id], c->sig_ids[k]);
+		pgarr_add_i64(&s[SLOT_sig_seq], c->sig_seqs[k]);
+	}
+	switch (c->outcome) {
+	case COMMIT_JOURNAL: break;
+	case COMMIT_SUSPEND:
+		add_run_update(p, c, c->status, 0);
+		add_claimed(&s[SLOT_del_msg], c);
+		if (c->at_ms)
+			add_new_message(p, c, MSG_WAKE);
+		break;
+	case COMMIT_FINISH:
+		add_run_update(p, c, c->status, 1);
+		pgarr_add_i64(&s[SLOT_del_run], c->run.id);
+		break;
+	case COMMIT_RETRY:
+		add_run_update(p, c, RUN_PENDING, 0);
+		pgarr_add_i64(&s[SLOT_reset_run], c->run.id);
+		add_claimed(&s[SLOT_del_msg], c);
+		add_new_message(p, c, MSG_START);
+		break;
+	case COMMIT_DEFER:
+		add_run_update(p, c, RUN_PENDING, 0);
+		for (int k = 0; k < c->run.nmsgs; k++) {
+			pgarr_add_i64(&s[SLOT_defer_msg], c->run.msgs[k]);
+			pgarr_add_i64(&s[SLOT_defer_at], c->at_ms);
+		}
+		break;
+	case COMMIT_DISCARD: add_claimed(&s[SLOT_del_msg], c); break;
+	}
+}
+
+int commit_encode(commit *const *batch, int n, commit_params *p)
+{
+	for (int i = 0; i < COMMIT_NSLOTS; i++)
+		p->slot[i] = (pgarr)PGARR_INIT;
+	for (int i = 0; i < n; i++)
+		encode_one(p, batch[i]);
+	int oom = 0;
+	for (int i = 0; i < COMMIT_NSLOTS; i++) {
+		p->values[i] = pgarr_str(&p->slot[i]);
+		oom |= p->slot[i].b.oom;
+	}
+	if (oom) {
+		commit_params_free(p);
+		return -CAIRN_ENOMEM;
+	}
+	return 0;
+}
+
+void commit_params_free(commit_params *p)
+{
+	for (int i = 0; i < COMMIT_NSLOTS; i++)
+		pgarr_free(&p->slot[i]);
+}
+
+/* ------------------------------------------------------------- committer */
+
+struct committer {
+	committer_env env;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv; /* the queue has a commit, or stop */
+	pthread_cond_t done_cv; /* a commit is done */
+	commit *head, *tail;
+	int stop;
+};
+
+/* The failure of one statement: whether the values were at fault. */
+enum { BATCH_DB = -CAIRN_EDB, BATCH_VALUES = -CAIRN_EINVAL };
+
+/* Writes one batch: 0, BATCH_VALUES when the database refused the values
+ * themselves (data exception, program limit), BATCH_DB otherwise. */
+static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
+{
+	commit_params p;
+	if (commit_encode(batch, n, &p) < 0) {
+		buf_reset(err);
+		buf_puts(err, "out of memory encoding a commit");
+		return BATCH_DB;
+	}
+	PGresult *r = PQexecPrepared(conn, "cairn_commit", COMMIT_NSLOTS, p.values, NULL, NULL, 0);
+	commit_params_free(&p);
+	int rc = 0;
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		buf_reset(err);
+		buf_puts(err, PQresultErrorMessage(r));
+		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		rc = st && (strncmp(st, "22", 2) == 0 || strncmp(st, "54", 2) == 0) ? BATCH_VALUES
+		                                                                     : BATCH_DB;
+	} else {
+		for (int i = 0; i < n; i++)
+			batch[i]->ok = 0;
+		for (int row = 0; row < PQntuples(r); row++) {
+			int64_t id = db_get_i64(r, row, 0);
+			for (int i = 0; i < n; i++)
+				if (batch[i]->run.id == id) {
+					batch[i]->ok = 1;
+					batch[i]->cancel_requested = db_get_bool(r, row, 1);
+				}
+		}
+	}
+	PQclear(r);
+	return rc;
+}
+
+/* The database refused a run's own writes with the connection fine: fail
+ * the run with the database's message instead. */
+static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
+{
+	buf why = BUF_INIT;
+	buf_printf(&why, "cannot store the run's results: %s", buf_str(err));
+	while (why.len && why.data[why.len - 1] == '\n')
+		why.data[--why.len] = '\0';
+	log_kv(k->env.log, LOG_ERROR, "a run's writes were refused; failing it", "error",
+	       buf_str(&why), NULL);
+	commit f = {.run = c->run,
+	            .outcome = COMMIT_FINISH,
+	            .status = RUN_FAILED,
+	            .error = (char *)buf_str(&why),
+	            .attempt = c->attempt};
+	commit *one = &f;
+	c->ok = 0;
+	c->cancel_requested = 0;
+	if (write_batch(conn, &one, 1, err) < 0)
+		log_kv(k->env.log, LOG_ERROR, "cannot fail the run either", "error", buf_str(err),
+		       NULL);
+	else
+		atomic_fetch_add(&k->env.m->runs_failed, 1);
+	buf_free(&why);
+}
+
+static PGconn *connect_committer(committer *k, buf *err)
+{
+	PGconn *c = db_connect(k->env.conninfo, "cairn-worker commit", err);
+	if (!c)
+		return NULL;
+	buf sql = BUF_INIT;
+	int rc = commit_statement(&sql, err);
+	PGresult *r = rc ? NULL : PQprepare(c, "cairn_commit", buf_str(&sql), 0, NULL);
+	buf_free(&sql);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		if (r) {
+			buf_reset(err);
+			buf_puts(err, PQresultErrorMessage(r));
+		}
+		PQclear(r);
+		PQfinish(c);
+		return NULL;
+	}
+	PQclear(r);
+	return c;
+}
+
+/* Marks a batch done: wakes waiting executors, hands final commits back.
+ * A waited-for commit belongs to its executor again once it is done (it may
+ * be freed at once), so the final ones are picked out before. */
+static void settle(committer *k, commit **batch, int n)
+{
+	commit *finals[COMMIT_MAX];
+	int nfinal = 0;
+	pthread_mutex_lock(&k->mu);
+	for (int i = 0; i < n; i++)
+		if (batch[i]->final)
+			finals[nfinal++] = batch[i];
+		else
+			batch[i]->done = 1;
+	pthread_cond_broadcast(&k->done_cv);
+	pthread_mutex_unlock(&k->mu);
+	for (int i = 0; i < nfinal; i++) {
+		commit *c = finals[i];
+		c->done = 1;
+		if (!c->ok && c->outcome != COMMIT_JOURNAL && c->outcome != COMMIT_DISCARD)
+			log_kv(k->env.log, LOG_WARN,
+			       "final write refused by the fence: the shard moved", NULL);
+		k->env.on_final(k->env.arg, c);
+	}
+}
+
+/* Takes up to COMMIT_MAX queued commits; 0 when stopping with none left. */
+static int take_batch(committer *k, commit **batch)
+{
+	pthread_mutex_lock(&k->mu);
+	while (!k->head && !k->stop)
+		pthread_cond_wait(&k->work_cv, &k->mu);
+	int n = 0;
+	while (k->head && n < COMMIT_MAX) {
+		batch[n++] = k->head;
+		k->head = k->head->next;
+	}
+	if (!k->head)
+		k->tail = NULL;
+	pthread_mutex_unlock(&k->mu);
+	return n;
+}
+
+static void *committer_main(void *arg)
+{
+	committer *k = arg;
+	PGconn *conn = NULL;
+	buf err = BUF_INIT;
+	commit *batch[COMMIT_MAX];
+	int failures = 0, n;
+	while ((n = take_batch(k, batch)) > 0) {
+		while (!conn) {
+			conn = connect_committer(k, &err);
+			if (conn)
+				break;
+			log_kv(k->env.log, LOG_WARN, "committer cannot connect; retrying", "error",
+			       buf_str(&err), NULL);
+			usleep((useconds_t)(db_backoff_ms(failures++) * 1000));
+			pthread_mutex_lock(&k->mu);
+			int stopping = k->stop;
+			pthread_mutex_unlock(&k->mu);
+			if (stopping && failures > 3)
+				break;
+		}
+		int rc = conn ? write_batch(conn, batch, n, &err) : BATCH_DB;
+		if (rc < 0 && conn && db_ok(conn)) {
+			/* One bad commit must not sink the others: write them one by
+			 * one, and fail a run whose own writes the database refuses. */
+			for (int i = 0; i < n; i++) {
+				int one = n == 1 ? rc : write_batch(conn, &batch[i], 1, &err);
+				if (one == BATCH_VALUES)
+					fail_unstorable(k, conn, batch[i], &err);
+				else if (one < 0) {
+					log_kv(k->env.log, LOG_WARN,
+					       "commit failed; the run will be retried", "error",
+					       buf_str(&err), NULL);
+					batch[i]->ok = 0;
+				}
+			}
+		} else if (rc < 0) {
+			log_kv(k->env.log, LOG_WARN, "commit failed; the runs will be retried",
+			       "error", buf_str(&err), NULL);
+			for (int i = 0; i < n; i++)
+				batch[i]->ok = 0;
+			if (conn && !db_ok(conn)) {
+				PQfinish(conn);
+				conn = NULL;
+			}
+		} else {
+			failures = 0;
+		}
+		settle(k, batch, n);
+	}
+	PQfinish(conn);
+	buf_free(&err);
+	return NULL;
+}
+
+int committer_start(const committer_env *env, committer **out)
+{
+	*out = NULL;
+	committer *k = calloc(1, sizeof *k);
+	if (!k)
+		return -CAIRN_ENOMEM;
+	k->env = *env;
+	pthread_mutex_init(&k->mu, NULL);
+	pthread_cond_init(&k->work_cv, NULL);
+	pthread_cond_init(&k->done_cv, NULL);
+	if (pthread_create(&k->thread, NULL, committer_main, k) != 0) {
+		committer_free(k);
+		return -CAIRN_ENOMEM;
+	}
+	*out = k;
+	return 0;
+}
+
+static void enqueue(committer *k, commit *c)
+{
+	pthread_mutex_lock(&k->mu);
+	c->next = NULL;
+	if (k->tail)
+		k->tail->next = c;
+	else
+		k->head = c;
+	k->tail = c;
+	pthread_cond_signal(&k->work_cv);
+	pthread_mutex_unlock(&k->mu);
+}
+
+int committer_wait(committer *k, commit *c)
+{
+	c->final = 0;
+	enqueue(k, c);
+	pthread_mutex_lock(&k->mu);
+	while (!c->done)
+		pthread_cond_wait(&k->done_cv, &k->mu);
+	pthread_mutex_unlock(&k->mu);
+	return c->ok ? 0 : -CAIRN_ESTOP;
+}
+
+void committer_submit_final(committer *k, commit *c)
+{
+	c->final = 1;
+	enqueue(k, c);
+}
+
+void committer_stop(committer *k)
+{
+	if (!k)
+		return;
+	pthread_mutex_lock(&k->mu);
+	k->stop = 1;
+	pthread_cond_signal(&k->work_cv);
+	pthread_mutex_unlock(&k->mu);
+	pthread_join(k->thread, NULL);
+}
+
+void committer_free(committer *k)
+{
+	if (!k)
+		return;
+	pthread_mutex_destroy(&k->mu);
+	pthread_cond_destroy(&k->work_cv);
+	pthread_cond_destroy(&k->done_cv);
+	free(k);
+}

@@ -1,0 +1,146 @@
+/*
+ * commit.h - the group committer (DESIGN: many runs, one fenced statement).
+ * An execution describes what it wants written as a commit: journal rows,
+ * consumed signals and one outcome for the run. The committer thread gathers
+ * the commits of many executions and writes them with one statement whose
+ * every write joins cairn.shard_leases on (group, shard, owner, epoch), so a
+ * runner that lost a shard writes nothing for it.
+ *
+ * Owns: the committer thread, its connection and its queue. A commit is
+ * owned by whoever submitted it until it is done; a final commit belongs to
+ * the committer, which hands it to on_final once it is written (or refused).
+ */
+#ifndef CAIRN_COMMIT_H
+#define CAIRN_COMMIT_H
+#include <stdint.h>
+
+#include "buf.h"
+#include "log.h"
+#include "metrics.h"
+#include "pgarr.h"
+#include "state.h"
+
+/* One journal row to insert or update. */
+typedef struct jrow {
+	int seq;
+	char *name;
+	step_kind kind;
+	step_status status;
+	char *output, *error; /* JSON text / message, or NULL */
+	int attempts;
+	int64_t wake_ms, started_ms, finished_ms; /* Unix ms; 0: NULL */
+} jrow;
+
+/* What happens to the run and its messages. */
+typedef enum commit_outcome {
+	COMMIT_JOURNAL, /* rows and signals only: a flush while the run executes, or a hand-over
+	                   (the messages stay for the shard's next owner) */
+	COMMIT_SUSPEND, /* status sleeping or waiting; claimed messages deleted; a wake message
+	                   at at_ms unless it is 0 */
+	COMMIT_FINISH,  /* status completed, failed or cancelled with output or error; every
+	                   message of the run deleted */
+	COMMIT_RETRY,   /* the run starts over as attempt `attempt`: unfinished steps deleted,
+	                   claimed messages deleted, a start message at at_ms */
+	COMMIT_DEFER,   /* status pending with error as the reason; the claimed messages are
+	                   delivered again at at_ms */
+	COMMIT_DISCARD, /* a late message for a finished run: delete the claimed messages */
+} commit_outcome;
+
+/* The run a commit writes for, and the lease its writes are fenced by. */
+typedef struct commit_run {
+	int64_t id;
+	const char *group; /* name; outlives the commit */
+	int shard;
+	int64_t owner, epoch;
+	const int64_t *msgs; /* the claimed messages; outlive the commit */
+	int nmsgs;
+} commit_run;
+
+typedef struct commit {
+	commit_run run;
+	commit_outcome outcome;
+	run_status status; /* SUSPEND and FINISH */
+	char *output;      /* FINISH: JSON text */
+	char *error;       /* FINISH, RETRY, DEFER: a message, or NULL */
+	int attempt;       /* the run's attempt once written */
+	int64_t at_ms;     /* SUSPEND, RETRY, DEFER: Unix ms */
+	jrow *rows;
+	int nrows, caprows;
+	int64_t *sig_ids; /* signals consumed, and the seq that consumed each */
+	int *sig_seqs;
+	int nsig, capsig;
+
+	/* Filled by the committer. */
+	int ok;               /* written (the fence held) */
+	int cancel_requested; /* the run was cancelled meanwhile */
+	int done;
+	int final;  /* submitted with committer_submit_final */
+	void *tag;  /* the submitter's, handed back by on_final */
+	struct commit *next;
+} commit;
+
+commit *commit_new(const commit_run *run); /* NULL when out of memory */
+void commit_free(commit *c);
+/* Adds a row (its strings copied) / a consumed signal: 0 or -CAIRN_ENOMEM. */
+int commit_add_row(commit *c, const jrow *r);
+int commit_add_signal(commit *c, int64_t id, int seq);
+/* Drops the rows that are not completed (a run retry starts them over). */
+void commit_drop_unfinished(commit *c);
+
+/*
+ * The statement's parameters, one X-macro list: the name of each :slot in
+ * the SQL, in $n order. commit_encode fills them from a batch; pure, so it
+ * is tested without a database.
+ */
+#define COMMIT_SLOTS(X)                                                                            \
+	X(b_run) X(b_group) X(b_shard) X(b_owner) X(b_epoch)                                       \
+	X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error) X(j_attempts)     \
+	X(j_wake) X(j_started) X(j_finished)                                                       \
+	X(u_run) X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished)                     \
+	X(del_msg) X(del_run)                                                                      \
+	X(new_run) X(new_kind) X(new_at)                                                           \
+	X(sig_id) X(sig_seq)                                                                       \
+	X(reset_run)                                                                               \
+	X(defer_msg) X(defer_at)
+
+#define COMMIT_SLOT_ENUM(name) SLOT_##name,
+enum commit_slot { COMMIT_SLOTS(COMMIT_SLOT_ENUM) COMMIT_NSLOTS };
+#undef COMMIT_SLOT_ENUM
+
+extern const char *const COMMIT_SLOT_NAMES[COMMIT_NSLOTS];
+
+typedef struct commit_params {
+	pgarr slot[COMMIT_NSLOTS];
+	const char *values[COMMIT_NSLOTS]; /* for PQexecPrepared; owned by slot[] */
+} commit_params;
+
+/* The statement with $n for every slot, as the committer prepares it:
+ * 0, or the error of sqlparam_bind. */
+int commit_statement(buf *sql, buf *err);
+/* Encodes a batch: 0 or -CAIRN_ENOMEM. Free with commit_params_free. */
+int commit_encode(commit *const *batch, int n, commit_params *p);
+void commit_params_free(commit_params *p);
+
+typedef struct committer committer;
+
+typedef struct committer_env {
+	const char *conninfo;
+	const logger *log;
+	metrics *m;
+	/* Called on the committer thread for a final commit once it is done;
+	 * the callee owns c from then on. */
+	void (*on_final)(void *arg, commit *c);
+	void *arg;
+} committer_env;
+
+/* Starts the committer thread; 0, or -CAIRN_ENOMEM (nothing started). */
+int committer_start(const committer_env *env, committer **out);
+/* Writes c and waits: 0 once written, -CAIRN_ESTOP when the fence or the
+ * database refused it (the run must stop). Sets c->cancel_requested. */
+int committer_wait(committer *k, commit *c);
+/* Hands over the final commit of an execution; on_final gets it back. */
+void committer_submit_final(committer *k, commit *c);
+/* Writes what is queued, then joins the thread. */
+void committer_stop(committer *k);
+void committer_free(committer *k);
+#endif

@@ -1,0 +1,68 @@
+/*
+ * exec.h - runs one claimed run to its next durable point (DESIGN section
+ * 5). The poller (dispatch.c) hands an executor a job: the run's row, its
+ * journal and its buffered signals, read by the claim. exec_job calls the
+ * workflow function from the top; each durable call takes the next sequence
+ * number and returns the journaled result when there is one. New results are
+ * flushed through env->flush before any further step function runs, and the
+ * execution ends with one final commit (commit.h) that says what becomes of
+ * the run.
+ *
+ * Owns: the cairn_ctx of one execution, on its executor's stack. Depends on
+ * nothing but its env, so replay is tested without a database.
+ */
+#ifndef CAIRN_EXEC_H
+#define CAIRN_EXEC_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "commit.h"
+#include "log.h"
+#include "metrics.h"
+#include "registry.h"
+#include "state.h"
+
+/* One claimed run. Built by the poller; read by the executor. */
+typedef struct job {
+	int64_t run_id;
+	int group, shard;
+	const char *group_name; /* the shardmap's; outlives the job */
+	int64_t owner, epoch;   /* the lease the claim was made under */
+	char *workflow, *input;
+	run_status status;
+	int attempt, max_attempts;
+	_Atomic int cancel_requested; /* also set by the poller while the run executes */
+	int64_t created_ms;
+	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
+	char *journal, *signals;         /* JSON arrays (journal.h) or NULL */
+	int64_t *msgs;                   /* claimed message ids */
+	int nmsgs;
+	struct job *next;
+} job;
+
+void job_free(job *j);
+
+typedef struct exec_env {
+	const registry *reg;
+	const logger *log;
+	metrics *m;
+	size_t max_payload_bytes;
+	int64_t unknown_workflow_timeout_ms;
+	/* Writes c (journal rows of a running execution) and waits: 0, or
+	 * -CAIRN_ESTOP when it was refused (the run must stop). The caller
+	 * keeps c. */
+	int (*flush)(void *arg, commit *c);
+	/* 1 when in-flight work must stop at its next durable point: the worker
+	 * drains, or the run's shard is no longer owned with the job's epoch. */
+	int (*must_stop)(void *arg, const job *j);
+	void *arg;
+} exec_env;
+
+/*
+ * Executes j to its next durable point and returns its final commit, or
+ * NULL when there is nothing to write (a hand-over with no new rows, or out
+ * of memory: the claimed messages bring the run back).
+ */
+commit *exec_job(const exec_env *env, job *j);
+#endif

@@ -1,0 +1,31 @@
+/*
+ * http.h - a small HTTP server on libmicrohttpd for the worker's endpoints:
+ * one handler sees every request and fills a reply. Limits on connections,
+ * per-IP connections, memory per connection and idle time keep a slow or
+ * hostile client from stalling it. Request bodies are not read.
+ *
+ * Owns: the libmicrohttpd daemon and its internal polling thread.
+ */
+#ifndef CAIRN_HTTP_H
+#define CAIRN_HTTP_H
+#include <sys/socket.h>
+
+#include "buf.h"
+
+typedef struct http_reply {
+	unsigned status;  /* 404 unless the handler says otherwise */
+	const char *type; /* Content-Type; static text */
+	const char *allow; /* an Allow header (with 405), or NULL */
+	buf body;
+} http_reply;
+
+/* Called on the server's thread for every request. */
+typedef void (*http_handler)(void *arg, const char *method, const char *path, http_reply *r);
+
+typedef struct http_server http_server;
+
+/* Listens on sa; 0 with the bound port in *port, or -CAIRN_EINVAL. */
+int http_start(const struct sockaddr_storage *sa, http_handler handler, void *arg,
+               http_server **out, int *port);
+void http_stop(http_server *s); /* waits for requests in progress */
+#endif

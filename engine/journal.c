@@ -1,0 +1,197 @@
+/*
+ * journal.c - parses and indexes a claimed run's journal and signals (see
+ * journal.h). Every field is checked: integers are decimal text in range,
+ * names and states are known, a seq appears once.
+ */
+#include "journal.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cairn.h"
+#include "parse.h"
+
+static const cJSON *field(const cJSON *o, const char *k)
+{
+	return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+/* An integer field rendered as text; JSON null (or absent) gives 0 when nullable. */
+static int int_field(const cJSON *o, const char *k, int64_t min, int64_t max, int nullable,
+                     int64_t *out, buf *err)
+{
+	const cJSON *v = field(o, k);
+	char perr[PARSE_ERR_MAX];
+	if ((!v || cJSON_IsNull(v)) && nullable) {
+		*out = 0;
+		return 0;
+	}
+	if (!cJSON_IsString(v) || parse_int(v->valuestring, min, max, out, perr) < 0) {
+		buf_printf(err, "%s is %s", k,
+		           cJSON_IsString(v) ? perr : "missing or not an integer text");
+		return -CAIRN_EINVAL;
+	}
+	return 0;
+}
+
+static const char *str_field(const cJSON *o, const char *k)
+{
+	const cJSON *v = field(o, k);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int parse_entry(const cJSON *o, journal_entry *e, buf *err)
+{
+	int64_t v;
+	if (!cJSON_IsObject(o)) {
+		buf_puts(err, "not an object");
+		return -CAIRN_EINVAL;
+	}
+	if (int_field(o, "seq", 0, INT_MAX, 0, &v, err))
+		return -CAIRN_EINVAL;
+	e->seq = (int)v;
+	e->name = str_field(o, "name");
+	if (!e->name || !*e->name) {
+		buf_puts(err, "name is missing");
+		return -CAIRN_EINVAL;
+	}
+	const char *kind = str_field(o, "kind"), *status = str_field(o, "status");
+	if (step_kind_parse(kind, &e->kind) < 0) {
+		buf_printf(err, "unknown kind \"%s\"", kind ? kind : "(none)");
+		return -CAIRN_EINVAL;
+	}
+	if (step_status_parse(status, &e->status) < 0) {
+		buf_printf(err, "unknown status \"%s\"", status ? status : "(none)");
+		return -CAIRN_EINVAL;
+	}
+	const cJSON *out = field(o, "output");
+	e->output = out && !cJSON_IsNull(out) ? out : NULL;
+	e->error = str_field(o, "error");
+	if (int_field(o, "attempts", 0, INT_MAX, 0, &v, err))
+		return -CAIRN_EINVAL;
+	e->attempts = (int)v;
+	if (int_field(o, "wake_at", INT64_MIN, INT64_MAX, 1, &e->wake_ms, err) ||
+	    int_field(o, "started_at", INT64_MIN, INT64_MAX, 1, &e->started_ms, err))
+		return -CAIRN_EINVAL;
+	return 0;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+	int x = ((const journal_entry *)a)->seq, y = ((const journal_entry *)b)->seq;
+	return (x > y) - (x < y);
+}
+
+/* Parses text into a JSON array; NULL or "" is an empty one. */
+static int parse_array(const char *text, cJSON **out, const char *what, buf *err)
+{
+	*out = text && *text ? cJSON_Parse(text) : cJSON_CreateArray();
+	if (cJSON_IsArray(*out))
+		return 0;
+	cJSON_Delete(*out);
+	*out = NULL;
+	if (!text || !*text)
+		return -CAIRN_ENOMEM;
+	buf_printf(err, "%s is not a JSON array", what);
+	return -CAIRN_EINVAL;
+}
+
+int journal_parse(const char *text, journal *j, buf *err)
+{
+	memset(j, 0, sizeof *j);
+	int rc = parse_array(text, &j->tree, "the journal", err);
+	if (rc)
+		return rc;
+	int n = cJSON_GetArraySize(j->tree);
+	j->e = calloc((size_t)n + 1, sizeof *j->e);
+	if (!j->e) {
+		journal_free(j);
+		return -CAIRN_ENOMEM;
+	}
+	const cJSON *it;
+	cJSON_ArrayForEach(it, j->tree)
+	{
+		buf why = BUF_INIT;
+		if (parse_entry(it, &j->e[j->n], &why) < 0) {
+			buf_printf(err, "journal row %d: %s", j->n + 1, buf_str(&why));
+			buf_free(&why);
+			journal_free(j);
+			return -CAIRN_EINVAL;
+		}
+		j->n++;
+	}
+	qsort(j->e, (size_t)j->n, sizeof *j->e, by_seq);
+	for (int i = 1; i < j->n; i++)
+		if (j->e[i].seq == j->e[i - 1].seq) {
+			buf_printf(err, "journal row with seq %d: the seq appears twice", j->e[i].seq);
+			journal_free(j);
+			return -CAIRN_EINVAL;
+		}
+	return 0;
+}
+
+const journal_entry *journal_at(const journal *j, int seq)
+{
+	journal_entry key = {.seq = seq};
+	return j->n ? bsearch(&key, j->e, (size_t)j->n, sizeof *j->e, by_seq) : NULL;
+}
+
+void journal_free(journal *j)
+{
+	cJSON_Delete(j->tree);
+	free(j->e);
+	memset(j, 0, sizeof *j);
+}
+
+int signals_parse(const char *text, signal_box *b, buf *err)
+{
+	memset(b, 0, sizeof *b);
+	int rc = parse_array(text, &b->tree, "the signal list", err);
+	if (rc)
+		return rc;
+	int n = cJSON_GetArraySize(b->tree);
+	b->e = calloc((size_t)n + 1, sizeof *b->e);
+	if (!b->e) {
+		signals_free(b);
+		return -CAIRN_ENOMEM;
+	}
+	const cJSON *it;
+	cJSON_ArrayForEach(it, b->tree)
+	{
+		signal_entry *s = &b->e[b->n];
+		buf why = BUF_INIT;
+		s->name = str_field(it, "name");
+		s->payload = field(it, "payload");
+		if (int_field(it, "id", 1, INT64_MAX, 0, &s->id, &why) < 0 || !s->name) {
+			buf_printf(err, "signal row %d: %s", b->n + 1,
+			           why.len ? buf_str(&why) : "name is missing");
+			buf_free(&why);
+			signals_free(b);
+			return -CAIRN_EINVAL;
+		}
+		b->n++;
+	}
+	return 0;
+}
+
+signal_entry *signals_take(signal_box *b, const char *name)
+{
+	signal_entry *best = NULL;
+	for (int i = 0; i < b->n; i++) {
+		signal_entry *s = &b->e[i];
+		if (!s->taken && strcmp(s->name, name) == 0 && (!best || s->id < best->id))
+			best = s;
+	}
+	if (best)
+		best->taken = 1;
+	return best;
+}
+
+void signals_free(signal_box *b)
+{
+	cJSON_Delete(b->tree);
+	free(b->e);
+	memset(b, 0, sizeof *b);
+}

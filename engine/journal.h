@@ -1,0 +1,66 @@
+/*
+ * journal.h - a run's journal and buffered signals as the claim returns them
+ * (JSON arrays, numbers rendered as text so that no integer goes through a
+ * double), parsed once into typed entries. Replay looks entries up by
+ * sequence number; gaps are allowed (a run retry drops unfinished steps) and
+ * the cost of a lookup does not depend on how large a seq is. A row that
+ * cannot be parsed fails the load with a message naming the row, so a
+ * corrupt journal fails its run alone. Pure: no I/O.
+ *
+ * Owns: the parsed JSON tree; entries point into it.
+ */
+#ifndef CAIRN_JOURNAL_H
+#define CAIRN_JOURNAL_H
+#include <stdint.h>
+
+#include "buf.h"
+#include "state.h"
+
+struct cJSON;
+
+typedef struct journal_entry {
+	int seq;
+	const char *name;
+	step_kind kind;
+	step_status status;
+	const struct cJSON *output; /* NULL: none */
+	const char *error;          /* NULL: none */
+	int attempts;
+	int64_t wake_ms, started_ms; /* Unix ms; 0: not set */
+} journal_entry;
+
+typedef struct journal {
+	struct cJSON *tree;
+	journal_entry *e; /* sorted by seq, no two alike */
+	int n;
+} journal;
+
+/*
+ * Parses the claim's journal (NULL or "" is an empty journal). 0, or
+ * -CAIRN_EINVAL with "journal row N: ..." in err for a corrupt row or a
+ * repeated seq, or -CAIRN_ENOMEM. On error j is left empty.
+ */
+int journal_parse(const char *text, journal *j, buf *err);
+/* The entry with this seq, or NULL. */
+const journal_entry *journal_at(const journal *j, int seq);
+void journal_free(journal *j);
+
+typedef struct signal_entry {
+	int64_t id; /* sending order */
+	const char *name;
+	const struct cJSON *payload;
+	int taken;
+} signal_entry;
+
+typedef struct signal_box {
+	struct cJSON *tree;
+	signal_entry *e;
+	int n;
+} signal_box;
+
+/* Parses the claim's unconsumed signals; as journal_parse. */
+int signals_parse(const char *text, signal_box *b, buf *err);
+/* The oldest signal of this name not yet taken, marked taken; NULL if none. */
+signal_entry *signals_take(signal_box *b, const char *name);
+void signals_free(signal_box *b);
+#endif

@@ -1,0 +1,22 @@
+/*
+ * maint.h - the built-in singletons (DESIGN section 6): cairn.health, the
+ * runner health checker, and cairn.janitor, the retention janitor.
+ */
+#ifndef CAIRN_MAINT_H
+#define CAIRN_MAINT_H
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "registry.h"
+
+/* What the built-ins read; must outlive the worker's run. */
+typedef struct maint_env {
+	const config *cfg; /* runner TTL, heartbeat interval, retention, backoff */
+	const logger *log;
+	metrics *m;
+} maint_env;
+
+/* Registers cairn.health and cairn.janitor in the first shard group; 0 or
+ * -CAIRN_ENOMEM. */
+int maint_register(registry *reg, const maint_env *env, buf *err);
+#endif

@@ -1,0 +1,32 @@
+/*
+ * metrics.h - the worker's counters and gauges, as atomics any thread may
+ * bump without a lock; the status page (status.c) renders them for
+ * Prometheus. Owned by the worker; every module that counts something gets
+ * a pointer to it.
+ */
+#ifndef CAIRN_METRICS_H
+#define CAIRN_METRICS_H
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define METRICS_STEP_BUCKETS 12
+/* Upper bounds (seconds) of the step-duration histogram's buckets. */
+extern const double METRICS_STEP_BOUNDS_S[METRICS_STEP_BUCKETS];
+
+typedef struct metrics {
+	_Atomic uint64_t db_reconnects;
+	_Atomic uint64_t detachments;
+	_Atomic uint64_t rebalances;
+	_Atomic uint64_t lease_losses;
+	_Atomic uint64_t singleton_restarts;
+	_Atomic uint64_t health_checks;
+	_Atomic uint64_t runs_started, runs_completed, runs_failed;
+	_Atomic uint64_t step_buckets[METRICS_STEP_BUCKETS]; /* cumulative, per bound */
+	_Atomic uint64_t step_count;
+	_Atomic uint64_t step_sum_us;
+	_Atomic int queue_depth;
+} metrics;
+
+/* Counts one executed step that took us microseconds. */
+void metrics_observe_step(metrics *m, int64_t us);
+#endif

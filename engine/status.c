@@ -1,0 +1,186 @@
+/*
+ * status.c - the worker's face to operators (DESIGN section 7): /healthz,
+ * /readyz, /metrics (Prometheus text format 0.0.4) and /status (JSON),
+ * GET and HEAD only. Each page is built from the modules' read APIs (no
+ * module's fields are read directly) and never touches the database.
+ */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "worker.h"
+
+static void healthz(cairn_worker *w, http_reply *r)
+{
+	const char *stale = watchdog_stale(&w->dog);
+	r->status = stale ? 503 : 200;
+	if (stale)
+		buf_printf(&r->body, "unhealthy: loop %s is stuck\n", stale);
+	else
+		buf_puts(&r->body, "ok\n");
+}
+
+/* Whether the worker is ready; why not in reason. Holds w->mu. */
+static int ready_locked(const cairn_worker *w, const char **reason)
+{
+	*reason = w->not_ready[0] ? w->not_ready : "stopping";
+	return w->db_connected && !w->not_ready[0] && !w->stopping;
+}
+
+static void readyz(cairn_worker *w, http_reply *r)
+{
+	const char *why;
+	pthread_mutex_lock(&w->mu);
+	int ready = ready_locked(w, &why);
+	if (ready)
+		buf_puts(&r->body, "ready\n");
+	else
+		buf_printf(&r->body, "not ready: %s\n", why);
+	pthread_mutex_unlock(&w->mu);
+	r->status = ready ? 200 : 503;
+}
+
+static void metric(buf *b, const char *name, const char *type, const char *help, const char *labels,
+                   double value)
+{
+	buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %.17g\n", name, help, name, type, name,
+	           labels ? labels : "", value);
+}
+
+static void metrics_page(cairn_worker *w, http_reply *r)
+{
+	buf *b = &r->body;
+	const metrics *m = &w->m;
+	pthread_mutex_lock(&w->mu);
+	int connected = w->db_connected;
+	pthread_mutex_unlock(&w->mu);
+	char labels[160];
+	snprintf(labels, sizeof labels, "{version=\"%s\"}", CAIRN_VERSION);
+	metric(b, "cairn_build_info", "gauge", "Build information; the value is always 1.", labels,
+	       1);
+	metric(b, "cairn_uptime_seconds", "gauge", "Seconds since this worker started.", NULL,
+	       (double)(clock_mono_ms() - w->start_mono_ms) / 1000.0);
+	metric(b, "cairn_db_connected", "gauge", "1 while the database connection is up.", NULL,
+	       connected);
+	metric(b, "cairn_db_reconnects_total", "counter", "Database reconnections after a loss.",
+	       NULL, (double)atomic_load(&m->db_reconnects));
+	metric(b, "cairn_shards_owned", "gauge", "Shards this worker holds a lease on.", NULL,
+	       shardmap_owned(w->map));
+	metric(b, "cairn_rebalances_total", "counter", "Rebalance rounds that changed ownership.",
+	       NULL, (double)atomic_load(&m->rebalances));
+	metric(b, "cairn_lease_losses_total", "counter",
+	       "Shard leases lost without releasing them.", NULL,
+	       (double)atomic_load(&m->lease_losses));
+	metric(b, "cairn_detachments_total", "counter", "Times this worker detached from storage.",
+	       NULL, (double)atomic_load(&m->detachments));
+	metric(b, "cairn_singleton_restarts_total", "counter",
+	       "Singleton restarts after a failure.", NULL,
+	       (double)atomic_load(&m->singleton_restarts));
+	metric(b, "cairn_health_checks_total", "counter",
+	       "Rounds of the runner health checker run here.", NULL,
+	       (double)atomic_load(&m->health_checks));
+	metric(b, "cairn_runs_started_total", "counter", "Run executions started.", NULL,
+	       (double)atomic_load(&m->runs_started));
+	metric(b, "cairn_runs_completed_total", "counter", "Runs that completed.", NULL,
+	       (double)atomic_load(&m->runs_completed));
+	metric(b, "cairn_runs_failed_total", "counter", "Runs that failed for good.", NULL,
+	       (double)atomic_load(&m->runs_failed));
+	metric(b, "cairn_queue_depth", "gauge", "Runs dispatched and waiting for an executor.",
+	       NULL, atomic_load(&m->queue_depth));
+	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"
+	            "# TYPE cairn_step_duration_seconds histogram\n");
+	for (int i = 0; i < METRICS_STEP_BUCKETS; i++)
+		buf_printf(b, "cairn_step_duration_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+		           METRICS_STEP_BOUNDS_S[i], atomic_load(&m->step_buckets[i]));
+	uint64_t count = atomic_load(&m->step_count);
+	buf_printf(b, "cairn_step_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", count);
+	buf_printf(b, "cairn_step_duration_seconds_sum %.6f\n",
+	           (double)atomic_load(&m->step_sum_us) / 1e6);
+	buf_printf(b, "cairn_step_duration_seconds_count %" PRIu64 "\n", count);
+	r->status = 200;
+	r->type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+/* The configuration without secrets (config_describe masks the password). */
+static void add_config(cairn_worker *w, cJSON *o)
+{
+	cJSON *cfg = cJSON_AddObjectToObject(o, "config");
+	buf text = BUF_INIT;
+	config_describe(&w->cfg, &text);
+	char *save = NULL;
+	for (char *line = strtok_r(text.data, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(line, '=');
+		if (!eq)
+			continue;
+		*eq = '\0';
+		cJSON_AddStringToObject(cfg, line, eq + 1);
+	}
+	buf_free(&text);
+}
+
+static void status_page(cairn_worker *w, http_reply *r)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON *runner = cJSON_AddObjectToObject(o, "runner");
+	int64_t id = w->lease ? lease_runner_id(w->lease) : 0;
+	if (id)
+		cJSON_AddNumberToObject(runner, "id", (double)id);
+	else
+		cJSON_AddNullToObject(runner, "id");
+	cJSON_AddStringToObject(runner, "name", w->name);
+	cJSON_AddStringToObject(runner, "address", w->cfg.advertise_addr);
+	cJSON_AddStringToObject(o, "version", CAIRN_VERSION);
+	const char *why;
+	pthread_mutex_lock(&w->mu);
+	cJSON_AddStringToObject(o, "state", worker_state_name(w->state));
+	cJSON_AddBoolToObject(o, "ready", ready_locked(w, &why));
+	if (w->not_ready[0])
+		cJSON_AddStringToObject(o, "not_ready_reason", w->not_ready);
+	cJSON_AddBoolToObject(o, "db_connected", w->db_connected);
+	pthread_mutex_unlock(&w->mu);
+	cJSON_AddNumberToObject(o, "uptime_seconds",
+	                        (double)(clock_mono_ms() - w->start_mono_ms) / 1000.0);
+	cJSON_AddNumberToObject(o, "shards_per_group", shardmap_shards(w->map));
+	add_config(w, o);
+	shardmap_status(w->map, cJSON_AddArrayToObject(o, "shards"));
+	dispatch_status(w->dispatch, cJSON_AddArrayToObject(o, "in_flight"));
+	singletons_status(w->singletons, cJSON_AddArrayToObject(o, "singletons"));
+	cJSON *hist = cJSON_AddArrayToObject(o, "rebalances");
+	if (w->lease)
+		lease_history(w->lease, hist);
+	char *s = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	if (!s) {
+		r->status = 500;
+		buf_puts(&r->body, "out of memory\n");
+		return;
+	}
+	buf_puts(&r->body, s);
+	buf_puts(&r->body, "\n");
+	cJSON_free(s);
+	r->status = 200;
+	r->type = "application/json";
+}
+
+void status_handle(void *arg, const char *method, const char *path, http_reply *r)
+{
+	cairn_worker *w = arg;
+	if (strcmp(method, "HEAD") != 0 && strcmp(method, "GET") != 0) {
+		r->status = 405;
+		r->allow = "GET, HEAD";
+		buf_printf(&r->body, "method %s not allowed: use GET or HEAD\n", method);
+	} else if (strcmp(path, "/healthz") == 0) {
+		healthz(w, r);
+	} else if (strcmp(path, "/readyz") == 0) {
+		readyz(w, r);
+	} else if (strcmp(path, "/metrics") == 0) {
+		metrics_page(w, r);
+	} else if (strcmp(path, "/status") == 0) {
+		status_page(w, r);
+	} else {
+		buf_puts(&r->body, "not found: try /healthz, /readyz, /metrics or /status\n");
+	}
+}

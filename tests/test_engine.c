@@ -1,0 +1,499 @@
+/*
+ * test_engine.c - the engine's pure parts without a database: the journal
+ * as the claim returns it, replay (exec_job with a flush that records
+ * instead of writing), the group commit's encoding and its named
+ * parameters, the state tables and the shard map.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cairn.h"
+#include "clock.h"
+#include "commit.h"
+#include "exec.h"
+#include "journal.h"
+#include "shardmap.h"
+#include "sqlparam.h"
+#include "state.h"
+
+/* ---------------------------------------------------------------- journal */
+
+/* One journal row as the claim renders it (numbers as text). */
+#define ROW(seq, name, kind, status, output)                                                       \
+	"{\"seq\":\"" seq "\",\"name\":\"" name "\",\"kind\":\"" kind "\",\"status\":\"" status   \
+	"\",\"output\":" output ",\"error\":null,\"attempts\":\"1\",\"wake_at\":null,"           \
+	"\"started_at\":\"1700000000000\"}"
+
+Test(journal, a_gap_in_seq_is_kept_and_lookups_find_both_sides)
+{
+	journal j;
+	buf err = BUF_INIT;
+	const char *text = "[" ROW("2", "c", "step", "completed", "3") "," ROW(
+	    "0", "a", "step", "completed", "1") "]";
+	cr_assert_eq(journal_parse(text, &j, &err), 0, "%s", buf_str(&err));
+	cr_assert_eq(j.n, 2);
+	cr_assert_not_null(journal_at(&j, 0));
+	cr_assert_null(journal_at(&j, 1));
+	cr_assert_str_eq(journal_at(&j, 2)->name, "c");
+	cr_assert_eq(journal_at(&j, 2)->started_ms, 1700000000000LL);
+	journal_free(&j);
+	buf_free(&err);
+}
+
+Test(journal, a_seq_far_beyond_the_row_count_costs_nothing_extra)
+{
+	journal j;
+	buf err = BUF_INIT;
+	const char *text = "[" ROW("0", "a", "step", "completed", "1") "," ROW(
+	    "2147483647", "z", "sleep", "waiting", "null") "]";
+	cr_assert_eq(journal_parse(text, &j, &err), 0, "%s", buf_str(&err));
+	cr_assert_eq(j.n, 2);
+	cr_assert_eq(journal_at(&j, 2147483647)->kind, KIND_SLEEP);
+	cr_assert_null(journal_at(&j, 1));
+	journal_free(&j);
+	buf_free(&err);
+}
+
+static void expect_corrupt(const char *text, const char *says)
+{
+	journal j;
+	buf err = BUF_INIT;
+	cr_assert_eq(journal_parse(text, &j, &err), -CAIRN_EINVAL, "accepted: %s", text);
+	cr_assert(strstr(buf_str(&err), says), "error \"%s\" lacks \"%s\"", buf_str(&err), says);
+	cr_assert_null(j.e);
+	buf_free(&err);
+}
+
+Test(journal, corrupt_rows_are_refused_naming_the_row_and_the_field)
+{
+	expect_corrupt("[" ROW("0", "a", "step", "completed", "1") "," ROW(
+	                   "1", "b", "teleport", "completed", "1") "]",
+	               "journal row 2: unknown kind \"teleport\"");
+	expect_corrupt("[" ROW("0", "a", "step", "done", "1") "]", "unknown status \"done\"");
+	expect_corrupt("[" ROW("-1", "a", "step", "completed", "1") "]", "journal row 1: seq");
+	expect_corrupt("[" ROW("x", "a", "step", "completed", "1") "]", "seq");
+	expect_corrupt("[{\"seq\":0,\"name\":\"a\",\"kind\":\"step\",\"status\":\"completed\","
+	               "\"attempts\":\"1\"}]",
+	               "seq is missing or not an integer text");
+	expect_corrupt("[" ROW("0", "", "step", "completed", "1") "]", "name is missing");
+	expect_corrupt("[" ROW("3", "a", "step", "completed", "1") "," ROW(
+	                   "3", "b", "step", "completed", "1") "]",
+	               "seq 3: the seq appears twice");
+	expect_corrupt("{\"seq\":\"0\"}", "not a JSON array");
+	expect_corrupt("[1,2", "not a JSON array");
+}
+
+Test(journal, signals_are_taken_oldest_first_per_name)
+{
+	signal_box b;
+	buf err = BUF_INIT;
+	const char *text = "[{\"id\":\"9\",\"name\":\"go\",\"payload\":2},"
+	                   "{\"id\":\"4\",\"name\":\"go\",\"payload\":1},"
+	                   "{\"id\":\"5\",\"name\":\"stop\",\"payload\":null}]";
+	cr_assert_eq(signals_parse(text, &b, &err), 0, "%s", buf_str(&err));
+	cr_assert_eq(signals_take(&b, "go")->id, 4);
+	cr_assert_eq(signals_take(&b, "go")->id, 9);
+	cr_assert_null(signals_take(&b, "go"));
+	cr_assert_eq(signals_take(&b, "stop")->id, 5);
+	signals_free(&b);
+	cr_assert_eq(signals_parse("[{\"id\":\"0\",\"name\":\"go\"}]", &b, &err), -CAIRN_EINVAL);
+	buf_free(&err);
+}
+
+/* ---------------------------------------------------------------- replay */
+
+static int ran_a, ran_b, ran_c, flushes;
+
+static int step_n(cairn_ctx *ctx, void *arg, cJSON **out)
+{
+	int *counter = arg;
+	(*counter)++;
+	*out = cJSON_CreateNumber(100);
+	return CAIRN_OK;
+}
+
+/* Steps a, b, c in order; the output is their results. */
+static int abc(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *a, *b, *c;
+	CAIRN_TRY(cairn_step(ctx, "a", step_n, &ran_a, &a));
+	CAIRN_TRY(cairn_step(ctx, "b", step_n, &ran_b, &b));
+	CAIRN_TRY(cairn_step(ctx, "c", step_n, &ran_c, &c));
+	*output = cJSON_CreateArray();
+	cJSON_AddItemToArray(*output, cJSON_Duplicate(a, 1));
+	cJSON_AddItemToArray(*output, cJSON_Duplicate(b, 1));
+	cJSON_AddItemToArray(*output, cJSON_Duplicate(c, 1));
+	return CAIRN_OK;
+}
+
+static int sleeper(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	return cairn_sleep(ctx, "nap", 10000);
+}
+
+static int await_go(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *v;
+	int rc = cairn_await_signal(ctx, "go", 1000, &v);
+	if (rc == CAIRN_ETIMEOUT)
+		return cairn_fail(ctx, "no go");
+	CAIRN_TRY(rc);
+	*output = cJSON_Duplicate(v, 1);
+	return CAIRN_OK;
+}
+
+static int record_flush(void *arg, commit *c)
+{
+	flushes++;
+	c->ok = 1;
+	return 0;
+}
+
+static int never_stop(void *arg, const job *j)
+{
+	return 0;
+}
+
+static registry *reg;
+static metrics counters;
+static logger quiet = {.level = LOG_ERROR, .format = LOG_LOGFMT, .fd = 2};
+static exec_env env;
+
+static void replay_setup(void)
+{
+	cr_assert_eq(registry_new(&reg), 0);
+	buf err = BUF_INIT;
+	cr_assert_eq(registry_add_workflow(reg, "abc", abc, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "sleeper", sleeper, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "await", await_go, NULL, &err), 0);
+	buf_free(&err);
+	env = (exec_env){.reg = reg,
+	                 .log = &quiet,
+	                 .m = &counters,
+	                 .max_payload_bytes = 1 << 20,
+	                 .unknown_workflow_timeout_ms = 60000,
+	                 .flush = record_flush,
+	                 .must_stop = never_stop};
+	ran_a = ran_b = ran_c = flushes = 0;
+}
+
+static void replay_teardown(void)
+{
+	registry_free(reg);
+}
+
+static int64_t msgs[] = {11, 12};
+
+/* A claimed run of workflow with this journal (the job owns copies). */
+static job *claimed(const char *workflow, const char *steps, const char *signals)
+{
+	job *j = calloc(1, sizeof *j);
+	j->run_id = 7;
+	j->group_name = "default";
+	j->owner = 1;
+	j->epoch = 1;
+	j->workflow = strdup(workflow);
+	j->input = strdup("null");
+	j->status = RUN_RUNNING;
+	j->attempt = 1;
+	j->max_attempts = 3;
+	j->db_now_ms = 1700000000000LL;
+	j->mono_at_load = clock_mono_ms();
+	j->journal = steps ? strdup(steps) : NULL;
+	j->signals = signals ? strdup(signals) : NULL;
+	j->msgs = malloc(sizeof msgs);
+	memcpy(j->msgs, msgs, sizeof msgs);
+	j->nmsgs = 2;
+	return j;
+}
+
+TestSuite(replay, .init = replay_setup, .fini = replay_teardown);
+
+Test(replay, journaled_steps_are_not_run_again_and_new_ones_are_committed_in_order)
+{
+	job *j = claimed("abc", "[" ROW("0", "a", "step", "completed", "1") "]", NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(ran_a, 0, "a journaled step ran again");
+	cr_assert_eq(ran_b, 1);
+	cr_assert_eq(ran_c, 1);
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_COMPLETED);
+	cr_assert_str_eq(c->output, "[1,100,100]");
+	/* b was flushed before c ran; c comes with the final commit. */
+	cr_assert_eq(flushes, 1);
+	cr_assert_eq(c->nrows, 1);
+	cr_assert_eq(c->rows[0].seq, 2);
+	cr_assert_str_eq(c->rows[0].name, "c");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_gap_in_the_journal_runs_only_the_missing_step)
+{
+	job *j = claimed("abc",
+	                 "[" ROW("0", "a", "step", "completed", "1") "," ROW(
+	                     "2", "c", "step", "completed", "3") "]",
+	                 NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(ran_a + ran_c, 0, "a journaled step ran again");
+	cr_assert_eq(ran_b, 1, "the missing step did not run");
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_str_eq(c->output, "[1,100,3]");
+	cr_assert_eq(c->nrows, 1);
+	cr_assert_eq(c->rows[0].seq, 1);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_corrupt_journal_fails_the_run_alone_with_the_reason)
+{
+	job *j = claimed("abc", "[" ROW("0", "a", "step", "completed", "1") "," ROW(
+	                            "1", "b", "step", "exploded", "1") "]",
+	                 NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(ran_a + ran_b + ran_c, 0, "a step ran on a corrupt journal");
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_FAILED);
+	cr_assert(strstr(c->error, "cannot load the run: journal row 2: unknown status \"exploded\""),
+	          "%s", c->error);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_huge_seq_in_the_journal_is_just_a_later_entry)
+{
+	job *j = claimed("abc", "[" ROW("0", "a", "step", "completed", "1") "," ROW(
+	                            "2000000000", "zz", "step", "completed", "9") "]",
+	                 NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_COMPLETED, "%s", c->error ? c->error : "");
+	cr_assert_eq(ran_a, 0);
+	cr_assert_eq(ran_b + ran_c, 2);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_different_step_at_a_journaled_position_is_non_determinism)
+{
+	job *j = claimed("abc", "[" ROW("0", "x", "step", "completed", "1") "]", NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(ran_a, 0);
+	cr_assert_eq(c->status, RUN_FAILED);
+	cr_assert(strstr(c->error, "non-determinism at journal position 0: the journal has step "
+	                           "\"x\" but the workflow now calls step \"a\""),
+	          "%s", c->error);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_sleep_suspends_with_a_wake_at_its_due_time)
+{
+	job *j = claimed("sleeper", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_SUSPEND);
+	cr_assert_eq(c->status, RUN_SLEEPING);
+	cr_assert_geq(c->at_ms, 1700000000000LL + 10000);
+	cr_assert_eq(c->nrows, 1);
+	cr_assert_eq(c->rows[0].status, STEP_WAITING);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_signal_timeout_is_journaled_as_timed_out_and_replays_as_a_timeout)
+{
+	/* The wait began long ago: its deadline has passed. */
+	job *j = claimed("await",
+	                 "[{\"seq\":\"0\",\"name\":\"go\",\"kind\":\"signal\",\"status\":\"waiting\","
+	                 "\"attempts\":\"1\",\"wake_at\":\"1600000000000\",\"started_at\":null}]",
+	                 NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->nrows, 1);
+	cr_assert_eq(c->rows[0].status, STEP_TIMED_OUT);
+	cr_assert_eq(c->status, RUN_FAILED);
+	cr_assert_str_eq(c->error, "no go");
+	commit_free(c);
+	job_free(j);
+
+	j = claimed("await", "[" ROW("0", "go", "signal", "timed_out", "null") "]", NULL);
+	c = exec_job(&env, j);
+	cr_assert_eq(c->nrows, 0);
+	cr_assert_str_eq(c->error, "no go");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_buffered_signal_is_consumed_by_the_await)
+{
+	job *j = claimed("await", NULL, "[{\"id\":\"3\",\"name\":\"go\",\"payload\":{\"ok\":1}}]");
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->status, RUN_COMPLETED);
+	cr_assert_str_eq(c->output, "{\"ok\":1}");
+	cr_assert_eq(c->nsig, 1);
+	cr_assert_eq(c->sig_ids[0], 3);
+	cr_assert_eq(c->sig_seqs[0], 0);
+	commit_free(c);
+	job_free(j);
+}
+
+/* --------------------------------------------------------------- commits */
+
+static commit *made(commit_outcome o)
+{
+	commit_run run = {.id = 7, .group = "default", .shard = 3, .owner = 1, .epoch = 4,
+	                  .msgs = msgs, .nmsgs = 2};
+	commit *c = commit_new(&run);
+	c->outcome = o;
+	c->attempt = 2;
+	return c;
+}
+
+static const char *slot(commit_params *p, enum commit_slot s)
+{
+	return p->values[s];
+}
+
+Test(commit, a_finish_updates_the_run_and_deletes_every_message)
+{
+	commit *c = made(COMMIT_FINISH);
+	c->status = RUN_COMPLETED;
+	c->output = strdup("{\"a\":\"x\\\"y\"}");
+	jrow r = {.seq = 4, .name = "s", .kind = KIND_STEP, .status = STEP_COMPLETED,
+	          .output = "1", .attempts = 1, .started_ms = 5};
+	cr_assert_eq(commit_add_row(c, &r), 0);
+	commit_params p;
+	cr_assert_eq(commit_encode(&c, 1, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_b_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_b_group), "{\"default\"}");
+	cr_assert_str_eq(slot(&p, SLOT_b_epoch), "{4}");
+	cr_assert_str_eq(slot(&p, SLOT_j_seq), "{4}");
+	cr_assert_str_eq(slot(&p, SLOT_j_kind), "{\"step\"}");
+	cr_assert_str_eq(slot(&p, SLOT_j_wake), "{NULL}");
+	cr_assert_str_eq(slot(&p, SLOT_j_started), "{5}");
+	cr_assert_str_eq(slot(&p, SLOT_u_status), "{\"completed\"}");
+	cr_assert_str_eq(slot(&p, SLOT_u_output), "{\"{\\\"a\\\":\\\"x\\\\\\\"y\\\"}\"}");
+	cr_assert_str_eq(slot(&p, SLOT_u_finished), "{\"t\"}");
+	cr_assert_str_eq(slot(&p, SLOT_del_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_del_msg), "{}");
+	cr_assert_str_eq(slot(&p, SLOT_new_run), "{}");
+	commit_params_free(&p);
+	commit_free(c);
+}
+
+Test(commit, each_outcome_touches_only_its_own_slots)
+{
+	commit *s = made(COMMIT_SUSPEND), *r = made(COMMIT_RETRY), *d = made(COMMIT_DEFER),
+	       *x = made(COMMIT_DISCARD), *j = made(COMMIT_JOURNAL);
+	s->status = RUN_WAITING;
+	s->at_ms = 99;
+	r->at_ms = 98;
+	d->at_ms = 97;
+	commit *batch[] = {s, r, d, x, j};
+	commit_params p;
+	cr_assert_eq(commit_encode(batch, 5, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_b_run), "{7,7,7,7,7}");
+	cr_assert_str_eq(slot(&p, SLOT_u_status), "{\"waiting\",\"pending\",\"pending\"}");
+	cr_assert_str_eq(slot(&p, SLOT_u_finished), "{\"f\",\"f\",\"f\"}");
+	cr_assert_str_eq(slot(&p, SLOT_del_msg), "{11,12,11,12,11,12}"); /* suspend, retry, discard */
+	cr_assert_str_eq(slot(&p, SLOT_new_kind), "{\"wake\",\"start\"}");
+	cr_assert_str_eq(slot(&p, SLOT_new_at), "{99,98}");
+	cr_assert_str_eq(slot(&p, SLOT_reset_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_defer_msg), "{11,12}");
+	cr_assert_str_eq(slot(&p, SLOT_defer_at), "{97,97}");
+	cr_assert_str_eq(slot(&p, SLOT_del_run), "{}");
+	commit_params_free(&p);
+	for (int i = 0; i < 5; i++)
+		commit_free(batch[i]);
+}
+
+Test(commit, a_suspend_without_a_wake_time_adds_no_message)
+{
+	commit *s = made(COMMIT_SUSPEND);
+	s->status = RUN_WAITING;
+	commit_params p;
+	cr_assert_eq(commit_encode(&s, 1, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_new_run), "{}");
+	commit_params_free(&p);
+	commit_free(s);
+}
+
+Test(commit, the_statement_binds_every_named_slot)
+{
+	buf sql = BUF_INIT, err = BUF_INIT;
+	cr_assert_eq(commit_statement(&sql, &err), 0, "%s", buf_str(&err));
+	char last[8];
+	snprintf(last, sizeof last, "$%d", COMMIT_NSLOTS);
+	cr_assert(strstr(buf_str(&sql), last));
+	cr_assert_null(strstr(buf_str(&sql), " :"), "an unbound :name is left");
+	buf_free(&sql);
+	buf_free(&err);
+}
+
+Test(sqlparam, names_become_numbers_casts_and_quotes_stay)
+{
+	const char *names[] = {"a", "b_2"};
+	buf out = BUF_INIT, err = BUF_INIT;
+	cr_assert_eq(sqlparam_bind("SELECT :a::int, :b_2, ':a''s', :a", names, 2, &out, &err), 0,
+	             "%s", buf_str(&err));
+	cr_assert_str_eq(buf_str(&out), "SELECT $1::int, $2, ':a''s', $1");
+	buf_reset(&out);
+	cr_assert_eq(sqlparam_bind("SELECT :a, :c", names, 2, &out, &err), -CAIRN_EINVAL);
+	cr_assert(strstr(buf_str(&err), ":c"), "%s", buf_str(&err));
+	buf_reset(&out);
+	buf_reset(&err);
+	cr_assert_eq(sqlparam_bind("SELECT :a", names, 2, &out, &err), -CAIRN_EINVAL);
+	cr_assert(strstr(buf_str(&err), ":b_2 is not used"), "%s", buf_str(&err));
+	buf_free(&out);
+	buf_free(&err);
+}
+
+/* ---------------------------------------------------------- states, map */
+
+Test(state, every_name_parses_back_to_its_value)
+{
+	for (int i = 0; i < RUN_STATUS_COUNT; i++) {
+		run_status s;
+		cr_assert_eq(run_status_parse(run_status_name((run_status)i), &s), 0);
+		cr_assert_eq((int)s, i);
+	}
+	for (int i = 0; i < STEP_STATUS_COUNT; i++) {
+		step_status s;
+		cr_assert_eq(step_status_parse(step_status_name((step_status)i), &s), 0);
+		cr_assert_eq((int)s, i);
+	}
+	step_kind k;
+	cr_assert_eq(step_kind_parse("random", &k), 0);
+	cr_assert_eq(k, KIND_RANDOM);
+	cr_assert_eq(step_kind_parse("Random", &k), -CAIRN_EINVAL);
+	cr_assert_str_eq(msg_kind_name(MSG_CANCEL), "cancel");
+	cr_assert_str_eq(step_status_name(STEP_TIMED_OUT), "timed_out");
+}
+
+Test(shardmap, a_shard_being_released_is_not_owned_and_idle_waits_see_runs_end)
+{
+	char *groups[] = {"default", "other"};
+	shardmap *m;
+	cr_assert_eq(shardmap_new(groups, 2, &m), 0);
+	cr_assert_eq(shardmap_epoch(m, 0, 1), 0, "owned before it was sized");
+	cr_assert_eq(shardmap_set_shards(m, 8), 0);
+	cr_assert_eq(shardmap_set_shards(m, 9), -CAIRN_EINVAL);
+	shardmap_acquired(m, 0, 1, 5);
+	cr_assert_eq(shardmap_epoch(m, 0, 1), 5);
+	cr_assert_eq(shardmap_owned(m), 1);
+	cr_assert_eq(shardmap_group_index(m, "other"), 1);
+	shardmap_run_begin(m, 0, 1);
+	shardmap_releasing(m, 0, 1);
+	cr_assert_eq(shardmap_epoch(m, 0, 1), 0, "a shard being released still looks owned");
+	cr_assert(shardmap_held(m, 0, 1));
+	int shard = 1;
+	cr_assert_eq(shardmap_wait_idle(m, 0, &shard, 1, clock_mono_ms()), -CAIRN_ETIMEOUT);
+	shardmap_run_end(m, 0, 1);
+	cr_assert_eq(shardmap_wait_idle(m, 0, &shard, 1, clock_mono_ms() + 1000), 0);
+	shardmap_released(m, 0, 1);
+	cr_assert_eq(shardmap_owned(m), 0);
+	cr_assert_not(shardmap_held(m, 0, 1));
+	cr_assert_eq(shardmap_epoch(m, 0, 99), 0, "out of range");
+	shardmap_free(m);
+}
