@@ -43,8 +43,17 @@ if [ $check -eq 1 ] || [ "$(id -u)" -ne 0 ]; then
 fi
 echo "cairn: installing$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
-# Wait for another apt/dpkg run (another checkout's `make test`) instead of
-# failing on its lock.
-apt-get -o DPkg::Lock::Timeout=300 update -qq
+# Wait for another apt run (another checkout's `make test`) instead of failing
+# on its lock: install waits for the dpkg lock by itself, update does not.
+tries=0
+while ! out=$(apt-get update -qq 2>&1); do
+	tries=$((tries + 1))
+	if [ $tries -ge 150 ] || ! printf '%s\n' "$out" | grep -q "Could not get lock"; then
+		printf '%s\n' "$out" >&2
+		exit 1
+	fi
+	sleep 2
+done
+[ -z "$out" ] || printf '%s\n' "$out" >&2
 # shellcheck disable=SC2086
 apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $missing >/dev/null

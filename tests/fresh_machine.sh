@@ -32,13 +32,17 @@ esac
 [ "$(id -u)" -eq 0 ] || fail "must run as root (it removes and reinstalls $PKG)"
 command -v apt-get >/dev/null 2>&1 || fail "apt-get not found"
 
+installed() {
+	dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q "install ok installed"
+}
+
 cleanup() {
 	rc=$?
 	trap - EXIT INT TERM HUP
 	if ! sh "$top/scripts/deps.sh"; then
 		say "FAIL: scripts/deps.sh could not reinstall the packages"
 		rc=1
-	elif ! dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q "install ok installed"; then
+	elif ! installed; then
 		say "FAIL: $PKG is not installed again"
 		rc=1
 	elif [ $rc -ne 0 ] && [ -z "$failed" ]; then
@@ -76,6 +80,7 @@ for goal in "" examples bench "install DESTDIR=$tmp/dest"; do
 	if [ $rc -eq 0 ] || [ "$lines" -ne 1 ] || ! printf '%s' "$out" | grep -q "make deps" ||
 		! printf '%s' "$out" | grep -q "$PKG"; then
 		printf '%s\n' "$out" | tail -n 20
+		installed && say "note: $PKG is installed again: another apt run on this machine reinstalled it"
 		fail "$name without $PKG: expected one line naming $PKG and 'make deps' and a non-zero exit; got exit $rc, $lines lines (above)"
 	fi
 	say "$name without $PKG (exit $rc): $out"
@@ -89,6 +94,7 @@ if [ $rc -ne 0 ] || ! grep -q '^demo: order .* completed' "$log"; then
 	tail -n 40 "$log"
 	fail "make demo in a fresh clone without $PKG exited $rc (log above)"
 fi
-grep -q "cairn: installing.*$PKG" "$log" || fail "make demo did not install $PKG through scripts/deps.sh"
+grep -q "cairn: installing.*$PKG" "$log" ||
+	fail "make demo did not install $PKG through scripts/deps.sh (did another apt run on this machine reinstall it first?)"
 say "make demo without $PKG: $(grep '^demo: order' "$log")"
 passed="a fresh clone without $PKG: plain make says what to run, make demo installs it and works"
