@@ -3,7 +3,9 @@
 #   make            build bin/cairn, bin/cairn-worker and lib/libcairn.a
 #   make test       install missing Debian packages, build with ASan/UBSan,
 #                   run every test against a private PostgreSQL
-#   make demo       run a demo workflow end to end
+#   make demo       install missing Debian packages, build, run a demo
+#                   workflow end to end
+#   make deps       install missing Debian packages (scripts/deps.sh)
 #   make bench      run the benchmarks
 #   make examples   build the example plugins into build/examples/*.so
 #   make install    PREFIX=/usr/local DESTDIR=
@@ -16,6 +18,20 @@ PKGS    := libpq libcjson libcurl libsodium libmicrohttpd
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+# PKG_CFLAGS and PKG_LIBS are computed when this file is parsed, so `test` and
+# `demo` install the dependencies first and then build in a sub-make, which
+# parses it again. Any other goal that compiles stops here, before the
+# compiler, with one line saying what to install when the libraries or the
+# compiler are missing.
+NO_BUILD_GOALS := deps test demo clean format
+ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
+ifneq ($(shell command -v $(firstword $(CC)) >/dev/null 2>&1 && pkg-config --exists $(PKGS) 2>/dev/null && echo ok),ok)
+DEPS_MISSING := $(shell sh scripts/deps.sh --check 2>&1)
+DEPS_MISSING := $(or $(DEPS_MISSING),cairn: $(firstword $(CC)) or pkg-config modules $(PKGS) not found; run: make deps)
+$(error $(DEPS_MISSING))
+endif
+endif
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
@@ -121,10 +137,11 @@ test: deps
 	$(MAKE) SAN=1 test-build
 	sh tests/run.sh build/san
 
-demo: deps all
+demo: deps
+	$(MAKE) all
 	sh scripts/demo.sh
 
-bench: deps all examples build/rel/bench
+bench: all examples build/rel/bench
 	sh scripts/bench.sh
 
 clean:

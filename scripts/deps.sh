@@ -2,10 +2,30 @@
 # Installs the Debian packages cairn needs to build, test and run its demo.
 # One script for `make test`, `make demo` and CI: as root it runs apt-get for
 # whatever is missing; otherwise it prints the exact apt-get line and stops.
+#
+#   sh scripts/deps.sh           install what is missing (root), or say how
+#   sh scripts/deps.sh --check   install nothing: print one line naming what
+#                                is missing and what to run, exit 1; exit 0
+#                                silently when everything is installed
 set -eu
 
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
 libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl"
+
+check=0
+case "${1:-}" in
+--check) check=1 ;;
+"") ;;
+*)
+	echo "usage: sh scripts/deps.sh [--check]" >&2
+	exit 2
+	;;
+esac
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, Criterion, and PostgreSQL" >&2
+	exit 1
+fi
 
 missing=""
 for p in $PACKAGES; do
@@ -15,13 +35,25 @@ for p in $PACKAGES; do
 done
 [ -z "$missing" ] && exit 0
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "cairn: missing Debian packages:$missing" >&2
-	echo "install them with: sudo apt-get install -y$missing" >&2
+if [ $check -eq 1 ] || [ "$(id -u)" -ne 0 ]; then
+	sudo=""
+	[ "$(id -u)" -ne 0 ] && sudo="sudo "
+	echo "cairn: missing Debian packages:$missing; run: ${sudo}make deps (or: ${sudo}apt-get install -y$missing)" >&2
 	exit 1
 fi
 echo "cairn: installing$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
+# Wait for another apt run (another checkout's `make test`) instead of failing
+# on its lock: install waits for the dpkg lock by itself, update does not.
+tries=0
+while ! out=$(apt-get update -qq 2>&1); do
+	tries=$((tries + 1))
+	if [ $tries -ge 150 ] || ! printf '%s\n' "$out" | grep -q "Could not get lock"; then
+		printf '%s\n' "$out" >&2
+		exit 1
+	fi
+	sleep 2
+done
+[ -z "$out" ] || printf '%s\n' "$out" >&2
 # shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing >/dev/null
+apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $missing >/dev/null
