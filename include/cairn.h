@@ -288,10 +288,16 @@ void cairn_worker_free(cairn_worker *w);
 
 /*
  * A plugin is a shared object loaded with `cairn-worker --plugin flows.so`
- * (or CAIRN_PLUGINS=a.so:b.so). It exports this function, which registers its
- * workflows and singletons; a non-zero return stops the worker from starting.
+ * (or CAIRN_PLUGINS=a.so:b.so). The plugin, not libcairn, defines and
+ * exports
+ *
+ *     int cairn_plugin_init(cairn_worker *w);
+ *
+ * which the worker looks up with dlsym() and calls once before it starts. It
+ * registers the plugin's workflows and singletons; a non-zero return stops the
+ * worker from starting. cairn_plugin_init_fn is its type.
  */
-int cairn_plugin_init(cairn_worker *w);
+typedef int (*cairn_plugin_init_fn)(cairn_worker *w);
 
 /* -------------------------------------------------------------- workflows */
 
