@@ -1,10 +1,13 @@
 /*
  * cli.c - argument parsing and output helpers for the cairn commands:
  * long options (--name value or --name=value), errors that name the argument,
- * and exit codes mapped from cairn_status.
+ * and exit codes mapped from cairn_status. The client API validates the
+ * values and says which field it rejected; cli_fail maps that field back to
+ * the command's argument.
  */
 #include "cli.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,13 +88,34 @@ int cli_has(const cli_args *a, const char *name)
 	return cli_get(a, name) != NULL;
 }
 
-int cli_fail(const char *cmd, cairn_client *c, int rc)
+int cli_fail(const char *cmd, cairn_client *c, int rc, const cli_field *fields)
 {
 	int code = rc == CAIRN_EINVAL      ? EXIT_USAGE
 	           : rc == CAIRN_ENOTFOUND ? EXIT_NOTFOUND
 	           : rc == CAIRN_ETIMEOUT  ? EXIT_TIMEOUT
 	                                   : EXIT_RUNTIME;
-	return cli_error(cmd, code, "%s", c ? cairn_client_errmsg(c) : cairn_strstatus(rc));
+	const char *msg = c ? cairn_client_errmsg(c) : cairn_strstatus(rc);
+	const char *field = rc == CAIRN_EINVAL ? cairn_client_errfield(c) : NULL;
+	for (const cli_field *f = fields; field && f && f->field; f++) {
+		if (strcmp(f->field, field) != 0)
+			continue;
+		if (f->text)
+			return cli_error(cmd, code, "%s \"%s\": %s", f->arg, f->text, msg);
+		return cli_error(cmd, code, "%s: %s", f->arg, msg);
+	}
+	return cli_error(cmd, code, "%s", msg);
+}
+
+int cli_count(const char *s, int *out, char *err)
+{
+	int64_t v;
+	if (parse_int(s, 1, INT_MAX, &v, err) < 0) {
+		snprintf(err, PARSE_ERR_MAX, "invalid number \"%s\": expected a positive integer",
+		         s ? s : "");
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
 }
 
 void cli_print_json(cJSON *doc)
@@ -131,7 +155,7 @@ int cli_open(const char *cmd, const cli_args *a, cairn_client **c)
 		return cli_error(cmd, EXIT_USAGE, "CAIRN_MAX_PAYLOAD: %s", err);
 	int rc = cairn_client_open(cli_get(a, "db"), c);
 	if (rc) {
-		int code = cli_fail(cmd, *c, rc);
+		int code = cli_fail(cmd, *c, rc, NULL);
 		cairn_client_free(*c);
 		*c = NULL;
 		return code;

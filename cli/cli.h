@@ -28,8 +28,27 @@ int cli_has(const cli_args *a, const char *name);
 /* Prints "cairn CMD: msg" to stderr and returns code. */
 int cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Maps a cairn status to an exit code, printing the client's message. */
-int cli_fail(const char *cmd, cairn_client *c, int rc);
+/*
+ * Which command-line argument carries a client API field: field as
+ * cairn_client_errfield() spells it ("key"), arg as the user knows it
+ * ("--key", "WORKFLOW") and, when the command converted the argument's text
+ * before handing it over (a duration, a time), that text so the error can
+ * show it; else NULL. Tables end with {NULL}.
+ */
+typedef struct cli_field {
+	const char *field, *arg, *text;
+} cli_field;
+
+/*
+ * Maps a cairn status to an exit code, printing the client's message. For
+ * CAIRN_EINVAL (exit 2) the message is prefixed with the argument that
+ * fields (may be NULL) maps the client's error field to.
+ */
+int cli_fail(const char *cmd, cairn_client *c, int rc, const cli_field *fields);
+/* A positive decimal integer that fits in an int: 0, or -1 with a message
+ * naming s and what is accepted in err (PARSE_ERR_MAX bytes). The client
+ * checks each option's upper bound. */
+int cli_count(const char *s, int *out, char *err);
 /* Prints a JSON document on stdout and frees it. */
 void cli_print_json(cJSON *doc);
 /* Formats unix ms as RFC 3339 UTC into out (at least 32 bytes); "-" for 0. */

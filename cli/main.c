@@ -1,8 +1,11 @@
 /*
  * main.c - the cairn command: migrate the schema, enqueue runs, send signals,
- * cancel, retry, inspect and wait for results, and show runners and shards. Each command parses and
- * validates its arguments, then makes one or two calls of the public client
- * API (include/cairn.h); nothing here talks SQL.
+ * cancel, retry, inspect and wait for results, and show runners and shards.
+ * Each command parses its arguments (flags, durations, times, @FILE input),
+ * then makes one or two calls of the public client API (include/cairn.h),
+ * which validates the values; a rejected value comes back with the name of
+ * its field, which each command maps to its own argument (cli_field tables).
+ * Nothing here talks SQL.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -79,7 +82,7 @@ static int cmd_migrate(int argc, char **argv)
 		cairn_migration_info *m;
 		size_t n;
 		if ((rc = cairn_migration_list(c, dir, &m, &n))) {
-			code = cli_fail("migrate", c, rc);
+			code = cli_fail("migrate", c, rc, NULL);
 		} else if (cli_has(&a, "json")) {
 			cJSON *arr = cJSON_CreateArray();
 			for (size_t i = 0; i < n; i++) {
@@ -112,7 +115,7 @@ static int cmd_migrate(int argc, char **argv)
 	} else {
 		int applied;
 		if ((rc = cairn_migrate(c, dir, (int)shards, &applied)))
-			code = cli_fail("migrate", c, rc);
+			code = cli_fail("migrate", c, rc, NULL);
 		else if (applied)
 			printf("applied %d migration%s\n", applied, applied == 1 ? "" : "s");
 		else
@@ -160,6 +163,14 @@ static int read_input(const char *cmd, const char *arg, const char **text, char 
 }
 
 static int print_result(const char *cmd, cairn_client *c, int64_t id, int json);
+static int print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
+                         const char *error, int json);
+
+static int finished(const char *status)
+{
+	return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+	       strcmp(status, "cancelled") == 0;
+}
 
 static int cmd_enqueue(int argc, char **argv)
 {
@@ -169,7 +180,9 @@ static int cmd_enqueue(int argc, char **argv)
 	    "                     [--group G] [--wait [--timeout DURATION]] [--json]\n"
 	    "\n"
 	    "Enqueues a run of WORKFLOW and prints its id. The same (WORKFLOW, KEY)\n"
-	    "again prints the id of the existing run and says so (exit 0).\n"
+	    "again writes nothing, prints the id of the existing run and says so on\n"
+	    "stderr with its status and, if it has finished, its output or error\n"
+	    "(exit 0).\n"
 	    "\n"
 	    "  --key K           idempotency key (default: a unique generated key)\n"
 	    "  --input JSON      the run's input as JSON text, or @FILE to read it\n"
@@ -177,10 +190,13 @@ static int cmd_enqueue(int argc, char **argv)
 	    "  --at TIME         start no earlier than TIME (RFC 3339, 2026-12-24T10:00:00Z)\n"
 	    "  --max-attempts N  attempts before the run fails for good (1-1000; default 3)\n"
 	    "  --group G         shard group (default: default)\n"
-	    "  --wait            wait for the run to finish and print its result\n"
+	    "  --wait            wait for the run to finish and print its result (exit 0\n"
+	    "                    completed, 1 failed or cancelled); an existing run that\n"
+	    "                    has finished returns its result at once\n"
 	    "  --timeout D       with --wait: give up after D (default 30s; exit 4)\n"
-	    "  --json            print {\"id\": ..., \"existed\": ...} (with --wait: the "
-	    "result)\n" COMMON_HELP;
+	    "  --json            print {\"id\", \"existed\", \"status\", \"output\", \"error\"}\n"
+	    "                    (output and error: of an existing finished run, else\n"
+	    "                    null; with --wait: the result)\n" COMMON_HELP;
 	cli_opt opts[] = {{"key", 1, 0},  {"input", 1, 0},        {"delay", 1, 0},
 	                  {"at", 1, 0},   {"max-attempts", 1, 0}, {"group", 1, 0},
 	                  {"wait", 0, 0}, {"timeout", 1, 0},      {"json", 0, 0},
@@ -193,29 +209,23 @@ static int cmd_enqueue(int argc, char **argv)
 	if (a.npos != 1)
 		return cli_error("enqueue", EXIT_USAGE,
 		                 "expected exactly one WORKFLOW (see --help)");
+	/* Names, key, group, input and the ranges are the client's to check;
+	 * here only what the command line alone knows: its own spellings. */
 	char err[PARSE_ERR_MAX];
 	cairn_enqueue_opts o = {0};
 	const char *workflow = a.pos[0];
-	if (parse_check_name("workflow", workflow, err) < 0)
-		return cli_error("enqueue", EXIT_USAGE, "WORKFLOW: %s", err);
 	o.key = cli_get(&a, "key");
-	if (o.key && parse_check_key(o.key, err) < 0)
-		return cli_error("enqueue", EXIT_USAGE, "--key: %s", err);
 	o.group = cli_get(&a, "group");
-	if (o.group && parse_check_name("group", o.group, err) < 0)
-		return cli_error("enqueue", EXIT_USAGE, "--group: %s", err);
+	/* Checked as flags, not values: --delay 0 --at TIME is just as ambiguous. */
 	if (cli_has(&a, "delay") && cli_has(&a, "at"))
 		return cli_error("enqueue", EXIT_USAGE, "--delay and --at cannot be used together");
 	if (cli_has(&a, "delay") && parse_duration_ms(cli_get(&a, "delay"), &o.delay_ms, err) < 0)
 		return cli_error("enqueue", EXIT_USAGE, "--delay: %s", err);
 	if (cli_has(&a, "at") && parse_timestamp_ms(cli_get(&a, "at"), &o.at_unix_ms, err) < 0)
 		return cli_error("enqueue", EXIT_USAGE, "--at: %s", err);
-	int64_t v;
-	if (cli_has(&a, "max-attempts")) {
-		if (parse_int(cli_get(&a, "max-attempts"), 1, 1000, &v, err) < 0)
-			return cli_error("enqueue", EXIT_USAGE, "--max-attempts: %s", err);
-		o.max_attempts = (int)v;
-	}
+	if (cli_has(&a, "max-attempts") &&
+	    cli_count(cli_get(&a, "max-attempts"), &o.max_attempts, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "--max-attempts: %s", err);
 	int64_t timeout_ms = 30000;
 	if (cli_has(&a, "timeout") &&
 	    parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
@@ -223,6 +233,14 @@ static int cmd_enqueue(int argc, char **argv)
 	char *owned;
 	if (read_input("enqueue", cli_get(&a, "input"), &o.input, &owned))
 		return EXIT_USAGE;
+	const cli_field fields[] = {{"workflow", "WORKFLOW", NULL},
+	                            {"key", "--key", NULL},
+	                            {"group", "--group", NULL},
+	                            {"input", "--input", NULL},
+	                            {"delay_ms", "--delay", cli_get(&a, "delay")},
+	                            {"at_unix_ms", "--at", cli_get(&a, "at")},
+	                            {"max_attempts", "--max-attempts", NULL},
+	                            {NULL, NULL, NULL}};
 	cairn_client *c;
 	int code = cli_open("enqueue", &a, &c);
 	if (code) {
@@ -231,34 +249,59 @@ static int cmd_enqueue(int argc, char **argv)
 	}
 	cairn_enqueued res;
 	int rc = cairn_enqueue(c, workflow, &o, &res);
+	int json = cli_has(&a, "json");
 	if (rc) {
-		/* Client-side validation names the field; say which argument it was. */
-		code = rc == CAIRN_EINVAL && strncmp(cairn_client_errmsg(c), "input", 5) == 0
-		           ? cli_error("enqueue", EXIT_USAGE, "--%s", cairn_client_errmsg(c))
-		           : cli_fail("enqueue", c, rc);
+		code = cli_fail("enqueue", c, rc, fields);
 	} else if (cli_has(&a, "wait")) {
 		if (res.existed)
-			fprintf(stderr, "run %" PRId64 " already existed\n", res.id);
-		rc = cairn_run_wait(c, res.id, timeout_ms);
-		code = rc ? cli_fail("enqueue", c, rc)
-		          : print_result("enqueue", c, res.id, cli_has(&a, "json"));
-	} else if (cli_has(&a, "json")) {
+			fprintf(stderr, "run %" PRId64 " already existed (status %s)\n", res.id,
+			        res.status);
+		if (res.existed && finished(res.status)) {
+			code = print_outcome("enqueue", res.id, res.status, res.output, res.error,
+			                     json);
+		} else {
+			rc = cairn_run_wait(c, res.id, timeout_ms);
+			code = rc ? cli_fail("enqueue", c, rc, NULL)
+			          : print_result("enqueue", c, res.id, json);
+		}
+	} else if (json) {
 		cJSON *d = cJSON_CreateObject();
 		cJSON_AddNumberToObject(d, "id", (double)res.id);
 		cJSON_AddBoolToObject(d, "existed", res.existed);
+		cJSON_AddStringToObject(d, "status", res.status);
+		cli_json_add_raw(d, "output", res.output);
+		if (res.error)
+			cJSON_AddStringToObject(d, "error", res.error);
+		else
+			cJSON_AddNullToObject(d, "error");
 		cli_print_json(d);
 	} else {
 		printf("%" PRId64 "\n", res.id);
-		if (res.existed)
-			fprintf(stderr, "run %" PRId64 " already existed for %s with this key\n",
-			        res.id, workflow);
+		if (res.existed && strcmp(res.status, "completed") == 0)
+			fprintf(stderr,
+			        "run %" PRId64 " already existed for %s with this key: status "
+			        "completed, output %s\n",
+			        res.id, workflow, res.output ? res.output : "null");
+		else if (res.existed && finished(res.status))
+			fprintf(stderr,
+			        "run %" PRId64 " already existed for %s with this key: status %s, "
+			        "error: %s\n",
+			        res.id, workflow, res.status,
+			        res.error ? res.error : "none recorded");
+		else if (res.existed)
+			fprintf(stderr,
+			        "run %" PRId64 " already existed for %s with this key: status %s\n",
+			        res.id, workflow, res.status);
 	}
+	cairn_enqueued_clear(&res);
 	free(owned);
 	cairn_client_free(c);
 	return code;
 }
 
 /* ------------------------------------------------- signal, cancel, retry */
+
+static const cli_field RUN_FIELDS[] = {{"run", "RUN", NULL}, {NULL, NULL, NULL}};
 
 static int open_and_resolve(const char *cmd, const cli_args *a, cairn_client **c, int64_t *id)
 {
@@ -267,7 +310,7 @@ static int open_and_resolve(const char *cmd, const cli_args *a, cairn_client **c
 		return code;
 	int rc = cairn_run_resolve(*c, a->pos[0], id);
 	if (rc) {
-		code = cli_fail(cmd, *c, rc);
+		code = cli_fail(cmd, *c, rc, RUN_FIELDS);
 		cairn_client_free(*c);
 		*c = NULL;
 	}
@@ -291,9 +334,6 @@ static int cmd_signal(int argc, char **argv)
 		return fputs(help, stdout), EXIT_OK;
 	if (a.npos != 2)
 		return cli_error("signal", EXIT_USAGE, "expected RUN and NAME (see --help)");
-	char err[PARSE_ERR_MAX];
-	if (parse_check_name("signal name", a.pos[1], err) < 0)
-		return cli_error("signal", EXIT_USAGE, "NAME: %s", err);
 	const char *payload;
 	char *owned;
 	if (read_input("signal", cli_get(&a, "input"), &payload, &owned))
@@ -302,12 +342,11 @@ static int cmd_signal(int argc, char **argv)
 	int64_t id;
 	int code = open_and_resolve("signal", &a, &c, &id);
 	if (!code) {
+		static const cli_field fields[] = {
+		    {"signal", "NAME", NULL}, {"payload", "--input", NULL}, {NULL, NULL, NULL}};
 		int rc = cairn_signal(c, id, a.pos[1], payload);
-		if (rc == CAIRN_EINVAL)
-			code =
-			    cli_error("signal", EXIT_USAGE, "--input: %s", cairn_client_errmsg(c));
-		else if (rc)
-			code = cli_fail("signal", c, rc);
+		if (rc)
+			code = cli_fail("signal", c, rc, fields);
 		else
 			printf("signal %s sent to run %" PRId64 "\n", a.pos[1], id);
 	}
@@ -333,7 +372,7 @@ static int cmd_run_action(int argc, char **argv, const char *cmd, const char *he
 	if (!code) {
 		int rc = fn(c, id);
 		if (rc)
-			code = cli_fail(cmd, c, rc);
+			code = cli_fail(cmd, c, rc, NULL);
 		else
 			printf("run %" PRId64 " %s\n", id, done);
 	}
@@ -444,7 +483,7 @@ static int cmd_status(int argc, char **argv)
 	cairn_run *r;
 	int rc = cairn_run_get(c, id, &r);
 	if (rc) {
-		code = cli_fail("status", c, rc);
+		code = cli_fail("status", c, rc, NULL);
 	} else if (cli_has(&a, "json")) {
 		cJSON *o = run_json(r);
 		cJSON *steps = cJSON_AddArrayToObject(o, "journal");
@@ -501,35 +540,42 @@ static int cmd_status(int argc, char **argv)
 	return code;
 }
 
-/* Prints a finished run's output (exit 0) or its error (exit 1). */
+/* Prints a run's outcome: a completed run's output (exit 0), a failed or
+ * cancelled run's error (exit 1), or that it has not finished (exit 4). */
+static int print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
+                         const char *error, int json)
+{
+	int done = finished(status), ok = strcmp(status, "completed") == 0;
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "id", (double)id);
+		cJSON_AddStringToObject(o, "status", status);
+		cli_json_add_raw(o, "output", output);
+		if (error)
+			cJSON_AddStringToObject(o, "error", error);
+		else
+			cJSON_AddNullToObject(o, "error");
+		cli_print_json(o);
+	} else if (ok) {
+		printf("%s\n", output ? output : "null");
+	}
+	if (!done)
+		return cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s",
+		                 id, status);
+	if (!ok)
+		return cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " %s: %s", id, status,
+		                 error ? error : "no error recorded");
+	return EXIT_OK;
+}
+
+/* Loads the run and prints its outcome (print_outcome). */
 static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 {
 	cairn_run *r;
 	int rc = cairn_run_get(c, id, &r);
 	if (rc)
-		return cli_fail(cmd, c, rc);
-	int code = EXIT_OK;
-	int finished = r->finished_unix_ms != 0,
-	    ok = finished && strcmp(r->status, "completed") == 0;
-	if (json) {
-		cJSON *o = cJSON_CreateObject();
-		cJSON_AddNumberToObject(o, "id", (double)r->id);
-		cJSON_AddStringToObject(o, "status", r->status);
-		cli_json_add_raw(o, "output", r->output);
-		if (r->error)
-			cJSON_AddStringToObject(o, "error", r->error);
-		else
-			cJSON_AddNullToObject(o, "error");
-		cli_print_json(o);
-	} else if (ok) {
-		printf("%s\n", r->output ? r->output : "null");
-	}
-	if (!finished)
-		code = cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s",
-		                 id, r->status);
-	else if (!ok)
-		code = cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " %s: %s", id, r->status,
-		                 r->error ? r->error : "no error recorded");
+		return cli_fail(cmd, c, rc, NULL);
+	int code = print_outcome(cmd, id, r->status, r->output, r->error, json);
 	cairn_run_free(r);
 	return code;
 }
@@ -566,7 +612,8 @@ static int cmd_result(int argc, char **argv)
 	if (code)
 		return code;
 	int rc = cli_has(&a, "wait") ? cairn_run_wait(c, id, timeout_ms) : CAIRN_OK;
-	code = rc ? cli_fail("result", c, rc) : print_result("result", c, id, cli_has(&a, "json"));
+	code = rc ? cli_fail("result", c, rc, NULL)
+	          : print_result("result", c, id, cli_has(&a, "json"));
 	cairn_client_free(c);
 	return code;
 }
@@ -594,21 +641,21 @@ static int cmd_list(int argc, char **argv)
 		return cli_error("list", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
 	char err[PARSE_ERR_MAX];
 	cairn_list_filter f = {cli_get(&a, "workflow"), cli_get(&a, "status"), 0};
-	int64_t lim = 50;
-	if (cli_has(&a, "limit") && parse_int(cli_get(&a, "limit"), 1, 10000, &lim, err) < 0)
+	if (cli_has(&a, "limit") && cli_count(cli_get(&a, "limit"), &f.limit, err) < 0)
 		return cli_error("list", EXIT_USAGE, "--limit: %s", err);
-	f.limit = (int)lim;
 	cairn_client *c;
 	int code = cli_open("list", &a, &c);
 	if (code)
 		return code;
 	cairn_run *runs;
 	size_t n;
+	static const cli_field fields[] = {{"workflow", "--workflow", NULL},
+	                                   {"status", "--status", NULL},
+	                                   {"limit", "--limit", NULL},
+	                                   {NULL, NULL, NULL}};
 	int rc = cairn_run_list(c, &f, &runs, &n);
-	if (rc == CAIRN_EINVAL) {
-		code = cli_error("list", EXIT_USAGE, "%s", cairn_client_errmsg(c));
-	} else if (rc) {
-		code = cli_fail("list", c, rc);
+	if (rc) {
+		code = cli_fail("list", c, rc, fields);
 	} else if (cli_has(&a, "json")) {
 		cJSON *arr = cJSON_CreateArray();
 		for (size_t i = 0; i < n; i++)
@@ -688,10 +735,7 @@ static int cmd_runners(int argc, char **argv)
 	const char *ttl = cli_get(&a, "ttl");
 	if (ttl && parse_duration_ms(ttl, &ttl_ms, err) < 0)
 		return cli_error("runners", EXIT_USAGE, "--ttl: %s", err);
-	if (ttl && (ttl_ms <= 0 || ttl_ms > 365 * 86400000LL))
-		return cli_error(
-		    "runners", EXIT_USAGE,
-		    "--ttl: invalid duration \"%s\": expected a duration from 1ms to 365d", ttl);
+	const cli_field fields[] = {{"ttl_ms", "--ttl", ttl}, {NULL, NULL, NULL}};
 	cairn_client *c;
 	int code = cli_open("runners", &a, &c);
 	if (code)
@@ -700,7 +744,7 @@ static int cmd_runners(int argc, char **argv)
 	size_t n;
 	int rc = cairn_runner_list(c, ttl_ms, &r, &n);
 	if (rc) {
-		code = cli_fail("runners", c, rc);
+		code = cli_fail("runners", c, rc, fields);
 	} else if (cli_has(&a, "json")) {
 		cJSON *arr = cJSON_CreateArray();
 		for (size_t i = 0; i < n; i++) {
@@ -794,10 +838,8 @@ static int cmd_shards(int argc, char **argv)
 		return fputs(help, stdout), EXIT_OK;
 	if (a.npos)
 		return cli_error("shards", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
-	char err[PARSE_ERR_MAX];
 	const char *group = cli_get(&a, "group");
-	if (group && parse_check_name("group", group, err) < 0)
-		return cli_error("shards", EXIT_USAGE, "--group: %s", err);
+	static const cli_field fields[] = {{"group", "--group", NULL}, {NULL, NULL, NULL}};
 	cairn_client *c;
 	int code = cli_open("shards", &a, &c);
 	if (code)
@@ -808,7 +850,7 @@ static int cmd_shards(int argc, char **argv)
 	int rc = cairn_shard_list(c, group, &s, &n);
 	size_t nsum = rc ? 0 : summarize(s, n, &sum);
 	if (rc) {
-		code = cli_fail("shards", c, rc);
+		code = cli_fail("shards", c, rc, fields);
 	} else if (!nsum) {
 		code = cli_error("shards", EXIT_RUNTIME, "out of memory");
 	} else if (cli_has(&a, "json")) {

@@ -2,9 +2,10 @@
  * client.c - the public client API: open a connection, enqueue runs, send
  * signals, cancel, retry, read runs and wait for results, and list runners and
  * shard leases. The `cairn` CLI is a thin layer over these functions. Owns one
- * PGconn per handle. Every input is validated before anything is written;
- * every write is one statement, so a rejected or failed call leaves nothing
- * behind.
+ * PGconn per handle. Every input is validated before anything is written,
+ * and a rejected one names its field (cairn_client_errfield) so callers such
+ * as the CLI need not validate again; every write is one statement, so a
+ * rejected or failed call leaves nothing behind.
  */
 #include "client.h"
 
@@ -49,6 +50,7 @@ const char *cairn_strstatus(int status)
 int client_fail(cairn_client *c, int code, const char *fmt, ...)
 {
 	buf_reset(&c->err);
+	c->errfield = NULL;
 	va_list ap;
 	va_start(ap, fmt);
 	buf_vprintf(&c->err, fmt, ap);
@@ -56,9 +58,21 @@ int client_fail(cairn_client *c, int code, const char *fmt, ...)
 	return code;
 }
 
+int client_invalid(cairn_client *c, const char *field, const char *fmt, ...)
+{
+	buf_reset(&c->err);
+	c->errfield = field;
+	va_list ap;
+	va_start(ap, fmt);
+	buf_vprintf(&c->err, fmt, ap);
+	va_end(ap);
+	return CAIRN_EINVAL;
+}
+
 /* After db_exec failed: the error is in c->err already; classify it. */
 static int db_fail(cairn_client *c)
 {
+	c->errfield = NULL;
 	if (!db_ok(c->conn))
 		return CAIRN_EDB;
 	const char *st = db_last_sqlstate();
@@ -102,6 +116,11 @@ const char *cairn_client_errmsg(const cairn_client *c)
 	return c ? buf_str(&c->err) : "out of memory";
 }
 
+const char *cairn_client_errfield(const cairn_client *c)
+{
+	return c ? c->errfield : NULL;
+}
+
 void cairn_client_set_max_payload(cairn_client *c, size_t bytes)
 {
 	c->max_payload = bytes;
@@ -120,6 +139,9 @@ int client_shards(cairn_client *c, int *shards)
 
 /* ---------------------------------------------------------------- enqueue */
 
+/* One row per input, in order: the run's id, whether it existed, its status
+ * and, when $9 asks for it and an existing run has finished, its output and
+ * error (a new run has neither). */
 static const char SQL_ENQUEUE[] =
     "WITH input AS ("
     "  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::int[], "
@@ -133,39 +155,62 @@ static const char SQL_ENQUEUE[] =
     "              ELSE now() + delay_ms * interval '1 millisecond' END "
     "  FROM input ORDER BY ord "
     "  ON CONFLICT (workflow, key) DO NOTHING "
-    "  RETURNING id, key, shard_group, shard, scheduled_at), "
+    "  RETURNING id, key, shard_group, shard, scheduled_at, status), "
     "msg AS ("
     "  INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
     "  SELECT id, shard_group, shard, 'start', scheduled_at FROM ins "
     "  RETURNING CASE WHEN deliver_at <= now() "
     "    THEN pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard) END) "
-    "SELECT coalesce(ins.id, r.id), ins.id IS NULL, (SELECT count(*) FROM msg) "
+    "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "
+    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "
+    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "
+    "       (SELECT count(*) FROM msg) "
     "FROM input i LEFT JOIN ins ON ins.key = i.key "
     "LEFT JOIN cairn.runs r ON r.workflow = $1 AND r.key = i.key AND ins.id IS NULL "
     "ORDER BY i.ord";
 
-static int check_opts(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o)
+#define MAX_ATTEMPTS_LIMIT 1000
+
+/* Validates one run's options; on an error writes the message into msg and
+ * returns the rejected field's name, else NULL. */
+static const char *check_opts(const cairn_client *c, const char *workflow,
+                              const cairn_enqueue_opts *o, char msg[PARSE_ERR_MAX])
 {
-	char err[PARSE_ERR_MAX];
-	if (parse_check_name("workflow", workflow, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
-	if (o->key && parse_check_key(o->key, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
-	if (o->group && parse_check_name("group", o->group, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
-	if (o->input && parse_check_json("input", o->input, c->max_payload, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
-	if (o->max_attempts < 0 || o->max_attempts > 1000)
-		return client_fail(c, CAIRN_EINVAL,
-		                   "invalid max_attempts %d: expected an integer from 1 to 1000",
-		                   o->max_attempts);
-	if (o->delay_ms < 0)
-		return client_fail(c, CAIRN_EINVAL,
-		                   "invalid delay %" PRId64 "ms: must not be negative",
-		                   o->delay_ms);
-	if (o->at_unix_ms < 0)
-		return client_fail(c, CAIRN_EINVAL, "invalid start time: before 1970");
-	return CAIRN_OK;
+	if (parse_check_name("workflow", workflow, msg) < 0)
+		return "workflow";
+	if (o->key && parse_check_key(o->key, msg) < 0)
+		return "key";
+	if (o->group && parse_check_name("group", o->group, msg) < 0)
+		return "group";
+	if (o->input && parse_check_json("input", o->input, c->max_payload, msg) < 0)
+		return "input";
+	if (o->max_attempts < 0 || o->max_attempts > MAX_ATTEMPTS_LIMIT) {
+		snprintf(msg, PARSE_ERR_MAX,
+		         "invalid max_attempts %d: expected an integer from 1 to %d",
+		         o->max_attempts, MAX_ATTEMPTS_LIMIT);
+		return "max_attempts";
+	}
+	if (o->delay_ms < 0) {
+		snprintf(msg, PARSE_ERR_MAX,
+		         "invalid delay_ms %" PRId64 ": expected 0 or more milliseconds",
+		         o->delay_ms);
+		return "delay_ms";
+	}
+	if (o->at_unix_ms < 0) {
+		snprintf(msg, PARSE_ERR_MAX,
+		         "invalid at_unix_ms %" PRId64
+		         ": expected Unix milliseconds after 1970, or 0 for unset",
+		         o->at_unix_ms);
+		return "at_unix_ms";
+	}
+	if (o->delay_ms && o->at_unix_ms) {
+		snprintf(msg, PARSE_ERR_MAX,
+		         "delay_ms (%" PRId64 ") and at_unix_ms (%" PRId64
+		         ") cannot be used together: set at most one of them",
+		         o->delay_ms, o->at_unix_ms);
+		return "delay_ms";
+	}
+	return NULL;
 }
 
 /* A fresh unique key: 128 random bits as hex. */
@@ -176,18 +221,22 @@ static void random_key(char out[33])
 	sodium_bin2hex(out, 33, raw, sizeof raw);
 }
 
-int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
-                        const cairn_enqueue_opts *opts, cairn_enqueued *out)
+/* cairn_enqueue_batch, and with want_result also each existing finished
+ * run's output and error (cairn_enqueue). */
+static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
+                   cairn_enqueued *out, int want_result)
 {
 	if (n == 0)
 		return CAIRN_OK;
 	if (n > 100000)
-		return client_fail(c, CAIRN_EINVAL,
-		                   "batch of %zu runs: at most 100000 are accepted", n);
+		return client_invalid(c, "n", "batch of %zu runs: at most 100000 are accepted", n);
 	for (size_t i = 0; i < n; i++) {
-		int rc = check_opts(c, workflow, &opts[i]);
-		if (rc)
-			return rc;
+		char msg[PARSE_ERR_MAX];
+		const char *field = check_opts(c, workflow, &opts[i], msg);
+		if (field && n == 1)
+			return client_invalid(c, field, "%s", msg);
+		if (field)
+			return client_invalid(c, field, "opts[%zu]: %s", i, msg);
 	}
 	int shards, rc = client_shards(c, &shards);
 	if (rc)
@@ -216,7 +265,7 @@ int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
 	}
 	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
-	                        pgarr_str(&delays), pgarr_str(&ats)};
+	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f"};
 	rc = CAIRN_OK;
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
@@ -225,21 +274,32 @@ int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
 	/* A concurrent enqueue of the same key can commit after our snapshot: the
 	 * insert skips it but the lookup cannot see it yet, so try once more. */
 	for (int attempt = 0; attempt < 3; attempt++) {
-		PGresult *r = db_exec(c->conn, &c->err, SQL_ENQUEUE, 8, params);
+		PGresult *r = db_exec(c->conn, &c->err, SQL_ENQUEUE, 9, params);
 		if (!r) {
 			rc = db_fail(c);
 			goto done;
 		}
-		int missing = 0;
+		int missing = 0, oom = 0;
 		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
 			if (PQgetisnull(r, i, 0)) {
 				missing = 1;
 				continue;
 			}
-			out[i].id = db_get_i64(r, i, 0);
-			out[i].existed = db_get_bool(r, i, 1);
+			cairn_enqueued *e = &out[i];
+			e->id = db_get_i64(r, i, 0);
+			e->existed = db_get_bool(r, i, 1);
+			snprintf(e->status, sizeof e->status, "%s", PQgetvalue(r, i, 2));
+			cairn_enqueued_clear(e);
+			e->output = db_get_str(r, i, 3);
+			e->error = db_get_str(r, i, 4);
+			oom |= (!e->output && !PQgetisnull(r, i, 3)) ||
+			       (!e->error && !PQgetisnull(r, i, 4));
 		}
 		PQclear(r);
+		if (oom) {
+			rc = client_fail(c, CAIRN_ENOMEM, "out of memory reading the run's result");
+			goto done;
+		}
 		if (!missing)
 			goto done;
 	}
@@ -255,11 +315,28 @@ done:
 	return rc;
 }
 
+int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
+                        const cairn_enqueue_opts *opts, cairn_enqueued *out)
+{
+	/* out[i] may be uninitialised: give enqueue() NULLs to clear. */
+	for (size_t i = 0; i < n && n <= 100000; i++)
+		out[i].output = out[i].error = NULL;
+	return enqueue(c, workflow, n, opts, out, 0);
+}
+
 int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
                   cairn_enqueued *out)
 {
 	cairn_enqueue_opts none = {0};
-	return cairn_enqueue_batch(c, workflow, 1, opts ? opts : &none, out);
+	*out = (cairn_enqueued){0};
+	return enqueue(c, workflow, 1, opts ? opts : &none, out, 1);
+}
+
+void cairn_enqueued_clear(cairn_enqueued *e)
+{
+	free(e->output);
+	free(e->error);
+	e->output = e->error = NULL;
 }
 
 /* ------------------------------------------------------- signal, cancel */
@@ -268,30 +345,30 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 {
 	char err[PARSE_ERR_MAX];
 	if (!ref || !*ref)
-		return client_fail(c, CAIRN_EINVAL,
-		                   "run must not be empty: expected an id or WORKFLOW/KEY");
+		return client_invalid(c, "run",
+		                      "run must not be empty: expected an id or WORKFLOW/KEY");
 	const char *slash = strchr(ref, '/');
 	PGresult *r;
 	char idtxt[24];
 	if (!slash) {
 		int64_t v;
 		if (parse_int(ref, 1, INT64_MAX, &v, err) < 0)
-			return client_fail(
-			    c, CAIRN_EINVAL,
-			    "invalid run \"%s\": expected a numeric id or WORKFLOW/KEY", ref);
+			return client_invalid(
+			    c, "run", "invalid run \"%s\": expected a numeric id or WORKFLOW/KEY",
+			    ref);
 		const char *p[] = {db_i64(idtxt, v)};
 		r = db_exec(c->conn, &c->err, "SELECT id FROM cairn.runs WHERE id = $1", 1, p);
 	} else {
 		char wf[NAME_MAX_BYTES + 1];
 		size_t wl = (size_t)(slash - ref);
 		if (wl == 0 || wl > NAME_MAX_BYTES)
-			return client_fail(c, CAIRN_EINVAL,
-			                   "invalid run \"%s\": expected WORKFLOW/KEY", ref);
+			return client_invalid(c, "run", "invalid run \"%s\": expected WORKFLOW/KEY",
+			                      ref);
 		memcpy(wf, ref, wl);
 		wf[wl] = '\0';
 		if (parse_check_name("workflow", wf, err) < 0 ||
 		    parse_check_key(slash + 1, err) < 0)
-			return client_fail(c, CAIRN_EINVAL, "invalid run \"%s\": %s", ref, err);
+			return client_invalid(c, "run", "invalid run \"%s\": %s", ref, err);
 		const char *p[] = {wf, slash + 1};
 		r = db_exec(c->conn, &c->err,
 		            "SELECT id FROM cairn.runs WHERE workflow = $1 AND key = $2", 2, p);
@@ -337,9 +414,9 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 {
 	char err[PARSE_ERR_MAX];
 	if (parse_check_name("signal name", name, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
+		return client_invalid(c, "signal", "%s", err);
 	if (payload && parse_check_json("signal payload", payload, c->max_payload, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
+		return client_invalid(c, "payload", "%s", err);
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null"};
 	return run_state_cmd(c, run_id, SQL_SIGNAL, 3, p, "signal");
@@ -519,21 +596,21 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 	*runs = NULL;
 	*n = 0;
 	if (f->workflow && parse_check_name("workflow", f->workflow, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
+		return client_invalid(c, "workflow", "%s", err);
 	if (f->status) {
 		int ok = 0;
 		for (size_t i = 0; i < sizeof RUN_STATUSES / sizeof *RUN_STATUSES; i++)
 			ok |= strcmp(f->status, RUN_STATUSES[i]) == 0;
 		if (!ok)
-			return client_fail(
-			    c, CAIRN_EINVAL,
+			return client_invalid(
+			    c, "status",
 			    "invalid status \"%s\": expected one of pending, running, "
 			    "sleeping, waiting, completed, failed, cancelled",
 			    f->status);
 	}
 	if (f->limit < 0 || f->limit > 10000)
-		return client_fail(c, CAIRN_EINVAL, "invalid limit %d: expected 1 to 10000",
-		                   f->limit);
+		return client_invalid(
+		    c, "limit", "invalid limit %d: expected an integer from 1 to 10000", f->limit);
 	char lim[24];
 	const char *p[] = {f->workflow, f->status, db_i64(lim, f->limit ? f->limit : 50)};
 	PGresult *r = db_exec(
@@ -651,9 +728,9 @@ int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, 
 	*out = NULL;
 	*n = 0;
 	if (ttl_ms <= 0 || ttl_ms > RUNNER_TTL_MAX_MS)
-		return client_fail(
-		    c, CAIRN_EINVAL,
-		    "invalid ttl %" PRId64 "ms: expected a duration from 1ms to 365d", ttl_ms);
+		return client_invalid(
+		    c, "ttl_ms", "invalid ttl %" PRId64 "ms: expected a duration from 1ms to 365d",
+		    ttl_ms);
 	char ttl[24];
 	const char *p[] = {db_i64(ttl, ttl_ms)};
 	PGresult *r = db_exec(c->conn, &c->err, SQL_RUNNER_LIST, 1, p);
@@ -713,7 +790,7 @@ int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out,
 	*n = 0;
 	char err[PARSE_ERR_MAX];
 	if (group && parse_check_name("group", group, err) < 0)
-		return client_fail(c, CAIRN_EINVAL, "%s", err);
+		return client_invalid(c, "group", "%s", err);
 	const char *p[] = {group};
 	PGresult *r = db_exec(c->conn, &c->err, SQL_SHARD_LIST, 1, p);
 	if (!r)

@@ -17,11 +17,16 @@ struct cairn_client {
 	PGconn *conn;
 	buf err;
 	size_t max_payload;
-	int shards; /* shards_per_group read from cairn.settings; 0 until read */
+	int shards;           /* shards_per_group read from cairn.settings; 0 until read */
+	const char *errfield; /* static: the field a CAIRN_EINVAL rejected, or NULL */
 };
 
-/* Sets the handle's error message and returns code. */
+/* Sets the handle's error message (and no error field) and returns code. */
 int client_fail(cairn_client *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sets the message and the rejected field (a string literal, as spelled in
+ * cairn.h) and returns CAIRN_EINVAL. */
+int client_invalid(cairn_client *c, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Reads shards_per_group from cairn.settings (cached). */
 int client_shards(cairn_client *c, int *shards);

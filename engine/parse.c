@@ -179,10 +179,40 @@ int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err)
 	return 0;
 }
 
+/* Length of the UTF-8 sequence starting at p, or 0 if it is invalid. */
+static size_t utf8_len(const unsigned char *p);
+
+/* s quoted for an error message: at most QUOTE_MAX bytes of it, control
+ * characters and bytes that are not UTF-8 written as \xNN, "..." appended when
+ * cut. out holds at least QUOTE_BUF bytes. */
+#define QUOTE_MAX 32
+#define QUOTE_BUF (QUOTE_MAX * 4 + 8)
+static const char *quote(const char *s, char out[QUOTE_BUF])
+{
+	size_t o = 0, i = 0;
+	while (s[i] && i < QUOTE_MAX) {
+		const unsigned char *p = (const unsigned char *)s + i;
+		size_t len = *p < 0x20 || *p == 0x7f ? 0 : utf8_len(p);
+		if (len == 0) {
+			o += (size_t)snprintf(out + o, 5, "\\x%02x", *p);
+			i++;
+		} else {
+			memcpy(out + o, p, len);
+			o += len;
+			i += len;
+		}
+	}
+	if (s[i])
+		o += (size_t)snprintf(out + o, 4, "...");
+	out[o] = '\0';
+	return out;
+}
+
 int parse_check_name(const char *what, const char *s, char *err)
 {
 	if (!s || !*s)
 		return ERR("%s must not be empty", what);
+	char q[QUOTE_BUF];
 	size_t n = strlen(s);
 	if (n > NAME_MAX_BYTES)
 		return ERR("%s is %zu bytes long: at most %d are accepted", what, n,
@@ -191,9 +221,9 @@ int parse_check_name(const char *what, const char *s, char *err)
 		unsigned char c = (unsigned char)s[i];
 		if (!isalnum(c) && c != '_' && c != '-' && c != '.' && c != ':')
 			return ERR(
-			    "invalid %s \"%.*s\": character %zu (0x%02x) is not accepted; expected "
+			    "invalid %s \"%s\": character %zu (0x%02x) is not accepted; expected "
 			    "letters, digits and _ - . :",
-			    what, c < 0x20 ? 0 : (int)n, s, i + 1, c);
+			    what, quote(s, q), i + 1, c);
 	}
 	return 0;
 }
@@ -217,21 +247,24 @@ static size_t utf8_len(const unsigned char *p)
 
 int parse_check_key(const char *s, char *err)
 {
+	const char *accepted = "keys are 1 to 512 bytes of printable UTF-8";
 	if (!s || !*s)
-		return ERR("key must not be empty");
+		return ERR("key must not be empty: %s", accepted);
+	char q[QUOTE_BUF];
 	size_t n = strlen(s);
 	if (n > KEY_MAX_BYTES)
-		return ERR("key is %zu bytes long: at most %d are accepted", n, KEY_MAX_BYTES);
+		return ERR("invalid key \"%s\": it is %zu bytes long; at most %d are accepted",
+		           quote(s, q), n, KEY_MAX_BYTES);
 	for (size_t i = 0; i < n;) {
 		unsigned char c = (unsigned char)s[i];
 		if (c < 0x20 || c == 0x7f)
 			return ERR(
-			    "invalid key: byte %zu is a control character (0x%02x); keys are "
-			    "printable UTF-8",
-			    i + 1, c);
+			    "invalid key \"%s\": byte %zu is a control character (0x%02x); %s",
+			    quote(s, q), i + 1, c, accepted);
 		size_t len = utf8_len((const unsigned char *)s + i);
 		if (len == 0)
-			return ERR("invalid key: byte %zu is not valid UTF-8", i + 1);
+			return ERR("invalid key \"%s\": byte %zu is not valid UTF-8; %s",
+			           quote(s, q), i + 1, accepted);
 		i += len;
 	}
 	return 0;

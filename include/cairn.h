@@ -77,6 +77,17 @@ void cairn_client_free(cairn_client *c);
 /* The message of the last failed call on c; owned by c, valid until the next call. */
 const char *cairn_client_errmsg(const cairn_client *c);
 
+/*
+ * After a call returned CAIRN_EINVAL: the name of the argument or option
+ * field that was rejected, spelled as in this header ("workflow", "key",
+ * "group", "input", "delay_ms", "at_unix_ms", "max_attempts", "n", "run",
+ * "signal", "payload", "status", "limit", "ttl_ms"), so a caller can say which
+ * of its own inputs was bad without parsing the message. NULL when the last
+ * call did not fail that way or the error concerns no single field. Static
+ * storage; meaningful only until the next call on c.
+ */
+const char *cairn_client_errfield(const cairn_client *c);
+
 /* Largest accepted input/payload in bytes (default 1 MiB). */
 void cairn_client_set_max_payload(cairn_client *c, size_t bytes);
 
@@ -84,30 +95,54 @@ void cairn_client_set_max_payload(cairn_client *c, size_t bytes);
 typedef struct cairn_enqueue_opts {
 	const char *key;    /* idempotency key; NULL generates a unique one */
 	const char *input;  /* JSON text; NULL means null */
-	int64_t delay_ms;   /* start no earlier than now + delay_ms */
-	int64_t at_unix_ms; /* or: start no earlier than this time (0: unset) */
-	int max_attempts;   /* attempts before the run fails for good; 0 = default 3 */
+	int64_t delay_ms;   /* start no earlier than now + delay_ms (0: now) */
+	int64_t at_unix_ms; /* or: start no earlier than this time (0: unset);
+	                       setting both is CAIRN_EINVAL */
+	int max_attempts;   /* attempts before the run fails for good, 1-1000; 0 = default 3 */
 	const char *group;  /* shard group; NULL means "default" */
 } cairn_enqueue_opts;
 
+/*
+ * What an enqueue found or wrote. status is the run's status when the
+ * statement ran: "pending" for a new run, else the existing run's
+ * (pending running sleeping waiting completed failed cancelled).
+ *
+ * output and error are filled only by cairn_enqueue(), and only for an
+ * existing run that has finished: the output JSON text of a completed run and
+ * the error of a failed or cancelled one (each NULL when the run has none).
+ * They are malloc'd, owned by the caller and released with
+ * cairn_enqueued_clear(). cairn_enqueue_batch() always leaves both NULL, so
+ * its results need no clearing; read a batch run's result with
+ * cairn_run_get().
+ */
 typedef struct cairn_enqueued {
-	int64_t id;  /* the run's id */
-	int existed; /* 1 if (workflow, key) was already enqueued: id is that run */
+	int64_t id;      /* the run's id */
+	int existed;     /* 1 if (workflow, key) was already enqueued: id is that run */
+	char status[16]; /* NUL-terminated */
+	char *output;    /* see above; JSON text or NULL */
+	char *error;     /* see above; or NULL */
 } cairn_enqueued;
 
 /*
  * Enqueues one run of workflow and its start message in one transaction and
  * notifies the shard's wake channel. Enqueueing the same (workflow, key) again
- * writes nothing and returns the existing run with existed = 1.
- * Validation errors return CAIRN_EINVAL and write nothing.
+ * writes nothing and returns the existing run with existed = 1, its status
+ * and, if it has finished, its output or error, read by the same statement.
+ * Validation errors return CAIRN_EINVAL (see cairn_client_errfield()) and
+ * write nothing. *out is zeroed first, so cairn_enqueued_clear(out) is right
+ * after any return; call it once done with out->output and out->error.
  */
 int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
                   cairn_enqueued *out);
 
+/* Frees e->output and e->error and sets them to NULL; the rest of e stays. */
+void cairn_enqueued_clear(cairn_enqueued *e);
+
 /*
  * Enqueues n runs of one workflow in one transaction (one statement). opts[i]
- * is run i; out[i] receives its id. Either every run is validated and written
- * or, on an error, nothing is.
+ * is run i; out[i] receives its id, existed and status (output and error stay
+ * NULL). Either every run is validated and written or, on an error, nothing
+ * is.
  */
 int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
                         const cairn_enqueue_opts *opts, cairn_enqueued *out);
@@ -315,10 +350,16 @@ void cairn_worker_free(cairn_worker *w);
 
 /*
  * A plugin is a shared object loaded with `cairn-worker --plugin flows.so`
- * (or CAIRN_PLUGINS=a.so:b.so). It exports this function, which registers its
- * workflows and singletons; a non-zero return stops the worker from starting.
+ * (or CAIRN_PLUGINS=a.so:b.so). The plugin, not libcairn, defines and
+ * exports
+ *
+ *     int cairn_plugin_init(cairn_worker *w);
+ *
+ * which the worker looks up with dlsym() and calls once before it starts. It
+ * registers the plugin's workflows and singletons; a non-zero return stops the
+ * worker from starting. cairn_plugin_init_fn is its type.
  */
-int cairn_plugin_init(cairn_worker *w);
+typedef int (*cairn_plugin_init_fn)(cairn_worker *w);
 
 /* -------------------------------------------------------------- workflows */
 

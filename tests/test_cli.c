@@ -1,5 +1,6 @@
 /* test_cli.c - the cairn CLI's data-entry and inspection commands, run as
- * real processes against a real PostgreSQL. */
+ * real processes against a real PostgreSQL, and the client API calls they
+ * are built on, called directly. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cairn.h"
 #include "support.h"
 
 static int64_t count(const char *db, const char *sql)
@@ -400,4 +402,275 @@ Test(cli, db_flag_overrides_environment)
 	             "%s", err);
 	free(out);
 	free(err);
+}
+
+/* ------------------------------------------------ the client API directly */
+
+static cairn_client *client(const char *db)
+{
+	cairn_client *c;
+	int rc = cairn_client_open(db, &c);
+	cr_assert_eq(rc, CAIRN_OK, "open: %s", cairn_client_errmsg(c));
+	return c;
+}
+
+/* Ends the run with status, output and error as a worker would. */
+static void finish_run(const char *db, int64_t id, const char *status, const char *output,
+                       const char *error)
+{
+	PGconn *c = tdb_connect(db);
+	char id_text[24];
+	snprintf(id_text, sizeof id_text, "%lld", (long long)id);
+	const char *p[] = {id_text, status, output, error};
+	PGresult *r = PQexecParams(c,
+	                           "UPDATE cairn.runs SET status = $2, output = $3::jsonb, "
+	                           "error = $4, attempt = 1, started_at = now(), "
+	                           "finished_at = now(), updated_at = now() WHERE id = $1",
+	                           4, NULL, p, NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+	cr_assert_str_eq(PQcmdTuples(r), "1");
+	PQclear(r);
+	tdb_exec(c, "DELETE FROM cairn.messages");
+	PQfinish(c);
+}
+
+Test(client_api, delay_and_at_together_are_rejected_naming_both_and_write_nothing)
+{
+	const char *db = tdb_new_migrated();
+	cairn_client *c = client(db);
+	cairn_enqueue_opts o = {.key = "both", .delay_ms = 5000, .at_unix_ms = 1900000000000};
+	cairn_enqueued res;
+	cr_assert_eq(cairn_enqueue(c, "noop", &o, &res), CAIRN_EINVAL);
+	const char *msg = cairn_client_errmsg(c);
+	cr_assert(strstr(msg, "delay_ms") && strstr(msg, "at_unix_ms") &&
+	              strstr(msg, "cannot be used together"),
+	          "%s", msg);
+	cr_assert_str_eq(cairn_client_errfield(c), "delay_ms");
+	cairn_enqueued_clear(&res);
+	/* The batch refuses the whole batch for one such run, and says which. */
+	cairn_enqueue_opts batch[2] = {{.key = "fine"}, o};
+	cairn_enqueued out[2];
+	cr_assert_eq(cairn_enqueue_batch(c, "noop", 2, batch, out), CAIRN_EINVAL);
+	cr_assert(strstr(cairn_client_errmsg(c), "opts[1]"), "%s", cairn_client_errmsg(c));
+	cr_assert_eq(rows_written(db), 0, "a rejected enqueue wrote rows");
+	/* Either one alone is fine. */
+	o.at_unix_ms = 0;
+	cr_assert_eq(cairn_enqueue(c, "noop", &o, &res), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cairn_client_free(c);
+}
+
+Test(client_api, each_rejected_option_names_its_field_in_errfield_and_message)
+{
+	const char *db = tdb_new_migrated();
+	cairn_client *c = client(db);
+	cairn_client_set_max_payload(c, 10);
+	static const struct {
+		const char *workflow;
+		cairn_enqueue_opts o;
+		const char *field, *says;
+	} cases[] = {
+	    {"", {0}, "workflow", "workflow must not be empty"},
+	    {"no op", {0}, "workflow", "invalid workflow \"no op\""},
+	    {"noop", {.key = ""}, "key", "key must not be empty"},
+	    {"noop", {.key = "a\x01z"}, "key", "invalid key \"a\\x01z\": byte 2"},
+	    {"noop", {.group = "bad group"}, "group", "invalid group \"bad group\""},
+	    {"noop", {.input = "{\"a\": }"}, "input", "input is not valid JSON"},
+	    {"noop", {.input = "\"0123456789abc\""}, "input", "input is 15 bytes"},
+	    {"noop", {.max_attempts = 1001}, "max_attempts", "invalid max_attempts 1001"},
+	    {"noop", {.max_attempts = -1}, "max_attempts", "from 1 to 1000"},
+	    {"noop", {.delay_ms = -5}, "delay_ms", "invalid delay_ms -5"},
+	    {"noop", {.at_unix_ms = -1}, "at_unix_ms", "invalid at_unix_ms -1"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		cairn_enqueued res;
+		cr_assert_eq(cairn_enqueue(c, cases[i].workflow, &cases[i].o, &res), CAIRN_EINVAL,
+		             "case %zu", i);
+		cr_assert_str_eq(cairn_client_errfield(c), cases[i].field, "case %zu", i);
+		cr_assert(strstr(cairn_client_errmsg(c), cases[i].says), "case %zu: %s", i,
+		          cairn_client_errmsg(c));
+	}
+	cr_assert_eq(rows_written(db), 0, "a rejected enqueue wrote rows");
+	int64_t id;
+	cr_assert_eq(cairn_run_resolve(c, "x/", &id), CAIRN_EINVAL);
+	cr_assert_str_eq(cairn_client_errfield(c), "run");
+	cr_assert_eq(cairn_signal(c, 1, "bad name", NULL), CAIRN_EINVAL);
+	cr_assert_str_eq(cairn_client_errfield(c), "signal");
+	cr_assert_eq(cairn_signal(c, 1, "ok", "{"), CAIRN_EINVAL);
+	cr_assert_str_eq(cairn_client_errfield(c), "payload");
+	cairn_run *runs;
+	size_t n;
+	cr_assert_eq(cairn_run_list(c, &(cairn_list_filter){.limit = 10001}, &runs, &n),
+	             CAIRN_EINVAL);
+	cr_assert_str_eq(cairn_client_errfield(c), "limit");
+	/* Errors that are not about one input carry no field. */
+	cr_assert_eq(cairn_run_resolve(c, "999999", &id), CAIRN_ENOTFOUND);
+	cr_assert_null(cairn_client_errfield(c));
+	cairn_client_free(c);
+}
+
+Test(client_api, enqueue_of_an_existing_run_returns_its_status_and_result)
+{
+	const char *db = tdb_new_migrated();
+	cairn_client *c = client(db);
+	cairn_enqueued res;
+	cairn_enqueue_opts o = {.key = "k1"};
+	cr_assert_eq(cairn_enqueue(c, "order", &o, &res), CAIRN_OK);
+	cr_assert(!res.existed);
+	cr_assert_str_eq(res.status, "pending");
+	cr_assert_null(res.output);
+	cr_assert_null(res.error);
+	int64_t done = res.id;
+	/* Existing but not finished: its status, no result yet. */
+	cr_assert_eq(cairn_enqueue(c, "order", &o, &res), CAIRN_OK);
+	cr_assert(res.existed && res.id == done);
+	cr_assert_str_eq(res.status, "pending");
+	cr_assert_null(res.output);
+
+	finish_run(db, done, "completed", "{\"total\": 12}", NULL);
+	cr_assert_eq(cairn_enqueue(c, "order", &o, &res), CAIRN_OK);
+	cr_assert(res.existed && res.id == done);
+	cr_assert_str_eq(res.status, "completed");
+	cr_assert(res.output, "no output for a completed run");
+	cJSON *j = cJSON_Parse(res.output);
+	cr_assert_eq(cJSON_GetObjectItem(j, "total")->valueint, 12, "%s", res.output);
+	cJSON_Delete(j);
+	cr_assert_null(res.error);
+	cairn_enqueued_clear(&res);
+	cr_assert_null(res.output);
+	cr_assert_eq(res.id, done, "clear keeps the id");
+
+	cairn_enqueue_opts f = {.key = "k2"};
+	cr_assert_eq(cairn_enqueue(c, "order", &f, &res), CAIRN_OK);
+	finish_run(db, res.id, "failed", NULL, "card declined");
+	cr_assert_eq(cairn_enqueue(c, "order", &f, &res), CAIRN_OK);
+	cr_assert_str_eq(res.status, "failed");
+	cr_assert_null(res.output);
+	cr_assert_str_eq(res.error, "card declined");
+	cairn_enqueued_clear(&res);
+
+	/* The batch reports the status of each run but no results: nothing to free. */
+	cairn_enqueue_opts batch[3] = {{.key = "k1"}, {.key = "k2"}, {.key = "k3"}};
+	cairn_enqueued out[3];
+	cr_assert_eq(cairn_enqueue_batch(c, "order", 3, batch, out), CAIRN_OK);
+	cr_assert_str_eq(out[0].status, "completed");
+	cr_assert_str_eq(out[1].status, "failed");
+	cr_assert_str_eq(out[2].status, "pending");
+	cr_assert(out[0].existed && out[1].existed && !out[2].existed);
+	for (int i = 0; i < 3; i++)
+		cr_assert(!out[i].output && !out[i].error, "batch result %d has a result", i);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs"), 3);
+	cairn_client_free(c);
+}
+
+/* ------------------------------------------- idempotent start in the CLI */
+
+Test(enqueue, again_for_a_finished_run_prints_its_status_and_result)
+{
+	const char *db = tdb_new_migrated();
+	int64_t id = enqueue(db, "order", "o-7");
+	finish_run(db, id, "completed", "{\"total\": 12}", NULL);
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "order", "--key", "o-7", NULL), 0, "%s", err);
+	cr_assert_eq(strtoll(out, NULL, 10), id);
+	cr_assert(strstr(err, "already existed") && strstr(err, "status completed") &&
+	              strstr(err, "\"total\""),
+	          "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, &out, NULL, "enqueue", "order", "--key", "o-7", "--json", NULL), 0);
+	cJSON *j = cJSON_Parse(out);
+	cr_assert(j, "not JSON: %s", out);
+	cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "existed")), "%s", out);
+	cr_assert_eq(cJSON_GetObjectItem(j, "id")->valuedouble, (double)id);
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "status")->valuestring, "completed");
+	cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "output"), "total")->valueint, 12,
+	             "%s", out);
+	cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "error")), "%s", out);
+	cJSON_Delete(j);
+	free(out);
+	/* A new run: pending, no result. */
+	cr_assert_eq(tcli(db, &out, NULL, "enqueue", "order", "--key", "o-8", "--json", NULL), 0);
+	j = cJSON_Parse(out);
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "status")->valuestring, "pending", "%s", out);
+	cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "existed")), "%s", out);
+	cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "output")), "%s", out);
+	cJSON_Delete(j);
+	free(out);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages"), 1, "only o-8 was started");
+}
+
+Test(enqueue, wait_on_an_existing_finished_run_returns_its_result_without_a_worker)
+{
+	const char *db = tdb_new_migrated();
+	int64_t ok = enqueue(db, "order", "w-ok"), bad = enqueue(db, "order", "w-bad");
+	finish_run(db, ok, "completed", "{\"total\": 12}", NULL);
+	finish_run(db, bad, "failed", NULL, "card declined");
+	/* No worker runs: only the stored result can answer, and the long
+	 * timeout would show if it waited instead. */
+	char *out, *err;
+	int64_t t0 = tnow_ms();
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "order", "--key", "w-ok", "--wait",
+	                  "--timeout", "1h", NULL),
+	             0, "%s", err);
+	cr_assert(strstr(out, "\"total\"") && strstr(out, "12"), "%s", out);
+	cr_assert(strstr(err, "already existed"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "order", "--key", "w-bad", "--wait",
+	                  "--timeout", "1h", "--json", NULL),
+	             1, "%s", err);
+	cJSON *j = cJSON_Parse(out);
+	cr_assert(j, "not JSON: %s", out);
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "status")->valuestring, "failed");
+	cr_assert_str_eq(cJSON_GetObjectItem(j, "error")->valuestring, "card declined");
+	cJSON_Delete(j);
+	cr_assert(strstr(err, "card declined"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_lt(tnow_ms() - t0, 20000, "--wait waited for a run that had finished");
+	/* An existing run that has not finished is still waited for. */
+	enqueue(db, "order", "w-open");
+	cr_assert_eq(tcli(db, NULL, &err, "enqueue", "order", "--key", "w-open", "--wait",
+	                  "--timeout", "100ms", NULL),
+	             4, "%s", err);
+	cr_assert(strstr(err, "did not finish in time"), "%s", err);
+	free(err);
+}
+
+Test(enqueue, rejected_values_name_the_flag_value_and_rule_and_exit_2)
+{
+	const char *db = tdb_new_migrated();
+	rejects(db, "WORKFLOW: invalid workflow \"no op\"",
+	        (const char *[]){"enqueue", "no op", NULL});
+	rejects(db, "--key: invalid key \"a\\x01\": byte 2 is a control character",
+	        (const char *[]){"enqueue", "noop", "--key", "a\x01", NULL});
+	rejects(db, "--group: invalid group \"bad group\"",
+	        (const char *[]){"enqueue", "noop", "--group", "bad group", NULL});
+	rejects(db, "--input: input is not valid JSON: syntax error at byte 10",
+	        (const char *[]){"enqueue", "noop", "--input", "{\"item\": }", NULL});
+	rejects(db, "--max-attempts: invalid max_attempts 1001: expected an integer from 1 to 1000",
+	        (const char *[]){"enqueue", "noop", "--max-attempts", "1001", NULL});
+	rejects(db, "--max-attempts: invalid number \"0\": expected a positive integer",
+	        (const char *[]){"enqueue", "noop", "--max-attempts", "0", NULL});
+	rejects(db, "--limit: invalid limit 20000: expected an integer from 1 to 10000",
+	        (const char *[]){"list", "--limit", "20000", NULL});
+	rejects(db, "--workflow: invalid workflow \"a/b\"",
+	        (const char *[]){"list", "--workflow", "a/b", NULL});
+	rejects(db, "--status: invalid status \"done\"",
+	        (const char *[]){"list", "--status", "done", NULL});
+	rejects(db, "RUN: invalid run \"x/\"", (const char *[]){"cancel", "x/", NULL});
+}
+
+Test(signal, rejected_name_and_payload_name_their_argument)
+{
+	const char *db = tdb_new_migrated();
+	enqueue(db, "order", "s3");
+	char *err;
+	cr_assert_eq(tcli(db, NULL, &err, "signal", "order/s3", "bad name", NULL), 2);
+	cr_assert(strstr(err, "NAME: invalid signal name \"bad name\""), "%s", err);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, &err, "signal", "order/s3", "ok", "--input", "{nope", NULL), 2);
+	cr_assert(strstr(err, "--input: signal payload is not valid JSON"), "%s", err);
+	free(err);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.signals"), 0);
 }

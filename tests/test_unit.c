@@ -138,6 +138,26 @@ Test(parse, keys_accept_utf8_and_reject_control_characters)
 	cr_assert(strstr(err, "UTF-8"));
 }
 
+Test(parse, key_and_name_errors_quote_the_value_with_control_bytes_escaped)
+{
+	char err[PARSE_ERR_MAX];
+	cr_assert_eq(parse_check_key("a\nb", err), -1);
+	cr_assert(strstr(err, "invalid key \"a\\x0ab\": byte 2"), "%s", err);
+	cr_assert_eq(parse_check_key("caf\xc3\xa9\xff", err), -1);
+	cr_assert(strstr(err, "\"caf\xc3\xa9\\xff\": byte 6 is not valid UTF-8"), "%s", err);
+	char longkey[600];
+	memset(longkey, 'k', sizeof longkey - 1);
+	longkey[sizeof longkey - 1] = '\0';
+	cr_assert_eq(parse_check_key(longkey, err), -1);
+	cr_assert(strstr(err, "kkk...\": it is 599 bytes long; at most 512"), "%s", err);
+	longkey[3] = '\x01';
+	longkey[512] = '\0';
+	cr_assert_eq(parse_check_key(longkey, err), -1, "a control byte in a 512-byte key");
+	cr_assert(strstr(err, "byte 4 is a control character (0x01)"), "%s", err);
+	cr_assert_eq(parse_check_name("workflow", "no\nop", err), -1);
+	cr_assert(strstr(err, "invalid workflow \"no\\x0aop\": character 3 (0x0a)"), "%s", err);
+}
+
 Test(parse, json_validation_names_position_and_size)
 {
 	char err[PARSE_ERR_MAX];
