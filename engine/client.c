@@ -24,6 +24,7 @@
 #include "hash.h"
 #include "parse.h"
 #include "pgarr.h"
+#include "state.h"
 
 const char *cairn_strstatus(int status)
 {
@@ -584,9 +585,6 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	return CAIRN_OK;
 }
 
-static const char *const RUN_STATUSES[] = {"pending",   "running", "sleeping", "waiting",
-                                           "completed", "failed",  "cancelled"};
-
 int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n)
 {
 	char err[PARSE_ERR_MAX];
@@ -597,11 +595,9 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 	*n = 0;
 	if (f->workflow && parse_check_name("workflow", f->workflow, err) < 0)
 		return client_invalid(c, "workflow", "%s", err);
+	run_status st;
 	if (f->status) {
-		int ok = 0;
-		for (size_t i = 0; i < sizeof RUN_STATUSES / sizeof *RUN_STATUSES; i++)
-			ok |= strcmp(f->status, RUN_STATUSES[i]) == 0;
-		if (!ok)
+		if (run_status_parse(f->status, &st) < 0)
 			return client_invalid(
 			    c, "status",
 			    "invalid status \"%s\": expected one of pending, running, "

@@ -304,7 +304,7 @@ static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
 		buf_puts(err, PQresultErrorMessage(r));
 		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 		rc = st && (strncmp(st, "22", 2) == 0 || strncmp(st, "54", 2) == 0) ? BATCH_VALUES
-		                                                                     : BATCH_DB;
+		                                                                    : BATCH_DB;
 	} else {
 		for (int i = 0; i < n; i++)
 			batch[i]->ok = 0;

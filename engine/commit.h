@@ -74,8 +74,8 @@ typedef struct commit {
 	int ok;               /* written (the fence held) */
 	int cancel_requested; /* the run was cancelled meanwhile */
 	int done;
-	int final;  /* submitted with committer_submit_final */
-	void *tag;  /* the submitter's, handed back by on_final */
+	int final; /* submitted with committer_submit_final */
+	void *tag; /* the submitter's, handed back by on_final */
 	struct commit *next;
 } commit;
 
@@ -93,15 +93,12 @@ void commit_drop_unfinished(commit *c);
  * is tested without a database.
  */
 #define COMMIT_SLOTS(X)                                                                            \
-	X(b_run) X(b_group) X(b_shard) X(b_owner) X(b_epoch)                                       \
-	X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error) X(j_attempts)     \
-	X(j_wake) X(j_started) X(j_finished)                                                       \
-	X(u_run) X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished)                     \
-	X(del_msg) X(del_run)                                                                      \
-	X(new_run) X(new_kind) X(new_at)                                                           \
-	X(sig_id) X(sig_seq)                                                                       \
-	X(reset_run)                                                                               \
-	X(defer_msg) X(defer_at)
+	X(b_run)                                                                                   \
+	X(b_group) X(b_shard) X(b_owner) X(b_epoch) X(j_run) X(j_seq) X(j_name) X(j_kind)          \
+	    X(j_status) X(j_output) X(j_error) X(j_attempts) X(j_wake) X(j_started) X(j_finished)  \
+	        X(u_run) X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished) X(del_msg)  \
+	            X(del_run) X(new_run) X(new_kind) X(new_at) X(sig_id) X(sig_seq) X(reset_run)  \
+	                X(defer_msg) X(defer_at)
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
 enum commit_slot { COMMIT_SLOTS(COMMIT_SLOT_ENUM) COMMIT_NSLOTS };

@@ -126,9 +126,9 @@ char *db_i64(char out[24], int64_t v)
 
 int db_shards_per_group(PGconn *c, int *shards, buf *err)
 {
-	PGresult *r = db_exec(
-	    c, err, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'", 0,
-	    NULL);
+	PGresult *r =
+	    db_exec(c, err, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'",
+	            0, NULL);
 	if (!r) {
 		const char *st = db_last_sqlstate();
 		if (!db_ok(c) || (strcmp(st, "3F000") != 0 && strcmp(st, "42P01") != 0))
@@ -141,7 +141,8 @@ int db_shards_per_group(PGconn *c, int *shards, buf *err)
 	PQclear(r);
 	if (n <= 0) {
 		buf_reset(err);
-		buf_puts(err, "shards_per_group is not recorded in the database: run `cairn migrate`");
+		buf_puts(err,
+		         "shards_per_group is not recorded in the database: run `cairn migrate`");
 		return -CAIRN_ESCHEMA;
 	}
 	*shards = n;

@@ -23,9 +23,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "clock.h"
 #include "commit.h"
-#include "client.h"
 #include "db.h"
 #include "exec.h"
 #include "parse.h"
@@ -425,8 +425,8 @@ static void *poller_main(void *arg)
 			 * small; autovacuum would take up to a minute to notice. */
 			char ms[24];
 			log_kv(d->env.log, LOG_INFO,
-			       "slow claim: refreshing the statistics of cairn.messages", "claim_ms",
-			       db_i64(ms, took), NULL);
+			       "slow claim: refreshing the statistics of cairn.messages",
+			       "claim_ms", db_i64(ms, took), NULL);
 			db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
 			next_analyze = clock_mono_ms() + 60000;
 		}
@@ -510,7 +510,8 @@ void dispatch_drop_queued(dispatch *d, int group)
 	pthread_mutex_lock(&d->mu);
 	for (job **pp = &d->qhead; *pp;) {
 		job *j = *pp;
-		if (j->group == group && shardmap_epoch(d->env.map, j->group, j->shard) != j->epoch) {
+		if (j->group == group &&
+		    shardmap_epoch(d->env.map, j->group, j->shard) != j->epoch) {
 			*pp = j->next;
 			d->qlen--;
 			job_done_locked(d, j);

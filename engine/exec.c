@@ -33,10 +33,10 @@ struct cairn_ctx {
 	cJSON *keep; /* owns values handed to the workflow */
 	commit *pending;
 	buf err;
-	int fatal;           /* a sticky status (non-determinism, lost fence, no memory) */
-	int suspended;       /* a durable call suspended the run */
-	run_status wait_as;  /* sleeping or waiting, once suspended */
-	int64_t wake_ms;     /* a wake message is needed at this time (0: none) */
+	int fatal;          /* a sticky status (non-determinism, lost fence, no memory) */
+	int suspended;      /* a durable call suspended the run */
+	run_status wait_as; /* sleeping or waiting, once suspended */
+	int64_t wake_ms;    /* a wake message is needed at this time (0: none) */
 };
 
 void job_free(job *j)
@@ -195,8 +195,8 @@ static int interrupt(cairn_ctx *ctx)
  * Takes the next sequence number for a durable call. *entry is the journal's
  * entry at that position or NULL; a mismatch fails the run.
  */
-static int next_entry(cairn_ctx *ctx, const char *name, step_kind kind,
-                      const journal_entry **entry, int *seq)
+static int next_entry(cairn_ctx *ctx, const char *name, step_kind kind, const journal_entry **entry,
+                      int *seq)
 {
 	*entry = NULL;
 	if (ctx->suspended)
@@ -276,8 +276,9 @@ static int step_result(cairn_ctx *ctx, const char *name, int src, const cJSON *o
 	if (len > ctx->env->max_payload_bytes) {
 		free(*text);
 		*text = NULL;
-		return cairn_fail(ctx, "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
-		                  name, len, ctx->env->max_payload_bytes);
+		return cairn_fail(
+		    ctx, "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu", name,
+		    len, ctx->env->max_payload_bytes);
 	}
 	return CAIRN_OK;
 }
@@ -576,7 +577,8 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		}
 		free(text);
 		buf msg = BUF_INIT;
-		buf_printf(&msg, "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
+		buf_printf(&msg,
+		           "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
 		           len, env->max_payload_bytes);
 		finish(c, RUN_FAILED, text ? buf_str(&msg) : "out of memory printing the output");
 		buf_free(&msg);

@@ -13,8 +13,8 @@
 #include "buf.h"
 
 typedef struct http_reply {
-	unsigned status;  /* 404 unless the handler says otherwise */
-	const char *type; /* Content-Type; static text */
+	unsigned status;   /* 404 unless the handler says otherwise */
+	const char *type;  /* Content-Type; static text */
 	const char *allow; /* an Allow header (with 405), or NULL */
 	buf body;
 } http_reply;

@@ -125,7 +125,8 @@ int journal_parse(const char *text, journal *j, buf *err)
 	qsort(j->e, (size_t)j->n, sizeof *j->e, by_seq);
 	for (int i = 1; i < j->n; i++)
 		if (j->e[i].seq == j->e[i - 1].seq) {
-			buf_printf(err, "journal row with seq %d: the seq appears twice", j->e[i].seq);
+			buf_printf(err, "journal row with seq %d: the seq appears twice",
+			           j->e[i].seq);
 			journal_free(j);
 			return -CAIRN_EINVAL;
 		}

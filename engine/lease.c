@@ -31,7 +31,7 @@ typedef struct round {
 	int group;
 	int acquired, released, live_runners;
 	char acquired_shards[128], released_shards[128]; /* "0-12,15", cut with "..." */
-	const char *why;                                  /* static text */
+	const char *why;                                 /* static text */
 } round;
 
 struct lease {
@@ -100,8 +100,8 @@ static int do_register(lease *l, buf *err)
 	for (int i = 0; i < shardmap_ngroups(e->map); i++)
 		pgarr_add(&groups, shardmap_group_name(e->map, i));
 	char weight[24];
-	const char *p[] = {e->runner_name, e->cfg->advertise_addr, CAIRN_VERSION, pgarr_str(&groups),
-	                   db_i64(weight, e->cfg->weight)};
+	const char *p[] = {e->runner_name, e->cfg->advertise_addr, CAIRN_VERSION,
+	                   pgarr_str(&groups), db_i64(weight, e->cfg->weight)};
 	PGresult *r = db_exec(l->conn, err, SQL_REGISTER, 5, p);
 	pgarr_free(&groups);
 	if (!r)
@@ -205,8 +205,8 @@ static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 		const char *q[] = {key, pgarr_str(&arr)};
 		PGresult *r = db_exec(l->conn, err, SQL_STILL_LOCKED, 2, q);
 		if (r && db_get_i64(r, 0, 0) != 0)
-			log_kv(e->log, LOG_ERROR, "advisory locks still held after release", "group",
-			       gname, NULL);
+			log_kv(e->log, LOG_ERROR, "advisory locks still held after release",
+			       "group", gname, NULL);
 		PQclear(r);
 	}
 	pgarr_free(&arr);
@@ -285,7 +285,8 @@ static void history_add(lease *l, const round *rec)
 static int live_runners(lease *l, int gi, assign_runner **out, int *n, int *me, buf *err)
 {
 	char ttl[24];
-	const char *p[] = {shardmap_group_name(l->env.map, gi), db_i64(ttl, l->env.cfg->runner_ttl_ms)};
+	const char *p[] = {shardmap_group_name(l->env.map, gi),
+	                   db_i64(ttl, l->env.cfg->runner_ttl_ms)};
 	PGresult *r = db_exec(l->conn, err, SQL_LIVE, 2, p);
 	if (!r)
 		return -CAIRN_EDB;
@@ -308,13 +309,15 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 	int shards = shardmap_shards(map), nlive = 0, me = -1;
 	assign_runner *rs = NULL;
 	int rc = live_runners(l, gi, &rs, &nlive, &me, err);
-	int *want = malloc((size_t)shards * sizeof *want), *lst = malloc((size_t)shards * sizeof *lst);
+	int *want = malloc((size_t)shards * sizeof *want),
+	    *lst = malloc((size_t)shards * sizeof *lst);
 	if (!rc && (!want || !lst))
 		rc = -CAIRN_ENOMEM;
 	round rec = {.group = gi, .live_runners = nlive};
 	int k = 0;
 	if (!rc) {
-		assign_shards(rs, nlive, (uint64_t)(uint32_t)shardmap_lock_key(map, gi), shards, want);
+		assign_shards(rs, nlive, (uint64_t)(uint32_t)shardmap_lock_key(map, gi), shards,
+		              want);
 		/* Release what is no longer ours. */
 		for (int s = 0; s < shards; s++)
 			if (shardmap_held(map, gi, s) && want[s] != me)

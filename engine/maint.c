@@ -79,7 +79,8 @@ static int health_round(const maint_env *e, PGconn *c, CURL *h)
 	const char *p[] = {ttl};
 	PGresult *r = db_exec(c, &err, SQL_HEALTH_LIST, 1, p);
 	int rc = r ? 0 : -1;
-	int64_t timeout = e->cfg->heartbeat_interval_ms < 1000 ? e->cfg->heartbeat_interval_ms : 1000;
+	int64_t timeout =
+	    e->cfg->heartbeat_interval_ms < 1000 ? e->cfg->heartbeat_interval_ms : 1000;
 	for (int i = 0; r && i < PQntuples(r) && !rc; i++) {
 		const char *id = PQgetvalue(r, i, 0), *addr = PQgetvalue(r, i, 1);
 		if (!addr[0] || probe(h, addr, timeout) == 0) {
@@ -111,8 +112,7 @@ static int health_round(const maint_env *e, PGconn *c, CURL *h)
 		PQclear(r);
 	}
 	if (rc)
-		log_kv(e->log, LOG_WARN, "health check round failed", "error", buf_str(&err),
-		       NULL);
+		log_kv(e->log, LOG_WARN, "health check round failed", "error", buf_str(&err), NULL);
 	else
 		atomic_fetch_add(&e->m->health_checks, 1);
 	buf_free(&err);

@@ -19,8 +19,6 @@
 
 #include "cairn.h"
 
-typedef int (*plugin_init_fn)(cairn_worker *w);
-
 static int load_one(cairn_worker *w, const char *path, buf *err)
 {
 	/* dlopen searches the library path for a bare name; a plugin named on
@@ -53,7 +51,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 		dlclose(h);
 		return -1;
 	}
-	plugin_init_fn init;
+	cairn_plugin_init_fn init;
 	memcpy(&init, &sym, sizeof init);
 	int rc = init(w);
 	if (rc != 0) {

@@ -32,8 +32,9 @@ void registry_free(registry *r)
 }
 
 /* A valid, unused name for a definition of kind ("workflow", "singleton"). */
-static int check_name(const char *kind, const char *name, int (*taken)(const registry *, const char *),
-                      const registry *r, int has_fn, buf *err)
+static int check_name(const char *kind, const char *name,
+                      int (*taken)(const registry *, const char *), const registry *r, int has_fn,
+                      buf *err)
 {
 	char what[32], perr[PARSE_ERR_MAX];
 	snprintf(what, sizeof what, "%s name", kind);

@@ -148,9 +148,9 @@ static void reap(struct cairn_singleton *s, int cancelled)
 		char d[24], f[24];
 		snprintf(d, sizeof d, "%" PRId64 "ms", delay);
 		snprintf(f, sizeof f, "%d", failures);
-		log_kv(env->log, LOG_WARN, "singleton failed; restarting after backoff", "singleton",
-		       s->def->name, "status", cairn_strstatus(s->rc), "failures", f, "backoff", d,
-		       NULL);
+		log_kv(env->log, LOG_WARN, "singleton failed; restarting after backoff",
+		       "singleton", s->def->name, "status", cairn_strstatus(s->rc), "failures", f,
+		       "backoff", d, NULL);
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -182,8 +182,9 @@ static void start_one(struct cairn_singleton *s, int shard, int64_t now)
 	set_running(s, 1);
 	if (pthread_create(&s->thread, NULL, singleton_main, s) != 0) {
 		set_running(s, 0);
-		log_kv(env->log, LOG_ERROR, "cannot start a singleton thread; retrying after backoff",
-		       "singleton", s->def->name, NULL);
+		log_kv(env->log, LOG_ERROR,
+		       "cannot start a singleton thread; retrying after backoff", "singleton",
+		       s->def->name, NULL);
 		s->next_start_ms = now + s->def->backoff_ms;
 		return;
 	}

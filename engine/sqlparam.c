@@ -47,7 +47,8 @@ int sqlparam_bind(const char *sql, const char *const *names, int n, buf *out, bu
 			if (strlen(names[i]) == len && strncmp(names[i], s, len) == 0)
 				k = i;
 		if (k < 0) {
-			buf_printf(err, "statement uses :%.*s, which is not a parameter", (int)len, s);
+			buf_printf(err, "statement uses :%.*s, which is not a parameter", (int)len,
+			           s);
 			rc = -CAIRN_EINVAL;
 			break;
 		}

@@ -140,7 +140,8 @@ int cairn_singleton_register(cairn_worker *w, const char *name, cairn_singleton_
 		return CAIRN_EINVAL;
 	}
 	if (opts && opts->group && (def.group = shardmap_group_index(w->map, opts->group)) < 0) {
-		buf_printf(&w->err, "singleton %s: group \"%s\" is not one of CAIRN_SHARD_GROUPS (%s)",
+		buf_printf(&w->err,
+		           "singleton %s: group \"%s\" is not one of CAIRN_SHARD_GROUPS (%s)",
 		           name ? name : "(null)", opts->group, w->cfg.groups_text);
 		return CAIRN_EINVAL;
 	}
@@ -409,8 +410,8 @@ static void *supervisor_main(void *arg)
 		if (!lease_runner_id(w->lease)) {
 			int rc = ready_to_attach(s);
 			if (rc < 0) {
-				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping", "error",
-				       buf_str(&w->err), NULL);
+				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping",
+				       "error", buf_str(&w->err), NULL);
 				pthread_mutex_lock(&w->mu);
 				w->fatal = 1;
 				w->stopping = 1;

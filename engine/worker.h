@@ -44,9 +44,9 @@ struct cairn_worker {
 	char name[128]; /* host:pid */
 	int64_t start_mono_ms;
 
-	registry *reg;     /* from cairn_worker_new */
-	shardmap *map;     /* from cairn_worker_new */
-	lease *lease;      /* from cairn_worker_run on */
+	registry *reg; /* from cairn_worker_new */
+	shardmap *map; /* from cairn_worker_new */
+	lease *lease;  /* from cairn_worker_run on */
 	dispatch *dispatch;
 	singletons *singletons;
 	http_server *http;
@@ -58,7 +58,7 @@ struct cairn_worker {
 	pthread_mutex_t mu; /* guards the fields below and signals cv */
 	pthread_cond_t cv;
 	int stopping;
-	int fatal;           /* a configuration mismatch: stop and fail */
+	int fatal; /* a configuration mismatch: stop and fail */
 	int db_connected;
 	int wake_supervisor; /* a singleton ended: reconsider restarts now */
 	worker_state state;

@@ -22,16 +22,16 @@
 
 /* One journal row as the claim renders it (numbers as text). */
 #define ROW(seq, name, kind, status, output)                                                       \
-	"{\"seq\":\"" seq "\",\"name\":\"" name "\",\"kind\":\"" kind "\",\"status\":\"" status   \
-	"\",\"output\":" output ",\"error\":null,\"attempts\":\"1\",\"wake_at\":null,"           \
+	"{\"seq\":\"" seq "\",\"name\":\"" name "\",\"kind\":\"" kind "\",\"status\":\"" status    \
+	"\",\"output\":" output ",\"error\":null,\"attempts\":\"1\",\"wake_at\":null,"             \
 	"\"started_at\":\"1700000000000\"}"
 
 Test(journal, a_gap_in_seq_is_kept_and_lookups_find_both_sides)
 {
 	journal j;
 	buf err = BUF_INIT;
-	const char *text = "[" ROW("2", "c", "step", "completed", "3") "," ROW(
-	    "0", "a", "step", "completed", "1") "]";
+	const char *text = "[" ROW("2", "c", "step", "completed",
+	                           "3") "," ROW("0", "a", "step", "completed", "1") "]";
 	cr_assert_eq(journal_parse(text, &j, &err), 0, "%s", buf_str(&err));
 	cr_assert_eq(j.n, 2);
 	cr_assert_not_null(journal_at(&j, 0));
@@ -46,8 +46,8 @@ Test(journal, a_seq_far_beyond_the_row_count_costs_nothing_extra)
 {
 	journal j;
 	buf err = BUF_INIT;
-	const char *text = "[" ROW("0", "a", "step", "completed", "1") "," ROW(
-	    "2147483647", "z", "sleep", "waiting", "null") "]";
+	const char *text = "[" ROW("0", "a", "step", "completed",
+	                           "1") "," ROW("2147483647", "z", "sleep", "waiting", "null") "]";
 	cr_assert_eq(journal_parse(text, &j, &err), 0, "%s", buf_str(&err));
 	cr_assert_eq(j.n, 2);
 	cr_assert_eq(journal_at(&j, 2147483647)->kind, KIND_SLEEP);
@@ -68,8 +68,8 @@ static void expect_corrupt(const char *text, const char *says)
 
 Test(journal, corrupt_rows_are_refused_naming_the_row_and_the_field)
 {
-	expect_corrupt("[" ROW("0", "a", "step", "completed", "1") "," ROW(
-	                   "1", "b", "teleport", "completed", "1") "]",
+	expect_corrupt("[" ROW("0", "a", "step", "completed", "1") "," ROW("1", "b", "teleport",
+	                                                                   "completed", "1") "]",
 	               "journal row 2: unknown kind \"teleport\"");
 	expect_corrupt("[" ROW("0", "a", "step", "done", "1") "]", "unknown status \"done\"");
 	expect_corrupt("[" ROW("-1", "a", "step", "completed", "1") "]", "journal row 1: seq");
@@ -78,8 +78,8 @@ Test(journal, corrupt_rows_are_refused_naming_the_row_and_the_field)
 	               "\"attempts\":\"1\"}]",
 	               "seq is missing or not an integer text");
 	expect_corrupt("[" ROW("0", "", "step", "completed", "1") "]", "name is missing");
-	expect_corrupt("[" ROW("3", "a", "step", "completed", "1") "," ROW(
-	                   "3", "b", "step", "completed", "1") "]",
+	expect_corrupt("[" ROW("3", "a", "step", "completed", "1") "," ROW("3", "b", "step",
+	                                                                   "completed", "1") "]",
 	               "seq 3: the seq appears twice");
 	expect_corrupt("{\"seq\":\"0\"}", "not a JSON array");
 	expect_corrupt("[1,2", "not a JSON array");
@@ -233,8 +233,8 @@ Test(replay, journaled_steps_are_not_run_again_and_new_ones_are_committed_in_ord
 Test(replay, a_gap_in_the_journal_runs_only_the_missing_step)
 {
 	job *j = claimed("abc",
-	                 "[" ROW("0", "a", "step", "completed", "1") "," ROW(
-	                     "2", "c", "step", "completed", "3") "]",
+	                 "[" ROW("0", "a", "step", "completed", "1") "," ROW("2", "c", "step",
+	                                                                     "completed", "3") "]",
 	                 NULL);
 	commit *c = exec_job(&env, j);
 	cr_assert_eq(ran_a + ran_c, 0, "a journaled step ran again");
@@ -249,23 +249,26 @@ Test(replay, a_gap_in_the_journal_runs_only_the_missing_step)
 
 Test(replay, a_corrupt_journal_fails_the_run_alone_with_the_reason)
 {
-	job *j = claimed("abc", "[" ROW("0", "a", "step", "completed", "1") "," ROW(
-	                            "1", "b", "step", "exploded", "1") "]",
+	job *j = claimed("abc",
+	                 "[" ROW("0", "a", "step", "completed", "1") "," ROW("1", "b", "step",
+	                                                                     "exploded", "1") "]",
 	                 NULL);
 	commit *c = exec_job(&env, j);
 	cr_assert_eq(ran_a + ran_b + ran_c, 0, "a step ran on a corrupt journal");
 	cr_assert_eq(c->outcome, COMMIT_FINISH);
 	cr_assert_eq(c->status, RUN_FAILED);
-	cr_assert(strstr(c->error, "cannot load the run: journal row 2: unknown status \"exploded\""),
-	          "%s", c->error);
+	cr_assert(
+	    strstr(c->error, "cannot load the run: journal row 2: unknown status \"exploded\""),
+	    "%s", c->error);
 	commit_free(c);
 	job_free(j);
 }
 
 Test(replay, a_huge_seq_in_the_journal_is_just_a_later_entry)
 {
-	job *j = claimed("abc", "[" ROW("0", "a", "step", "completed", "1") "," ROW(
-	                            "2000000000", "zz", "step", "completed", "9") "]",
+	job *j = claimed("abc",
+	                 "[" ROW("0", "a", "step", "completed",
+	                         "1") "," ROW("2000000000", "zz", "step", "completed", "9") "]",
 	                 NULL);
 	commit *c = exec_job(&env, j);
 	cr_assert_eq(c->outcome, COMMIT_FINISH);
@@ -305,10 +308,11 @@ Test(replay, a_sleep_suspends_with_a_wake_at_its_due_time)
 Test(replay, a_signal_timeout_is_journaled_as_timed_out_and_replays_as_a_timeout)
 {
 	/* The wait began long ago: its deadline has passed. */
-	job *j = claimed("await",
-	                 "[{\"seq\":\"0\",\"name\":\"go\",\"kind\":\"signal\",\"status\":\"waiting\","
-	                 "\"attempts\":\"1\",\"wake_at\":\"1600000000000\",\"started_at\":null}]",
-	                 NULL);
+	job *j =
+	    claimed("await",
+	            "[{\"seq\":\"0\",\"name\":\"go\",\"kind\":\"signal\",\"status\":\"waiting\","
+	            "\"attempts\":\"1\",\"wake_at\":\"1600000000000\",\"started_at\":null}]",
+	            NULL);
 	commit *c = exec_job(&env, j);
 	cr_assert_eq(c->nrows, 1);
 	cr_assert_eq(c->rows[0].status, STEP_TIMED_OUT);
@@ -342,8 +346,13 @@ Test(replay, a_buffered_signal_is_consumed_by_the_await)
 
 static commit *made(commit_outcome o)
 {
-	commit_run run = {.id = 7, .group = "default", .shard = 3, .owner = 1, .epoch = 4,
-	                  .msgs = msgs, .nmsgs = 2};
+	commit_run run = {.id = 7,
+	                  .group = "default",
+	                  .shard = 3,
+	                  .owner = 1,
+	                  .epoch = 4,
+	                  .msgs = msgs,
+	                  .nmsgs = 2};
 	commit *c = commit_new(&run);
 	c->outcome = o;
 	c->attempt = 2;
@@ -360,8 +369,13 @@ Test(commit, a_finish_updates_the_run_and_deletes_every_message)
 	commit *c = made(COMMIT_FINISH);
 	c->status = RUN_COMPLETED;
 	c->output = strdup("{\"a\":\"x\\\"y\"}");
-	jrow r = {.seq = 4, .name = "s", .kind = KIND_STEP, .status = STEP_COMPLETED,
-	          .output = "1", .attempts = 1, .started_ms = 5};
+	jrow r = {.seq = 4,
+	          .name = "s",
+	          .kind = KIND_STEP,
+	          .status = STEP_COMPLETED,
+	          .output = "1",
+	          .attempts = 1,
+	          .started_ms = 5};
 	cr_assert_eq(commit_add_row(c, &r), 0);
 	commit_params p;
 	cr_assert_eq(commit_encode(&c, 1, &p), 0);
@@ -396,7 +410,8 @@ Test(commit, each_outcome_touches_only_its_own_slots)
 	cr_assert_str_eq(slot(&p, SLOT_b_run), "{7,7,7,7,7}");
 	cr_assert_str_eq(slot(&p, SLOT_u_status), "{\"waiting\",\"pending\",\"pending\"}");
 	cr_assert_str_eq(slot(&p, SLOT_u_finished), "{\"f\",\"f\",\"f\"}");
-	cr_assert_str_eq(slot(&p, SLOT_del_msg), "{11,12,11,12,11,12}"); /* suspend, retry, discard */
+	cr_assert_str_eq(slot(&p, SLOT_del_msg),
+	                 "{11,12,11,12,11,12}"); /* suspend, retry, discard */
 	cr_assert_str_eq(slot(&p, SLOT_new_kind), "{\"wake\",\"start\"}");
 	cr_assert_str_eq(slot(&p, SLOT_new_at), "{99,98}");
 	cr_assert_str_eq(slot(&p, SLOT_reset_run), "{7}");

@@ -311,7 +311,8 @@ static int fenced_touch(int shard, int64_t owner, int64_t epoch, int64_t run)
 {
 	static const char sql[] =
 	    "UPDATE cairn.runs SET updated_at = now() WHERE id = $5 AND EXISTS (SELECT 1 FROM "
-	    "cairn.shard_leases WHERE shard_group = $1 AND shard = $2 AND owner = $3 AND epoch = $4)";
+	    "cairn.shard_leases WHERE shard_group = $1 AND shard = $2 AND owner = $3 AND epoch = "
+	    "$4)";
 	char s[24], r[24], e[24], id[24];
 	snprintf(s, sizeof s, "%d", shard);
 	snprintf(r, sizeof r, "%" PRId64, owner);
