@@ -218,7 +218,7 @@ static int parse_ids(const char *text, int64_t **out)
 
 /* Builds the job of one claimed row; NULL when the row is not ours (being
  * released, unknown group) or memory ran out. */
-static job *job_from_row(dispatch *d, const PGresult *r, int i, int64_t owner)
+static job *job_from_row(dispatch *d, const PGresult *r, int i, int64_t owner, int64_t mono)
 {
 	shardmap *map = d->env.map;
 	int group = shardmap_group_index(map, PQgetvalue(r, i, 1));
@@ -244,7 +244,7 @@ static job *job_from_row(dispatch *d, const PGresult *r, int i, int64_t owner)
 	j->cancel_requested = db_get_bool(r, i, 10);
 	j->created_ms = db_get_i64(r, i, 11);
 	j->db_now_ms = db_get_i64(r, i, 12);
-	j->mono_at_load = clock_mono_ms();
+	j->mono_at_load = mono;
 	j->journal = db_get_str(r, i, 13);
 	j->signals = db_get_str(r, i, 14);
 	if (!j->workflow || !known || j->nmsgs < 0 || !j->input ||
@@ -292,6 +292,9 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, buf *err)
 	inflight_ids(d, &ex);
 	char me[24], lim[24];
 	const char *p[] = {db_i64(me, owner), pgarr_str(&ex), db_i64(lim, limit)};
+	/* The statement's now() is read as it starts: anchor the run's clock
+	 * there too, so it never runs behind the database's. */
+	int64_t mono = clock_mono_ms();
 	PGresult *r = PQexecPrepared(conn, "cairn_claim", 3, p, NULL, NULL, 0);
 	pgarr_free(&ex);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -302,7 +305,7 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, buf *err)
 	}
 	int got = PQntuples(r);
 	for (int i = 0; i < got; i++) {
-		job *j = job_from_row(d, r, i, owner);
+		job *j = job_from_row(d, r, i, owner, mono);
 		if (j && queue_job(d, j) < 0)
 			job_free(j);
 	}

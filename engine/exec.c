@@ -6,6 +6,11 @@
  * pending commit that is flushed before any step function runs and when the
  * execution ends, so no side effect ever follows an unjournaled result.
  *
+ * Time: sleeps, signal deadlines and retry backoffs use the run's clock
+ * (ctx_now: the database's now() at claim, advanced by the monotonic clock),
+ * and so do the journaled start and finish of sleeps and signal waits, so a
+ * wake is never judged against another clock than the one that set it.
+ *
  * Owns: the cairn_ctx of one execution (one executor thread).
  */
 #include "exec.h"
@@ -380,11 +385,11 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 	            .name = (char *)name,
 	            .kind = KIND_SLEEP,
 	            .attempts = 1,
-	            .started_ms = e ? e->started_ms : clock_unix_ms(),
+	            .started_ms = e ? e->started_ms : now,
 	            .wake_ms = wake};
 	if (wake <= now) {
 		row.status = STEP_COMPLETED;
-		row.finished_ms = clock_unix_ms();
+		row.finished_ms = now;
 		return add_row(ctx, &row);
 	}
 	if (e)
@@ -422,12 +427,12 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	            .name = (char *)name,
 	            .kind = KIND_SIGNAL,
 	            .attempts = 1,
-	            .started_ms = e ? e->started_ms : clock_unix_ms(),
+	            .started_ms = e ? e->started_ms : now,
 	            .wake_ms = deadline};
 	signal_entry *sig = signals_take(&ctx->sigs, name);
 	if (sig) {
 		row.status = STEP_COMPLETED;
-		row.finished_ms = clock_unix_ms();
+		row.finished_ms = now;
 		row.output = print_json(sig->payload);
 		rc = row.output ? add_row(ctx, &row) : no_memory(ctx);
 		free(row.output);
@@ -440,7 +445,7 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	}
 	if (deadline && deadline <= now) {
 		row.status = STEP_TIMED_OUT;
-		row.finished_ms = clock_unix_ms();
+		row.finished_ms = now;
 		return (rc = add_row(ctx, &row)) ? rc : CAIRN_ETIMEOUT;
 	}
 	if (e)

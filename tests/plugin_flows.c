@@ -7,8 +7,10 @@
  *              "block" waits for a row in t_flags; {"mode": "same"}: one step
  *              "count_block" bumps and then waits. Shows which steps re-run
  *              after a crash (t_counter counts executions of the bump).
- *   t.await    optional durable sleep "pause" (sleep_ms), then awaits signal
- *              name with timeout_ms; {"timed_out": bool, "payload": ...}.
+ *   t.await    with {"gate": true} first step "gate", which bumps t_counter
+ *              (the run is now before its await) and waits for a row in
+ *              t_flags; then awaits signal name with timeout_ms;
+ *              {"timed_out": bool, "payload": ...}.
  *   t.flaky    step "flaky" with the policy {attempts, initial_ms}, no jitter;
  *              every execution writes a row to t_attempts, and it is retryable
  *              until t_flags has a row for the run.
@@ -24,9 +26,10 @@
  *   t.badutf8  step "bad" bumps t_counter and returns a string that is not
  *              UTF-8, which PostgreSQL refuses to store.
  *   t.stubborn step "work" writes a row to t_attempts as it starts, takes
- *              {"ms": N} and does not check cairn_should_stop; then step
- *              "count" bumps t_counter: a step a drain must wait for (or cut
- *              off).
+ *              {"ms": N}, or with {"until_flag": true} runs until t_flags has a
+ *              row for the run, and does not check cairn_should_stop; then
+ *              step "count" bumps t_counter: a step a drain must wait for (or
+ *              cut off).
  *
  * The tables are created by the tests. Database access uses one libpq
  * connection per executor thread (DATABASE_URL of the worker process), opened
@@ -203,13 +206,13 @@ static int wf_replay(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 
 static int wf_await(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
-	int64_t sleep_ms = int_field(input, "sleep_ms", 0);
+	const cJSON *gate = field(input, "gate");
 	int64_t timeout_ms = int_field(input, "timeout_ms", -1);
 	const cJSON *name = field(input, "name");
 	if (!cJSON_IsString(name))
 		return cairn_fail(ctx, "t.await: \"name\" must be a string");
-	if (sleep_ms > 0)
-		CAIRN_TRY(cairn_sleep(ctx, "pause", sleep_ms));
+	if (cJSON_IsTrue(gate))
+		CAIRN_TRY(cairn_step(ctx, "gate", step_count_block, NULL, NULL));
 	cJSON *payload = NULL;
 	int rc = cairn_await_signal(ctx, name->valuestring, timeout_ms, &payload);
 	if (rc != CAIRN_OK && rc != CAIRN_ETIMEOUT)
@@ -332,18 +335,23 @@ static int wf_spread(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 static int step_work(cairn_ctx *ctx, void *arg, cJSON **result)
 {
 	/* Tell the test the step is running, then take the time. */
-	if (q(cairn_ctx_run_id(ctx),
-	      "INSERT INTO t_attempts (run_id, at) VALUES ($1, clock_timestamp())", NULL, NULL,
+	int64_t run = cairn_ctx_run_id(ctx);
+	if (q(run, "INSERT INTO t_attempts (run_id, at) VALUES ($1, clock_timestamp())", NULL, NULL,
 	      0) < 0)
 		return cairn_retryable(ctx, "work: cannot write t_attempts");
-	nap_ms((long)*(const int64_t *)arg);
+	int64_t ms = *(const int64_t *)arg;
+	if (ms >= 0)
+		nap_ms((long)ms);
+	else /* until the flag, deaf to cairn_should_stop */
+		while (flag_set(run) <= 0)
+			nap_ms(BLOCK_POLL_MS);
 	*result = cJSON_CreateTrue();
 	return CAIRN_OK;
 }
 
 static int wf_stubborn(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
-	int64_t ms = int_field(input, "ms", 1000);
+	int64_t ms = cJSON_IsTrue(field(input, "until_flag")) ? -1 : int_field(input, "ms", 1000);
 	CAIRN_TRY(cairn_step(ctx, "work", step_work, &ms, NULL));
 	CAIRN_TRY(cairn_step(ctx, "count", step_count, NULL, NULL));
 	return CAIRN_OK;

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -243,29 +244,30 @@ int twait(int (*cond)(void *), void *arg, int64_t timeout_ms)
 	}
 }
 
-int tfree_port(void)
+int tclosed_port(int *fd)
 {
-	int s = socket(AF_INET, SOCK_STREAM, 0);
+	/* No SO_REUSEADDR: while this socket holds the port nobody else can bind
+	 * it, and as it never listens, a SYN to it is answered with a reset. */
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(s >= 0, "socket: %s", strerror(errno));
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	cr_assert(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+	cr_assert(bind(s, (struct sockaddr *)&a, sizeof a) == 0, "bind: %s", strerror(errno));
 	socklen_t len = sizeof a;
-	getsockname(s, (struct sockaddr *)&a, &len);
-	close(s);
+	cr_assert(getsockname(s, (struct sockaddr *)&a, &len) == 0, "getsockname: %s",
+	          strerror(errno));
+	*fd = s;
 	return ntohs(a.sin_port);
 }
 
 #include <curl/curl.h>
 
-pid_t tworker_start(const char *db, int port, const char *log_path, ...)
+static pid_t spawn(const char *db, const char *log_path, va_list ap)
 {
 	const char *envs[32];
 	int n = 0;
-	va_list ap;
-	va_start(ap, log_path);
 	const char *e;
 	while ((e = va_arg(ap, const char *)) && n < 31)
 		envs[n++] = e;
-	va_end(ap);
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
@@ -276,15 +278,101 @@ pid_t tworker_start(const char *db, int port, const char *log_path, ...)
 			(void)f;
 		}
 		setenv("DATABASE_URL", db, 1);
-		char addr[64];
-		snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-		setenv("CAIRN_HTTP_ADDR", addr, 1);
+		/* Port 0: the kernel picks a free port, and the worker logs it. The
+		 * advertised address defaults to this one, ":0" becoming the port. */
+		setenv("CAIRN_HTTP_ADDR", "127.0.0.1:0", 1);
+		unsetenv("CAIRN_ADVERTISE_ADDR");
+		/* The start line that tells the port is logged at info. */
+		const char *lv = getenv("CAIRN_LOG_LEVEL");
+		if (!lv || (strcmp(lv, "info") != 0 && strcmp(lv, "debug") != 0))
+			setenv("CAIRN_LOG_LEVEL", "info", 1);
 		setenv("CAIRN_SHUTDOWN_TIMEOUT", "10s", 0);
 		for (int i = 0; i < n; i++)
 			putenv((char *)envs[i]);
 		execl(tbin("cairn-worker"), "cairn-worker", (char *)NULL);
 		_exit(127);
 	}
+	return pid;
+}
+
+pid_t tworker_spawn(const char *db, const char *log_path, ...)
+{
+	va_list ap;
+	va_start(ap, log_path);
+	pid_t pid = spawn(db, log_path, ap);
+	va_end(ap);
+	return pid;
+}
+
+/* The port of the first complete "cairn-worker started" line in text, in
+ * logfmt (http_port=N) or JSON ("http_port":"N"); 0 if there is none yet. */
+static int started_port(const char *text)
+{
+	for (const char *p = text; (p = strstr(p, "cairn-worker started")); p++) {
+		const char *eol = strchr(p, '\n');
+		if (!eol)
+			return 0; /* not completely written yet */
+		const char *k = strstr(p, "http_port");
+		if (!k || k > eol)
+			continue;
+		k += strlen("http_port");
+		while (*k == '"' || *k == ':' || *k == '=')
+			k++;
+		long port = strtol(k, NULL, 10);
+		if (port > 0 && port < 65536)
+			return (int)port;
+	}
+	return 0;
+}
+
+/* 1 if pid has exited (it is left to be reaped by tworker_stop). */
+static int exited(pid_t pid)
+{
+	siginfo_t si = {0};
+	return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid;
+}
+
+pid_t tworker_start(const char *db, int *port, const char *log_path, ...)
+{
+	char own[64] = "";
+	if (!log_path)
+		log_path = tlog_file(own);
+	/* Only what this worker writes counts: the file may hold an earlier log. */
+	struct stat st;
+	off_t from = stat(log_path, &st) == 0 ? st.st_size : 0;
+	va_list ap;
+	va_start(ap, log_path);
+	pid_t pid = spawn(db, log_path, ap);
+	va_end(ap);
+
+	int64_t deadline = tnow_ms() + 60000;
+	int got = 0, gone = 0;
+	for (;;) {
+		char *text = tfile_read(log_path);
+		size_t len = strlen(text);
+		got = started_port(text + ((size_t)from < len ? (size_t)from : len));
+		free(text);
+		if (got || gone || tnow_ms() >= deadline)
+			break;
+		/* Read once more after an exit: the line may have come just before. */
+		gone = exited(pid);
+		if (!gone) {
+			struct timespec ts = {0, 10 * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (!got) {
+		char *text = own[0] ? tfile_take(log_path) : tfile_read(log_path);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		cr_assert_fail("cairn-worker %s before it logged \"cairn-worker started\" with its "
+		               "port; log %s:\n%s",
+		               gone ? "exited" : "did not start within 60 s", log_path, text);
+	}
+	if (own[0])
+		unlink(own); /* the worker writes on into the open, unlinked file */
+	if (port)
+		*port = got;
 	return pid;
 }
 
@@ -325,7 +413,9 @@ long thttp(int port, const char *method, const char *path, char **body, char **c
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	if (strcmp(method, "HEAD") == 0)
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
+	/* A give-up bound for a worker slowed down by a loaded machine, not a
+	 * measurement: waits retry, so a generous bound costs nothing. */
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 15000L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	long status = 0;
@@ -388,6 +478,25 @@ char *tfile_read(const char *path)
 		s = calloc(1, 1);
 	s[n] = '\0';
 	return s;
+}
+
+struct file_want {
+	const char *path, *text;
+};
+
+static int file_has(void *arg)
+{
+	struct file_want *f = arg;
+	char *s = tfile_read(f->path);
+	int found = strstr(s, f->text) != NULL;
+	free(s);
+	return found;
+}
+
+int tfile_wait(const char *path, const char *text, int64_t timeout_ms)
+{
+	struct file_want f = {path, text};
+	return twait(file_has, &f, timeout_ms);
 }
 
 const char *tlog_file(char out[64])

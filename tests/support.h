@@ -33,13 +33,23 @@ int64_t tnow_ms(void);
 /* Polls cond(arg) every 10 ms until it returns nonzero or timeout_ms passes. */
 int twait(int (*cond)(void *), void *arg, int64_t timeout_ms);
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
-int tfree_port(void);
-#endif
+/* A TCP port on 127.0.0.1 that refuses connections: a socket bound to it that
+ * never listens, so connecting gets ECONNREFUSED and nobody else can bind the
+ * port while *fd stays open. Close *fd when the test no longer needs it. */
+int tclosed_port(int *fd);
 
-/* Starts bin/cairn-worker with DATABASE_URL=db, CAIRN_HTTP_ADDR=127.0.0.1:port and
- * the NULL-terminated "NAME=value" settings; stderr goes to log_path (if not NULL). */
-pid_t tworker_start(const char *db, int port, const char *log_path, ...);
+/* Starts bin/cairn-worker with DATABASE_URL=db, CAIRN_HTTP_ADDR=127.0.0.1:0 (the
+ * kernel picks a free port; the advertised address follows it) and the
+ * NULL-terminated "NAME=value" settings; stderr goes to log_path, or to a
+ * temporary file of its own when log_path is NULL. Waits (give-up bound 60 s)
+ * for the worker's "cairn-worker started" log line and stores the port it
+ * bound in *port (port may be NULL). Fails the test, showing the log, if the
+ * worker exits first or never logs it. Settings must keep CAIRN_LOG_LEVEL at
+ * info or debug. Returns the pid. */
+pid_t tworker_start(const char *db, int *port, const char *log_path, ...);
+/* As tworker_start, but returns at once without waiting for the start line:
+ * for a worker that is expected to stop on its own. */
+pid_t tworker_spawn(const char *db, const char *log_path, ...);
 /* Sends sig and waits up to timeout_ms for the exit; returns the exit code or -1. */
 int tworker_stop(pid_t pid, int sig, int64_t timeout_ms);
 /* GET (or another method) http://127.0.0.1:port/path; returns the status or 0. */
@@ -52,6 +62,8 @@ const char *tlog_file(char out[64]);
 char *tfile_take(const char *path);
 /* The whole file as a string (caller frees); the file stays. */
 char *tfile_read(const char *path);
+/* Polls the file every 10 ms until it contains text; 1 if it did within timeout_ms. */
+int tfile_wait(const char *path, const char *text, int64_t timeout_ms);
 
 /* tdb_new() plus `cairn migrate --shards N`: fewer shards keep lease tests light. */
 const char *tdb_new_migrated_shards(int shards);
@@ -69,3 +81,4 @@ int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_
 int64_t tdb_intf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+#endif

@@ -458,10 +458,10 @@ static int two_own_everything(void *arg)
 Test(visibility, runners_and_shards_describe_two_real_workers)
 {
 	const char *db = tdb_new_migrated_shards(64);
-	pid_t a = tworker_start(db, tfree_port(), NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
-	pid_t b = tworker_start(db, tfree_port(), NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
+	pid_t a = tworker_start(db, NULL, NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
+	pid_t b = tworker_start(db, NULL, NULL, "CAIRN_REBALANCE_INTERVAL=100ms", NULL);
 	PGconn *c = tdb_connect(db);
-	cr_assert(twait(two_own_everything, c, 20000), "the two workers never split the shards");
+	cr_assert(twait(two_own_everything, c, 30000), "the two workers never split the shards");
 	cJSON *rs = cli_json(db, (const char *const[]){"runners", "--json", NULL});
 	cr_assert_eq(cJSON_GetArraySize(rs), 2);
 	int shards = 0;
@@ -481,6 +481,6 @@ Test(visibility, runners_and_shards_describe_two_real_workers)
 	          "shards left unowned");
 	cJSON_Delete(sh);
 	PQfinish(c);
-	cr_assert_eq(tworker_stop(a, SIGTERM, 15000), 0);
-	cr_assert_eq(tworker_stop(b, SIGTERM, 15000), 0);
+	cr_assert_eq(tworker_stop(a, SIGTERM, 30000), 0);
+	cr_assert_eq(tworker_stop(b, SIGTERM, 30000), 0);
 }
