@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cairn.h"
+
 static int buf_grow(buf *b, size_t extra)
 {
 	if (b->oom)
-		return -1;
+		return -CAIRN_ENOMEM;
 	if (b->len + extra + 1 <= b->cap)
 		return 0;
 	size_t cap = b->cap ? b->cap : 64;
@@ -22,7 +24,7 @@ static int buf_grow(buf *b, size_t extra)
 	char *p = realloc(b->data, cap);
 	if (!p) {
 		b->oom = 1;
-		return -1;
+		return -CAIRN_ENOMEM;
 	}
 	b->data = p;
 	b->cap = cap;

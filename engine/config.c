@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cairn.h"
 #include "log.h"
 #include "parse.h"
 
@@ -163,7 +164,7 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 		buf_printf(err, "invalid value for %s: \"%s\": expected %s", s->env, v, accepts);
 	else
 		buf_printf(err, "invalid value for --%s: \"%s\": expected %s", flag, v, accepts);
-	return -1;
+	return -CAIRN_EINVAL;
 }
 
 /* Parses HOST:PORT ([v6]:PORT, :PORT for all interfaces) into cfg->http_sa. */
@@ -211,7 +212,7 @@ bad:
 	    "invalid value for CAIRN_HTTP_ADDR: \"%s\": expected HOST:PORT with an IP address "
 	    "(127.0.0.1:8080, [::1]:8080, :8080) and a port from 0 to 65535",
 	    a);
-	return -1;
+	return -CAIRN_EINVAL;
 }
 
 static int parse_groups(config *cfg, buf *err)
@@ -230,7 +231,7 @@ static int parse_groups(config *cfg, buf *err)
 			               ? "at most 16 groups are accepted"
 			               : perr);
 			free(copy);
-			return -1;
+			return -CAIRN_EINVAL;
 		}
 		int dup = 0;
 		for (int i = 0; i < cfg->ngroups; i++)
@@ -245,7 +246,7 @@ static int parse_groups(config *cfg, buf *err)
 		           "invalid value for CAIRN_SHARD_GROUPS: \"%s\": expected at least one "
 		           "group name",
 		           cfg->groups_text);
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	return 0;
 }
@@ -262,11 +263,11 @@ static int load_base(config *cfg, int from_env, buf *err)
 	memset(cfg, 0, sizeof *cfg);
 	for (size_t i = 0; i < NSETTINGS; i++)
 		if (set_value(cfg, &SETTINGS[i], "default", SETTINGS[i].def, err) < 0)
-			return -1;
+			return -CAIRN_EINVAL;
 	for (size_t i = 0; from_env && i < NSETTINGS; i++) {
 		const char *v = getenv(SETTINGS[i].env);
 		if (v && set_value(cfg, &SETTINGS[i], "env", v, err) < 0)
-			return -1;
+			return -CAIRN_EINVAL;
 	}
 	return 0;
 }
@@ -277,7 +278,7 @@ static int finish(config *cfg, buf *err)
 	if (!cfg->database_url[0]) {
 		buf_reset(err);
 		buf_puts(err, "DATABASE_URL is not set: set it or pass --db URL");
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	char *perr = NULL;
 	PQconninfoOption *opts = PQconninfoParse(cfg->database_url, &perr);
@@ -289,11 +290,11 @@ static int finish(config *cfg, buf *err)
 		buf_printf(err, "invalid value for DATABASE_URL: %s",
 		           perr ? perr : "out of memory");
 		PQfreemem(perr);
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	PQconninfoFree(opts);
 	if (parse_addr(cfg, err) < 0 || parse_groups(cfg, err) < 0)
-		return -1;
+		return -CAIRN_EINVAL;
 	if (!cfg->advertise_addr[0]) {
 		free(cfg->advertise_addr);
 		cfg->advertise_addr = strdup(cfg->http_addr);
@@ -305,7 +306,7 @@ static int finish(config *cfg, buf *err)
 		           "ms: must be at least twice "
 		           "CAIRN_HEARTBEAT_INTERVAL (%" PRId64 "ms)",
 		           cfg->runner_ttl_ms, cfg->heartbeat_interval_ms);
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	return 0;
 }
@@ -313,7 +314,7 @@ static int finish(config *cfg, buf *err)
 int config_load(config *cfg, int argc, char **argv, buf *err)
 {
 	if (load_base(cfg, 1, err) < 0)
-		return -1;
+		return -CAIRN_EINVAL;
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 		if (is_own_flag(arg))
@@ -321,7 +322,7 @@ int config_load(config *cfg, int argc, char **argv, buf *err)
 		if (strncmp(arg, "--", 2) != 0) {
 			buf_reset(err);
 			buf_printf(err, "unexpected argument \"%s\" (see --help)", arg);
-			return -1;
+			return -CAIRN_EINVAL;
 		}
 		const char *name = arg + 2, *eq = strchr(name, '=');
 		size_t len = eq ? (size_t)(eq - name) : strlen(name);
@@ -335,16 +336,16 @@ int config_load(config *cfg, int argc, char **argv, buf *err)
 		if (!s) {
 			buf_reset(err);
 			buf_printf(err, "unknown option \"%.*s\" (see --help)", (int)len + 2, arg);
-			return -1;
+			return -CAIRN_EINVAL;
 		}
 		const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
 		if (!v) {
 			buf_reset(err);
 			buf_printf(err, "option --%.*s needs a value", (int)len, name);
-			return -1;
+			return -CAIRN_EINVAL;
 		}
 		if (set_value(cfg, s, "flag", v, err) < 0)
-			return -1;
+			return -CAIRN_EINVAL;
 	}
 	return finish(cfg, err);
 }
@@ -353,7 +354,7 @@ int config_load_settings(config *cfg, const char *database_url, const char *cons
                          int from_env, buf *err)
 {
 	if (load_base(cfg, from_env, err) < 0)
-		return -1;
+		return -CAIRN_EINVAL;
 	for (size_t i = 0; settings && settings[i]; i++) {
 		const char *eq = strchr(settings[i], '=');
 		size_t len = eq ? (size_t)(eq - settings[i]) : strlen(settings[i]);
@@ -368,13 +369,13 @@ int config_load_settings(config *cfg, const char *database_url, const char *cons
 			           "invalid setting \"%s\": expected NAME=value with a NAME "
 			           "from `cairn-worker --help`",
 			           settings[i]);
-			return -1;
+			return -CAIRN_EINVAL;
 		}
 		if (set_value(cfg, s, "env", eq + 1, err) < 0)
-			return -1;
+			return -CAIRN_EINVAL;
 	}
 	if (database_url && set_value(cfg, &SETTINGS[0], "env", database_url, err) < 0)
-		return -1;
+		return -CAIRN_EINVAL;
 	return finish(cfg, err);
 }
 

@@ -79,7 +79,7 @@ int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *param
 {
 	PGresult *r = db_exec(c, err, sql, n, params);
 	if (!r)
-		return -1;
+		return -CAIRN_EDB;
 	PQclear(r);
 	return 0;
 }

@@ -245,9 +245,12 @@ static char *print_json(const cJSON *v)
 }
 
 /* A journaled step: its recorded result, its recorded failure, or (for a
- * step that is retrying) how many attempts it has had. */
-static int replay_step(cairn_ctx *ctx, const journal_entry *e, cJSON **result, int *attempts)
+ * step that is retrying) a suspension until its backoff is over. *run_it is
+ * set when the step is due to run again, after *attempts attempts. */
+static int replay_step(cairn_ctx *ctx, const journal_entry *e, cJSON **result, int *attempts,
+                       int *run_it)
 {
+	*run_it = 0;
 	if (e->status == STEP_COMPLETED) {
 		cJSON *v = keep_copy(ctx, e->output);
 		if (result)
@@ -265,7 +268,8 @@ static int replay_step(cairn_ctx *ctx, const journal_entry *e, cJSON **result, i
 		return rc;
 	if (e->wake_ms > ctx_now(ctx))
 		return suspend(ctx, RUN_SLEEPING, 0);
-	return -1; /* due: run it */
+	*run_it = 1;
+	return CAIRN_OK;
 }
 
 /* Checks a step function's result: CAIRN_OK with *text set, or a failure. */
@@ -298,8 +302,8 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	if (rc)
 		return rc;
 	cairn_retry_policy p = backoff_policy(policy);
-	int attempts = 0;
-	if (e && (rc = replay_step(ctx, e, result, &attempts)) >= 0)
+	int attempts = 0, run_it = 1;
+	if (e && ((rc = replay_step(ctx, e, result, &attempts, &run_it)) || !run_it))
 		return rc;
 	/* The flush also brings news of a cancellation: look again after it. */
 	if ((rc = interrupt(ctx)) || (rc = flush(ctx)) || (rc = interrupt(ctx)))

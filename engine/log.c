@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "cairn.h"
 
 static const char *const LEVELS[] = {"error", "warn", "info", "debug"};
 
@@ -24,7 +25,7 @@ int log_parse_level(const char *s, int *out)
 			*out = i;
 			return 0;
 		}
-	return -1;
+	return -CAIRN_EINVAL;
 }
 
 int log_parse_format(const char *s, int *out)
@@ -34,7 +35,7 @@ int log_parse_format(const char *s, int *out)
 	else if (strcmp(s, "json") == 0)
 		*out = LOG_JSON;
 	else
-		return -1;
+		return -CAIRN_EINVAL;
 	return 0;
 }
 

@@ -53,7 +53,8 @@ static size_t discard(char *p, size_t size, size_t n, void *u)
 	return size * n;
 }
 
-static int probe(CURL *h, const char *address, int64_t timeout_ms)
+/* 1 when the runner at address answers /healthz with 200. */
+static int probe_ok(CURL *h, const char *address, int64_t timeout_ms)
 {
 	char url[300];
 	snprintf(url, sizeof url, "http://%s/healthz", address);
@@ -65,9 +66,9 @@ static int probe(CURL *h, const char *address, int64_t timeout_ms)
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
 	long code = 0;
 	if (curl_easy_perform(h) != CURLE_OK)
-		return -1;
+		return 0;
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-	return code == 200 ? 0 : -1;
+	return code == 200;
 }
 
 static int health_round(const maint_env *e, PGconn *c, CURL *h)
@@ -83,7 +84,7 @@ static int health_round(const maint_env *e, PGconn *c, CURL *h)
 	    e->cfg->heartbeat_interval_ms < 1000 ? e->cfg->heartbeat_interval_ms : 1000;
 	for (int i = 0; r && i < PQntuples(r) && !rc; i++) {
 		const char *id = PQgetvalue(r, i, 0), *addr = PQgetvalue(r, i, 1);
-		if (!addr[0] || probe(h, addr, timeout) == 0) {
+		if (!addr[0] || probe_ok(h, addr, timeout)) {
 			rc = db_cmd(c, &err, SQL_HEALTH_OK, 1, (const char *const[]){id});
 			continue;
 		}

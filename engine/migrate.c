@@ -60,18 +60,18 @@ static int parse_filename(const char *file, int *version, char **name)
 {
 	size_t n = strlen(file);
 	if (n < 10 || strcmp(file + n - 4, ".sql") != 0 || file[4] != '_')
-		return -1;
+		return -CAIRN_EINVAL;
 	int v = 0;
 	for (int i = 0; i < 4; i++) {
 		if (file[i] < '0' || file[i] > '9')
-			return -1;
+			return -CAIRN_EINVAL;
 		v = v * 10 + (file[i] - '0');
 	}
 	if (v == 0)
-		return -1;
+		return -CAIRN_EINVAL;
 	*version = v;
 	*name = strndup(file + 5, n - 9);
-	return *name ? 0 : -1;
+	return *name ? 0 : -CAIRN_ENOMEM;
 }
 
 static char *read_file(const char *path)

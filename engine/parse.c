@@ -14,7 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#define ERR(...) (snprintf(err, PARSE_ERR_MAX, __VA_ARGS__), -1)
+#include "cairn.h"
+
+#define ERR(...) (snprintf(err, PARSE_ERR_MAX, __VA_ARGS__), -CAIRN_EINVAL)
 
 int parse_duration_ms(const char *s, int64_t *out, char *err)
 {
@@ -101,7 +103,7 @@ static int digits(const char *p, int n, int *out)
 	int v = 0;
 	for (int i = 0; i < n; i++) {
 		if (!isdigit((unsigned char)p[i]))
-			return -1;
+			return -CAIRN_EINVAL;
 		v = v * 10 + (p[i] - '0');
 	}
 	*out = v;

@@ -27,7 +27,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 	buf_printf(&file, "%s%s", strchr(path, '/') ? "" : "./", path);
 	if (file.oom) {
 		buf_printf(err, "plugin \"%s\": out of memory", path);
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	dlerror();
 	void *h = dlopen(file.data, RTLD_NOW | RTLD_LOCAL);
@@ -36,7 +36,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 		const char *why = dlerror();
 		buf_printf(err, "plugin \"%s\": cannot load it: %s", path,
 		           why ? why : "unknown error");
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	dlerror();
 	/* POSIX guarantees a function pointer survives the trip through void *. */
@@ -49,7 +49,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 		    "int cairn_plugin_init(cairn_worker *w)",
 		    path, why ? why : "the symbol is NULL");
 		dlclose(h);
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	cairn_plugin_init_fn init;
 	memcpy(&init, &sym, sizeof init);
@@ -68,7 +68,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 		buf_puts(err, buf_str(&msg));
 		buf_free(&msg);
 		/* It may have registered some workflows already: keep it mapped. */
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	return 0;
 }
@@ -80,7 +80,7 @@ int plugin_load_all(struct cairn_worker *w, const char *paths, buf *err)
 	char *list = strdup(paths);
 	if (!list) {
 		buf_puts(err, "plugins: out of memory");
-		return -1;
+		return -CAIRN_EINVAL;
 	}
 	int rc = 0;
 	char *save = NULL;

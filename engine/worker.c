@@ -335,20 +335,22 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 }
 
 /* Before registering: the schema is there and the re-attach window passed.
- * 0 go on, 1 not yet (napped), -CAIRN_EINVAL fatal. */
-static int ready_to_attach(supervisor *s)
+ * 0 with *go set when it may register now (otherwise it napped or detached),
+ * or -CAIRN_EINVAL for a fatal mismatch. */
+static int ready_to_attach(supervisor *s, int *go)
 {
 	cairn_worker *w = s->w;
+	*go = 0;
 	int sc = check_schema(w, s->conn);
 	if (sc == -CAIRN_EINVAL)
 		return sc;
 	if (!db_ok(s->conn)) {
 		detach(s, "lease connection lost");
-		return 1;
+		return 0;
 	}
 	if (sc) {
 		nap(s, w->cfg.heartbeat_interval_ms);
-		return 1;
+		return 0;
 	}
 	/* Re-attach only after storage has been healthy for the window. */
 	int64_t wait = s->healthy_since + (s->ever_connected ? w->cfg.reattach_window_ms : 0) -
@@ -356,14 +358,15 @@ static int ready_to_attach(supervisor *s)
 	if (wait > 0) {
 		set_ready(w, 1, "waiting for the re-attach window");
 		nap(s, wait);
-		return 1;
+		return 0;
 	}
 	s->ever_connected = 1;
+	*go = 1;
 	return 0;
 }
 
-/* One heartbeat and rebalance round when due; 0, or 1 after a detach. */
-static int lease_round(supervisor *s)
+/* One heartbeat and rebalance round when due; whether it detached. */
+static int lease_round_detached(supervisor *s)
 {
 	cairn_worker *w = s->w;
 	int64_t now = clock_mono_ms();
@@ -408,7 +411,7 @@ static void *supervisor_main(void *arg)
 		if (!s->conn && connect_lease(s, &failures, &logged_down) < 0)
 			continue;
 		if (!lease_runner_id(w->lease)) {
-			int rc = ready_to_attach(s);
+			int go, rc = ready_to_attach(s, &go);
 			if (rc < 0) {
 				log_kv(&w->log, LOG_ERROR, "configuration mismatch; stopping",
 				       "error", buf_str(&w->err), NULL);
@@ -419,10 +422,10 @@ static void *supervisor_main(void *arg)
 				pthread_mutex_unlock(&w->mu);
 				break;
 			}
-			if (rc)
+			if (!go)
 				continue;
 		}
-		if (lease_round(s))
+		if (lease_round_detached(s))
 			continue;
 		singletons_sync(w->singletons);
 		int64_t next =

@@ -102,7 +102,7 @@ Test(config, missing_database_url_is_an_error)
 	config c;
 	buf err = BUF_INIT;
 	char *argv[] = {"w"};
-	cr_assert_eq(load(&c, &err, 1, argv), -1);
+	cr_assert_eq(load(&c, &err, 1, argv), -CAIRN_EINVAL);
 	cr_assert(strstr(buf_str(&err), "DATABASE_URL is not set"));
 	config_free(&c);
 	buf_free(&err);
@@ -114,11 +114,11 @@ Test(config, unknown_flag_and_missing_value)
 	config c;
 	buf err = BUF_INIT;
 	char *argv[] = {"w", "--speed", "9"};
-	cr_assert_eq(load(&c, &err, 3, argv), -1);
+	cr_assert_eq(load(&c, &err, 3, argv), -CAIRN_EINVAL);
 	cr_assert(strstr(buf_str(&err), "unknown option \"--speed\""), "%s", buf_str(&err));
 	config_free(&c);
 	char *argv2[] = {"w", "--concurrency"};
-	cr_assert_eq(load(&c, &err, 2, argv2), -1);
+	cr_assert_eq(load(&c, &err, 2, argv2), -CAIRN_EINVAL);
 	cr_assert(strstr(buf_str(&err), "needs a value"), "%s", buf_str(&err));
 	config_free(&c);
 	buf_free(&err);

@@ -75,9 +75,9 @@ Test(parse, size_accepts_units_and_rejects_garbage)
 	cr_assert_eq(v, 524288);
 	cr_assert_eq(parse_size_bytes("100", &v, err), 0);
 	cr_assert_eq(v, 100);
-	cr_assert_eq(parse_size_bytes("1XB", &v, err), -1);
+	cr_assert_eq(parse_size_bytes("1XB", &v, err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "1XB"));
-	cr_assert_eq(parse_size_bytes("MiB", &v, err), -1);
+	cr_assert_eq(parse_size_bytes("MiB", &v, err), -CAIRN_EINVAL);
 }
 
 Test(parse, timestamp_parses_rfc3339)
@@ -105,25 +105,25 @@ Test(parse, int_checks_range)
 	int64_t v;
 	cr_assert_eq(parse_int("42", 1, 100, &v, err), 0);
 	cr_assert_eq(v, 42);
-	cr_assert_eq(parse_int("0", 1, 100, &v, err), -1);
+	cr_assert_eq(parse_int("0", 1, 100, &v, err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "1 to 100"));
-	cr_assert_eq(parse_int("4x", 1, 100, &v, err), -1);
-	cr_assert_eq(parse_int("", 1, 100, &v, err), -1);
+	cr_assert_eq(parse_int("4x", 1, 100, &v, err), -CAIRN_EINVAL);
+	cr_assert_eq(parse_int("", 1, 100, &v, err), -CAIRN_EINVAL);
 }
 
 Test(parse, names_reject_empty_control_and_odd_characters)
 {
 	char err[PARSE_ERR_MAX];
 	cr_assert_eq(parse_check_name("workflow", "order.v2", err), 0);
-	cr_assert_eq(parse_check_name("workflow", "", err), -1);
+	cr_assert_eq(parse_check_name("workflow", "", err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "workflow must not be empty"));
-	cr_assert_eq(parse_check_name("workflow", "a\tb", err), -1);
+	cr_assert_eq(parse_check_name("workflow", "a\tb", err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "0x09"));
-	cr_assert_eq(parse_check_name("workflow", "a/b", err), -1);
+	cr_assert_eq(parse_check_name("workflow", "a/b", err), -CAIRN_EINVAL);
 	char longname[200];
 	memset(longname, 'x', sizeof longname - 1);
 	longname[sizeof longname - 1] = '\0';
-	cr_assert_eq(parse_check_name("workflow", longname, err), -1);
+	cr_assert_eq(parse_check_name("workflow", longname, err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "at most 128"));
 }
 
@@ -131,30 +131,30 @@ Test(parse, keys_accept_utf8_and_reject_control_characters)
 {
 	char err[PARSE_ERR_MAX];
 	cr_assert_eq(parse_check_key("customer/42 \xc3\xa9t\xc3\xa9", err), 0);
-	cr_assert_eq(parse_check_key("", err), -1);
-	cr_assert_eq(parse_check_key("a\nb", err), -1);
+	cr_assert_eq(parse_check_key("", err), -CAIRN_EINVAL);
+	cr_assert_eq(parse_check_key("a\nb", err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "byte 2"));
-	cr_assert_eq(parse_check_key("bad\xff", err), -1);
+	cr_assert_eq(parse_check_key("bad\xff", err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "UTF-8"));
 }
 
 Test(parse, key_and_name_errors_quote_the_value_with_control_bytes_escaped)
 {
 	char err[PARSE_ERR_MAX];
-	cr_assert_eq(parse_check_key("a\nb", err), -1);
+	cr_assert_eq(parse_check_key("a\nb", err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "invalid key \"a\\x0ab\": byte 2"), "%s", err);
-	cr_assert_eq(parse_check_key("caf\xc3\xa9\xff", err), -1);
+	cr_assert_eq(parse_check_key("caf\xc3\xa9\xff", err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "\"caf\xc3\xa9\\xff\": byte 6 is not valid UTF-8"), "%s", err);
 	char longkey[600];
 	memset(longkey, 'k', sizeof longkey - 1);
 	longkey[sizeof longkey - 1] = '\0';
-	cr_assert_eq(parse_check_key(longkey, err), -1);
+	cr_assert_eq(parse_check_key(longkey, err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "kkk...\": it is 599 bytes long; at most 512"), "%s", err);
 	longkey[3] = '\x01';
 	longkey[512] = '\0';
 	cr_assert_eq(parse_check_key(longkey, err), -1, "a control byte in a 512-byte key");
 	cr_assert(strstr(err, "byte 4 is a control character (0x01)"), "%s", err);
-	cr_assert_eq(parse_check_name("workflow", "no\nop", err), -1);
+	cr_assert_eq(parse_check_name("workflow", "no\nop", err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "invalid workflow \"no\\x0aop\": character 3 (0x0a)"), "%s", err);
 }
 
@@ -163,10 +163,10 @@ Test(parse, json_validation_names_position_and_size)
 	char err[PARSE_ERR_MAX];
 	cr_assert_eq(parse_check_json("input", "{\"item\": \"book\", \"amount\": 12}", 1024, err),
 	             0);
-	cr_assert_eq(parse_check_json("input", "{\"item\": }", 1024, err), -1);
+	cr_assert_eq(parse_check_json("input", "{\"item\": }", 1024, err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "byte 10"), "%s", err);
-	cr_assert_eq(parse_check_json("input", "[1,2] trailing", 1024, err), -1);
-	cr_assert_eq(parse_check_json("input", "\"0123456789\"", 5, err), -1);
+	cr_assert_eq(parse_check_json("input", "[1,2] trailing", 1024, err), -CAIRN_EINVAL);
+	cr_assert_eq(parse_check_json("input", "\"0123456789\"", 5, err), -CAIRN_EINVAL);
 	cr_assert(strstr(err, "maximum of 5 bytes"), "%s", err);
 }
 
