@@ -95,11 +95,12 @@ void commit_drop_unfinished(commit *c);
 #define COMMIT_SLOTS(X)                                                                            \
 	X(b_run)                                                                                   \
 	X(b_group)                                                                                 \
-	X(b_shard) X(b_owner) X(b_epoch) X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status)         \
-	    X(j_output) X(j_error) X(j_attempts) X(j_wake) X(j_started) X(j_finished) X(u_run)     \
-	        X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished) X(del_msg)           \
-	            X(del_run) X(new_run) X(new_kind) X(new_at) X(sig_id) X(sig_seq) X(reset_run)  \
-	                X(defer_msg) X(defer_at)
+	X(b_shard)                                                                                 \
+	X(b_owner) X(b_epoch) X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output)        \
+	    X(j_error) X(j_attempts) X(j_wake) X(j_started) X(j_finished) X(u_run) X(u_status)     \
+	        X(u_output) X(u_error) X(u_attempt) X(u_finished) X(del_msg) X(del_run) X(new_run) \
+	            X(new_kind) X(new_at) X(sig_id) X(sig_seq) X(reset_run) X(defer_msg)           \
+	                X(defer_at)
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
 enum commit_slot { COMMIT_SLOTS(COMMIT_SLOT_ENUM) COMMIT_NSLOTS };

@@ -134,7 +134,11 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 			free(*f);
 			*f = strdup(v);
 		}
-		return 0;
+		if (*f)
+			return 0;
+		buf_reset(err);
+		buf_printf(err, "out of memory reading %s", s->env);
+		return -CAIRN_ENOMEM;
 	}
 	case K_INT:
 		ok = parse_int(v, s->min, s->max, &n, perr) == 0;
@@ -220,6 +224,11 @@ static int parse_groups(config *cfg, buf *err)
 	char perr[PARSE_ERR_MAX];
 	char *copy = strdup(cfg->groups_text), *save = NULL;
 	cfg->ngroups = 0;
+	if (!copy) {
+		buf_reset(err);
+		buf_puts(err, "out of memory reading CAIRN_SHARD_GROUPS");
+		return -CAIRN_ENOMEM;
+	}
 	for (char *g = strtok_r(copy, ",", &save); g; g = strtok_r(NULL, ",", &save)) {
 		while (*g == ' ')
 			g++;
@@ -236,8 +245,12 @@ static int parse_groups(config *cfg, buf *err)
 		int dup = 0;
 		for (int i = 0; i < cfg->ngroups; i++)
 			dup |= strcmp(cfg->groups[i], g) == 0;
-		if (!dup)
-			cfg->groups[cfg->ngroups++] = strdup(g);
+		if (!dup && !(cfg->groups[cfg->ngroups++] = strdup(g))) {
+			free(copy);
+			buf_reset(err);
+			buf_puts(err, "out of memory reading CAIRN_SHARD_GROUPS");
+			return -CAIRN_ENOMEM;
+		}
 	}
 	free(copy);
 	if (cfg->ngroups == 0) {
@@ -293,11 +306,16 @@ static int finish(config *cfg, buf *err)
 		return -CAIRN_EINVAL;
 	}
 	PQconninfoFree(opts);
-	if (parse_addr(cfg, err) < 0 || parse_groups(cfg, err) < 0)
-		return -CAIRN_EINVAL;
+	int rc;
+	if ((rc = parse_addr(cfg, err)) < 0 || (rc = parse_groups(cfg, err)) < 0)
+		return rc;
 	if (!cfg->advertise_addr[0]) {
 		free(cfg->advertise_addr);
-		cfg->advertise_addr = strdup(cfg->http_addr);
+		if (!(cfg->advertise_addr = strdup(cfg->http_addr))) {
+			buf_reset(err);
+			buf_puts(err, "out of memory reading CAIRN_ADVERTISE_ADDR");
+			return -CAIRN_ENOMEM;
+		}
 	}
 	if (cfg->runner_ttl_ms < 2 * cfg->heartbeat_interval_ms) {
 		buf_reset(err);

@@ -491,9 +491,12 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                    .on_final = on_final,
 	                    .arg = d};
 	int rc = d->wake_fd < 0 || !d->execs ? -CAIRN_ENOMEM : committer_start(&ce, &d->commit);
-	for (int i = 0; !rc && i < d->nexec; i++, d->nexec_started++)
+	for (int i = 0; !rc && i < d->nexec; i++) {
 		if (pthread_create(&d->execs[i], NULL, executor_main, d) != 0)
 			rc = -CAIRN_ENOMEM;
+		else
+			d->nexec_started++;
+	}
 	if (!rc && pthread_create(&d->poller, NULL, poller_main, d) != 0)
 		rc = -CAIRN_ENOMEM;
 	if (rc) {

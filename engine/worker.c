@@ -75,8 +75,8 @@ int cairn_worker_new(int argc, char **argv, cairn_worker **out)
 	if (rc)
 		return rc;
 	cairn_worker *w = *out;
-	if (config_load(&w->cfg, argc, argv, &w->err) < 0)
-		return CAIRN_EINVAL;
+	if ((rc = config_load(&w->cfg, argc, argv, &w->err)) < 0)
+		return -rc;
 	return worker_setup(w);
 }
 
@@ -89,9 +89,9 @@ int cairn_worker_new_with(const cairn_worker_settings *s, cairn_worker **out)
 	cairn_worker_settings none = {0};
 	if (!s)
 		s = &none;
-	if (config_load_settings(&w->cfg, s->database_url, s->settings, s->from_environment,
-	                         &w->err) < 0)
-		return CAIRN_EINVAL;
+	if ((rc = config_load_settings(&w->cfg, s->database_url, s->settings, s->from_environment,
+	                               &w->err)) < 0)
+		return -rc;
 	return worker_setup(w);
 }
 

@@ -1,17 +1,21 @@
 /* test_worker.c - the cairn-worker process: its HTTP endpoint, configuration
- * errors, SIGTERM drain, and life without a database. Real processes, real
+ * errors, SIGTERM drain, and life without a database; and a worker embedded
+ * in a program of its own (cairn_worker_new_with). Real processes, real
  * PostgreSQL. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cairn.h"
 #include "support.h"
 
 Test(worker, endpoints_answer_with_status_type_and_content)
@@ -378,4 +382,88 @@ Test(worker, janitor_deletes_old_finished_runs_and_health_checker_removes_dead_r
 	PQfinish(c);
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
 	close(ghost_fd);
+}
+
+/* ------------------------------------------------------------- embedded */
+
+static int embedded_echo(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	*output = cJSON_Duplicate(input, 1);
+	return CAIRN_OK;
+}
+
+static void *embedded_run(void *w)
+{
+	return (void *)(intptr_t)cairn_worker_run(w);
+}
+
+Test(worker, an_embedded_worker_built_from_settings_runs_a_workflow_and_returns_on_stop)
+{
+	const char *db = tdb_new_migrated();
+	const char *settings[] = {"CAIRN_HTTP_ADDR=127.0.0.1:0", "CAIRN_CONCURRENCY=2",
+	                          "CAIRN_LOG_LEVEL=error", "CAIRN_REBALANCE_INTERVAL=100ms", NULL};
+	cairn_worker_settings ws = {.database_url = db, .settings = settings};
+	cairn_worker *w;
+	cr_assert_eq(cairn_worker_new_with(&ws, &w), CAIRN_OK, "%s", cairn_worker_errmsg(w));
+	cr_assert_eq(cairn_workflow_register(w, "embedded.echo", embedded_echo, NULL), CAIRN_OK);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, embedded_run, w), 0);
+
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), CAIRN_OK);
+	cairn_enqueue_opts o = {.input = "{\"x\": 1}"};
+	cairn_enqueued r;
+	cr_assert_eq(cairn_enqueue(c, "embedded.echo", &o, &r), CAIRN_OK, "%s",
+	             cairn_client_errmsg(c));
+	cr_assert_eq(cairn_run_wait(c, r.id, 60000), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cairn_run *run;
+	cr_assert_eq(cairn_run_get(c, r.id, &run), CAIRN_OK);
+	cr_assert_str_eq(run->status, "completed");
+	cr_assert_str_eq(run->output, "{\"x\": 1}");
+	cairn_run_free(run);
+	cairn_enqueued_clear(&r);
+	cairn_client_free(c);
+
+	/* Stopping returns from cairn_worker_run; the process goes on. */
+	cairn_worker_stop(w);
+	void *rc;
+	cr_assert_eq(pthread_join(t, &rc), 0);
+	cr_assert_eq((intptr_t)rc, CAIRN_OK, "cairn_worker_run returned %d: %s", (int)(intptr_t)rc,
+	             cairn_worker_errmsg(w));
+	cairn_worker_free(w);
+}
+
+static void refused_settings(const char *const *settings, const char *db, const char *says)
+{
+	cairn_worker_settings ws = {.database_url = db, .settings = settings};
+	cairn_worker *w;
+	cr_assert_eq(cairn_worker_new_with(&ws, &w), CAIRN_EINVAL);
+	cr_assert(strstr(cairn_worker_errmsg(w), says), "\"%s\" lacks \"%s\"",
+	          cairn_worker_errmsg(w), says);
+	cairn_worker_free(w);
+}
+
+Test(worker, settings_of_an_embedded_worker_are_validated_by_name)
+{
+	const char *typo[] = {"CAIRN_CONCURENCY=8", NULL};
+	refused_settings(typo, "dbname=x",
+	                 "invalid setting \"CAIRN_CONCURENCY=8\": expected NAME=value");
+	const char *no_value[] = {"CAIRN_CONCURRENCY", NULL};
+	refused_settings(no_value, "dbname=x", "invalid setting \"CAIRN_CONCURRENCY\"");
+	const char *zero[] = {"CAIRN_CONCURRENCY=0", NULL};
+	refused_settings(zero, "dbname=x",
+	                 "invalid value for CAIRN_CONCURRENCY: \"0\": expected an integer from 1");
+	refused_settings(NULL, NULL, "DATABASE_URL is not set");
+	/* The environment is read only when asked. */
+	setenv("CAIRN_CONCURRENCY", "not-a-number", 1);
+	cairn_worker_settings ws = {.database_url = "dbname=x"};
+	cairn_worker *w;
+	cr_assert_eq(cairn_worker_new_with(&ws, &w), CAIRN_OK, "%s", cairn_worker_errmsg(w));
+	cairn_worker_free(w);
+	ws.from_environment = 1;
+	cr_assert_eq(cairn_worker_new_with(&ws, &w), CAIRN_EINVAL);
+	cr_assert(strstr(cairn_worker_errmsg(w), "CAIRN_CONCURRENCY"), "%s",
+	          cairn_worker_errmsg(w));
+	cairn_worker_free(w);
+	unsetenv("CAIRN_CONCURRENCY");
 }
