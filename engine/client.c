@@ -450,8 +450,9 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 	return run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel");
 }
 
-/* Failed steps are dropped from the journal so they run again; completed
- * steps are kept and replayed. */
+/* Unsettled steps (failed, retrying, waiting) are dropped from the journal
+ * so they run again; completed steps and timed-out signal waits are kept and
+ * replayed. */
 static const char SQL_RETRY[] =
     "WITH r AS (SELECT id, status, status NOT IN ('failed', 'cancelled') AS bad "
     "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
@@ -459,7 +460,8 @@ static const char SQL_RETRY[] =
     "           cancel_requested = false, finished_at = NULL, updated_at = now(), "
     "           scheduled_at = now() "
     "       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
-    "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) AND status <> 'completed' "
+    "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) AND status NOT IN "
+    "('completed', 'timed_out') "
     "       RETURNING 1), "
     "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
     "      SELECT id, shard_group, shard, 'start' FROM up "

@@ -103,7 +103,7 @@ void commit_drop_unfinished(commit *c)
 {
 	int k = 0;
 	for (int i = 0; i < c->nrows; i++) {
-		if (c->rows[i].status == STEP_COMPLETED)
+		if (step_status_settled(c->rows[i].status))
 			c->rows[k++] = c->rows[i];
 		else
 			row_clear(&c->rows[i]);
@@ -146,7 +146,7 @@ static const char SQL_COMMIT[] =
     "  FROM unnest(:sig_id::bigint[], :sig_seq::int[]) AS x(id, q) "
     "  WHERE g.id = x.id AND g.run_id IN (SELECT run_id FROM ok)), "
     "rst AS (DELETE FROM cairn.steps s WHERE s.run_id = ANY (:reset_run::bigint[]) "
-    "  AND s.status <> 'completed' AND s.run_id IN (SELECT run_id FROM ok) "
+    "  AND s.status NOT IN ('completed', 'timed_out') AND s.run_id IN (SELECT run_id FROM ok) "
     "  AND (s.run_id, s.seq) NOT IN (SELECT * FROM unnest(:j_run::bigint[], :j_seq::int[]))), "
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
@@ -335,7 +335,7 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 	            .outcome = COMMIT_FINISH,
 	            .status = RUN_FAILED,
 	            .error = (char *)buf_str(&why),
-	            .attempt = c->attempt};
+	            .attempt = c->run.attempt};
 	commit *one = &f;
 	c->ok = 0;
 	c->cancel_requested = 0;

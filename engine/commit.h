@@ -54,6 +54,7 @@ typedef struct commit_run {
 	int64_t owner, epoch;
 	const int64_t *msgs; /* the claimed messages; outlive the commit */
 	int nmsgs;
+	int attempt; /* the attempt that executed */
 } commit_run;
 
 typedef struct commit {
@@ -84,7 +85,7 @@ void commit_free(commit *c);
 /* Adds a row (its strings copied) / a consumed signal: 0 or -CAIRN_ENOMEM. */
 int commit_add_row(commit *c, const jrow *r);
 int commit_add_signal(commit *c, int64_t id, int seq);
-/* Drops the rows that are not completed (a run retry starts them over). */
+/* Drops the rows that are not settled (a run retry starts them over). */
 void commit_drop_unfinished(commit *c);
 
 /*
@@ -96,11 +97,11 @@ void commit_drop_unfinished(commit *c);
 	X(b_run)                                                                                   \
 	X(b_group)                                                                                 \
 	X(b_shard)                                                                                 \
-	X(b_owner) X(b_epoch) X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output)        \
-	    X(j_error) X(j_attempts) X(j_wake) X(j_started) X(j_finished) X(u_run) X(u_status)     \
-	        X(u_output) X(u_error) X(u_attempt) X(u_finished) X(del_msg) X(del_run) X(new_run) \
-	            X(new_kind) X(new_at) X(sig_id) X(sig_seq) X(reset_run) X(defer_msg)           \
-	                X(defer_at)
+	X(b_owner)                                                                                 \
+	X(b_epoch) X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error)        \
+	    X(j_attempts) X(j_wake) X(j_started) X(j_finished) X(u_run) X(u_status) X(u_output)    \
+	        X(u_error) X(u_attempt) X(u_finished) X(del_msg) X(del_run) X(new_run) X(new_kind) \
+	            X(new_at) X(sig_id) X(sig_seq) X(reset_run) X(defer_msg) X(defer_at)
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
 enum commit_slot { COMMIT_SLOTS(COMMIT_SLOT_ENUM) COMMIT_NSLOTS };

@@ -273,14 +273,15 @@ static int is_own_flag(const char *arg)
 /* Every setting at its default, then the environment when asked. */
 static int load_base(config *cfg, int from_env, buf *err)
 {
+	int rc;
 	memset(cfg, 0, sizeof *cfg);
 	for (size_t i = 0; i < NSETTINGS; i++)
-		if (set_value(cfg, &SETTINGS[i], "default", SETTINGS[i].def, err) < 0)
-			return -CAIRN_EINVAL;
+		if ((rc = set_value(cfg, &SETTINGS[i], "default", SETTINGS[i].def, err)) < 0)
+			return rc;
 	for (size_t i = 0; from_env && i < NSETTINGS; i++) {
 		const char *v = getenv(SETTINGS[i].env);
-		if (v && set_value(cfg, &SETTINGS[i], "env", v, err) < 0)
-			return -CAIRN_EINVAL;
+		if (v && (rc = set_value(cfg, &SETTINGS[i], "env", v, err)) < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -331,8 +332,9 @@ static int finish(config *cfg, buf *err)
 
 int config_load(config *cfg, int argc, char **argv, buf *err)
 {
-	if (load_base(cfg, 1, err) < 0)
-		return -CAIRN_EINVAL;
+	int rc = load_base(cfg, 1, err);
+	if (rc < 0)
+		return rc;
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 		if (is_own_flag(arg))
@@ -362,8 +364,8 @@ int config_load(config *cfg, int argc, char **argv, buf *err)
 			buf_printf(err, "option --%.*s needs a value", (int)len, name);
 			return -CAIRN_EINVAL;
 		}
-		if (set_value(cfg, s, "flag", v, err) < 0)
-			return -CAIRN_EINVAL;
+		if ((rc = set_value(cfg, s, "flag", v, err)) < 0)
+			return rc;
 	}
 	return finish(cfg, err);
 }
@@ -371,8 +373,9 @@ int config_load(config *cfg, int argc, char **argv, buf *err)
 int config_load_settings(config *cfg, const char *database_url, const char *const *settings,
                          int from_env, buf *err)
 {
-	if (load_base(cfg, from_env, err) < 0)
-		return -CAIRN_EINVAL;
+	int rc = load_base(cfg, from_env, err);
+	if (rc < 0)
+		return rc;
 	for (size_t i = 0; settings && settings[i]; i++) {
 		const char *eq = strchr(settings[i], '=');
 		size_t len = eq ? (size_t)(eq - settings[i]) : strlen(settings[i]);
@@ -389,11 +392,11 @@ int config_load_settings(config *cfg, const char *database_url, const char *cons
 			           settings[i]);
 			return -CAIRN_EINVAL;
 		}
-		if (set_value(cfg, s, "env", eq + 1, err) < 0)
-			return -CAIRN_EINVAL;
+		if ((rc = set_value(cfg, s, "env", eq + 1, err)) < 0)
+			return rc;
 	}
-	if (database_url && set_value(cfg, &SETTINGS[0], "env", database_url, err) < 0)
-		return -CAIRN_EINVAL;
+	if (database_url && (rc = set_value(cfg, &SETTINGS[0], "env", database_url, err)) < 0)
+		return rc;
 	return finish(cfg, err);
 }
 

@@ -592,7 +592,7 @@ void dispatch_free(dispatch *d)
 
 void dispatch_status(dispatch *d, cJSON *array)
 {
-	if (!d)
+	if (!d || !array)
 		return;
 	pthread_mutex_lock(&d->mu);
 	for (int i = 0; i < d->nfl && i < 100; i++) {

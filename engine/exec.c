@@ -70,7 +70,8 @@ static commit *new_commit(const job *j)
 	                  .owner = j->owner,
 	                  .epoch = j->epoch,
 	                  .msgs = j->msgs,
-	                  .nmsgs = j->nmsgs};
+	                  .nmsgs = j->nmsgs,
+	                  .attempt = j->attempt};
 	commit *c = commit_new(&run);
 	if (c)
 		c->attempt = j->attempt;

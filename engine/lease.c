@@ -401,6 +401,8 @@ void lease_release_all(lease *l)
 
 void lease_history(lease *l, cJSON *array)
 {
+	if (!array)
+		return;
 	pthread_mutex_lock(&l->mu);
 	int first = l->nhistory > HISTORY ? l->nhistory - HISTORY : 0;
 	for (int i = l->nhistory - 1; i >= first; i--) {

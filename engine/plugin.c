@@ -27,7 +27,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 	buf_printf(&file, "%s%s", strchr(path, '/') ? "" : "./", path);
 	if (file.oom) {
 		buf_printf(err, "plugin \"%s\": out of memory", path);
-		return -CAIRN_EINVAL;
+		return -CAIRN_ENOMEM;
 	}
 	dlerror();
 	void *h = dlopen(file.data, RTLD_NOW | RTLD_LOCAL);
@@ -80,7 +80,7 @@ int plugin_load_all(struct cairn_worker *w, const char *paths, buf *err)
 	char *list = strdup(paths);
 	if (!list) {
 		buf_puts(err, "plugins: out of memory");
-		return -CAIRN_EINVAL;
+		return -CAIRN_ENOMEM;
 	}
 	int rc = 0;
 	char *save = NULL;

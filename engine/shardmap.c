@@ -85,8 +85,17 @@ int shardmap_set_shards(shardmap *m, int shards)
 		g->epoch = calloc((size_t)shards, sizeof *g->epoch);
 		g->going = calloc((size_t)shards, sizeof *g->going);
 		g->busy = calloc((size_t)shards, sizeof *g->busy);
-		if (!g->epoch || !g->going || !g->busy)
-			return -CAIRN_ENOMEM; /* freed by shardmap_free */
+		if (!g->epoch || !g->going || !g->busy) {
+			for (int k = 0; k <= i; k++) {
+				free(m->g[k].epoch);
+				free(m->g[k].going);
+				free(m->g[k].busy);
+				m->g[k].epoch = NULL;
+				m->g[k].going = NULL;
+				m->g[k].busy = NULL;
+			}
+			return -CAIRN_ENOMEM;
+		}
 	}
 	atomic_store(&m->shards, shards);
 	return 0;
@@ -221,7 +230,7 @@ int shardmap_wait_idle(shardmap *m, int g, const int *shards, int n, int64_t dea
 void shardmap_status(const shardmap *m, cJSON *array)
 {
 	int shards = shardmap_shards(m);
-	for (int g = 0; g < m->ngroups; g++) {
+	for (int g = 0; array && g < m->ngroups; g++) {
 		cJSON *grp = cJSON_CreateObject();
 		cJSON_AddStringToObject(grp, "group", m->g[g].name);
 		cJSON *list = cJSON_AddArrayToObject(grp, "owned");

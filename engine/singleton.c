@@ -256,7 +256,7 @@ int64_t singletons_next_ms(singletons *ss)
 
 void singletons_status(singletons *ss, cJSON *array)
 {
-	for (int i = 0; ss && i < ss->n; i++) {
+	for (int i = 0; ss && array && i < ss->n; i++) {
 		struct cairn_singleton *s = &ss->s[i];
 		pthread_mutex_lock(&s->mu);
 		int running = s->running, failures = s->failures;

@@ -80,6 +80,11 @@ int step_kind_parse(const char *s, step_kind *out)
 	return rc;
 }
 
+int step_status_settled(step_status s)
+{
+	return s == STEP_COMPLETED || s == STEP_TIMED_OUT;
+}
+
 int run_status_finished(run_status s)
 {
 	return s == RUN_COMPLETED || s == RUN_FAILED || s == RUN_CANCELLED;

@@ -58,4 +58,7 @@ int step_kind_parse(const char *s, step_kind *out);
 
 /* completed, failed or cancelled. */
 int run_status_finished(run_status s);
+/* A journal entry that a run retry keeps: completed, or a signal wait that
+ * timed out (both are results the replay returns). */
+int step_status_settled(step_status s);
 #endif

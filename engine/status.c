@@ -108,9 +108,11 @@ static void add_config(cairn_worker *w, cJSON *o)
 {
 	cJSON *cfg = cJSON_AddObjectToObject(o, "config");
 	buf text = BUF_INIT;
+	pthread_mutex_lock(&w->mu); /* the advertised address may be rewritten at start */
 	config_describe(&w->cfg, &text);
+	pthread_mutex_unlock(&w->mu);
 	char *save = NULL;
-	for (char *line = strtok_r(text.data, "\n", &save); line;
+	for (char *line = text.data ? strtok_r(text.data, "\n", &save) : NULL; line;
 	     line = strtok_r(NULL, "\n", &save)) {
 		char *eq = strchr(line, '=');
 		if (!eq)
@@ -131,10 +133,10 @@ static void status_page(cairn_worker *w, http_reply *r)
 	else
 		cJSON_AddNullToObject(runner, "id");
 	cJSON_AddStringToObject(runner, "name", w->name);
-	cJSON_AddStringToObject(runner, "address", w->cfg.advertise_addr);
 	cJSON_AddStringToObject(o, "version", CAIRN_VERSION);
 	const char *why;
 	pthread_mutex_lock(&w->mu);
+	cJSON_AddStringToObject(runner, "address", w->cfg.advertise_addr);
 	cJSON_AddStringToObject(o, "state", worker_state_name(w->state));
 	cJSON_AddBoolToObject(o, "ready", ready_locked(w, &why));
 	if (w->not_ready[0])

@@ -37,62 +37,63 @@ const char *worker_state_name(worker_state s)
 
 /* ------------------------------------------------------------ creation */
 
+/* The worker before its configuration: 0, or -CAIRN_ENOMEM (*out may be set). */
 static int worker_alloc(cairn_worker **out)
 {
 	*out = NULL;
 	if (sodium_init() < 0)
-		return CAIRN_ENOMEM;
+		return -CAIRN_ENOMEM;
 	cairn_worker *w = calloc(1, sizeof *w);
 	if (!w)
-		return CAIRN_ENOMEM;
+		return -CAIRN_ENOMEM;
 	*out = w;
 	pthread_mutex_init(&w->mu, NULL);
 	if (clock_cond_init(&w->cv) < 0)
-		return CAIRN_ENOMEM;
+		return -CAIRN_ENOMEM;
 	w->log = (logger){.level = LOG_INFO, .format = LOG_LOGFMT, .fd = 2};
 	w->state = WORKER_STARTING;
 	snprintf(w->not_ready, sizeof w->not_ready, "starting");
 	char host[64] = "localhost";
 	gethostname(host, sizeof host - 1);
 	snprintf(w->name, sizeof w->name, "%s:%d", host, (int)getpid());
-	return CAIRN_OK;
+	return 0;
 }
 
-/* Once the configuration is loaded: the modules that registration needs. */
+/* Once the configuration is loaded: the registry (with the built-in
+ * singletons, so that a user's singleton of the same name is refused at its
+ * registration) and the shard map. 0 or a negated status. */
 static int worker_setup(cairn_worker *w)
 {
 	w->log.level = w->cfg.log_level;
 	w->log.format = w->cfg.log_format;
 	w->maint = (maint_env){.cfg = &w->cfg, .log = &w->log, .m = &w->m};
 	if (registry_new(&w->reg) < 0 || shardmap_new(w->cfg.groups, w->cfg.ngroups, &w->map) < 0)
-		return CAIRN_ENOMEM;
-	return CAIRN_OK;
+		return -CAIRN_ENOMEM;
+	return maint_register(w->reg, &w->maint, &w->err);
 }
 
 int cairn_worker_new(int argc, char **argv, cairn_worker **out)
 {
 	int rc = worker_alloc(out);
-	if (rc)
-		return rc;
-	cairn_worker *w = *out;
-	if ((rc = config_load(&w->cfg, argc, argv, &w->err)) < 0)
-		return -rc;
-	return worker_setup(w);
+	if (!rc)
+		rc = config_load(&(*out)->cfg, argc, argv, &(*out)->err);
+	if (!rc)
+		rc = worker_setup(*out);
+	return -rc;
 }
 
 int cairn_worker_new_with(const cairn_worker_settings *s, cairn_worker **out)
 {
-	int rc = worker_alloc(out);
-	if (rc)
-		return rc;
-	cairn_worker *w = *out;
 	cairn_worker_settings none = {0};
 	if (!s)
 		s = &none;
-	if ((rc = config_load_settings(&w->cfg, s->database_url, s->settings, s->from_environment,
-	                               &w->err)) < 0)
-		return -rc;
-	return worker_setup(w);
+	int rc = worker_alloc(out);
+	if (!rc)
+		rc = config_load_settings(&(*out)->cfg, s->database_url, s->settings,
+		                          s->from_environment, &(*out)->err);
+	if (!rc)
+		rc = worker_setup(*out);
+	return -rc;
 }
 
 const char *cairn_worker_errmsg(const cairn_worker *w)
@@ -466,31 +467,37 @@ static int second_signal(cairn_worker *w, const sigset_t *sigs, long ms)
 	return 1;
 }
 
-/* An advertised address with port 0 means "the port we were given". */
-static void advertise_bound_port(cairn_worker *w)
+/* An advertised address with port 0 means "the port we were given". The
+ * HTTP thread may read the address already: swap it under w->mu. */
+static int advertise_bound_port(cairn_worker *w)
 {
 	size_t alen = strlen(w->cfg.advertise_addr);
 	if (alen < 2 || strcmp(w->cfg.advertise_addr + alen - 2, ":0") != 0)
-		return;
+		return 0;
 	char *a = malloc(alen + 8);
 	if (!a)
-		return;
+		return -CAIRN_ENOMEM;
 	snprintf(a, alen + 8, "%.*s:%d", (int)(alen - 2), w->cfg.advertise_addr, w->http_port);
-	free(w->cfg.advertise_addr);
+	pthread_mutex_lock(&w->mu);
+	char *old = w->cfg.advertise_addr;
 	w->cfg.advertise_addr = a;
+	pthread_mutex_unlock(&w->mu);
+	free(old);
+	return 0;
 }
 
-/* Loads plugins, registers the built-ins and creates and starts every
- * module; on failure w->err says why and nothing is left running. */
+/* Loads plugins and creates and starts every module: 0, or a negated
+ * status with w->err saying why (nothing is left running). */
 static int start_modules(cairn_worker *w)
 {
 	buf perr = BUF_INIT;
-	if (plugin_load_all(w, w->cfg.plugins, &perr) < 0) {
+	int rc = plugin_load_all(w, w->cfg.plugins, &perr);
+	if (rc < 0) {
 		buf_reset(&w->err);
 		buf_puts(&w->err, buf_str(&perr));
 		buf_free(&perr);
 		log_kv(&w->log, LOG_ERROR, "cannot load a plugin", "error", buf_str(&w->err), NULL);
-		return CAIRN_EINVAL;
+		return rc;
 	}
 	buf_free(&perr);
 	watch *poll_watch = watchdog_add(&w->dog, "poller", w->cfg.poll_interval_ms);
@@ -509,12 +516,10 @@ static int start_modules(cairn_worker *w)
 	                     .m = &w->m,
 	                     .wake = wake_supervisor,
 	                     .wake_arg = w};
-	int rc = -maint_register(w->reg, &w->maint, &w->err);
-	if (!rc)
-		rc = -lease_new(&le, &w->lease);
+	rc = lease_new(&le, &w->lease);
 	se.lease = w->lease;
 	if (!rc)
-		rc = -singletons_new(&se, &w->singletons);
+		rc = singletons_new(&se, &w->singletons);
 	dispatch_env de = {.cfg = &w->cfg,
 	                   .log = &w->log,
 	                   .m = &w->m,
@@ -523,12 +528,12 @@ static int start_modules(cairn_worker *w)
 	                   .lease = w->lease,
 	                   .loop = poll_watch};
 	if (!rc && !poll_watch)
-		rc = CAIRN_ENOMEM;
+		rc = -CAIRN_ENOMEM;
 	if (!rc)
-		rc = -dispatch_start(&de, &w->dispatch);
+		rc = dispatch_start(&de, &w->dispatch);
 	if (rc) {
-		if (!w->err.len)
-			buf_printf(&w->err, "cannot start the worker: %s", cairn_strstatus(rc));
+		buf_reset(&w->err);
+		buf_printf(&w->err, "cannot start the worker: %s", cairn_strstatus(-rc));
 		return rc;
 	}
 	if (http_start(&w->cfg.http_sa, status_handle, w, &w->http, &w->http_port) < 0) {
@@ -540,10 +545,19 @@ static int start_modules(cairn_worker *w)
 		int clean, cut;
 		dispatch_stop_begin(w->dispatch);
 		dispatch_stop_end(w->dispatch, &clean, &cut);
-		return CAIRN_EINVAL;
+		return -CAIRN_EINVAL;
 	}
-	advertise_bound_port(w);
-	return CAIRN_OK;
+	if (advertise_bound_port(w) < 0) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, "cannot start the worker: out of memory");
+		int clean, cut;
+		dispatch_stop_begin(w->dispatch);
+		dispatch_stop_end(w->dispatch, &clean, &cut);
+		http_stop(w->http);
+		w->http = NULL;
+		return -CAIRN_ENOMEM;
+	}
+	return 0;
 }
 
 int cairn_worker_run(cairn_worker *w)
@@ -556,20 +570,30 @@ int cairn_worker_run(cairn_worker *w)
 	signal(SIGPIPE, SIG_IGN);
 
 	w->start_mono_ms = clock_mono_ms();
-	supervisor sup = {.w = w};
-	sup.loop = watchdog_add(&w->dog, "supervisor", w->cfg.heartbeat_interval_ms);
-	int rc = start_modules(w);
-	if (rc)
-		return rc;
+	/* On the heap: after a cut-off drain the supervisor may outlive this
+	 * call (it is then never freed; the process is about to exit). */
+	supervisor *sup = calloc(1, sizeof *sup);
+	if (!sup) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, "cannot start the worker: out of memory");
+		return CAIRN_ENOMEM;
+	}
+	sup->w = w;
+	sup->loop = watchdog_add(&w->dog, "supervisor", w->cfg.heartbeat_interval_ms);
+	int rc = sup->loop ? start_modules(w) : -CAIRN_ENOMEM;
+	if (rc) {
+		free(sup);
+		return -rc;
+	}
 	char port[16];
 	snprintf(port, sizeof port, "%d", w->http_port);
 	log_kv(&w->log, LOG_INFO, "cairn-worker started", "version", CAIRN_VERSION, "runner",
 	       w->name, "http_addr", w->cfg.http_addr, "http_port", port, NULL);
-	int sup_started = pthread_create(&sup.thread, NULL, supervisor_main, &sup) == 0;
+	int sup_started = pthread_create(&sup->thread, NULL, supervisor_main, sup) == 0;
 	if (!sup_started) {
 		log_kv(&w->log, LOG_ERROR, "cannot start the supervisor thread; stopping", NULL);
 		cairn_worker_stop(w);
-		atomic_store(&sup.done, 1);
+		atomic_store(&sup->done, 1);
 	}
 	set_state(w, WORKER_RUNNING);
 
@@ -602,11 +626,14 @@ int cairn_worker_run(cairn_worker *w)
 	/* Releasing gets at least two seconds; a second signal cuts it short. */
 	if (deadline < clock_mono_ms() + 2000)
 		deadline = clock_mono_ms() + 2000;
-	while (!abandoned && !atomic_load(&sup.done) && clock_mono_ms() < deadline)
+	while (!abandoned && !atomic_load(&sup->done) && clock_mono_ms() < deadline)
 		abandoned = second_signal(w, &sigs, 20);
-	int clean = atomic_load(&sup.done) && !abandoned;
-	if (clean && sup_started)
-		pthread_join(sup.thread, NULL);
+	int clean = atomic_load(&sup->done) && !abandoned;
+	if (clean) {
+		if (sup_started)
+			pthread_join(sup->thread, NULL);
+		free(sup);
+	}
 	if (clean && !cut) {
 		http_stop(w->http);
 		w->http = NULL;
@@ -625,6 +652,11 @@ int cairn_worker_run(cairn_worker *w)
 		buf_reset(&w->err);
 		buf_puts(&w->err, "the shutdown timeout passed with work still running");
 		return CAIRN_ETIMEOUT;
+	}
+	if (!sup_started) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, "cannot start the supervisor thread");
+		return CAIRN_ENOMEM;
 	}
 	return w->fatal ? CAIRN_ESCHEMA : CAIRN_OK;
 }

@@ -128,6 +128,16 @@ static int abc(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* Waits for "go" (timing out at once), then asks for a run retry. */
+static int wait_then_retry(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int rc = cairn_await_signal(ctx, "go", 0, NULL);
+	if (rc != CAIRN_ETIMEOUT)
+		return rc;
+	CAIRN_TRY(cairn_step(ctx, "a", step_n, &ran_a, NULL));
+	return cairn_retryable(ctx, "try the run again");
+}
+
 static int sleeper(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
 	return cairn_sleep(ctx, "nap", 10000);
@@ -168,6 +178,7 @@ static void replay_setup(void)
 	cr_assert_eq(registry_add_workflow(reg, "abc", abc, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "sleeper", sleeper, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "await", await_go, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "retry", wait_then_retry, NULL, &err), 0);
 	buf_free(&err);
 	env = (exec_env){.reg = reg,
 	                 .log = &quiet,
@@ -329,6 +340,21 @@ Test(replay, a_signal_timeout_is_journaled_as_timed_out_and_replays_as_a_timeout
 	job_free(j);
 }
 
+Test(replay, a_run_retry_starts_over_from_the_settled_journal)
+{
+	job *j = claimed("retry", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_RETRY);
+	cr_assert_eq(c->attempt, 2);
+	cr_assert_str_eq(c->error, "try the run again");
+	/* The timed-out wait was flushed before step a ran; a stays too. */
+	cr_assert_eq(flushes, 1);
+	cr_assert_eq(c->nrows, 1);
+	cr_assert_eq(c->rows[0].status, STEP_COMPLETED);
+	commit_free(c);
+	job_free(j);
+}
+
 Test(replay, a_buffered_signal_is_consumed_by_the_await)
 {
 	job *j = claimed("await", NULL, "[{\"id\":\"3\",\"name\":\"go\",\"payload\":{\"ok\":1}}]");
@@ -421,6 +447,28 @@ Test(commit, each_outcome_touches_only_its_own_slots)
 	commit_params_free(&p);
 	for (int i = 0; i < 5; i++)
 		commit_free(batch[i]);
+}
+
+Test(commit, a_run_retry_keeps_completed_steps_and_timed_out_waits_only)
+{
+	commit *c = made(COMMIT_RETRY);
+	step_status all[] = {STEP_TIMED_OUT, STEP_RETRYING, STEP_COMPLETED, STEP_FAILED,
+	                     STEP_WAITING};
+	for (int i = 0; i < 5; i++) {
+		jrow r = {.seq = i, .name = "s", .kind = KIND_SIGNAL, .status = all[i]};
+		cr_assert_eq(commit_add_row(c, &r), 0);
+	}
+	commit_drop_unfinished(c);
+	cr_assert_eq(c->nrows, 2);
+	cr_assert_eq(c->rows[0].status, STEP_TIMED_OUT);
+	cr_assert_eq(c->rows[1].status, STEP_COMPLETED);
+	buf sql = BUF_INIT, err = BUF_INIT;
+	cr_assert_eq(commit_statement(&sql, &err), 0);
+	cr_assert(strstr(buf_str(&sql), "NOT IN ('completed', 'timed_out')"),
+	          "the commit deletes settled steps on retry");
+	buf_free(&sql);
+	buf_free(&err);
+	commit_free(c);
 }
 
 Test(commit, a_suspend_without_a_wake_time_adds_no_message)
