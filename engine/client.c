@@ -167,7 +167,11 @@ static const char SQL_ENQUEUE[] =
     "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "
     "       (SELECT count(*) FROM msg) "
     "FROM input i LEFT JOIN ins ON ins.key = i.key "
-    "LEFT JOIN cairn.runs r ON r.workflow = $1 AND r.key = i.key AND ins.id IS NULL "
+    /* Existing runs are looked up one key at a time, and only for keys the
+     * insert skipped: a join on workflow alone would read every run of it. */
+    "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error "
+    "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key) r "
+    "  ON true "
     "ORDER BY i.ord";
 
 #define MAX_ATTEMPTS_LIMIT 1000
