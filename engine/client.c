@@ -129,12 +129,12 @@ void cairn_client_set_max_payload(cairn_client *c, size_t bytes)
 
 int client_shards(cairn_client *c, int *shards)
 {
-	if (c->shards <= 0) {
-		int rc = db_shards_per_group(c->conn, &c->shards, &c->err);
+	if (c->settings.shards <= 0) {
+		int rc = db_read_settings(c->conn, &c->settings, &c->err);
 		if (rc)
 			return -rc;
 	}
-	*shards = c->shards;
+	*shards = c->settings.shards;
 	return CAIRN_OK;
 }
 
@@ -387,15 +387,26 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 	return found ? CAIRN_OK : client_fail(c, CAIRN_ENOTFOUND, "run \"%s\" not found", ref);
 }
 
+/* A run holds at most max_pending_signals unconsumed signals (cairn.settings):
+ * one more is refused. Two signals sent at the same moment can both pass the
+ * count; a worker loads the oldest max_pending_signals of a run's signals, so
+ * such a run is never stuck loading. */
 static const char SQL_SIGNAL[] =
-    "WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done "
+    "WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done, "
+    "             (SELECT count(*) FROM cairn.signals g "
+    "              WHERE g.run_id = $1 AND g.consumed_by_seq IS NULL) AS pending "
     "           FROM cairn.runs WHERE id = $1), "
+    "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4), "
     "s AS (INSERT INTO cairn.signals (run_id, name, payload) "
-    "      SELECT id, $2, $3::jsonb FROM r WHERE NOT done RETURNING run_id), "
+    "      SELECT id, $2, $3::jsonb FROM ok RETURNING run_id), "
     "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-    "      SELECT id, shard_group, shard, 'signal' FROM r WHERE NOT done "
+    "      SELECT id, shard_group, shard, 'signal' FROM ok "
     "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
-    "SELECT done, (SELECT count(*) FROM s) + (SELECT count(*) FROM m) FROM r";
+    "SELECT done OR pending >= $4, (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
+    "       CASE WHEN done THEN 'it has already finished' "
+    "            ELSE 'it holds ' || pending || ' unconsumed signals; the limit "
+    "(max_pending_signals in cairn.settings) is ' || $4 END "
+    "FROM r";
 
 /* Runs a statement whose first row's first column is "run already finished". */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
@@ -422,9 +433,13 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 		return client_invalid(c, "signal", "%s", err);
 	if (payload && parse_check_json("signal payload", payload, c->max_payload, err) < 0)
 		return client_invalid(c, "payload", "%s", err);
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null"};
-	return run_state_cmd(c, run_id, SQL_SIGNAL, 3, p, "signal");
+	int shards, rc = client_shards(c, &shards); /* reads the limits too */
+	if (rc)
+		return rc;
+	char idtxt[24], cap[24];
+	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null",
+	                   db_i64(cap, c->settings.max_pending_signals)};
+	return run_state_cmd(c, run_id, SQL_SIGNAL, 4, p, "signal");
 }
 
 /* A run that has not started is cancelled at once; a started one gets the
@@ -454,23 +469,31 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 	return run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel");
 }
 
-/* Unsettled steps (failed, retrying, waiting) are dropped from the journal
- * so they run again; completed steps and timed-out signal waits are kept and
- * replayed. */
+/* The journal is cut from its first step that is missing or not settled
+ * (failed, retrying, waiting): what follows it was decided by an execution
+ * that will not happen again. The signals consumed from there on are given
+ * back; completed steps and timed-out signal waits before it are replayed. */
 static const char SQL_RETRY[] =
     "WITH r AS (SELECT id, status, status NOT IN ('failed', 'cancelled') AS bad "
     "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+    /* The first seq that is missing or not settled: the run starts over there. */
+    "cut AS (SELECT coalesce(min(g), 0) AS f FROM generate_series(0, "
+    "          (SELECT coalesce(max(seq), -1) + 1 FROM cairn.steps WHERE run_id = $1)) g "
+    "        WHERE NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = $1 AND s.seq = g "
+    "                          AND s.status IN ('completed', 'timed_out'))), "
     "up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
     "           cancel_requested = false, finished_at = NULL, updated_at = now(), "
-    "           scheduled_at = now() "
+    "           scheduled_at = now(), claims = 0 "
     "       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
-    "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) AND status NOT IN "
-    "('completed', 'timed_out') "
-    "       RETURNING 1), "
+    "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) "
+    "         AND seq >= (SELECT f FROM cut) RETURNING 1), "
+    "gb AS (UPDATE cairn.signals SET consumed_by_seq = NULL WHERE run_id IN (SELECT id FROM up) "
+    "         AND consumed_by_seq >= (SELECT f FROM cut) RETURNING 1), "
     "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
     "      SELECT id, shard_group, shard, 'start' FROM up "
     "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
-    "SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM m), "
+    "SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM gb) + "
+    "       (SELECT count(*) FROM m), "
     "       'it is ' || status || ', only failed or cancelled runs can be retried' FROM r";
 
 int cairn_retry(cairn_client *c, int64_t run_id)

@@ -6,6 +6,7 @@
 
 #include "buf.h"
 #include "cairn.h"
+#include "db.h"
 
 #define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define CAIRN_DEFAULT_GROUP       "default"
@@ -17,7 +18,7 @@ struct cairn_client {
 	PGconn *conn;
 	buf err;
 	size_t max_payload;
-	int shards;           /* shards_per_group read from cairn.settings; 0 until read */
+	db_settings settings; /* cairn.settings, read once; settings.shards is 0 until read */
 	const char *errfield; /* static: the field a CAIRN_EINVAL rejected, or NULL */
 };
 
@@ -28,6 +29,6 @@ int client_fail(cairn_client *c, int code, const char *fmt, ...)
  * cairn.h) and returns CAIRN_EINVAL. */
 int client_invalid(cairn_client *c, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Reads shards_per_group from cairn.settings (cached). */
+/* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
 #endif

@@ -18,6 +18,7 @@
 #include "cairn.h"
 #include "client.h"
 #include "db.h"
+#include "parse.h"
 #include "sqlparam.h"
 
 #define COMMIT_MAX 512
@@ -99,16 +100,23 @@ int commit_add_signal(commit *c, int64_t id, int seq)
 	return 0;
 }
 
-void commit_drop_unfinished(commit *c)
+void commit_truncate(commit *c, int from)
 {
 	int k = 0;
 	for (int i = 0; i < c->nrows; i++) {
-		if (step_status_settled(c->rows[i].status))
+		if (c->rows[i].seq < from)
 			c->rows[k++] = c->rows[i];
 		else
 			row_clear(&c->rows[i]);
 	}
 	c->nrows = k;
+	k = 0;
+	for (int i = 0; i < c->nsig; i++)
+		if (c->sig_seqs[i] < from) {
+			c->sig_ids[k] = c->sig_ids[i];
+			c->sig_seqs[k++] = c->sig_seqs[i];
+		}
+	c->nsig = k;
 }
 
 /* -------------------------------------------------------------- encoding */
@@ -117,8 +125,12 @@ static const char SQL_COMMIT[] =
     "WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "
     "                                :b_owner::bigint[], :b_epoch::bigint[]) "
     "           AS b(run_id, g, s, o, e)), "
+    /* The fence is a lock: the lease rows this batch depends on are locked
+     * shared, in a fixed order, so an epoch bump waits for the commit, and a
+     * commit that waited sees the bumped row and writes nothing. */
     "ok AS (SELECT b.run_id, b.g, b.s FROM b JOIN cairn.shard_leases l "
-    "       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o AND l.epoch = b.e), "
+    "       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o AND l.epoch = b.e "
+    "       ORDER BY l.shard_group, l.shard FOR SHARE OF l), "
     "ins AS (INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, error, attempts, "
     "                                 wake_at, started_at, finished_at) "
     "  SELECT t.r, t.q, t.n, t.k, t.st, t.o::jsonb, t.er, t.a, to_timestamp(t.w / 1000.0), "
@@ -128,11 +140,14 @@ static const char SQL_COMMIT[] =
     "              :j_wake::bigint[], :j_started::bigint[], :j_finished::bigint[]) "
     "       AS t(r, q, n, k, st, o, er, a, w, sa, fa) "
     "  WHERE t.r IN (SELECT run_id FROM ok) "
+    /* A settled entry is never overwritten: the journal only grows. */
     "  ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, output = excluded.output, "
     "    error = excluded.error, attempts = excluded.attempts, wake_at = excluded.wake_at, "
-    "    finished_at = excluded.finished_at), "
+    "    finished_at = excluded.finished_at "
+    "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out')), "
     "upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
-    "    attempt = u.a, updated_at = now(), finished_at = CASE WHEN u.fin THEN now() END "
+    "    attempt = u.a, claims = 0, updated_at = now(), "
+    "    finished_at = CASE WHEN u.fin THEN now() END "
     "  FROM unnest(:u_run::bigint[], :u_status::text[], :u_output::text[], :u_error::text[], "
     "              :u_attempt::int[], :u_finished::bool[]) AS u(id, st, o, er, a, fin) "
     "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) RETURNING r.id, u.fin), "
@@ -145,9 +160,21 @@ static const char SQL_COMMIT[] =
     "sig AS (UPDATE cairn.signals g SET consumed_by_seq = x.q "
     "  FROM unnest(:sig_id::bigint[], :sig_seq::int[]) AS x(id, q) "
     "  WHERE g.id = x.id AND g.run_id IN (SELECT run_id FROM ok)), "
-    "rst AS (DELETE FROM cairn.steps s WHERE s.run_id = ANY (:reset_run::bigint[]) "
-    "  AND s.status NOT IN ('completed', 'timed_out') AND s.run_id IN (SELECT run_id FROM ok) "
-    "  AND (s.run_id, s.seq) NOT IN (SELECT * FROM unnest(:j_run::bigint[], :j_seq::int[]))), "
+    /* A run retry cuts the journal where the run starts over, and gives
+     * back the signals consumed from there on. */
+    "rst AS (DELETE FROM cairn.steps s USING unnest(:reset_run::bigint[], :reset_from::int[]) "
+    "    AS x(r, f) "
+    "  WHERE s.run_id = x.r AND s.seq >= x.f AND s.run_id IN (SELECT run_id FROM ok)), "
+    "gb AS (UPDATE cairn.signals g SET consumed_by_seq = NULL "
+    "  FROM unnest(:reset_run::bigint[], :reset_from::int[]) AS x(r, f) "
+    "  WHERE g.run_id = x.r AND g.consumed_by_seq >= x.f "
+    "    AND g.run_id IN (SELECT run_id FROM ok)), "
+    /* Progress (journal rows) while running resets the claim count; only
+     * written when it counts more than this claim. */
+    "prog AS (UPDATE cairn.runs r SET claims = 0 WHERE r.id = ANY (:prog_run::bigint[]) "
+    "  AND r.claims > 1 AND r.id IN (SELECT run_id FROM ok)), "
+    "unc AS (UPDATE cairn.runs r SET claims = greatest(r.claims - 1, 0) "
+    "  WHERE r.id = ANY (:unclaim_run::bigint[]) AND r.id IN (SELECT run_id FROM ok)), "
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
     "  FROM unnest(:defer_msg::bigint[], :defer_at::bigint[]) AS x(id, at) "
@@ -169,12 +196,28 @@ static void add_ms(pgarr *a, int64_t ms)
 		pgarr_add(a, NULL);
 }
 
+/* Adds message text as valid UTF-8 (a message cut in the middle of a
+ * character must not make the database refuse the whole commit). */
+static void add_text(pgarr *a, const char *s)
+{
+	if (!s || utf8_valid(s)) {
+		pgarr_add(a, s);
+		return;
+	}
+	buf clean = BUF_INIT;
+	utf8_clean(s, &clean);
+	pgarr_add(a, buf_str(&clean));
+	if (clean.oom)
+		a->b.oom = 1;
+	buf_free(&clean);
+}
+
 static void add_run_update(commit_params *p, const commit *c, run_status st, int finished)
 {
 	pgarr_add_i64(&p->slot[SLOT_u_run], c->run.id);
 	pgarr_add(&p->slot[SLOT_u_status], run_status_name(st));
 	pgarr_add(&p->slot[SLOT_u_output], c->output);
-	pgarr_add(&p->slot[SLOT_u_error], c->error);
+	add_text(&p->slot[SLOT_u_error], c->error);
 	pgarr_add_i64(&p->slot[SLOT_u_attempt], c->attempt);
 	pgarr_add(&p->slot[SLOT_u_finished], finished ? "t" : "f");
 }
@@ -208,7 +251,7 @@ static void encode_one(commit_params *p, const commit *c)
 		pgarr_add(&s[SLOT_j_kind], step_kind_name(r->kind));
 		pgarr_add(&s[SLOT_j_status], step_status_name(r->status));
 		pgarr_add(&s[SLOT_j_output], r->output);
-		pgarr_add(&s[SLOT_j_error], r->error);
+		add_text(&s[SLOT_j_error], r->error);
 		pgarr_add_i64(&s[SLOT_j_attempts], r->attempts);
 		add_ms(&s[SLOT_j_wake], r->wake_ms);
 		add_ms(&s[SLOT_j_started], r->started_ms);
@@ -219,7 +262,14 @@ static void encode_one(commit_params *p, const commit *c)
 		pgarr_add_i64(&s[SLOT_sig_seq], c->sig_seqs[k]);
 	}
 	switch (c->outcome) {
-	case COMMIT_JOURNAL: break;
+	case COMMIT_JOURNAL:
+		/* A hand-over gives its claim back (a stop that is not a crash
+		 * never counts); a flush while running is progress. */
+		if (c->final)
+			pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id);
+		else if (c->nrows || c->nsig)
+			pgarr_add_i64(&s[SLOT_prog_run], c->run.id);
+		break;
 	case COMMIT_SUSPEND:
 		add_run_update(p, c, c->status, 0);
 		add_claimed(&s[SLOT_del_msg], c);
@@ -233,6 +283,7 @@ static void encode_one(commit_params *p, const commit *c)
 	case COMMIT_RETRY:
 		add_run_update(p, c, RUN_PENDING, 0);
 		pgarr_add_i64(&s[SLOT_reset_run], c->run.id);
+		pgarr_add_i64(&s[SLOT_reset_from], c->retry_from);
 		add_claimed(&s[SLOT_del_msg], c);
 		add_new_message(p, c, MSG_START);
 		break;
@@ -244,6 +295,7 @@ static void encode_one(commit_params *p, const commit *c)
 		}
 		break;
 	case COMMIT_DISCARD: add_claimed(&s[SLOT_del_msg], c); break;
+	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
 	}
 }
 
@@ -387,7 +439,8 @@ static void settle(committer *k, commit **batch, int n)
 	for (int i = 0; i < nfinal; i++) {
 		commit *c = finals[i];
 		c->done = 1;
-		if (!c->ok && c->outcome != COMMIT_JOURNAL && c->outcome != COMMIT_DISCARD)
+		if (!c->ok && c->outcome != COMMIT_JOURNAL && c->outcome != COMMIT_DISCARD &&
+		    c->outcome != COMMIT_UNCLAIM)
 			log_kv(k->env.log, LOG_WARN,
 			       "final write refused by the fence: the shard moved", NULL);
 		k->env.on_final(k->env.arg, c);

@@ -33,17 +33,21 @@ typedef struct jrow {
 
 /* What happens to the run and its messages. */
 typedef enum commit_outcome {
-	COMMIT_JOURNAL, /* rows and signals only: a flush while the run executes, or a hand-over
-	                   (the messages stay for the shard's next owner) */
+	COMMIT_JOURNAL, /* rows and signals only: a flush while the run executes (progress), or,
+	                   final, a hand-over (the claim is given back; the messages stay for the
+	                   shard's next owner) */
 	COMMIT_SUSPEND, /* status sleeping or waiting; claimed messages deleted; a wake message
 	                   at at_ms unless it is 0 */
 	COMMIT_FINISH,  /* status completed, failed or cancelled with output or error; every
 	                   message of the run deleted */
-	COMMIT_RETRY,   /* the run starts over as attempt `attempt`: unfinished steps deleted,
-	                   claimed messages deleted, a start message at at_ms */
+	COMMIT_RETRY,   /* the run starts over as attempt `attempt`: the journal cut from
+	                   retry_from on (and the signals consumed there given back), claimed
+	                   messages deleted, a start message at at_ms */
 	COMMIT_DEFER,   /* status pending with error as the reason; the claimed messages are
 	                   delivered again at at_ms */
 	COMMIT_DISCARD, /* a late message for a finished run: delete the claimed messages */
+	COMMIT_UNCLAIM, /* claimed but never executed (dropped on a release or a drain): give
+	                   the claim back; the messages stay */
 } commit_outcome;
 
 /* The run a commit writes for, and the lease its writes are fenced by. */
@@ -65,6 +69,7 @@ typedef struct commit {
 	char *error;       /* FINISH, RETRY, DEFER: a message, or NULL */
 	int attempt;       /* the run's attempt once written */
 	int64_t at_ms;     /* SUSPEND, RETRY, DEFER: Unix ms */
+	int retry_from;    /* RETRY: the journal is cut from this seq on */
 	jrow *rows;
 	int nrows, caprows;
 	int64_t *sig_ids; /* signals consumed, and the seq that consumed each */
@@ -85,23 +90,28 @@ void commit_free(commit *c);
 /* Adds a row (its strings copied) / a consumed signal: 0 or -CAIRN_ENOMEM. */
 int commit_add_row(commit *c, const jrow *r);
 int commit_add_signal(commit *c, int64_t id, int seq);
-/* Drops the rows that are not settled (a run retry starts them over). */
-void commit_drop_unfinished(commit *c);
+/* Drops the rows and consumed signals at seq >= from (a run retry starts
+ * over there). */
+void commit_truncate(commit *c, int from);
 
 /*
  * The statement's parameters, one X-macro list: the name of each :slot in
  * the SQL, in $n order. commit_encode fills them from a batch; pure, so it
  * is tested without a database.
  */
-#define COMMIT_SLOTS(X)                                                                            \
-	X(b_run)                                                                                   \
-	X(b_group)                                                                                 \
-	X(b_shard)                                                                                 \
-	X(b_owner)                                                                                 \
-	X(b_epoch) X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error)        \
-	    X(j_attempts) X(j_wake) X(j_started) X(j_finished) X(u_run) X(u_status) X(u_output)    \
-	        X(u_error) X(u_attempt) X(u_finished) X(del_msg) X(del_run) X(new_run) X(new_kind) \
-	            X(new_at) X(sig_id) X(sig_seq) X(reset_run) X(defer_msg) X(defer_at)
+/* clang-format off */
+#define COMMIT_SLOTS(X)                                                             \
+	X(b_run) X(b_group) X(b_shard) X(b_owner) X(b_epoch)                        \
+	X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error)    \
+	X(j_attempts) X(j_wake) X(j_started) X(j_finished)                          \
+	X(u_run) X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished)      \
+	X(del_msg) X(del_run)                                                       \
+	X(new_run) X(new_kind) X(new_at)                                            \
+	X(sig_id) X(sig_seq)                                                        \
+	X(reset_run) X(reset_from)                                                  \
+	X(defer_msg) X(defer_at)                                                    \
+	X(prog_run) X(unclaim_run)
+/* clang-format on */
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
 enum commit_slot { COMMIT_SLOTS(COMMIT_SLOT_ENUM) COMMIT_NSLOTS };

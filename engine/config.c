@@ -69,6 +69,8 @@ static const setting SETTINGS[] = {
      "base of a failed singleton's restart backoff"},
     {"CAIRN_UNKNOWN_WORKFLOW_TIMEOUT", K_DUR, OFF(unknown_workflow_timeout_ms), "1m", 0, 30 * DAY,
      "a run of a workflow no worker registered fails after this"},
+    {"CAIRN_POISON_AFTER", K_INT, OFF(poison_after), "3", 1, 1000,
+     "a run whose worker stopped this many times without progress fails"},
     {"CAIRN_MAX_PAYLOAD", K_SIZE, OFF(max_payload_bytes), "1MiB", 1, 1 << 30,
      "largest input, output or signal payload"},
     {"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,

@@ -38,6 +38,7 @@ typedef struct config {
 	int64_t retention_ms;
 	int64_t singleton_backoff_ms;
 	int64_t unknown_workflow_timeout_ms;
+	int poison_after;
 	size_t max_payload_bytes;
 	char *plugins; /* colon-separated .so paths */
 } config;

@@ -124,11 +124,14 @@ char *db_i64(char out[24], int64_t v)
 	return out;
 }
 
-int db_shards_per_group(PGconn *c, int *shards, buf *err)
+int db_read_settings(PGconn *c, db_settings *out, buf *err)
 {
-	PGresult *r =
-	    db_exec(c, err, "SELECT value::int FROM cairn.settings WHERE name = 'shards_per_group'",
-	            0, NULL);
+	*out = (db_settings){.max_pending_signals = DB_DEFAULT_MAX_PENDING_SIGNALS,
+	                     .max_journal_bytes = DB_DEFAULT_MAX_JOURNAL_BYTES};
+	PGresult *r = db_exec(c, err,
+	                      "SELECT name, value FROM cairn.settings WHERE name IN "
+	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes')",
+	                      0, NULL);
 	if (!r) {
 		const char *st = db_last_sqlstate();
 		if (!db_ok(c) || (strcmp(st, "3F000") != 0 && strcmp(st, "42P01") != 0))
@@ -137,15 +140,23 @@ int db_shards_per_group(PGconn *c, int *shards, buf *err)
 		buf_puts(err, "the database has no cairn schema: run `cairn migrate` first");
 		return -CAIRN_ESCHEMA;
 	}
-	int n = PQntuples(r) ? db_get_int(r, 0, 0) : 0;
+	for (int i = 0; i < PQntuples(r); i++) {
+		const char *name = PQgetvalue(r, i, 0);
+		int64_t v = db_get_i64(r, i, 1);
+		if (strcmp(name, "shards_per_group") == 0)
+			out->shards = (int)v;
+		else if (strcmp(name, "max_pending_signals") == 0 && v > 0)
+			out->max_pending_signals = (int)v;
+		else if (strcmp(name, "max_journal_bytes") == 0 && v > 0)
+			out->max_journal_bytes = v;
+	}
 	PQclear(r);
-	if (n <= 0) {
+	if (out->shards <= 0) {
 		buf_reset(err);
 		buf_puts(err,
 		         "shards_per_group is not recorded in the database: run `cairn migrate`");
 		return -CAIRN_ESCHEMA;
 	}
-	*shards = n;
 	return 0;
 }
 

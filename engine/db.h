@@ -35,12 +35,22 @@ int db_get_bool(const PGresult *r, int row, int col);
 /* strdup of the value, or NULL when the column is NULL. */
 char *db_get_str(const PGresult *r, int row, int col);
 
+/* What cairn.settings records for every front door and worker. */
+#define DB_DEFAULT_MAX_PENDING_SIGNALS 1000
+#define DB_DEFAULT_MAX_JOURNAL_BYTES   (64LL * 1024 * 1024)
+typedef struct db_settings {
+	int shards;                /* shards_per_group */
+	int max_pending_signals;   /* unconsumed signals one run may hold */
+	int64_t max_journal_bytes; /* stored size of one run's journal */
+} db_settings;
+
 /*
- * Reads shards_per_group from cairn.settings: 0 with *shards set;
- * -CAIRN_ESCHEMA when the schema is missing or the count is not recorded
- * (err says to run `cairn migrate`); -CAIRN_EDB when the statement failed.
+ * Reads cairn.settings (limits not recorded take their defaults): 0;
+ * -CAIRN_ESCHEMA when the schema is missing or the shard count is not
+ * recorded (err says to run `cairn migrate`); -CAIRN_EDB when the statement
+ * failed.
  */
-int db_shards_per_group(PGconn *c, int *shards, buf *err);
+int db_read_settings(PGconn *c, db_settings *out, buf *err);
 
 /* The wait before reconnecting after `failures` failed attempts: capped
  * exponential backoff (100 ms up to 15 s) with full jitter. */

@@ -56,7 +56,8 @@ struct dispatch {
 	int executing;
 	int exec_stop;
 	_Atomic int stopping;
-	int clean; /* executions that reached a durable point while draining */
+	int clean;          /* executions that reached a durable point while draining */
+	db_settings limits; /* the poller's: read from cairn.settings at each connect */
 };
 
 static void wake_poller(dispatch *d)
@@ -100,6 +101,28 @@ static int exec_must_stop(void *arg, const job *j)
 	       shardmap_epoch(d->env.map, j->group, j->shard) != j->epoch;
 }
 
+/* A claimed run that will not execute here (its shard is going, or the
+ * worker drains): the claim is given back, so a hand-over does not count
+ * towards CAIRN_POISON_AFTER, and the run leaves the in-flight set once that
+ * is written. Its messages stay for the next owner. */
+static void unclaim(dispatch *d, job *j)
+{
+	commit_run run = {.id = j->run_id,
+	                  .group = j->group_name,
+	                  .shard = j->shard,
+	                  .owner = j->owner,
+	                  .epoch = j->epoch,
+	                  .attempt = j->attempt};
+	commit *c = commit_new(&run);
+	if (!c) {
+		job_done(d, j);
+		return;
+	}
+	c->outcome = COMMIT_UNCLAIM;
+	c->tag = j;
+	committer_submit_final(d->commit, c);
+}
+
 /* The committer wrote (or gave up on) an execution's final commit. */
 static void on_final(void *arg, commit *c)
 {
@@ -132,7 +155,7 @@ static void *executor_main(void *arg)
 		pthread_mutex_unlock(&d->mu);
 		wake_poller(d);
 		if (stale) {
-			job_done(d, j); /* not started: its messages stay for the next owner */
+			unclaim(d, j); /* not started */
 			continue;
 		}
 		commit *c = exec_job(&d->exec, j);
@@ -162,9 +185,18 @@ static void inflight_ids(dispatch *d, pgarr *out)
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* The journal and the buffered signals come unordered (an ordered aggregate
- * costs a sort per run; journal.c indexes steps by seq) with every number
- * as text, so none passes through a JSON double. */
+/*
+ * The claim: takes the due messages of this runner's shards, marks their
+ * runs running, counts the claim (runs.claims, reset by any progress), and
+ * returns each run with its journal and unconsumed signals. The journal and
+ * the signals come unordered (an ordered aggregate costs a sort per run;
+ * journal.c indexes steps by seq), every number as text (none passes
+ * through a JSON double), and every stored JSON value as a JSON string, so
+ * a deep or odd value is parsed only when a replay needs it. A run whose
+ * journal is over max_journal_bytes (cairn.settings) comes without it and
+ * fails alone instead of making the whole claim too large; at most
+ * max_pending_signals of its oldest signals come.
+ */
 static const char SQL_CLAIM[] =
     "WITH due AS (SELECT m.id, m.run_id, l.epoch FROM cairn.messages m "
     "  JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
@@ -178,21 +210,51 @@ static const char SQL_CLAIM[] =
     "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
     "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
     "                    ELSE r.started_at END, "
+    "  claims = CASE WHEN r.finished_at IS NULL THEN r.claims + 1 ELSE r.claims END, "
     "  updated_at = now() "
-    "FROM d WHERE r.id = d.run_id "
+    "FROM d, "
+    "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
+    "           FROM cairn.steps s WHERE s.run_id = d.run_id) js "
+    "WHERE r.id = d.run_id "
     "RETURNING r.id, r.shard_group, r.shard, d.epoch, d.ids::text, r.workflow, r.status, "
     "  r.input::text, r.attempt, r.max_attempts, r.cancel_requested, "
-    "  (extract(epoch FROM r.created_at) * 1000)::bigint, "
-    "  (extract(epoch FROM now()) * 1000)::bigint, "
+    "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint, "
+    "  (extract(epoch FROM now()) * 1000)::bigint, r.claims, js.bytes, "
+    "  CASE WHEN r.claims > $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "
+    "    AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) END, "
+    "  CASE WHEN js.bytes <= $4 THEN "
     "  (SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, 'kind', s.kind, "
-    "     'status', s.status, 'output', s.output, 'error', s.error, "
+    "     'status', s.status, 'output', s.output::text, 'error', s.error, "
     "     'attempts', s.attempts::text, "
     "     'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "
     "     'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text))::text "
-    "   FROM cairn.steps s WHERE s.run_id = r.id), "
+    "   FROM cairn.steps s WHERE s.run_id = r.id) END, "
     "  (SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "
-    "     'payload', g.payload))::text "
-    "   FROM cairn.signals g WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL)";
+    "     'payload', g.payload::text))::text "
+    "   FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "
+    "         WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g)";
+
+/* The claim's columns, in order. */
+enum {
+	CLAIM_ID,
+	CLAIM_GROUP,
+	CLAIM_SHARD,
+	CLAIM_EPOCH,
+	CLAIM_MSGS,
+	CLAIM_WORKFLOW,
+	CLAIM_STATUS,
+	CLAIM_INPUT,
+	CLAIM_ATTEMPT,
+	CLAIM_MAX_ATTEMPTS,
+	CLAIM_CANCEL,
+	CLAIM_SCHEDULED,
+	CLAIM_NOW,
+	CLAIM_CLAIMS,
+	CLAIM_JOURNAL_BYTES,
+	CLAIM_LAST_STEP, /* only for a run claimed more than poison_after times */
+	CLAIM_JOURNAL,
+	CLAIM_SIGNALS,
+};
 
 /* Parses "{1,2,3}"; the number of ids, or -CAIRN_ENOMEM. */
 static int parse_ids(const char *text, int64_t **out)
@@ -216,39 +278,55 @@ static int parse_ids(const char *text, int64_t **out)
 	return k;
 }
 
+/* Why a run comes without its journal or signals (over a cap); "" if not. */
+static void over_caps(dispatch *d, const PGresult *r, int i, job *j)
+{
+	int64_t bytes = db_get_i64(r, i, CLAIM_JOURNAL_BYTES);
+	if (bytes > d->limits.max_journal_bytes)
+		snprintf(j->load_error, sizeof j->load_error,
+		         "its journal is %" PRId64 " bytes stored; the limit (max_journal_bytes in "
+		         "cairn.settings) is %" PRId64,
+		         bytes, d->limits.max_journal_bytes);
+}
+
 /* Builds the job of one claimed row; NULL when the row is not ours (being
- * released, unknown group) or memory ran out. */
+ * released, unknown group) or memory ran out (its messages bring it back). */
 static job *job_from_row(dispatch *d, const PGresult *r, int i, int64_t owner, int64_t mono)
 {
 	shardmap *map = d->env.map;
-	int group = shardmap_group_index(map, PQgetvalue(r, i, 1));
-	int shard = db_get_int(r, i, 2);
-	int64_t epoch = db_get_i64(r, i, 3);
+	int group = shardmap_group_index(map, PQgetvalue(r, i, CLAIM_GROUP));
+	int shard = db_get_int(r, i, CLAIM_SHARD);
+	int64_t epoch = db_get_i64(r, i, CLAIM_EPOCH);
 	if (group < 0 || shardmap_epoch(map, group, shard) != epoch)
 		return NULL;
 	job *j = calloc(1, sizeof *j);
 	if (!j)
 		return NULL;
-	j->run_id = db_get_i64(r, i, 0);
+	j->run_id = db_get_i64(r, i, CLAIM_ID);
 	j->group = group;
 	j->group_name = shardmap_group_name(map, group);
 	j->shard = shard;
 	j->owner = owner;
 	j->epoch = epoch;
-	j->nmsgs = parse_ids(PQgetvalue(r, i, 4), &j->msgs);
-	j->workflow = db_get_str(r, i, 5);
-	int known = run_status_parse(PQgetvalue(r, i, 6), &j->status) == 0;
-	j->input = db_get_str(r, i, 7);
-	j->attempt = db_get_int(r, i, 8);
-	j->max_attempts = db_get_int(r, i, 9);
-	j->cancel_requested = db_get_bool(r, i, 10);
-	j->created_ms = db_get_i64(r, i, 11);
-	j->db_now_ms = db_get_i64(r, i, 12);
+	j->nmsgs = parse_ids(PQgetvalue(r, i, CLAIM_MSGS), &j->msgs);
+	j->workflow = db_get_str(r, i, CLAIM_WORKFLOW);
+	int known = run_status_parse(PQgetvalue(r, i, CLAIM_STATUS), &j->status) == 0;
+	j->input = db_get_str(r, i, CLAIM_INPUT);
+	j->attempt = db_get_int(r, i, CLAIM_ATTEMPT);
+	j->max_attempts = db_get_int(r, i, CLAIM_MAX_ATTEMPTS);
+	j->cancel_requested = db_get_bool(r, i, CLAIM_CANCEL);
+	j->scheduled_ms = db_get_i64(r, i, CLAIM_SCHEDULED);
+	j->db_now_ms = db_get_i64(r, i, CLAIM_NOW);
+	j->claims = db_get_int(r, i, CLAIM_CLAIMS);
 	j->mono_at_load = mono;
-	j->journal = db_get_str(r, i, 13);
-	j->signals = db_get_str(r, i, 14);
+	over_caps(d, r, i, j);
+	j->last_step = db_get_str(r, i, CLAIM_LAST_STEP);
+	j->journal = db_get_str(r, i, CLAIM_JOURNAL);
+	j->signals = db_get_str(r, i, CLAIM_SIGNALS);
+	/* A value that could not be copied must not look like "no steps". */
 	if (!j->workflow || !known || j->nmsgs < 0 || !j->input ||
-	    (!j->journal && !PQgetisnull(r, i, 13)) || (!j->signals && !PQgetisnull(r, i, 14))) {
+	    (!j->journal && !PQgetisnull(r, i, CLAIM_JOURNAL)) ||
+	    (!j->signals && !PQgetisnull(r, i, CLAIM_SIGNALS))) {
 		job_free(j);
 		return NULL;
 	}
@@ -290,12 +368,17 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, buf *err)
 {
 	pgarr ex = PGARR_INIT;
 	inflight_ids(d, &ex);
-	char me[24], lim[24];
-	const char *p[] = {db_i64(me, owner), pgarr_str(&ex), db_i64(lim, limit)};
+	char me[24], lim[24], jb[24], ps[24], pa[24];
+	const char *p[] = {db_i64(me, owner),
+	                   pgarr_str(&ex),
+	                   db_i64(lim, limit),
+	                   db_i64(jb, d->limits.max_journal_bytes),
+	                   db_i64(ps, d->limits.max_pending_signals),
+	                   db_i64(pa, d->env.cfg->poison_after)};
 	/* The statement's now() is read as it starts: anchor the run's clock
 	 * there too, so it never runs behind the database's. */
 	int64_t mono = clock_mono_ms();
-	PGresult *r = PQexecPrepared(conn, "cairn_claim", 3, p, NULL, NULL, 0);
+	PGresult *r = PQexecPrepared(conn, "cairn_claim", 6, p, NULL, NULL, 0);
 	pgarr_free(&ex);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		buf_reset(err);
@@ -374,6 +457,10 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	PGconn *c = db_connect(d->env.cfg->database_url, "cairn-worker poll", err);
 	if (!c)
 		return NULL;
+	if (db_read_settings(c, &d->limits, err) < 0) {
+		PQfinish(c);
+		return NULL;
+	}
 	PGresult *r = PQprepare(c, "cairn_claim", SQL_CLAIM, 0, NULL);
 	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 	if (!ok) {
@@ -476,6 +563,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                     .m = env->m,
 	                     .max_payload_bytes = env->cfg->max_payload_bytes,
 	                     .unknown_workflow_timeout_ms = env->cfg->unknown_workflow_timeout_ms,
+	                     .poison_after = env->cfg->poison_after,
 	                     .flush = exec_flush,
 	                     .must_stop = exec_must_stop,
 	                     .arg = d};
@@ -513,6 +601,7 @@ void dispatch_drop_queued(dispatch *d, int group)
 {
 	if (!d)
 		return;
+	job *dropped = NULL;
 	pthread_mutex_lock(&d->mu);
 	for (job **pp = &d->qhead; *pp;) {
 		job *j = *pp;
@@ -520,7 +609,8 @@ void dispatch_drop_queued(dispatch *d, int group)
 		    shardmap_epoch(d->env.map, j->group, j->shard) != j->epoch) {
 			*pp = j->next;
 			d->qlen--;
-			job_done_locked(d, j);
+			j->next = dropped;
+			dropped = j;
 			continue;
 		}
 		pp = &j->next;
@@ -530,6 +620,12 @@ void dispatch_drop_queued(dispatch *d, int group)
 		d->qtail = j;
 	atomic_store(&d->env.m->queue_depth, d->qlen);
 	pthread_mutex_unlock(&d->mu);
+	/* Not started: give their claims back (they stay in flight until that
+	 * is written, which the release's idle wait covers). */
+	for (job *j = dropped, *next; j; j = next) {
+		next = j->next;
+		unclaim(d, j);
+	}
 }
 
 void dispatch_stop_begin(dispatch *d)

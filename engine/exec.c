@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,10 +39,11 @@ struct cairn_ctx {
 	cJSON *keep; /* owns values handed to the workflow */
 	commit *pending;
 	buf err;
-	int fatal;          /* a sticky status (non-determinism, lost fence, no memory) */
-	int suspended;      /* a durable call suspended the run */
-	run_status wait_as; /* sleeping or waiting, once suspended */
-	int64_t wake_ms;    /* a wake message is needed at this time (0: none) */
+	int fatal;           /* a sticky status (non-determinism, lost fence, no memory) */
+	int suspended;       /* a durable call suspended the run */
+	run_status wait_as;  /* sleeping or waiting, once suspended */
+	int64_t wake_ms;     /* a wake message is needed at this time (0: none) */
+	int first_unsettled; /* the lowest seq this execution left unsettled (INT_MAX: none) */
 };
 
 void job_free(job *j)
@@ -52,6 +54,7 @@ void job_free(job *j)
 	free(j->input);
 	free(j->journal);
 	free(j->signals);
+	free(j->last_step);
 	free(j->msgs);
 	free(j);
 }
@@ -121,6 +124,8 @@ static int no_memory(cairn_ctx *ctx)
 
 static int add_row(cairn_ctx *ctx, const jrow *r)
 {
+	if (!step_status_settled(r->status) && r->seq < ctx->first_unsettled)
+		ctx->first_unsettled = r->seq;
 	commit *c = pending(ctx);
 	return c && commit_add_row(c, r) == 0 ? CAIRN_OK : no_memory(ctx);
 }
@@ -150,9 +155,21 @@ static cJSON *keep(cairn_ctx *ctx, cJSON *v)
 	return v;
 }
 
-static cJSON *keep_copy(cairn_ctx *ctx, const cJSON *v)
+/* Parses journaled JSON text and hands it to the workflow (NULL text: null).
+ * A value that does not parse fails the run: the journal was written by
+ * something other than cairn. */
+static int keep_parsed(cairn_ctx *ctx, const char *text, cJSON **out)
 {
-	return keep(ctx, v ? cJSON_Duplicate(v, 1) : NULL);
+	cJSON *v = text ? cJSON_Parse(text) : NULL;
+	if (text && !v) {
+		buf_reset(&ctx->err);
+		buf_puts(&ctx->err, "cannot load the run: a journaled value is not valid JSON");
+		return ctx->fatal = CAIRN_EFAIL;
+	}
+	v = keep(ctx, v);
+	if (out)
+		*out = v;
+	return CAIRN_OK;
 }
 
 static int stop_now(const cairn_ctx *ctx)
@@ -252,12 +269,8 @@ static int replay_step(cairn_ctx *ctx, const journal_entry *e, cJSON **result, i
                        int *run_it)
 {
 	*run_it = 0;
-	if (e->status == STEP_COMPLETED) {
-		cJSON *v = keep_copy(ctx, e->output);
-		if (result)
-			*result = v;
-		return CAIRN_OK;
-	}
+	if (e->status == STEP_COMPLETED)
+		return keep_parsed(ctx, e->output, result);
 	if (e->status == STEP_FAILED) {
 		buf_reset(&ctx->err);
 		buf_puts(&ctx->err, e->error ? e->error : "step failed");
@@ -283,9 +296,15 @@ static int step_result(cairn_ctx *ctx, const char *name, int src, const cJSON *o
 	if (!*text)
 		return cairn_fail(ctx, "step %s: out of memory printing its result", name);
 	size_t len = strlen(*text);
-	if (len > ctx->env->max_payload_bytes) {
+	int depth = json_depth(*text);
+	if (len > ctx->env->max_payload_bytes || depth > JSON_MAX_DEPTH) {
 		free(*text);
 		*text = NULL;
+		if (depth > JSON_MAX_DEPTH)
+			return cairn_fail(
+			    ctx,
+			    "step %s: result is nested %d levels deep; at most %d are accepted",
+			    name, depth, JSON_MAX_DEPTH);
 		return cairn_fail(
 		    ctx, "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu", name,
 		    len, ctx->env->max_payload_bytes);
@@ -334,6 +353,11 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 		return rc;
 	}
 	cJSON_Delete(out);
+	if (!atomic_load(&ctx->job->cancel_requested) && stop_now(ctx)) {
+		/* Interrupted by a drain or a hand-over, not failed: no attempt is
+		 * spent; the step runs again on the shard's next owner. */
+		return ctx->fatal = CAIRN_ESTOP;
+	}
 	if (src != CAIRN_ERETRY && src != CAIRN_EFAIL) {
 		buf_reset(&ctx->err);
 		buf_printf(&ctx->err,
@@ -418,12 +442,8 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 		return rc;
 	if (e && e->status == STEP_TIMED_OUT)
 		return CAIRN_ETIMEOUT;
-	if (e && e->status == STEP_COMPLETED) {
-		cJSON *v = keep_copy(ctx, e->output);
-		if (payload)
-			*payload = v;
-		return CAIRN_OK;
-	}
+	if (e && e->status == STEP_COMPLETED)
+		return keep_parsed(ctx, e->output, payload);
 	if ((rc = interrupt(ctx)))
 		return rc;
 	int64_t now = ctx_now(ctx);
@@ -436,16 +456,16 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	            .wake_ms = deadline};
 	signal_entry *sig = signals_take(&ctx->sigs, name);
 	if (sig) {
+		/* Only a signal the run awaits is parsed: one it never awaits is
+		 * harmless, whatever it holds. */
+		if ((rc = keep_parsed(ctx, sig->payload, payload)))
+			return rc;
 		row.status = STEP_COMPLETED;
 		row.finished_ms = now;
-		row.output = print_json(sig->payload);
-		rc = row.output ? add_row(ctx, &row) : no_memory(ctx);
-		free(row.output);
+		row.output = (char *)sig->payload;
+		rc = add_row(ctx, &row);
 		if (!rc && commit_add_signal(pending(ctx), sig->id, seq) < 0)
 			rc = no_memory(ctx);
-		cJSON *v = keep_copy(ctx, sig->payload);
-		if (payload)
-			*payload = v;
 		return rc;
 	}
 	if (deadline && deadline <= now) {
@@ -468,8 +488,9 @@ static int journaled_value(cairn_ctx *ctx, step_kind kind, uint64_t fresh, uint6
 	if (rc)
 		return rc;
 	if (e) {
-		const cJSON *v = e->output;
-		*out = cJSON_IsString(v) ? strtoull(v->valuestring, NULL, 10) : 0;
+		/* Journaled as a JSON string of digits: "123". */
+		const char *v = e->output;
+		*out = v && v[0] == '"' ? strtoull(v + 1, NULL, 10) : 0;
 		return CAIRN_OK;
 	}
 	if ((rc = interrupt(ctx)))
@@ -518,6 +539,10 @@ static int load(cairn_ctx *ctx)
 		rc = journal_parse(j->journal, &ctx->jr, &why);
 	if (!rc)
 		rc = signals_parse(j->signals, &ctx->sigs, &why);
+	if (!rc && j->load_error[0]) {
+		buf_puts(&why, j->load_error);
+		rc = -CAIRN_EINVAL;
+	}
 	if (rc) {
 		buf_reset(&ctx->err);
 		buf_printf(&ctx->err, "cannot load the run: %s",
@@ -534,12 +559,33 @@ static void finish(commit *c, run_status status, const char *error)
 	c->error = error ? strdup(error) : NULL;
 }
 
+/* Claimed poison_after times before, and each time the worker stopped before
+ * the run made progress: whatever it does kills workers. It fails alone. */
+static commit *poisoned(const exec_env *env, job *j, commit *c)
+{
+	buf msg = BUF_INIT;
+	buf_printf(&msg,
+	           "the worker stopped %d times while running this run (CAIRN_POISON_AFTER is "
+	           "%d); last durable step: %s; `cairn retry` runs it again",
+	           j->claims - 1, env->poison_after, j->last_step ? j->last_step : "none");
+	finish(c, RUN_FAILED, buf_str(&msg));
+	buf_free(&msg);
+	atomic_fetch_add(&env->m->runs_failed, 1);
+	log_kv(env->log, LOG_WARN, "failed a run that kept stopping its workers", "workflow",
+	       j->workflow, NULL);
+	return c;
+}
+
 /* A message for a workflow nobody here registered: wait for one, then fail. */
 static commit *unknown_workflow(const exec_env *env, job *j, commit *c)
 {
-	int64_t age = j->db_now_ms - j->created_ms;
+	/* Counted from when the run was due: a delayed or retried run gets the
+	 * whole timeout too. */
+	int64_t age = j->db_now_ms - j->scheduled_ms;
 	buf msg = BUF_INIT;
-	if (age >= env->unknown_workflow_timeout_ms) {
+	if (j->cancel_requested) {
+		finish(c, RUN_CANCELLED, "cancelled");
+	} else if (age >= env->unknown_workflow_timeout_ms) {
 		buf_printf(&msg,
 		           "workflow \"%s\" is not registered on any worker that owned this run's "
 		           "shard within CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
@@ -574,12 +620,17 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		c->outcome = COMMIT_SUSPEND;
 		c->status = ctx->wait_as;
 		c->at_ms = ctx->wake_ms;
-	} else if (rc == CAIRN_ESTOP || ctx->fatal == CAIRN_ESTOP) {
-		c->outcome = COMMIT_JOURNAL; /* hand over: keep what is journaled */
+	} else if (rc == CAIRN_ESTOP || ctx->fatal == CAIRN_ESTOP ||
+	           (rc != CAIRN_OK && rc != CAIRN_CANCELLED && !ctx->job->cancel_requested &&
+	            stop_now(ctx))) {
+		/* Hand over: keep what is journaled. A workflow that gave up because
+		 * the worker is stopping has not failed: it resumes elsewhere. */
+		c->outcome = COMMIT_JOURNAL;
 	} else if (rc == CAIRN_OK) {
 		char *text = print_json(output);
 		size_t len = text ? strlen(text) : 0;
-		if (text && len <= env->max_payload_bytes) {
+		int depth = text ? json_depth(text) : 0;
+		if (text && len <= env->max_payload_bytes && depth <= JSON_MAX_DEPTH) {
 			finish(c, RUN_COMPLETED, NULL);
 			c->output = text;
 			atomic_fetch_add(&env->m->runs_completed, 1);
@@ -587,9 +638,16 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		}
 		free(text);
 		buf msg = BUF_INIT;
-		buf_printf(&msg,
-		           "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
-		           len, env->max_payload_bytes);
+		if (depth > JSON_MAX_DEPTH)
+			buf_printf(
+			    &msg,
+			    "workflow output is nested %d levels deep; at most %d are accepted",
+			    depth, JSON_MAX_DEPTH);
+		else
+			buf_printf(
+			    &msg,
+			    "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
+			    len, env->max_payload_bytes);
 		finish(c, RUN_FAILED, text ? buf_str(&msg) : "out of memory printing the output");
 		buf_free(&msg);
 		atomic_fetch_add(&env->m->runs_failed, 1);
@@ -599,7 +657,11 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		const char *why = ctx->err.len ? buf_str(&ctx->err) : cairn_strstatus(rc);
 		cairn_retry_policy pol = backoff_policy(&ctx->def->opts.retry);
 		if (rc == CAIRN_ERETRY && j->attempt < j->max_attempts) {
-			commit_drop_unfinished(c);
+			/* Start over from the first durable call that did not settle,
+			 * or from where this execution stopped making calls. */
+			c->retry_from =
+			    ctx->first_unsettled < ctx->seq ? ctx->first_unsettled : ctx->seq;
+			commit_truncate(c, c->retry_from);
 			c->outcome = COMMIT_RETRY;
 			c->attempt = j->attempt + 1;
 			c->error = strdup(why);
@@ -626,10 +688,12 @@ commit *exec_job(const exec_env *env, job *j)
 			c->outcome = COMMIT_DISCARD; /* a late message for a finished run */
 		return c;
 	}
+	if (j->claims - 1 >= env->poison_after)
+		return (c = new_commit(j)) ? poisoned(env, j, c) : NULL;
 	const workflow_def *def = registry_workflow(env->reg, j->workflow);
 	if (!def)
 		return (c = new_commit(j)) ? unknown_workflow(env, j, c) : NULL;
-	cairn_ctx ctx = {.env = env, .job = j, .def = def};
+	cairn_ctx ctx = {.env = env, .job = j, .def = def, .first_unsettled = INT_MAX};
 	cJSON *input = j->input ? cJSON_Parse(j->input) : NULL, *output = NULL;
 	int rc;
 	if (load(&ctx) < 0)
@@ -643,10 +707,8 @@ commit *exec_job(const exec_env *env, job *j)
 	c = ctx.pending ? ctx.pending : new_commit(j);
 	if (c) {
 		conclude(&ctx, c, rc, output);
-		if (c->outcome == COMMIT_JOURNAL && !c->nrows && !c->nsig) {
-			commit_free(c); /* handing over with nothing new: leave the messages */
-			c = NULL;
-		}
+		if (c->outcome == COMMIT_JOURNAL && !c->nrows && !c->nsig)
+			c->outcome = COMMIT_UNCLAIM; /* handing over with nothing new */
 	}
 	cJSON_Delete(output);
 	cJSON_Delete(input);

@@ -32,11 +32,15 @@ typedef struct job {
 	char *workflow, *input;
 	run_status status;
 	int attempt, max_attempts;
-	_Atomic int cancel_requested; /* also set by the poller while the run executes */
-	int64_t created_ms;
+	_Atomic int cancel_requested;    /* also set by the poller while the run executes */
+	int64_t scheduled_ms;            /* when the run was due (enqueue, delay, retry) */
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
+	int claims;                      /* claims since the run last made progress, this one
+	                                    included */
+	char load_error[200];            /* why the journal or signals did not come, or "" */
 	char *journal, *signals;         /* JSON arrays (journal.h) or NULL */
-	int64_t *msgs;                   /* claimed message ids */
+	char *last_step; /* the last durable step's name, read only when claims > poison_after */
+	int64_t *msgs;   /* claimed message ids */
 	int nmsgs;
 	struct job *next;
 } job;
@@ -49,6 +53,7 @@ typedef struct exec_env {
 	metrics *m;
 	size_t max_payload_bytes;
 	int64_t unknown_workflow_timeout_ms;
+	int poison_after; /* claims without progress before a run fails as poison */
 	/* Writes c (journal rows of a running execution) and waits: 0, or
 	 * -CAIRN_ESTOP when it was refused (the run must stop). The caller
 	 * keeps c. */
@@ -61,8 +66,8 @@ typedef struct exec_env {
 
 /*
  * Executes j to its next durable point and returns its final commit, or
- * NULL when there is nothing to write (a hand-over with no new rows, or out
- * of memory: the claimed messages bring the run back).
+ * NULL when out of memory (the claimed messages bring the run back, and the
+ * claim counts as a stop).
  */
 commit *exec_job(const exec_env *env, job *j);
 #endif

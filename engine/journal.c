@@ -67,7 +67,11 @@ static int parse_entry(const cJSON *o, journal_entry *e, buf *err)
 		return -CAIRN_EINVAL;
 	}
 	const cJSON *out = field(o, "output");
-	e->output = out && !cJSON_IsNull(out) ? out : NULL;
+	if (out && !cJSON_IsNull(out) && !cJSON_IsString(out)) {
+		buf_puts(err, "output is not JSON text in a string");
+		return -CAIRN_EINVAL;
+	}
+	e->output = cJSON_IsString(out) ? out->valuestring : NULL;
 	e->error = str_field(o, "error");
 	if (int_field(o, "attempts", 0, INT_MAX, 0, &v, err))
 		return -CAIRN_EINVAL;
@@ -164,10 +168,11 @@ int signals_parse(const char *text, signal_box *b, buf *err)
 		signal_entry *s = &b->e[b->n];
 		buf why = BUF_INIT;
 		s->name = str_field(it, "name");
-		s->payload = field(it, "payload");
-		if (int_field(it, "id", 1, INT64_MAX, 0, &s->id, &why) < 0 || !s->name) {
+		s->payload = str_field(it, "payload");
+		if (int_field(it, "id", 1, INT64_MAX, 0, &s->id, &why) < 0 || !s->name ||
+		    !s->payload) {
 			buf_printf(err, "signal row %d: %s", b->n + 1,
-			           why.len ? buf_str(&why) : "name is missing");
+			           why.len ? buf_str(&why) : "name or payload is missing");
 			buf_free(&why);
 			signals_free(b);
 			return -CAIRN_EINVAL;

@@ -1,8 +1,9 @@
 /*
  * journal.h - a run's journal and buffered signals as the claim returns them
  * (JSON arrays, numbers rendered as text so that no integer goes through a
- * double), parsed once into typed entries. Replay looks entries up by
- * sequence number; gaps are allowed (a run retry drops unfinished steps) and
+ * double, stored values as JSON text in a string so that a deep or odd value
+ * is parsed only when a replay uses it), parsed once into typed entries.
+ * Replay looks entries up by sequence number; gaps are allowed and
  * the cost of a lookup does not depend on how large a seq is. A row that
  * cannot be parsed fails the load with a message naming the row, so a
  * corrupt journal fails its run alone. Pure: no I/O.
@@ -23,8 +24,8 @@ typedef struct journal_entry {
 	const char *name;
 	step_kind kind;
 	step_status status;
-	const struct cJSON *output; /* NULL: none */
-	const char *error;          /* NULL: none */
+	const char *output; /* JSON text of the result; NULL: none */
+	const char *error;  /* NULL: none */
 	int attempts;
 	int64_t wake_ms, started_ms; /* Unix ms; 0: not set */
 } journal_entry;
@@ -48,7 +49,7 @@ void journal_free(journal *j);
 typedef struct signal_entry {
 	int64_t id; /* sending order */
 	const char *name;
-	const struct cJSON *payload;
+	const char *payload; /* JSON text */
 	int taken;
 } signal_entry;
 

@@ -44,9 +44,12 @@ static const char SQL_HEALTH_REMOVE[] =
     "DELETE FROM cairn.runners WHERE heartbeat_at < now() - 2 * $1 * interval '1 millisecond' "
     "RETURNING id";
 
+/* The outer condition is checked again on the row as it is when deleted: a
+ * run that `cairn retry` re-drove meanwhile is no longer finished, and stays. */
 static const char SQL_JANITOR[] =
     "DELETE FROM cairn.runs WHERE id IN (SELECT id FROM cairn.runs "
-    "  WHERE finished_at < now() - $1 * interval '1 millisecond' ORDER BY finished_at LIMIT $2)";
+    "  WHERE finished_at < now() - $1 * interval '1 millisecond' ORDER BY finished_at LIMIT $2) "
+    "AND finished_at < now() - $1 * interval '1 millisecond'";
 
 static size_t discard(char *p, size_t size, size_t n, void *u)
 {

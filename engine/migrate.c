@@ -316,7 +316,7 @@ static int record_shards(cairn_client *c, int shards)
 		    "shards_per_group is %d in the database, not %d: the shard count "
 		    "cannot change once runs are stored",
 		    recorded, shards);
-	c->shards = recorded;
+	c->settings.shards = 0; /* migrations may have changed the settings: read them again */
 	return CAIRN_OK;
 }
 

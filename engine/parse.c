@@ -272,11 +272,36 @@ int parse_check_key(const char *s, char *err)
 	return 0;
 }
 
+int json_depth(const char *s)
+{
+	int depth = 0, max = 0, in_string = 0;
+	for (const char *p = s; *p; p++) {
+		if (in_string) {
+			if (*p == '\\' && p[1])
+				p++;
+			else if (*p == '"')
+				in_string = 0;
+		} else if (*p == '"') {
+			in_string = 1;
+		} else if (*p == '[' || *p == '{') {
+			if (++depth > max)
+				max = depth;
+		} else if (*p == ']' || *p == '}') {
+			depth--;
+		}
+	}
+	return max;
+}
+
 int parse_check_json(const char *what, const char *s, size_t max, char *err)
 {
 	size_t n = strlen(s);
 	if (n > max)
 		return ERR("%s is %zu bytes: larger than the maximum of %zu bytes", what, n, max);
+	int depth = json_depth(s);
+	if (depth > JSON_MAX_DEPTH)
+		return ERR("%s is nested %d levels deep: at most %d are accepted", what, depth,
+		           JSON_MAX_DEPTH);
 	const char *end = NULL;
 	/* n + 1: cJSON wants the terminating NUL inside the length. */
 	cJSON *j = cJSON_ParseWithLengthOpts(s, n + 1, &end, 1);
@@ -286,4 +311,29 @@ int parse_check_json(const char *what, const char *s, size_t max, char *err)
 	}
 	cJSON_Delete(j);
 	return 0;
+}
+
+int utf8_valid(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t len = utf8_len(p);
+		if (!len)
+			return 0;
+		p += len;
+	}
+	return 1;
+}
+
+void utf8_clean(const char *s, buf *out)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t len = utf8_len(p);
+		if (len) {
+			buf_append(out, (const char *)p, len);
+			p += len;
+		} else {
+			buf_puts(out, "\xef\xbf\xbd"); /* U+FFFD, the replacement character */
+			p++;
+		}
+	}
 }

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
+
 #define PARSE_ERR_MAX  256
 #define NAME_MAX_BYTES 128
 #define KEY_MAX_BYTES  512
@@ -25,6 +27,20 @@ int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err);
 int parse_check_name(const char *what, const char *s, char *err);
 /* Run keys: 1..512 bytes of valid UTF-8 without control characters. */
 int parse_check_key(const char *s, char *err);
-/* JSON text of at most max bytes; on a syntax error names the byte offset. */
+/* The deepest nesting of arrays and objects in any JSON value cairn accepts
+ * (inputs, payloads, step results, outputs): what the client accepts, a
+ * worker can always load, with room for the journal's own wrapping. */
+#define JSON_MAX_DEPTH 64
+
+/* JSON text of at most max bytes and JSON_MAX_DEPTH levels; on a syntax
+ * error names the byte offset. */
 int parse_check_json(const char *what, const char *s, size_t max, char *err);
+/* The deepest nesting of arrays and objects in JSON text (0 for a scalar);
+ * strings are skipped, the text is not otherwise checked. */
+int json_depth(const char *s);
+/* Whether s is valid UTF-8. */
+int utf8_valid(const char *s);
+/* Appends s to out with every byte that is not part of a valid UTF-8
+ * sequence (a character cut in half, say) replaced by U+FFFD. */
+void utf8_clean(const char *s, buf *out);
 #endif

@@ -236,7 +236,8 @@ static int is_stopping(cairn_worker *w)
 static int check_schema(cairn_worker *w, PGconn *c)
 {
 	buf err = BUF_INIT;
-	int shards = 0, rc = db_shards_per_group(c, &shards, &err);
+	db_settings st;
+	int rc = db_read_settings(c, &st, &err), shards = st.shards;
 	if (rc == -CAIRN_ESCHEMA) {
 		set_ready(w, -1, buf_str(&err));
 	} else if (!rc && w->cfg.shards && w->cfg.shards != shards) {

@@ -25,6 +25,13 @@
  *              constraint, so re-executions show up as extra rows.
  *   t.badutf8  step "bad" bumps t_counter and returns a string that is not
  *              UTF-8, which PostgreSQL refuses to store.
+ *   t.crash    step "before", then step "boom", which aborts the worker
+ *              process unless t_flags has a row for the run: a poison run.
+ *   t.polite   step "work" (max_attempts 1) writes t_attempts, then waits for
+ *              a t_flags row and gives up (retryable) when cairn_should_stop
+ *              says the worker is stopping: a step a deploy interrupts.
+ *   t.big      step "big" returns a string of {"bytes": N} bytes (letters
+ *              that do not compress), then a durable sleep "nap" (50 ms).
  *   t.stubborn step "work" writes a row to t_attempts as it starts, takes
  *              {"ms": N}, or with {"until_flag": true} runs until t_flags has a
  *              row for the run, and does not check cairn_should_stop; then
@@ -373,6 +380,73 @@ static int wf_badutf8(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ------------------------------------------------- t.crash, t.polite, t.big */
+
+static int step_boom(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	if (flag_set(cairn_ctx_run_id(ctx)) <= 0)
+		abort();
+	*result = cJSON_CreateTrue();
+	return CAIRN_OK;
+}
+
+static int wf_crash(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	CAIRN_TRY(cairn_step(ctx, "before", step_trivial, "before", NULL));
+	CAIRN_TRY(cairn_step(ctx, "boom", step_boom, NULL, NULL));
+	return CAIRN_OK;
+}
+
+static int step_polite(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	int64_t run = cairn_ctx_run_id(ctx);
+	if (q(run, "INSERT INTO t_attempts (run_id, at) VALUES ($1, clock_timestamp())", NULL, NULL,
+	      0) < 0)
+		return cairn_retryable(ctx, "work: cannot write t_attempts");
+	while (flag_set(run) <= 0) {
+		if (cairn_should_stop(ctx))
+			return cairn_retryable(ctx, "work: interrupted, the worker is stopping");
+		nap_ms(BLOCK_POLL_MS);
+	}
+	*result = cJSON_CreateTrue();
+	return CAIRN_OK;
+}
+
+static int wf_polite(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cairn_retry_policy once = {.max_attempts = 1};
+	CAIRN_TRY(cairn_step_retry(ctx, "work", &once, step_polite, NULL, NULL));
+	return CAIRN_OK;
+}
+
+static int step_big(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	int64_t n = *(const int64_t *)arg;
+	char *s = malloc((size_t)n + 1);
+	if (!s)
+		return cairn_fail(ctx, "big: out of memory");
+	/* Letters that do not compress, so the stored size is the size. */
+	uint32_t x = 2463534242u;
+	for (int64_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		s[i] = (char)('a' + x % 26);
+	}
+	s[n] = '\0';
+	*result = cJSON_CreateString(s);
+	free(s);
+	return CAIRN_OK;
+}
+
+static int wf_big(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t n = int_field(input, "bytes", 10);
+	CAIRN_TRY(cairn_step(ctx, "big", step_big, &n, NULL));
+	CAIRN_TRY(cairn_sleep(ctx, "nap", SPREAD_NAP_MS));
+	return CAIRN_OK;
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -380,10 +454,11 @@ int cairn_plugin_init(cairn_worker *w)
 	static const struct {
 		const char *name;
 		cairn_workflow_fn fn;
-	} flows[] = {{"t.replay", wf_replay},     {"t.await", wf_await},
-	             {"t.flaky", wf_flaky},       {"t.nondet", wf_nondet},
-	             {"t.signals", wf_signals},   {"t.spread", wf_spread},
-	             {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8}};
+	} flows[] = {
+	    {"t.replay", wf_replay},     {"t.await", wf_await},     {"t.flaky", wf_flaky},
+	    {"t.nondet", wf_nondet},     {"t.signals", wf_signals}, {"t.spread", wf_spread},
+	    {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8}, {"t.crash", wf_crash},
+	    {"t.polite", wf_polite},     {"t.big", wf_big}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

@@ -20,10 +20,11 @@
 
 /* ---------------------------------------------------------------- journal */
 
-/* One journal row as the claim renders it (numbers as text). */
+/* One journal row as the claim renders it (numbers as text, the output as
+ * JSON text in a string). */
 #define ROW(seq, name, kind, status, output)                                                       \
 	"{\"seq\":\"" seq "\",\"name\":\"" name "\",\"kind\":\"" kind "\",\"status\":\"" status    \
-	"\",\"output\":" output ",\"error\":null,\"attempts\":\"1\",\"wake_at\":null,"             \
+	"\",\"output\":\"" output "\",\"error\":null,\"attempts\":\"1\",\"wake_at\":null,"         \
 	"\"started_at\":\"1700000000000\"}"
 
 Test(journal, a_gap_in_seq_is_kept_and_lookups_find_both_sides)
@@ -89,9 +90,9 @@ Test(journal, signals_are_taken_oldest_first_per_name)
 {
 	signal_box b;
 	buf err = BUF_INIT;
-	const char *text = "[{\"id\":\"9\",\"name\":\"go\",\"payload\":2},"
-	                   "{\"id\":\"4\",\"name\":\"go\",\"payload\":1},"
-	                   "{\"id\":\"5\",\"name\":\"stop\",\"payload\":null}]";
+	const char *text = "[{\"id\":\"9\",\"name\":\"go\",\"payload\":\"2\"},"
+	                   "{\"id\":\"4\",\"name\":\"go\",\"payload\":\"1\"},"
+	                   "{\"id\":\"5\",\"name\":\"stop\",\"payload\":\"null\"}]";
 	cr_assert_eq(signals_parse(text, &b, &err), 0, "%s", buf_str(&err));
 	cr_assert_eq(signals_take(&b, "go")->id, 4);
 	cr_assert_eq(signals_take(&b, "go")->id, 9);
@@ -138,6 +139,34 @@ static int wait_then_retry(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return cairn_retryable(ctx, "try the run again");
 }
 
+static int stop_requested;
+
+/* A step that gives up the way a polite step does when the worker stops. */
+static int step_until_stopped(cairn_ctx *ctx, void *arg, cJSON **out)
+{
+	stop_requested = 1;
+	return cairn_should_stop(ctx) ? cairn_retryable(ctx, "interrupted") : CAIRN_OK;
+}
+
+static int polite(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cairn_retry_policy once = {.max_attempts = 1};
+	return cairn_step_retry(ctx, "work", &once, step_until_stopped, NULL, NULL);
+}
+
+static int fail_b(cairn_ctx *ctx, void *arg, cJSON **out)
+{
+	return cairn_fail(ctx, "b broke");
+}
+
+/* Step a, then step b fails for good, and the workflow asks for a run retry. */
+static int a_then_b_fails(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	CAIRN_TRY(cairn_step(ctx, "a", step_n, &ran_a, NULL));
+	int rc = cairn_step(ctx, "b", fail_b, NULL, NULL);
+	return rc == CAIRN_EFAIL ? cairn_retryable(ctx, "again") : rc;
+}
+
 static int sleeper(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
 	return cairn_sleep(ctx, "nap", 10000);
@@ -163,7 +192,7 @@ static int record_flush(void *arg, commit *c)
 
 static int never_stop(void *arg, const job *j)
 {
-	return 0;
+	return stop_requested;
 }
 
 static registry *reg;
@@ -179,15 +208,18 @@ static void replay_setup(void)
 	cr_assert_eq(registry_add_workflow(reg, "sleeper", sleeper, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "await", await_go, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "retry", wait_then_retry, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "polite", polite, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "retry2", a_then_b_fails, NULL, &err), 0);
 	buf_free(&err);
 	env = (exec_env){.reg = reg,
 	                 .log = &quiet,
 	                 .m = &counters,
 	                 .max_payload_bytes = 1 << 20,
 	                 .unknown_workflow_timeout_ms = 60000,
+	                 .poison_after = 3,
 	                 .flush = record_flush,
 	                 .must_stop = never_stop};
-	ran_a = ran_b = ran_c = flushes = 0;
+	ran_a = ran_b = ran_c = flushes = stop_requested = 0;
 }
 
 static void replay_teardown(void)
@@ -355,9 +387,92 @@ Test(replay, a_run_retry_starts_over_from_the_settled_journal)
 	job_free(j);
 }
 
+Test(replay, a_run_whose_workers_kept_stopping_fails_as_poison_naming_the_last_step)
+{
+	job *j = claimed("abc", "[" ROW("0", "a", "step", "completed", "1") "]", NULL);
+	j->claims = 4; /* three claims before this one ended without progress */
+	j->last_step = strdup("a");
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(ran_a + ran_b + ran_c, 0, "a poison run ran again");
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_FAILED);
+	cr_assert(strstr(c->error, "the worker stopped 3 times while running this run"), "%s",
+	          c->error);
+	cr_assert(strstr(c->error, "last durable step: a"), "%s", c->error);
+	commit_free(c);
+	job_free(j);
+
+	j = claimed("abc", NULL, NULL);
+	j->claims = 3; /* two stops: still runs */
+	c = exec_job(&env, j);
+	cr_assert_eq(c->status, RUN_COMPLETED);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_run_over_a_load_cap_fails_alone_with_the_reason)
+{
+	job *j = claimed("abc", NULL, NULL);
+	snprintf(j->load_error, sizeof j->load_error, "its journal is 99 bytes stored");
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(ran_a, 0);
+	cr_assert_eq(c->status, RUN_FAILED);
+	cr_assert_str_eq(c->error, "cannot load the run: its journal is 99 bytes stored");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_signal_the_run_never_awaits_is_harmless_whatever_it_holds)
+{
+	job *j = claimed("abc", NULL, "[{\"id\":\"3\",\"name\":\"other\",\"payload\":\"[[[[\"}]");
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->status, RUN_COMPLETED, "%s", c->error ? c->error : "");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_step_interrupted_by_a_stop_spends_no_attempt_and_hands_over)
+{
+	job *j = claimed("polite", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	/* Nothing new to write: the claim is given back, the run's messages stay
+	 * for the next owner, and the step (max_attempts 1) has not failed. */
+	cr_assert_eq(c->outcome, COMMIT_UNCLAIM);
+	cr_assert_eq(c->nrows, 0);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_run_retry_starts_over_at_the_first_unsettled_step)
+{
+	job *j = claimed("retry2", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_RETRY);
+	cr_assert_eq(c->retry_from, 1, "cut at %d", c->retry_from);
+	cr_assert_eq(c->nrows, 0, "a was flushed before b ran; b's failure is cut");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, an_unknown_workflow_waits_from_when_the_run_was_due_and_honours_cancel)
+{
+	job *j = claimed("nobody", NULL, NULL);
+	j->scheduled_ms = j->db_now_ms - 1000; /* due a second ago, created long ago */
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_DEFER);
+	commit_free(c);
+	j->cancel_requested = 1;
+	c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_CANCELLED);
+	commit_free(c);
+	job_free(j);
+}
+
 Test(replay, a_buffered_signal_is_consumed_by_the_await)
 {
-	job *j = claimed("await", NULL, "[{\"id\":\"3\",\"name\":\"go\",\"payload\":{\"ok\":1}}]");
+	job *j = claimed("await", NULL,
+	                 "[{\"id\":\"3\",\"name\":\"go\",\"payload\":\"{\\\"ok\\\":1}\"}]");
 	commit *c = exec_job(&env, j);
 	cr_assert_eq(c->status, RUN_COMPLETED);
 	cr_assert_str_eq(c->output, "{\"ok\":1}");
@@ -449,7 +564,7 @@ Test(commit, each_outcome_touches_only_its_own_slots)
 		commit_free(batch[i]);
 }
 
-Test(commit, a_run_retry_keeps_completed_steps_and_timed_out_waits_only)
+Test(commit, a_run_retry_cuts_rows_and_consumed_signals_from_its_seq_on)
 {
 	commit *c = made(COMMIT_RETRY);
 	step_status all[] = {STEP_TIMED_OUT, STEP_RETRYING, STEP_COMPLETED, STEP_FAILED,
@@ -458,17 +573,48 @@ Test(commit, a_run_retry_keeps_completed_steps_and_timed_out_waits_only)
 		jrow r = {.seq = i, .name = "s", .kind = KIND_SIGNAL, .status = all[i]};
 		cr_assert_eq(commit_add_row(c, &r), 0);
 	}
-	commit_drop_unfinished(c);
-	cr_assert_eq(c->nrows, 2);
+	cr_assert_eq(commit_add_signal(c, 40, 0), 0);
+	cr_assert_eq(commit_add_signal(c, 41, 3), 0);
+	commit_truncate(c, 1);
+	cr_assert_eq(c->nrows, 1);
 	cr_assert_eq(c->rows[0].status, STEP_TIMED_OUT);
-	cr_assert_eq(c->rows[1].status, STEP_COMPLETED);
-	buf sql = BUF_INIT, err = BUF_INIT;
-	cr_assert_eq(commit_statement(&sql, &err), 0);
-	cr_assert(strstr(buf_str(&sql), "NOT IN ('completed', 'timed_out')"),
-	          "the commit deletes settled steps on retry");
-	buf_free(&sql);
-	buf_free(&err);
+	cr_assert_eq(c->nsig, 1);
+	cr_assert_eq(c->sig_ids[0], 40);
+	c->retry_from = 1;
+	commit_params p;
+	cr_assert_eq(commit_encode(&c, 1, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_reset_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_reset_from), "{1}");
+	commit_params_free(&p);
 	commit_free(c);
+}
+
+Test(commit, progress_unclaims_and_cut_messages_are_encoded)
+{
+	commit *j = made(COMMIT_JOURNAL), *u = made(COMMIT_UNCLAIM), *f = made(COMMIT_FINISH),
+	       *h = made(COMMIT_JOURNAL);
+	h->final = 1; /* a hand-over */
+	jrow r = {.seq = 0,
+	          .name = "s",
+	          .kind = KIND_STEP,
+	          .status = STEP_COMPLETED,
+	          .error = "cut \xc3"};
+	cr_assert_eq(commit_add_row(j, &r), 0);
+	f->status = RUN_FAILED;
+	f->error = strdup("http: GET http://x/\xe2\x82");
+	commit *batch[] = {j, u, f, h};
+	commit_params p;
+	cr_assert_eq(commit_encode(batch, 4, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_prog_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_unclaim_run), "{7,7}");
+	cr_assert_str_eq(slot(&p, SLOT_u_run), "{7}", "only the finish updates the run");
+	/* Text cut inside a character reaches the database as valid UTF-8. */
+	cr_assert_str_eq(slot(&p, SLOT_j_error), "{\"cut \xef\xbf\xbd\"}");
+	cr_assert_str_eq(slot(&p, SLOT_u_error),
+	                 "{\"http: GET http://x/\xef\xbf\xbd\xef\xbf\xbd\"}");
+	commit_params_free(&p);
+	for (int i = 0; i < 4; i++)
+		commit_free(batch[i]);
 }
 
 Test(commit, a_suspend_without_a_wake_time_adds_no_message)

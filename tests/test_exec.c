@@ -1069,3 +1069,190 @@ Test(exec, http_builtin_gets_the_workers_healthz_and_retries_a_closed_port)
 	wk_stop(&a);
 	teardown(&e);
 }
+
+/* ---------------------------------------------------- faults (issue 10) */
+
+/* Waits until the worker process has exited on its own; 1 if it did. */
+static int exited_within(pid_t pid, int64_t timeout_ms)
+{
+	int64_t until = tnow_ms() + timeout_ms;
+	while (tnow_ms() < until) {
+		if (!alive(pid))
+			return 1;
+		struct timespec ts = {0, 20 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+Test(exec, a_run_that_crashes_its_worker_fails_as_poison_and_cairn_retry_re_drives_it)
+{
+	env e;
+	setup(&e);
+	int64_t id = enqueue(&e, "t.crash", NULL, 0);
+	char plugins[1100], log[64];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	const char *failed =
+	    "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = 'failed'";
+	int crashes = 0;
+	pid_t pid = 0;
+	/* Each worker that claims the run dies; the one after the third stop
+	 * fails the run instead of running it. */
+	while (num(&e, failed, id) == 0) {
+		cr_assert_lt(crashes, 10, "the run kept crashing workers: never failed as poison");
+		int port;
+		pid = tworker_start(e.db, &port, tlog_file(log), "CAIRN_POLL_INTERVAL=100ms",
+		                    "CAIRN_HEARTBEAT_INTERVAL=200ms",
+		                    "CAIRN_REBALANCE_INTERVAL=200ms", "CAIRN_RUNNER_TTL=2s",
+		                    plugins, NULL);
+		live_add(pid);
+		int64_t until = tnow_ms() + 30000;
+		while (alive(pid) && num(&e, failed, id) == 0 && tnow_ms() < until) {
+			struct timespec ts = {0, 20 * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+		if (num(&e, failed, id) == 0) {
+			cr_assert(exited_within(pid, 1000),
+			          "the worker neither crashed nor failed the run");
+			live_del(pid);
+			unlink(log);
+			crashes++;
+		}
+	}
+	report("poison run: %d workers crashed before it failed", crashes);
+	cr_assert_eq(crashes, 3, "%d crashes before the run failed (CAIRN_POISON_AFTER is 3)",
+	             crashes);
+	cairn_run *r = finished(&e, id, 1000);
+	cr_assert(strstr(r->error, "the worker stopped 3 times while running this run"), "%s",
+	          r->error);
+	cr_assert(strstr(r->error, "last durable step: before"), "%s", r->error);
+	cairn_run_free(r);
+
+	/* Fixed (the flag), re-driven: the worker that failed it now completes it. */
+	set_flag(&e, id);
+	cr_assert_eq(cairn_retry(e.cl, id), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(step_named(r, "before")->attempts, 1, "a journaled step ran again");
+	cairn_run_free(r);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
+	live_del(pid);
+	unlink(log);
+	teardown(&e);
+}
+
+Test(exec, a_step_interrupted_by_a_drain_spends_no_attempt_and_completes_on_the_next_worker)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, NULL);
+	int64_t id =
+	    enqueue(&e, "t.polite", NULL, 1); /* one attempt for the run, one for the step */
+	cr_assert(
+	    wait_num(&e, 1, 20000, "SELECT count(*) FROM t_attempts WHERE run_id = %" PRId64, id),
+	    "step work never started");
+	wk_stop(&a);
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                 " AND finished_at IS NULL",
+	                 id),
+	             1, "the drain ended the run");
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64, id), 0,
+	             "the interrupted attempt was journaled as a failure");
+	set_flag(&e, id);
+	wk_start(&b, e.db, NULL);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cr_assert_eq(step_named(r, "work")->attempts, 1);
+	cr_assert_eq(num(&e, "SELECT count(*) FROM t_attempts WHERE run_id = %" PRId64, id), 2);
+	cairn_run_free(r);
+	wk_stop(&b);
+	teardown(&e);
+}
+
+/* JSON nested n levels deep: [[[...1...]]]. */
+static char *deep_json(int n)
+{
+	char *s = malloc((size_t)n * 2 + 2);
+	memset(s, '[', (size_t)n);
+	s[n] = '1';
+	memset(s + n + 1, ']', (size_t)n);
+	s[2 * n + 1] = '\0';
+	return s;
+}
+
+Test(exec, a_too_deep_payload_is_refused_at_input_and_a_deep_signal_nobody_awaits_is_harmless)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.await", "{\"name\": \"approval\", \"timeout_ms\": 60000}", 0);
+	char idtxt[24], *out = NULL, *err = NULL, *deep = deep_json(999);
+	snprintf(idtxt, sizeof idtxt, "%" PRId64, id);
+	int rc = tcli(e.db, &out, &err, "signal", idtxt, "other", "--input", deep, NULL);
+	cr_assert_eq(rc, 2, "exit %d: %s", rc, err ? err : "");
+	cr_assert(strstr(err, "nested 999 levels deep: at most 64 are accepted"), "%s", err);
+	free(out);
+	free(err);
+	/* Written behind the client's back: the run never awaits it, so it never
+	 * parses it. */
+	char *sql = malloc(strlen(deep) + 200);
+	sprintf(sql,
+	        "INSERT INTO cairn.signals (run_id, name, payload) VALUES (%" PRId64
+	        ", 'other', '%s')",
+	        id, deep);
+	tdb_exec(e.c, sql);
+	free(sql);
+	free(deep);
+	cr_assert_eq(cairn_signal(e.cl, id, "other", "1"), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	cr_assert_eq(cairn_signal(e.cl, id, "approval", "true"), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, signals_beyond_the_pending_cap_are_refused_naming_the_limit)
+{
+	env e;
+	setup(&e);
+	tdb_exec(e.c, "UPDATE cairn.settings SET value = '3' WHERE name = 'max_pending_signals'");
+	int64_t id = enqueue(&e, "t.await", "{\"name\": \"never\", \"timeout_ms\": 600000}", 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(cairn_signal(e.cl, id, "s", "1"), CAIRN_OK, "%s",
+		             cairn_client_errmsg(e.cl));
+	cr_assert_eq(cairn_signal(e.cl, id, "s", "1"), CAIRN_ESTATE);
+	cr_assert(strstr(cairn_client_errmsg(e.cl),
+	                 "it holds 3 unconsumed signals; the limit (max_pending_signals in "
+	                 "cairn.settings) is 3"),
+	          "%s", cairn_client_errmsg(e.cl));
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.signals WHERE run_id = %" PRId64, id), 3);
+	teardown(&e);
+}
+
+Test(exec, a_run_over_the_journal_cap_fails_alone_and_the_others_complete)
+{
+	env e;
+	setup(&e);
+	tdb_exec(e.c, "UPDATE cairn.settings SET value = '20000' WHERE name = 'max_journal_bytes'");
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t big = enqueue(&e, "t.big", "{\"bytes\": 60000}", 0);
+	int64_t small = enqueue(&e, "t.big", "{\"bytes\": 100}", 0);
+	cairn_run *r = finished(&e, big, 30000);
+	cr_assert_str_eq(r->status, "failed");
+	cr_assert(strstr(r->error, "cannot load the run: its journal is "), "%s", r->error);
+	cr_assert(strstr(r->error, "the limit (max_journal_bytes in cairn.settings) is 20000"),
+	          "%s", r->error);
+	cairn_run_free(r);
+	r = finished(&e, small, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}

@@ -234,3 +234,32 @@ Test(backoff, reconnect_doubles_from_100ms_with_full_jitter_up_to_the_cap)
 	cr_assert_eq(backoff_reconnect_ms(20, 15000, 0.0), 7500, "capped");
 	cr_assert_eq(backoff_reconnect_ms(20, 15000, 0.999), 14992);
 }
+
+Test(parse, json_nested_deeper_than_the_limit_is_refused_naming_the_depth)
+{
+	char err[PARSE_ERR_MAX], deep[2 * (JSON_MAX_DEPTH + 1) + 2];
+	int n = JSON_MAX_DEPTH;
+	memset(deep, '[', (size_t)n);
+	memset(deep + n, ']', (size_t)n);
+	deep[2 * n] = '\0';
+	cr_assert_eq(parse_check_json("input", deep, 1 << 20, err), 0, "%s", err);
+	n = JSON_MAX_DEPTH + 1;
+	memset(deep, '[', (size_t)n);
+	memset(deep + n, ']', (size_t)n);
+	deep[2 * n] = '\0';
+	cr_assert_eq(parse_check_json("input", deep, 1 << 20, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "input is nested 65 levels deep: at most 64 are accepted"), "%s",
+	          err);
+	/* Brackets inside strings are text, not nesting. */
+	cr_assert_eq(json_depth("{\"a\": \"[[[[[[\", \"b\": [1, {\"c\": \"]\\\"[\"}]}"), 3);
+}
+
+Test(parse, text_cut_inside_a_character_becomes_valid_utf8)
+{
+	buf b = BUF_INIT;
+	cr_assert(utf8_valid("caf\xc3\xa9"));
+	cr_assert_not(utf8_valid("caf\xc3"));
+	utf8_clean("caf\xc3", &b);
+	cr_assert_str_eq(buf_str(&b), "caf\xef\xbf\xbd");
+	buf_free(&b);
+}
