@@ -36,7 +36,8 @@ static const setting SETTINGS[] = {
     {"CAIRN_HTTP_ADDR", K_STR, OFF(http_addr), "127.0.0.1:8080", 0, 0,
      "health/readiness/metrics/status endpoint, HOST:PORT"},
     {"CAIRN_ADVERTISE_ADDR", K_STR, OFF(advertise_addr), "", 0, 0,
-     "HOST:PORT other runners use to reach the endpoint (default: CAIRN_HTTP_ADDR)"},
+     "HOST:PORT other runners use to reach the endpoint (default: CAIRN_HTTP_ADDR; "
+     "required when that listens on every interface)"},
     {"CAIRN_CONCURRENCY", K_INT, OFF(concurrency), "16", 1, 1024, "executor threads"},
     {"CAIRN_SHARDS", K_INT, OFF(shards), "0", 0, 65536,
      "shards per group; 0 uses the count recorded by `cairn migrate`"},
@@ -173,8 +174,9 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 	return -CAIRN_EINVAL;
 }
 
-/* Parses HOST:PORT ([v6]:PORT, :PORT for all interfaces) into cfg->http_sa. */
-static int parse_addr(config *cfg, buf *err)
+/* Parses HOST:PORT ([v6]:PORT, :PORT for all interfaces) into cfg->http_sa;
+ * *wildcard is set when it listens on every interface (:PORT, 0.0.0.0, [::]). */
+static int parse_addr(config *cfg, int *wildcard, buf *err)
 {
 	const char *a = cfg->http_addr;
 	const char *colon = strrchr(a, ':');
@@ -198,6 +200,7 @@ static int parse_addr(config *cfg, buf *err)
 		s6->sin6_family = AF_INET6;
 		s6->sin6_port = htons((uint16_t)port);
 		cfg->http_sa_len = sizeof *s6;
+		*wildcard = IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr);
 		return 0;
 	}
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&cfg->http_sa;
@@ -210,6 +213,7 @@ static int parse_addr(config *cfg, buf *err)
 		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	else if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
 		goto bad;
+	*wildcard = s4->sin_addr.s_addr == htonl(INADDR_ANY);
 	return 0;
 bad:
 	buf_reset(err);
@@ -218,6 +222,48 @@ bad:
 	    "invalid value for CAIRN_HTTP_ADDR: \"%s\": expected HOST:PORT with an IP address "
 	    "(127.0.0.1:8080, [::1]:8080, :8080) and a port from 0 to 65535",
 	    a);
+	return -CAIRN_EINVAL;
+}
+
+/* CAIRN_ADVERTISE_ADDR is HOST:PORT another runner can call: a host name, an
+ * IPv4 address or a bracketed IPv6 address, none of them a wildcard, and a
+ * port from 0 to 65535 (0: the port the endpoint was given). */
+static int check_advertise(const char *a, buf *err)
+{
+	const char *colon = strrchr(a, ':');
+	char host[256], perr[PARSE_ERR_MAX];
+	int64_t port;
+	size_t hl = colon ? (size_t)(colon - a) : 0;
+	int ok =
+	    colon && hl > 0 && hl < sizeof host && parse_int(colon + 1, 0, 65535, &port, perr) == 0;
+	if (ok) {
+		memcpy(host, a, hl);
+		host[hl] = '\0';
+	}
+	if (ok && host[0] == '[') {
+		struct in6_addr a6;
+		ok = hl > 2 && host[hl - 1] == ']';
+		if (ok) {
+			host[hl - 1] = '\0';
+			ok = inet_pton(AF_INET6, host + 1, &a6) == 1 &&
+			     !IN6_IS_ADDR_UNSPECIFIED(&a6);
+		}
+	} else if (ok) {
+		for (const char *p = host; ok && *p; p++)
+			ok = isalnum((unsigned char)*p) || *p == '-' || *p == '.' || *p == '_';
+		struct in_addr a4;
+		if (ok && inet_pton(AF_INET, host, &a4) == 1)
+			ok = a4.s_addr != htonl(INADDR_ANY);
+	}
+	if (ok)
+		return 0;
+	buf_reset(err);
+	buf_printf(err,
+	           "invalid value for CAIRN_ADVERTISE_ADDR: \"%s\": expected HOST:PORT that other "
+	           "runners can call (worker-1:8080, 10.0.0.5:8080, [fd00::5]:8080): a host name "
+	           "or an IP address, not a wildcard (0.0.0.0, [::], empty), and a port from 0 "
+	           "to 65535",
+	           a);
 	return -CAIRN_EINVAL;
 }
 
@@ -309,8 +355,23 @@ static int finish(config *cfg, buf *err)
 		return -CAIRN_EINVAL;
 	}
 	PQconninfoFree(opts);
-	int rc;
-	if ((rc = parse_addr(cfg, err)) < 0 || (rc = parse_groups(cfg, err)) < 0)
+	int rc, wildcard = 0;
+	if ((rc = parse_addr(cfg, &wildcard, err)) < 0 || (rc = parse_groups(cfg, err)) < 0)
+		return rc;
+	/* Other runners' health checkers call the advertised address; an
+	 * address that listens everywhere names no host to call. */
+	if (!cfg->advertise_addr[0] && wildcard) {
+		buf_reset(err);
+		buf_printf(err,
+		           "CAIRN_ADVERTISE_ADDR is not set and CAIRN_HTTP_ADDR \"%s\" listens on "
+		           "every interface, which is no address other runners can call: set "
+		           "CAIRN_ADVERTISE_ADDR to HOST:PORT where they reach this worker "
+		           "(worker-1:8080, 10.0.0.5:8080), or CAIRN_HTTP_ADDR to one address "
+		           "(10.0.0.5:8080)",
+		           cfg->http_addr);
+		return -CAIRN_EINVAL;
+	}
+	if (cfg->advertise_addr[0] && (rc = check_advertise(cfg->advertise_addr, err)) < 0)
 		return rc;
 	if (!cfg->advertise_addr[0]) {
 		free(cfg->advertise_addr);

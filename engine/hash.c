@@ -36,6 +36,22 @@ int32_t hash_group_lock_key(const char *group)
 	return (int32_t)(uint32_t)(h ^ (h >> 32));
 }
 
+int64_t hash_singleton_lock_key(const char *group, const char *name)
+{
+	uint64_t h = hash_fnv1a64("cairn.singleton:", 16);
+	for (const unsigned char *p = (const unsigned char *)group; *p; p++) {
+		h ^= *p;
+		h *= HASH_FNV64_PRIME;
+	}
+	h ^= ':';
+	h *= HASH_FNV64_PRIME;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+		h ^= *p;
+		h *= HASH_FNV64_PRIME;
+	}
+	return (int64_t)h;
+}
+
 uint64_t hash_mix64(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ULL;

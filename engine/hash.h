@@ -12,6 +12,11 @@ uint64_t hash_fnv1a64(const void *data, size_t n);
 int hash_shard(const char *key, int shards_per_group);
 /* The first key of a shard group's advisory locks (a signed 32-bit int). */
 int32_t hash_group_lock_key(const char *group);
+/* The key of a singleton's fence lock: FNV-1a-64 of "cairn.singleton:GROUP:NAME"
+ * for the one-bigint form pg_try_advisory_lock(bigint). That form is its own
+ * lock space (objsubid 1 in pg_locks), apart from the shard locks' two-int
+ * form (objsubid 2), so a fence can never collide with a shard lock. */
+int64_t hash_singleton_lock_key(const char *group, const char *name);
 /* A well-mixed 64-bit function of x (splitmix64 finaliser). */
 uint64_t hash_mix64(uint64_t x);
 #endif

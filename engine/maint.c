@@ -1,8 +1,16 @@
 /*
  * maint.c - the built-in singletons (DESIGN section 6):
- *   cairn.health   GETs every runner's /healthz with libcurl; after
- *                  HEALTH_FAILURES failures in a row marks it unhealthy
- *                  (never the last healthy runner); removes runners whose
+ *   cairn.health   GETs every runner's /healthz with libcurl and counts
+ *                  failed probes in cairn.runners.health_failures. A runner
+ *                  that answers with anything but 200 (its loops are stuck)
+ *                  HEALTH_FAILURES times in a row is marked unhealthy, so
+ *                  its shards move (never the last healthy runner). A probe
+ *                  that gets no answer is counted but never marks a runner
+ *                  that the database says is live (fresh heartbeat, lease
+ *                  backend connected): that runner demonstrably works, and
+ *                  the probe's failure is the network's or the address's;
+ *                  a runner that is really gone loses its shards through
+ *                  its heartbeat and lease instead. Removes runners whose
  *                  heartbeat is older than twice the TTL.
  *   cairn.janitor  deletes finished runs older than CAIRN_RETENTION, in
  *                  small batches, checking for cancellation between them.
@@ -25,16 +33,18 @@
 #define JANITOR_INTERVAL_MS 10000
 
 static const char SQL_HEALTH_LIST[] =
-    "SELECT id, address FROM cairn.runners "
-    "WHERE heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY id";
+    "SELECT r.id, r.address, cairn.runner_live(r, $1::bigint) FROM cairn.runners r "
+    "WHERE r.heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY r.id";
 
 static const char SQL_HEALTH_OK[] = "UPDATE cairn.runners SET health_failures = 0, healthy = true "
                                     "WHERE id = $1 AND (health_failures <> 0 OR NOT healthy)";
 
-/* Counts the failure; marks unhealthy only if another healthy live runner remains. */
+/* Counts the failure; marks unhealthy only when it may ($4) and another
+ * healthy live runner remains. */
 static const char SQL_HEALTH_FAIL[] =
     "UPDATE cairn.runners r SET health_failures = r.health_failures + 1, "
-    "  healthy = CASE WHEN r.health_failures + 1 >= $2 AND EXISTS (SELECT 1 FROM cairn.runners o "
+    "  healthy = CASE WHEN $4::boolean AND r.health_failures + 1 >= $2 "
+    "    AND EXISTS (SELECT 1 FROM cairn.runners o "
     "      WHERE o.id <> r.id AND o.healthy "
     "        AND o.heartbeat_at > now() - $3 * interval '1 millisecond') "
     "    THEN false ELSE r.healthy END "
@@ -56,8 +66,10 @@ static size_t discard(char *p, size_t size, size_t n, void *u)
 	return size * n;
 }
 
-/* 1 when the runner at address answers /healthz with 200. */
-static int probe_ok(CURL *h, const char *address, int64_t timeout_ms)
+typedef enum probe { PROBE_OK, PROBE_ANSWERED_FAIL, PROBE_NO_ANSWER } probe;
+
+/* GETs /healthz at address; why says what failed. */
+static probe probe_runner(CURL *h, const char *address, int64_t timeout_ms, char *why, size_t n)
 {
 	char url[300];
 	snprintf(url, sizeof url, "http://%s/healthz", address);
@@ -68,10 +80,14 @@ static int probe_ok(CURL *h, const char *address, int64_t timeout_ms)
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
 	long code = 0;
-	if (curl_easy_perform(h) != CURLE_OK)
-		return 0;
+	CURLcode cc = curl_easy_perform(h);
+	if (cc != CURLE_OK) {
+		snprintf(why, n, "no answer: %s", curl_easy_strerror(cc));
+		return PROBE_NO_ANSWER;
+	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-	return code == 200;
+	snprintf(why, n, "answered %ld", code);
+	return code == 200 ? PROBE_OK : PROBE_ANSWERED_FAIL;
 }
 
 static int health_round(const maint_env *e, PGconn *c, CURL *h)
@@ -87,23 +103,40 @@ static int health_round(const maint_env *e, PGconn *c, CURL *h)
 	    e->cfg->heartbeat_interval_ms < 1000 ? e->cfg->heartbeat_interval_ms : 1000;
 	for (int i = 0; r && i < PQntuples(r) && !rc; i++) {
 		const char *id = PQgetvalue(r, i, 0), *addr = PQgetvalue(r, i, 1);
-		if (!addr[0] || probe_ok(h, addr, timeout)) {
+		int live = db_get_bool(r, i, 2);
+		char why[CURL_ERROR_SIZE + 32] = "";
+		probe pr = addr[0] ? probe_runner(h, addr, timeout, why, sizeof why) : PROBE_OK;
+		if (pr == PROBE_OK) {
 			rc = db_cmd(c, &err, SQL_HEALTH_OK, 1, (const char *const[]){id});
 			continue;
 		}
-		PGresult *f =
-		    db_exec(c, &err, SQL_HEALTH_FAIL, 3, (const char *const[]){id, limit, ttl});
+		/* No answer from a runner the database sees alive marks nothing. */
+		int may_mark = pr == PROBE_ANSWERED_FAIL || !live;
+		PGresult *f = db_exec(c, &err, SQL_HEALTH_FAIL, 4,
+		                      (const char *const[]){id, limit, ttl, may_mark ? "t" : "f"});
 		if (!f) {
 			rc = -1;
 			break;
 		}
-		if (PQntuples(f) == 1 && db_get_int(f, 0, 1) >= HEALTH_FAILURES)
+		int n = PQntuples(f) == 1 ? db_get_int(f, 0, 1) : 0;
+		char fails[24];
+		snprintf(fails, sizeof fails, "%d", n);
+		log_kv(e->log, LOG_INFO, "runner health probe failed", "runner_id", id, "address",
+		       addr, "failures", fails, "reason", why, NULL);
+		if (n >= HEALTH_FAILURES && may_mark)
 			log_kv(e->log, LOG_WARN,
 			       db_get_bool(f, 0, 0)
 			           ? "runner failing health checks, kept healthy: it is the last "
 			             "healthy runner"
 			           : "runner marked unhealthy",
 			       "runner_id", id, "address", addr, NULL);
+		else if (n == HEALTH_FAILURES)
+			log_kv(
+			    e->log, LOG_WARN,
+			    "runner does not answer at its advertised address but is live in the "
+			    "database (fresh heartbeat, lease connection open): kept healthy with "
+			    "its shards; check its CAIRN_ADVERTISE_ADDR and the network",
+			    "runner_id", id, "address", addr, NULL);
 		PQclear(f);
 	}
 	PQclear(r);

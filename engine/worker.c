@@ -261,16 +261,21 @@ typedef struct supervisor {
 	watch *loop;
 	pthread_t thread;
 	_Atomic int done;
+	_Atomic int zombies; /* singleton threads still running after the stop */
 	PGconn *conn;
 	int ever_connected, hb_failures;
 	int64_t healthy_since, next_heartbeat, next_rebalance;
 } supervisor;
 
-/* Sleeps ms in slices of the loop's interval, stamping its heartbeat. */
+/* Sleeps ms in slices of the loop's interval, stamping its heartbeat; wakes
+ * early when a singleton is due (a restart, a fence retry, a stop deadline). */
 static void nap(supervisor *s, int64_t ms)
 {
 	cairn_worker *w = s->w;
 	int64_t until = clock_mono_ms() + ms;
+	int64_t due = singletons_next_ms(w->singletons);
+	if (due && due < until)
+		until = due;
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		watch_stamp(s->loop);
@@ -410,6 +415,8 @@ static void *supervisor_main(void *arg)
 	int failures = 0, logged_down = 0;
 	while (!is_stopping(w)) {
 		watch_stamp(s->loop);
+		/* Also while detached: reap stopped singletons, declare zombies. */
+		singletons_sync(w->singletons);
 		if (!s->conn && connect_lease(s, &failures, &logged_down) < 0)
 			continue;
 		if (!lease_runner_id(w->lease)) {
@@ -439,7 +446,7 @@ static void *supervisor_main(void *arg)
 	}
 	if (db_ok(s->conn) && lease_runner_id(w->lease))
 		lease_release_all(w->lease);
-	singletons_stop_all(w->singletons);
+	atomic_store(&s->zombies, singletons_stop_all(w->singletons));
 	PQfinish(s->conn);
 	s->conn = NULL;
 	set_ready(w, 0, "stopped");
@@ -487,6 +494,14 @@ static int advertise_bound_port(cairn_worker *w)
 	return 0;
 }
 
+/* How long a cancelled singleton may run on before it is a zombie: the
+ * shutdown timeout, within [1 s, 10 s] (the bound of a released shard's runs). */
+static int64_t singleton_stop_timeout_ms(const config *cfg)
+{
+	int64_t t = cfg->shutdown_timeout_ms;
+	return t < 1000 ? 1000 : t > 10000 ? 10000 : t;
+}
+
 /* Loads plugins and creates and starts every module: 0, or a negated
  * status with w->err saying why (nothing is left running). */
 static int start_modules(cairn_worker *w)
@@ -515,6 +530,8 @@ static int start_modules(cairn_worker *w)
 	                     .conninfo = w->cfg.database_url,
 	                     .log = &w->log,
 	                     .m = &w->m,
+	                     .stop_timeout_ms = singleton_stop_timeout_ms(&w->cfg),
+	                     .fence_retry_ms = w->cfg.heartbeat_interval_ms,
 	                     .wake = wake_supervisor,
 	                     .wake_arg = w};
 	rc = lease_new(&le, &w->lease);
@@ -630,12 +647,13 @@ int cairn_worker_run(cairn_worker *w)
 	while (!abandoned && !atomic_load(&sup->done) && clock_mono_ms() < deadline)
 		abandoned = second_signal(w, &sigs, 20);
 	int clean = atomic_load(&sup->done) && !abandoned;
+	int zombies = clean ? atomic_load(&sup->zombies) : 0;
 	if (clean) {
 		if (sup_started)
 			pthread_join(sup->thread, NULL);
 		free(sup);
 	}
-	if (clean && !cut) {
+	if (clean && !cut && !zombies) {
 		http_stop(w->http);
 		w->http = NULL;
 	}
@@ -647,6 +665,13 @@ int cairn_worker_run(cairn_worker *w)
 		buf_reset(&w->err);
 		buf_puts(&w->err, "a second signal stopped the drain");
 		return CAIRN_EINTR;
+	}
+	if (zombies) {
+		log_kv(&w->log, LOG_WARN, "a singleton ignored its cancel flag and still runs",
+		       NULL);
+		buf_reset(&w->err);
+		buf_puts(&w->err, "a singleton ignored its cancel flag and still runs");
+		return CAIRN_ETIMEOUT;
 	}
 	if (!clean || cut) {
 		log_kv(&w->log, LOG_WARN, "shutdown timeout passed with a loop still busy", NULL);

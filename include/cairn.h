@@ -336,7 +336,8 @@ const char *cairn_worker_settings_help(void);
  *   CAIRN_ESCHEMA  a fatal configuration mismatch found at run time;
  *   CAIRN_EINVAL   a plugin could not be loaded or the HTTP endpoint cannot
  *                  listen (nothing was left running);
- *   CAIRN_ETIMEOUT the shutdown timeout passed with a step still running;
+ *   CAIRN_ETIMEOUT the shutdown timeout passed with a step still running,
+ *                  or a singleton ignored its cancel flag and still runs;
  *   CAIRN_EINTR    a second signal came during the drain.
  * After CAIRN_ETIMEOUT and CAIRN_EINTR threads of the worker may still be
  * running: do not call cairn_worker_free(); exit the process (the stock
@@ -504,10 +505,17 @@ void *cairn_workflow_arg(const cairn_ctx *ctx);
  * A singleton is a named background task that runs on exactly one worker: the
  * owner of the shard hash(name) in its group. It runs in its own thread and
  * must check cairn_singleton_cancelled() often (or sleep with
- * cairn_singleton_sleep()); when the shard moves, the worker sets the flag and
- * waits for the function to return before it lets the shard go. Returning
- * CAIRN_OK ends it until the shard is acquired again; returning an error
- * restarts it after backoff_ms * 2^min(failures - 1, 10).
+ * cairn_singleton_sleep()); when the shard moves or the runner loses its
+ * lease, the worker sets the flag. A copy runs only while its worker holds
+ * the singleton's fence (an advisory lock on a connection of its own), which
+ * is let go only after the function returned, so another worker's copy
+ * starts only then. cairn_singleton_cancelled() is also true once that
+ * connection is lost. A function still running min(max(
+ * CAIRN_SHUTDOWN_TIMEOUT, 1 s), 10 s) after its cancel is a zombie: logged,
+ * its fence released (another worker may then run it alongside), never
+ * started again in this process until it returns. Returning CAIRN_OK ends it
+ * until the shard is acquired again; returning an error restarts it after
+ * backoff_ms * 2^min(failures - 1, 10).
  */
 typedef struct cairn_singleton cairn_singleton;
 typedef int (*cairn_singleton_fn)(cairn_singleton *s, void *arg);

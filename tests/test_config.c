@@ -19,6 +19,7 @@ static void env_reset(void)
 {
 	setenv("DATABASE_URL", "postgresql://u:pw@localhost/db", 1);
 	unsetenv("CAIRN_HTTP_ADDR");
+	unsetenv("CAIRN_ADVERTISE_ADDR");
 	unsetenv("CAIRN_CONCURRENCY");
 	unsetenv("CAIRN_POLL_INTERVAL");
 	unsetenv("CAIRN_LOG_FORMAT");
@@ -133,10 +134,69 @@ Test(config, ipv6_and_wildcard_addresses)
 	cr_assert_eq(load(&c, &err, 3, argv), 0, "%s", buf_str(&err));
 	cr_assert_eq(c.http_sa.ss_family, AF_INET6);
 	config_free(&c);
-	char *argv2[] = {"w", "--http-addr", ":9000"};
-	cr_assert_eq(load(&c, &err, 3, argv2), 0, "%s", buf_str(&err));
+	char *argv2[] = {"w", "--http-addr", ":9000", "--advertise-addr", "worker-1:9000"};
+	cr_assert_eq(load(&c, &err, 5, argv2), 0, "%s", buf_str(&err));
 	cr_assert_eq(c.http_sa.ss_family, AF_INET);
 	config_free(&c);
+	buf_free(&err);
+}
+
+/* Loads with CAIRN_HTTP_ADDR=http and CAIRN_ADVERTISE_ADDR=adv (NULL: unset);
+ * 0 or the error, whose text is left in err. */
+static int load_addrs(const char *http, const char *adv, buf *err)
+{
+	env_reset();
+	setenv("CAIRN_HTTP_ADDR", http, 1);
+	if (adv)
+		setenv("CAIRN_ADVERTISE_ADDR", adv, 1);
+	config c;
+	char *argv[] = {"w"};
+	buf_reset(err);
+	int rc = load(&c, err, 1, argv);
+	config_free(&c);
+	env_reset();
+	return rc;
+}
+
+Test(config, listening_on_every_interface_requires_an_advertised_address)
+{
+	buf err = BUF_INIT;
+	const char *wild[] = {":8080", "0.0.0.0:8080", "[::]:8080", ":0"};
+	for (size_t i = 0; i < sizeof wild / sizeof wild[0]; i++) {
+		cr_assert_eq(load_addrs(wild[i], NULL, &err), -CAIRN_EINVAL, "%s accepted",
+		             wild[i]);
+		const char *m = buf_str(&err);
+		cr_assert(strstr(m, "CAIRN_ADVERTISE_ADDR") && strstr(m, "CAIRN_HTTP_ADDR") &&
+		              strstr(m, wild[i]) && strstr(m, "HOST:PORT"),
+		          "%s: %s", wild[i], m);
+		cr_assert_eq(load_addrs(wild[i], "worker-1:8080", &err), 0, "%s: %s", wild[i],
+		             buf_str(&err));
+	}
+	/* One address of this host, port 0 included, needs none. */
+	cr_assert_eq(load_addrs("127.0.0.1:0", NULL, &err), 0, "%s", buf_str(&err));
+	cr_assert_eq(load_addrs("[::1]:8080", NULL, &err), 0, "%s", buf_str(&err));
+	buf_free(&err);
+}
+
+Test(config, advertised_address_must_be_a_callable_host_and_port)
+{
+	buf err = BUF_INIT;
+	const char *good[] = {"worker-1:8080", "10.0.0.5:8080", "[fd00::5]:8080",
+	                      "host.example.com:0", "worker_2:65535"};
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+		cr_assert_eq(load_addrs("0.0.0.0:8080", good[i], &err), 0, "%s refused: %s",
+		             good[i], buf_str(&err));
+	const char *bad[] = {"worker-1",     ":8080",          "0.0.0.0:8080",
+	                     "[::]:8080",    "worker-1:99999", "worker-1:http",
+	                     "fd00::5:8080", "[fd00::5:8080",  "bad host:80"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		cr_assert_eq(load_addrs("127.0.0.1:8080", bad[i], &err), -CAIRN_EINVAL,
+		             "%s accepted", bad[i]);
+		const char *m = buf_str(&err);
+		cr_assert(strstr(m, "CAIRN_ADVERTISE_ADDR") && strstr(m, bad[i]) &&
+		              strstr(m, "HOST:PORT") && strstr(m, "not a wildcard"),
+		          "%s: %s", bad[i], m);
+	}
 	buf_free(&err);
 }
 

@@ -2,23 +2,35 @@
  * test_lease.c - shard leases across real cairn-worker processes on the test
  * PostgreSQL (issue 4): every shard owned exactly once, takeover after
  * kill -9, SIGTERM and a killed lease connection, fencing of a stale epoch,
- * singletons that never overlap and back off when they crash, and the runner
- * health checker's last-healthy guard.
+ * singletons that never overlap (their own fence locks keep a new owner's copy
+ * waiting while a detached runner's copy still runs), that cannot block the
+ * supervisor when they ignore their cancel flag, and back off when they
+ * crash; the runner health checker's policy (a live runner that does not
+ * answer keeps its shards, one that answers 503 three times loses them, never
+ * the last healthy one) and workers listening on every interface.
  *
  * Ownership is checked where it is true, in the database: one advisory lock
  * per shard in pg_locks, held by the lease backend (runners.lease_pid) of the
  * runner cairn.shard_leases names. Every wait is a deadline poll.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "assign.h"
 #include "hash.h"
 #include "support.h"
 
@@ -44,6 +56,16 @@ static PGconn *conn;
 static int nshards;
 /* A port that refuses connections (tclosed_port), until fini closes it. */
 static int closed_fd = -1;
+
+/* A stand-in /healthz: answers 503 to its first fail_first requests, 200 after. */
+typedef struct fake_http {
+	int fd, port;
+	pthread_t thread;
+	int fail_first;
+	_Atomic int served, stop;
+} fake_http;
+static fake_http *fake;
+static void fake_http_stop(void);
 
 static void dump_logs(void)
 {
@@ -85,6 +107,7 @@ static void teardown(void)
 	if (closed_fd >= 0)
 		close(closed_fd);
 	closed_fd = -1;
+	fake_http_stop();
 	if (conn)
 		PQfinish(conn);
 	conn = NULL;
@@ -564,15 +587,327 @@ Test(lease, crashing_singleton_restarts_with_doubling_backoff)
 	check(restarts >= 4, "cairn_singleton_restarts_total is %g after 5 crashes", restarts);
 }
 
+/* ------------------------------------------------------------ fenced singletons */
+
+/* The shard test.recorder hashes to. */
+static int shard_of_singleton(const char *name)
+{
+	return hash_shard(name, nshards);
+}
+
+typedef struct owner_is {
+	int shard;
+	int64_t id;
+} owner_is;
+
+static int shard_owned_by(void *arg)
+{
+	owner_is *o = arg;
+	return qint("SELECT count(*) FROM cairn.shard_leases WHERE shard_group = 'default' AND "
+	            "shard = %d AND owner = %" PRId64,
+	            o->shard, o->id) == 1;
+}
+
+static int64_t overlapping_pairs(void)
+{
+	return qint("SELECT count(*) FROM test_singleton a JOIN test_singleton b "
+	            "ON a.runner <> b.runner AND a.t_start < b.t_end AND b.t_start < a.t_end");
+}
+
+/*
+ * The lease backend of the runner running test.recorder is terminated. That
+ * runner detaches, but its copy keeps running (it lingers after its cancel
+ * until the test releases it), while the other runner takes the shard at
+ * once. The singleton's own fence lock keeps the new owner's copy waiting
+ * until the old copy has returned: the recorded intervals never overlap.
+ */
+Test(lease, singleton_fence_keeps_the_new_owner_waiting_while_a_detached_runner_still_runs_it)
+{
+	setup(64);
+	tdb_exec(
+	    conn,
+	    "CREATE TABLE test_singleton (runner bigint, t_start timestamptz, t_end timestamptz)");
+	tdb_exec(conn, "CREATE TABLE test_recorder_release (t timestamptz)");
+	/* Detached runners stay detached for the test; a cancelled copy may take
+	 * 10 s to return before it would count as a zombie. */
+	for (int i = 0; i < 2; i++)
+		start(i, plugin_env(), "CAIRN_TEST_RECORDER_LINGER=1", "CAIRN_REATTACH_WINDOW=60s",
+		      "CAIRN_SHUTDOWN_TIMEOUT=30s");
+	for (int i = 0; i < 2; i++)
+		check(thttp_wait(ws[i].port, "/readyz", 200, 20000), "worker %d never became ready",
+		      i);
+	owned_by o;
+	owners_of(&o, 0, 1, -1);
+	wait_fully_owned(&o, 20000, "two workers");
+
+	recorder_moved r = {0};
+	check(twait(recorder_moved_on, &r, 30000),
+	      "test.recorder never ran (is the plugin loaded?)");
+	int victim = worker_of(r.now), other = 1 - victim;
+	check(victim >= 0, "runner %" PRId64 " is none of the workers", r.now);
+	int64_t other_id = runner_id(other);
+	int64_t lease_pid = qint("SELECT lease_pid FROM cairn.runners WHERE id = %" PRId64, r.now);
+	char *killed_at = tdb_str(conn, "SELECT clock_timestamp()::text");
+	check(qint("SELECT pg_terminate_backend(%" PRId64 ")::int", lease_pid) == 1,
+	      "pg_terminate_backend failed");
+
+	/* The other runner owns the shard and tried to start its copy... */
+	owner_is oi = {.shard = shard_of_singleton("test.recorder"), .id = other_id};
+	check(twait(shard_owned_by, &oi, 30000),
+	      "the other runner never took test.recorder's shard %d", oi.shard);
+	check(tfile_wait(ws[other].log, "singleton waiting for its fence", 30000),
+	      "the new owner never tried to start test.recorder");
+	/* ... while the detached runner's copy still writes. */
+	check(tdb_wait_at_leastf(conn, 5, 30000,
+	                         "SELECT count(*) FROM test_singleton WHERE runner = %" PRId64
+	                         " AND t_start > '%s'",
+	                         r.now, killed_at),
+	      "the detached runner's copy stopped writing");
+	check(qint("SELECT count(*) FROM test_singleton WHERE runner = %" PRId64, other_id) == 0,
+	      "the new owner's copy started while the old copy ran");
+	free(killed_at);
+
+	/* The old copy returns; the new owner's copy starts only then. */
+	tdb_exec(conn, "INSERT INTO test_recorder_release VALUES (now())");
+	r.excl[r.nexcl++] = r.now;
+	check(twait(recorder_moved_on, &r, 30000), "test.recorder did not move to the new owner");
+	check(r.now == other_id, "test.recorder moved to runner %" PRId64 ", not %" PRId64, r.now,
+	      other_id);
+	int64_t overlaps = overlapping_pairs();
+	check(overlaps == 0,
+	      "two runners ran test.recorder at once (%" PRId64 " overlapping pairs)", overlaps);
+}
+
+static const char SQL_RECORDER_FENCE_PID[] =
+    "SELECT coalesce(max(pid), 0) FROM pg_stat_activity "
+    "WHERE application_name = 'cairn-worker singleton test.recorder'";
+
+/* A fence connection of test.recorder other than *arg's backend. */
+static int new_fence(void *arg)
+{
+	int64_t *pid = arg;
+	int64_t now = tdb_int(conn, SQL_RECORDER_FENCE_PID);
+	return now > 0 && now != *pid;
+}
+
+/* The fence connection of test.recorder is terminated: the copy is
+ * cancelled (its fence lock is gone) and started again behind a new fence. */
+Test(lease, singleton_whose_fence_connection_dies_is_cancelled_and_restarted_behind_a_new_fence)
+{
+	setup(16);
+	start(0, plugin_env(), "CAIRN_SINGLETON_BACKOFF=100ms", NULL, NULL);
+	check(thttp_wait(ws[0].port, "/readyz", 200, 20000), "worker never became ready");
+	recorder_moved r = {0};
+	check(twait(recorder_moved_on, &r, 30000),
+	      "test.recorder never ran (is the plugin loaded?)");
+	int64_t pid = tdb_int(conn, SQL_RECORDER_FENCE_PID);
+	check(pid > 0, "no fence connection for test.recorder in pg_stat_activity");
+	check(qint("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+	           "AND granted AND pid = %" PRId64,
+	           pid) == 1,
+	      "the fence connection holds no advisory lock");
+	check(qint("SELECT pg_terminate_backend(%" PRId64 ")::int", pid) == 1,
+	      "pg_terminate_backend failed");
+	check(tfile_wait(ws[0].log, "fence connection was lost", 20000),
+	      "the worker did not notice the lost fence");
+	check(tfile_wait(ws[0].log, "singleton stopped: its fence connection was lost", 20000),
+	      "test.recorder was not stopped after its fence was lost");
+	check(twait(new_fence, &pid, 20000), "no new fence connection after the old one died");
+	rows_since since = {.n = 5};
+	char *t = tdb_str(conn, "SELECT clock_timestamp()::text");
+	snprintf(since.t, sizeof since.t, "%s", t);
+	free(t);
+	check(twait(rows_written_since, &since, 30000), "test.recorder did not run again");
+}
+
+/* The first n in [8, 512] for which, with runners 1 and 2 of equal weight,
+ * the desired owner of name's shard is runner 2. */
+static int shards_moving_to_runner_2(const char *name)
+{
+	assign_runner rs[2] = {{1, 100}, {2, 100}};
+	uint64_t key = (uint64_t)(uint32_t)hash_group_lock_key("default");
+	for (int n = 8; n <= 512; n++)
+		if (assign_shard(rs, 2, key, hash_shard(name, n)) == 1)
+			return n;
+	return -1;
+}
+
+typedef struct heartbeat_after {
+	int64_t id, after_ms;
+} heartbeat_after;
+
+static int heartbeat_advanced(void *arg)
+{
+	heartbeat_after *h = arg;
+	return qint("SELECT ((extract(epoch FROM heartbeat_at) * 1000)::bigint >= %" PRId64
+	            ")::int FROM cairn.runners WHERE id = %" PRId64,
+	            h->after_ms, h->id) == 1;
+}
+
+/*
+ * test.stubborn ignores its cancel flag. When a second runner joins and
+ * takes its shard, the first runner still releases the shard, stops waiting
+ * after the bound (CAIRN_SHUTDOWN_TIMEOUT=1s here), logs a zombie and closes
+ * its fence, so the new owner runs it; and the first runner keeps
+ * heartbeating and owning its shards well past the runner TTL.
+ */
+Test(lease, singleton_ignoring_its_cancel_flag_blocks_neither_heartbeats_nor_shard_releases)
+{
+	int n = shards_moving_to_runner_2("test.stubborn");
+	cr_assert(n > 0, "no shard count moves test.stubborn to a second runner");
+	setup(n);
+	tdb_exec(conn, "CREATE TABLE test_stubborn (runner bigint, t timestamptz)");
+	start(0, plugin_env(), "CAIRN_TEST_STUBBORN=1", "CAIRN_SHUTDOWN_TIMEOUT=1s", NULL);
+	check(thttp_wait(ws[0].port, "/readyz", 200, 20000), "worker 0 never became ready");
+	owned_by o;
+	owners_of(&o, 0, -1);
+	/* A fresh database numbers runners from 1; the shard count relies on it. */
+	check(o.ids[0] == 1, "the first runner has id %" PRId64, o.ids[0]);
+	check(tdb_wait_at_leastf(conn, 3, 30000,
+	                         "SELECT count(*) FROM test_stubborn WHERE runner = 1"),
+	      "test.stubborn never ran on the first runner");
+
+	start(1, plugin_env(), "CAIRN_TEST_STUBBORN=1", "CAIRN_SHUTDOWN_TIMEOUT=1s", NULL);
+	owners_of(&o, 0, 1, -1);
+	check(o.ids[1] == 2, "the second runner has id %" PRId64, o.ids[1]);
+	/* The shard was released although the singleton on it never returned. */
+	wait_fully_owned(&o, 30000, "after the second runner joined");
+	owner_is oi = {.shard = shard_of_singleton("test.stubborn"), .id = 2};
+	check(shard_owned_by(&oi), "test.stubborn's shard %d is not the second runner's", oi.shard);
+	check(tfile_wait(ws[0].log, "singleton ignored its cancel flag", 30000),
+	      "the first runner did not give up waiting for test.stubborn");
+	/* Its fence was closed, so the new owner runs it... */
+	check(tdb_wait_at_leastf(conn, 3, 30000,
+	                         "SELECT count(*) FROM test_stubborn WHERE runner = 2"),
+	      "test.stubborn never ran on the new owner: the zombie's fence was not released");
+	/* ... while the zombie still runs (the documented limit). */
+	check(tdb_wait_at_leastf(conn, 3, 30000,
+	                         "SELECT count(*) FROM test_stubborn WHERE runner = 1 AND t > "
+	                         "(SELECT min(t) FROM test_stubborn WHERE runner = 2)"),
+	      "the stubborn copy stopped: this test did not exercise a zombie");
+	char *body = NULL;
+	check(thttp(ws[0].port, "GET", "/status", &body, NULL) == 200 && body &&
+	          strstr(body, "\"zombie\":true"),
+	      "/status does not show the zombie: %s", body ? body : "");
+	free(body);
+
+	/* Heartbeats go on for twice the TTL (2 s) and nothing else moves. */
+	heartbeat_after hb = {.id = 1};
+	hb.after_ms = qint("SELECT (extract(epoch FROM heartbeat_at) * 1000)::bigint FROM "
+	                   "cairn.runners WHERE id = 1") +
+	              4000;
+	check(twait(heartbeat_advanced, &hb, 30000), "the first runner stopped heartbeating");
+	check(qint("SELECT cairn.runner_live(r, 2000)::int FROM cairn.runners r WHERE id = 1") == 1,
+	      "the first runner is not live");
+	check(fully_owned(&o), "ownership changed after the zombie: %" PRId64 " of %d shards",
+	      o.good, nshards);
+	check(thttp(ws[0].port, "GET", "/readyz", NULL, NULL) == 200,
+	      "the first runner is not ready");
+
+	/* A drain is not held up by the zombie either: it releases, deregisters,
+	 * and says a singleton still runs (the daemon exits 0 without freeing). */
+	check(stop(0, SIGTERM, 30000) == 0, "SIGTERM: the worker with a zombie did not exit 0");
+	check(tfile_wait(ws[0].log, "a singleton ignored its cancel flag and still runs", 1000),
+	      "the drain did not report the zombie");
+	check(qint("SELECT count(*) FROM cairn.runners WHERE id = 1") == 0,
+	      "the drained runner's row is still there");
+}
+
 /* ------------------------------------------------------------ health checker */
+
+static void *fake_http_main(void *arg)
+{
+	fake_http *f = arg;
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p = {.fd = f->fd, .events = POLLIN};
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		int c = accept(f->fd, NULL, NULL);
+		if (c < 0)
+			continue;
+		struct timeval tv = {1, 0};
+		setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+		char req[2048];
+		size_t got = 0;
+		for (ssize_t r; got < sizeof req - 1 &&
+		                (r = recv(c, req + got, sizeof req - 1 - got, 0)) > 0;) {
+			got += (size_t)r;
+			req[got] = '\0';
+			if (strstr(req, "\r\n\r\n"))
+				break;
+		}
+		int n = atomic_fetch_add(&f->served, 1);
+		const char *resp = n < f->fail_first
+		                       ? "HTTP/1.1 503 Service Unavailable\r\n"
+		                         "Content-Length: 0\r\nConnection: close\r\n\r\n"
+		                       : "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n"
+		                         "Connection: close\r\n\r\nok\n";
+		ssize_t w = send(c, resp, strlen(resp), MSG_NOSIGNAL);
+		(void)w;
+		close(c);
+	}
+	return NULL;
+}
+
+/* Starts the stand-in on a free port of 127.0.0.1; teardown stops it. */
+static fake_http *fake_http_start(int fail_first)
+{
+	static fake_http f;
+	memset(&f, 0, sizeof f);
+	f.fail_first = fail_first;
+	f.fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	cr_assert(f.fd >= 0 && bind(f.fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	          listen(f.fd, 16) == 0 && getsockname(f.fd, (struct sockaddr *)&a, &len) == 0);
+	f.port = ntohs(a.sin_port);
+	cr_assert(pthread_create(&f.thread, NULL, fake_http_main, &f) == 0);
+	fake = &f;
+	return fake;
+}
+
+static void fake_http_stop(void)
+{
+	if (!fake)
+		return;
+	atomic_store(&fake->stop, 1);
+	pthread_join(fake->thread, NULL);
+	close(fake->fd);
+	fake = NULL;
+}
+
+static void set_address(int64_t id, const char *addr)
+{
+	qint("WITH u AS (UPDATE cairn.runners SET address = '%s' WHERE id = %" PRId64
+	     " RETURNING 1) SELECT count(*) FROM u",
+	     addr, id);
+}
+
+static void make_unreachable(int64_t id)
+{
+	char a[32];
+	snprintf(a, sizeof a, "127.0.0.1:%d", tclosed_port(&closed_fd));
+	set_address(id, a);
+}
+
+/* Points runner id's address at the stand-in. */
+static void answer_with(int64_t id, fake_http *f)
+{
+	char a[32];
+	snprintf(a, sizeof a, "127.0.0.1:%d", f->port);
+	set_address(id, a);
+}
 
 typedef struct health_watch {
 	int64_t id;
-	int port; /* the worker whose cairn_health_checks_total counts rounds */
+	int ports[MAXW]; /* the workers whose cairn_health_checks_total count rounds */
+	int nports;
 	double rounds_wanted;
 	double rounds;
 	int ever_unhealthy;
 	int64_t failures;
+	fake_http *fake; /* when set: wait for requests_wanted requests instead */
+	int requests_wanted;
 } health_watch;
 
 static int marked_unhealthy(void *arg)
@@ -581,43 +916,144 @@ static int marked_unhealthy(void *arg)
 	return qint("SELECT (NOT healthy)::int FROM cairn.runners WHERE id = %" PRId64, h->id) == 1;
 }
 
-/* Until the checker has run rounds_wanted rounds; notes on the way whether
- * the runner was ever marked unhealthy, and its recorded failed probes. */
+static double health_rounds(health_watch *h)
+{
+	double sum = 0;
+	for (int i = 0; i < h->nports; i++) {
+		double m = tmetric(h->ports[i], "cairn_health_checks_total");
+		sum += m > 0 ? m : 0;
+	}
+	return sum;
+}
+
+/* Until the checker has run rounds_wanted rounds (or the stand-in served
+ * requests_wanted requests); notes on the way whether the runner was ever
+ * marked unhealthy, and its recorded failed probes. */
 static int checker_rounds_done(void *arg)
 {
 	health_watch *h = arg;
-	h->rounds = tmetric(h->port, "cairn_health_checks_total");
+	h->rounds = health_rounds(h);
 	h->ever_unhealthy |=
 	    qint("SELECT (NOT healthy)::int FROM cairn.runners WHERE id = %" PRId64, h->id) == 1;
 	h->failures = qint("SELECT health_failures FROM cairn.runners WHERE id = %" PRId64, h->id);
+	if (h->fake)
+		return atomic_load(&h->fake->served) >= h->requests_wanted;
 	return h->rounds >= h->rounds_wanted;
 }
 
-static void make_unreachable(int64_t id)
+/* owner:epoch of every shard: unchanged exactly when no shard moved. */
+static char *lease_snapshot(void)
 {
-	int port = tclosed_port(&closed_fd);
-	qint("WITH u AS (UPDATE cairn.runners SET address = '127.0.0.1:%d' WHERE id = %" PRId64
-	     " RETURNING 1) SELECT count(*) FROM u",
-	     port, id);
+	return tdb_str(conn,
+	               "SELECT string_agg(shard || ':' || owner || ':' || epoch, ',' ORDER BY "
+	               "shard) FROM cairn.shard_leases WHERE shard_group = 'default'");
 }
 
-Test(lease, health_checker_marks_an_unreachable_runner_unhealthy_and_its_shards_move)
+/* Some worker logged a failed probe of runner id with this failure count and reason. */
+static int logged_probe_failure(int64_t id, int failures, const char *reason)
 {
-	setup(64);
+	char want[160];
+	snprintf(want, sizeof want, "msg=\"runner health probe failed\" runner_id=%" PRId64, id);
+	char count[32];
+	snprintf(count, sizeof count, "failures=%d ", failures);
+	int found = 0;
+	for (int i = 0; i < MAXW && !found; i++) {
+		if (!ws[i].log[0])
+			continue;
+		char *text = tfile_read(ws[i].log);
+		for (char *line = text; line && *line && !found;) {
+			char *eol = strchr(line, '\n');
+			if (eol)
+				*eol = '\0';
+			found = strstr(line, want) && strstr(line, count) && strstr(line, reason);
+			line = eol ? eol + 1 : NULL;
+		}
+		free(text);
+	}
+	return found;
+}
+
+static void start_two_and_wait(owned_by *o)
+{
 	for (int i = 0; i < 2; i++)
 		start(i, NULL, NULL, NULL, NULL);
 	for (int i = 0; i < 2; i++)
 		check(thttp_wait(ws[i].port, "/readyz", 200, 20000), "worker %d never became ready",
 		      i);
+	owners_of(o, 0, 1, -1);
+	wait_fully_owned(o, 20000, "two workers");
+}
+
+Test(lease, health_checker_marks_a_runner_answering_503_unhealthy_and_its_shards_move)
+{
+	setup(64);
 	owned_by o;
-	owners_of(&o, 0, 1, -1);
-	wait_fully_owned(&o, 20000, "two workers");
+	start_two_and_wait(&o);
 	health_watch h = {.id = o.ids[1]};
-	make_unreachable(h.id);
+	answer_with(h.id, fake_http_start(INT_MAX));
 	check(twait(marked_unhealthy, &h, 20000),
-	      "the unreachable runner was never marked unhealthy");
+	      "the runner answering 503 was never marked unhealthy");
+	check(logged_probe_failure(h.id, 3, "answered 503"), "no third failed probe logged");
 	owners_of(&o, 0, -1);
 	wait_fully_owned(&o, 30000, "after the other runner was marked unhealthy");
+}
+
+Test(lease, health_checker_single_failed_probe_changes_nothing)
+{
+	setup(64);
+	owned_by o;
+	start_two_and_wait(&o);
+	char *before = lease_snapshot();
+	/* One 503, then 200s: wait for three more answers after the failure. */
+	health_watch h = {.id = o.ids[1], .requests_wanted = 4};
+	h.fake = fake_http_start(1);
+	answer_with(h.id, h.fake);
+	check(twait(checker_rounds_done, &h, 30000), "the checker probed %d times, wanted %d",
+	      atomic_load(&h.fake->served), h.requests_wanted);
+	check(logged_probe_failure(h.id, 1, "answered 503"),
+	      "the failed probe was not counted and logged");
+	check(!h.ever_unhealthy, "one failed probe marked the runner unhealthy");
+	check(h.failures == 0, "the failure count is %" PRId64 " after successful probes",
+	      h.failures);
+	char *after = lease_snapshot();
+	check(before && after && strcmp(before, after) == 0,
+	      "shards moved after one failed probe:\n before %s\n after  %s", before, after);
+	free(before);
+	free(after);
+	check(fully_owned(&o), "ownership changed after one failed probe");
+}
+
+Test(lease, health_checker_keeps_a_live_runner_that_does_not_answer_and_its_shards)
+{
+	setup(64);
+	owned_by o;
+	start_two_and_wait(&o);
+	char *before = lease_snapshot();
+	/* Its lease and heartbeat are fine; only its advertised address is wrong.
+	 * Six rounds are twice the failures (3) after which a runner answering
+	 * 503 would be marked. */
+	health_watch h = {.id = o.ids[1], .ports = {ws[0].port, ws[1].port}, .nports = 2};
+	make_unreachable(h.id);
+	h.rounds_wanted = health_rounds(&h) + 6;
+	check(twait(checker_rounds_done, &h, 30000), "the health checker ran %g rounds, wanted %g",
+	      h.rounds, h.rounds_wanted);
+	check(h.failures >= 3,
+	      "only %" PRId64 " failed probes recorded: the checker did not see it down",
+	      h.failures);
+	check(logged_probe_failure(h.id, 3, "no answer"), "the third failed probe was not logged");
+	check(!h.ever_unhealthy, "a live runner that does not answer was marked unhealthy");
+	char *after = lease_snapshot();
+	check(before && after && strcmp(before, after) == 0,
+	      "shards moved off a live runner:\n before %s\n after  %s", before, after);
+	free(before);
+	free(after);
+	int kept = 0;
+	for (int i = 0; i < 2 && !kept; i++) {
+		char *text = tfile_read(ws[i].log);
+		kept = text && strstr(text, "kept healthy with its shards");
+		free(text);
+	}
+	check(kept, "the checker did not explain why it kept the runner");
 }
 
 Test(lease, health_checker_never_marks_the_last_healthy_runner_unhealthy)
@@ -628,10 +1064,10 @@ Test(lease, health_checker_never_marks_the_last_healthy_runner_unhealthy)
 	owned_by o;
 	owners_of(&o, 0, -1);
 	wait_fully_owned(&o, 20000, "one worker");
-	/* Its own address is unreachable: every probe fails. Six rounds are
-	 * twice the failures (3) after which any other runner would be marked. */
-	health_watch h = {.id = o.ids[0], .port = ws[0].port};
-	make_unreachable(h.id);
+	/* Its address answers 503: every probe fails. Six rounds are twice the
+	 * failures (3) after which any other runner would be marked. */
+	health_watch h = {.id = o.ids[0], .ports = {ws[0].port}, .nports = 1};
+	answer_with(h.id, fake_http_start(INT_MAX));
 	double before = tmetric(ws[0].port, "cairn_health_checks_total");
 	check(before >= 0, "no cairn_health_checks_total metric");
 	h.rounds_wanted = before + 6;
@@ -644,4 +1080,35 @@ Test(lease, health_checker_never_marks_the_last_healthy_runner_unhealthy)
 	check(fully_owned(&o), "the last runner lost shards");
 	check(thttp(ws[0].port, "GET", "/readyz", NULL, NULL) == 200,
 	      "the last runner is not ready");
+}
+
+/* The README's form: listen on every interface, advertise an address other
+ * runners can call. Both stay healthy and share the shards. */
+Test(lease, workers_listening_on_every_interface_with_an_advertised_address_share_the_shards)
+{
+	setup(64);
+	for (int i = 0; i < 2; i++)
+		start(i, "CAIRN_HTTP_ADDR=0.0.0.0:0", "CAIRN_ADVERTISE_ADDR=127.0.0.1:0", NULL,
+		      NULL);
+	for (int i = 0; i < 2; i++)
+		check(thttp_wait(ws[i].port, "/readyz", 200, 20000), "worker %d never became ready",
+		      i);
+	owned_by o;
+	owners_of(&o, 0, 1, -1);
+	wait_fully_owned(&o, 20000, "two workers on 0.0.0.0");
+	for (int i = 0; i < 2; i++) {
+		char want[32];
+		snprintf(want, sizeof want, "127.0.0.1:%d", ws[i].port);
+		char *addr = tdb_str(conn, "SELECT string_agg(address, ',') FROM cairn.runners");
+		check(addr && strstr(addr, want), "runner addresses %s lack %s", addr ? addr : "",
+		      want);
+		free(addr);
+	}
+	health_watch h = {.id = o.ids[0], .ports = {ws[0].port, ws[1].port}, .nports = 2};
+	h.rounds_wanted = health_rounds(&h) + 6;
+	check(twait(checker_rounds_done, &h, 30000), "the health checker ran %g rounds, wanted %g",
+	      h.rounds, h.rounds_wanted);
+	check(qint("SELECT count(*) FROM cairn.runners WHERE healthy AND health_failures = 0") == 2,
+	      "a runner failed its health checks");
+	check(fully_owned(&o), "ownership changed");
 }

@@ -32,6 +32,16 @@ Test(hash, group_lock_keys_differ_per_group)
 	cr_assert_eq(hash_group_lock_key("default"), hash_group_lock_key("default"));
 }
 
+Test(hash, singleton_lock_keys_differ_per_group_and_name)
+{
+	int64_t k = hash_singleton_lock_key("default", "cairn.health");
+	cr_assert_eq(k, hash_singleton_lock_key("default", "cairn.health"));
+	cr_assert_neq(k, hash_singleton_lock_key("billing", "cairn.health"));
+	cr_assert_neq(k, hash_singleton_lock_key("default", "cairn.janitor"));
+	/* The separator keeps ("ab", "c") and ("a", "bc") apart. */
+	cr_assert_neq(hash_singleton_lock_key("ab", "c"), hash_singleton_lock_key("a", "bc"));
+}
+
 Test(parse, duration_accepts_documented_forms)
 {
 	char err[PARSE_ERR_MAX];

@@ -231,6 +231,19 @@ Test(worker, bad_setting_stops_before_doing_anything)
 	free(err);
 }
 
+/* The collapse of a fleet whose runners advertised ":PORT" to each other's
+ * health checkers cannot start: the worker refuses the address. */
+Test(worker, listening_on_every_interface_without_an_advertised_address_stops_with_a_clear_error)
+{
+	char *out, *err;
+	cr_assert_eq(run_worker_cmd(&out, &err, "CAIRN_HTTP_ADDR=:8080", NULL), 2, "%s", err);
+	cr_assert(strstr(err, "CAIRN_ADVERTISE_ADDR is not set and CAIRN_HTTP_ADDR \":8080\" "
+	                      "listens on every interface"),
+	          "%s", err);
+	free(out);
+	free(err);
+}
+
 Test(worker, help_and_version)
 {
 	char *out, *err;
