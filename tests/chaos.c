@@ -685,8 +685,11 @@ static void act(chaos *c)
 		c->frozen_slot = i;
 		c->thaw_at = now_ms() + ms;
 		c->n_freeze++;
-		say("froze %s of worker %d (%d connection%s) for %" PRId64 " ms",
-		    all ? "every connection" : "one connection", i, n, n == 1 ? "" : "s", ms);
+		if (all)
+			say("froze every connection of worker %d (%d) for %" PRId64 " ms", i, n, ms);
+		else
+			say("froze %s of worker %d for %" PRId64 " ms",
+			    n ? "one connection" : "no connection (it had none yet)", i, ms);
 	}
 }
 
