@@ -7,6 +7,8 @@
 #                   workflow end to end
 #   make deps       install missing Debian packages (scripts/deps.sh)
 #   make bench      run the benchmarks
+#   make chaos      kill, stop and restart workers and PostgreSQL under load;
+#                   prints runs, completed, poison, lost, re-executed, drain time
 #   make examples   build the example plugins into build/examples/*.so
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make format     clang-format every C file
@@ -69,7 +71,7 @@ LIB := lib/libcairn.a
 BIN := bin
 endif
 
-.PHONY: all test test-build demo bench clean install format deps examples
+.PHONY: all test test-build demo bench chaos clean install format deps examples
 all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB)
 
 deps:
@@ -112,6 +114,11 @@ $(OUT)/bench: $(OUT)/tests/bench.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+# The chaos driver (`make chaos`, and short in test_chaos.c); not a Criterion suite.
+$(OUT)/chaos: $(OUT)/tests/chaos.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
 $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_SUPPORT) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(LIB) $(LDLIBS) -lcriterion
@@ -129,7 +136,14 @@ $(TEST_FLOWS): tests/plugin_flows.c include/cairn.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
 
-test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN) $(TEST_FLOWS)
+# The workload of the chaos driver, loaded the same way.
+CHAOS_PLUGIN := $(OUT)/tests/plugin_chaos.so
+$(CHAOS_PLUGIN): tests/plugin_chaos.c include/cairn.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
+
+test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN) $(TEST_FLOWS) \
+	$(OUT)/chaos $(CHAOS_PLUGIN)
 
 # `make test` = dependencies, sanitizer build, then every suite against a
 # private PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh.
@@ -143,6 +157,12 @@ demo: deps
 
 bench: all examples build/rel/bench
 	sh scripts/bench.sh
+
+# Release build, CHAOS_RUNS (10000) runs under kills, stops, PostgreSQL
+# restarts (and, with CHAOS_FREEZE=1, frozen connections); see tests/chaos.c.
+chaos: all build/rel/chaos build/rel/tests/plugin_chaos.so
+	build/rel/chaos --worker bin/cairn-worker --plugin build/rel/tests/plugin_chaos.so \
+		--pg-sh tests/pg.sh
 
 clean:
 	rm -rf build bin lib

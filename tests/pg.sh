@@ -1,8 +1,10 @@
 #!/bin/sh
-# pg.sh start DIR | stop DIR - a throwaway PostgreSQL cluster for tests and
-# the demo: initdb into DIR, listening only on a Unix socket in DIR (so it
-# never collides with another server's port), run as an unprivileged system
-# user when we are root. `start` prints the DATABASE_URL to use.
+# pg.sh start DIR | stop DIR | restart DIR - a throwaway PostgreSQL cluster
+# for tests and the demo: initdb into DIR, listening only on a Unix socket in
+# DIR (so it never collides with another server's port), run as an
+# unprivileged system user when we are root. `start` prints the DATABASE_URL
+# to use. `restart` is a fast shutdown (every session is cut off) and a start
+# with the same options and the same socket: what `make chaos` does to it.
 #
 # Durability is off by default (fsync=off, full_page_writes=off): the tests
 # need speed, not crash safety. PG_FSYNC=on keeps PostgreSQL's durable
@@ -47,6 +49,10 @@ start)
 		{ cat "$dir/server.log" >&2; exit 1; }
 	echo "postgresql:///postgres?host=$dir&port=5432&user=cairn"
 	;;
+restart)
+	as_user "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null ||
+		{ tail -n 20 "$dir/server.log" >&2; exit 1; }
+	;;
 stop)
 	if [ -f "$dir/data/postmaster.pid" ]; then
 		as_user "$pgbin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
@@ -54,7 +60,7 @@ stop)
 	rm -rf "$dir"
 	;;
 *)
-	echo "usage: pg.sh start|stop DIR" >&2
+	echo "usage: pg.sh start|stop|restart DIR" >&2
 	exit 2
 	;;
 esac
