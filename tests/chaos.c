@@ -837,7 +837,7 @@ static const char USAGE[] =
     "CHAOS_WORKERS (4)           worker processes (1-16)\n"
     "CHAOS_CONCURRENCY (8)       executors per worker\n"
     "CHAOS_SHARDS (128)          shards per group\n"
-    "CHAOS_POISON (0)            runs whose first step abort()s the worker\n"
+    "CHAOS_POISON (3)            runs whose first step abort()s the worker\n"
     "CHAOS_FREEZE (0)            1: route workers through freezing proxies\n"
     "CHAOS_RESTART_PG (1)        0: never restart PostgreSQL\n"
     "CHAOS_DURATION (runs/60 s)  seconds of chaos (runs are enqueued all along)\n"
@@ -883,7 +883,7 @@ int main(int argc, char **argv)
 	s->workers = (int)env_int("CHAOS_WORKERS", 4, 1, MAX_WORKERS);
 	s->concurrency = (int)env_int("CHAOS_CONCURRENCY", 8, 1, 256);
 	s->shards = (int)env_int("CHAOS_SHARDS", 128, 1, 65536);
-	s->poison = (int)env_int("CHAOS_POISON", 0, 0, s->runs);
+	s->poison = (int)env_int("CHAOS_POISON", 3, 0, s->runs);
 	s->freeze = (int)env_int("CHAOS_FREEZE", 0, 0, 1);
 	s->restart_pg = (int)env_int("CHAOS_RESTART_PG", 1, 0, 1);
 	int64_t dflt_dur = s->runs / 60 < 20 ? 20 : s->runs / 60;

@@ -4,12 +4,9 @@
  * restarts. The driver starts a PostgreSQL of its own (tests/pg.sh), so
  * restarting it never disturbs the other suites on the harness's server.
  * Passes when the driver's line says lost=0 reexecuted=0 and it exits 0.
- *
- * Pending other work, the short version runs without poison runs
- * (CHAOS_POISON=0: the engine does not yet give up on a run that crashes
- * every worker that claims it) and without frozen connections
- * (CHAOS_FREEZE=0: a frozen lease connection holds its shards until it
- * thaws); CHAOS_TEST_POISON and CHAOS_TEST_FREEZE override both.
+ * It has two poison runs, which must end failed as poison
+ * (CAIRN_POISON_AFTER); CHAOS_TEST_POISON and CHAOS_TEST_FREEZE override
+ * the number of poison runs and whether connections are frozen.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -55,7 +52,7 @@ Test(chaos, kills_stops_and_database_restarts_lose_no_run_and_rerun_no_journaled
 		setenv("CHAOS_WORKERS", "3", 1);
 		setenv("CHAOS_CONCURRENCY", "4", 1);
 		setenv("CHAOS_SHARDS", "64", 1);
-		setenv("CHAOS_POISON", env_or("CHAOS_TEST_POISON", "0"), 1);
+		setenv("CHAOS_POISON", env_or("CHAOS_TEST_POISON", "2"), 1);
 		setenv("CHAOS_FREEZE", env_or("CHAOS_TEST_FREEZE", "0"), 1);
 		setenv("CHAOS_RESTART_PG", "1", 1);
 		unsetenv("CHAOS_SEED"); /* a new seed each time; it is printed */
