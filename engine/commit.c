@@ -5,7 +5,10 @@
  * refuses is retried one commit at a time, so one run's bad values cannot
  * sink the others; a run whose own writes are refused (invalid UTF-8 in a
  * result, say) fails with the database's message instead of being executed
- * again forever.
+ * again forever. Its session has CAIRN_STATEMENT_TIMEOUT as statement_timeout
+ * (a commit that hits it is a failed commit like any other), and the thread
+ * stamps its watch while it waits for work and after every statement, so
+ * /healthz fails only when a commit goes unanswered past that timeout.
  */
 #include "commit.h"
 
@@ -17,6 +20,7 @@
 
 #include "cairn.h"
 #include "client.h"
+#include "clock.h"
 #include "db.h"
 #include "parse.h"
 #include "sqlparam.h"
@@ -402,6 +406,11 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 static PGconn *connect_committer(committer *k, buf *err)
 {
 	PGconn *c = db_connect(k->env.conninfo, "cairn-worker commit", err);
+	if (c && db_session_limits(c, k->env.statement_timeout_ms, k->env.statement_timeout_ms / 2,
+	                           err) < 0) {
+		PQfinish(c);
+		c = NULL;
+	}
 	if (!c)
 		return NULL;
 	buf sql = BUF_INIT;
@@ -447,12 +456,23 @@ static void settle(committer *k, commit **batch, int n)
 	}
 }
 
-/* Takes up to COMMIT_MAX queued commits; 0 when stopping with none left. */
+static void stamp(committer *k)
+{
+	if (k->env.loop)
+		watch_stamp(k->env.loop);
+}
+
+/* Takes up to COMMIT_MAX queued commits; 0 when stopping with none left.
+ * Stamps the watch while it waits. */
 static int take_batch(committer *k, commit **batch)
 {
 	pthread_mutex_lock(&k->mu);
-	while (!k->head && !k->stop)
-		pthread_cond_wait(&k->work_cv, &k->mu);
+	stamp(k);
+	while (!k->head && !k->stop) {
+		clock_cond_wait_ms(&k->work_cv, &k->mu,
+		                   k->env.loop ? k->env.loop->interval_ms : 1000);
+		stamp(k);
+	}
 	int n = 0;
 	while (k->head && n < COMMIT_MAX) {
 		batch[n++] = k->head;
@@ -478,7 +498,13 @@ static void *committer_main(void *arg)
 				break;
 			log_kv(k->env.log, LOG_WARN, "committer cannot connect; retrying", "error",
 			       buf_str(&err), NULL);
-			usleep((useconds_t)(db_backoff_ms(failures++) * 1000));
+			/* Waiting for the database is not being stuck: stamp. */
+			for (int64_t until = clock_mono_ms() + db_backoff_ms(failures++);
+			     clock_mono_ms() < until;) {
+				stamp(k);
+				int64_t left = until - clock_mono_ms(), slice = 100;
+				usleep((useconds_t)((left < slice ? left : slice) * 1000));
+			}
 			pthread_mutex_lock(&k->mu);
 			int stopping = k->stop;
 			pthread_mutex_unlock(&k->mu);
@@ -490,6 +516,7 @@ static void *committer_main(void *arg)
 			/* One bad commit must not sink the others: write them one by
 			 * one, and fail a run whose own writes the database refuses. */
 			for (int i = 0; i < n; i++) {
+				stamp(k); /* each of these is a statement of its own */
 				int one = n == 1 ? rc : write_batch(conn, &batch[i], 1, &err);
 				if (one == BATCH_VALUES)
 					fail_unstorable(k, conn, batch[i], &err);
@@ -527,7 +554,10 @@ int committer_start(const committer_env *env, committer **out)
 		return -CAIRN_ENOMEM;
 	k->env = *env;
 	pthread_mutex_init(&k->mu, NULL);
-	pthread_cond_init(&k->work_cv, NULL);
+	if (clock_cond_init(&k->work_cv) < 0) {
+		free(k);
+		return -CAIRN_ENOMEM;
+	}
 	pthread_cond_init(&k->done_cv, NULL);
 	if (pthread_create(&k->thread, NULL, committer_main, k) != 0) {
 		committer_free(k);

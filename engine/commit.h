@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "pgarr.h"
 #include "state.h"
+#include "watchdog.h"
 
 /* One journal row to insert or update. */
 typedef struct jrow {
@@ -135,6 +136,11 @@ typedef struct committer committer;
 
 typedef struct committer_env {
 	const char *conninfo;
+	/* The commit connection's statement_timeout; lock waits end at half. */
+	int64_t statement_timeout_ms;
+	/* Stamped while waiting for work and after every statement: stale only
+	 * while a statement goes unanswered past its timeout (NULL: none). */
+	watch *loop;
 	const logger *log;
 	metrics *m;
 	/* Called on the committer thread for a final commit once it is done;

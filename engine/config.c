@@ -48,6 +48,9 @@ static const setting SETTINGS[] = {
     {"CAIRN_POLL_INTERVAL", K_DUR, OFF(poll_interval_ms), "500ms", 10, DAY,
      "poll for due messages at least this often"},
     {"CAIRN_POLL_BATCH", K_INT, OFF(poll_batch), "256", 1, 10000, "messages claimed per poll"},
+    {"CAIRN_STATEMENT_TIMEOUT", K_DUR, OFF(statement_timeout_ms), "10s", 100, 3600000,
+     "claims and commits running longer are cancelled (lock waits after half of it); a "
+     "commit unanswered a second longer makes /healthz fail"},
     {"CAIRN_SHUTDOWN_TIMEOUT", K_DUR, OFF(shutdown_timeout_ms), "30s", 0, DAY,
      "how long a drain waits for in-flight work"},
     {"CAIRN_LOG_LEVEL", K_LEVEL, OFF(log_level), "info", 0, 0, "error, warn, info or debug"},

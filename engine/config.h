@@ -27,6 +27,7 @@ typedef struct config {
 	int weight;
 	int64_t poll_interval_ms;
 	int poll_batch;
+	int64_t statement_timeout_ms; /* poll and commit connections */
 	int64_t shutdown_timeout_ms;
 	int log_level, log_format;
 	int64_t heartbeat_interval_ms;

@@ -1,21 +1,30 @@
 /*
  * db.c - libpq helpers shared by the client, the migrator and the worker.
- * db_exec() runs a parameterised statement and turns a failure into the
- * server's message; the worker's hot statements (claim, commit) are
+ * db_connect() is the one place connections are opened, so every connection
+ * gets the same TCP keepalives and user timeout; db_session_limits() puts
+ * the worker's statement and lock timeouts on a session. db_exec() runs a
+ * parameterised statement and turns a failure into the server's message,
+ * giving up on a connection that does not answer within the calling
+ * thread's wait limit; the worker's hot statements (claim, commit) are
  * prepared by their modules and run with PQexecPrepared.
  */
 #include "db.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "backoff.h"
 #include "cairn.h"
+#include "clock.h"
 
 static _Thread_local char last_sqlstate[6];
+static _Thread_local int64_t wait_limit_ms; /* 0: wait as long as libpq does */
 
 /* NOTICEs (e.g. from CREATE ... IF NOT EXISTS) are not errors; keep stderr clean. */
 static void notice_ignore(void *arg, const PGresult *res)
@@ -24,10 +33,26 @@ static void notice_ignore(void *arg, const PGresult *res)
 	(void)res;
 }
 
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+
 PGconn *db_connect(const char *conninfo, const char *app_name, buf *err)
 {
-	const char *keys[] = {"dbname", "application_name", "connect_timeout", NULL};
-	const char *vals[] = {conninfo ? conninfo : "", app_name, "5", NULL};
+	/* Keywords are applied in order and the last one wins: the TCP settings
+	 * come before dbname (the URL or conninfo), so a URL may override them;
+	 * application_name and connect_timeout come after and always hold. */
+	const char *keys[] = {"keepalives",       "keepalives_idle",  "keepalives_interval",
+	                      "keepalives_count", "tcp_user_timeout", "dbname",
+	                      "application_name", "connect_timeout",  NULL};
+	const char *vals[] = {"1",
+	                      STR(DB_KEEPALIVES_IDLE_S),
+	                      STR(DB_KEEPALIVES_INTERVAL_S),
+	                      STR(DB_KEEPALIVES_COUNT),
+	                      STR(DB_TCP_USER_TIMEOUT_MS),
+	                      conninfo ? conninfo : "",
+	                      app_name,
+	                      "5",
+	                      NULL};
 	PGconn *c = PQconnectdbParams(keys, vals, 1);
 	if (!c) {
 		if (err)
@@ -50,13 +75,94 @@ PGconn *db_connect(const char *conninfo, const char *app_name, buf *err)
 	return c;
 }
 
+static const char SQL_LIMITS[] =
+    "SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $2, false), "
+    "set_config('tcp_keepalives_idle', $3, false), "
+    "set_config('tcp_keepalives_interval', $4, false), "
+    "set_config('tcp_keepalives_count', $5, false), set_config('tcp_user_timeout', $6, false)";
+
+int db_session_limits(PGconn *c, int64_t statement_ms, int64_t lock_ms, buf *err)
+{
+	/* The server side of the connection gets the same keepalives and user
+	 * timeout, so it drops the session of a vanished client (and with it
+	 * the session's advisory locks) as soon as the client notices. All of
+	 * these read 0 and do nothing on a Unix socket. */
+	char st[24], lk[24];
+	const char *p[] = {db_i64(st, statement_ms),  db_i64(lk, lock_ms),
+	                   STR(DB_KEEPALIVES_IDLE_S), STR(DB_KEEPALIVES_INTERVAL_S),
+	                   STR(DB_KEEPALIVES_COUNT),  STR(DB_TCP_USER_TIMEOUT_MS)};
+	return db_cmd(c, err, SQL_LIMITS, 6, p);
+}
+
+void db_set_wait_limit(int64_t ms)
+{
+	wait_limit_ms = ms > 0 ? ms : 0;
+}
+
+/*
+ * PQexecParams with the thread's wait limit: when no answer has come within
+ * it, the socket is shut down (the connection is then CONNECTION_BAD, and
+ * its session ends on the server once the server notices) and NULL is
+ * returned with *gave_up set.
+ */
+static PGresult *exec_limited(PGconn *c, const char *sql, int n, const char *const *params,
+                              int *gave_up)
+{
+	*gave_up = 0;
+	if (!wait_limit_ms)
+		return PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+	if (!PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
+		return NULL;
+	int64_t until = clock_mono_ms() + wait_limit_ms;
+	while (PQisBusy(c)) {
+		int64_t left = until - clock_mono_ms();
+		if (left <= 0) {
+			*gave_up = 1;
+			shutdown(PQsocket(c), SHUT_RDWR);
+			PQconsumeInput(c); /* sees the end: the connection is bad now */
+			break;
+		}
+		struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
+			break;
+		if (!PQconsumeInput(c))
+			break;
+	}
+	/* One statement: keep its result (an error, if any, wins). */
+	PGresult *res = NULL, *r;
+	while ((r = PQgetResult(c))) {
+		if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+			PQclear(r);
+			continue;
+		}
+		PQclear(res);
+		res = r;
+	}
+	if (*gave_up) {
+		PQclear(res);
+		return NULL;
+	}
+	return res;
+}
+
 PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params)
 {
 	last_sqlstate[0] = '\0';
-	PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+	int gave_up;
+	PGresult *r = exec_limited(c, sql, n, params, &gave_up);
 	ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
 	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
 		return r;
+	if (gave_up) {
+		if (err) {
+			buf_reset(err);
+			buf_printf(err,
+			           "database error: no answer within %" PRId64
+			           " ms; the connection was closed",
+			           wait_limit_ms);
+		}
+		return NULL;
+	}
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	if (state)
 		snprintf(last_sqlstate, sizeof last_sqlstate, "%s", state);

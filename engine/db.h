@@ -10,8 +10,38 @@
 
 #include "buf.h"
 
-/* Connects; on failure returns NULL and puts the reason into err. */
+/*
+ * TCP settings of every connection cairn opens (client side through libpq,
+ * and, for the worker's sessions, the server side too): an idle connection
+ * whose peer vanished is noticed after DB_KEEPALIVES_IDLE_S +
+ * DB_KEEPALIVES_COUNT * DB_KEEPALIVES_INTERVAL_S = 11 s, and one with data
+ * unacknowledged for DB_TCP_USER_TIMEOUT_MS = 10 s is dropped. A URL or
+ * conninfo that sets keepalives* or tcp_user_timeout wins on the client
+ * side. Unix-socket connections ignore them.
+ */
+#define DB_KEEPALIVES_IDLE_S     5
+#define DB_KEEPALIVES_INTERVAL_S 2
+#define DB_KEEPALIVES_COUNT      3
+#define DB_TCP_USER_TIMEOUT_MS   10000
+
+/* Connects (with the TCP settings above and a 5 s connect timeout); on
+ * failure returns NULL and puts the reason into err. */
 PGconn *db_connect(const char *conninfo, const char *app_name, buf *err);
+/*
+ * Sets the session's statement_timeout and lock_timeout (ms; 0 is none) and
+ * the server side's keepalives and tcp_user_timeout as above. 0, or
+ * -CAIRN_EDB with the reason in err. A statement that hits a timeout fails
+ * with SQLSTATE 57014 or 55P03; the connection stays usable.
+ */
+int db_session_limits(PGconn *c, int64_t statement_ms, int64_t lock_ms, buf *err);
+/*
+ * The calling thread's wait limit for db_exec and db_cmd (0, the default:
+ * none). A statement with no answer within it fails with "no answer within
+ * N ms", and its connection is shut down: db_ok() is false from then on, so
+ * the owner reconnects. For connections whose peer may hang without a TCP
+ * error (the lease connection: a frozen proxy, a stuck server).
+ */
+void db_set_wait_limit(int64_t ms);
 
 /*
  * Runs sql with text parameters. Returns the result if its status is

@@ -455,6 +455,11 @@ static void wait_wake(dispatch *d, PGconn *conn, int64_t ms)
 static PGconn *connect_poller(dispatch *d, buf *err)
 {
 	PGconn *c = db_connect(d->env.cfg->database_url, "cairn-worker poll", err);
+	if (c && db_session_limits(c, d->env.cfg->statement_timeout_ms,
+	                           d->env.cfg->statement_timeout_ms / 2, err) < 0) {
+		PQfinish(c);
+		c = NULL;
+	}
 	if (!c)
 		return NULL;
 	if (db_read_settings(c, &d->limits, err) < 0) {
@@ -574,6 +579,8 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	d->qcap = env->cfg->poll_batch > d->nexec ? env->cfg->poll_batch : d->nexec;
 	d->execs = calloc((size_t)d->nexec, sizeof *d->execs);
 	committer_env ce = {.conninfo = env->cfg->database_url,
+	                    .statement_timeout_ms = env->cfg->statement_timeout_ms,
+	                    .loop = env->commit_loop,
 	                    .log = env->log,
 	                    .m = env->m,
 	                    .on_final = on_final,

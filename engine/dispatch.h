@@ -32,6 +32,7 @@ typedef struct dispatch_env {
 	const registry *reg; /* the workflows */
 	const lease *lease;  /* the runner id claims are made under */
 	watch *loop;         /* the poller's heartbeat */
+	watch *commit_loop;  /* the committer's heartbeat */
 } dispatch_env;
 
 /* Starts the committer, the executors and the poller; 0 or -CAIRN_ENOMEM

@@ -6,7 +6,9 @@
  * `cairn runners`). Every runner computes the same desired map; a shard
  * still locked by its old owner is retried next round. Session advisory
  * locks stack, so a shard is locked only when not held, and a release is
- * verified against pg_locks.
+ * verified against pg_locks. A runner past the TTL whose lease backend is
+ * still connected (a half-open connection) has that backend terminated
+ * before its shards are taken.
  */
 #include "lease.h"
 
@@ -351,11 +353,60 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 	return rc;
 }
 
+/*
+ * The lease backends of runners that serve one of our groups and whose
+ * heartbeat is older than the TTL: a runner cut off by a half-open
+ * connection is dead to everyone, but its backend (and so its advisory
+ * locks) would stay until the server's keepalives notice, which may take
+ * hours. Only a pid that is still a backend of this database, started before
+ * the runner's last heartbeat (so not a reused pid) and not our own.
+ */
+static const char SQL_TERMINATE_STALE[] =
+    "SELECT r.id, r.lease_pid, pg_terminate_backend(r.lease_pid, $4) "
+    "FROM cairn.runners r JOIN pg_stat_activity a "
+    "  ON a.pid = r.lease_pid AND a.datname = current_database() "
+    "WHERE r.groups && $1::text[] AND r.id <> $2 "
+    "  AND r.heartbeat_at < now() - $3 * interval '1 millisecond' "
+    "  AND a.backend_start <= r.heartbeat_at AND r.lease_pid <> pg_backend_pid()";
+
+/* Terminates the lease backends of runners past the TTL, before their shards
+ * are taken; a failure (say, no permission to signal the backend) is logged
+ * and the round goes on. */
+static void terminate_stale(lease *l)
+{
+	const lease_env *e = &l->env;
+	int64_t me = lease_runner_id(l);
+	if (!me)
+		return;
+	pgarr groups = PGARR_INIT;
+	for (int i = 0; i < shardmap_ngroups(e->map); i++)
+		pgarr_add(&groups, shardmap_group_name(e->map, i));
+	char id[24], ttl[24], wait[24];
+	/* Wait for the backend to be gone (its locks with it) for at most a
+	 * quarter of the TTL: half of the statement_timeout of this session. */
+	const char *p[] = {pgarr_str(&groups), db_i64(id, me), db_i64(ttl, e->cfg->runner_ttl_ms),
+	                   db_i64(wait, e->cfg->runner_ttl_ms / 4)};
+	buf err = BUF_INIT;
+	PGresult *r = db_exec(l->conn, &err, SQL_TERMINATE_STALE, 4, p);
+	pgarr_free(&groups);
+	if (!r)
+		log_kv(e->log, LOG_WARN,
+		       "cannot terminate the lease backend of a runner past its TTL", "error",
+		       buf_str(&err), NULL);
+	for (int i = 0; r && i < PQntuples(r); i++)
+		log_kv(e->log, LOG_WARN, "terminated the lease backend of a runner past its TTL",
+		       "runner_id", PQgetvalue(r, i, 0), "pid", PQgetvalue(r, i, 1), "gone",
+		       db_get_bool(r, i, 2) ? "true" : "false", NULL);
+	PQclear(r);
+	buf_free(&err);
+}
+
 int lease_rebalance(lease *l, int *changed)
 {
 	buf err = BUF_INIT;
 	int rc = 0;
 	*changed = 0;
+	terminate_stale(l);
 	for (int i = 0; i < shardmap_ngroups(l->env.map) && !rc; i++)
 		rc = rebalance_group(l, i, changed, &err);
 	if (rc)

@@ -1,7 +1,9 @@
 /*
  * watchdog.h - the heartbeats of the worker's long-running loops (the
- * supervisor, the poller): each loop stamps its watch every iteration, and
- * /healthz fails when a stamp is older than three intervals plus a second.
+ * supervisor, the poller, the committer): each loop stamps its watch every
+ * iteration (the committer: while it waits for work and after every
+ * statement), and /healthz fails when a stamp is older than three intervals
+ * plus a second.
  *
  * Owns: a fixed table of WATCHDOG_MAX watches. Watches are added before the
  * loops start (one thread); stamps and checks are atomic.

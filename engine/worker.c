@@ -263,7 +263,7 @@ typedef struct supervisor {
 	_Atomic int done;
 	_Atomic int zombies; /* singleton threads still running after the stop */
 	PGconn *conn;
-	int ever_connected, hb_failures;
+	int ever_connected, hb_failures, rb_failures;
 	int64_t healthy_since, next_heartbeat, next_rebalance;
 } supervisor;
 
@@ -318,6 +318,14 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 	cairn_worker *w = s->w;
 	buf err = BUF_INIT;
 	s->conn = db_connect(w->cfg.database_url, "cairn-worker lease", &err);
+	/* A lease statement must be done well within the TTL, or the others
+	 * think us dead: the server cancels it at half the TTL (lock waits at a
+	 * quarter), and the supervisor gives up waiting at the TTL. */
+	if (s->conn && db_session_limits(s->conn, w->cfg.runner_ttl_ms / 2,
+	                                 w->cfg.runner_ttl_ms / 4, &err) < 0) {
+		PQfinish(s->conn);
+		s->conn = NULL;
+	}
 	if (!s->conn) {
 		if (!*logged_down) {
 			log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",
@@ -335,7 +343,7 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 	if (s->ever_connected)
 		atomic_fetch_add(&w->m.db_reconnects, 1);
 	s->healthy_since = clock_mono_ms();
-	*failures = *logged_down = s->hb_failures = 0;
+	*failures = *logged_down = s->hb_failures = s->rb_failures = 0;
 	log_kv(&w->log, LOG_INFO, "database connected", NULL);
 	lease_use(w->lease, s->conn);
 	return 0;
@@ -391,10 +399,15 @@ static int lease_round_detached(supervisor *s)
 	}
 	if (now >= s->next_rebalance) {
 		int changed = 0, rc = lease_rebalance(w->lease, &changed);
-		if (rc && !db_ok(s->conn)) {
-			detach(s, "lease connection lost");
+		/* A round that keeps failing (a statement or lock timeout each
+		 * time) holds shards it cannot release: detach as for heartbeats. */
+		if (rc && (!db_ok(s->conn) || ++s->rb_failures >= w->cfg.detach_after)) {
+			detach(s, db_ok(s->conn) ? "rebalance rounds failing"
+			                         : "lease connection lost");
 			return 1;
 		}
+		if (!rc)
+			s->rb_failures = 0;
 		s->next_rebalance = clock_mono_ms() + (changed ? w->cfg.rebalance_debounce_ms
 		                                               : w->cfg.rebalance_interval_ms);
 		if (!rc)
@@ -413,6 +426,7 @@ static void *supervisor_main(void *arg)
 	supervisor *s = arg;
 	cairn_worker *w = s->w;
 	int failures = 0, logged_down = 0;
+	db_set_wait_limit(w->cfg.runner_ttl_ms); /* this thread's statements: the lease's */
 	while (!is_stopping(w)) {
 		watch_stamp(s->loop);
 		/* Also while detached: reap stopped singletons, declare zombies. */
@@ -517,6 +531,11 @@ static int start_modules(cairn_worker *w)
 	}
 	buf_free(&perr);
 	watch *poll_watch = watchdog_add(&w->dog, "poller", w->cfg.poll_interval_ms);
+	/* The committer stamps while idle and after every statement; a healthy
+	 * server answers each one within CAIRN_STATEMENT_TIMEOUT (if only to
+	 * cancel it), so its watch goes stale a second after that. */
+	watch *commit_watch =
+	    watchdog_add(&w->dog, "committer", (w->cfg.statement_timeout_ms + 2) / 3);
 	lease_env le = {.cfg = &w->cfg,
 	                .runner_name = w->name,
 	                .log = &w->log,
@@ -544,8 +563,9 @@ static int start_modules(cairn_worker *w)
 	                   .map = w->map,
 	                   .reg = w->reg,
 	                   .lease = w->lease,
-	                   .loop = poll_watch};
-	if (!rc && !poll_watch)
+	                   .loop = poll_watch,
+	                   .commit_loop = commit_watch};
+	if (!rc && (!poll_watch || !commit_watch))
 		rc = -CAIRN_ENOMEM;
 	if (!rc)
 		rc = dispatch_start(&de, &w->dispatch);

@@ -93,6 +93,7 @@ Test(config, each_bad_value_is_named_with_what_is_accepted)
 	rejects("CAIRN_SHARDS", "70000", "65536");
 	rejects("CAIRN_MAX_PAYLOAD", "1TB", "size");
 	rejects("CAIRN_RUNNER_TTL", "1s", "twice");
+	rejects("CAIRN_STATEMENT_TIMEOUT", "50ms", "from 100ms");
 	rejects("DATABASE_URL", "postgresql://[oops", "DATABASE_URL");
 }
 
