@@ -179,6 +179,8 @@ static const char SQL_COMMIT[] =
     "  AND r.claims > 1 AND r.id IN (SELECT run_id FROM ok)), "
     "unc AS (UPDATE cairn.runs r SET claims = greatest(r.claims - 1, 0) "
     "  WHERE r.id = ANY (:unclaim_run::bigint[]) AND r.id IN (SELECT run_id FROM ok)), "
+    "mrk AS (UPDATE cairn.runs r SET claims = r.claims + 1 "
+    "  WHERE r.id = ANY (:mark_run::bigint[]) AND r.id IN (SELECT run_id FROM ok)), "
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
     "  FROM unnest(:defer_msg::bigint[], :defer_at::bigint[]) AS x(id, at) "
@@ -300,6 +302,7 @@ static void encode_one(commit_params *p, const commit *c)
 		break;
 	case COMMIT_DISCARD: add_claimed(&s[SLOT_del_msg], c); break;
 	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
+	case COMMIT_MARK: pgarr_add_i64(&s[SLOT_mark_run], c->run.id); break;
 	}
 }
 
@@ -405,9 +408,12 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 
 static PGconn *connect_committer(committer *k, buf *err)
 {
-	PGconn *c = db_connect(k->env.conninfo, "cairn-worker commit", err);
-	if (c && db_session_limits(c, k->env.statement_timeout_ms, k->env.statement_timeout_ms / 2,
-	                           err) < 0) {
+	PGconn *c = db_connect(k->env.conninfo,
+	                       k->env.app_name ? k->env.app_name : "cairn-worker commit", err);
+	if (c && (db_session_limits(c, k->env.statement_timeout_ms, k->env.statement_timeout_ms / 2,
+	                            err) < 0 ||
+	          (k->env.async_commit &&
+	           db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0))) {
 		PQfinish(c);
 		c = NULL;
 	}
@@ -449,7 +455,7 @@ static void settle(committer *k, commit **batch, int n)
 		commit *c = finals[i];
 		c->done = 1;
 		if (!c->ok && c->outcome != COMMIT_JOURNAL && c->outcome != COMMIT_DISCARD &&
-		    c->outcome != COMMIT_UNCLAIM)
+		    c->outcome != COMMIT_UNCLAIM && c->outcome != COMMIT_MARK)
 			log_kv(k->env.log, LOG_WARN,
 			       "final write refused by the fence: the shard moved", NULL);
 		k->env.on_final(k->env.arg, c);

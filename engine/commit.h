@@ -47,8 +47,10 @@ typedef enum commit_outcome {
 	COMMIT_DEFER,   /* status pending with error as the reason; the claimed messages are
 	                   delivered again at at_ms */
 	COMMIT_DISCARD, /* a late message for a finished run: delete the claimed messages */
-	COMMIT_UNCLAIM, /* claimed but never executed (dropped on a release or a drain): give
-	                   the claim back; the messages stay */
+	COMMIT_MARK,    /* an execution starts: count it (runs.claims) before any code of the
+	                   run runs, so a run that keeps killing its worker is recognised */
+	COMMIT_UNCLAIM, /* an execution handed over with nothing new: its mark is given
+	                   back; the messages stay */
 } commit_outcome;
 
 /* The run a commit writes for, and the lease its writes are fenced by. */
@@ -111,7 +113,7 @@ void commit_truncate(commit *c, int from);
 	X(sig_id) X(sig_seq)                                                        \
 	X(reset_run) X(reset_from)                                                  \
 	X(defer_msg) X(defer_at)                                                    \
-	X(prog_run) X(unclaim_run)
+	X(prog_run) X(unclaim_run) X(mark_run)
 /* clang-format on */
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
@@ -136,6 +138,11 @@ typedef struct committer committer;
 
 typedef struct committer_env {
 	const char *conninfo;
+	const char *app_name; /* application_name of its connection */
+	/* 1: commits do not wait for the disk (synchronous_commit off). Only
+	 * for writes that a worker crash cannot lose and a database crash may:
+	 * the execution marks. */
+	int async_commit;
 	/* The commit connection's statement_timeout; lock waits end at half. */
 	int64_t statement_timeout_ms;
 	/* Stamped while waiting for work and after every statement: stale only

@@ -42,13 +42,17 @@ typedef struct flight {
 struct dispatch {
 	dispatch_env env;
 	exec_env exec;
-	committer *commit;
+	committer *commit; /* the runs' writes */
+	committer *marks;  /* execution marks, not waiting for the disk */
 	pthread_t poller, *execs;
 	int nexec, nexec_started;
 	int wake_fd;
 
 	pthread_mutex_t mu;
-	pthread_cond_t job_cv; /* queue has a job, or stop */
+	pthread_cond_t job_cv;  /* queue has a job, or stop */
+	pthread_cond_t turn_cv; /* an execution ended: a solo run may start, or others after it */
+	int solo;               /* a run that stopped its worker before is executing, alone */
+	int solo_waiting;       /* such runs waiting for the others to end */
 	job *qhead, *qtail;
 	int qlen, qcap;
 	flight *fl;
@@ -101,11 +105,11 @@ static int exec_must_stop(void *arg, const job *j)
 	       shardmap_epoch(d->env.map, j->group, j->shard) != j->epoch;
 }
 
-/* A claimed run that will not execute here (its shard is going, or the
- * worker drains): the claim is given back, so a hand-over does not count
- * towards CAIRN_POISON_AFTER, and the run leaves the in-flight set once that
- * is written. Its messages stay for the next owner. */
-static void unclaim(dispatch *d, job *j)
+/* Counts an execution of j as it starts, before any code of the run runs
+ * (COMMIT_MARK, on the marker: a worker crash cannot lose a committed write,
+ * so it does not wait for the disk). 0, or -CAIRN_ESTOP when the fence or
+ * the database refused it: the run is not executed here. */
+static int mark_started(dispatch *d, job *j)
 {
 	commit_run run = {.id = j->run_id,
 	                  .group = j->group_name,
@@ -114,13 +118,12 @@ static void unclaim(dispatch *d, job *j)
 	                  .epoch = j->epoch,
 	                  .attempt = j->attempt};
 	commit *c = commit_new(&run);
-	if (!c) {
-		job_done(d, j);
-		return;
-	}
-	c->outcome = COMMIT_UNCLAIM;
-	c->tag = j;
-	committer_submit_final(d->commit, c);
+	if (!c)
+		return -CAIRN_ESTOP;
+	c->outcome = COMMIT_MARK;
+	int rc = committer_wait(d->marks, c);
+	commit_free(c);
+	return rc;
 }
 
 /* The committer wrote (or gave up on) an execution's final commit. */
@@ -131,6 +134,38 @@ static void on_final(void *arg, commit *c)
 }
 
 /* ------------------------------------------------------------- executors */
+
+/*
+ * A run whose workers stopped while running it more than once (within one
+ * stop of CAIRN_POISON_AFTER) runs alone: it waits until nothing else
+ * executes here, and nothing starts beside it. If it is what kills workers,
+ * it takes no innocent run with it, so only the culprit reaches the limit. A
+ * single stop (a node lost, a deploy cut short) does not slow a run down.
+ * Holds d->mu; returns at once when the dispatcher stops.
+ */
+static void wait_turn_locked(dispatch *d, int solo)
+{
+	if (solo)
+		d->solo_waiting++;
+	while (!atomic_load(&d->stopping) &&
+	       (solo ? d->executing > 0 || d->solo : d->solo || d->solo_waiting > 0))
+		pthread_cond_wait(&d->turn_cv, &d->mu);
+	if (solo)
+		d->solo_waiting--;
+}
+
+/* An execution ended (or did not start after all). */
+static void end_turn(dispatch *d, int solo, int ran)
+{
+	pthread_mutex_lock(&d->mu);
+	d->executing--;
+	if (solo)
+		d->solo = 0;
+	if (ran && atomic_load(&d->stopping))
+		d->clean++;
+	pthread_cond_broadcast(&d->turn_cv);
+	pthread_mutex_unlock(&d->mu);
+}
 
 static void *executor_main(void *arg)
 {
@@ -149,21 +184,23 @@ static void *executor_main(void *arg)
 			d->qtail = NULL;
 		d->qlen--;
 		atomic_store(&d->env.m->queue_depth, d->qlen);
+		int solo = j->claims > 0 && j->claims >= d->env.cfg->poison_after - 1;
+		wait_turn_locked(d, solo);
 		int stale = exec_must_stop(d, j);
-		if (!stale)
+		if (!stale) {
 			d->executing++;
+			d->solo |= solo;
+		}
 		pthread_mutex_unlock(&d->mu);
 		wake_poller(d);
-		if (stale) {
-			unclaim(d, j); /* not started */
+		if (stale || mark_started(d, j) < 0) {
+			if (!stale)
+				end_turn(d, solo, 0);
+			job_done(d, j); /* not started: its messages stay for the next owner */
 			continue;
 		}
 		commit *c = exec_job(&d->exec, j);
-		pthread_mutex_lock(&d->mu);
-		d->executing--;
-		if (atomic_load(&d->stopping))
-			d->clean++;
-		pthread_mutex_unlock(&d->mu);
+		end_turn(d, solo, 1);
 		if (c) {
 			c->tag = j;
 			committer_submit_final(d->commit, c);
@@ -187,8 +224,9 @@ static void inflight_ids(dispatch *d, pgarr *out)
 
 /*
  * The claim: takes the due messages of this runner's shards, marks their
- * runs running, counts the claim (runs.claims, reset by any progress), and
- * returns each run with its journal and unconsumed signals. The journal and
+ * runs running, and returns each run with its journal, its unconsumed
+ * signals and runs.claims: how many executions started since the run last
+ * made progress (each is marked as it starts, see mark_started). The journal and
  * the signals come unordered (an ordered aggregate costs a sort per run;
  * journal.c indexes steps by seq), every number as text (none passes
  * through a JSON double), and every stored JSON value as a JSON string, so
@@ -210,7 +248,6 @@ static const char SQL_CLAIM[] =
     "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
     "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
     "                    ELSE r.started_at END, "
-    "  claims = CASE WHEN r.finished_at IS NULL THEN r.claims + 1 ELSE r.claims END, "
     "  updated_at = now() "
     "FROM d, "
     "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
@@ -220,7 +257,7 @@ static const char SQL_CLAIM[] =
     "  r.input::text, r.attempt, r.max_attempts, r.cancel_requested, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint, "
     "  (extract(epoch FROM now()) * 1000)::bigint, r.claims, js.bytes, "
-    "  CASE WHEN r.claims > $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "
+    "  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "
     "    AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) END, "
     "  CASE WHEN js.bytes <= $4 THEN "
     "  (SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, 'kind', s.kind, "
@@ -251,7 +288,7 @@ enum {
 	CLAIM_NOW,
 	CLAIM_CLAIMS,
 	CLAIM_JOURNAL_BYTES,
-	CLAIM_LAST_STEP, /* only for a run claimed more than poison_after times */
+	CLAIM_LAST_STEP, /* only for a run whose executions stopped poison_after times */
 	CLAIM_JOURNAL,
 	CLAIM_SIGNALS,
 };
@@ -575,17 +612,25 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->job_cv, NULL);
+	pthread_cond_init(&d->turn_cv, NULL);
 	d->nexec = env->cfg->concurrency;
 	d->qcap = env->cfg->poll_batch > d->nexec ? env->cfg->poll_batch : d->nexec;
 	d->execs = calloc((size_t)d->nexec, sizeof *d->execs);
 	committer_env ce = {.conninfo = env->cfg->database_url,
+	                    .app_name = "cairn-worker commit",
 	                    .statement_timeout_ms = env->cfg->statement_timeout_ms,
 	                    .loop = env->commit_loop,
 	                    .log = env->log,
 	                    .m = env->m,
 	                    .on_final = on_final,
 	                    .arg = d};
+	committer_env me = ce;
+	me.app_name = "cairn-worker mark";
+	me.async_commit = 1;
+	me.loop = env->mark_loop;
 	int rc = d->wake_fd < 0 || !d->execs ? -CAIRN_ENOMEM : committer_start(&ce, &d->commit);
+	if (!rc)
+		rc = committer_start(&me, &d->marks);
 	for (int i = 0; !rc && i < d->nexec; i++) {
 		if (pthread_create(&d->execs[i], NULL, executor_main, d) != 0)
 			rc = -CAIRN_ENOMEM;
@@ -597,6 +642,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	if (rc) {
 		join_executors(d);
 		committer_stop(d->commit);
+		committer_stop(d->marks);
 		dispatch_free(d);
 		return rc;
 	}
@@ -627,11 +673,10 @@ void dispatch_drop_queued(dispatch *d, int group)
 		d->qtail = j;
 	atomic_store(&d->env.m->queue_depth, d->qlen);
 	pthread_mutex_unlock(&d->mu);
-	/* Not started: give their claims back (they stay in flight until that
-	 * is written, which the release's idle wait covers). */
+	/* Not started: their messages stay for the next owner. */
 	for (job *j = dropped, *next; j; j = next) {
 		next = j->next;
-		unclaim(d, j);
+		job_done(d, j);
 	}
 }
 
@@ -646,6 +691,7 @@ void dispatch_stop_begin(dispatch *d)
 	pthread_mutex_lock(&d->mu);
 	d->exec_stop = 1;
 	pthread_cond_broadcast(&d->job_cv);
+	pthread_cond_broadcast(&d->turn_cv);
 	pthread_mutex_unlock(&d->mu);
 }
 
@@ -672,6 +718,7 @@ void dispatch_stop_end(dispatch *d, int *clean, int *cut)
 		return; /* a step is still running past the deadline: do not wait for it */
 	join_executors(d);
 	committer_stop(d->commit);
+	committer_stop(d->marks);
 }
 
 void dispatch_free(dispatch *d)
@@ -684,12 +731,14 @@ void dispatch_free(dispatch *d)
 		job_free(j);
 	}
 	committer_free(d->commit);
+	committer_free(d->marks);
 	free(d->execs);
 	free(d->fl);
 	if (d->wake_fd >= 0)
 		close(d->wake_fd);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->job_cv);
+	pthread_cond_destroy(&d->turn_cv);
 	free(d);
 }
 

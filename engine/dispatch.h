@@ -33,6 +33,7 @@ typedef struct dispatch_env {
 	const lease *lease;  /* the runner id claims are made under */
 	watch *loop;         /* the poller's heartbeat */
 	watch *commit_loop;  /* the committer's heartbeat */
+	watch *mark_loop;    /* the marker's heartbeat */
 } dispatch_env;
 
 /* Starts the committer, the executors and the poller; 0 or -CAIRN_ENOMEM

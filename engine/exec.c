@@ -559,15 +559,16 @@ static void finish(commit *c, run_status status, const char *error)
 	c->error = error ? strdup(error) : NULL;
 }
 
-/* Claimed poison_after times before, and each time the worker stopped before
- * the run made progress: whatever it does kills workers. It fails alone. */
+/* poison_after executions of the run started since it last made progress,
+ * and each time its worker stopped: whatever it does kills workers. It fails
+ * alone, before any of its code runs again. */
 static commit *poisoned(const exec_env *env, job *j, commit *c)
 {
 	buf msg = BUF_INIT;
 	buf_printf(&msg,
 	           "the worker stopped %d times while running this run (CAIRN_POISON_AFTER is "
 	           "%d); last durable step: %s; `cairn retry` runs it again",
-	           j->claims - 1, env->poison_after, j->last_step ? j->last_step : "none");
+	           j->claims, env->poison_after, j->last_step ? j->last_step : "none");
 	finish(c, RUN_FAILED, buf_str(&msg));
 	buf_free(&msg);
 	atomic_fetch_add(&env->m->runs_failed, 1);
@@ -688,7 +689,7 @@ commit *exec_job(const exec_env *env, job *j)
 			c->outcome = COMMIT_DISCARD; /* a late message for a finished run */
 		return c;
 	}
-	if (j->claims - 1 >= env->poison_after)
+	if (j->claims >= env->poison_after)
 		return (c = new_commit(j)) ? poisoned(env, j, c) : NULL;
 	const workflow_def *def = registry_workflow(env->reg, j->workflow);
 	if (!def)

@@ -35,10 +35,10 @@ typedef struct job {
 	_Atomic int cancel_requested;    /* also set by the poller while the run executes */
 	int64_t scheduled_ms;            /* when the run was due (enqueue, delay, retry) */
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
-	int claims;                      /* claims since the run last made progress, this one
-	                                    included */
-	char load_error[200];            /* why the journal or signals did not come, or "" */
-	char *journal, *signals;         /* JSON arrays (journal.h) or NULL */
+	int claims;              /* executions started (marked) since the run last made progress and
+	                            not handed over: each one's worker stopped */
+	char load_error[200];    /* why the journal or signals did not come, or "" */
+	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims > poison_after */
 	int64_t *msgs;   /* claimed message ids */
 	int nmsgs;

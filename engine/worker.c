@@ -536,6 +536,7 @@ static int start_modules(cairn_worker *w)
 	 * cancel it), so its watch goes stale a second after that. */
 	watch *commit_watch =
 	    watchdog_add(&w->dog, "committer", (w->cfg.statement_timeout_ms + 2) / 3);
+	watch *mark_watch = watchdog_add(&w->dog, "marker", (w->cfg.statement_timeout_ms + 2) / 3);
 	lease_env le = {.cfg = &w->cfg,
 	                .runner_name = w->name,
 	                .log = &w->log,
@@ -564,8 +565,9 @@ static int start_modules(cairn_worker *w)
 	                   .reg = w->reg,
 	                   .lease = w->lease,
 	                   .loop = poll_watch,
-	                   .commit_loop = commit_watch};
-	if (!rc && (!poll_watch || !commit_watch))
+	                   .commit_loop = commit_watch,
+	                   .mark_loop = mark_watch};
+	if (!rc && (!poll_watch || !commit_watch || !mark_watch))
 		rc = -CAIRN_ENOMEM;
 	if (!rc)
 		rc = dispatch_start(&de, &w->dispatch);

@@ -110,7 +110,8 @@ static int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi)
 	char *end;
 	long long n = strtoll(v, &end, 10);
 	if (*end || n < lo || n > hi) {
-		fprintf(stderr, "chaos: %s=\"%s\": expected an integer from %" PRId64 " to %" PRId64 "\n",
+		fprintf(stderr,
+		        "chaos: %s=\"%s\": expected an integer from %" PRId64 " to %" PRId64 "\n",
 		        name, v, lo, hi);
 		exit(2);
 	}
@@ -376,7 +377,7 @@ typedef struct worker {
 typedef struct chaos {
 	settings s;
 	char pgdir[64];
-	char db_url[512];   /* the driver's own: the Unix socket */
+	char db_url[512]; /* the driver's own: the Unix socket */
 	char logs[512];
 	worker w[MAX_WORKERS];
 	PGconn *pg;
@@ -469,14 +470,16 @@ static void reap(chaos *c, int restart)
 		} else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) {
 			c->exit_abort++;
 			if (!c->s.poison) {
-				say("worker %d (pid %d) aborted with no poison run to blame", i, (int)pid);
+				say("worker %d (pid %d) aborted with no poison run to blame", i,
+				    (int)pid);
 				c->problems++;
 			}
 		} else {
 			c->exit_other++;
 			c->problems++;
 			if (WIFSIGNALED(st))
-				say("worker %d (pid %d) died of signal %d", i, (int)pid, WTERMSIG(st));
+				say("worker %d (pid %d) died of signal %d", i, (int)pid,
+				    WTERMSIG(st));
 			else
 				say("worker %d (pid %d) exited %d%s", i, (int)pid, WEXITSTATUS(st),
 				    w->term_sent ? " after SIGTERM" : " on its own");
@@ -526,8 +529,9 @@ static PGresult *q(chaos *c, const char *sql, int n, const char *const *params)
 static int64_t q_int(chaos *c, const char *sql)
 {
 	PGresult *r = q(c, sql, 0, NULL);
-	int64_t v = r && PQntuples(r) && !PQgetisnull(r, 0, 0) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10)
-	                                                         : -1;
+	int64_t v = r && PQntuples(r) && !PQgetisnull(r, 0, 0)
+	                ? strtoll(PQgetvalue(r, 0, 0), NULL, 10)
+	                : -1;
 	PQclear(r);
 	return v;
 }
@@ -565,7 +569,8 @@ static void enqueue_due(chaos *c, int64_t t0, int64_t t)
 	/* Spread over the whole chaos: the drain then starts with runs in every
 	 * state, the last ones just enqueued. */
 	int64_t span = c->s.duration_ms;
-	int due = span <= 0 ? c->s.runs : (int)((double)c->s.runs * (double)(t - t0) / (double)span);
+	int due =
+	    span <= 0 ? c->s.runs : (int)((double)c->s.runs * (double)(t - t0) / (double)span);
 	if (due > c->s.runs)
 		due = c->s.runs;
 	while (c->enqueued < due && !interrupted) {
@@ -575,7 +580,8 @@ static void enqueue_due(chaos *c, int64_t t0, int64_t t)
 		char keys[BATCH][32], inputs[BATCH][96];
 		for (int k = 0; k < m; k++) {
 			int i = c->enqueued + k;
-			snprintf(keys[k], sizeof keys[k], "%s-%d", c->kind[i] ? "poison" : "run", i);
+			snprintf(keys[k], sizeof keys[k], "%s-%d", c->kind[i] ? "poison" : "run",
+			         i);
 			/* Seeded per run, so the workload does not depend on timing. */
 			uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ULL ^ c->s.seed;
 			h ^= h >> 31;
@@ -686,7 +692,8 @@ static void act(chaos *c)
 		c->thaw_at = now_ms() + ms;
 		c->n_freeze++;
 		if (all)
-			say("froze every connection of worker %d (%d) for %" PRId64 " ms", i, n, ms);
+			say("froze every connection of worker %d (%d) for %" PRId64 " ms", i, n,
+			    ms);
 		else
 			say("froze %s of worker %d for %" PRId64 " ms",
 			    n ? "one connection" : "no connection (it had none yet)", i, ms);
@@ -706,9 +713,9 @@ static const char SQL_VERDICT[] =
 /* Executions of a step that started after its completed journal row was
  * committed (or saw it). Without track_commit_timestamp the comparison is
  * NULL and only journaled counts. */
-#define REEXEC_FROM                                                                 \
-	" FROM chaos_effects e JOIN cairn.steps s"                                     \
-	"   ON s.run_id = e.run_id AND s.name = e.step AND s.status = 'completed'"     \
+#define REEXEC_FROM                                                                                \
+	" FROM chaos_effects e JOIN cairn.steps s"                                                 \
+	"   ON s.run_id = e.run_id AND s.name = e.step AND s.status = 'completed'"                 \
 	" WHERE (e.journaled > 0 OR e.started_at > pg_xact_commit_timestamp(s.xmin))"
 
 static const char SQL_REEXEC[] = "SELECT count(*)" REEXEC_FROM;
@@ -921,7 +928,8 @@ int main(int argc, char **argv)
 	}
 	g = c;
 	atexit(cleanup);
-	say("seed=%" PRIu64 " runs=%d workers=%d poison=%d freeze=%d restart_pg=%d duration=%" PRId64
+	say("seed=%" PRIu64
+	    " runs=%d workers=%d poison=%d freeze=%d restart_pg=%d duration=%" PRId64
 	    "s drain<=%" PRId64 "s",
 	    s->seed, s->runs, s->workers, s->poison, s->freeze, s->restart_pg,
 	    s->duration_ms / 1000, s->drain_ms / 1000);
@@ -951,7 +959,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	PQclear(r);
-	int commit_ts = q_int(c, "SELECT (current_setting('track_commit_timestamp') = 'on')::int") == 1;
+	int commit_ts =
+	    q_int(c, "SELECT (current_setting('track_commit_timestamp') = 'on')::int") == 1;
 	if (!commit_ts)
 		say("track_commit_timestamp is off: only the journaled-at-start check is made");
 
@@ -997,9 +1006,10 @@ int main(int argc, char **argv)
 			next_act = now_ms() + rnd_in(s->min_gap_ms, s->max_gap_ms);
 		}
 		if (t - last_print >= 10000) {
-			say("%" PRId64 " s: enqueued %d, signalled %d, finished %" PRId64, (t - t0) / 1000,
-			    c->enqueued, c->signalled,
-			    q_int(c, "SELECT count(*) FROM cairn.runs WHERE finished_at IS NOT NULL"));
+			say("%" PRId64 " s: enqueued %d, signalled %d, finished %" PRId64,
+			    (t - t0) / 1000, c->enqueued, c->signalled,
+			    q_int(c,
+			          "SELECT count(*) FROM cairn.runs WHERE finished_at IS NOT NULL"));
 			last_print = t;
 		}
 		sleep_ms(20);
@@ -1017,7 +1027,8 @@ int main(int argc, char **argv)
 		reap(c, 1);
 		for (int i = 0; i < s->workers; i++)
 			if (c->w[i].state == W_DOWN)
-				c->w[i].restart_at = c->w[i].restart_at < t ? c->w[i].restart_at : t;
+				c->w[i].restart_at =
+				    c->w[i].restart_at < t ? c->w[i].restart_at : t;
 		restart_due(c);
 		signal_due(c, t);
 		int64_t open = q_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'chaos'"
@@ -1106,12 +1117,14 @@ int main(int argc, char **argv)
 		say("lost: %" PRId64 " (unfinished %" PRId64 ", poison runs expected %d, ended as "
 		    "poison %" PRId64 ")",
 		    lost, unfinished, s->poison, poison);
-		r = q(c,
-		      "SELECT id, key, status, coalesce(error, '') FROM cairn.runs WHERE workflow = "
-		      "'chaos' AND NOT ((status = 'completed' AND key NOT LIKE 'poison-%') OR (key "
-		      "LIKE 'poison-%' AND status = 'failed' AND error ILIKE '%stopped%')) ORDER BY id "
-		      "LIMIT 10",
-		      0, NULL);
+		r = q(
+		    c,
+		    "SELECT id, key, status, coalesce(error, '') FROM cairn.runs WHERE workflow = "
+		    "'chaos' AND NOT ((status = 'completed' AND key NOT LIKE 'poison-%') OR (key "
+		    "LIKE 'poison-%' AND status = 'failed' AND error ILIKE '%stopped%')) ORDER BY "
+		    "id "
+		    "LIMIT 10",
+		    0, NULL);
 		for (int i = 0; r && i < PQntuples(r); i++)
 			say("  run %s %s: %s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
 			    PQgetvalue(r, i, 2), PQgetvalue(r, i, 3));
@@ -1121,7 +1134,8 @@ int main(int argc, char **argv)
 	if (reexec) {
 		r = q(c, SQL_REEXEC_SHOW, 0, NULL);
 		for (int i = 0; r && i < PQntuples(r); i++)
-			say("  re-executed: run %s step %s by pid %s: saw %s journal rows; started %s, "
+			say("  re-executed: run %s step %s by pid %s: saw %s journal rows; started "
+			    "%s, "
 			    "journal committed %s (finished_at %s)",
 			    PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
 			    PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
@@ -1130,7 +1144,8 @@ int main(int argc, char **argv)
 		c->problems++;
 	}
 	if (bad_journal) {
-		say("%" PRId64 " completed runs have a journal other than a, nap, b, go, c", bad_journal);
+		say("%" PRId64 " completed runs have a journal other than a, nap, b, go, c",
+		    bad_journal);
 		c->problems++;
 	}
 	if (no_effect) {

@@ -94,10 +94,9 @@ static void conn_drop(void)
 	pthread_setspecific(conn_key, NULL);
 }
 
-static const char SQL_EFFECT[] =
-    "INSERT INTO chaos_effects (run_id, step, pid, journaled) "
-    "SELECT $1, $2, $3, count(*) FROM cairn.steps "
-    " WHERE run_id = $1 AND name = $2 AND status = 'completed'";
+static const char SQL_EFFECT[] = "INSERT INTO chaos_effects (run_id, step, pid, journaled) "
+                                 "SELECT $1, $2, $3, count(*) FROM cairn.steps "
+                                 " WHERE run_id = $1 AND name = $2 AND status = 'completed'";
 
 static int effect(cairn_ctx *ctx, const char *step)
 {
@@ -154,8 +153,8 @@ static int wf_chaos(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
 	int64_t nap = int_field(input, "nap_ms", 100);
 	int64_t work = int_field(input, "work_ms", 0);
-	const cJSON *pz = cJSON_IsObject(input) ? cJSON_GetObjectItemCaseSensitive(input, "poison")
-	                                        : NULL;
+	const cJSON *pz =
+	    cJSON_IsObject(input) ? cJSON_GetObjectItemCaseSensitive(input, "poison") : NULL;
 	step_arg a = {"a", work, cJSON_IsTrue(pz)}, b = {"b", work, 0}, c = {"c", work, 0};
 	CAIRN_TRY(cairn_step_retry(ctx, "a", &POLICY, step_fn, &a, NULL));
 	CAIRN_TRY(cairn_sleep(ctx, "nap", nap));

@@ -390,7 +390,7 @@ Test(replay, a_run_retry_starts_over_from_the_settled_journal)
 Test(replay, a_run_whose_workers_kept_stopping_fails_as_poison_naming_the_last_step)
 {
 	job *j = claimed("abc", "[" ROW("0", "a", "step", "completed", "1") "]", NULL);
-	j->claims = 4; /* three claims before this one ended without progress */
+	j->claims = 3; /* three executions stopped without progress */
 	j->last_step = strdup("a");
 	commit *c = exec_job(&env, j);
 	cr_assert_eq(ran_a + ran_b + ran_c, 0, "a poison run ran again");
@@ -403,7 +403,7 @@ Test(replay, a_run_whose_workers_kept_stopping_fails_as_poison_naming_the_last_s
 	job_free(j);
 
 	j = claimed("abc", NULL, NULL);
-	j->claims = 3; /* two stops: still runs */
+	j->claims = 2; /* two stops: still runs */
 	c = exec_job(&env, j);
 	cr_assert_eq(c->status, RUN_COMPLETED);
 	commit_free(c);

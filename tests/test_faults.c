@@ -80,7 +80,11 @@ static void *commit_thread(void *arg)
 
 static committer *start_committer(const char *db)
 {
-	committer_env env = {.conninfo = db, .log = &quiet, .m = &counters, .on_final = on_final};
+	committer_env env = {.conninfo = db,
+	                     .app_name = "cairn-worker commit",
+	                     .log = &quiet,
+	                     .m = &counters,
+	                     .on_final = on_final};
 	committer *k;
 	cr_assert_eq(committer_start(&env, &k), 0);
 	return k;
