@@ -179,8 +179,7 @@ static const char SQL_COMMIT[] =
     "  AND r.claims > 1 AND r.id IN (SELECT run_id FROM ok)), "
     "unc AS (UPDATE cairn.runs r SET claims = greatest(r.claims - 1, 0) "
     "  WHERE r.id = ANY (:unclaim_run::bigint[]) AND r.id IN (SELECT run_id FROM ok)), "
-    "mrk AS (UPDATE cairn.runs r SET claims = r.claims + 1 "
-    "  WHERE r.id = ANY (:mark_run::bigint[]) AND r.id IN (SELECT run_id FROM ok)), "
+
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
     "  FROM unnest(:defer_msg::bigint[], :defer_at::bigint[]) AS x(id, at) "
@@ -302,7 +301,7 @@ static void encode_one(commit_params *p, const commit *c)
 		break;
 	case COMMIT_DISCARD: add_claimed(&s[SLOT_del_msg], c); break;
 	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
-	case COMMIT_MARK: pgarr_add_i64(&s[SLOT_mark_run], c->run.id); break;
+	case COMMIT_MARK: break; /* written by write_marks */
 	}
 }
 
@@ -347,8 +346,44 @@ enum { BATCH_DB = -CAIRN_EDB, BATCH_VALUES = -CAIRN_EINVAL };
 
 /* Writes one batch: 0, BATCH_VALUES when the database refused the values
  * themselves (data exception, program limit), BATCH_DB otherwise. */
+/* Execution marks: one small statement for the whole batch. A mark is a
+ * count, not a result: it needs no fence (every write of the execution that
+ * follows is fenced). */
+static const char SQL_MARK[] =
+    "UPDATE cairn.runs SET claims = claims + 1 WHERE id = ANY ($1::bigint[]) "
+    "RETURNING id, cancel_requested";
+
+static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
+{
+	pgarr ids = PGARR_INIT;
+	for (int i = 0; i < n; i++)
+		pgarr_add_i64(&ids, batch[i]->run.id);
+	const char *p[] = {pgarr_str(&ids)};
+	PGresult *r = ids.b.oom ? NULL : PQexecPrepared(conn, "cairn_mark", 1, p, NULL, NULL, 0);
+	pgarr_free(&ids);
+	int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : BATCH_DB;
+	if (rc) {
+		buf_reset(err);
+		buf_puts(err, r ? PQresultErrorMessage(r) : "out of memory encoding marks");
+	}
+	for (int i = 0; i < n; i++)
+		batch[i]->ok = 0;
+	for (int row = 0; !rc && row < PQntuples(r); row++) {
+		int64_t id = db_get_i64(r, row, 0);
+		for (int i = 0; i < n; i++)
+			if (batch[i]->run.id == id) {
+				batch[i]->ok = 1;
+				batch[i]->cancel_requested = db_get_bool(r, row, 1);
+			}
+	}
+	PQclear(r);
+	return rc;
+}
+
 static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
 {
+	if (n > 0 && batch[0]->outcome == COMMIT_MARK)
+		return write_marks(conn, batch, n, err); /* the marker takes nothing else */
 	commit_params p;
 	if (commit_encode(batch, n, &p) < 0) {
 		buf_reset(err);
@@ -421,7 +456,9 @@ static PGconn *connect_committer(committer *k, buf *err)
 		return NULL;
 	buf sql = BUF_INIT;
 	int rc = commit_statement(&sql, err);
-	PGresult *r = rc ? NULL : PQprepare(c, "cairn_commit", buf_str(&sql), 0, NULL);
+	PGresult *r = rc                    ? NULL
+	              : k->env.async_commit ? PQprepare(c, "cairn_mark", SQL_MARK, 0, NULL)
+	                                    : PQprepare(c, "cairn_commit", buf_str(&sql), 0, NULL);
 	buf_free(&sql);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		if (r) {

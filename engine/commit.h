@@ -113,7 +113,7 @@ void commit_truncate(commit *c, int from);
 	X(sig_id) X(sig_seq)                                                        \
 	X(reset_run) X(reset_from)                                                  \
 	X(defer_msg) X(defer_at)                                                    \
-	X(prog_run) X(unclaim_run) X(mark_run)
+	X(prog_run) X(unclaim_run)
 /* clang-format on */
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
