@@ -353,6 +353,22 @@ static const char SQL_MARK[] =
     "UPDATE cairn.runs SET claims = claims + 1 WHERE id = ANY ($1::bigint[]) "
     "RETURNING id, cancel_requested";
 
+/* Marks the commits whose runs the statement's rows name (id,
+ * cancel_requested) as written; the others as refused. */
+static void settle_rows(commit *const *batch, int n, const PGresult *r)
+{
+	for (int i = 0; i < n; i++)
+		batch[i]->ok = 0;
+	for (int row = 0; row < PQntuples(r); row++) {
+		int64_t id = db_get_i64(r, row, 0);
+		for (int i = 0; i < n; i++)
+			if (batch[i]->run.id == id) {
+				batch[i]->ok = 1;
+				batch[i]->cancel_requested = db_get_bool(r, row, 1);
+			}
+	}
+}
+
 static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 {
 	pgarr ids = PGARR_INIT;
@@ -365,16 +381,8 @@ static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 	if (rc) {
 		buf_reset(err);
 		buf_puts(err, r ? PQresultErrorMessage(r) : "out of memory encoding marks");
-	}
-	for (int i = 0; i < n; i++)
-		batch[i]->ok = 0;
-	for (int row = 0; !rc && row < PQntuples(r); row++) {
-		int64_t id = db_get_i64(r, row, 0);
-		for (int i = 0; i < n; i++)
-			if (batch[i]->run.id == id) {
-				batch[i]->ok = 1;
-				batch[i]->cancel_requested = db_get_bool(r, row, 1);
-			}
+	} else {
+		settle_rows(batch, n, r);
 	}
 	PQclear(r);
 	return rc;
@@ -400,16 +408,7 @@ static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
 		rc = st && (strncmp(st, "22", 2) == 0 || strncmp(st, "54", 2) == 0) ? BATCH_VALUES
 		                                                                    : BATCH_DB;
 	} else {
-		for (int i = 0; i < n; i++)
-			batch[i]->ok = 0;
-		for (int row = 0; row < PQntuples(r); row++) {
-			int64_t id = db_get_i64(r, row, 0);
-			for (int i = 0; i < n; i++)
-				if (batch[i]->run.id == id) {
-					batch[i]->ok = 1;
-					batch[i]->cancel_requested = db_get_bool(r, row, 1);
-				}
-		}
+		settle_rows(batch, n, r);
 	}
 	PQclear(r);
 	return rc;

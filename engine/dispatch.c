@@ -71,23 +71,18 @@ static void wake_poller(dispatch *d)
 	(void)n;
 }
 
-/* The run leaves the in-flight set; the poller may claim it again. Holds d->mu. */
-static void job_done_locked(dispatch *d, job *j)
+/* The run leaves the in-flight set; the poller may claim it again. */
+static void job_done(dispatch *d, job *j)
 {
+	pthread_mutex_lock(&d->mu);
 	for (int i = 0; i < d->nfl; i++)
 		if (d->fl[i].run_id == j->run_id) {
 			d->fl[i] = d->fl[--d->nfl];
 			break;
 		}
+	pthread_mutex_unlock(&d->mu);
 	shardmap_run_end(d->env.map, j->group, j->shard);
 	job_free(j);
-}
-
-static void job_done(dispatch *d, job *j)
-{
-	pthread_mutex_lock(&d->mu);
-	job_done_locked(d, j);
-	pthread_mutex_unlock(&d->mu);
 	wake_poller(d);
 }
 
@@ -107,17 +102,11 @@ static int exec_must_stop(void *arg, const job *j)
 
 /* Counts an execution of j as it starts, before any code of the run runs
  * (COMMIT_MARK, on the marker: a worker crash cannot lose a committed write,
- * so it does not wait for the disk). 0, or -CAIRN_ESTOP when the fence or
- * the database refused it: the run is not executed here. */
+ * so it does not wait for the disk). 0, or -CAIRN_ESTOP when the database
+ * refused it: the run is not executed here. */
 static int mark_started(dispatch *d, job *j)
 {
-	commit_run run = {.id = j->run_id,
-	                  .group = j->group_name,
-	                  .shard = j->shard,
-	                  .owner = j->owner,
-	                  .epoch = j->epoch,
-	                  .attempt = j->attempt};
-	commit *c = commit_new(&run);
+	commit *c = job_commit(j);
 	if (!c)
 		return -CAIRN_ESTOP;
 	c->outcome = COMMIT_MARK;

@@ -65,7 +65,7 @@ static int64_t ctx_now(const cairn_ctx *ctx)
 	return ctx->job->db_now_ms + (clock_mono_ms() - ctx->job->mono_at_load);
 }
 
-static commit *new_commit(const job *j)
+commit *job_commit(const job *j)
 {
 	commit_run run = {.id = j->run_id,
 	                  .group = j->group_name,
@@ -84,7 +84,7 @@ static commit *new_commit(const job *j)
 static commit *pending(cairn_ctx *ctx)
 {
 	if (!ctx->pending)
-		ctx->pending = new_commit(ctx->job);
+		ctx->pending = job_commit(ctx->job);
 	return ctx->pending;
 }
 
@@ -685,15 +685,15 @@ commit *exec_job(const exec_env *env, job *j)
 {
 	commit *c;
 	if (run_status_finished(j->status)) {
-		if ((c = new_commit(j)))
+		if ((c = job_commit(j)))
 			c->outcome = COMMIT_DISCARD; /* a late message for a finished run */
 		return c;
 	}
 	if (j->claims >= env->poison_after)
-		return (c = new_commit(j)) ? poisoned(env, j, c) : NULL;
+		return (c = job_commit(j)) ? poisoned(env, j, c) : NULL;
 	const workflow_def *def = registry_workflow(env->reg, j->workflow);
 	if (!def)
-		return (c = new_commit(j)) ? unknown_workflow(env, j, c) : NULL;
+		return (c = job_commit(j)) ? unknown_workflow(env, j, c) : NULL;
 	cairn_ctx ctx = {.env = env, .job = j, .def = def, .first_unsettled = INT_MAX};
 	cJSON *input = j->input ? cJSON_Parse(j->input) : NULL, *output = NULL;
 	int rc;
@@ -705,7 +705,7 @@ commit *exec_job(const exec_env *env, job *j)
 		rc = def->fn(&ctx, input, &output);
 	atomic_fetch_add(&env->m->runs_started, 1);
 	/* The rows this execution has not flushed open its final commit. */
-	c = ctx.pending ? ctx.pending : new_commit(j);
+	c = ctx.pending ? ctx.pending : job_commit(j);
 	if (c) {
 		conclude(&ctx, c, rc, output);
 		if (c->outcome == COMMIT_JOURNAL && !c->nrows && !c->nsig)

@@ -46,6 +46,8 @@ typedef struct job {
 } job;
 
 void job_free(job *j);
+/* A new commit for j's run, fenced by j's lease; NULL when out of memory. */
+commit *job_commit(const job *j);
 
 typedef struct exec_env {
 	const registry *reg;
