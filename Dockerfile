@@ -13,6 +13,8 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
     && useradd --system --no-create-home --shell /usr/sbin/nologin cairn
 COPY --from=build /usr/local/bin/cairn /usr/local/bin/cairn-worker /usr/local/bin/
 USER cairn
+# Listening on every interface needs the address other runners reach this
+# one at: set CAIRN_ADVERTISE_ADDR (docker-compose.yml sets it per service).
 ENV CAIRN_HTTP_ADDR=0.0.0.0:8080
 EXPOSE 8080
 ENTRYPOINT ["cairn-worker"]
