@@ -81,4 +81,15 @@ int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_
 int64_t tdb_intf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* cr_assert(cond, ...) that first calls dump(), which prints what explains a
+ * failure (the workers' logs, say). */
+#define tcheck(dump, cond, ...)                                                                    \
+	do {                                                                                       \
+		int tcheck_ok_ = (cond);                                                           \
+		if (!tcheck_ok_) {                                                                 \
+			dump();                                                                    \
+			cr_assert(tcheck_ok_, __VA_ARGS__);                                        \
+		}                                                                                  \
+	} while (0)
 #endif

@@ -45,14 +45,7 @@ static void dump_logs(void)
 }
 
 /* cr_assert that first prints the workers' logs, so a failure explains itself. */
-#define check(cond, ...)                                                                           \
-	do {                                                                                       \
-		int check_ok_ = (cond);                                                            \
-		if (!check_ok_) {                                                                  \
-			dump_logs();                                                               \
-			cr_assert(check_ok_, __VA_ARGS__);                                         \
-		}                                                                                  \
-	} while (0)
+#define check(cond, ...) tcheck(dump_logs, cond, __VA_ARGS__)
 
 /* Kills what a test left running; thaws the proxy first, so that nothing
  * waits on it, then stops it. */

@@ -84,14 +84,7 @@ static void dump_logs(void)
 }
 
 /* cr_assert that first prints every worker's log, so a failure explains itself. */
-#define check(cond, ...)                                                                           \
-	do {                                                                                       \
-		int check_ok_ = (cond);                                                            \
-		if (!check_ok_) {                                                                  \
-			dump_logs();                                                               \
-			cr_assert(check_ok_, __VA_ARGS__);                                         \
-		}                                                                                  \
-	} while (0)
+#define check(cond, ...) tcheck(dump_logs, cond, __VA_ARGS__)
 
 static void teardown(void)
 {
