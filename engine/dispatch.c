@@ -31,7 +31,8 @@
 #include "parse.h"
 #include "pgarr.h"
 
-#define SLOW_CLAIM_MS 20 /* a claim of one batch normally takes a few ms */
+#define SLOW_CLAIM_MS 20    /* a claim of one batch normally takes a few ms */
+#define SOLO_WAIT_MS  10000 /* the longest a run waits to run alone, or for one to end */
 
 typedef struct flight {
 	int64_t run_id;
@@ -130,17 +131,35 @@ static void on_final(void *arg, commit *c)
  * executes here, and nothing starts beside it. If it is what kills workers,
  * it takes no innocent run with it, so only the culprit reaches the limit. A
  * single stop (a node lost, a deploy cut short) does not slow a run down.
- * Holds d->mu; returns at once when the dispatcher stops.
+ * Isolation waits at most SOLO_WAIT_MS either way (a long step of another
+ * run, or of the solo run itself, must not stall the worker): past that the
+ * run goes on beside the others. Holds d->mu; returns at once when the
+ * dispatcher stops. Returns whether the run executes alone.
  */
-static void wait_turn_locked(dispatch *d, int solo)
+static int wait_turn_locked(dispatch *d, int solo)
 {
+	int64_t deadline = clock_mono_ms() + SOLO_WAIT_MS;
 	if (solo)
 		d->solo_waiting++;
-	while (!atomic_load(&d->stopping) &&
-	       (solo ? d->executing > 0 || d->solo : d->solo || d->solo_waiting > 0))
-		pthread_cond_wait(&d->turn_cv, &d->mu);
-	if (solo)
-		d->solo_waiting--;
+	for (;;) {
+		int blocked = solo ? d->executing > 0 || d->solo : d->solo || d->solo_waiting > 0;
+		int64_t left = deadline - clock_mono_ms();
+		if (!blocked || atomic_load(&d->stopping) || left <= 0)
+			break;
+		clock_cond_wait_ms(&d->turn_cv, &d->mu, left);
+	}
+	if (!solo)
+		return 0;
+	d->solo_waiting--;
+	if (atomic_load(&d->stopping))
+		return 0; /* it will not run here */
+	if (!d->solo && d->executing == 0)
+		return 1;
+	log_kv(d->env.log, LOG_WARN,
+	       "a run that stopped its workers before runs beside others: nothing else ended in "
+	       "time",
+	       NULL);
+	return 0;
 }
 
 /* An execution ended (or did not start after all). */
@@ -174,7 +193,7 @@ static void *executor_main(void *arg)
 		d->qlen--;
 		atomic_store(&d->env.m->queue_depth, d->qlen);
 		int solo = j->claims > 0 && j->claims >= d->env.cfg->poison_after - 1;
-		wait_turn_locked(d, solo);
+		solo = wait_turn_locked(d, solo);
 		int stale = exec_must_stop(d, j);
 		if (!stale) {
 			d->executing++;
@@ -601,7 +620,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->job_cv, NULL);
-	pthread_cond_init(&d->turn_cv, NULL);
+	clock_cond_init(&d->turn_cv);
 	d->nexec = env->cfg->concurrency;
 	d->qcap = env->cfg->poll_batch > d->nexec ? env->cfg->poll_batch : d->nexec;
 	d->execs = calloc((size_t)d->nexec, sizeof *d->execs);
