@@ -132,13 +132,13 @@ $(TEST_PLUGIN): tests/plugin_test.c include/cairn.h
 
 # The workflows of the execution tests (test_exec.c), loaded the same way.
 TEST_FLOWS := $(OUT)/tests/plugin_flows.so
-$(TEST_FLOWS): tests/plugin_flows.c include/cairn.h
+$(TEST_FLOWS): tests/plugin_flows.c tests/plugin_conn.h include/cairn.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
 
 # The workload of the chaos driver, loaded the same way.
 CHAOS_PLUGIN := $(OUT)/tests/plugin_chaos.so
-$(CHAOS_PLUGIN): tests/plugin_chaos.c include/cairn.h
+$(CHAOS_PLUGIN): tests/plugin_chaos.c tests/plugin_conn.h include/cairn.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
 

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "cairn.h"
+#include "clock.h"
 
 #define BATCH 500
 
@@ -73,13 +74,6 @@ static const char SQL_LATENCY[] =
 static const char SQL_SERVER[] =
     "SELECT current_setting('server_version'), current_setting('fsync'),"
     "       current_setting('synchronous_commit')";
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int64_t ms)
 {
@@ -210,8 +204,8 @@ static long http_status(int port, const char *path)
 /* Waits for /readyz; 0 when ready, -1 when the worker died or the time ran out. */
 static int worker_ready(pid_t pid, int port, int64_t timeout_ms)
 {
-	int64_t end = now_ms() + timeout_ms;
-	while (now_ms() < end) {
+	int64_t end = clock_mono_ms() + timeout_ms;
+	while (clock_mono_ms() < end) {
 		int st;
 		if (waitpid(pid, &st, WNOHANG) == pid)
 			return -1;
@@ -227,9 +221,9 @@ static void worker_stop(pid_t pid)
 	if (pid <= 0)
 		return;
 	kill(pid, SIGTERM);
-	int64_t end = now_ms() + 40000;
+	int64_t end = clock_mono_ms() + 40000;
 	int st;
-	while (now_ms() < end) {
+	while (clock_mono_ms() < end) {
 		pid_t r = waitpid(pid, &st, WNOHANG);
 		if (r == pid || (r < 0 && errno == ECHILD))
 			return;
@@ -246,7 +240,7 @@ static int wait_finished(bench *b, const char *phase, const char *workflow, cons
                          int n, pid_t worker)
 {
 	const char *params[] = {workflow, key_like};
-	int64_t start = now_ms(), last_change = start, last_print = start;
+	int64_t start = clock_mono_ms(), last_change = start, last_print = start;
 	long done = -1;
 	for (;;) {
 		PGresult *r = q(b, SQL_PROGRESS, 2, params);
@@ -254,7 +248,7 @@ static int wait_finished(bench *b, const char *phase, const char *workflow, cons
 			return -1;
 		long d = (long)cell(r, 0), failed = (long)cell(r, 1);
 		PQclear(r);
-		int64_t t = now_ms();
+		int64_t t = clock_mono_ms();
 		if (d != done)
 			done = d, last_change = t;
 		if (done >= n) {
@@ -313,7 +307,7 @@ static void phase_enqueue(bench *b)
 {
 	if (reset(b))
 		return;
-	int64_t t0 = now_ms();
+	int64_t t0 = clock_mono_ms();
 	for (int i = 0; i < b->single_n; i++) {
 		char key[32];
 		snprintf(key, sizeof key, "s-%d", i);
@@ -324,16 +318,16 @@ static void phase_enqueue(bench *b)
 			return;
 		}
 	}
-	double s = (double)(now_ms() - t0) / 1000;
+	double s = (double)(clock_mono_ms() - t0) / 1000;
 	cJSON_AddNumberToObject(b->results, "enqueue_single_per_s", s > 0 ? b->single_n / s : 0);
 	if (reset(b))
 		return;
-	t0 = now_ms();
+	t0 = clock_mono_ms();
 	if (enqueue_batched(b, "noop", b->batch_n, "b-")) {
 		note_error(b, "enqueue_batch", "%s", cairn_client_errmsg(b->c));
 		return;
 	}
-	s = (double)(now_ms() - t0) / 1000;
+	s = (double)(clock_mono_ms() - t0) / 1000;
 	cJSON_AddNumberToObject(b->results, "enqueue_batch_per_s", s > 0 ? b->batch_n / s : 0);
 }
 

@@ -68,6 +68,7 @@
 #include <unistd.h>
 
 #include "cairn.h"
+#include "clock.h"
 
 #define MAX_WORKERS 16
 #define BATCH       200
@@ -76,13 +77,6 @@
 /* ------------------------------------------------------------- helpers */
 
 static volatile sig_atomic_t interrupted;
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int64_t ms)
 {
@@ -411,7 +405,7 @@ static void worker_spawn(chaos *c, int i)
 	if (pid < 0) {
 		say("fork: %s", strerror(errno));
 		w->state = W_DOWN;
-		w->restart_at = now_ms() + 1000;
+		w->restart_at = clock_mono_ms() + 1000;
 		return;
 	}
 	if (pid == 0) {
@@ -486,13 +480,13 @@ static void reap(chaos *c, int restart)
 		}
 		w->pid = 0;
 		w->state = W_DOWN;
-		w->restart_at = restart ? now_ms() + rnd_in(100, 1000) : INT64_MAX;
+		w->restart_at = restart ? clock_mono_ms() + rnd_in(100, 1000) : INT64_MAX;
 	}
 }
 
 static void restart_due(chaos *c)
 {
-	int64_t t = now_ms();
+	int64_t t = clock_mono_ms();
 	for (int i = 0; i < c->s.workers; i++)
 		if (c->w[i].state == W_DOWN && c->w[i].restart_at <= t)
 			worker_spawn(c, i);
@@ -598,7 +592,7 @@ static void enqueue_due(chaos *c, int64_t t0, int64_t t)
 			client_failed(c, rc);
 			return; /* the same keys again next time: idempotent */
 		}
-		int64_t tt = now_ms();
+		int64_t tt = clock_mono_ms();
 		for (int k = 0; k < m; k++) {
 			int i = c->enqueued + k;
 			c->ids[i] = out[k].id;
@@ -674,10 +668,10 @@ static void act(chaos *c)
 		c->n_term++;
 		say("SIGTERM worker %d (pid %d)", i, (int)c->w[i].pid);
 	} else if (r < w_kill + w_term + w_pg) {
-		int64_t t = now_ms();
+		int64_t t = clock_mono_ms();
 		int rc = pg_sh(c, "restart", NULL, 0);
 		c->n_pgrestart++;
-		say("restarted PostgreSQL in %" PRId64 " ms%s", now_ms() - t,
+		say("restarted PostgreSQL in %" PRId64 " ms%s", clock_mono_ms() - t,
 		    rc == 0 ? "" : " (pg.sh restart FAILED)");
 		if (rc != 0)
 			c->problems++;
@@ -689,7 +683,7 @@ static void act(chaos *c)
 		int n = proxy_freeze(&c->w[i].px, all);
 		int64_t ms = rnd_in(1000, 8000);
 		c->frozen_slot = i;
-		c->thaw_at = now_ms() + ms;
+		c->thaw_at = clock_mono_ms() + ms;
 		c->n_freeze++;
 		if (all)
 			say("froze every connection of worker %d (%d) for %" PRId64 " ms", i, n,
@@ -989,10 +983,10 @@ int main(int argc, char **argv)
 	}
 
 	/* ---- chaos */
-	int64_t t0 = now_ms(), next_act = t0 + rnd_in(s->min_gap_ms, s->max_gap_ms),
+	int64_t t0 = clock_mono_ms(), next_act = t0 + rnd_in(s->min_gap_ms, s->max_gap_ms),
 	        last_print = t0;
 	while (!interrupted) {
-		int64_t t = now_ms();
+		int64_t t = clock_mono_ms();
 		if (t - t0 >= s->duration_ms && c->enqueued >= s->runs)
 			break;
 		reap(c, 1);
@@ -1003,7 +997,7 @@ int main(int argc, char **argv)
 			thaw(c);
 		if (t >= next_act && t - t0 < s->duration_ms) {
 			act(c);
-			next_act = now_ms() + rnd_in(s->min_gap_ms, s->max_gap_ms);
+			next_act = clock_mono_ms() + rnd_in(s->min_gap_ms, s->max_gap_ms);
 		}
 		if (t - last_print >= 10000) {
 			say("%" PRId64 " s: enqueued %d, signalled %d, finished %" PRId64,
@@ -1017,13 +1011,13 @@ int main(int argc, char **argv)
 
 	/* ---- calm: nothing frozen, every worker up, then the drain */
 	thaw(c);
-	int64_t calm = now_ms();
+	int64_t calm = clock_mono_ms();
 	say("chaos over after %" PRId64 " s: kill9=%d term=%d pgrestart=%d freeze=%d; draining",
 	    (calm - t0) / 1000, c->n_kill9, c->n_term, c->n_pgrestart, c->n_freeze);
 	int64_t drained_at = -1;
 	last_print = calm;
 	while (!interrupted) {
-		int64_t t = now_ms();
+		int64_t t = clock_mono_ms();
 		reap(c, 1);
 		for (int i = 0; i < s->workers; i++)
 			if (c->w[i].state == W_DOWN)
@@ -1049,7 +1043,7 @@ int main(int argc, char **argv)
 		}
 		sleep_ms(100);
 	}
-	double drain_s = (double)((drained_at >= 0 ? drained_at : now_ms()) - calm) / 1000.0;
+	double drain_s = (double)((drained_at >= 0 ? drained_at : clock_mono_ms()) - calm) / 1000.0;
 
 	/* ---- stop the workers (SIGTERM, drain) */
 	for (int i = 0; i < s->workers; i++)
@@ -1058,7 +1052,7 @@ int main(int argc, char **argv)
 			c->w[i].state = W_STOPPING;
 			kill(c->w[i].pid, SIGTERM);
 		}
-	for (int64_t end = now_ms() + 30000; now_ms() < end;) {
+	for (int64_t end = clock_mono_ms() + 30000; clock_mono_ms() < end;) {
 		reap(c, 0);
 		int left = 0;
 		for (int i = 0; i < s->workers; i++)

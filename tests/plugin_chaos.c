@@ -40,49 +40,17 @@
 #include <unistd.h>
 
 #include "cairn.h"
+#include "plugin_conn.h"
 
 /* How long one step attempt keeps trying to record its effect (the database
  * may be restarting) before it returns a retryable failure. */
 #define EFFECT_TRY_MS 4000
 #define EFFECT_GAP_MS 100
 
-static pthread_key_t conn_key;
-static pthread_once_t conn_once = PTHREAD_ONCE_INIT;
-
-static void conn_close(void *c)
-{
-	PQfinish(c);
-}
-static void conn_key_make(void)
-{
-	pthread_key_create(&conn_key, conn_close);
-}
-
-static void nap_ms(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
-/* This thread's connection, (re)opened when needed; NULL if unreachable. */
+/* This thread's connection; NULL if unreachable. */
 static PGconn *conn(void)
 {
-	pthread_once(&conn_once, conn_key_make);
-	PGconn *c = pthread_getspecific(conn_key);
-	if (c && PQstatus(c) == CONNECTION_OK)
-		return c;
-	PQfinish(c);
-	pthread_setspecific(conn_key, NULL);
-	const char *url = getenv("DATABASE_URL");
-	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-	const char *vals[] = {url ? url : "", "3", "chaos-effects", NULL};
-	c = PQconnectdbParams(keys, vals, 1);
-	if (PQstatus(c) != CONNECTION_OK) {
-		PQfinish(c);
-		return NULL;
-	}
-	pthread_setspecific(conn_key, c);
-	return c;
+	return conn_named("chaos-effects");
 }
 
 /* A failed statement on a connection that still looks fine (a restarted

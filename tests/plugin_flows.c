@@ -53,6 +53,7 @@
 #include <time.h>
 
 #include "cairn.h"
+#include "plugin_conn.h"
 
 #define BLOCK_POLL_MS 20
 #define SPREAD_NAP_MS 50
@@ -60,36 +61,10 @@
 
 /* ------------------------------------------------------------ database */
 
-static pthread_key_t conn_key;
-static pthread_once_t conn_once = PTHREAD_ONCE_INIT;
-
-static void conn_close(void *c)
-{
-	PQfinish(c);
-}
-static void conn_key_make(void)
-{
-	pthread_key_create(&conn_key, conn_close);
-}
-
-/* This thread's connection, (re)opened when needed; NULL if the database is
- * unreachable. */
+/* This thread's connection; NULL if the database is unreachable. */
 static PGconn *conn(void)
 {
-	pthread_once(&conn_once, conn_key_make);
-	PGconn *c = pthread_getspecific(conn_key);
-	if (c && PQstatus(c) == CONNECTION_OK)
-		return c;
-	PQfinish(c);
-	pthread_setspecific(conn_key, NULL);
-	const char *url = getenv("DATABASE_URL");
-	c = PQconnectdb(url ? url : "");
-	if (PQstatus(c) != CONNECTION_OK) {
-		PQfinish(c);
-		return NULL;
-	}
-	pthread_setspecific(conn_key, c);
-	return c;
+	return conn_named("cairn-test-flows");
 }
 
 /*
@@ -123,12 +98,6 @@ static int flag_set(int64_t run)
 	if (q(run, "SELECT count(*) FROM t_flags WHERE run_id = $1", NULL, v, sizeof v) < 0)
 		return -1;
 	return atoi(v) > 0;
-}
-
-static void nap_ms(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
 }
 
 static const cJSON *field(const cJSON *in, const char *name)

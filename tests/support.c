@@ -175,7 +175,7 @@ static void drain(int fo, int fe, char **out, char **err)
 		free(bufs[1]);
 }
 
-int tcli_argv(const char *db, char **out, char **err, const char *const *argv)
+int trun(const char *const *argv, const char *const *env, char **out, char **err)
 {
 	int po[2], pe[2];
 	cr_assert(pipe(po) == 0 && pipe(pe) == 0);
@@ -188,17 +188,16 @@ int tcli_argv(const char *db, char **out, char **err, const char *const *argv)
 		close(pe[0]);
 		close(po[1]);
 		close(pe[1]);
-		if (db)
-			setenv("DATABASE_URL", db, 1);
-		else
-			unsetenv("DATABASE_URL");
-		const char *args[64];
-		int n = 0;
-		args[n++] = tbin("cairn");
-		for (int i = 0; argv[i] && n < 63; i++)
-			args[n++] = argv[i];
-		args[n] = NULL;
-		execv(args[0], (char *const *)args);
+		for (int i = 0; env && env[i]; i++) {
+			const char *eq = strchr(env[i], '=');
+			char name[128];
+			snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - env[i]) : 127, env[i]);
+			if (eq)
+				setenv(name, eq + 1, 1);
+			else
+				unsetenv(name);
+		}
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	close(po[1]);
@@ -208,6 +207,20 @@ int tcli_argv(const char *db, char **out, char **err, const char *const *argv)
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int tcli_argv(const char *db, char **out, char **err, const char *const *argv)
+{
+	const char *args[64];
+	int n = 0;
+	args[n++] = tbin("cairn");
+	for (int i = 0; argv[i] && n < 63; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	char url[1100];
+	snprintf(url, sizeof url, "DATABASE_URL=%s", db ? db : "");
+	const char *env[] = {db ? url : "DATABASE_URL", NULL};
+	return trun(args, env, out, err);
 }
 
 int tcli(const char *db, char **out, char **err, ...)

@@ -25,6 +25,10 @@ const char *tbin(const char *name);
 /* Runs bin/cairn with DATABASE_URL=db and the NULL-terminated args; captures
  * stdout and stderr (caller frees; either may be NULL). Returns the exit code. */
 int tcli(const char *db, char **out, char **err, ...);
+/* Runs argv[0] (a path) with argv, after setting the child's environment from
+ * env ("NAME=value" sets, a bare "NAME" unsets; NULL-terminated, may be
+ * NULL); captures stdout and stderr as tcli does. Returns the exit code. */
+int trun(const char *const *argv, const char *const *env, char **out, char **err);
 /* As tcli, with an argv array. */
 int tcli_argv(const char *db, char **out, char **err, const char *const *argv);
 

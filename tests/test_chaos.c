@@ -36,50 +36,31 @@ Test(chaos, kills_stops_and_database_restarts_lose_no_run_and_rerun_no_journaled
 	snprintf(plugin, sizeof plugin, "%s/../tests/plugin_chaos.so", bin);
 	snprintf(pgsh, sizeof pgsh, "%s/../../../tests/pg.sh", bin);
 
-	int po[2], pe[2];
-	cr_assert(pipe(po) == 0 && pipe(pe) == 0);
+	char runs[64], duration[64], poison[64], freeze[64];
+	snprintf(runs, sizeof runs, "CHAOS_RUNS=%s", env_or("CHAOS_TEST_RUNS", "300"));
+	snprintf(duration, sizeof duration, "CHAOS_DURATION=%s",
+	         env_or("CHAOS_TEST_DURATION", "20"));
+	snprintf(poison, sizeof poison, "CHAOS_POISON=%s", env_or("CHAOS_TEST_POISON", "2"));
+	snprintf(freeze, sizeof freeze, "CHAOS_FREEZE=%s", env_or("CHAOS_TEST_FREEZE", "0"));
+	const char *env[] = {runs,
+	                     duration,
+	                     "CHAOS_DRAIN=90",
+	                     "CHAOS_WORKERS=3",
+	                     "CHAOS_CONCURRENCY=4",
+	                     "CHAOS_SHARDS=64",
+	                     poison,
+	                     freeze,
+	                     "CHAOS_RESTART_PG=1",
+	                     "CHAOS_SEED", /* a new seed each time; it is printed */
+	                     NULL};
+	const char *argv[] = {driver, "--worker", worker, "--plugin",
+	                      plugin, "--pg-sh",  pgsh,   NULL};
 	int64_t t0 = tnow_ms();
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		dup2(po[1], 1);
-		dup2(pe[1], 2);
-		close(po[0]);
-		close(pe[0]);
-		setenv("CHAOS_RUNS", env_or("CHAOS_TEST_RUNS", "300"), 1);
-		setenv("CHAOS_DURATION", env_or("CHAOS_TEST_DURATION", "20"), 1);
-		setenv("CHAOS_DRAIN", "90", 1);
-		setenv("CHAOS_WORKERS", "3", 1);
-		setenv("CHAOS_CONCURRENCY", "4", 1);
-		setenv("CHAOS_SHARDS", "64", 1);
-		setenv("CHAOS_POISON", env_or("CHAOS_TEST_POISON", "2"), 1);
-		setenv("CHAOS_FREEZE", env_or("CHAOS_TEST_FREEZE", "0"), 1);
-		setenv("CHAOS_RESTART_PG", "1", 1);
-		unsetenv("CHAOS_SEED"); /* a new seed each time; it is printed */
-		execl(driver, driver, "--worker", worker, "--plugin", plugin, "--pg-sh", pgsh,
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(po[1]);
-	close(pe[1]);
-	/* The driver's stderr is short (one line per action); read stdout after. */
-	char err[65536];
-	size_t elen = 0;
-	ssize_t n;
-	while ((n = read(pe[0], err + elen, sizeof err - 1 - elen)) > 0)
-		elen += (size_t)n;
-	err[elen] = '\0';
-	char out[4096];
-	size_t olen = 0;
-	while ((n = read(po[0], out + olen, sizeof out - 1 - olen)) > 0)
-		olen += (size_t)n;
-	out[olen] = '\0';
-	close(po[0]);
-	close(pe[0]);
-	int st;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	char *out = NULL, *err = NULL;
+	int rc = trun(argv, env, &out, &err);
 	fprintf(stderr, "test_chaos: %s(%.1f s in all)\n", out, (double)(tnow_ms() - t0) / 1000);
 	cr_assert_eq(rc, 0, "chaos exited %d:\n%s%s", rc, out, err);
 	cr_assert(strstr(out, " lost=0 ") && strstr(out, " reexecuted=0 "), "%s%s", out, err);
+	free(out);
+	free(err);
 }
