@@ -140,6 +140,31 @@ int client_shards(cairn_client *c, int *shards)
 
 /* ---------------------------------------------------------------- enqueue */
 
+/*
+ * Wake-ups. A write that gives a shard work ($1 groups, $2 shards) is
+ * followed, in a transaction of its own sent in the same round trip
+ * (db_exec_then), by one notification to each owner of those shards on its
+ * own channel (cairn_wake_<runner id>), so a run costs the same whatever the
+ * size of the fleet. The notification is not part of the write's
+ * transaction: PostgreSQL serialises the commits of notifying transactions
+ * (and a notification-only transaction writes no WAL of its own, so it does
+ * not wait for the disk). It reads the owner after the write committed: an
+ * owner that takes a shard later claims its due messages as it takes it,
+ * and a shard that has no owner wakes nobody. $3 is the payload: "cancel"
+ * asks the owner to look for cancelled runs among those in flight.
+ */
+static const char SQL_WAKE_SHARDS[] =
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "' || o.owner, $3)) "
+    "FROM (SELECT DISTINCT l.owner FROM unnest($1::text[], $2::int[]) AS x(g, s) "
+    "      JOIN cairn.shard_leases l ON l.shard_group = x.g AND l.shard = x.s "
+    "      WHERE l.owner IS NOT NULL) o";
+/* The same for the shards of runs: $1 run ids, $2 the payload. */
+static const char SQL_WAKE_RUNS[] =
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "' || o.owner, $2)) "
+    "FROM (SELECT DISTINCT l.owner FROM cairn.runs r JOIN cairn.shard_leases l "
+    "        ON l.shard_group = r.shard_group AND l.shard = r.shard "
+    "      WHERE r.id = ANY ($1::bigint[]) AND l.owner IS NOT NULL) o";
+
 /* One row per input, in order: the run's id, whether it existed, its status
  * and, when $9 asks for it and an existing run has finished, its output and
  * error (a new run has neither). */
@@ -159,9 +184,7 @@ static const char SQL_ENQUEUE[] =
     "  RETURNING id, key, shard_group, shard, scheduled_at, status), "
     "msg AS ("
     "  INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
-    "  SELECT id, shard_group, shard, 'start', scheduled_at FROM ins "
-    "  RETURNING CASE WHEN deliver_at <= now() "
-    "    THEN pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard) END) "
+    "  SELECT id, shard_group, shard, 'start', scheduled_at FROM ins RETURNING 1) "
     "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "
     "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "
     "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "
@@ -173,6 +196,10 @@ static const char SQL_ENQUEUE[] =
     "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key) r "
     "  ON true "
     "ORDER BY i.ord";
+
+/* One run: cairn.enqueue_one (migration 0005) returns the same columns. */
+static const char SQL_ENQUEUE_ONE[] = "SELECT * FROM cairn.enqueue_one($1, $2, $3, $4, $5::jsonb, "
+                                      "$6, $7, $8, $9)";
 
 #define MAX_ATTEMPTS_LIMIT 1000
 
@@ -247,6 +274,8 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	if (rc)
 		return rc;
 
+	char first_key[KEY_MAX_BYTES + 1];
+	int64_t first_shard = 0;
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT;
 	for (size_t i = 0; i < n; i++) {
@@ -260,6 +289,10 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		pgarr_add(&keys, key);
 		pgarr_add(&groups, o->group ? o->group : CAIRN_DEFAULT_GROUP);
 		pgarr_add_i64(&sh, hash_shard(key, shards));
+		if (i == 0) { /* a generated key lives in keys only */
+			snprintf(first_key, sizeof first_key, "%s", key);
+			first_shard = hash_shard(key, shards);
+		}
 		pgarr_add(&inputs, o->input ? o->input : "null");
 		pgarr_add_i64(&maxa, o->max_attempts ? o->max_attempts : 3);
 		pgarr_add_i64(&delays, o->delay_ms);
@@ -271,6 +304,25 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f"};
+	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), "run"};
+	/* One run goes as scalars to cairn.enqueue_one (the same columns back). */
+	const char *sql = SQL_ENQUEUE;
+	char one_shard[24], one_max[24], one_delay[24], one_at[24];
+	const char *one[9];
+	if (n == 1) {
+		const cairn_enqueue_opts *o = &opts[0];
+		const char *v[] = {workflow,
+		                   first_key,
+		                   o->group ? o->group : CAIRN_DEFAULT_GROUP,
+		                   db_i64(one_shard, first_shard),
+		                   o->input ? o->input : "null",
+		                   db_i64(one_max, o->max_attempts ? o->max_attempts : 3),
+		                   db_i64(one_delay, o->delay_ms),
+		                   o->at_unix_ms ? db_i64(one_at, o->at_unix_ms) : NULL,
+		                   want_result ? "t" : "f"};
+		memcpy(one, v, sizeof one);
+		sql = SQL_ENQUEUE_ONE;
+	}
 	rc = CAIRN_OK;
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
@@ -279,7 +331,8 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	/* A concurrent enqueue of the same key can commit after our snapshot: the
 	 * insert skips it but the lookup cannot see it yet, so try once more. */
 	for (int attempt = 0; attempt < 3; attempt++) {
-		PGresult *r = db_exec(c->conn, &c->err, SQL_ENQUEUE, 9, params);
+		PGresult *r = db_exec_then(c->conn, &c->err, sql, 9, n == 1 ? one : params,
+		                           SQL_WAKE_SHARDS, 3, wake);
 		if (!r) {
 			rc = db_fail(c);
 			goto done;
@@ -401,18 +454,22 @@ static const char SQL_SIGNAL[] =
     "      SELECT id, $2, $3::jsonb FROM ok RETURNING run_id), "
     "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
     "      SELECT id, shard_group, shard, 'signal' FROM ok "
-    "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+    "      RETURNING 1) "
     "SELECT done OR pending >= $4, (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
     "       CASE WHEN done THEN 'it has already finished' "
     "            ELSE 'it holds ' || pending || ' unconsumed signals; the limit "
     "(max_pending_signals in cairn.settings) is ' || $4 END "
     "FROM r";
 
-/* Runs a statement whose first row's first column is "run already finished". */
+/* Runs a statement whose first row's first column is "run already finished",
+ * then wakes the run's owner with the payload wake. */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
-                         const char *const *params, const char *verb)
+                         const char *const *params, const char *verb, const char *wake)
 {
-	PGresult *r = db_exec(c->conn, &c->err, sql, n, params);
+	char ids[32];
+	snprintf(ids, sizeof ids, "{%" PRId64 "}", run_id);
+	const char *w[] = {ids, wake};
+	PGresult *r = db_exec_then(c->conn, &c->err, sql, n, params, SQL_WAKE_RUNS, 2, w);
 	if (!r)
 		return db_fail(c);
 	int rc = CAIRN_OK;
@@ -439,7 +496,7 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 	char idtxt[24], cap[24];
 	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null",
 	                   db_i64(cap, c->settings.max_pending_signals)};
-	return run_state_cmd(c, run_id, SQL_SIGNAL, 4, p, "signal");
+	return run_state_cmd(c, run_id, SQL_SIGNAL, 4, p, "signal", "run");
 }
 
 /* A run that has not started is cancelled at once; a started one gets the
@@ -458,7 +515,7 @@ static const char SQL_CANCEL[] =
     "        RETURNING id, shard_group, shard), "
     "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
     "      SELECT id, shard_group, shard, 'cancel' FROM req "
-    "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+    "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
     "  + (SELECT count(*) FROM notify_) FROM r";
 
@@ -466,7 +523,7 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 {
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel");
+	return run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL);
 }
 
 /* The journal is cut from its first step that is missing or not settled
@@ -491,7 +548,7 @@ static const char SQL_RETRY[] =
     "         AND consumed_by_seq >= (SELECT f FROM cut) RETURNING 1), "
     "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
     "      SELECT id, shard_group, shard, 'start' FROM up "
-    "      RETURNING pg_notify('" CAIRN_WAKE_CHANNEL "', shard_group || '/' || shard)) "
+    "      RETURNING 1) "
     "SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM gb) + "
     "       (SELECT count(*) FROM m), "
     "       'it is ' || status || ', only failed or cancelled runs can be retried' FROM r";
@@ -500,7 +557,7 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 {
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry");
+	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "run");
 }
 
 /* ------------------------------------------------------------ run reads */

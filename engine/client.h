@@ -11,7 +11,11 @@
 #define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define CAIRN_DEFAULT_GROUP       "default"
 #define CAIRN_DEFAULT_SHARDS      4096
-#define CAIRN_WAKE_CHANNEL        "cairn_wake"
+/* A runner listens on CAIRN_WAKE_CHANNEL followed by its id; a payload of
+ * CAIRN_WAKE_CANCEL says a run in flight may have been cancelled. */
+#define CAIRN_WAKE_CHANNEL        "cairn_wake_"
+#define CAIRN_WAKE_CANCEL         "cancel"
+#define CAIRN_MEMBERS_CHANNEL     "cairn_members"
 #define CAIRN_DONE_CHANNEL        "cairn_done"
 
 struct cairn_client {

@@ -183,10 +183,15 @@ static const char SQL_COMMIT[] =
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
     "  FROM unnest(:defer_msg::bigint[], :defer_at::bigint[]) AS x(id, at) "
-    "  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok)), "
-    "ntf AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM upd WHERE fin) "
-    "SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM ntf) "
+    "  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok)) "
+    "SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM upd) "
     "FROM ok JOIN cairn.runs r ON r.id = ok.run_id";
+
+/* Tells `cairn wait` and the like that runs finished, after their commit and
+ * in a transaction of its own: PostgreSQL serialises the commits of
+ * notifying transactions, and this one writes no WAL, so it is short. */
+static const char SQL_DONE[] =
+    "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM unnest($1::bigint[]) id";
 
 int commit_statement(buf *sql, buf *err)
 {
@@ -388,6 +393,18 @@ static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 	return rc;
 }
 
+static void notify_done(PGconn *conn, commit *const *batch, int n)
+{
+	pgarr ids = PGARR_INIT;
+	for (int i = 0; i < n; i++)
+		if (batch[i]->ok && batch[i]->outcome == COMMIT_FINISH)
+			pgarr_add_i64(&ids, batch[i]->run.id);
+	const char *p[] = {pgarr_str(&ids)};
+	if (ids.n && !ids.b.oom)
+		db_cmd(conn, NULL, SQL_DONE, 1, p);
+	pgarr_free(&ids);
+}
+
 static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
 {
 	if (n > 0 && batch[0]->outcome == COMMIT_MARK)
@@ -411,6 +428,8 @@ static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
 		settle_rows(batch, n, r);
 	}
 	PQclear(r);
+	if (!rc)
+		notify_done(conn, batch, n);
 	return rc;
 }
 

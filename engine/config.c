@@ -45,8 +45,9 @@ static const setting SETTINGS[] = {
      "comma-separated shard groups this worker serves"},
     {"CAIRN_WEIGHT", K_INT, OFF(weight), "100", 1, 10000,
      "share of shards relative to other runners"},
-    {"CAIRN_POLL_INTERVAL", K_DUR, OFF(poll_interval_ms), "500ms", 10, DAY,
-     "poll for due messages at least this often"},
+    {"CAIRN_POLL_INTERVAL", K_DUR, OFF(poll_interval_ms), "5s", 10, DAY,
+     "look for due messages at least this often (a fallback: notifications and the next due "
+     "time wake the poller)"},
     {"CAIRN_POLL_BATCH", K_INT, OFF(poll_batch), "256", 1, 10000, "messages claimed per poll"},
     {"CAIRN_STATEMENT_TIMEOUT", K_DUR, OFF(statement_timeout_ms), "10s", 100, 3600000,
      "claims and commits running longer are cancelled (lock waits after half of it); a "
@@ -56,11 +57,13 @@ static const setting SETTINGS[] = {
     {"CAIRN_LOG_LEVEL", K_LEVEL, OFF(log_level), "info", 0, 0, "error, warn, info or debug"},
     {"CAIRN_LOG_FORMAT", K_FORMAT, OFF(log_format), "logfmt", 0, 0, "logfmt or json"},
     {"CAIRN_HEARTBEAT_INTERVAL", K_DUR, OFF(heartbeat_interval_ms), "1s", 50, 60000,
-     "runner heartbeat and database check interval"},
+     "heartbeat of the two oldest runners, which watch the membership for the others (who "
+     "beat every third of CAIRN_RUNNER_TTL); database check interval"},
     {"CAIRN_RUNNER_TTL", K_DUR, OFF(runner_ttl_ms), "10s", 200, DAY,
      "a runner whose heartbeat is older is dead"},
-    {"CAIRN_REBALANCE_INTERVAL", K_DUR, OFF(rebalance_interval_ms), "1s", 50, 600000,
-     "how often shard ownership is recomputed"},
+    {"CAIRN_REBALANCE_INTERVAL", K_DUR, OFF(rebalance_interval_ms), "30s", 50, 600000,
+     "recompute shard ownership at least this often (a fallback: a membership change "
+     "triggers it at once)"},
     {"CAIRN_REBALANCE_DEBOUNCE", K_DUR, OFF(rebalance_debounce_ms), "250ms", 0, 600000,
      "wait after a change before the next rebalance round"},
     {"CAIRN_DETACH_AFTER", K_INT, OFF(detach_after), "3", 1, 100,

@@ -145,11 +145,10 @@ static PGresult *exec_limited(PGconn *c, const char *sql, int n, const char *con
 	return res;
 }
 
-PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params)
+/* Keeps r if it succeeded; otherwise records its SQLSTATE and message (or
+ * the wait limit's) in err, clears it and returns NULL. */
+static PGresult *keep_ok(PGconn *c, PGresult *r, int gave_up, buf *err)
 {
-	last_sqlstate[0] = '\0';
-	int gave_up;
-	PGresult *r = exec_limited(c, sql, n, params, &gave_up);
 	ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
 	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
 		return r;
@@ -179,6 +178,50 @@ PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const
 	}
 	PQclear(r);
 	return NULL;
+}
+
+PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params)
+{
+	last_sqlstate[0] = '\0';
+	int gave_up;
+	PGresult *r = exec_limited(c, sql, n, params, &gave_up);
+	return keep_ok(c, r, gave_up, err);
+}
+
+PGresult *db_exec_then(PGconn *c, buf *err, const char *sql, int n, const char *const *params,
+                       const char *then, int tn, const char *const *tparams)
+{
+	if (wait_limit_ms || !PQenterPipelineMode(c)) {
+		PGresult *r = db_exec(c, err, sql, n, params);
+		PQclear(db_exec(c, NULL, then, tn, tparams));
+		return r;
+	}
+	last_sqlstate[0] = '\0';
+	int sent = PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0) &&
+	           PQpipelineSync(c) &&
+	           PQsendQueryParams(c, then, tn, NULL, tparams, NULL, NULL, 0) &&
+	           PQpipelineSync(c);
+	/* The first statement's result (an error, if any, wins), then its sync;
+	 * the second's results are dropped, up to the second sync. */
+	PGresult *res = NULL, *r;
+	for (int syncs = 0; sent && syncs < 2;) {
+		if (!(r = PQgetResult(c))) {
+			if (PQstatus(c) != CONNECTION_OK)
+				break;
+			continue; /* the end of one statement's results */
+		}
+		ExecStatusType st = PQresultStatus(r);
+		if (st == PGRES_PIPELINE_SYNC) {
+			syncs++;
+		} else if (syncs == 0 && (!res || PQresultStatus(res) != PGRES_FATAL_ERROR)) {
+			PQclear(res);
+			res = r;
+			continue;
+		}
+		PQclear(r);
+	}
+	PQexitPipelineMode(c);
+	return keep_ok(c, res, 0, err);
 }
 
 int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params)

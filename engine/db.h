@@ -49,6 +49,15 @@ void db_set_wait_limit(int64_t ms);
  * into err (if err) and returns NULL. The caller PQclear()s the result.
  */
 PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
+/*
+ * db_exec of sql, then of `then` in a transaction of its own, sent together
+ * (one round trip, libpq's pipeline mode): the second runs after the first
+ * has committed, whatever its outcome, and its result and errors are
+ * dropped. For a wake-up sent after the write it announces. Not for a
+ * thread with a wait limit (it then runs them one after the other).
+ */
+PGresult *db_exec_then(PGconn *c, buf *err, const char *sql, int n, const char *const *params,
+                       const char *then, int tn, const char *const *tparams);
 /* db_exec for statements whose result is not needed: 0 or -1. */
 int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
 /* SQLSTATE of the last error copied by db_exec (5 chars) or "". */

@@ -1,11 +1,17 @@
 /*
  * dispatch.c - the poller and the executor pool (see dispatch.h):
  *
- *   poller     one thread and connection: LISTEN cairn_wake, claim due
- *              messages of the shards this runner owns (one statement that
- *              also marks the runs running and returns their journals),
- *              never a run already in flight, at most as many as the queue
- *              has room for; polling pauses while the queue is full.
+ *   poller     one thread and connection: claims the due messages of the
+ *              shards this runner owns (one statement that also marks the
+ *              runs running, returns their journals and says when the next
+ *              message of its shards is due), never a run already in
+ *              flight, at most as many as the queue has room for. It claims
+ *              when woken: by a notification on this runner's own channel
+ *              (cairn_wake_<id>, sent after a write that gave its shards
+ *              work), by an executor that ended a run, by the lease loop
+ *              after it took shards, or by the next due time; and, as a
+ *              fallback for a lost notification, every CAIRN_POLL_INTERVAL.
+ *              It also relays cairn_members notifications to the lease loop.
  *   executors  CAIRN_CONCURRENCY threads running exec_job().
  *   committer  commit.c; an executor continues after a step only once it is
  *              committed, and a run leaves the in-flight set only after its
@@ -249,8 +255,8 @@ static const char SQL_CLAIM[] =
     "  WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
     "  ORDER BY m.deliver_at, m.id LIMIT $3), "
     "d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids "
-    "      FROM due GROUP BY run_id) "
-    "UPDATE cairn.runs r SET "
+    "      FROM due GROUP BY run_id), "
+    "c AS (UPDATE cairn.runs r SET "
     "  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "
     "                ELSE r.status END, "
     "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
@@ -261,23 +267,34 @@ static const char SQL_CLAIM[] =
     "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
     "           FROM cairn.steps s WHERE s.run_id = d.run_id) js "
     "WHERE r.id = d.run_id "
-    "RETURNING r.id, r.shard_group, r.shard, d.epoch, d.ids::text, r.workflow, r.status, "
-    "  r.input::text, r.attempt, r.max_attempts, r.cancel_requested, "
-    "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint, "
-    "  (extract(epoch FROM now()) * 1000)::bigint, r.claims, js.bytes, "
+    "RETURNING r.id, r.shard_group AS grp, r.shard, d.epoch, d.ids::text AS ids, r.workflow, "
+    "  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "
+    "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
+    "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
     "  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "
-    "    AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) END, "
+    "    AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) END AS last_step, "
     "  CASE WHEN js.bytes <= $4 THEN "
     "  (SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, 'kind', s.kind, "
     "     'status', s.status, 'output', s.output::text, 'error', s.error, "
     "     'attempts', s.attempts::text, "
     "     'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "
     "     'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text))::text "
-    "   FROM cairn.steps s WHERE s.run_id = r.id) END, "
+    "   FROM cairn.steps s WHERE s.run_id = r.id) END AS journal, "
     "  (SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "
     "     'payload', g.payload::text))::text "
     "   FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "
-    "         WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g)";
+    "         WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) "
+    "  AS signals), "
+    /* The next message of this runner's shards that is not yet due, in ms
+     * from now: the poller sleeps until then. One row even when nothing
+     * was claimed (its run columns NULL). */
+    "next AS (SELECT (extract(epoch FROM min(m.deliver_at) - now()) * 1000)::bigint AS ms "
+    "  FROM (SELECT m.deliver_at FROM cairn.messages m JOIN cairn.shard_leases l "
+    "          ON l.shard_group = m.shard_group AND l.shard = m.shard "
+    "        WHERE l.owner = $1 AND m.deliver_at > now() ORDER BY m.deliver_at, m.id LIMIT 1) m) "
+    "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "
+    "  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "
+    "  c.last_step, c.journal, c.signals, next.ms FROM next LEFT JOIN c ON true";
 
 /* The claim's columns, in order. */
 enum {
@@ -299,6 +316,7 @@ enum {
 	CLAIM_LAST_STEP, /* only for a run whose executions stopped poison_after times */
 	CLAIM_JOURNAL,
 	CLAIM_SIGNALS,
+	CLAIM_NEXT_DUE, /* ms until the next message is due; NULL: none */
 };
 
 /* Parses "{1,2,3}"; the number of ids, or -CAIRN_ENOMEM. */
@@ -407,9 +425,12 @@ static int queue_job(dispatch *d, job *j)
 	return 0;
 }
 
-/* Claims up to limit runs: how many rows the claim returned (at most limit),
- * or -CAIRN_EDB. Runs that cannot be queued keep their messages and come back. */
-static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, buf *err)
+/* Claims up to limit runs: how many runs the claim returned (at most limit),
+ * or -CAIRN_EDB; *next_due_ms is the time until the next message of this
+ * runner's shards is due (-1: none). Runs that cannot be queued keep their
+ * messages and come back. */
+static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int64_t *next_due_ms,
+                 buf *err)
 {
 	pgarr ex = PGARR_INIT;
 	inflight_ids(d, &ex);
@@ -431,8 +452,14 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, buf *err)
 		PQclear(r);
 		return -CAIRN_EDB;
 	}
-	int got = PQntuples(r);
-	for (int i = 0; i < got; i++) {
+	int got = 0;
+	*next_due_ms = -1;
+	for (int i = 0; i < PQntuples(r); i++) {
+		if (!PQgetisnull(r, i, CLAIM_NEXT_DUE))
+			*next_due_ms = db_get_i64(r, i, CLAIM_NEXT_DUE);
+		if (PQgetisnull(r, i, CLAIM_ID))
+			continue; /* nothing claimed: the row only says when to look again */
+		got++;
 		job *j = job_from_row(d, r, i, owner, mono);
 		if (j && queue_job(d, j) < 0)
 			job_free(j);
@@ -466,35 +493,68 @@ static void check_cancels(dispatch *d, PGconn *conn)
 	PQclear(r);
 }
 
-/* Drops the notifications libpq has received; 1 if there were any. */
-static int take_notifies(PGconn *conn)
+/* What the notifications libpq has received asked for. */
+enum { HEARD_WAKE = 1, HEARD_CANCEL = 2 };
+
+/* Takes the notifications libpq has received: relays cairn_members to the
+ * lease loop and says whether any asked for a claim (HEARD_WAKE) or for a
+ * look at cancelled runs (HEARD_CANCEL). */
+static int take_notifies(dispatch *d, PGconn *conn)
 {
-	int any = 0;
+	int heard = 0;
 	PGnotify *n;
 	PQconsumeInput(conn);
 	while ((n = PQnotifies(conn))) {
+		if (strcmp(n->relname, CAIRN_MEMBERS_CHANNEL) == 0) {
+			d->env.members(d->env.members_arg, n->extra);
+		} else {
+			heard |= HEARD_WAKE;
+			if (strcmp(n->extra, CAIRN_WAKE_CANCEL) == 0)
+				heard |= HEARD_CANCEL;
+		}
 		PQfreemem(n);
-		any = 1;
 	}
-	return any;
+	return heard;
 }
 
-/* Waits for a notification, a wake-up from an executor, or the timeout. */
-static void wait_wake(dispatch *d, PGconn *conn, int64_t ms)
+/* Waits for a wake-up (a notification or an executor's) or the timeout;
+ * returns what the notifications asked for. */
+static int wait_wake(dispatch *d, PGconn *conn, int64_t ms)
 {
 	/* A notification that came in with the last claim's result is already
 	 * in libpq's queue, not on the socket: poll() would not see it. */
-	if (conn && take_notifies(conn))
-		return;
+	int heard = conn ? take_notifies(d, conn) : 0;
+	if (heard & HEARD_WAKE)
+		return heard;
 	struct pollfd fds[2] = {{.fd = d->wake_fd, .events = POLLIN},
 	                        {.fd = conn ? PQsocket(conn) : -1, .events = POLLIN}};
-	if (poll(fds, conn ? 2 : 1, (int)ms) > 0 && (fds[0].revents & POLLIN)) {
+	if (poll(fds, conn ? 2 : 1, (int)(ms > 0 ? ms : 0)) > 0 && (fds[0].revents & POLLIN)) {
 		uint64_t v;
 		ssize_t n = read(d->wake_fd, &v, sizeof v);
 		(void)n;
 	}
-	if (conn)
-		take_notifies(conn);
+	return conn ? heard | take_notifies(d, conn) : heard;
+}
+
+/* Listens on the channel of runner id (0: none) instead of the one it
+ * listened on; 0 or -CAIRN_EDB. A notification sent before LISTEN took
+ * effect is not lost: the claim that follows sees what it announced. */
+static int listen_as(PGconn *conn, int64_t *listening, int64_t id, buf *err)
+{
+	char sql[64];
+	if (*listening) {
+		snprintf(sql, sizeof sql, "UNLISTEN " CAIRN_WAKE_CHANNEL "%" PRId64, *listening);
+		if (db_cmd(conn, err, sql, 0, NULL) < 0)
+			return -CAIRN_EDB;
+		*listening = 0;
+	}
+	if (id) {
+		snprintf(sql, sizeof sql, "LISTEN " CAIRN_WAKE_CHANNEL "%" PRId64, id);
+		if (db_cmd(conn, err, sql, 0, NULL) < 0)
+			return -CAIRN_EDB;
+		*listening = id;
+	}
+	return 0;
 }
 
 static PGconn *connect_poller(dispatch *d, buf *err)
@@ -518,10 +578,14 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 		buf_puts(err, PQresultErrorMessage(r));
 	}
 	PQclear(r);
-	/* A generic plan cannot know the LIMIT and sorts every due message;
-	 * plan each claim with its values instead. */
+	/* A generic plan cannot know the LIMIT and sorts every due message:
+	 * plan each claim with its values instead. A claim need not wait for
+	 * the disk: what it writes (running, started_at) only describes the
+	 * run, and a crash of the database that loses it leaves the messages,
+	 * which bring the run back; counting executions is the marker's. */
 	if (!ok || db_cmd(c, err, "SET plan_cache_mode = force_custom_plan", 0, NULL) < 0 ||
-	    db_cmd(c, err, "LISTEN " CAIRN_WAKE_CHANNEL, 0, NULL) < 0) {
+	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0 ||
+	    db_cmd(c, err, "LISTEN " CAIRN_MEMBERS_CHANNEL, 0, NULL) < 0) {
 		PQfinish(c);
 		return NULL;
 	}
@@ -534,57 +598,71 @@ static void *poller_main(void *arg)
 	const config *cfg = d->env.cfg;
 	PGconn *conn = NULL;
 	buf err = BUF_INIT;
-	int failures = 0;
-	int64_t next_cancel_check = 0, next_analyze = 0;
+	int failures = 0, heard = 0;
+	int64_t listening = 0, next_cancel_check = 0, next_analyze = 0;
 	while (!atomic_load(&d->stopping)) {
 		watch_stamp(d->env.loop);
-		if (conn && clock_mono_ms() >= next_cancel_check) {
+		if (!conn) {
+			if (!(conn = connect_poller(d, &err))) {
+				wait_wake(d, NULL, db_backoff_ms(failures++));
+				continue;
+			}
+			listening = 0;
+		}
+		failures = 0;
+		if ((heard & HEARD_CANCEL) || clock_mono_ms() >= next_cancel_check) {
 			check_cancels(d, conn);
 			next_cancel_check = clock_mono_ms() + cfg->poll_interval_ms;
 		}
-		if (!conn && !(conn = connect_poller(d, &err))) {
-			wait_wake(d, NULL, db_backoff_ms(failures++));
-			continue;
-		}
-		failures = 0;
 		int64_t owner = lease_runner_id(d->env.lease);
 		pthread_mutex_lock(&d->mu);
 		int room = d->qcap - d->qlen;
 		pthread_mutex_unlock(&d->mu);
-		if (!owner || shardmap_owned(d->env.map) == 0 || room <= 0) {
-			wait_wake(d, conn, cfg->poll_interval_ms);
-			continue;
+		int rc = owner != listening ? listen_as(conn, &listening, owner, &err) : 0;
+		int n = 0, limit = room < cfg->poll_batch ? room : cfg->poll_batch;
+		int64_t next_due = -1;
+		if (!rc && owner && shardmap_owned(d->env.map) > 0 && room > 0) {
+			int64_t t0 = clock_mono_ms();
+			rc = n = claim(d, conn, owner, limit, &next_due, &err);
+			int64_t took = clock_mono_ms() - t0;
+			if (n >= 0 && took > SLOW_CLAIM_MS && clock_mono_ms() >= next_analyze) {
+				/* A slow claim after a bulk load is the planner sorting
+				 * every due message because its statistics still say the
+				 * table is small; autovacuum would take up to a minute to
+				 * notice. */
+				char ms[24];
+				log_kv(d->env.log, LOG_INFO,
+				       "slow claim: refreshing the statistics of cairn.messages",
+				       "claim_ms", db_i64(ms, took), NULL);
+				db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
+				next_analyze = clock_mono_ms() + 60000;
+			}
 		}
-		int limit = room < cfg->poll_batch ? room : cfg->poll_batch;
-		int64_t t0 = clock_mono_ms();
-		int n = claim(d, conn, owner, limit, &err);
-		int64_t took = clock_mono_ms() - t0;
-		if (n >= 0 && took > SLOW_CLAIM_MS && clock_mono_ms() >= next_analyze) {
-			/* A slow claim after a bulk load is the planner sorting every
-			 * due message because its statistics still say the table is
-			 * small; autovacuum would take up to a minute to notice. */
-			char ms[24];
-			log_kv(d->env.log, LOG_INFO,
-			       "slow claim: refreshing the statistics of cairn.messages",
-			       "claim_ms", db_i64(ms, took), NULL);
-			db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
-			next_analyze = clock_mono_ms() + 60000;
-		}
-		if (n < 0) {
+		if (rc < 0) {
 			log_kv(d->env.log, LOG_WARN, "poll failed", "error", buf_str(&err), NULL);
 			if (!db_ok(conn)) {
 				PQfinish(conn);
 				conn = NULL;
 			}
-			wait_wake(d, conn, cfg->poll_interval_ms);
-			continue;
 		}
-		if (n < limit)
-			wait_wake(d, conn, cfg->poll_interval_ms);
+		heard = 0;
+		if (rc >= 0 && n > 0 && n == limit)
+			continue; /* more may be due: claim again at once */
+		/* Sleep until woken, the next message is due, or the fallback poll. */
+		int64_t wait_ms = cfg->poll_interval_ms;
+		if (rc >= 0 && next_due >= 0 && next_due < wait_ms)
+			wait_ms = next_due + 1;
+		heard = wait_wake(d, conn, wait_ms);
 	}
 	PQfinish(conn);
 	buf_free(&err);
 	return NULL;
+}
+
+void dispatch_wake(dispatch *d)
+{
+	if (d)
+		wake_poller(d);
 }
 
 /* ------------------------------------------------------------- lifecycle */

@@ -21,6 +21,7 @@
 
 #include "assign.h"
 #include "cairn.h"
+#include "client.h"
 #include "clock.h"
 #include "db.h"
 #include "pgarr.h"
@@ -41,9 +42,12 @@ struct lease {
 	PGconn *conn;
 	_Atomic int64_t runner_id;
 	_Atomic int rebalanced;
-	pthread_mutex_t mu; /* guards the history */
+	int pending;    /* the last round wanted shards it could not take yet */
+	int watcher;    /* one of the two oldest of several live runners */
+	pthread_mutex_t mu; /* guards the history and members */
 	round history[HISTORY];
 	int nhistory;
+	char members[40]; /* the live runners' fingerprint last seen */
 };
 
 int lease_new(const lease_env *env, lease **out)
@@ -91,9 +95,29 @@ static const char SQL_REGISTER[] =
     "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid) "
     "VALUES ($1, $2, $3, $4::text[], $5, pg_backend_pid()) RETURNING id";
 
+/*
+ * The heartbeat also watches the membership: it returns a fingerprint of the
+ * live runners (cairn.runner_live, with their health) and, when that differs
+ * from the one this runner last saw ($3), tells every runner on
+ * cairn_members, so that they rebalance at once instead of on a timer. It
+ * also says how many live runners are older (lower id): the two oldest beat
+ * every CAIRN_HEARTBEAT_INTERVAL, and so notice a crash within it (a killed
+ * worker's lease backend leaves pg_stat_activity at once); the others beat
+ * every third of the TTL, so the fleet's idle load does not grow with a
+ * heartbeat per worker per interval.
+ */
+#define SQL_MEMBERS                                                                           \
+	"live AS (SELECT r.id, r.healthy FROM cairn.runners r WHERE cairn.runner_live(r, $2)), "    \
+	"fp AS (SELECT coalesce(md5(string_agg(id || ':' || healthy, ',' ORDER BY id)), '') AS f, " \
+	"              count(*) AS n, count(*) FILTER (WHERE id < $1) AS older FROM live) "
 static const char SQL_HEARTBEAT[] =
-    "UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
-    "WHERE id = $1 RETURNING healthy";
+    "WITH hb AS (UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
+    "            WHERE id = $1 RETURNING id), " SQL_MEMBERS ", "
+    "ntf AS (SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp WHERE f <> $3) "
+    "SELECT EXISTS (SELECT 1 FROM hb), fp.f, fp.n, fp.older, (SELECT count(*) FROM ntf) FROM fp";
+
+static const char SQL_LEAVE[] = "WITH " SQL_MEMBERS
+                                "SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp";
 
 static int do_register(lease *l, buf *err)
 {
@@ -116,18 +140,56 @@ static int do_register(lease *l, buf *err)
 	return 0;
 }
 
-int lease_heartbeat(lease *l)
+int lease_members_seen(lease *l, const char *fingerprint)
+{
+	pthread_mutex_lock(&l->mu);
+	int changed = strcmp(l->members, fingerprint) != 0;
+	snprintf(l->members, sizeof l->members, "%s", fingerprint);
+	pthread_mutex_unlock(&l->mu);
+	return changed;
+}
+
+int64_t lease_beat_interval(const lease *l)
+{
+	const config *cfg = l->env.cfg;
+	int64_t slow = cfg->runner_ttl_ms / 3;
+	return l->watcher || slow < cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : slow;
+}
+
+int lease_pending(const lease *l)
+{
+	return l->pending;
+}
+
+/* One heartbeat: 0 with *found (our row is there) and *changed (the
+ * membership changed since we last saw it), or -CAIRN_EDB. */
+static int beat(lease *l, int64_t id, int *found, int *changed, buf *err)
+{
+	char text[24], ttl[24], seen[40];
+	pthread_mutex_lock(&l->mu);
+	snprintf(seen, sizeof seen, "%s", l->members);
+	pthread_mutex_unlock(&l->mu);
+	const char *p[] = {db_i64(text, id), db_i64(ttl, l->env.cfg->runner_ttl_ms), seen};
+	PGresult *r = db_exec(l->conn, err, SQL_HEARTBEAT, 3, p);
+	if (!r)
+		return -CAIRN_EDB;
+	*found = db_get_bool(r, 0, 0);
+	*changed = lease_members_seen(l, PQgetvalue(r, 0, 1));
+	l->watcher = db_get_int(r, 0, 2) > 1 && db_get_int(r, 0, 3) < 2;
+	PQclear(r);
+	return 0;
+}
+
+int lease_heartbeat(lease *l, int *members_changed)
 {
 	buf err = BUF_INIT;
-	int rc = 0;
+	int rc = 0, found = 1;
+	*members_changed = 0;
 	int64_t id = lease_runner_id(l);
-	if (id) {
-		char text[24];
-		const char *p[] = {db_i64(text, id)};
-		PGresult *r = db_exec(l->conn, &err, SQL_HEARTBEAT, 1, p);
-		int found = r && PQntuples(r) == 1;
-		rc = r ? 0 : -CAIRN_EDB;
-		PQclear(r);
+	if (!id && !(rc = do_register(l, &err)))
+		id = lease_runner_id(l);
+	if (!rc) {
+		rc = beat(l, id, &found, members_changed, &err);
 		if (!rc && !found) {
 			/* Removed as dead by a health checker: stop the shards' work,
 			 * give every lock back (their lease rows no longer name us)
@@ -137,11 +199,11 @@ int lease_heartbeat(lease *l)
 			lease_forget(l);
 			l->env.forget_hook(l->env.hook_arg);
 			db_cmd(l->conn, NULL, "SELECT pg_advisory_unlock_all()", 0, NULL);
-			id = 0;
+			rc = do_register(l, &err);
+			if (!rc)
+				rc = beat(l, lease_runner_id(l), &found, members_changed, &err);
 		}
 	}
-	if (!rc && !id)
-		rc = do_register(l, &err);
 	if (rc)
 		log_kv(l->env.log, LOG_WARN, "heartbeat failed", "error", buf_str(&err), NULL);
 	buf_free(&err);
@@ -338,6 +400,7 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 			lst[k++] = s;
 	if (!rc && k) {
 		rc = acquire_shards(l, gi, lst, k, lst, &rec.acquired, err);
+		l->pending |= !rc && rec.acquired < k;
 		shard_ranges(rec.acquired_shards, sizeof rec.acquired_shards, lst, rec.acquired);
 		*changed += rec.acquired;
 	}
@@ -406,6 +469,7 @@ int lease_rebalance(lease *l, int *changed)
 	buf err = BUF_INIT;
 	int rc = 0;
 	*changed = 0;
+	l->pending = 0;
 	terminate_stale(l);
 	for (int i = 0; i < shardmap_ngroups(l->env.map) && !rc; i++)
 		rc = rebalance_group(l, i, changed, &err);
@@ -443,9 +507,11 @@ void lease_release_all(lease *l)
 	free(lst);
 	int64_t id = lease_runner_id(l);
 	if (id) {
-		char text[24];
-		const char *p[] = {db_i64(text, id)};
-		db_cmd(l->conn, &err, "DELETE FROM cairn.runners WHERE id = $1", 1, p);
+		/* Tell the others, so they take the shards now. */
+		char text[24], ttl[24];
+		const char *p[] = {db_i64(text, id), db_i64(ttl, l->env.cfg->runner_ttl_ms)};
+		if (db_cmd(l->conn, &err, "DELETE FROM cairn.runners WHERE id = $1", 1, p) == 0)
+			db_cmd(l->conn, &err, SQL_LEAVE, 2, p);
 	}
 	buf_free(&err);
 }

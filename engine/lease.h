@@ -51,7 +51,17 @@ void lease_use(lease *l, PGconn *conn);
  * the registration. */
 void lease_forget(lease *l);
 /* Registers (if needed) and heartbeats: 0 or -CAIRN_EDB. */
-int lease_heartbeat(lease *l);
+/* Registers if needed, then beats (and watches the membership, see
+ * lease.c): 0 with *members_changed, or -CAIRN_EDB. */
+int lease_heartbeat(lease *l, int *members_changed);
+/* Records the live runners' fingerprint heard on cairn_members; whether it
+ * differs from the one seen before. Any thread. */
+int lease_members_seen(lease *l, const char *fingerprint);
+/* How long until the next heartbeat: CAIRN_HEARTBEAT_INTERVAL for the two
+ * oldest of several live runners, a third of the TTL for the others. */
+int64_t lease_beat_interval(const lease *l);
+/* The last rebalance wanted shards that were still held by another runner. */
+int lease_pending(const lease *l);
 /* One rebalance round: 0 with *changed set, or -CAIRN_EDB. */
 int lease_rebalance(lease *l, int *changed);
 /* Releases every shard and deregisters (clean shutdown). */

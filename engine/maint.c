@@ -11,7 +11,9 @@
  *                  the probe's failure is the network's or the address's;
  *                  a runner that is really gone loses its shards through
  *                  its heartbeat and lease instead. Removes runners whose
- *                  heartbeat is older than twice the TTL.
+ *                  heartbeat is older than twice the TTL. A round every
+ *                  HEALTH_ROUNDS_EVERY heartbeat intervals, one statement
+ *                  while every runner is healthy.
  *   cairn.janitor  deletes finished runs older than CAIRN_RETENTION, in
  *                  small batches, checking for cancellation between them.
  * Each opens its own connection and returns an error (so the singleton
@@ -29,12 +31,24 @@
 #include "db.h"
 
 #define HEALTH_FAILURES     3
+#define HEALTH_ROUNDS_EVERY 10 /* heartbeat intervals */
 #define JANITOR_BATCH       "500"
-#define JANITOR_INTERVAL_MS 10000
+#define JANITOR_INTERVAL_MS 60000
 
+/* One statement per round while all is well: removes the runners whose
+ * heartbeat is older than twice the TTL (first row: their ids, the other
+ * columns NULL), then lists the runners to probe, with whether the database
+ * sees them live and whether their health record is clean. */
 static const char SQL_HEALTH_LIST[] =
-    "SELECT r.id, r.address, cairn.runner_live(r, $1::bigint) FROM cairn.runners r "
-    "WHERE r.heartbeat_at > now() - $1 * interval '1 millisecond' ORDER BY r.id";
+    "WITH gone AS (DELETE FROM cairn.runners "
+    "              WHERE heartbeat_at < now() - 2 * $1 * interval '1 millisecond' RETURNING id) "
+    "SELECT NULL::bigint, NULL::text, NULL::boolean, NULL::boolean, "
+    "       (SELECT string_agg(id::text, ',') FROM gone) "
+    "UNION ALL "
+    "SELECT r.id, r.address, cairn.runner_live(r, $1::bigint), "
+    "       r.health_failures = 0 AND r.healthy, NULL "
+    "FROM cairn.runners r WHERE r.heartbeat_at > now() - $1 * interval '1 millisecond' "
+    "ORDER BY 1 NULLS FIRST";
 
 static const char SQL_HEALTH_OK[] = "UPDATE cairn.runners SET health_failures = 0, healthy = true "
                                     "WHERE id = $1 AND (health_failures <> 0 OR NOT healthy)";
@@ -49,10 +63,6 @@ static const char SQL_HEALTH_FAIL[] =
     "        AND o.heartbeat_at > now() - $3 * interval '1 millisecond') "
     "    THEN false ELSE r.healthy END "
     "WHERE r.id = $1 RETURNING r.healthy, r.health_failures";
-
-static const char SQL_HEALTH_REMOVE[] =
-    "DELETE FROM cairn.runners WHERE heartbeat_at < now() - 2 * $1 * interval '1 millisecond' "
-    "RETURNING id";
 
 /* The outer condition is checked again on the row as it is when deleted: a
  * run that `cairn retry` re-drove meanwhile is no longer finished, and stays. */
@@ -101,13 +111,17 @@ static int health_round(const maint_env *e, PGconn *c, CURL *h)
 	int rc = r ? 0 : -1;
 	int64_t timeout =
 	    e->cfg->heartbeat_interval_ms < 1000 ? e->cfg->heartbeat_interval_ms : 1000;
-	for (int i = 0; r && i < PQntuples(r) && !rc; i++) {
+	if (r && !PQgetisnull(r, 0, 4))
+		log_kv(e->log, LOG_INFO, "removed dead runners", "runner_ids", PQgetvalue(r, 0, 4),
+		       NULL);
+	for (int i = 1; r && i < PQntuples(r) && !rc; i++) {
 		const char *id = PQgetvalue(r, i, 0), *addr = PQgetvalue(r, i, 1);
-		int live = db_get_bool(r, i, 2);
+		int live = db_get_bool(r, i, 2), clean = db_get_bool(r, i, 3);
 		char why[CURL_ERROR_SIZE + 32] = "";
 		probe pr = addr[0] ? probe_runner(h, addr, timeout, why, sizeof why) : PROBE_OK;
 		if (pr == PROBE_OK) {
-			rc = db_cmd(c, &err, SQL_HEALTH_OK, 1, (const char *const[]){id});
+			if (!clean)
+				rc = db_cmd(c, &err, SQL_HEALTH_OK, 1, (const char *const[]){id});
 			continue;
 		}
 		/* No answer from a runner the database sees alive marks nothing. */
@@ -140,14 +154,6 @@ static int health_round(const maint_env *e, PGconn *c, CURL *h)
 		PQclear(f);
 	}
 	PQclear(r);
-	if (!rc) {
-		r = db_exec(c, &err, SQL_HEALTH_REMOVE, 1, p);
-		for (int i = 0; r && i < PQntuples(r); i++)
-			log_kv(e->log, LOG_INFO, "removed dead runner", "runner_id",
-			       PQgetvalue(r, i, 0), NULL);
-		rc = r ? 0 : -1;
-		PQclear(r);
-	}
 	if (rc)
 		log_kv(e->log, LOG_WARN, "health check round failed", "error", buf_str(&err), NULL);
 	else
@@ -170,7 +176,7 @@ static int health_main(cairn_singleton *s, void *arg)
 		if (health_round(e, c, h) < 0 && !db_ok(c))
 			rc = CAIRN_EDB;
 		else
-			cairn_singleton_sleep(s, e->cfg->heartbeat_interval_ms);
+			cairn_singleton_sleep(s, HEALTH_ROUNDS_EVERY * e->cfg->heartbeat_interval_ms);
 	}
 	if (h)
 		curl_easy_cleanup(h);

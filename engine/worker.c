@@ -211,6 +211,20 @@ static void wake_supervisor(void *arg)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* The poller heard on cairn_members that the live runners changed: rebalance
+ * now (unless this runner has seen that membership already). */
+static void members_hook(void *arg, const char *fingerprint)
+{
+	cairn_worker *w = arg;
+	if (!lease_members_seen(w->lease, fingerprint))
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->members_changed = 1;
+	w->wake_supervisor = 1;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
 /* ------------------------------------------------------------ supervisor */
 
 static void set_ready(cairn_worker *w, int connected, const char *reason)
@@ -264,7 +278,7 @@ typedef struct supervisor {
 	_Atomic int zombies; /* singleton threads still running after the stop */
 	PGconn *conn;
 	int ever_connected, hb_failures, rb_failures;
-	int64_t healthy_since, next_heartbeat, next_rebalance;
+	int64_t healthy_since, next_heartbeat, next_rebalance, last_rebalance;
 } supervisor;
 
 /* Sleeps ms in slices of the loop's interval, stamping its heartbeat; wakes
@@ -281,7 +295,7 @@ static void nap(supervisor *s, int64_t ms)
 		watch_stamp(s->loop);
 		int64_t left = until - clock_mono_ms();
 		if (w->wake_supervisor) {
-			w->wake_supervisor = 0; /* a singleton ended: look at it now */
+			w->wake_supervisor = 0; /* a singleton ended, or the members changed */
 			break;
 		}
 		if (w->stopping || left <= 0)
@@ -321,8 +335,12 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 	/* A lease statement must be done well within the TTL, or the others
 	 * think us dead: the server cancels it at half the TTL (lock waits at a
 	 * quarter), and the supervisor gives up waiting at the TTL. */
-	if (s->conn && db_session_limits(s->conn, w->cfg.runner_ttl_ms / 2,
-	                                 w->cfg.runner_ttl_ms / 4, &err) < 0) {
+	/* Its writes (heartbeats, leases) need not wait for the disk: a crash
+	 * of the database ends every session and so every lease anyway, and an
+	 * epoch bump is durable before any commit fenced by it is. */
+	if (s->conn && (db_session_limits(s->conn, w->cfg.runner_ttl_ms / 2,
+	                                  w->cfg.runner_ttl_ms / 4, &err) < 0 ||
+	                db_cmd(s->conn, &err, "SET synchronous_commit = off", 0, NULL) < 0)) {
 		PQfinish(s->conn);
 		s->conn = NULL;
 	}
@@ -380,14 +398,34 @@ static int ready_to_attach(supervisor *s, int *go)
 	return 0;
 }
 
-/* One heartbeat and rebalance round when due; whether it detached. */
+/* Takes the flag the members hook set. */
+static int take_members_changed(cairn_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	int changed = w->members_changed;
+	w->members_changed = 0;
+	pthread_mutex_unlock(&w->mu);
+	return changed;
+}
+
+/*
+ * One heartbeat and rebalance round when due; whether it detached. A round
+ * rebalances when the membership changed (heard on cairn_members or seen by
+ * its own heartbeat), again after CAIRN_REBALANCE_DEBOUNCE while it wants
+ * shards their old owner still holds, and otherwise every
+ * CAIRN_REBALANCE_INTERVAL as a fallback.
+ */
 static int lease_round_detached(supervisor *s)
 {
 	cairn_worker *w = s->w;
 	int64_t now = clock_mono_ms();
+	int64_t soon = s->last_rebalance + w->cfg.rebalance_debounce_ms;
+	if (take_members_changed(w) && s->next_rebalance > soon)
+		s->next_rebalance = soon;
 	if (now >= s->next_heartbeat) {
-		s->next_heartbeat = now + w->cfg.heartbeat_interval_ms;
-		if (lease_heartbeat(w->lease) < 0) {
+		int changed = 0;
+		if (lease_heartbeat(w->lease, &changed) < 0) {
+			s->next_heartbeat = now + w->cfg.heartbeat_interval_ms;
 			if (!db_ok(s->conn) || ++s->hb_failures >= w->cfg.detach_after) {
 				detach(s, db_ok(s->conn) ? "heartbeats failing"
 				                         : "lease connection lost");
@@ -396,6 +434,9 @@ static int lease_round_detached(supervisor *s)
 			return 0;
 		}
 		s->hb_failures = 0;
+		s->next_heartbeat = now + lease_beat_interval(w->lease);
+		if (changed && s->next_rebalance > soon)
+			s->next_rebalance = soon;
 	}
 	if (now >= s->next_rebalance) {
 		int changed = 0, rc = lease_rebalance(w->lease, &changed);
@@ -408,8 +449,13 @@ static int lease_round_detached(supervisor *s)
 		}
 		if (!rc)
 			s->rb_failures = 0;
-		s->next_rebalance = clock_mono_ms() + (changed ? w->cfg.rebalance_debounce_ms
-		                                               : w->cfg.rebalance_interval_ms);
+		if (changed)
+			dispatch_wake(w->dispatch); /* claim what the new shards hold */
+		s->last_rebalance = clock_mono_ms();
+		s->next_rebalance = s->last_rebalance + (rc ? w->cfg.heartbeat_interval_ms
+		                                         : changed || lease_pending(w->lease)
+		                                             ? w->cfg.rebalance_debounce_ms
+		                                             : w->cfg.rebalance_interval_ms);
 		if (!rc)
 			set_ready(w, 1, "");
 	}
@@ -566,7 +612,9 @@ static int start_modules(cairn_worker *w)
 	                   .lease = w->lease,
 	                   .loop = poll_watch,
 	                   .commit_loop = commit_watch,
-	                   .mark_loop = mark_watch};
+	                   .mark_loop = mark_watch,
+	                   .members = members_hook,
+	                   .members_arg = w};
 	if (!rc && (!poll_watch || !commit_watch || !mark_watch))
 		rc = -CAIRN_ENOMEM;
 	if (!rc)

@@ -61,6 +61,7 @@ struct cairn_worker {
 	int fatal; /* a configuration mismatch: stop and fail */
 	int db_connected;
 	int wake_supervisor; /* a singleton ended: reconsider restarts now */
+	int members_changed; /* cairn_members said the live runners changed */
 	worker_state state;
 	char not_ready[512]; /* why /readyz is 503; "" when ready */
 };

@@ -35,7 +35,7 @@ Test(config, defaults)
 	cr_assert_eq(load(&c, &err, 1, argv), 0, "%s", buf_str(&err));
 	cr_assert_str_eq(c.http_addr, "127.0.0.1:8080");
 	cr_assert_eq(c.concurrency, 16);
-	cr_assert_eq(c.poll_interval_ms, 500);
+	cr_assert_eq(c.poll_interval_ms, 5000);
 	cr_assert_eq(c.shutdown_timeout_ms, 30000);
 	cr_assert_eq(c.log_format, LOG_LOGFMT);
 	cr_assert_eq(c.ngroups, 1);

@@ -305,6 +305,34 @@ Test(lease, kill_9_of_one_of_three_leaves_every_shard_owned_by_the_other_two)
 	        took, nshards);
 }
 
+/* With the default timers (heartbeat 1 s, rebalance every 30 s): nobody
+ * rebalances on a timer, the oldest runners notice the crash on their next
+ * heartbeat and tell the others on cairn_members. Killing the oldest kills a
+ * watcher: the other one notices. */
+Test(lease, kill_9_with_default_timers_is_noticed_by_a_heartbeat_not_a_rebalance_timer)
+{
+	setup(4096);
+	for (int i = 0; i < 3; i++) {
+		start(i, "CAIRN_HEARTBEAT_INTERVAL=1s", "CAIRN_RUNNER_TTL=10s",
+		      "CAIRN_REBALANCE_INTERVAL=30s", "CAIRN_REBALANCE_DEBOUNCE=250ms");
+		registration r = {.worker = i};
+		check(twait(registered, &r, 30000), "worker %d never registered", i);
+	}
+	owned_by all;
+	owners_of(&all, 0, 1, 2, -1);
+	wait_fully_owned(&all, 30000, "three workers");
+	owned_by o;
+	owners_of(&o, 1, 2, -1);
+	int64_t t0 = tnow_ms();
+	check(stop(0, SIGKILL, 20000) == 128 + SIGKILL, "worker 0 was not killed");
+	/* The give-up bound is under the 30 s rebalance timer. */
+	wait_fully_owned(&o, 15000, "after kill -9 of the oldest runner");
+	fprintf(stderr,
+	        "test_lease: kill -9 takeover with default timers: %" PRId64
+	        " ms until all %d shards were owned by the two survivors\n",
+	        tnow_ms() - t0, nshards);
+}
+
 Test(lease, sigterm_of_one_of_three_exits_zero_deregisters_and_hands_its_shards_over)
 {
 	setup(64);

@@ -1,0 +1,183 @@
+/*
+ * test_wake.c - a run starts because its owner is woken, never because a poll
+ * came round: every worker here polls once an hour (CAIRN_POLL_INTERVAL=1h),
+ * so a skipped wake-up would leave a run waiting past every deadline below.
+ * Bursts of enqueues against an idle worker, a busy one and one in the middle
+ * of a hand-over; a durable sleep that ends when it is due; a worker that
+ * learns of a delayed run from its enqueue.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cairn.h"
+#include "support.h"
+
+#define SHARDS   64
+#define DEADLINE 20000 /* ms; the poll interval is 3,600,000 */
+
+static const char *db;
+static PGconn *conn;
+static cairn_client *client;
+static char log_a[64], log_b[64];
+
+static void setup(void)
+{
+	db = tdb_new_migrated_shards(SHARDS);
+	conn = tdb_connect(db);
+	cr_assert_eq(cairn_client_open(db, &client), CAIRN_OK, "%s", cairn_client_errmsg(client));
+	tlog_file(log_a);
+	tlog_file(log_b);
+}
+
+static void teardown(void)
+{
+	cairn_client_free(client);
+	PQfinish(conn);
+}
+
+static void dump_logs(void)
+{
+	char *a = tfile_read(log_a), *b = tfile_read(log_b);
+	fprintf(stderr, "--- worker a\n%s\n--- worker b\n%s\n", a ? a : "", b ? b : "");
+	free(a);
+	free(b);
+}
+
+static pid_t worker(const char *log, const char *concurrency)
+{
+	return tworker_start(db, NULL, log, "CAIRN_POLL_INTERVAL=1h", concurrency, NULL);
+}
+
+static pid_t flows_worker(const char *log)
+{
+	static char plugins[512];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	return tworker_start(db, NULL, log, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
+	                     plugins, NULL);
+}
+
+/* Every shard is owned by one of `owners` distinct live runners. */
+static int owned_by(int owners)
+{
+	return tdb_intf(conn,
+	                "SELECT count(*) FROM cairn.shard_leases l JOIN cairn.runners r "
+	                "ON r.id = l.owner") == SHARDS &&
+	       tdb_intf(conn, "SELECT count(DISTINCT owner) FROM cairn.shard_leases") == owners;
+}
+
+static int one_owner(void *arg)
+{
+	(void)arg;
+	return owned_by(1);
+}
+
+static int two_owners(void *arg)
+{
+	(void)arg;
+	return owned_by(2);
+}
+
+static int64_t enqueue(const char *workflow, const char *input, int64_t delay_ms)
+{
+	cairn_enqueue_opts o = {.input = input, .delay_ms = delay_ms};
+	cairn_enqueued e;
+	int rc = cairn_enqueue(client, workflow, &o, &e);
+	cr_assert_eq(rc, CAIRN_OK, "enqueue %s: %s", workflow, cairn_client_errmsg(client));
+	cairn_enqueued_clear(&e);
+	return e.id;
+}
+
+static void burst(int n)
+{
+	for (int i = 0; i < n; i++)
+		enqueue("noop", "{}", 0);
+}
+
+/* Waits until `want` runs have completed; reports the slowest start. */
+static void all_completed(int64_t want, const char *what)
+{
+	int ok = tdb_wait_at_leastf(conn, want, DEADLINE,
+	                            "SELECT count(*) FROM cairn.runs WHERE status = 'completed'");
+	int64_t done = tdb_intf(conn, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'");
+	tcheck(dump_logs, ok,
+	       "%s: %" PRId64 " of %" PRId64 " runs completed within %d ms with a 1 h poll interval",
+	       what, done, want, DEADLINE);
+	fprintf(stderr, "test_wake: %s: slowest start %" PRId64 " ms after its enqueue\n", what,
+	            tdb_intf(conn, "SELECT max((extract(epoch FROM started_at - created_at) * "
+	                           "1000)::bigint) FROM cairn.runs"));
+}
+
+TestSuite(wake, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(wake, a_burst_against_an_idle_worker_starts_without_a_poll)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	burst(100);
+	all_completed(100, "idle worker");
+	/* Idle again: a second burst needs a second wake. */
+	burst(100);
+	all_completed(200, "idle worker, second burst");
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+Test(wake, a_burst_against_a_busy_worker_starts_without_a_poll)
+{
+	tdb_exec(conn, "CREATE TABLE t_attempts (run_id bigint NOT NULL, at timestamptz NOT NULL);"
+	               "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL)");
+	pid_t a = flows_worker(log_a);
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	/* Two of the four executors are busy in a long step while noops come in. */
+	enqueue("t.stubborn", "{\"ms\": 3000}", 0);
+	enqueue("t.stubborn", "{\"ms\": 3000}", 0);
+	tcheck(dump_logs, tdb_wait_at_least(conn, "SELECT count(*) FROM t_attempts", 2, DEADLINE),
+	       "the long steps never started");
+	for (int i = 0; i < 5; i++)
+		burst(40);
+	tcheck(dump_logs,
+	       tdb_wait_at_least(conn,
+	                         "SELECT count(*) FROM cairn.runs WHERE workflow = 'noop' "
+	                         "AND status = 'completed'",
+	                         200, DEADLINE),
+	       "the noops enqueued while the worker was busy did not all complete");
+	all_completed(202, "busy worker");
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "worker a never owned every shard");
+	/* Worker b joins: shards move from a to b while the runs come in. */
+	pid_t b = worker(log_b, "CAIRN_CONCURRENCY=4");
+	int64_t n = 0, t0 = tnow_ms();
+	while (!two_owners(NULL) && tnow_ms() - t0 < DEADLINE) {
+		burst(10);
+		n += 10;
+	}
+	tcheck(dump_logs, two_owners(NULL), "the shards never settled on both workers");
+	burst(50);
+	n += 50;
+	fprintf(stderr, "test_wake: hand-over: %" PRId64 " runs enqueued while the shards moved\n", n - 50);
+	all_completed(n, "hand-over");
+	tworker_stop(b, SIGTERM, 30000);
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+Test(wake, a_durable_sleep_ends_when_due_and_a_delayed_run_starts_when_due)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	int64_t t0 = tnow_ms();
+	enqueue("sleep", "{\"ms\": 500}", 0);
+	enqueue("noop", "{}", 700);
+	all_completed(2, "sleep and delayed run");
+	int64_t took = tnow_ms() - t0;
+	fprintf(stderr, "test_wake: a 500 ms sleep and a run delayed 700 ms were done after %" PRId64 " ms\n", took);
+	tcheck(dump_logs, took >= 700, "the delayed run started early (%" PRId64 " ms)", took);
+	tworker_stop(a, SIGTERM, 30000);
+}
