@@ -143,24 +143,25 @@ int client_shards(cairn_client *c, int *shards)
 /*
  * Wake-ups. A write that gives a shard work ($1 groups, $2 shards) is
  * followed, in a transaction of its own sent in the same round trip
- * (db_exec_then), by one notification to each owner of those shards on its
- * own channel (cairn_wake_<runner id>), so a run costs the same whatever the
- * size of the fleet. The notification is not part of the write's
- * transaction: PostgreSQL serialises the commits of notifying transactions
- * (and a notification-only transaction writes no WAL of its own, so it does
- * not wait for the disk). It reads the owner after the write committed: an
+ * (db_exec_then), by one notification per owner of those shards on
+ * cairn_wake, whose payload is the owner's runner id (then $3: "" or
+ * CAIRN_WAKE_CANCEL). Only the wake relay listens (maint.c, cairn.relay),
+ * and it pokes that owner alone, so a run costs the same whatever the size
+ * of the fleet. The notification is not part of the write's transaction:
+ * PostgreSQL serialises the commits of notifying transactions (and a
+ * notification-only transaction writes no WAL of its own, so it does not
+ * wait for the disk). It reads the owner after the write committed: an
  * owner that takes a shard later claims its due messages as it takes it,
- * and a shard that has no owner wakes nobody. $3 is the payload: "cancel"
- * asks the owner to look for cancelled runs among those in flight.
+ * and a shard that has no owner wakes nobody.
  */
 static const char SQL_WAKE_SHARDS[] =
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "' || o.owner, $3)) "
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $3)) "
     "FROM (SELECT DISTINCT l.owner FROM unnest($1::text[], $2::int[]) AS x(g, s) "
     "      JOIN cairn.shard_leases l ON l.shard_group = x.g AND l.shard = x.s "
     "      WHERE l.owner IS NOT NULL) o";
-/* The same for the shards of runs: $1 run ids, $2 the payload. */
+/* The same for the shards of runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
 static const char SQL_WAKE_RUNS[] =
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "' || o.owner, $2)) "
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $2)) "
     "FROM (SELECT DISTINCT l.owner FROM cairn.runs r JOIN cairn.shard_leases l "
     "        ON l.shard_group = r.shard_group AND l.shard = r.shard "
     "      WHERE r.id = ANY ($1::bigint[]) AND l.owner IS NOT NULL) o";
@@ -304,7 +305,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f"};
-	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), "run"};
+	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), ""};
 	/* One run goes as scalars to cairn.enqueue_one (the same columns back). */
 	const char *sql = SQL_ENQUEUE;
 	char one_shard[24], one_max[24], one_delay[24], one_at[24];
@@ -496,7 +497,7 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 	char idtxt[24], cap[24];
 	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null",
 	                   db_i64(cap, c->settings.max_pending_signals)};
-	return run_state_cmd(c, run_id, SQL_SIGNAL, 4, p, "signal", "run");
+	return run_state_cmd(c, run_id, SQL_SIGNAL, 4, p, "signal", "");
 }
 
 /* A run that has not started is cancelled at once; a started one gets the
@@ -557,7 +558,7 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 {
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "run");
+	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "");
 }
 
 /* ------------------------------------------------------------ run reads */

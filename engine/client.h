@@ -11,10 +11,12 @@
 #define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define CAIRN_DEFAULT_GROUP       "default"
 #define CAIRN_DEFAULT_SHARDS      4096
-/* A runner listens on CAIRN_WAKE_CHANNEL followed by its id; a payload of
- * CAIRN_WAKE_CANCEL says a run in flight may have been cancelled. */
-#define CAIRN_WAKE_CHANNEL        "cairn_wake_"
-#define CAIRN_WAKE_CANCEL         "cancel"
+/* Notifications the wake relay listens to (maint.c): on CAIRN_WAKE_CHANNEL
+ * the payload is a runner id, followed by CAIRN_WAKE_CANCEL when a run in
+ * flight there may have been cancelled; on CAIRN_MEMBERS_CHANNEL it is the
+ * live runners' fingerprint. */
+#define CAIRN_WAKE_CHANNEL        "cairn_wake"
+#define CAIRN_WAKE_CANCEL         "/cancel"
 #define CAIRN_MEMBERS_CHANNEL     "cairn_members"
 #define CAIRN_DONE_CHANNEL        "cairn_done"
 

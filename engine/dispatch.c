@@ -6,12 +6,13 @@
  *              runs running, returns their journals and says when the next
  *              message of its shards is due), never a run already in
  *              flight, at most as many as the queue has room for. It claims
- *              when woken: by a notification on this runner's own channel
- *              (cairn_wake_<id>, sent after a write that gave its shards
- *              work), by an executor that ended a run, by the lease loop
- *              after it took shards, or by the next due time; and, as a
- *              fallback for a lost notification, every CAIRN_POLL_INTERVAL.
- *              It also relays cairn_members notifications to the lease loop.
+ *              when woken: by the wake relay (POST /wake, after a write gave
+ *              its shards work), by an executor that ended a run, by the
+ *              lease loop after it took shards, or by the next due time;
+ *              and, as a fallback for a lost wake-up, every
+ *              CAIRN_POLL_INTERVAL. It does not LISTEN: PostgreSQL makes
+ *              every listening session read every notification, so that
+ *              cost would grow with the fleet (see maint.c, cairn.relay).
  *   executors  CAIRN_CONCURRENCY threads running exec_job().
  *   committer  commit.c; an executor continues after a step only once it is
  *              committed, and a run leaves the in-flight set only after its
@@ -67,6 +68,7 @@ struct dispatch {
 	int executing;
 	int exec_stop;
 	_Atomic int stopping;
+	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
 	int clean;          /* executions that reached a durable point while draining */
 	db_settings limits; /* the poller's: read from cairn.settings at each connect */
 };
@@ -493,68 +495,17 @@ static void check_cancels(dispatch *d, PGconn *conn)
 	PQclear(r);
 }
 
-/* What the notifications libpq has received asked for. */
-enum { HEARD_WAKE = 1, HEARD_CANCEL = 2 };
-
-/* Takes the notifications libpq has received: relays cairn_members to the
- * lease loop and says whether any asked for a claim (HEARD_WAKE) or for a
- * look at cancelled runs (HEARD_CANCEL). */
-static int take_notifies(dispatch *d, PGconn *conn)
+/* Waits for a wake-up (from the relay, the lease loop or an executor) or
+ * the timeout; whether a wake-up asked to look for cancelled runs. */
+static int wait_wake(dispatch *d, int64_t ms)
 {
-	int heard = 0;
-	PGnotify *n;
-	PQconsumeInput(conn);
-	while ((n = PQnotifies(conn))) {
-		if (strcmp(n->relname, CAIRN_MEMBERS_CHANNEL) == 0) {
-			d->env.members(d->env.members_arg, n->extra);
-		} else {
-			heard |= HEARD_WAKE;
-			if (strcmp(n->extra, CAIRN_WAKE_CANCEL) == 0)
-				heard |= HEARD_CANCEL;
-		}
-		PQfreemem(n);
-	}
-	return heard;
-}
-
-/* Waits for a wake-up (a notification or an executor's) or the timeout;
- * returns what the notifications asked for. */
-static int wait_wake(dispatch *d, PGconn *conn, int64_t ms)
-{
-	/* A notification that came in with the last claim's result is already
-	 * in libpq's queue, not on the socket: poll() would not see it. */
-	int heard = conn ? take_notifies(d, conn) : 0;
-	if (heard & HEARD_WAKE)
-		return heard;
-	struct pollfd fds[2] = {{.fd = d->wake_fd, .events = POLLIN},
-	                        {.fd = conn ? PQsocket(conn) : -1, .events = POLLIN}};
-	if (poll(fds, conn ? 2 : 1, (int)(ms > 0 ? ms : 0)) > 0 && (fds[0].revents & POLLIN)) {
+	struct pollfd fd = {.fd = d->wake_fd, .events = POLLIN};
+	if (poll(&fd, 1, (int)(ms > 0 ? ms : 0)) > 0 && (fd.revents & POLLIN)) {
 		uint64_t v;
 		ssize_t n = read(d->wake_fd, &v, sizeof v);
 		(void)n;
 	}
-	return conn ? heard | take_notifies(d, conn) : heard;
-}
-
-/* Listens on the channel of runner id (0: none) instead of the one it
- * listened on; 0 or -CAIRN_EDB. A notification sent before LISTEN took
- * effect is not lost: the claim that follows sees what it announced. */
-static int listen_as(PGconn *conn, int64_t *listening, int64_t id, buf *err)
-{
-	char sql[64];
-	if (*listening) {
-		snprintf(sql, sizeof sql, "UNLISTEN " CAIRN_WAKE_CHANNEL "%" PRId64, *listening);
-		if (db_cmd(conn, err, sql, 0, NULL) < 0)
-			return -CAIRN_EDB;
-		*listening = 0;
-	}
-	if (id) {
-		snprintf(sql, sizeof sql, "LISTEN " CAIRN_WAKE_CHANNEL "%" PRId64, id);
-		if (db_cmd(conn, err, sql, 0, NULL) < 0)
-			return -CAIRN_EDB;
-		*listening = id;
-	}
-	return 0;
+	return atomic_exchange(&d->cancel_wake, 0);
 }
 
 static PGconn *connect_poller(dispatch *d, buf *err)
@@ -584,8 +535,7 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	 * run, and a crash of the database that loses it leaves the messages,
 	 * which bring the run back; counting executions is the marker's. */
 	if (!ok || db_cmd(c, err, "SET plan_cache_mode = force_custom_plan", 0, NULL) < 0 ||
-	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0 ||
-	    db_cmd(c, err, "LISTEN " CAIRN_MEMBERS_CHANNEL, 0, NULL) < 0) {
+	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0) {
 		PQfinish(c);
 		return NULL;
 	}
@@ -598,19 +548,17 @@ static void *poller_main(void *arg)
 	const config *cfg = d->env.cfg;
 	PGconn *conn = NULL;
 	buf err = BUF_INIT;
-	int failures = 0, heard = 0;
-	int64_t listening = 0, next_cancel_check = 0, next_analyze = 0;
+	int failures = 0, cancel = 0;
+	int64_t next_cancel_check = 0, next_analyze = 0;
 	while (!atomic_load(&d->stopping)) {
 		watch_stamp(d->env.loop);
-		if (!conn) {
-			if (!(conn = connect_poller(d, &err))) {
-				wait_wake(d, NULL, db_backoff_ms(failures++));
-				continue;
-			}
-			listening = 0;
+		if (!conn && !(conn = connect_poller(d, &err))) {
+			cancel |= wait_wake(d, db_backoff_ms(failures++));
+			continue;
 		}
 		failures = 0;
-		if ((heard & HEARD_CANCEL) || clock_mono_ms() >= next_cancel_check) {
+		if (cancel || clock_mono_ms() >= next_cancel_check) {
+			cancel = 0;
 			check_cancels(d, conn);
 			next_cancel_check = clock_mono_ms() + cfg->poll_interval_ms;
 		}
@@ -618,10 +566,9 @@ static void *poller_main(void *arg)
 		pthread_mutex_lock(&d->mu);
 		int room = d->qcap - d->qlen;
 		pthread_mutex_unlock(&d->mu);
-		int rc = owner != listening ? listen_as(conn, &listening, owner, &err) : 0;
-		int n = 0, limit = room < cfg->poll_batch ? room : cfg->poll_batch;
+		int rc = 0, n = 0, limit = room < cfg->poll_batch ? room : cfg->poll_batch;
 		int64_t next_due = -1;
-		if (!rc && owner && shardmap_owned(d->env.map) > 0 && room > 0) {
+		if (owner && shardmap_owned(d->env.map) > 0 && room > 0) {
 			int64_t t0 = clock_mono_ms();
 			rc = n = claim(d, conn, owner, limit, &next_due, &err);
 			int64_t took = clock_mono_ms() - t0;
@@ -645,24 +592,26 @@ static void *poller_main(void *arg)
 				conn = NULL;
 			}
 		}
-		heard = 0;
 		if (rc >= 0 && n > 0 && n == limit)
 			continue; /* more may be due: claim again at once */
 		/* Sleep until woken, the next message is due, or the fallback poll. */
 		int64_t wait_ms = cfg->poll_interval_ms;
 		if (rc >= 0 && next_due >= 0 && next_due < wait_ms)
 			wait_ms = next_due + 1;
-		heard = wait_wake(d, conn, wait_ms);
+		cancel |= wait_wake(d, wait_ms);
 	}
 	PQfinish(conn);
 	buf_free(&err);
 	return NULL;
 }
 
-void dispatch_wake(dispatch *d)
+void dispatch_wake(dispatch *d, int cancel)
 {
-	if (d)
-		wake_poller(d);
+	if (!d)
+		return;
+	if (cancel)
+		atomic_store(&d->cancel_wake, 1);
+	wake_poller(d);
 }
 
 /* ------------------------------------------------------------- lifecycle */

@@ -34,17 +34,14 @@ typedef struct dispatch_env {
 	watch *loop;         /* the poller's heartbeat */
 	watch *commit_loop;  /* the committer's heartbeat */
 	watch *mark_loop;    /* the marker's heartbeat */
-	/* A notification on cairn_members (membership changed, payload: the
-	 * live runners' fingerprint); called on the poller thread. */
-	void (*members)(void *arg, const char *payload);
-	void *members_arg;
 } dispatch_env;
 
 /* Starts the committer, the executors and the poller; 0 or -CAIRN_ENOMEM
  * (nothing left running). */
 int dispatch_start(const dispatch_env *env, dispatch **out);
-/* Makes the poller claim now (the lease loop took shards). Any thread. */
-void dispatch_wake(dispatch *d);
+/* Makes the poller claim now (the shards got work, or the lease loop took
+ * shards); with cancel, also look for cancelled runs in flight. Any thread. */
+void dispatch_wake(dispatch *d, int cancel);
 /* Drops the queued (not yet started) runs of shards of this group that are
  * no longer owned; their messages stay for the next owner. */
 void dispatch_drop_queued(dispatch *d, int group);

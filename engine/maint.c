@@ -16,18 +16,23 @@
  *                  while every runner is healthy.
  *   cairn.janitor  deletes finished runs older than CAIRN_RETENTION, in
  *                  small batches, checking for cancellation between them.
+ *   cairn.relay    the one LISTENing session: forwards wake-ups and
+ *                  membership changes to the runners over HTTP (relay_main).
  * Each opens its own connection and returns an error (so the singleton
  * supervisor restarts it with backoff) when the database fails.
  */
 #include "maint.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cairn.h"
+#include "client.h"
 #include "db.h"
 
 #define HEALTH_FAILURES     3
@@ -78,26 +83,39 @@ static size_t discard(char *p, size_t size, size_t n, void *u)
 
 typedef enum probe { PROBE_OK, PROBE_ANSWERED_FAIL, PROBE_NO_ANSWER } probe;
 
-/* GETs /healthz at address; why says what failed. */
-static probe probe_runner(CURL *h, const char *address, int64_t timeout_ms, char *why, size_t n)
+/* GET (or, with post, an empty POST) http://address/path: the status code,
+ * or 0 with why saying what failed. */
+static long http_call(CURL *h, const char *address, const char *path, int post,
+                      int64_t timeout_ms, char *why, size_t n)
 {
 	char url[300];
-	snprintf(url, sizeof url, "http://%s/healthz", address);
+	snprintf(url, sizeof url, "http://%s%s", address, path);
 	curl_easy_reset(h);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-	long code = 0;
+	if (post) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
+	}
 	CURLcode cc = curl_easy_perform(h);
 	if (cc != CURLE_OK) {
 		snprintf(why, n, "no answer: %s", curl_easy_strerror(cc));
-		return PROBE_NO_ANSWER;
+		return 0;
 	}
+	long code = 0;
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
 	snprintf(why, n, "answered %ld", code);
-	return code == 200 ? PROBE_OK : PROBE_ANSWERED_FAIL;
+	return code;
+}
+
+/* GETs /healthz at address; why says what failed. */
+static probe probe_runner(CURL *h, const char *address, int64_t timeout_ms, char *why, size_t n)
+{
+	long code = http_call(h, address, "/healthz", 0, timeout_ms, why, n);
+	return code == 200 ? PROBE_OK : code ? PROBE_ANSWERED_FAIL : PROBE_NO_ANSWER;
 }
 
 static int health_round(const maint_env *e, PGconn *c, CURL *h)
@@ -214,6 +232,189 @@ static int janitor_main(cairn_singleton *s, void *arg)
 	return rc;
 }
 
+/* ------------------------------------------------------------- the relay */
+
+#define RELAY_TIMEOUT_MS 1000 /* one POST to a runner */
+#define RELAY_SLICE_MS   100  /* how often the relay looks at its cancel flag */
+
+/* A runner the relay knows: its advertised address, and whether the last
+ * POST to it failed (logged once until one succeeds). */
+typedef struct relay_runner {
+	int64_t id;
+	char address[256];
+	int failing;
+	int wake; /* 0 none, 1 wake, 2 wake and look for cancelled runs */
+} relay_runner;
+
+typedef struct relay_state {
+	const maint_env *env;
+	PGconn *conn;
+	CURL *h;
+	relay_runner *rs;
+	int n;
+} relay_state;
+
+/* Reads the live runners' addresses (wake-ups pending for them are kept). */
+static int relay_load(relay_state *r, buf *err)
+{
+	char ttl[24];
+	const char *p[] = {db_i64(ttl, r->env->cfg->runner_ttl_ms)};
+	PGresult *res = db_exec(r->conn, err,
+	                        "SELECT id, address FROM cairn.runners r "
+	                        "WHERE cairn.runner_live(r, $1) ORDER BY id",
+	                        1, p);
+	if (!res)
+		return -CAIRN_EDB;
+	int n = PQntuples(res);
+	relay_runner *rs = calloc((size_t)n + 1, sizeof *rs);
+	for (int i = 0; rs && i < n; i++) {
+		rs[i].id = db_get_i64(res, i, 0);
+		snprintf(rs[i].address, sizeof rs[i].address, "%s", PQgetvalue(res, i, 1));
+		for (int k = 0; k < r->n; k++)
+			if (r->rs[k].id == rs[i].id) {
+				rs[i].failing = r->rs[k].failing;
+				rs[i].wake = r->rs[k].wake;
+			}
+	}
+	PQclear(res);
+	if (!rs)
+		return -CAIRN_ENOMEM;
+	free(r->rs);
+	r->rs = rs;
+	r->n = n;
+	return 0;
+}
+
+static void relay_post(relay_state *r, relay_runner *rr, const char *path)
+{
+	char why[CURL_ERROR_SIZE + 32];
+	long code = rr->address[0] ? http_call(r->h, rr->address, path, 1, RELAY_TIMEOUT_MS, why,
+	                                       sizeof why)
+	                           : 0;
+	if (code == 204) {
+		rr->failing = 0;
+		return;
+	}
+	if (!rr->address[0])
+		snprintf(why, sizeof why, "it advertises no address");
+	if (!rr->failing) {
+		char id[24];
+		log_kv(r->env->log, LOG_WARN,
+		       "cannot wake a runner: runs of its shards wait for its next poll "
+		       "(CAIRN_POLL_INTERVAL); check its CAIRN_ADVERTISE_ADDR and the network",
+		       "runner_id", db_i64(id, rr->id), "address", rr->address, "reason", why, NULL);
+	}
+	rr->failing = 1;
+}
+
+/* Pokes every runner: the membership (when fp is set), and a claim. */
+static void relay_all(relay_state *r, const char *fp)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/members/%s", fp ? fp : "");
+	for (int i = 0; i < r->n; i++) {
+		if (fp)
+			relay_post(r, &r->rs[i], path);
+		r->rs[i].wake = 2;
+	}
+}
+
+/* Takes the notifications that came in: wake-ups are marked on their runner
+ * (an unknown one reloads the addresses once), a membership change is
+ * relayed at once. 0 or -CAIRN_EDB. */
+static int relay_take(relay_state *r, buf *err)
+{
+	if (!PQconsumeInput(r->conn)) {
+		buf_reset(err);
+		buf_puts(err, PQerrorMessage(r->conn));
+		return -CAIRN_EDB;
+	}
+	int reloaded = 0;
+	PGnotify *nt;
+	while ((nt = PQnotifies(r->conn))) {
+		if (strcmp(nt->relname, CAIRN_MEMBERS_CHANNEL) == 0) {
+			int rc = relay_load(r, err);
+			if (rc) {
+				PQfreemem(nt);
+				return rc;
+			}
+			reloaded = 1;
+			if (strspn(nt->extra, "0123456789abcdef") == strlen(nt->extra))
+				relay_all(r, nt->extra);
+		} else {
+			char *end;
+			int64_t id = strtoll(nt->extra, &end, 10);
+			int wake = strcmp(end, CAIRN_WAKE_CANCEL) == 0 ? 2 : 1;
+			int k = 0;
+			while (k < r->n && r->rs[k].id != id)
+				k++;
+			if (k == r->n && !reloaded) {
+				int rc = relay_load(r, err);
+				if (rc) {
+					PQfreemem(nt);
+					return rc;
+				}
+				reloaded = 1;
+				for (k = 0; k < r->n && r->rs[k].id != id;)
+					k++;
+			}
+			if (k < r->n && r->rs[k].wake < wake)
+				r->rs[k].wake = wake;
+		}
+		PQfreemem(nt);
+	}
+	return 0;
+}
+
+/*
+ * cairn.relay: the one session that LISTENs for wake-ups. PostgreSQL makes
+ * every listening session of a database read every notification (a
+ * transaction each), so if every worker listened, a run would cost a
+ * transaction per worker. The relay listens on cairn_wake and cairn_members
+ * and forwards with an empty HTTP POST to the runners' advertised
+ * addresses: /wake (or /wake/cancel) to the runner a wake-up names, once
+ * however many came in together, and /members/FINGERPRINT to every live
+ * runner. As it starts it pokes every live runner, so a wake-up sent while
+ * no relay listened (it was moving, the database restarted) is not waited
+ * out until the next poll.
+ */
+static int relay_main(cairn_singleton *s, void *arg)
+{
+	relay_state r = {.env = arg};
+	buf err = BUF_INIT;
+	r.conn = db_connect(cairn_singleton_conninfo(s), "cairn-worker relay", &err);
+	r.h = curl_easy_init();
+	int rc = r.conn && r.h ? 0 : -CAIRN_EDB;
+	if (!rc && (db_cmd(r.conn, &err, "LISTEN " CAIRN_WAKE_CHANNEL, 0, NULL) < 0 ||
+	            db_cmd(r.conn, &err, "LISTEN " CAIRN_MEMBERS_CHANNEL, 0, NULL) < 0))
+		rc = -CAIRN_EDB;
+	if (!rc && !(rc = relay_load(&r, &err)))
+		relay_all(&r, NULL);
+	while (!rc && !cairn_singleton_cancelled(s)) {
+		for (int i = 0; i < r.n; i++) {
+			relay_runner *rr = &r.rs[i];
+			if (rr->wake) {
+				int cancel = rr->wake == 2;
+				rr->wake = 0;
+				relay_post(&r, rr, cancel ? "/wake/cancel" : "/wake");
+			}
+		}
+		struct pollfd pfd = {.fd = PQsocket(r.conn), .events = POLLIN};
+		if (poll(&pfd, 1, RELAY_SLICE_MS) < 0 && errno != EINTR)
+			rc = -CAIRN_EDB;
+		if (!rc)
+			rc = relay_take(&r, &err);
+	}
+	if (rc)
+		log_kv(r.env->log, LOG_WARN, "wake relay failed", "error", buf_str(&err), NULL);
+	if (r.h)
+		curl_easy_cleanup(r.h);
+	PQfinish(r.conn);
+	free(r.rs);
+	buf_free(&err);
+	return rc ? CAIRN_EDB : CAIRN_OK;
+}
+
 int maint_register(registry *reg, const maint_env *env, buf *err)
 {
 	singleton_def health = {.name = "cairn.health",
@@ -223,6 +424,11 @@ int maint_register(registry *reg, const maint_env *env, buf *err)
 	singleton_def janitor = health;
 	snprintf(janitor.name, sizeof janitor.name, "cairn.janitor");
 	janitor.fn = janitor_main;
+	singleton_def relay = health;
+	snprintf(relay.name, sizeof relay.name, "cairn.relay");
+	relay.fn = relay_main;
 	int rc = registry_add_singleton(reg, &health, err);
-	return rc ? rc : registry_add_singleton(reg, &janitor, err);
+	if (!rc)
+		rc = registry_add_singleton(reg, &janitor, err);
+	return rc ? rc : registry_add_singleton(reg, &relay, err);
 }

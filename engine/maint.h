@@ -1,6 +1,7 @@
 /*
  * maint.h - the built-in singletons (DESIGN section 6): cairn.health, the
- * runner health checker, and cairn.janitor, the retention janitor.
+ * runner health checker, cairn.janitor, the retention janitor, and
+ * cairn.relay, which forwards wake-ups to the runners.
  */
 #ifndef CAIRN_MAINT_H
 #define CAIRN_MAINT_H
@@ -16,7 +17,7 @@ typedef struct maint_env {
 	metrics *m;
 } maint_env;
 
-/* Registers cairn.health and cairn.janitor in the first shard group; 0 or
+/* Registers cairn.health, cairn.janitor and cairn.relay in the first shard group; 0 or
  * -CAIRN_ENOMEM. */
 int maint_register(registry *reg, const maint_env *env, buf *err);
 #endif

@@ -1,7 +1,7 @@
 /*
  * status.c - the worker's face to operators (DESIGN section 7): /healthz,
  * /readyz, /metrics (Prometheus text format 0.0.4) and /status (JSON),
- * GET and HEAD only. Each page is built from the modules' read APIs (no
+ * GET and HEAD; and the wake relay's POSTs. Each page is built from the modules' read APIs (no
  * module's fields are read directly) and never touches the database.
  */
 #include <cjson/cJSON.h>
@@ -167,13 +167,42 @@ static void status_page(cairn_worker *w, http_reply *r)
 	r->type = "application/json";
 }
 
+/*
+ * POST /wake, /wake/cancel and /members/FINGERPRINT: the wake relay (the
+ * cairn.relay singleton) tells this worker that its shards got work, that a
+ * run of its may have been cancelled, or that the live runners changed.
+ * Each only hastens what the worker would do anyway (a claim, a look at
+ * cancelled runs, a rebalance), so a stray request costs a query at most.
+ */
+static void poke(cairn_worker *w, const char *path, http_reply *r)
+{
+	static const char members[] = "/members/";
+	if (strcmp(path, "/wake") == 0 || strcmp(path, "/wake/cancel") == 0) {
+		dispatch_wake(w->dispatch, path[5] == '/');
+	} else if (strncmp(path, members, sizeof members - 1) == 0 &&
+	           strlen(path + sizeof members - 1) <= 32 &&
+	           strspn(path + sizeof members - 1, "0123456789abcdef") ==
+	               strlen(path + sizeof members - 1)) {
+		worker_members_changed(w, path + sizeof members - 1);
+	} else {
+		r->status = 405;
+		r->allow = "GET, HEAD";
+		buf_puts(&r->body, "method POST not allowed here: POST /wake, /wake/cancel or "
+		                   "/members/FINGERPRINT, or GET the other pages\n");
+		return;
+	}
+	r->status = 204;
+}
+
 void status_handle(void *arg, const char *method, const char *path, http_reply *r)
 {
 	cairn_worker *w = arg;
-	if (strcmp(method, "HEAD") != 0 && strcmp(method, "GET") != 0) {
+	if (strcmp(method, "POST") == 0) {
+		poke(w, path, r);
+	} else if (strcmp(method, "HEAD") != 0 && strcmp(method, "GET") != 0) {
 		r->status = 405;
-		r->allow = "GET, HEAD";
-		buf_printf(&r->body, "method %s not allowed: use GET or HEAD\n", method);
+		r->allow = "GET, HEAD, POST";
+		buf_printf(&r->body, "method %s not allowed: use GET, HEAD or POST\n", method);
 	} else if (strcmp(path, "/healthz") == 0) {
 		healthz(w, r);
 	} else if (strcmp(path, "/readyz") == 0) {

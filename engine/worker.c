@@ -211,11 +211,8 @@ static void wake_supervisor(void *arg)
 	pthread_mutex_unlock(&w->mu);
 }
 
-/* The poller heard on cairn_members that the live runners changed: rebalance
- * now (unless this runner has seen that membership already). */
-static void members_hook(void *arg, const char *fingerprint)
+void worker_members_changed(cairn_worker *w, const char *fingerprint)
 {
-	cairn_worker *w = arg;
 	if (!lease_members_seen(w->lease, fingerprint))
 		return;
 	pthread_mutex_lock(&w->mu);
@@ -450,7 +447,7 @@ static int lease_round_detached(supervisor *s)
 		if (!rc)
 			s->rb_failures = 0;
 		if (changed)
-			dispatch_wake(w->dispatch); /* claim what the new shards hold */
+			dispatch_wake(w->dispatch, 0); /* claim what the new shards hold */
 		s->last_rebalance = clock_mono_ms();
 		s->next_rebalance = s->last_rebalance + (rc ? w->cfg.heartbeat_interval_ms
 		                                         : changed || lease_pending(w->lease)
@@ -612,9 +609,7 @@ static int start_modules(cairn_worker *w)
 	                   .lease = w->lease,
 	                   .loop = poll_watch,
 	                   .commit_loop = commit_watch,
-	                   .mark_loop = mark_watch,
-	                   .members = members_hook,
-	                   .members_arg = w};
+	                   .mark_loop = mark_watch};
 	if (!rc && (!poll_watch || !commit_watch || !mark_watch))
 		rc = -CAIRN_ENOMEM;
 	if (!rc)

@@ -61,11 +61,14 @@ struct cairn_worker {
 	int fatal; /* a configuration mismatch: stop and fail */
 	int db_connected;
 	int wake_supervisor; /* a singleton ended: reconsider restarts now */
-	int members_changed; /* cairn_members said the live runners changed */
+	int members_changed; /* the relay said the live runners changed */
 	worker_state state;
 	char not_ready[512]; /* why /readyz is 503; "" when ready */
 };
 
+/* The relay said the live runners changed (their fingerprint): rebalance
+ * now, unless this runner has seen that membership already. Any thread. */
+void worker_members_changed(cairn_worker *w, const char *fingerprint);
 /* status.c: the handler of the worker's HTTP endpoint (an http_handler). */
 void status_handle(void *worker, const char *method, const char *path, http_reply *r);
 #endif

@@ -188,12 +188,50 @@ static void ownership(owned_by *o)
 	PQclear(r);
 }
 
-/* Every shard owned exactly once, by the runners of o and by each of them. */
+/* Each shard's owner in shard_leases is the one the assignment wants for
+ * the runners of o (with their weights): the rebalancing has converged, not
+ * merely passed through a state where everyone owns something. */
+static int as_assigned(const owned_by *o)
+{
+	assign_runner rs[MAXW];
+	char arr[256];
+	size_t k = (size_t)snprintf(arr, sizeof arr, "{");
+	for (int i = 0; i < o->n; i++)
+		k += (size_t)snprintf(arr + k, sizeof arr - k, "%s%" PRId64, i ? "," : "",
+		                      o->ids[i]);
+	snprintf(arr + k, sizeof arr - k, "}");
+	const char *p[] = {arr};
+	PGresult *r = PQexecParams(conn,
+	                           "SELECT id, weight FROM cairn.runners WHERE id = ANY ($1::bigint[]) "
+	                           "ORDER BY id",
+	                           1, NULL, p, NULL, NULL, 0);
+	int n = PQresultStatus(r) == PGRES_TUPLES_OK ? PQntuples(r) : 0;
+	for (int i = 0; i < n && i < MAXW; i++)
+		rs[i] = (assign_runner){strtoll(PQgetvalue(r, i, 0), NULL, 10),
+		                        atoi(PQgetvalue(r, i, 1))};
+	PQclear(r);
+	if (n != o->n)
+		return 0;
+	int want[4096];
+	assign_shards(rs, n, (uint64_t)(uint32_t)hash_group_lock_key("default"), nshards, want);
+	r = PQexec(conn, "SELECT shard, owner FROM cairn.shard_leases WHERE shard_group = 'default'");
+	int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == nshards;
+	for (int i = 0; ok && i < PQntuples(r); i++) {
+		int shard = atoi(PQgetvalue(r, i, 0));
+		ok = shard >= 0 && shard < nshards && want[shard] >= 0 &&
+		     rs[want[shard]].id == strtoll(PQgetvalue(r, i, 1), NULL, 10);
+	}
+	PQclear(r);
+	return ok;
+}
+
+/* Every shard owned exactly once, by the runners of o and by each of them,
+ * as the assignment wants. */
 static int fully_owned(void *arg)
 {
 	owned_by *o = arg;
 	ownership(o);
-	return o->good == nshards && o->owners == o->n && o->stray == 0;
+	return o->good == nshards && o->owners == o->n && o->stray == 0 && as_assigned(o);
 }
 
 typedef struct registration {

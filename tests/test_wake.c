@@ -3,8 +3,9 @@
  * came round: every worker here polls once an hour (CAIRN_POLL_INTERVAL=1h),
  * so a skipped wake-up would leave a run waiting past every deadline below.
  * Bursts of enqueues against an idle worker, a busy one and one in the middle
- * of a hand-over; a durable sleep that ends when it is due; a worker that
- * learns of a delayed run from its enqueue.
+ * of a hand-over (the wake relay may move with its shard: a relay that
+ * starts pokes every runner); a durable sleep that ends when it is due; a
+ * worker that learns of a delayed run from its enqueue.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -58,6 +59,14 @@ static pid_t flows_worker(const char *log)
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	return tworker_start(db, NULL, log, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
 	                     plugins, NULL);
+}
+
+/* The worker logging to log runs the wake relay (cairn.relay). */
+static void relay_started(const char *log)
+{
+	tcheck(dump_logs,
+	       tfile_wait(log, "msg=\"singleton started\" singleton=cairn.relay", DEADLINE),
+	       "the wake relay never started");
 }
 
 /* Every shard is owned by one of `owners` distinct live runners. */
@@ -117,6 +126,7 @@ Test(wake, a_burst_against_an_idle_worker_starts_without_a_poll)
 {
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
 	burst(100);
 	all_completed(100, "idle worker");
 	/* Idle again: a second burst needs a second wake. */
@@ -131,6 +141,7 @@ Test(wake, a_burst_against_a_busy_worker_starts_without_a_poll)
 	               "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL)");
 	pid_t a = flows_worker(log_a);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
 	/* Two of the four executors are busy in a long step while noops come in. */
 	enqueue("t.stubborn", "{\"ms\": 3000}", 0);
 	enqueue("t.stubborn", "{\"ms\": 3000}", 0);
@@ -152,6 +163,7 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 {
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "worker a never owned every shard");
+	relay_started(log_a);
 	/* Worker b joins: shards move from a to b while the runs come in. */
 	pid_t b = worker(log_b, "CAIRN_CONCURRENCY=4");
 	int64_t n = 0, t0 = tnow_ms();
