@@ -57,7 +57,9 @@ static int nshards;
 /* A port that refuses connections (tclosed_port), until fini closes it. */
 static int closed_fd = -1;
 
-/* A stand-in /healthz: answers 503 to its first fail_first requests, 200 after. */
+/* A stand-in /healthz: answers 503 to its first fail_first probes (GET
+ * /healthz), 200 after, and counts only those; anything else (the relay's
+ * POSTs) gets 204 and is not counted. */
 typedef struct fake_http {
 	int fd, port;
 	pthread_t thread;
@@ -886,7 +888,7 @@ static void *fake_http_main(void *arg)
 			continue;
 		struct timeval tv = {1, 0};
 		setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-		char req[2048];
+		char req[2048] = "";
 		size_t got = 0;
 		for (ssize_t r; got < sizeof req - 1 &&
 		                (r = recv(c, req + got, sizeof req - 1 - got, 0)) > 0;) {
@@ -895,12 +897,13 @@ static void *fake_http_main(void *arg)
 			if (strstr(req, "\r\n\r\n"))
 				break;
 		}
-		int n = atomic_fetch_add(&f->served, 1);
-		const char *resp = n < f->fail_first
-		                       ? "HTTP/1.1 503 Service Unavailable\r\n"
-		                         "Content-Length: 0\r\nConnection: close\r\n\r\n"
-		                       : "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n"
-		                         "Connection: close\r\n\r\nok\n";
+		const char *resp = "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+		if (strncmp(req, "GET /healthz ", 13) == 0)
+			resp = atomic_fetch_add(&f->served, 1) < f->fail_first
+			           ? "HTTP/1.1 503 Service Unavailable\r\n"
+			             "Content-Length: 0\r\nConnection: close\r\n\r\n"
+			           : "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n"
+			             "Connection: close\r\n\r\nok\n";
 		ssize_t w = send(c, resp, strlen(resp), MSG_NOSIGNAL);
 		(void)w;
 		close(c);
