@@ -66,6 +66,7 @@ struct dispatch {
 	flight *fl;
 	int nfl, capfl;
 	int executing;
+	int idle; /* executors waiting for a job */
 	int exec_stop;
 	_Atomic int stopping;
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
@@ -133,6 +134,21 @@ static void on_final(void *arg, commit *c)
 
 /* ------------------------------------------------------------- executors */
 
+/* A claimed run that will not execute here: its messages stay for the next
+ * owner, and a count its claim made is given back (fenced: a shard that
+ * moved meanwhile keeps it, and the run counts one stop too many). */
+static void give_back(dispatch *d, job *j)
+{
+	commit *c = j->marked ? job_commit(j) : NULL;
+	if (!c) {
+		job_done(d, j);
+		return;
+	}
+	c->outcome = COMMIT_UNCLAIM;
+	c->tag = j;
+	committer_submit_final(d->commit, c);
+}
+
 /*
  * A run whose workers stopped while running it more than once (within one
  * stop of CAIRN_POISON_AFTER) runs alone: it waits until nothing else
@@ -188,8 +204,10 @@ static void *executor_main(void *arg)
 	dispatch *d = arg;
 	for (;;) {
 		pthread_mutex_lock(&d->mu);
+		d->idle++;
 		while (!d->qhead && !d->exec_stop)
 			pthread_cond_wait(&d->job_cv, &d->mu);
+		d->idle--;
 		job *j = d->qhead;
 		if (!j) {
 			pthread_mutex_unlock(&d->mu);
@@ -209,10 +227,10 @@ static void *executor_main(void *arg)
 		}
 		pthread_mutex_unlock(&d->mu);
 		wake_poller(d);
-		if (stale || mark_started(d, j) < 0) {
+		if (stale || (!j->marked && mark_started(d, j) < 0)) {
 			if (!stale)
 				end_turn(d, solo, 0);
-			job_done(d, j); /* not started: its messages stay for the next owner */
+			give_back(d, j); /* not started: its messages stay for the next owner */
 			continue;
 		}
 		commit *c = exec_job(&d->exec, j);
@@ -252,24 +270,31 @@ static void inflight_ids(dispatch *d, pgarr *out)
  * max_pending_signals of its oldest signals come.
  */
 static const char SQL_CLAIM[] =
-    "WITH due AS (SELECT m.id, m.run_id, l.epoch FROM cairn.messages m "
+    "WITH due AS (SELECT m.id, m.run_id, l.epoch, m.deliver_at FROM cairn.messages m "
     "  JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
     "  WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
     "  ORDER BY m.deliver_at, m.id LIMIT $3), "
-    "d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids "
-    "      FROM due GROUP BY run_id), "
+    "d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "
+    "        min(deliver_at) AS at, min(id) AS first FROM due GROUP BY run_id), "
+    /* The first $7 runs (the executors idle now) start at once: their
+     * execution is counted here instead of by the marker. Not a run that
+     * will run alone or is finished: those are marked as they start, or
+     * not at all. They come first, so the idle executors take them. */
+    "n AS (SELECT d.*, (row_number() OVER (ORDER BY r.claims >= $6 - 1 OR r.finished_at IS NOT "
+    "        NULL, d.at, d.first) <= $7 AND r.claims < $6 - 1 AND r.finished_at IS NULL) AS mark "
+    "      FROM d JOIN cairn.runs r ON r.id = d.run_id), "
     "c AS (UPDATE cairn.runs r SET "
     "  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "
     "                ELSE r.status END, "
     "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
     "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
     "                    ELSE r.started_at END, "
-    "  updated_at = now() "
-    "FROM d, "
+    "  claims = r.claims + n.mark::int, updated_at = now() "
+    "FROM n d, "
     "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
     "           FROM cairn.steps s WHERE s.run_id = d.run_id) js "
     "WHERE r.id = d.run_id "
-    "RETURNING r.id, r.shard_group AS grp, r.shard, d.epoch, d.ids::text AS ids, r.workflow, "
+    "RETURNING d.mark, d.at, d.first, r.id, r.shard_group AS grp, r.shard, d.epoch, d.ids::text AS ids, r.workflow, "
     "  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
@@ -296,7 +321,8 @@ static const char SQL_CLAIM[] =
     "        WHERE l.owner = $1 AND m.deliver_at > now() ORDER BY m.deliver_at, m.id LIMIT 1) m) "
     "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "
     "  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "
-    "  c.last_step, c.journal, c.signals, next.ms FROM next LEFT JOIN c ON true";
+    "  c.last_step, c.journal, c.signals, next.ms, c.mark "
+    "FROM next LEFT JOIN c ON true ORDER BY c.mark DESC, c.at, c.first";
 
 /* The claim's columns, in order. */
 enum {
@@ -319,6 +345,7 @@ enum {
 	CLAIM_JOURNAL,
 	CLAIM_SIGNALS,
 	CLAIM_NEXT_DUE, /* ms until the next message is due; NULL: none */
+	CLAIM_MARKED,   /* the claim counted this execution (runs.claims) */
 };
 
 /* Parses "{1,2,3}"; the number of ids, or -CAIRN_ENOMEM. */
@@ -382,7 +409,8 @@ static job *job_from_row(dispatch *d, const PGresult *r, int i, int64_t owner, i
 	j->cancel_requested = db_get_bool(r, i, CLAIM_CANCEL);
 	j->scheduled_ms = db_get_i64(r, i, CLAIM_SCHEDULED);
 	j->db_now_ms = db_get_i64(r, i, CLAIM_NOW);
-	j->claims = db_get_int(r, i, CLAIM_CLAIMS);
+	j->marked = db_get_bool(r, i, CLAIM_MARKED);
+	j->claims = db_get_int(r, i, CLAIM_CLAIMS) - j->marked;
 	j->mono_at_load = mono;
 	over_caps(d, r, i, j);
 	j->last_step = db_get_str(r, i, CLAIM_LAST_STEP);
@@ -431,22 +459,23 @@ static int queue_job(dispatch *d, job *j)
  * or -CAIRN_EDB; *next_due_ms is the time until the next message of this
  * runner's shards is due (-1: none). Runs that cannot be queued keep their
  * messages and come back. */
-static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int64_t *next_due_ms,
-                 buf *err)
+static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
+                 int64_t *next_due_ms, buf *err)
 {
 	pgarr ex = PGARR_INIT;
 	inflight_ids(d, &ex);
-	char me[24], lim[24], jb[24], ps[24], pa[24];
+	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
 	const char *p[] = {db_i64(me, owner),
 	                   pgarr_str(&ex),
 	                   db_i64(lim, limit),
 	                   db_i64(jb, d->limits.max_journal_bytes),
 	                   db_i64(ps, d->limits.max_pending_signals),
-	                   db_i64(pa, d->env.cfg->poison_after)};
+	                   db_i64(pa, d->env.cfg->poison_after),
+	                   db_i64(sn, start_now)};
 	/* The statement's now() is read as it starts: anchor the run's clock
 	 * there too, so it never runs behind the database's. */
 	int64_t mono = clock_mono_ms();
-	PGresult *r = PQexecPrepared(conn, "cairn_claim", 6, p, NULL, NULL, 0);
+	PGresult *r = PQexecPrepared(conn, "cairn_claim", 7, p, NULL, NULL, 0);
 	pgarr_free(&ex);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		buf_reset(err);
@@ -565,12 +594,17 @@ static void *poller_main(void *arg)
 		int64_t owner = lease_runner_id(d->env.lease);
 		pthread_mutex_lock(&d->mu);
 		int room = d->qcap - d->qlen;
+		/* Runs that idle executors take at once are counted by the claim;
+		 * not while a run is (about to be) executing alone, which holds
+		 * the others back. */
+		int start_now = d->solo || d->solo_waiting ? 0 : d->idle - d->qlen;
 		pthread_mutex_unlock(&d->mu);
 		int rc = 0, n = 0, limit = room < cfg->poll_batch ? room : cfg->poll_batch;
 		int64_t next_due = -1;
 		if (owner && shardmap_owned(d->env.map) > 0 && room > 0) {
 			int64_t t0 = clock_mono_ms();
-			rc = n = claim(d, conn, owner, limit, &next_due, &err);
+			rc = n = claim(d, conn, owner, limit, start_now > 0 ? start_now : 0, &next_due,
+			             &err);
 			int64_t took = clock_mono_ms() - t0;
 			if (n >= 0 && took > SLOW_CLAIM_MS && clock_mono_ms() >= next_analyze) {
 				/* A slow claim after a bulk load is the planner sorting

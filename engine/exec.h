@@ -37,6 +37,7 @@ typedef struct job {
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
 	int claims;              /* executions started (marked) since the run last made progress and
 	                            not handed over: each one's worker stopped */
+	int marked;              /* the claim counted this execution (it starts at once) */
 	char load_error[200];    /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims > poison_after */
