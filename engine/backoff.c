@@ -14,10 +14,12 @@ cairn_retry_policy backoff_policy(const cairn_retry_policy *p)
 		d.max_ms = 60000;
 	if (d.max_ms < d.initial_ms)
 		d.max_ms = d.initial_ms;
+	/* None stays negative, so that a policy this returned comes back the
+	 * same: a 0 would be read as "the default" by the next call. */
 	if (d.jitter == 0)
 		d.jitter = 0.2;
 	if (d.jitter < 0)
-		d.jitter = 0;
+		d.jitter = -1;
 	if (d.jitter > 1)
 		d.jitter = 1;
 	return d;
@@ -39,6 +41,7 @@ int64_t backoff_ms(const cairn_retry_policy *p, int attempt, double u)
 		wait *= d.multiplier;
 	if (wait > (double)d.max_ms)
 		wait = (double)d.max_ms;
-	wait *= 1.0 + d.jitter * (2.0 * u - 1.0);
+	if (d.jitter > 0)
+		wait *= 1.0 + d.jitter * (2.0 * u - 1.0);
 	return wait < 0 ? 0 : (int64_t)wait;
 }

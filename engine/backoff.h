@@ -5,7 +5,9 @@
 
 #include "cairn.h"
 
-/* The policy with every zero field replaced by its default (cairn.h). */
+/* The policy with every zero field replaced by its default (cairn.h); a
+ * negative jitter (none) becomes -1. Applied to its own result it changes
+ * nothing. */
 cairn_retry_policy backoff_policy(const cairn_retry_policy *p);
 
 /*

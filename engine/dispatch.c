@@ -289,7 +289,7 @@ static const char SQL_CLAIM[] =
     "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
     "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
     "                    ELSE r.started_at END, "
-    "  claims = r.claims + n.mark::int, updated_at = now() "
+    "  claims = r.claims + d.mark::int, updated_at = now() "
     "FROM n d, "
     "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
     "           FROM cairn.steps s WHERE s.run_id = d.run_id) js "

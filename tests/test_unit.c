@@ -214,7 +214,19 @@ Test(backoff, zero_policy_takes_the_documented_defaults)
 	cr_assert_eq(p.max_ms, 60000);
 	cr_assert_float_eq(p.jitter, 0.2, 1e-9);
 	cairn_retry_policy none = backoff_policy(&(cairn_retry_policy){.jitter = -1});
-	cr_assert_float_eq(none.jitter, 0.0, 1e-9);
+	cr_assert_lt(none.jitter, 0.0);
+}
+
+Test(backoff, a_policy_without_jitter_keeps_none_when_normalised_again)
+{
+	cairn_retry_policy p =
+	    backoff_policy(&(cairn_retry_policy){.initial_ms = 100, .multiplier = 2, .jitter = -1});
+	cairn_retry_policy again = backoff_policy(&p);
+	cr_assert_float_eq(again.jitter, p.jitter, 1e-9);
+	cr_assert_eq(backoff_ms(&p, 1, 0.0), 100, "no jitter: the nominal wait whatever u");
+	cr_assert_eq(backoff_ms(&p, 2, 0.999), 200);
+	cairn_retry_policy dflt = backoff_policy(NULL);
+	cr_assert_float_eq(backoff_policy(&dflt).jitter, 0.2, 1e-9);
 }
 
 Test(backoff, grows_exponentially_and_stops_at_the_cap)
