@@ -393,16 +393,20 @@ static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 	return rc;
 }
 
-static void notify_done(PGconn *conn, commit *const *batch, int n)
+/* The runs of a written batch that finished, for notify_done. */
+static void finished_ids(commit *const *batch, int n, pgarr *ids)
 {
-	pgarr ids = PGARR_INIT;
 	for (int i = 0; i < n; i++)
 		if (batch[i]->ok && batch[i]->outcome == COMMIT_FINISH)
-			pgarr_add_i64(&ids, batch[i]->run.id);
-	const char *p[] = {pgarr_str(&ids)};
-	if (ids.n && !ids.b.oom)
+			pgarr_add_i64(ids, batch[i]->run.id);
+}
+
+static void notify_done(PGconn *conn, pgarr *ids)
+{
+	const char *p[] = {pgarr_str(ids)};
+	if (conn && ids->n && !ids->b.oom)
 		db_cmd(conn, NULL, SQL_DONE, 1, p);
-	pgarr_free(&ids);
+	pgarr_free(ids);
 }
 
 static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
@@ -428,8 +432,6 @@ static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
 		settle_rows(batch, n, r);
 	}
 	PQclear(r);
-	if (!rc)
-		notify_done(conn, batch, n);
 	return rc;
 }
 
@@ -454,8 +456,12 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 	if (write_batch(conn, &one, 1, err) < 0)
 		log_kv(k->env.log, LOG_ERROR, "cannot fail the run either", "error", buf_str(err),
 		       NULL);
-	else
+	else {
 		atomic_fetch_add(&k->env.m->runs_failed, 1);
+		pgarr done = PGARR_INIT;
+		pgarr_add_i64(&done, c->run.id);
+		notify_done(conn, &done);
+	}
 	buf_free(&why);
 }
 
@@ -600,7 +606,12 @@ static void *committer_main(void *arg)
 		} else {
 			failures = 0;
 		}
+		/* Waiters are told after the executors go on: the notification
+		 * is a round trip of its own, which no run needs to wait for. */
+		pgarr done = PGARR_INIT;
+		finished_ids(batch, n, &done);
 		settle(k, batch, n);
+		notify_done(conn, &done);
 	}
 	PQfinish(conn);
 	buf_free(&err);
