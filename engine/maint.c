@@ -33,6 +33,7 @@
 
 #include "cairn.h"
 #include "client.h"
+#include "clock.h"
 #include "db.h"
 
 #define HEALTH_FAILURES     3
@@ -234,7 +235,8 @@ static int janitor_main(cairn_singleton *s, void *arg)
 
 /* ------------------------------------------------------------- the relay */
 
-#define RELAY_TIMEOUT_MS 1000 /* one POST to a runner */
+#define RELAY_TIMEOUT_MS 250   /* one POST to a runner: an answer takes well under 1 ms */
+#define RELAY_RETRY_MS   2000  /* a runner that did not answer is tried again after this */
 #define RELAY_SLICE_MS   100  /* how often the relay looks at its cancel flag */
 
 /* A runner the relay knows: its advertised address, and whether the last
@@ -243,7 +245,8 @@ typedef struct relay_runner {
 	int64_t id;
 	char address[256];
 	int failing;
-	int wake; /* 0 none, 1 wake, 2 wake and look for cancelled runs */
+	int64_t retry_at; /* while failing: not tried before this (monotonic ms) */
+	int wake;         /* 0 none, 1 wake, 2 wake and look for cancelled runs */
 } relay_runner;
 
 typedef struct relay_state {
@@ -273,6 +276,7 @@ static int relay_load(relay_state *r, buf *err)
 		for (int k = 0; k < r->n; k++)
 			if (r->rs[k].id == rs[i].id) {
 				rs[i].failing = r->rs[k].failing;
+				rs[i].retry_at = r->rs[k].retry_at;
 				rs[i].wake = r->rs[k].wake;
 			}
 	}
@@ -285,8 +289,13 @@ static int relay_load(relay_state *r, buf *err)
 	return 0;
 }
 
+/* A runner that does not answer (frozen, unreachable) is tried again only
+ * every RELAY_RETRY_MS, so it holds up the wake-ups of the others for at
+ * most RELAY_TIMEOUT_MS in that time; its runs start at its next poll. */
 static void relay_post(relay_state *r, relay_runner *rr, const char *path)
 {
+	if (rr->failing && clock_mono_ms() < rr->retry_at)
+		return;
 	char why[CURL_ERROR_SIZE + 32];
 	long code = rr->address[0] ? http_call(r->h, rr->address, path, 1, RELAY_TIMEOUT_MS, why,
 	                                       sizeof why)
@@ -305,6 +314,7 @@ static void relay_post(relay_state *r, relay_runner *rr, const char *path)
 		       "runner_id", db_i64(id, rr->id), "address", rr->address, "reason", why, NULL);
 	}
 	rr->failing = 1;
+	rr->retry_at = clock_mono_ms() + RELAY_RETRY_MS;
 }
 
 /* Pokes every runner: the membership (when fp is set), and a claim. */

@@ -193,3 +193,71 @@ Test(wake, a_durable_sleep_ends_when_due_and_a_delayed_run_starts_when_due)
 	tcheck(dump_logs, took >= 700, "the delayed run started early (%" PRId64 " ms)", took);
 	tworker_stop(a, SIGTERM, 30000);
 }
+
+/* The worker on port runs the relay (its /status lists cairn.relay). */
+static int runs_relay(int port)
+{
+	char *body = NULL;
+	int yes = thttp(port, "GET", "/status", &body, NULL) == 200 && body &&
+	          strstr(body, "\"cairn.relay\"");
+	free(body);
+	return yes;
+}
+
+static int ports[2];
+
+static int relay_settled(void *arg)
+{
+	(void)arg;
+	return owned_by(2) && runs_relay(ports[0]) != runs_relay(ports[1]);
+}
+
+/* One worker is stopped (SIGSTOP: its socket still accepts, nothing
+ * answers), so the relay's pokes to it time out; the runs of the shards of
+ * the worker that answers still start on their wake-ups, never at a poll. */
+Test(wake, a_runner_that_does_not_answer_does_not_hold_up_the_wake_ups_of_others)
+{
+	pid_t w[2];
+	const char *logs[2] = {log_a, log_b};
+	for (int i = 0; i < 2; i++) {
+		w[i] = tworker_start(db, &ports[i], logs[i], "CAIRN_POLL_INTERVAL=1h",
+		                     "CAIRN_RUNNER_TTL=1h", "CAIRN_CONCURRENCY=4", NULL);
+		if (i == 0)
+			tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "no worker owned every shard");
+	}
+	tcheck(dump_logs, twait(relay_settled, NULL, DEADLINE),
+	       "the shards and the relay never settled on the two workers");
+	int live = runs_relay(ports[0]) ? 0 : 1, frozen = 1 - live;
+	int64_t live_id = tdb_intf(conn, "SELECT id FROM cairn.runners WHERE address = '127.0.0.1:%d'",
+	                           ports[live]);
+	kill(w[frozen], SIGSTOP);
+	burst(60);
+	int64_t want = tdb_intf(conn,
+	                        "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
+	                        "ON l.shard_group = r.shard_group AND l.shard = r.shard "
+	                        "WHERE l.owner = %" PRId64,
+	                        live_id);
+	int ok = tdb_wait_at_leastf(conn, want, DEADLINE,
+	                            "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
+	                            "ON l.shard_group = r.shard_group AND l.shard = r.shard "
+	                            "WHERE l.owner = %" PRId64 " AND r.status = 'completed'",
+	                            live_id);
+	kill(w[frozen], SIGCONT);
+	tcheck(dump_logs, ok && want > 0,
+	       "the %" PRId64 " runs of the answering worker's shards did not complete within %d ms "
+	       "with a 1 h poll interval",
+	       want, DEADLINE);
+	fprintf(stderr,
+	        "test_wake: one runner frozen: slowest start of the other's %" PRId64
+	        " runs %" PRId64 " ms after its enqueue\n",
+	        want,
+	        tdb_intf(conn,
+	                 "SELECT max((extract(epoch FROM r.started_at - r.created_at) * 1000)::bigint) "
+	                 "FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = r.shard_group "
+	                 "AND l.shard = r.shard WHERE l.owner = %" PRId64,
+	                 live_id));
+	/* The frozen worker's runs start once it answers again. */
+	all_completed(60, "after the thaw");
+	tworker_stop(w[live], SIGTERM, 30000);
+	tworker_stop(w[frozen], SIGTERM, 30000);
+}
