@@ -355,10 +355,25 @@ static int pool_check_rounds(PGconn *a, PGconn *b, int64_t *seen, buf *err)
 			return -CAIRN_EDB;
 		if (first < 0)
 			first = p1;
-		if (db_cmd(b, err, "BEGIN", 0, NULL) < 0)
+		/* Behind a pooler (the backend key is not the server's pid), a
+		 * refused BEGIN is statement pooling (PgBouncer: "transaction
+		 * blocks not allowed in statement pooling mode"), and A waiting
+		 * behind B's open transaction means A has no server of its own
+		 * (transaction pooling with every server taken). */
+		int pooler = p1 != PQbackendPID(a);
+		if (db_cmd(b, err, "BEGIN", 0, NULL) < 0) {
+			if (pooler && db_ok(a)) {
+				seen[0] = p1, seen[1] = -1, seen[2] = -1, seen[3] = first;
+				return 2;
+			}
 			return -CAIRN_EDB;
+		}
 		int64_t p2 = server_pid(b, err);
 		int64_t p3 = p2 < 0 ? -1 : server_pid(a, err);
+		if (p3 < 0 && p2 >= 0 && pooler && !db_ok(a) && db_ok(b)) {
+			seen[0] = p1, seen[1] = p2, seen[2] = -1, seen[3] = first;
+			return 3;
+		}
 		if (p3 < 0 || db_cmd(b, err, "COMMIT", 0, NULL) < 0)
 			return -CAIRN_EDB;
 		if (p1 != first || p2 == p1 || p3 != p1) {
@@ -372,6 +387,7 @@ static int pool_check_rounds(PGconn *a, PGconn *b, int64_t *seen, buf *err)
 int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err)
 {
 	int64_t saved = wait_limit_ms;
+	int key = PQbackendPID(a); /* 0 once a timed-out statement closed a */
 	/* A session pooler with no second server to give would make B wait. */
 	db_set_wait_limit(POOL_CHECK_WAIT_MS);
 	buf e = BUF_INIT;
@@ -387,6 +403,25 @@ int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err)
 	if (rc < 0) {
 		buf_printf(err, "cannot check how the database connection is pooled: %s",
 		           buf_str(&e));
+	} else if (rc == 2) {
+		buf_printf(err,
+		           "the database connection goes through a pooler in statement pooling "
+		           "mode: it refused a transaction block (%s; backend pid %" PRId64
+		           ", backend key %d). cairn-worker holds session advisory locks and needs "
+		           "a session-pooled or direct connection: use pool_mode = session in "
+		           "PgBouncer, or connect to PostgreSQL directly",
+		           buf_str(&e), seen[0], PQbackendPID(a));
+		rc = -CAIRN_ESTATE;
+	} else if (rc == 3) {
+		buf_printf(err,
+		           "the database connection goes through a pooler in transaction pooling "
+		           "mode: a statement on it waited behind another connection's open "
+		           "transaction (backend pid %" PRId64 " before, backend key %d), so it has "
+		           "no server session of its own. cairn-worker holds session advisory "
+		           "locks and needs a session-pooled or direct connection: use pool_mode = "
+		           "session in PgBouncer, or connect to PostgreSQL directly",
+		           seen[0], key);
+		rc = -CAIRN_ESTATE;
 	} else if (rc > 0) {
 		buf_printf(err,
 		           "the database connection goes through a pooler in transaction (or "
