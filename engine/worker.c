@@ -341,6 +341,27 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 		PQfinish(s->conn);
 		s->conn = NULL;
 	}
+	/* The start checked the pooling if the database was up then; a
+	 * connection made later (a reconnect, a database that came up late)
+	 * behind a pooler is checked again, and never attaches through
+	 * transaction pooling. */
+	int pooled = s->conn ? db_behind_pooler(s->conn, &err) : 0, refused = 0;
+	if (pooled > 0)
+		refused = db_check_session_pooling(s->conn, w->cfg.database_url, &err) ==
+		          -CAIRN_ESTATE;
+	if (pooled < 0 || refused) {
+		PQfinish(s->conn);
+		s->conn = NULL;
+	}
+	if (refused) {
+		log_kv(&w->log, LOG_ERROR, "refusing to attach", "error", buf_str(&err), NULL);
+		char reason[1024];
+		snprintf(reason, sizeof reason, "refusing to attach: %s", buf_str(&err));
+		set_ready(w, 0, reason);
+		buf_free(&err);
+		nap(s, db_backoff_ms((*failures)++));
+		return -CAIRN_EDB;
+	}
 	if (!s->conn) {
 		if (!*logged_down) {
 			log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",

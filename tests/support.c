@@ -699,11 +699,12 @@ const char *tpgbouncer_start(tpgbouncer *b, const char *mode, const char *db)
 	        "unix_socket_dir = %s\n"
 	        "auth_type = trust\n"
 	        "auth_file = %s\n"
+	        "admin_users = %s\n"
 	        "pool_mode = %s\n"
 	        "max_client_conn = 500\n"
 	        "default_pool_size = 40\n"
 	        "logfile = %s/pgbouncer.log\n",
-	        host, port, b->dir, path, mode, b->dir);
+	        host, port, b->dir, path, user, mode, b->dir);
 	fclose(f);
 
 	b->pid = fork();
@@ -731,6 +732,8 @@ const char *tpgbouncer_start(tpgbouncer *b, const char *mode, const char *db)
 		atexit(pgb_stop_all);
 
 	conninfo_with(b->url, sizeof b->url, db, b->dir, "6432");
+	snprintf(b->admin, sizeof b->admin, "host='%s' port='6432' dbname='pgbouncer' user='%s'",
+	         b->dir, user);
 	int64_t deadline = tnow_ms() + 10000;
 	for (;;) {
 		int st;
@@ -774,4 +777,15 @@ void tpgbouncer_stop(tpgbouncer *b)
 		rmdir(b->dir);
 		b->dir[0] = '\0';
 	}
+}
+
+void tpgbouncer_admin(tpgbouncer *b, const char *command)
+{
+	PGconn *c = PQconnectdb(b->admin);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "pgbouncer console: %s", PQerrorMessage(c));
+	PGresult *r = PQexec(c, command);
+	cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK,
+	          "pgbouncer console: %s: %s", command, PQerrorMessage(c));
+	PQclear(r);
+	PQfinish(c);
 }

@@ -92,6 +92,7 @@ typedef struct tpgbouncer {
 	pid_t pid;
 	char dir[64];    /* its config, log and Unix socket */
 	char url[2048];  /* the conninfo of the test's database through it */
+	char admin[640]; /* the conninfo of its admin console */
 } tpgbouncer;
 /* Starts pgbouncer with pool_mode = mode ("session" or "transaction"),
  * listening only on a Unix socket in a temporary directory of its own and
@@ -101,6 +102,8 @@ typedef struct tpgbouncer {
  * answers, and returns b->url: db (a tdb_new conninfo) with host and port
  * replaced by the pooler's. Stopped by tpgbouncer_stop, and at exit. */
 const char *tpgbouncer_start(tpgbouncer *b, const char *mode, const char *db);
+/* Runs an admin console command ("DISABLE db", "ENABLE db", ...). */
+void tpgbouncer_admin(tpgbouncer *b, const char *command);
 /* Kills it, waits for it and removes its directory; a second call does nothing. */
 void tpgbouncer_stop(tpgbouncer *b);
 

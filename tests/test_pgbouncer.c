@@ -230,3 +230,37 @@ Test(pgbouncer, transaction_pooling_client_api_enqueues_signals_cancels_and_wait
 	cairn_client_free(c);
 	worker_stop();
 }
+
+Test(pgbouncer, transaction_pooling_worker_started_while_unreachable_refuses_to_attach_later)
+{
+	const char *db = tdb_new_migrated_shards(64);
+	const char *url = tpgbouncer_start(&pgb, "transaction", db);
+	PGconn *c = tdb_connect(db);
+	char *name = tdb_str(c, "SELECT current_database()");
+	char cmd[160];
+	/* The pooler refuses new clients of the database: the start's check
+	 * cannot connect and is left to the supervisor. */
+	snprintf(cmd, sizeof cmd, "DISABLE %s", name);
+	tpgbouncer_admin(&pgb, cmd);
+	tlog_file(worker_log);
+	int port;
+	worker_pid = tworker_start(url, &port, worker_log, "CAIRN_HEARTBEAT_INTERVAL=200ms", NULL);
+	tcheck(show_log, tfile_wait(worker_log, "database unreachable", 20000),
+	       "the worker never found the database unreachable");
+	snprintf(cmd, sizeof cmd, "ENABLE %s", name);
+	tpgbouncer_admin(&pgb, cmd);
+	tcheck(show_log, tfile_wait(worker_log, "refusing to attach", 20000),
+	       "the worker never refused the transaction pooler");
+	char *body = NULL;
+	long st = thttp(port, "GET", "/readyz", &body, NULL);
+	cr_assert_eq(st, 503, "/readyz %ld", st);
+	cr_assert(strstr(body, "refusing to attach") && strstr(body, "pool_mode = session"), "%s",
+	          body);
+	free(body);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runners"), 0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL"),
+	             0);
+	free(name);
+	PQfinish(c);
+	worker_stop();
+}
