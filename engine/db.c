@@ -416,7 +416,8 @@ int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err)
 		buf_printf(err,
 		           "the database connection goes through a pooler in transaction pooling "
 		           "mode: a statement on it waited behind another connection's open "
-		           "transaction (backend pid %" PRId64 " before, backend key %d), so it has "
+		           "transaction (backend pid %" PRId64
+		           " before, backend key %d), so it has "
 		           "no server session of its own. cairn-worker holds session advisory "
 		           "locks and needs a session-pooled or direct connection: use pool_mode = "
 		           "session in PgBouncer, or connect to PostgreSQL directly",

@@ -347,8 +347,8 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 	 * transaction pooling. */
 	int pooled = s->conn ? db_behind_pooler(s->conn, &err) : 0, refused = 0;
 	if (pooled > 0)
-		refused = db_check_session_pooling(s->conn, w->cfg.database_url, &err) ==
-		          -CAIRN_ESTATE;
+		refused =
+		    db_check_session_pooling(s->conn, w->cfg.database_url, &err) == -CAIRN_ESTATE;
 	if (pooled < 0 || refused) {
 		PQfinish(s->conn);
 		s->conn = NULL;

@@ -663,8 +663,7 @@ const char *tpgbouncer_start(tpgbouncer *b, const char *mode, const char *db)
 			snprintf(user, sizeof user, "%s", o->val);
 	}
 	PQconninfoFree(opts);
-	cr_assert(host[0], "DATABASE_URL %s names no host (the harness's socket directory)",
-	          admin);
+	cr_assert(host[0], "DATABASE_URL %s names no host (the harness's socket directory)", admin);
 	if (!user[0]) {
 		const char *u = getenv("USER");
 		snprintf(user, sizeof user, "%s", u ? u : "postgres");
@@ -767,8 +766,8 @@ void tpgbouncer_stop(tpgbouncer *b)
 		b->pid = 0;
 	}
 	if (b->dir[0]) {
-		const char *names[] = {"pgbouncer.ini", "pgbouncer.log", "users.txt", ".s.PGSQL.6432",
-		                       ".s.PGSQL.6432.lock"};
+		const char *names[] = {"pgbouncer.ini", "pgbouncer.log", "users.txt",
+		                       ".s.PGSQL.6432", ".s.PGSQL.6432.lock"};
 		char p[160];
 		for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 			snprintf(p, sizeof p, "%s/%s", b->dir, names[i]);

@@ -42,10 +42,9 @@ static void worker_start(const char *url)
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	tlog_file(worker_log);
 	int port;
-	worker_pid = tworker_start(url, &port, worker_log, "CAIRN_POLL_INTERVAL=100ms",
-	                           "CAIRN_HEARTBEAT_INTERVAL=200ms",
-	                           "CAIRN_REBALANCE_INTERVAL=200ms", "CAIRN_RUNNER_TTL=2s",
-	                           plugins, NULL);
+	worker_pid = tworker_start(
+	    url, &port, worker_log, "CAIRN_POLL_INTERVAL=100ms", "CAIRN_HEARTBEAT_INTERVAL=200ms",
+	    "CAIRN_REBALANCE_INTERVAL=200ms", "CAIRN_RUNNER_TTL=2s", plugins, NULL);
 	tcheck(show_log, thttp_wait(port, "/readyz", 200, 20000), "worker never became ready");
 }
 
@@ -149,8 +148,8 @@ Test(pgbouncer, transaction_pooling_cli_migrates_enqueues_signals_cancels_and_wa
 	free(err);
 
 	/* A run waiting for a signal: signal it, then result --wait. */
-	const char *enq[] = {"enqueue", "t.await", "--key", "sig", "--input",
-	                     "{\"name\": \"go\"}", NULL};
+	const char *enq[] = {"enqueue", "t.await", "--key", "sig", "--input", "{\"name\": \"go\"}",
+	                     NULL};
 	int64_t id = cli_id(url, enq);
 	char ref[24];
 	snprintf(ref, sizeof ref, "%" PRId64, id);
