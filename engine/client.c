@@ -726,10 +726,25 @@ void cairn_run_list_free(cairn_run *runs, size_t n)
 	free(runs);
 }
 
+/* The polls of a wait that cannot LISTEN: 20 ms, growing by half to 500 ms. */
+#define WAIT_POLL_FIRST_MS 20
+#define WAIT_POLL_MAX_MS   500
+
+/*
+ * Direct, it LISTENs on cairn_done and re-reads the run on a notification
+ * and at least every second (a lost notification costs a second). Through
+ * a pooler it does not LISTEN: in transaction pooling the LISTEN would stay
+ * on whichever server session ran it (and the UNLISTEN go to another), so
+ * it polls with a short backoff instead.
+ */
 int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 {
-	if (db_cmd(c->conn, &c->err, "LISTEN " CAIRN_DONE_CHANNEL, 0, NULL) < 0)
+	int pooled = db_behind_pooler(c->conn, &c->err);
+	if (pooled < 0)
 		return db_fail(c);
+	if (!pooled && db_cmd(c->conn, &c->err, "LISTEN " CAIRN_DONE_CHANNEL, 0, NULL) < 0)
+		return db_fail(c);
+	int64_t backoff = WAIT_POLL_FIRST_MS;
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, id)};
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : clock_mono_ms() + timeout_ms;
@@ -758,9 +773,17 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 			                 "run %" PRId64 " did not finish in time", id);
 			break;
 		}
-		/* Sleep until a notification or 1 s (the polling fallback). */
+		/* Sleep until a notification or 1 s (the polling fallback), or,
+		 * through a pooler, for the backoff. */
 		struct pollfd pfd = {.fd = PQsocket(c->conn), .events = POLLIN};
-		int wait = left > 1000 ? 1000 : (int)left;
+		int64_t nap = pooled ? backoff : 1000;
+		int wait = left > nap ? (int)nap : (int)left;
+		if (pooled) {
+			backoff += backoff / 2;
+			if (backoff > WAIT_POLL_MAX_MS)
+				backoff = WAIT_POLL_MAX_MS;
+			pfd.fd = -1; /* nothing to hear: just sleep */
+		}
 		if (poll(&pfd, 1, wait) < 0 && errno != EINTR) {
 			rc = client_fail(c, CAIRN_EDB, "waiting for run %" PRId64 ": %s", id,
 			                 strerror(errno));
@@ -771,7 +794,8 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 		while ((nt = PQnotifies(c->conn)))
 			PQfreemem(nt);
 	}
-	db_cmd(c->conn, NULL, "UNLISTEN " CAIRN_DONE_CHANNEL, 0, NULL);
+	if (!pooled)
+		db_cmd(c->conn, NULL, "UNLISTEN " CAIRN_DONE_CHANNEL, 0, NULL);
 	return rc;
 }
 

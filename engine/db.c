@@ -313,3 +313,128 @@ int64_t db_backoff_ms(int failures)
 {
 	return backoff_reconnect_ms(failures, 15000, randombytes_uniform(1000000) / 1e6);
 }
+
+/* pg_backend_pid() on c, or -1 (the error in err). */
+static int64_t server_pid(PGconn *c, buf *err)
+{
+	PGresult *r = db_exec(c, err, "SELECT pg_backend_pid()", 0, NULL);
+	if (!r)
+		return -1;
+	int64_t pid = db_get_i64(r, 0, 0);
+	PQclear(r);
+	return pid;
+}
+
+int db_behind_pooler(PGconn *c, buf *err)
+{
+	int64_t pid = server_pid(c, err);
+	if (pid < 0)
+		return -CAIRN_EDB;
+	return pid != PQbackendPID(c);
+}
+
+#define POOL_CHECK_ROUNDS  3
+#define POOL_CHECK_WAIT_MS 5000
+
+/*
+ * Two connections to the same URL, a few rounds of: A reads its server pid
+ * (p1) and goes idle; B opens a transaction and reads its own (p2); A, while
+ * B's transaction is still open, reads again (p3); B commits. A session
+ * keeps its server, so always p2 != p1 and p3 == p1. A pooler that hands
+ * out servers per transaction (or statement) gives B the server A just
+ * released (PgBouncer reuses the most recent first) or A another one, so
+ * p2 == p1 or p3 != p1 in at least one round. A's pid changing between
+ * rounds says the same.
+ */
+static int pool_check_rounds(PGconn *a, PGconn *b, int64_t *seen, buf *err)
+{
+	int64_t first = -1;
+	for (int i = 0; i < POOL_CHECK_ROUNDS; i++) {
+		int64_t p1 = server_pid(a, err);
+		if (p1 < 0)
+			return -CAIRN_EDB;
+		if (first < 0)
+			first = p1;
+		/* Behind a pooler (the backend key is not the server's pid), a
+		 * refused BEGIN is statement pooling (PgBouncer: "transaction
+		 * blocks not allowed in statement pooling mode"), and A waiting
+		 * behind B's open transaction means A has no server of its own
+		 * (transaction pooling with every server taken). */
+		int pooler = p1 != PQbackendPID(a);
+		if (db_cmd(b, err, "BEGIN", 0, NULL) < 0) {
+			if (pooler && db_ok(a)) {
+				seen[0] = p1, seen[1] = -1, seen[2] = -1, seen[3] = first;
+				return 2;
+			}
+			return -CAIRN_EDB;
+		}
+		int64_t p2 = server_pid(b, err);
+		int64_t p3 = p2 < 0 ? -1 : server_pid(a, err);
+		if (p3 < 0 && p2 >= 0 && pooler && !db_ok(a) && db_ok(b)) {
+			seen[0] = p1, seen[1] = p2, seen[2] = -1, seen[3] = first;
+			return 3;
+		}
+		if (p3 < 0 || db_cmd(b, err, "COMMIT", 0, NULL) < 0)
+			return -CAIRN_EDB;
+		if (p1 != first || p2 == p1 || p3 != p1) {
+			seen[0] = p1, seen[1] = p2, seen[2] = p3, seen[3] = first;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err)
+{
+	int64_t saved = wait_limit_ms;
+	int key = PQbackendPID(a); /* 0 once a timed-out statement closed a */
+	/* A session pooler with no second server to give would make B wait. */
+	db_set_wait_limit(POOL_CHECK_WAIT_MS);
+	buf e = BUF_INIT;
+	int rc = -CAIRN_EDB;
+	PGconn *b = db_connect(conninfo, "cairn-worker pool check", &e);
+	int64_t seen[4] = {0};
+	if (b)
+		rc = pool_check_rounds(a, b, seen, &e);
+	db_set_wait_limit(saved);
+	if (b)
+		PQfinish(b);
+	buf_reset(err);
+	if (rc < 0) {
+		buf_printf(err, "cannot check how the database connection is pooled: %s",
+		           buf_str(&e));
+	} else if (rc == 2) {
+		buf_printf(err,
+		           "the database connection goes through a pooler in statement pooling "
+		           "mode: it refused a transaction block (%s; backend pid %" PRId64
+		           ", backend key %d). cairn-worker holds session advisory locks and needs "
+		           "a session-pooled or direct connection: use pool_mode = session in "
+		           "PgBouncer, or connect to PostgreSQL directly",
+		           buf_str(&e), seen[0], PQbackendPID(a));
+		rc = -CAIRN_ESTATE;
+	} else if (rc == 3) {
+		buf_printf(err,
+		           "the database connection goes through a pooler in transaction pooling "
+		           "mode: a statement on it waited behind another connection's open "
+		           "transaction (backend pid %" PRId64
+		           " before, backend key %d), so it has "
+		           "no server session of its own. cairn-worker holds session advisory "
+		           "locks and needs a session-pooled or direct connection: use pool_mode = "
+		           "session in PgBouncer, or connect to PostgreSQL directly",
+		           seen[0], key);
+		rc = -CAIRN_ESTATE;
+	} else if (rc > 0) {
+		buf_printf(err,
+		           "the database connection goes through a pooler in transaction (or "
+		           "statement) pooling mode: one connection's statements ran on different "
+		           "server sessions (backend pids %" PRId64 ", then %" PRId64
+		           " while another connection's transaction held %" PRId64 "; the client "
+		           "was given backend key %d). cairn-worker holds session advisory locks "
+		           "and needs a session-pooled or direct connection: use pool_mode = "
+		           "session in PgBouncer, or connect to PostgreSQL directly",
+		           seen[3], seen[2], seen[1], PQbackendPID(a));
+		rc = -CAIRN_ESTATE;
+	}
+	buf_free(&e);
+	return rc;
+}

@@ -95,6 +95,23 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err);
  * exponential backoff (100 ms up to 15 s) with full jitter. */
 int64_t db_backoff_ms(int failures);
 
+/*
+ * 1 when c reaches its server through a pooler (the backend key libpq got
+ * is not the server's pg_backend_pid(): PgBouncer hands out its own), 0
+ * when it is direct, -CAIRN_EDB when the query failed (err says why).
+ */
+int db_behind_pooler(PGconn *c, buf *err);
+/*
+ * Whether statements on a keep one server session, found by opening a
+ * second connection to conninfo and comparing server pids (db.c explains
+ * how): 0 when they do (direct, or session pooling); -CAIRN_ESTATE when a
+ * pooler moves a between server sessions (transaction or statement
+ * pooling; err names it and says what cairn-worker needs); -CAIRN_EDB when
+ * the check could not be made (err says why). Each statement waits at most
+ * 5 s.
+ */
+int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err);
+
 /* Decimal text of v in out (at least 24 bytes); returns out. */
 char *db_i64(char out[24], int64_t v);
 #endif

@@ -341,6 +341,27 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 		PQfinish(s->conn);
 		s->conn = NULL;
 	}
+	/* The start checked the pooling if the database was up then; a
+	 * connection made later (a reconnect, a database that came up late)
+	 * behind a pooler is checked again, and never attaches through
+	 * transaction pooling. */
+	int pooled = s->conn ? db_behind_pooler(s->conn, &err) : 0, refused = 0;
+	if (pooled > 0)
+		refused =
+		    db_check_session_pooling(s->conn, w->cfg.database_url, &err) == -CAIRN_ESTATE;
+	if (pooled < 0 || refused) {
+		PQfinish(s->conn);
+		s->conn = NULL;
+	}
+	if (refused) {
+		log_kv(&w->log, LOG_ERROR, "refusing to attach", "error", buf_str(&err), NULL);
+		char reason[1024];
+		snprintf(reason, sizeof reason, "refusing to attach: %s", buf_str(&err));
+		set_ready(w, 0, reason);
+		buf_free(&err);
+		nap(s, db_backoff_ms((*failures)++));
+		return -CAIRN_EDB;
+	}
 	if (!s->conn) {
 		if (!*logged_down) {
 			log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",
@@ -643,6 +664,33 @@ static int start_modules(cairn_worker *w)
 	return 0;
 }
 
+/*
+ * The leases are session advisory locks and the relay LISTENs, so every
+ * connection of the worker must keep its server session: refuse a pooler
+ * in transaction or statement mode before anything is taken. A database
+ * that cannot be reached now is left to the supervisor (it reconnects with
+ * backoff); a check that fails half-way is logged and not fatal.
+ */
+static int check_pooling(cairn_worker *w)
+{
+	buf err = BUF_INIT;
+	PGconn *c = db_connect(w->cfg.database_url, "cairn-worker pool check", &err);
+	int rc = c ? db_check_session_pooling(c, w->cfg.database_url, &err) : 0;
+	if (c)
+		PQfinish(c);
+	if (rc == -CAIRN_ESTATE) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, buf_str(&err));
+		log_kv(&w->log, LOG_ERROR, "refusing to start", "error", buf_str(&err), NULL);
+	} else if (rc < 0) {
+		log_kv(&w->log, LOG_WARN, "could not check the connection for a pooler", "error",
+		       buf_str(&err), NULL);
+		rc = 0;
+	}
+	buf_free(&err);
+	return rc;
+}
+
 int cairn_worker_run(cairn_worker *w)
 {
 	sigset_t sigs;
@@ -663,7 +711,9 @@ int cairn_worker_run(cairn_worker *w)
 	}
 	sup->w = w;
 	sup->loop = watchdog_add(&w->dog, "supervisor", w->cfg.heartbeat_interval_ms);
-	int rc = sup->loop ? start_modules(w) : -CAIRN_ENOMEM;
+	int rc = sup->loop ? check_pooling(w) : -CAIRN_ENOMEM;
+	if (!rc)
+		rc = start_modules(w);
 	if (rc) {
 		free(sup);
 		return -rc;

@@ -215,7 +215,9 @@ void cairn_run_list_free(cairn_run *runs, size_t n);
 /*
  * Waits until the run has finished (completed, failed or cancelled) or
  * timeout_ms passes (CAIRN_ETIMEOUT); woken by notification with a polling
- * fallback. timeout_ms < 0 waits forever.
+ * fallback (at least every second). Through a pooler (PgBouncer in any mode)
+ * it does not LISTEN and polls, 20 ms growing to 500 ms. timeout_ms < 0
+ * waits forever.
  */
 int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms);
 

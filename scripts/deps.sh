@@ -10,7 +10,7 @@
 set -eu
 
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
-libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl"
+libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer"
 
 check=0
 case "${1:-}" in
@@ -23,7 +23,7 @@ case "${1:-}" in
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, Criterion, and PostgreSQL" >&2
+	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, Criterion, PostgreSQL and PgBouncer" >&2
 	exit 1
 fi
 
@@ -55,5 +55,15 @@ while ! out=$(apt-get update -qq 2>&1); do
 	sleep 2
 done
 [ -z "$out" ] || printf '%s\n' "$out" >&2
+# pgbouncer's package starts its system service (localhost:6432), and its
+# install fails if that start fails (the port taken): the tests run their own
+# pgbouncers, so while installing, a policy-rc.d (unless one exists, as in
+# Docker images) denies that one service its start.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e $policy ]; then
+	trap 'rm -f $policy' EXIT
+	printf '#!/bin/sh\n# scripts/deps.sh, while it installs: no pgbouncer service\nfor a; do [ "$a" = pgbouncer ] && exit 101; done\nexit 0\n' >$policy
+	chmod 755 $policy
+fi
 # shellcheck disable=SC2086
 apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $missing >/dev/null

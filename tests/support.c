@@ -8,8 +8,10 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -611,4 +613,178 @@ int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *
 	vsnprintf(sql, sizeof sql, fmt, ap);
 	va_end(ap);
 	return tdb_wait_at_least(c, sql, want, timeout_ms);
+}
+
+/* ------------------------------------------------------------ pgbouncer */
+
+#define PGB_MAX 4
+static tpgbouncer *pgb_live[PGB_MAX];
+
+static void pgb_stop_all(void)
+{
+	for (int i = 0; i < PGB_MAX; i++)
+		if (pgb_live[i])
+			tpgbouncer_stop(pgb_live[i]);
+}
+
+/* conninfo with host and port replaced (or added). */
+static void conninfo_with(char *out, size_t cap, const char *conninfo, const char *host,
+                          const char *port)
+{
+	PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+	cr_assert(opts, "cannot parse the conninfo %s", conninfo);
+	size_t n = (size_t)snprintf(out, cap, "host='%s' port='%s'", host, port);
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		if (!o->val || !*o->val || strcmp(o->keyword, "host") == 0 ||
+		    strcmp(o->keyword, "port") == 0 || strcmp(o->keyword, "hostaddr") == 0)
+			continue;
+		n += (size_t)snprintf(out + n, cap - n, " %s='%s'", o->keyword, o->val);
+		cr_assert(n < cap, "conninfo too long");
+	}
+	PQconninfoFree(opts);
+}
+
+const char *tpgbouncer_start(tpgbouncer *b, const char *mode, const char *db)
+{
+	memset(b, 0, sizeof *b);
+	const char *admin = getenv("DATABASE_URL");
+	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
+	PQconninfoOption *opts = PQconninfoParse(admin, NULL);
+	cr_assert(opts, "cannot parse DATABASE_URL %s", admin);
+	char host[512] = "", port[16] = "5432", user[128] = "";
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		if (!o->val || !*o->val)
+			continue;
+		if (strcmp(o->keyword, "host") == 0)
+			snprintf(host, sizeof host, "%s", o->val);
+		else if (strcmp(o->keyword, "port") == 0)
+			snprintf(port, sizeof port, "%s", o->val);
+		else if (strcmp(o->keyword, "user") == 0)
+			snprintf(user, sizeof user, "%s", o->val);
+	}
+	PQconninfoFree(opts);
+	cr_assert(host[0], "DATABASE_URL %s names no host (the harness's socket directory)", admin);
+	if (!user[0]) {
+		const char *u = getenv("USER");
+		snprintf(user, sizeof user, "%s", u ? u : "postgres");
+	}
+
+	snprintf(b->dir, sizeof b->dir, "/tmp/cairn-pgb.XXXXXX");
+	cr_assert(mkdtemp(b->dir), "mkdtemp: %s", strerror(errno));
+	int root = getuid() == 0;
+	struct passwd *pw = root ? getpwnam("postgres") : NULL;
+	cr_assert(!root || pw, "running as root, but there is no postgres user to run pgbouncer");
+	if (pw)
+		cr_assert(chown(b->dir, pw->pw_uid, pw->pw_gid) == 0, "chown %s: %s", b->dir,
+		          strerror(errno));
+	chmod(b->dir, 0755);
+
+	char path[128];
+	snprintf(path, sizeof path, "%s/users.txt", b->dir);
+	FILE *f = fopen(path, "w");
+	cr_assert(f, "%s: %s", path, strerror(errno));
+	fprintf(f, "\"%s\" \"\"\n", user);
+	fclose(f);
+	char ini[128];
+	snprintf(ini, sizeof ini, "%s/pgbouncer.ini", b->dir);
+	f = fopen(ini, "w");
+	cr_assert(f, "%s: %s", ini, strerror(errno));
+	fprintf(f,
+	        "[databases]\n"
+	        "* = host=%s port=%s\n"
+	        "[pgbouncer]\n"
+	        "listen_addr =\n"
+	        "listen_port = 6432\n"
+	        "unix_socket_dir = %s\n"
+	        "auth_type = trust\n"
+	        "auth_file = %s\n"
+	        "admin_users = %s\n"
+	        "pool_mode = %s\n"
+	        "max_client_conn = 500\n"
+	        "default_pool_size = 40\n"
+	        "logfile = %s/pgbouncer.log\n",
+	        host, port, b->dir, path, user, mode, b->dir);
+	fclose(f);
+
+	b->pid = fork();
+	cr_assert(b->pid >= 0, "fork: %s", strerror(errno));
+	if (b->pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2); /* it logs to its logfile */
+		if (root)
+			execl("/usr/bin/setpriv", "setpriv", "--reuid=postgres", "--regid=postgres",
+			      "--clear-groups", "--pdeathsig=KILL", "/usr/sbin/pgbouncer", ini,
+			      (char *)NULL);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl("/usr/sbin/pgbouncer", "pgbouncer", ini, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < PGB_MAX; i++)
+		if (!pgb_live[i]) {
+			pgb_live[i] = b;
+			break;
+		}
+	static int hooked;
+	if (!hooked++)
+		atexit(pgb_stop_all);
+
+	conninfo_with(b->url, sizeof b->url, db, b->dir, "6432");
+	snprintf(b->admin, sizeof b->admin, "host='%s' port='6432' dbname='pgbouncer' user='%s'",
+	         b->dir, user);
+	int64_t deadline = tnow_ms() + 10000;
+	for (;;) {
+		int st;
+		if (waitpid(b->pid, &st, WNOHANG) == b->pid) {
+			b->pid = 0;
+			char logp[128];
+			snprintf(logp, sizeof logp, "%s/pgbouncer.log", b->dir);
+			char *text = tfile_read(logp);
+			cr_assert_fail("pgbouncer exited at start (status %d): %s", st,
+			               text ? text : "");
+		}
+		if (PQping(b->url) == PQPING_OK)
+			break;
+		cr_assert(tnow_ms() < deadline, "pgbouncer did not answer on %s within 10 s",
+		          b->dir);
+		struct timespec ts = {0, 10 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return b->url;
+}
+
+void tpgbouncer_stop(tpgbouncer *b)
+{
+	for (int i = 0; i < PGB_MAX; i++)
+		if (pgb_live[i] == b)
+			pgb_live[i] = NULL;
+	if (b->pid > 0) {
+		kill(b->pid, SIGKILL);
+		while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		b->pid = 0;
+	}
+	if (b->dir[0]) {
+		const char *names[] = {"pgbouncer.ini", "pgbouncer.log", "users.txt",
+		                       ".s.PGSQL.6432", ".s.PGSQL.6432.lock"};
+		char p[160];
+		for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+			snprintf(p, sizeof p, "%s/%s", b->dir, names[i]);
+			unlink(p);
+		}
+		rmdir(b->dir);
+		b->dir[0] = '\0';
+	}
+}
+
+void tpgbouncer_admin(tpgbouncer *b, const char *command)
+{
+	PGconn *c = PQconnectdb(b->admin);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "pgbouncer console: %s", PQerrorMessage(c));
+	PGresult *r = PQexec(c, command);
+	cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK,
+	          "pgbouncer console: %s: %s", command, PQerrorMessage(c));
+	PQclear(r);
+	PQfinish(c);
 }

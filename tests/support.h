@@ -86,6 +86,27 @@ int64_t tdb_intf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 
 int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* A PgBouncer (Debian's /usr/sbin/pgbouncer) in front of the harness's
+ * PostgreSQL, for one test. */
+typedef struct tpgbouncer {
+	pid_t pid;
+	char dir[64];    /* its config, log and Unix socket */
+	char url[2048];  /* the conninfo of the test's database through it */
+	char admin[640]; /* the conninfo of its admin console */
+} tpgbouncer;
+/* Starts pgbouncer with pool_mode = mode ("session" or "transaction"),
+ * listening only on a Unix socket in a temporary directory of its own and
+ * forwarding every database (`* =`) to the server of $DATABASE_URL, with
+ * auth_type = trust. As root it runs as the postgres user (setpriv, with
+ * SIGKILL when the test process dies). Waits (give-up bound 10 s) until it
+ * answers, and returns b->url: db (a tdb_new conninfo) with host and port
+ * replaced by the pooler's. Stopped by tpgbouncer_stop, and at exit. */
+const char *tpgbouncer_start(tpgbouncer *b, const char *mode, const char *db);
+/* Runs an admin console command ("DISABLE db", "ENABLE db", ...). */
+void tpgbouncer_admin(tpgbouncer *b, const char *command);
+/* Kills it, waits for it and removes its directory; a second call does nothing. */
+void tpgbouncer_stop(tpgbouncer *b);
+
 /* cr_assert(cond, ...) that first calls dump(), which prints what explains a
  * failure (the workers' logs, say). */
 #define tcheck(dump, cond, ...)                                                                    \
