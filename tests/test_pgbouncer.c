@@ -263,3 +263,32 @@ Test(pgbouncer, transaction_pooling_worker_started_while_unreachable_refuses_to_
 	PQfinish(c);
 	worker_stop();
 }
+
+/* Statement pooling refuses BEGIN: the check must read that as a pooler in
+ * statement mode, not as a check it could not make (the worker then started
+ * and its advisory locks stayed on pooled server sessions after it exited). */
+Test(pgbouncer, statement_pooling_worker_refuses_at_start_naming_the_mode_and_takes_no_shard)
+{
+	const char *db = tdb_new_migrated_shards(64);
+	const char *url = tpgbouncer_start(&pgb, "statement", db);
+	tlog_file(worker_log);
+	worker_pid = tworker_spawn(url, worker_log, NULL);
+	int rc = tworker_stop(worker_pid, 0, 30000);
+	worker_pid = 0;
+	char *text = tfile_read(worker_log);
+	cr_assert_eq(rc, 1, "exit %d; log:\n%s", rc, text);
+	cr_assert(strstr(text, "pooler in statement pooling mode"), "%s", text);
+	cr_assert(strstr(text, "pool_mode = session"), "%s", text);
+	cr_assert(!strstr(text, "cairn-worker started"), "%s", text);
+	free(text);
+	unlink(worker_log);
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runners"), 0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL"),
+	             0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+	                        "database = (SELECT oid FROM pg_database WHERE datname = "
+	                        "current_database())"),
+	             0);
+	PQfinish(c);
+}
