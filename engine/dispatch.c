@@ -70,6 +70,10 @@ struct dispatch {
 	int exec_stop;
 	_Atomic int stopping;
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
+	/* What a wake-up asks of the poller (see poller_main). */
+	_Atomic int claim_wanted;   /* claim now */
+	_Atomic int recheck;        /* the last claim may have left due messages behind */
+	_Atomic int64_t due_hint;   /* Unix ms of a message this worker just wrote; 0: none */
 	int clean;          /* executions that reached a durable point while draining */
 	db_settings limits; /* the poller's: read from cairn.settings at each connect */
 };
@@ -81,8 +85,36 @@ static void wake_poller(dispatch *d)
 	(void)n;
 }
 
-/* The run leaves the in-flight set; the poller may claim it again. */
-static void job_done(dispatch *d, job *j)
+/* Wakes the poller to claim. */
+static void want_claim(dispatch *d)
+{
+	atomic_store(&d->claim_wanted, 1);
+	wake_poller(d);
+}
+
+/* A queue slot or a run in flight was freed: worth a claim only when the
+ * last claim may have left due messages behind (it was limited by the
+ * queue's room, or it skipped runs in flight). */
+static void freed(dispatch *d)
+{
+	if (atomic_load(&d->recheck))
+		want_claim(d);
+}
+
+/* A message this worker wrote is due at at_ms (Unix ms): the poller wakes
+ * for it then, without a claim before. */
+static void due_at(dispatch *d, int64_t at_ms)
+{
+	int64_t cur = atomic_load(&d->due_hint);
+	while ((cur == 0 || at_ms < cur) && !atomic_compare_exchange_weak(&d->due_hint, &cur, at_ms))
+		;
+	wake_poller(d);
+}
+
+/* The run leaves the in-flight set. settled: its final commit was written
+ * and leaves nothing of the run due but what next_at_ms says (Unix ms, 0:
+ * nothing); otherwise its messages may be due now, and the poller claims. */
+static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 {
 	pthread_mutex_lock(&d->mu);
 	for (int i = 0; i < d->nfl; i++)
@@ -93,7 +125,18 @@ static void job_done(dispatch *d, job *j)
 	pthread_mutex_unlock(&d->mu);
 	shardmap_run_end(d->env.map, j->group, j->shard);
 	job_free(j);
-	wake_poller(d);
+	if (!settled) {
+		want_claim(d);
+		return;
+	}
+	if (next_at_ms)
+		due_at(d, next_at_ms);
+	freed(d);
+}
+
+static void job_done(dispatch *d, job *j)
+{
+	job_end(d, j, 0, 0);
 }
 
 /* ------------------------------------------------- hooks of exec and commit */
@@ -128,7 +171,21 @@ static int mark_started(dispatch *d, job *j)
 /* The committer wrote (or gave up on) an execution's final commit. */
 static void on_final(void *arg, commit *c)
 {
-	job_done(arg, c->tag);
+	int settled = 0;
+	int64_t next_at = 0;
+	if (c->ok)
+		switch (c->outcome) {
+		case COMMIT_FINISH:
+		case COMMIT_DISCARD: settled = 1; break;
+		case COMMIT_SUSPEND:
+		case COMMIT_RETRY:
+		case COMMIT_DEFER:
+			settled = 1;
+			next_at = c->at_ms;
+			break;
+		default: break; /* a hand-over: its messages stay */
+		}
+	job_end(arg, c->tag, settled, next_at);
 	commit_free(c);
 }
 
@@ -226,7 +283,7 @@ static void *executor_main(void *arg)
 			d->solo |= solo;
 		}
 		pthread_mutex_unlock(&d->mu);
-		wake_poller(d);
+		freed(d); /* a slot in the queue */
 		if (stale || (!j->marked && mark_started(d, j) < 0)) {
 			if (!stale)
 				end_turn(d, solo, 0);
@@ -460,10 +517,11 @@ static int queue_job(dispatch *d, job *j)
  * runner's shards is due (-1: none). Runs that cannot be queued keep their
  * messages and come back. */
 static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
-                 int64_t *next_due_ms, buf *err)
+                 int64_t *next_due_ms, int *skipped, buf *err)
 {
 	pgarr ex = PGARR_INIT;
 	inflight_ids(d, &ex);
+	*skipped = (int)ex.n;
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
 	const char *p[] = {db_i64(me, owner),
 	                   pgarr_str(&ex),
@@ -571,6 +629,19 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	return c;
 }
 
+/*
+ * The poller claims when a claim can find something: when woken by a
+ * write's wake-up (the relay's POST /wake) or by the lease loop after it
+ * took shards (claim_wanted); when the next message of its shards is due
+ * (each claim says when), or one this worker just wrote (due_hint: a
+ * sleep, a retry's backoff); at once again while a claim came back full;
+ * when a run ends or a queue slot frees only if the last claim may have
+ * left due messages behind (recheck: it was cut short by the queue's room,
+ * or it skipped runs in flight, whose messages wait for them to end); and,
+ * as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after the last
+ * claim. So an idle worker with a run to do claims once for it, not again
+ * when it takes it and when it ends.
+ */
 static void *poller_main(void *arg)
 {
 	dispatch *d = arg;
@@ -579,6 +650,8 @@ static void *poller_main(void *arg)
 	buf err = BUF_INIT;
 	int failures = 0, cancel = 0;
 	int64_t next_cancel_check = 0, next_analyze = 0;
+	int64_t due_at_mono = -1, fallback_at = 0; /* monotonic ms; -1: nothing due */
+	atomic_store(&d->claim_wanted, 1);
 	while (!atomic_load(&d->stopping)) {
 		watch_stamp(d->env.loop);
 		if (!conn && !(conn = connect_poller(d, &err))) {
@@ -591,33 +664,53 @@ static void *poller_main(void *arg)
 			check_cancels(d, conn);
 			next_cancel_check = clock_mono_ms() + cfg->poll_interval_ms;
 		}
-		int64_t owner = lease_runner_id(d->env.lease);
-		pthread_mutex_lock(&d->mu);
-		int room = d->qcap - d->qlen;
-		/* Runs that idle executors take at once are counted by the claim;
-		 * not while a run is (about to be) executing alone, which holds
-		 * the others back. */
-		int start_now = d->solo || d->solo_waiting ? 0 : d->idle - d->qlen;
-		pthread_mutex_unlock(&d->mu);
-		int rc = 0, n = 0, limit = room < cfg->poll_batch ? room : cfg->poll_batch;
-		int64_t next_due = -1;
-		if (owner && shardmap_owned(d->env.map) > 0 && room > 0) {
-			int64_t t0 = clock_mono_ms();
-			rc = n = claim(d, conn, owner, limit, start_now > 0 ? start_now : 0, &next_due,
-			             &err);
-			int64_t took = clock_mono_ms() - t0;
-			if (n >= 0 && took > SLOW_CLAIM_MS && clock_mono_ms() >= next_analyze) {
-				/* A slow claim after a bulk load is the planner sorting
-				 * every due message because its statistics still say the
-				 * table is small; autovacuum would take up to a minute to
-				 * notice. */
-				char ms[24];
-				log_kv(d->env.log, LOG_INFO,
-				       "slow claim: refreshing the statistics of cairn.messages",
-				       "claim_ms", db_i64(ms, took), NULL);
-				db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
-				next_analyze = clock_mono_ms() + 60000;
+		int64_t now = clock_mono_ms();
+		int64_t hint = atomic_exchange(&d->due_hint, 0);
+		if (hint) {
+			int64_t at = now + (hint - clock_unix_ms());
+			if (due_at_mono < 0 || at < due_at_mono)
+				due_at_mono = at;
+		}
+		int want = atomic_exchange(&d->claim_wanted, 0) || now >= fallback_at ||
+		           (due_at_mono >= 0 && now >= due_at_mono);
+		int rc = 0, n = 0, limit = 0;
+		if (want) {
+			int64_t owner = lease_runner_id(d->env.lease);
+			pthread_mutex_lock(&d->mu);
+			int room = d->qcap - d->qlen;
+			/* Runs that idle executors take at once are counted by the
+			 * claim; not while a run is (about to be) executing alone,
+			 * which holds the others back. */
+			int start_now = d->solo || d->solo_waiting ? 0 : d->idle - d->qlen;
+			pthread_mutex_unlock(&d->mu);
+			limit = room < cfg->poll_batch ? room : cfg->poll_batch;
+			int64_t next_due = -1;
+			int skipped = 0;
+			if (owner && shardmap_owned(d->env.map) > 0 && room > 0) {
+				int64_t t0 = clock_mono_ms();
+				rc = n = claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
+				               &next_due, &skipped, &err);
+				int64_t took = clock_mono_ms() - t0;
+				if (n >= 0 && took > SLOW_CLAIM_MS && clock_mono_ms() >= next_analyze) {
+					/* A slow claim after a bulk load is the planner
+					 * sorting every due message because its statistics
+					 * still say the table is small; autovacuum would
+					 * take up to a minute to notice. */
+					char ms[24];
+					log_kv(d->env.log, LOG_INFO,
+					       "slow claim: refreshing the statistics of cairn.messages",
+					       "claim_ms", db_i64(ms, took), NULL);
+					db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
+					next_analyze = clock_mono_ms() + 60000;
+				}
 			}
+			atomic_store(&d->recheck, room == 0 || skipped > 0 ||
+			                              (rc >= 0 && n == limit && limit == room));
+			fallback_at = now + cfg->poll_interval_ms;
+			if (rc >= 0)
+				due_at_mono = next_due >= 0 ? now + next_due + 1 : -1;
+			else
+				due_at_mono = now + 1000; /* look again soon */
 		}
 		if (rc < 0) {
 			log_kv(d->env.log, LOG_WARN, "poll failed", "error", buf_str(&err), NULL);
@@ -626,13 +719,15 @@ static void *poller_main(void *arg)
 				conn = NULL;
 			}
 		}
-		if (rc >= 0 && n > 0 && n == limit)
+		if (want && rc >= 0 && n > 0 && n == limit) {
+			atomic_store(&d->claim_wanted, 1);
 			continue; /* more may be due: claim again at once */
+		}
 		/* Sleep until woken, the next message is due, or the fallback poll. */
-		int64_t wait_ms = cfg->poll_interval_ms;
-		if (rc >= 0 && next_due >= 0 && next_due < wait_ms)
-			wait_ms = next_due + 1;
-		cancel |= wait_wake(d, wait_ms);
+		int64_t until = fallback_at;
+		if (due_at_mono >= 0 && due_at_mono < until)
+			until = due_at_mono;
+		cancel |= wait_wake(d, until - clock_mono_ms());
 	}
 	PQfinish(conn);
 	buf_free(&err);
@@ -645,7 +740,7 @@ void dispatch_wake(dispatch *d, int cancel)
 		return;
 	if (cancel)
 		atomic_store(&d->cancel_wake, 1);
-	wake_poller(d);
+	want_claim(d);
 }
 
 /* ------------------------------------------------------------- lifecycle */

@@ -63,7 +63,7 @@ struct cairn_worker {
 	int wake_supervisor; /* a singleton ended: reconsider restarts now */
 	int members_changed; /* the relay said the live runners changed */
 	worker_state state;
-	char not_ready[512]; /* why /readyz is 503; "" when ready */
+	char not_ready[1024]; /* why /readyz is 503; "" when ready */
 };
 
 /* The relay said the live runners changed (their fingerprint): rebalance
