@@ -857,9 +857,20 @@ static void fleet_measure(fleet *f, const char *what, const char *label, const c
 	measure(f->b, key, text, unit, value, floor, floor_label, g, target);
 }
 
+/* (b) after (c): the idle rate over 10 s from x0 at t0; stores x1 and t1. */
+static double fleet_idle(fleet *f, double x0, int64_t t0, double *x1, int64_t *t1)
+{
+	/* The idle window itself, not a wait for a condition; idle, the flush
+	 * lag is the same at both ends. */
+	*x1 = fleet_xacts(f, 10000);
+	*t1 = now_ms();
+	return (*x1 - x0) / ((double)(*t1 - t0) / 1000);
+}
+
 /* (c): transactions per run of runs noop runs enqueued one by one, from x0
- * read at t0 (the end of the idle window). */
-static void fleet_per_run(fleet *f, double idle_rate, double x0, int64_t t0)
+ * read at t0 (the end of the idle window), less the idle transactions: the
+ * mean of the idle rates before (idle_before) and after the runs. */
+static void fleet_per_run(fleet *f, double idle_before, double x0, int64_t t0)
 {
 	bench *b = f->b;
 	int runs = b->fleet_runs;
@@ -880,10 +891,14 @@ static void fleet_per_run(fleet *f, double idle_rate, double x0, int64_t t0)
 	if (wait_finished(b, f->name, f->pg, &f->nq, "noop", "f-%", runs, f->w, f->n, 10))
 		return;
 	fleet_flush(f);
-	double x1 = fleet_xacts(f, STATS_LAG_MS);
-	double window = (double)(now_ms() - t0) / 1000;
+	double x1 = fleet_xacts(f, STATS_LAG_MS), x2;
+	int64_t t1 = now_ms(), t2;
 	double mine = (double)(f->nq - nq0);
-	double per_run = (x1 - x0 - mine - idle_rate * window) / runs;
+	double idle_after = fleet_idle(f, x1, t1, &x2, &t2);
+	double idle = (idle_before + idle_after) / 2;
+	fleet_measure(f, "idle_after_xacts_per_s", "idle transactions/s per worker, after", "xacts/s",
+	              idle_after / f->n, 0, "", NONE, 0);
+	double per_run = (x1 - x0 - mine - idle * (double)(t1 - t0) / 1000) / runs;
 	if (!b->fleet_xact_base)
 		b->fleet_xact_base = per_run - 2;
 	fleet_measure(f, "xacts_per_run", "transactions/run (with the client's)", "xacts", per_run, 0,
@@ -926,12 +941,8 @@ static void phase_fleet(bench *b, int n)
 
 	fleet_flush(&f);
 	double x0 = fleet_xacts(&f, STATS_LAG_MS);
-	int64_t t0 = now_ms();
-	/* The idle window itself, not a wait for a condition; idle, the flush
-	 * lag is the same at both ends. */
-	double x1 = fleet_xacts(&f, 10000);
-	int64_t t1 = now_ms();
-	double idle_rate = (x1 - x0) / ((double)(t1 - t0) / 1000);
+	int64_t t0 = now_ms(), t1;
+	double x1, idle_rate = fleet_idle(&f, x0, t0, &x1, &t1);
 	fleet_measure(&f, "idle_xacts_per_s", "idle transactions/s per worker", "xacts/s",
 	              idle_rate / n, 0, "", LE, 1);
 
