@@ -7,6 +7,7 @@
 #                   workflow end to end
 #   make deps       install missing Debian packages (scripts/deps.sh)
 #   make bench      run the benchmarks
+#   make bench-memory  1,000,000 noop runs through one worker, its RSS curve
 #   make chaos      kill, stop and restart workers and PostgreSQL under load;
 #                   prints runs, completed, poison, lost, re-executed, drain time
 #   make examples   build the example plugins into build/examples/*.so
@@ -71,7 +72,7 @@ LIB := lib/libcairn.a
 BIN := bin
 endif
 
-.PHONY: all test test-build demo bench chaos clean install format deps examples
+.PHONY: all test test-build demo bench bench-memory chaos clean install format deps examples
 all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB)
 
 deps:
@@ -157,6 +158,9 @@ demo: deps
 
 bench: all examples build/rel/bench
 	sh scripts/bench.sh
+
+bench-memory: all examples build/rel/bench
+	BENCH_MEMORY_RUNS=$${BENCH_MEMORY_RUNS:-1000000} sh scripts/bench.sh
 
 # Release build, CHAOS_RUNS (10000) runs under kills, stops, PostgreSQL
 # restarts (and, with CHAOS_FREEZE=1, frozen connections); see tests/chaos.c.

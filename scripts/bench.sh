@@ -1,10 +1,13 @@
 #!/bin/sh
 # bench.sh - `make bench`: starts a private PostgreSQL with its durable
 # defaults (PG_FSYNC=on; PG_FSYNC=off measures without fsync), migrates, and
-# runs build/rel/bench, which enqueues, starts cairn-worker (with the
-# bench_flows plugin) and prints a table; the JSON goes to $BENCH_OUT or
-# ./bench.json. The bench empties cairn.runs between phases, so it never uses
-# $DATABASE_URL: set BENCH_DATABASE_URL to point it at a database of its own.
+# runs build/rel/bench, which measures the floors (a bare commit loop,
+# pgbench), enqueues, starts cairn-worker (with the bench_flows plugin) and
+# fleets of them, and prints a table; the JSON goes to $BENCH_OUT or
+# ./bench.json. BENCH_MEMORY_RUNS=N (`make bench-memory`) runs only the floors
+# and the memory phase. The bench empties cairn.runs between phases and
+# creates and drops databases of its own on the server, so it never uses
+# $DATABASE_URL: set BENCH_DATABASE_URL to point it at a server of its own.
 # Stops and removes everything it started, also when interrupted.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +37,8 @@ export DATABASE_URL
 "$top/bin/cairn" migrate >/dev/null
 # The logs only matter when a phase could not be measured (bench exits 3).
 rc=0
-"$top/build/rel/bench" --worker "$top/bin/cairn-worker" \
+pgbench=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)/pgbench
+"$top/build/rel/bench" --worker "$top/bin/cairn-worker" --pgbench "$pgbench" \
 	--plugin "$top/build/examples/bench_flows.so" --out "$out" --logs "$logs" || rc=$?
 if [ "$rc" -eq 3 ]; then
 	echo "bench: some phases were not measured; the worker logs stay in $logs"

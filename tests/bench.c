@@ -1,36 +1,46 @@
 /*
  * bench.c - the benchmark driver behind `make bench` (scripts/bench.sh starts
- * the database and runs it). Against the database in $DATABASE_URL, which it
- * empties of runs between phases, it measures:
+ * the database and runs it). Every figure is measured with the client's
+ * CLOCK_MONOTONIC, as a user sees it, and printed beside a floor measured in
+ * the same run on the same server, as a ratio. Phases (see README,
+ * Benchmarks):
  *
- *   enqueue_single   cairn_enqueue() in a loop, one transaction per run
- *   enqueue_batch    cairn_enqueue_batch() in batches of 500
- *   noop             runs/s of one cairn-worker at concurrency 16 draining a
- *                    backlog of noop runs, from the first run's started_at to
- *                    the last one's finished_at (cairn.runs)
- *   bench3           the same for a three-step workflow (the bench_flows plugin)
- *   latency          enqueue-to-start p50/p99 at low load: one noop run every
- *                    20 ms, started_at - created_at computed by PostgreSQL
+ *   1 floors       a bare single-row INSERT commit loop on one connection;
+ *                  pgbench -b simple-update -c 4 -j 2 -T 10 on its own database
+ *   2 enqueue      cairn_enqueue() alone, one client: p50/p99 per call
+ *   3 enqueue x8   one-by-one enqueue from 8 threads, a client each: runs/s
+ *   4 batch        one cairn_enqueue_batch() of 10,000 runs: seconds
+ *   5 stamp        enqueue-to-first-instruction latency (the stamp workflow
+ *                  writes the monotonic clock into a shared file)
+ *   6 drain        noop and bench3 backlogs drained by one worker: runs/s
+ *   7 fleet        1, 10, 50 workers on a fresh database: settle time, idle
+ *                  transactions/s, transactions per run, settle after kill -9
+ *   8 memory       (BENCH_MEMORY_RUNS=N, alone) N noop runs through one
+ *                  worker, its VmRSS every 50,000 runs
  *
- * It prints a table with the targets beside the numbers and writes them as
+ * It prints a table (measure, value, floor, ratio, goal, met?) and writes
  * JSON; it reports and never asserts on a number: exit 0, or 3 when a phase
- * could not be measured (the worker died, runs did not finish), 1 or 2 when
- * it cannot run at all.
- * Owns: one libpq connection, one cairn client, and the worker processes it
- * starts (killed with it: PR_SET_PDEATHSIG).
+ * could not be measured, 1 or 2 when it cannot run at all.
+ * Owns: its libpq connections, its cairn clients, the databases it creates
+ * (dropped at the end) and the processes it starts (killed with it:
+ * PR_SET_PDEATHSIG).
  */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -38,47 +48,80 @@
 #include <unistd.h>
 
 #include "cairn.h"
-#include "clock.h"
 
-#define BATCH 500
+#define MAX_FLEET 64
+/* PostgreSQL 15 flushes a backend's stats at most once a second, and a
+ * backend that goes idle less than a second after its last flush defers the
+ * flush by PGSTAT_IDLE_INTERVAL (10 s): after a burst, the counters are only
+ * complete 10 s later. */
+#define STATS_LAG_MS 11000
 
 typedef struct bench {
 	const char *db_url;
-	const char *worker;  /* cairn-worker binary */
-	const char *plugin;  /* bench_flows.so */
-	const char *out;     /* JSON file */
-	const char *log_dir; /* worker logs */
-	int concurrency;
-	int single_n, batch_n, noop_n, flow3_n, latency_n;
-	int64_t latency_gap_ms;
-	int64_t phase_timeout_ms;
+	const char *worker, *plugin, *out, *log_dir, *pgbench;
+	int commits_n, single_n, threads_n, threads_runs, batch_n, stamp_n, noop_n, flow3_n;
+	int fleet_runs, memory_runs;
+	int fleet[8], fleet_n;
 	PGconn *pg;
+	long nq; /* statements run on pg */
 	cairn_client *c;
-	cJSON *results, *errors;
+	cJSON *measures, *errors, *extra;
+	/* floors */
+	double commit_p50_ms, pgbench_tps;
+	/* fleet: transactions per run of the first (smallest) fleet */
+	double fleet_xact_base;
 } bench;
+
+typedef enum goal { NONE, LE, GE, RATIO_LE, RATIO_GE } goal;
+
+/* A cairn-worker the bench started. */
+typedef struct worker {
+	pid_t pid;
+	int port, ready;
+} worker;
 
 static const char SQL_RESET[] = "TRUNCATE cairn.messages, cairn.signals, cairn.steps, cairn.runs";
 static const char SQL_PROGRESS[] =
     "SELECT count(*) FILTER (WHERE finished_at IS NOT NULL),"
     "       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))"
     "  FROM cairn.runs WHERE workflow = $1 AND key LIKE $2";
-static const char SQL_THROUGHPUT[] =
-    "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))"
-    "  FROM cairn.runs WHERE workflow = $1 AND status = 'completed'";
-static const char SQL_LATENCY[] =
-    "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),"
-    "       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), avg(ms), max(ms), count(*)"
-    "  FROM (SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms"
-    "          FROM cairn.runs WHERE workflow = 'noop' AND key LIKE 'lat-%'"
-    "           AND started_at IS NOT NULL) s";
+static const char SQL_SETTLED[] =
+    "SELECT count(*) FILTER (WHERE r.id IS NULL OR NOT cairn.runner_live(r, 10000)),"
+    "       md5(string_agg(l.shard_group || '/' || l.shard || '=' || coalesce(l.owner::text, '-')"
+    "                      || '@' || l.epoch, ',' ORDER BY l.shard_group, l.shard))"
+    "  FROM cairn.shard_leases l LEFT JOIN cairn.runners r ON r.id = l.owner";
+static const char SQL_XACTS[] =
+    "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1";
 static const char SQL_SERVER[] =
     "SELECT current_setting('server_version'), current_setting('fsync'),"
-    "       current_setting('synchronous_commit')";
+    "       current_setting('synchronous_commit'), current_database(),"
+    "       current_setting('server_version_num')::int";
+
+/* ------------------------------------------------------------- helpers */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t now_ms(void)
+{
+	return now_ns() / 1000000;
+}
 
 static void sleep_ms(int64_t ms)
 {
 	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+	}
+}
+
+static void sleep_until_ns(int64_t t)
+{
+	struct timespec ts = {(time_t)(t / 1000000000), (long)(t % 1000000000)};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
 	}
 }
 
@@ -102,33 +145,107 @@ static int env_int(const char *name, int def)
 		return def;
 	char *end;
 	long n = strtol(v, &end, 10);
-	if (*end || n < 0 || n > 10000000) {
-		fprintf(stderr, "bench: %s=\"%s\" is not a count from 0 to 10000000; using %d\n",
+	if (*end || n < 0 || n > 100000000) {
+		fprintf(stderr, "bench: %s=\"%s\" is not a count from 0 to 100000000; using %d\n",
 		        name, v, def);
 		return def;
 	}
 	return (int)n;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Sorts v and returns its p-quantile (nearest rank). */
+static double quantile(double *v, int n, double p)
+{
+	if (n <= 0)
+		return NAN;
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	int k = (int)ceil(p * n) - 1;
+	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+/* Adds a row of the table: value against floor (<= 0: none) and its goal, on
+ * the value (LE, GE) or on value / floor (RATIO_LE, RATIO_GE). */
+static void measure(bench *b, const char *key, const char *label, const char *unit, double value,
+                    double floor, const char *floor_label, goal g, double target)
+{
+	cJSON *m = cJSON_CreateObject();
+	cJSON_AddStringToObject(m, "key", key);
+	cJSON_AddStringToObject(m, "label", label);
+	cJSON_AddStringToObject(m, "unit", unit);
+	cJSON_AddNumberToObject(m, "value", value);
+	double ratio = floor > 0 ? value / floor : NAN;
+	if (floor > 0) {
+		cJSON_AddNumberToObject(m, "floor", floor);
+		cJSON_AddStringToObject(m, "floor_is", floor_label);
+		cJSON_AddNumberToObject(m, "ratio", ratio);
+	}
+	if (g != NONE) {
+		static const char *const ops[] = {"", "<=", ">=", "ratio <=", "ratio >="};
+		double x = g == LE || g == GE ? value : ratio;
+		int ok = isfinite(x) && (g == LE || g == RATIO_LE ? x <= target : x >= target);
+		cJSON_AddStringToObject(m, "goal", ops[g]);
+		cJSON_AddNumberToObject(m, "target", target);
+		cJSON_AddBoolToObject(m, "met", ok);
+	}
+	cJSON_AddItemToArray(b->measures, m);
+	fprintf(stderr, "bench: %s = %.3f %s\n", key, value, unit);
+}
+
+/* url with its database replaced by db (a URI's path, else dbname=). */
+static char *url_with_db(const char *url, const char *db)
+{
+	char *out = malloc(strlen(url) + strlen(db) + 16);
+	if (!out)
+		return NULL;
+	const char *scheme = strstr(url, "://");
+	if (scheme && (strncmp(url, "postgres", 8) == 0)) {
+		const char *host = scheme + 3;
+		const char *path = host + strcspn(host, "/?");
+		const char *rest = *path == '/' ? path + strcspn(path, "?") : path;
+		sprintf(out, "%.*s/%s%s", (int)(path - url), url, db, rest);
+	} else {
+		sprintf(out, "%s dbname=%s", url, db);
+	}
+	return out;
+}
+
 /* ------------------------------------------------------------ database */
 
-static PGresult *q(bench *b, const char *sql, int n, const char *const *params)
+static PGresult *qc(PGconn *pg, long *count, const char *sql, int n, const char *const *params)
 {
-	PGresult *r = PQexecParams(b->pg, sql, n, NULL, params, NULL, NULL, 0);
+	PGresult *r = PQexecParams(pg, sql, n, NULL, params, NULL, NULL, 0);
+	if (count)
+		(*count)++;
 	ExecStatusType st = PQresultStatus(r);
 	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-		fprintf(stderr, "bench: query failed: %s", PQerrorMessage(b->pg));
+		fprintf(stderr, "bench: query failed: %s", PQerrorMessage(pg));
 		PQclear(r);
 		return NULL;
 	}
 	return r;
 }
 
-static int reset(bench *b)
+static PGresult *q(bench *b, const char *sql, int n, const char *const *params)
 {
-	PGresult *r = q(b, SQL_RESET, 0, NULL);
+	return qc(b->pg, &b->nq, sql, n, params);
+}
+
+static int exec_ok(PGconn *pg, const char *sql)
+{
+	PGresult *r = qc(pg, NULL, sql, 0, NULL);
 	PQclear(r);
 	return r ? 0 : -1;
+}
+
+static int reset(bench *b)
+{
+	return exec_ok(b->pg, SQL_RESET);
 }
 
 static double cell(PGresult *r, int col)
@@ -136,7 +253,50 @@ static double cell(PGresult *r, int col)
 	return PQgetisnull(r, 0, col) ? -1 : strtod(PQgetvalue(r, 0, col), NULL);
 }
 
-/* -------------------------------------------------------------- worker */
+static PGconn *connect_url(const char *url)
+{
+	PGconn *pg = PQconnectdb(url);
+	if (PQstatus(pg) != CONNECTION_OK) {
+		fprintf(stderr, "bench: cannot connect: %s", PQerrorMessage(pg));
+		PQfinish(pg);
+		return NULL;
+	}
+	PQclear(PQexec(pg, "SET client_min_messages = warning"));
+	return pg;
+}
+
+/* A fresh database name on the bench's server, migrated; its URL, or NULL. */
+static char *db_create(bench *b, const char *name, int migrate)
+{
+	char sql[256];
+	snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+	if (exec_ok(b->pg, sql))
+		return NULL;
+	snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
+	if (exec_ok(b->pg, sql))
+		return NULL;
+	char *url = url_with_db(b->db_url, name);
+	if (!url || !migrate)
+		return url;
+	cairn_client *c = NULL;
+	int applied = 0;
+	if (cairn_client_open(url, &c) != CAIRN_OK || cairn_migrate(c, NULL, 0, &applied) != CAIRN_OK) {
+		fprintf(stderr, "bench: cannot migrate %s: %s\n", name, cairn_client_errmsg(c));
+		free(url);
+		url = NULL;
+	}
+	cairn_client_free(c);
+	return url;
+}
+
+static void db_drop(bench *b, const char *name)
+{
+	char sql[256];
+	snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+	exec_ok(b->pg, sql);
+}
+
+/* ------------------------------------------------------------ processes */
 
 static int free_port(void)
 {
@@ -152,30 +312,43 @@ static int free_port(void)
 	return port;
 }
 
-static pid_t worker_start(bench *b, const char *name, int port)
+/* Forks and execs argv with stdout and stderr to log (or a pipe's write end
+ * when out_fd >= 0); dies with the bench. */
+static pid_t spawn(char *const argv[], const char *log, int out_fd, char *const env[])
 {
-	char log[4096], addr[64], conc[16];
-	snprintf(log, sizeof log, "%s/worker-%s.log", b->log_dir, name);
-	snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-	snprintf(conc, sizeof conc, "%d", b->concurrency);
 	pid_t pid = fork();
 	if (pid != 0)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	int fd = out_fd >= 0 ? out_fd : open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd >= 0) {
 		dup2(fd, 1);
 		dup2(fd, 2);
 		close(fd);
 	}
-	setenv("DATABASE_URL", b->db_url, 1);
-	setenv("CAIRN_HTTP_ADDR", addr, 1);
-	setenv("CAIRN_CONCURRENCY", conc, 1);
-	if (b->plugin && *b->plugin)
-		setenv("CAIRN_PLUGINS", b->plugin, 1);
-	execl(b->worker, b->worker, (char *)NULL);
-	fprintf(stderr, "bench: cannot run %s: %s\n", b->worker, strerror(errno));
+	for (int i = 0; env && env[i]; i += 2)
+		setenv(env[i], env[i + 1], 1);
+	execv(argv[0], argv);
+	fprintf(stderr, "bench: cannot run %s: %s\n", argv[0], strerror(errno));
 	_exit(127);
+}
+
+/* Starts cairn-worker on url at concurrency, with extra environment
+ * (name, value pairs) if any; w->pid < 0 when fork failed. */
+static void worker_start(bench *b, worker *w, const char *name, const char *url, int concurrency,
+                         const char *extra_name, const char *extra_value)
+{
+	char log[4096], addr[64], conc[16];
+	snprintf(log, sizeof log, "%s/worker-%s.log", b->log_dir, name);
+	w->port = free_port();
+	w->ready = 0;
+	snprintf(addr, sizeof addr, "127.0.0.1:%d", w->port);
+	snprintf(conc, sizeof conc, "%d", concurrency);
+	char *const env[] = {"DATABASE_URL", (char *)url, "CAIRN_HTTP_ADDR", addr,
+	                     "CAIRN_CONCURRENCY", conc, "CAIRN_PLUGINS", (char *)b->plugin,
+	                     (char *)extra_name, (char *)extra_value, NULL};
+	char *const argv[] = {(char *)b->worker, NULL};
+	w->pid = spawn(argv, log, -1, env);
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *arg)
@@ -201,71 +374,87 @@ static long http_status(int port, const char *path)
 	return status;
 }
 
-/* Waits for /readyz; 0 when ready, -1 when the worker died or the time ran out. */
-static int worker_ready(pid_t pid, int port, int64_t timeout_ms)
+static int worker_dead(worker *w)
 {
-	int64_t end = clock_mono_ms() + timeout_ms;
-	while (clock_mono_ms() < end) {
-		int st;
-		if (waitpid(pid, &st, WNOHANG) == pid)
+	int st;
+	if (w->pid <= 0)
+		return 1;
+	if (waitpid(w->pid, &st, WNOHANG) == w->pid) {
+		w->pid = -1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Polls /readyz every poll_ms; the monotonic ms when it answered 200, or -1
+ * when the worker died or timeout_ms passed. */
+static int64_t worker_ready(worker *w, int64_t timeout_ms, int poll_ms)
+{
+	int64_t end = now_ms() + timeout_ms;
+	while (now_ms() < end) {
+		if (worker_dead(w))
 			return -1;
-		if (http_status(port, "/readyz") == 200)
-			return 0;
-		sleep_ms(50);
+		if (http_status(w->port, "/readyz") == 200)
+			return w->ready = 1, now_ms();
+		sleep_ms(poll_ms);
 	}
 	return -1;
 }
 
-static void worker_stop(pid_t pid)
+/* SIGTERM to all, then waits for each (SIGKILL after 40 s). */
+static void workers_stop(worker *ws, int n)
 {
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	int64_t end = clock_mono_ms() + 40000;
-	int st;
-	while (clock_mono_ms() < end) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid || (r < 0 && errno == ECHILD))
-			return;
-		sleep_ms(20);
+	for (int i = 0; i < n; i++)
+		if (ws[i].pid > 0)
+			kill(ws[i].pid, SIGTERM);
+	int64_t end = now_ms() + 40000;
+	for (int i = 0; i < n; i++) {
+		while (ws[i].pid > 0 && !worker_dead(&ws[i])) {
+			if (now_ms() > end) {
+				fprintf(stderr, "bench: worker %d did not stop within 40 s; killing it\n",
+				        (int)ws[i].pid);
+				kill(ws[i].pid, SIGKILL);
+				waitpid(ws[i].pid, NULL, 0);
+				ws[i].pid = -1;
+			} else {
+				sleep_ms(10);
+			}
+		}
 	}
-	fprintf(stderr, "bench: worker %d did not drain within 40s; killing it\n", (int)pid);
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
 }
 
-/* Waits until n runs of workflow (keys like key_like) have finished; gives up
- * after the phase timeout, or after 30 s without progress. 0 when all did. */
-static int wait_finished(bench *b, const char *phase, const char *workflow, const char *key_like,
-                         int n, pid_t worker)
+/* Waits until n runs of workflow (keys like key_like) have finished, asking
+ * pg every poll_ms (each ask counted in *count); gives up after 10 minutes, or
+ * 30 s without progress, or when a worker died. 0 when all did. */
+static int wait_finished(bench *b, const char *phase, PGconn *pg, long *count,
+                         const char *workflow, const char *key_like, int n, worker *ws, int nw,
+                         int poll_ms)
 {
 	const char *params[] = {workflow, key_like};
-	int64_t start = clock_mono_ms(), last_change = start, last_print = start;
+	int64_t start = now_ms(), last_change = start, last_print = start;
 	long done = -1;
 	for (;;) {
-		PGresult *r = q(b, SQL_PROGRESS, 2, params);
+		PGresult *r = qc(pg, count, SQL_PROGRESS, 2, params);
 		if (!r)
 			return -1;
 		long d = (long)cell(r, 0), failed = (long)cell(r, 1);
 		PQclear(r);
-		int64_t t = clock_mono_ms();
+		int64_t t = now_ms();
 		if (d != done)
 			done = d, last_change = t;
 		if (done >= n) {
 			if (failed)
-				note_error(b, phase,
-				           "%ld of %d runs did not complete (failed or cancelled)",
+				note_error(b, phase, "%ld of %d runs did not complete (failed or cancelled)",
 				           failed, n);
 			return 0;
 		}
-		int st;
-		if (worker > 0 && waitpid(worker, &st, WNOHANG) == worker) {
-			note_error(b, phase,
-			           "the worker exited (see its log in %s) after %ld of %d runs",
-			           b->log_dir, done, n);
-			return -1;
-		}
-		if (t - last_change > 30000 || t - start > b->phase_timeout_ms) {
+		for (int i = 0; i < nw; i++)
+			if (worker_dead(&ws[i])) {
+				note_error(b, phase, "a worker exited (logs in %s) after %ld of %d runs",
+				           b->log_dir, done, n);
+				return -1;
+			}
+		if (t - last_change > 30000 || t - start > 600000) {
 			note_error(b, phase, "gave up after %" PRId64 " s: %ld of %d runs finished",
 			           (t - start) / 1000, done, n);
 			return -1;
@@ -274,26 +463,27 @@ static int wait_finished(bench *b, const char *phase, const char *workflow, cons
 			fprintf(stderr, "bench: %s: %ld of %d runs finished\n", phase, done, n);
 			last_print = t;
 		}
-		sleep_ms(50);
+		sleep_ms(poll_ms);
 	}
 }
 
-/* -------------------------------------------------------------- phases */
-
-static int enqueue_batched(bench *b, const char *workflow, int n, const char *key_prefix)
+/* Enqueues n runs of workflow with input "{}" and keys prefix0.. in batches
+ * of batch through c. */
+static int enqueue_batched(cairn_client *c, const char *workflow, int first, int n, int batch,
+                           const char *key_prefix)
 {
-	cairn_enqueue_opts *o = calloc(BATCH, sizeof *o);
-	cairn_enqueued *out = calloc(BATCH, sizeof *out);
-	char(*keys)[32] = calloc(BATCH, sizeof *keys);
+	cairn_enqueue_opts *o = calloc((size_t)batch, sizeof *o);
+	cairn_enqueued *out = calloc((size_t)batch, sizeof *out);
+	char(*keys)[32] = calloc((size_t)batch, sizeof *keys);
 	int rc = (o && out && keys) ? 0 : -1;
-	for (int i = 0; rc == 0 && i < n; i += BATCH) {
-		int m = n - i < BATCH ? n - i : BATCH;
+	for (int i = 0; rc == 0 && i < n; i += batch) {
+		int m = n - i < batch ? n - i : batch;
 		for (int k = 0; k < m; k++) {
-			snprintf(keys[k], sizeof keys[k], "%s%d", key_prefix, i + k);
+			snprintf(keys[k], sizeof keys[k], "%s%d", key_prefix, first + i + k);
 			o[k] = (cairn_enqueue_opts){.key = keys[k], .input = "{}"};
 		}
-		if (cairn_enqueue_batch(b->c, workflow, (size_t)m, o, out) != CAIRN_OK) {
-			fprintf(stderr, "bench: enqueue_batch: %s\n", cairn_client_errmsg(b->c));
+		if (cairn_enqueue_batch(c, workflow, (size_t)m, o, out) != CAIRN_OK) {
+			fprintf(stderr, "bench: enqueue_batch: %s\n", cairn_client_errmsg(c));
 			rc = -1;
 		}
 	}
@@ -303,169 +493,613 @@ static int enqueue_batched(bench *b, const char *workflow, int n, const char *ke
 	return rc;
 }
 
-static void phase_enqueue(bench *b)
+/* One cairn_enqueue of workflow with key prefix-i and input; 0 or -1. */
+static int enqueue_one(cairn_client *c, const char *workflow, const char *prefix, int i,
+                       const char *input)
 {
-	if (reset(b))
+	char key[48];
+	snprintf(key, sizeof key, "%s%d", prefix, i);
+	cairn_enqueue_opts o = {.key = key, .input = input};
+	cairn_enqueued r;
+	int rc = cairn_enqueue(c, workflow, &o, &r);
+	cairn_enqueued_clear(&r);
+	return rc == CAIRN_OK ? 0 : -1;
+}
+
+/* ------------------------------------------------------ 1: the floors */
+
+static void phase_floor_commit(bench *b)
+{
+	int n = b->commits_n;
+	double *ms = calloc((size_t)n, sizeof *ms);
+	if (!ms || exec_ok(b->pg, "DROP TABLE IF EXISTS bench_floor") ||
+	    exec_ok(b->pg, "CREATE TABLE bench_floor (id bigserial PRIMARY KEY, v int NOT NULL)")) {
+		note_error(b, "floor_commit", "cannot create the table bench_floor");
+		free(ms);
 		return;
-	int64_t t0 = clock_mono_ms();
-	for (int i = 0; i < b->single_n; i++) {
-		char key[32];
-		snprintf(key, sizeof key, "s-%d", i);
-		cairn_enqueue_opts o = {.key = key, .input = "{}"};
-		cairn_enqueued r;
-		if (cairn_enqueue(b->c, "noop", &o, &r) != CAIRN_OK) {
-			note_error(b, "enqueue_single", "%s", cairn_client_errmsg(b->c));
+	}
+	int64_t t0 = now_ns();
+	for (int i = 0; i < n; i++) {
+		int64_t t = now_ns();
+		PGresult *r = PQexec(b->pg, "INSERT INTO bench_floor (v) VALUES (1)");
+		ms[i] = (double)(now_ns() - t) / 1e6;
+		int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		PQclear(r);
+		if (!ok) {
+			note_error(b, "floor_commit", "%s", PQerrorMessage(b->pg));
+			free(ms);
 			return;
 		}
 	}
-	double s = (double)(clock_mono_ms() - t0) / 1000;
-	cJSON_AddNumberToObject(b->results, "enqueue_single_per_s", s > 0 ? b->single_n / s : 0);
+	double secs = (double)(now_ns() - t0) / 1e9;
+	exec_ok(b->pg, "DROP TABLE bench_floor");
+	b->commit_p50_ms = quantile(ms, n, 0.5);
+	measure(b, "floor_commit_p50_ms", "floor: bare INSERT commit p50", "ms", b->commit_p50_ms, 0,
+	        "", NONE, 0);
+	measure(b, "floor_commit_p99_ms", "floor: bare INSERT commit p99", "ms", quantile(ms, n, 0.99),
+	        0, "", NONE, 0);
+	measure(b, "floor_commits_per_s", "floor: bare INSERT commits/s", "/s", n / secs, 0, "", NONE,
+	        0);
+	free(ms);
+}
+
+/* Runs argv, its output into buf; the exit status, or -1. */
+static int run_capture(char *const argv[], char *buf, size_t size)
+{
+	int p[2];
+	if (pipe(p))
+		return -1;
+	pid_t pid = spawn(argv, NULL, p[1], NULL);
+	close(p[1]);
+	size_t len = 0;
+	ssize_t k;
+	while (len + 1 < size && (k = read(p[0], buf + len, size - len - 1)) != 0) {
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			break;
+		len += (size_t)k;
+	}
+	buf[len] = 0;
+	close(p[0]);
+	int st;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void phase_floor_pgbench(bench *b)
+{
+	char *url = db_create(b, "bench_pgbench", 0);
+	static char out[65536];
+	if (!url) {
+		note_error(b, "floor_pgbench", "cannot create the database bench_pgbench");
+		return;
+	}
+	char *init[] = {(char *)b->pgbench, "-i", "-s", "1", "-q", url, NULL};
+	char *run[] = {(char *)b->pgbench, "-b", "simple-update", "-c", "4", "-j", "2",
+	               "-T", "10", url, NULL};
+	const char *tps;
+	if (run_capture(init, out, sizeof out) != 0)
+		note_error(b, "floor_pgbench", "pgbench -i failed: %.300s", out);
+	else if (run_capture(run, out, sizeof out) != 0 || !(tps = strstr(out, "tps = ")))
+		note_error(b, "floor_pgbench", "pgbench failed: %.300s", out);
+	else {
+		b->pgbench_tps = strtod(tps + 6, NULL);
+		measure(b, "floor_pgbench_tps", "floor: pgbench simple-update -c4 -j2", "TPS",
+		        b->pgbench_tps, 0, "", NONE, 0);
+	}
+	free(url);
+	db_drop(b, "bench_pgbench");
+}
+
+/* ------------------------------------------------------ 2-4: enqueue */
+
+static void phase_enqueue_single(bench *b)
+{
+	int n = b->single_n;
+	double *ms = calloc((size_t)n, sizeof *ms);
+	if (!ms || reset(b))
+		return free(ms);
+	for (int i = 0; i < n; i++) {
+		int64_t t = now_ns();
+		if (enqueue_one(b->c, "noop", "s-", i, "{}")) {
+			note_error(b, "enqueue", "%s", cairn_client_errmsg(b->c));
+			return free(ms);
+		}
+		ms[i] = (double)(now_ns() - t) / 1e6;
+	}
+	double p50 = quantile(ms, n, 0.5), p99 = quantile(ms, n, 0.99);
+	measure(b, "enqueue_p50_ms", "cairn_enqueue p50, 1 client", "ms", p50, b->commit_p50_ms,
+	        "bare commit p50", NONE, 0);
+	measure(b, "enqueue_p99_ms", "cairn_enqueue p99, 1 client", "ms", p99, b->commit_p50_ms,
+	        "bare commit p50", NONE, 0);
+	free(ms);
+}
+
+typedef struct enq_thread {
+	bench *b;
+	cairn_client *c;
+	pthread_barrier_t *go;
+	int first, n, failed;
+	pthread_t t;
+} enq_thread;
+
+static void *enqueue_thread(void *arg)
+{
+	enq_thread *e = arg;
+	pthread_barrier_wait(e->go);
+	for (int i = 0; i < e->n && !e->failed; i++)
+		if (enqueue_one(e->c, "noop", "m-", e->first + i, "{}"))
+			e->failed = 1;
+	return NULL;
+}
+
+static void phase_enqueue_threads(bench *b)
+{
+	enum { T = 8 };
+	enq_thread th[T] = {{0}};
+	pthread_barrier_t go;
 	if (reset(b))
 		return;
-	t0 = clock_mono_ms();
-	if (enqueue_batched(b, "noop", b->batch_n, "b-")) {
+	pthread_barrier_init(&go, NULL, T + 1);
+	int started = 0, failed = 0;
+	for (int i = 0; i < T; i++) {
+		th[i] = (enq_thread){.b = b, .go = &go, .first = i * (b->threads_runs / T),
+		                     .n = b->threads_runs / T};
+		if (cairn_client_open(b->db_url, &th[i].c) != CAIRN_OK) {
+			note_error(b, "enqueue_x8", "%s", cairn_client_errmsg(th[i].c));
+			th[i].failed = 1;
+		}
+	}
+	for (int i = 0; i < T; i++)
+		if (pthread_create(&th[i].t, NULL, enqueue_thread, &th[i]) == 0)
+			started++;
+	if (started != T) {
+		note_error(b, "enqueue_x8", "cannot start %d threads", T);
+		abort(); /* the barrier would never open */
+	}
+	pthread_barrier_wait(&go);
+	int64_t t0 = now_ns();
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i].t, NULL);
+		failed |= th[i].failed;
+	}
+	double secs = (double)(now_ns() - t0) / 1e9;
+	for (int i = 0; i < T; i++)
+		cairn_client_free(th[i].c);
+	pthread_barrier_destroy(&go);
+	if (failed) {
+		note_error(b, "enqueue_x8", "an enqueue failed");
+		return;
+	}
+	measure(b, "enqueue_x8_runs_per_s", "cairn_enqueue, 8 threads x 1 client", "runs/s",
+	        T * (b->threads_runs / T) / secs, b->pgbench_tps, "pgbench TPS", NONE, 0);
+}
+
+static void phase_enqueue_batch(bench *b)
+{
+	if (reset(b))
+		return;
+	int64_t t0 = now_ns();
+	if (enqueue_batched(b->c, "noop", 0, b->batch_n, b->batch_n, "b-")) {
 		note_error(b, "enqueue_batch", "%s", cairn_client_errmsg(b->c));
 		return;
 	}
-	s = (double)(clock_mono_ms() - t0) / 1000;
-	cJSON_AddNumberToObject(b->results, "enqueue_batch_per_s", s > 0 ? b->batch_n / s : 0);
+	double secs = (double)(now_ns() - t0) / 1e9;
+	measure(b, "enqueue_batch_s", "cairn_enqueue_batch of 10,000 runs", "s", secs, 0, "", LE, 0.1);
 }
 
-/* Drains a backlog of n runs of workflow with a fresh worker; adds result. */
-static void phase_throughput(bench *b, const char *phase, const char *workflow, int n,
-                             const char *result)
+/* ------------------------------------------- 5: enqueue to first instruction */
+
+static void phase_stamp(bench *b)
+{
+	int n = b->stamp_n;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/stamps.bin", b->log_dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || n <= 0 || ftruncate(fd, (off_t)n * 8) != 0) {
+		note_error(b, "stamp", "cannot create %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	int64_t *slot = mmap(NULL, (size_t)n * 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	int64_t *sent = calloc((size_t)n, sizeof *sent);
+	double *ms = calloc((size_t)n, sizeof *ms);
+	worker w = {0};
+	if (slot == MAP_FAILED || !sent || !ms || reset(b))
+		goto out;
+	worker_start(b, &w, "stamp", b->db_url, 16, "BENCH_STAMPS", path);
+	if (worker_ready(&w, 60000, 20) < 0) {
+		note_error(b, "stamp", "the worker did not become ready (log in %s)", b->log_dir);
+		goto out;
+	}
+	int64_t start = now_ns();
+	for (int i = 0; i < n; i++) {
+		char input[32];
+		snprintf(input, sizeof input, "{\"i\": %d}", i);
+		sleep_until_ns(start + (int64_t)i * 10000000);
+		sent[i] = now_ns();
+		if (enqueue_one(b->c, "stamp", "st-", i, input)) {
+			note_error(b, "stamp", "%s", cairn_client_errmsg(b->c));
+			goto out;
+		}
+	}
+	int64_t end = now_ms() + 30000;
+	int seen = 0;
+	while (seen < n && now_ms() < end && !worker_dead(&w)) {
+		for (seen = 0; seen < n && __atomic_load_n(&slot[seen], __ATOMIC_ACQUIRE); seen++) {
+		}
+		if (seen < n)
+			sleep_ms(5);
+	}
+	if (seen < n) {
+		note_error(b, "stamp", "only %d of %d runs stamped their start", seen, n);
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		ms[i] = (double)(slot[i] - sent[i]) / 1e6;
+	measure(b, "stamp_p50_ms", "enqueue to first instruction p50", "ms", quantile(ms, n, 0.5),
+	        b->commit_p50_ms, "bare commit p50", LE, 1.5);
+	measure(b, "stamp_p99_ms", "enqueue to first instruction p99", "ms", quantile(ms, n, 0.99),
+	        b->commit_p50_ms, "bare commit p50", LE, 5);
+	measure(b, "stamp_max_ms", "enqueue to first instruction max", "ms", ms[n - 1],
+	        b->commit_p50_ms, "bare commit p50", NONE, 0);
+out:
+	workers_stop(&w, w.pid > 0);
+	if (slot != MAP_FAILED)
+		munmap(slot, (size_t)n * 8);
+	unlink(path);
+	free(sent);
+	free(ms);
+}
+
+/* ------------------------------------------------------- 6: drain a backlog */
+
+static void phase_drain(bench *b, const char *workflow, int n, const char *key, const char *label,
+                        double target)
 {
 	if (n <= 0 || reset(b))
 		return;
-	if (enqueue_batched(b, workflow, n, "t-")) {
-		note_error(b, phase, "cannot enqueue the backlog: %s", cairn_client_errmsg(b->c));
+	if (enqueue_batched(b->c, workflow, 0, n, 5000, "t-")) {
+		note_error(b, key, "cannot enqueue the backlog: %s", cairn_client_errmsg(b->c));
 		return;
 	}
-	int port = free_port();
-	pid_t w = worker_start(b, phase, port);
-	if (w < 0) {
-		note_error(b, phase, "fork: %s", strerror(errno));
-		return;
-	}
-	fprintf(stderr, "bench: %s: %d runs enqueued, worker %d started\n", phase, n, (int)w);
-	int rc = wait_finished(b, phase, workflow, "t-%", n, w);
-	worker_stop(w);
-	if (rc)
-		return;
-	const char *params[] = {workflow};
-	PGresult *r = q(b, SQL_THROUGHPUT, 1, params);
-	if (!r)
-		return;
-	double count = cell(r, 0), secs = cell(r, 1);
-	PQclear(r);
-	if (secs > 0)
-		cJSON_AddNumberToObject(b->results, result, count / secs);
-	else
-		note_error(b, phase, "no completed runs with timestamps to measure");
+	worker w;
+	worker_start(b, &w, workflow, b->db_url, 16, NULL, NULL);
+	int64_t t0 = worker_ready(&w, 60000, 5);
+	if (t0 < 0)
+		note_error(b, key, "the worker did not become ready (log in %s)", b->log_dir);
+	else if (wait_finished(b, key, b->pg, &b->nq, workflow, "t-%", n, &w, 1, 10) == 0)
+		measure(b, key, label, "runs/s", n / ((double)(now_ms() - t0) / 1000), b->pgbench_tps,
+		        "pgbench TPS", RATIO_GE, target);
+	workers_stop(&w, 1);
 }
 
-static void phase_latency(bench *b)
+/* ------------------------------------------------------------- 7: fleets */
+
+typedef struct fleet {
+	bench *b;
+	char name[32];
+	char *url;
+	PGconn *pg; /* on the fleet's database */
+	long nq;    /* statements run on pg */
+	PGconn *stats; /* on the database postgres */
+	worker w[MAX_FLEET];
+	int n;
+} fleet;
+
+/* Milliseconds from since until ownership settles: every shard owned by a
+ * live runner, every live worker's /readyz 200, and shard_leases unchanged
+ * for 1 s (the time is when it last changed or the last worker became
+ * ready, whichever is later); -1 after 180 s. */
+static int64_t fleet_settle(fleet *f, int64_t since)
 {
-	if (b->latency_n <= 0 || reset(b))
-		return;
-	int port = free_port();
-	pid_t w = worker_start(b, "latency", port);
-	if (w < 0 || worker_ready(w, port, 60000)) {
-		note_error(b, "latency", "the worker did not become ready within 60 s (log in %s)",
-		           b->log_dir);
-		worker_stop(w);
+	char last[64] = "";
+	int64_t changed = now_ms(), ready_at = -1;
+	while (now_ms() - since < 180000) {
+		PGresult *r = qc(f->pg, &f->nq, SQL_SETTLED, 0, NULL);
+		if (!r)
+			return -1;
+		long unowned = (long)cell(r, 0);
+		char fp[64];
+		snprintf(fp, sizeof fp, "%s", PQgetvalue(r, 0, 1));
+		PQclear(r);
+		int64_t t = now_ms();
+		if (unowned || strcmp(fp, last) != 0) {
+			snprintf(last, sizeof last, "%s", fp);
+			changed = t;
+		} else if (ready_at < 0) {
+			int all = 1;
+			for (int i = 0; i < f->n; i++) {
+				if (f->w[i].pid > 0 && !f->w[i].ready)
+					f->w[i].ready = http_status(f->w[i].port, "/readyz") == 200;
+				all &= f->w[i].pid <= 0 || f->w[i].ready;
+			}
+			if (all)
+				ready_at = now_ms();
+		}
+		if (!unowned && ready_at >= 0 && t - changed >= 1000)
+			return (ready_at > changed ? ready_at : changed) - since;
+		sleep_ms(50);
+	}
+	return -1;
+}
+
+/* xact_commit + xact_rollback of the fleet's database, read through the
+ * connection to postgres after lag_ms (STATS_LAG_MS after a burst). */
+static double fleet_xacts(fleet *f, int64_t lag_ms)
+{
+	sleep_ms(lag_ms);
+	const char *params[] = {f->name};
+	PGresult *r = qc(f->stats, NULL, SQL_XACTS, 1, params);
+	double x = r ? cell(r, 0) : -1;
+	PQclear(r);
+	return x;
+}
+
+/* Makes the fleet connection's own statements count now, not when PostgreSQL
+ * gets round to it: it is about to go idle. */
+static void fleet_flush(fleet *f)
+{
+	PQclear(qc(f->pg, &f->nq, "SELECT pg_stat_force_next_flush()", 0, NULL));
+}
+
+static void fleet_measure(fleet *f, const char *what, const char *label, const char *unit,
+                          double value, double floor, const char *floor_label, goal g,
+                          double target)
+{
+	char key[64], text[96];
+	snprintf(key, sizeof key, "fleet%d_%s", f->n, what);
+	snprintf(text, sizeof text, "%d worker%s: %s", f->n, f->n == 1 ? "" : "s", label);
+	measure(f->b, key, text, unit, value, floor, floor_label, g, target);
+}
+
+/* (b) after (c): the idle rate over 10 s from x0 at t0; stores x1 and t1. */
+static double fleet_idle(fleet *f, double x0, int64_t t0, double *x1, int64_t *t1)
+{
+	/* The idle window itself, not a wait for a condition; idle, the flush
+	 * lag is the same at both ends. */
+	*x1 = fleet_xacts(f, 10000);
+	*t1 = now_ms();
+	return (*x1 - x0) / ((double)(*t1 - t0) / 1000);
+}
+
+/* (c): transactions per run of runs noop runs enqueued one by one, from x0
+ * read at t0 (the end of the idle window), less the idle transactions: the
+ * mean of the idle rates before (idle_before) and after the runs. */
+static void fleet_per_run(fleet *f, double idle_before, double x0, int64_t t0)
+{
+	bench *b = f->b;
+	int runs = b->fleet_runs;
+	cairn_client *c = NULL;
+	long nq0 = f->nq;
+	if (cairn_client_open(f->url, &c) != CAIRN_OK) {
+		note_error(b, f->name, "%s", cairn_client_errmsg(c));
+		cairn_client_free(c);
 		return;
 	}
-	for (int i = 0; i < b->latency_n; i++) {
-		char key[32];
-		snprintf(key, sizeof key, "lat-%d", i);
-		cairn_enqueue_opts o = {.key = key, .input = "{}"};
-		cairn_enqueued r;
-		if (cairn_enqueue(b->c, "noop", &o, &r) != CAIRN_OK) {
-			note_error(b, "latency", "%s", cairn_client_errmsg(b->c));
-			worker_stop(w);
+	for (int i = 0; i < runs; i++)
+		if (enqueue_one(c, "noop", "f-", i, "{}")) {
+			note_error(b, f->name, "%s", cairn_client_errmsg(c));
+			cairn_client_free(c);
 			return;
 		}
-		sleep_ms(b->latency_gap_ms);
+	cairn_client_free(c); /* a backend flushes its stats as it exits */
+	if (wait_finished(b, f->name, f->pg, &f->nq, "noop", "f-%", runs, f->w, f->n, 10))
+		return;
+	fleet_flush(f);
+	double x1 = fleet_xacts(f, STATS_LAG_MS), x2;
+	int64_t t1 = now_ms(), t2;
+	double mine = (double)(f->nq - nq0);
+	double idle_after = fleet_idle(f, x1, t1, &x2, &t2);
+	double idle = (idle_before + idle_after) / 2;
+	fleet_measure(f, "idle_after_xacts_per_s", "idle transactions/s per worker, after", "xacts/s",
+	              idle_after / f->n, 0, "", NONE, 0);
+	double per_run = (x1 - x0 - mine - idle * (double)(t1 - t0) / 1000) / runs;
+	if (!b->fleet_xact_base)
+		b->fleet_xact_base = per_run - 2;
+	fleet_measure(f, "xacts_per_run", "transactions/run (with the client's)", "xacts", per_run, 0,
+	              "", NONE, 0);
+	fleet_measure(f, "worker_xacts_per_run", "transactions/run (workers only)", "xacts",
+	              per_run - 2, b->fleet_xact_base, "1 worker", RATIO_LE, 1.2);
+}
+
+static void phase_fleet(bench *b, int n)
+{
+	fleet f = {.b = b, .n = n};
+	snprintf(f.name, sizeof f.name, "bench_fleet%d", n);
+	if (n > MAX_FLEET) {
+		note_error(b, f.name, "at most %d workers", MAX_FLEET);
+		return;
 	}
-	int rc = wait_finished(b, "latency", "noop", "lat-%", b->latency_n, w);
-	worker_stop(w);
-	if (rc)
+	char *stats_url = url_with_db(b->db_url, "postgres");
+	f.url = db_create(b, f.name, 1);
+	f.stats = stats_url ? connect_url(stats_url) : NULL;
+	free(stats_url);
+	f.pg = f.url ? connect_url(f.url) : NULL;
+	if (!f.pg || !f.stats) {
+		note_error(b, f.name, "cannot create, migrate or connect to the database");
+		goto out;
+	}
+	fprintf(stderr, "bench: %s: starting %d workers\n", f.name, n);
+	int64_t start = now_ms();
+	for (int i = 0; i < n; i++) {
+		char name[48];
+		snprintf(name, sizeof name, "fleet%d-%d", n, i);
+		worker_start(b, &f.w[i], name, f.url, 1, NULL, NULL);
+	}
+	int64_t settle = fleet_settle(&f, start);
+	if (settle < 0) {
+		note_error(b, f.name, "ownership did not settle within 180 s (logs in %s)", b->log_dir);
+		goto out;
+	}
+	fleet_measure(&f, "settle_s", "seconds until ownership settles", "s", settle / 1000.0, 0, "",
+	              NONE, 0);
+
+	fleet_flush(&f);
+	double x0 = fleet_xacts(&f, STATS_LAG_MS);
+	int64_t t0 = now_ms(), t1;
+	double x1, idle_rate = fleet_idle(&f, x0, t0, &x1, &t1);
+	fleet_measure(&f, "idle_xacts_per_s", "idle transactions/s per worker", "xacts/s",
+	              idle_rate / n, 0, "", LE, 1);
+
+	fleet_per_run(&f, idle_rate, x1, t1);
+
+	if (n >= 5) {
+		int64_t killed = now_ms();
+		for (int i = 0; i < n / 5; i++) {
+			kill(f.w[i].pid, SIGKILL);
+			waitpid(f.w[i].pid, NULL, 0);
+			f.w[i].pid = -1;
+		}
+		for (int i = n / 5; i < n; i++)
+			f.w[i].ready = 0;
+		int64_t again = fleet_settle(&f, killed);
+		if (again < 0)
+			note_error(b, f.name, "ownership did not settle again within 180 s after kill -9");
+		else
+			fleet_measure(&f, "resettle_s", "seconds to settle after kill -9 of 1/5", "s",
+			              again / 1000.0, 0, "", NONE, 0);
+	}
+out:
+	workers_stop(f.w, n);
+	PQfinish(f.pg);
+	PQfinish(f.stats);
+	free(f.url);
+	db_drop(b, f.name);
+}
+
+/* --------------------------------------------------------- 8: memory */
+
+static long rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	long kb = -1;
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+static void phase_memory(bench *b)
+{
+	const int batch = 10000, every = 50000;
+	int n = b->memory_runs, enqueued = 0;
+	long deleted = 0, next_sample = 0;
+	cJSON *curve = cJSON_AddArrayToObject(b->extra, "memory_rss_kb");
+	if (reset(b))
 		return;
-	PGresult *r = q(b, SQL_LATENCY, 0, NULL);
-	if (!r)
-		return;
-	cJSON_AddNumberToObject(b->results, "latency_p50_ms", cell(r, 0));
-	cJSON_AddNumberToObject(b->results, "latency_p99_ms", cell(r, 1));
-	cJSON_AddNumberToObject(b->results, "latency_avg_ms", cell(r, 2));
-	cJSON_AddNumberToObject(b->results, "latency_max_ms", cell(r, 3));
-	PQclear(r);
+	worker w;
+	worker_start(b, &w, "memory", b->db_url, 16, NULL, NULL);
+	if (worker_ready(&w, 60000, 20) < 0) {
+		note_error(b, "memory", "the worker did not become ready (log in %s)", b->log_dir);
+		goto out;
+	}
+	int64_t t0 = now_ms(), last_change = t0;
+	long last_done = -1;
+	printf("\nworker VmRSS (kB) by runs finished:\n");
+	for (;;) {
+		const char *params[] = {"noop", "mem-%"};
+		PGresult *r = q(b, SQL_PROGRESS, 2, params);
+		if (!r)
+			goto out;
+		long done = deleted + (long)cell(r, 0), finished_rows = (long)cell(r, 0);
+		PQclear(r);
+		while (done >= next_sample) {
+			long kb = rss_kb(w.pid);
+			cJSON *p = cJSON_CreateObject();
+			cJSON_AddNumberToObject(p, "runs", (double)next_sample);
+			cJSON_AddNumberToObject(p, "rss_kb", (double)kb);
+			cJSON_AddItemToArray(curve, p);
+			printf("  %8ld runs  %8ld kB\n", next_sample, kb);
+			fflush(stdout);
+			next_sample += every;
+		}
+		if (done >= n)
+			break;
+		if (done != last_done)
+			last_done = done, last_change = now_ms();
+		if (worker_dead(&w) || now_ms() - last_change > 30000) {
+			note_error(b, "memory", "stopped after %ld of %d runs (log in %s)", done, n,
+			           b->log_dir);
+			goto out;
+		}
+		if (finished_rows >= batch) {
+			r = q(b, "DELETE FROM cairn.runs WHERE finished_at IS NOT NULL", 0, NULL);
+			deleted += r ? strtol(PQcmdTuples(r), NULL, 10) : 0;
+			PQclear(r);
+		}
+		if (enqueued < n && enqueued - done < 2 * batch) {
+			int m = n - enqueued < batch ? n - enqueued : batch;
+			if (enqueue_batched(b->c, "noop", enqueued, m, batch, "mem-")) {
+				note_error(b, "memory", "%s", cairn_client_errmsg(b->c));
+				goto out;
+			}
+			enqueued += m;
+		} else {
+			sleep_ms(50);
+		}
+	}
+	measure(b, "memory_runs_per_s", "memory phase: noop runs/s (with deletes)", "runs/s",
+	        n / ((double)(now_ms() - t0) / 1000), b->pgbench_tps, "pgbench TPS", NONE, 0);
+out:
+	workers_stop(&w, w.pid > 0);
 }
 
 /* ------------------------------------------------------------- report */
 
-typedef struct row {
-	const char *key, *label;
-	int higher_is_better; /* 1: >= target, 0: <= target, -1: no target */
-	double target;
-} row;
-
-static const row ROWS[] = {
-    {"enqueue_single_per_s", "enqueue, one run per call (runs/s)", -1, 0},
-    {"enqueue_batch_per_s", "enqueue, batches of 500 (runs/s)", -1, 0},
-    {"noop_runs_per_s", "noop runs/s, 1 worker", 1, 7000},
-    {"bench3_runs_per_s", "3-step runs/s, 1 worker", 1, 1500},
-    {"latency_p50_ms", "enqueue-to-start p50 (ms)", 0, 3},
-    {"latency_p99_ms", "enqueue-to-start p99 (ms)", 0, 10},
-    {"latency_avg_ms", "enqueue-to-start average (ms)", -1, 0},
-    {"latency_max_ms", "enqueue-to-start max (ms)", -1, 0},
-};
-
 static int report(bench *b, cJSON *env)
 {
 	int problems = cJSON_GetArraySize(b->errors);
-	cJSON *targets = cJSON_CreateObject(), *met = cJSON_CreateObject();
-	printf("\ncairn bench: PostgreSQL %s (fsync=%s, synchronous_commit=%s), %ld CPUs, "
-	       "concurrency %d\n\n",
+	printf("\ncairn bench: PostgreSQL %s (fsync=%s, synchronous_commit=%s), %ld CPUs\n\n",
 	       cJSON_GetStringValue(cJSON_GetObjectItem(env, "postgres")),
 	       cJSON_GetStringValue(cJSON_GetObjectItem(env, "fsync")),
 	       cJSON_GetStringValue(cJSON_GetObjectItem(env, "synchronous_commit")),
-	       sysconf(_SC_NPROCESSORS_ONLN), b->concurrency);
-	printf("%-38s %12s  %-10s %s\n", "measure", "value", "target", "");
-	for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
-		const row *r = &ROWS[i];
-		cJSON *v = cJSON_GetObjectItem(b->results, r->key);
-		char val[32] = "-", tgt[32] = "", verdict[16] = "";
-		if (r->higher_is_better >= 0) {
-			snprintf(tgt, sizeof tgt, "%s %g",
-			         r->higher_is_better ? ">=" : "<=", r->target);
-			cJSON_AddNumberToObject(targets, r->key, r->target);
+	       sysconf(_SC_NPROCESSORS_ONLN));
+	printf("%-46s %11s %10s %8s  %-15s %s\n", "measure", "value", "floor", "ratio", "goal",
+	       "met?");
+	cJSON *m;
+	cJSON_ArrayForEach(m, b->measures)
+	{
+		char val[40], fl[32] = "", ratio[32] = "", g[32] = "", met[8] = "";
+		double v = cJSON_GetNumberValue(cJSON_GetObjectItem(m, "value"));
+		const char *unit = cJSON_GetStringValue(cJSON_GetObjectItem(m, "unit"));
+		snprintf(val, sizeof val, "%.*f %s", fabs(v) < 100 ? 3 : 0, v, unit);
+		cJSON *f = cJSON_GetObjectItem(m, "floor");
+		if (f) {
+			snprintf(fl, sizeof fl, "%.*f", f->valuedouble < 100 ? 3 : 0, f->valuedouble);
+			snprintf(ratio, sizeof ratio, "%.2fx",
+			         cJSON_GetNumberValue(cJSON_GetObjectItem(m, "ratio")));
 		}
-		if (cJSON_IsNumber(v)) {
-			snprintf(val, sizeof val, "%.1f", v->valuedouble);
-			if (r->higher_is_better >= 0) {
-				int ok = r->higher_is_better ? v->valuedouble >= r->target
-				                             : v->valuedouble <= r->target;
-				snprintf(verdict, sizeof verdict, "%s", ok ? "met" : "MISSED");
-				cJSON_AddBoolToObject(met, r->key, ok);
-			}
-		} else if (r->higher_is_better >= 0) {
-			snprintf(verdict, sizeof verdict, "not measured");
+		cJSON *goal_op = cJSON_GetObjectItem(m, "goal");
+		if (goal_op) {
+			snprintf(g, sizeof g, "%s %g%s", goal_op->valuestring,
+			         cJSON_GetNumberValue(cJSON_GetObjectItem(m, "target")),
+			         strncmp(goal_op->valuestring, "ratio", 5) == 0 ? "x" : "");
+			snprintf(met, sizeof met, "%s",
+			         cJSON_IsTrue(cJSON_GetObjectItem(m, "met")) ? "yes" : "NO");
 		}
-		printf("%-38s %12s  %-10s %s\n", r->label, val, tgt, verdict);
+		printf("%-46s %11s %10s %8s  %-15s %s\n",
+		       cJSON_GetStringValue(cJSON_GetObjectItem(m, "label")), val, fl, ratio, g, met);
 	}
 	cJSON *e;
-	if (cJSON_GetArraySize(b->errors)) {
-		printf("\nproblems:\n");
+	if (problems) {
+		printf("\nnot measured:\n");
 		cJSON_ArrayForEach(e, b->errors) printf("  %s: %s\n", e->string, e->valuestring);
 	}
 	cJSON *doc = cJSON_CreateObject();
 	cJSON_AddItemToObject(doc, "environment", env);
-	cJSON_AddItemToObject(doc, "results", b->results);
-	cJSON_AddItemToObject(doc, "targets", targets);
-	cJSON_AddItemToObject(doc, "met", met);
+	cJSON_AddItemToObject(doc, "measures", b->measures);
+	cJSON_AddItemToObject(doc, "extra", b->extra);
 	cJSON_AddItemToObject(doc, "errors", b->errors);
-	b->results = b->errors = NULL;
+	b->measures = b->errors = b->extra = NULL;
 	char *text = cJSON_Print(doc);
 	FILE *f = fopen(b->out, "w");
 	if (!f || !text || fprintf(f, "%s\n", text) < 0)
@@ -486,28 +1120,61 @@ static cJSON *environment(bench *b)
 	cJSON_AddStringToObject(env, "postgres", r ? PQgetvalue(r, 0, 0) : "?");
 	cJSON_AddStringToObject(env, "fsync", r ? PQgetvalue(r, 0, 1) : "?");
 	cJSON_AddStringToObject(env, "synchronous_commit", r ? PQgetvalue(r, 0, 2) : "?");
+	cJSON_AddStringToObject(env, "database", r ? PQgetvalue(r, 0, 3) : "?");
 	PQclear(r);
 	cJSON_AddNumberToObject(env, "cpus", (double)sysconf(_SC_NPROCESSORS_ONLN));
-	cJSON_AddNumberToObject(env, "concurrency", b->concurrency);
 	cJSON_AddStringToObject(env, "cairn", CAIRN_VERSION);
+	cJSON_AddStringToObject(env, "clock", "client CLOCK_MONOTONIC");
+	cJSON_AddStringToObject(env, "drain_end",
+	                        "client polls the finished count every 10 ms from /readyz 200");
+	cJSON_AddNumberToObject(env, "floor_commits", b->commits_n);
 	cJSON_AddNumberToObject(env, "enqueue_single_runs", b->single_n);
+	cJSON_AddNumberToObject(env, "enqueue_threads_runs", b->threads_runs);
 	cJSON_AddNumberToObject(env, "enqueue_batch_runs", b->batch_n);
+	cJSON_AddNumberToObject(env, "stamp_runs", b->stamp_n);
 	cJSON_AddNumberToObject(env, "noop_runs", b->noop_n);
 	cJSON_AddNumberToObject(env, "bench3_runs", b->flow3_n);
-	cJSON_AddNumberToObject(env, "latency_runs", b->latency_n);
-	cJSON_AddNumberToObject(env, "latency_gap_ms", (double)b->latency_gap_ms);
+	cJSON_AddNumberToObject(env, "fleet_runs", b->fleet_runs);
+	cJSON_AddNumberToObject(env, "memory_runs", b->memory_runs);
 	return env;
 }
 
+static void parse_fleet(bench *b, const char *s)
+{
+	b->fleet_n = 0;
+	while (s && *s && b->fleet_n < (int)(sizeof b->fleet / sizeof b->fleet[0])) {
+		char *end;
+		long v = strtol(s, &end, 10);
+		if (end == s)
+			break;
+		if (v > 0 && v <= MAX_FLEET)
+			b->fleet[b->fleet_n++] = (int)v;
+		s = *end ? end + 1 : end;
+	}
+}
+
 static const char USAGE[] =
-    "usage: bench [--worker PATH] [--plugin PATH] [--out FILE] [--logs DIR]\n"
+    "usage: bench [--worker PATH] [--plugin PATH] [--pgbench PATH] [--out FILE] [--logs DIR]\n"
     "\n"
-    "Measures enqueue rate, worker throughput and enqueue-to-start latency\n"
-    "against $DATABASE_URL (migrated). It TRUNCATES cairn.runs and the tables\n"
-    "that hang off it between phases: use a database of its own (`make bench`\n"
-    "starts one). Sizes come from BENCH_SINGLE (2000), BENCH_BATCH (20000),\n"
-    "BENCH_NOOP (20000), BENCH_3STEP (10000), BENCH_LATENCY (200),\n"
-    "BENCH_CONCURRENCY (16); the JSON goes to --out, $BENCH_OUT or bench.json.\n";
+    "Measures cairn as a client sees it, beside floors measured on the same\n"
+    "server (a bare INSERT commit loop, pgbench simple-update), against\n"
+    "$DATABASE_URL (migrated). It TRUNCATES cairn.runs between phases and\n"
+    "creates and drops the databases bench_pgbench and bench_fleetN: use a\n"
+    "server of its own (`make bench` starts one). Sizes: BENCH_COMMITS (2000),\n"
+    "BENCH_SINGLE (1000), BENCH_THREADS (10000), BENCH_BATCH (10000),\n"
+    "BENCH_STAMP (300), BENCH_NOOP (20000), BENCH_3STEP (5000), BENCH_FLEET\n"
+    "(1,10,50), BENCH_FLEET_RUNS (1000); BENCH_MEMORY_RUNS=N runs only the\n"
+    "memory phase. The JSON goes to --out, $BENCH_OUT or bench.json.\n";
+
+static const char *default_pgbench(void)
+{
+	static char path[4096] = "pgbench";
+	glob_t g;
+	if (glob("/usr/lib/postgresql/*/bin/pgbench", 0, NULL, &g) == 0 && g.gl_pathc)
+		snprintf(path, sizeof path, "%s", g.gl_pathv[g.gl_pathc - 1]);
+	globfree(&g);
+	return path;
+}
 
 int main(int argc, char **argv)
 {
@@ -516,8 +1183,6 @@ int main(int argc, char **argv)
 	    .plugin = "build/examples/bench_flows.so",
 	    .out = getenv("BENCH_OUT") && *getenv("BENCH_OUT") ? getenv("BENCH_OUT") : "bench.json",
 	    .log_dir = ".",
-	    .latency_gap_ms = 20,
-	    .phase_timeout_ms = 600000,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char **slot = NULL;
@@ -525,6 +1190,8 @@ int main(int argc, char **argv)
 			slot = &b.worker;
 		else if (strcmp(argv[i], "--plugin") == 0)
 			slot = &b.plugin;
+		else if (strcmp(argv[i], "--pgbench") == 0)
+			slot = &b.pgbench;
 		else if (strcmp(argv[i], "--out") == 0)
 			slot = &b.out;
 		else if (strcmp(argv[i], "--logs") == 0)
@@ -538,12 +1205,18 @@ int main(int argc, char **argv)
 		}
 		*slot = argv[++i];
 	}
-	b.single_n = env_int("BENCH_SINGLE", 2000);
-	b.batch_n = env_int("BENCH_BATCH", 20000);
+	if (!b.pgbench)
+		b.pgbench = default_pgbench();
+	b.commits_n = env_int("BENCH_COMMITS", 2000);
+	b.single_n = env_int("BENCH_SINGLE", 1000);
+	b.threads_runs = env_int("BENCH_THREADS", 10000);
+	b.batch_n = env_int("BENCH_BATCH", 10000);
+	b.stamp_n = env_int("BENCH_STAMP", 300);
 	b.noop_n = env_int("BENCH_NOOP", 20000);
-	b.flow3_n = env_int("BENCH_3STEP", 10000);
-	b.latency_n = env_int("BENCH_LATENCY", 200);
-	b.concurrency = env_int("BENCH_CONCURRENCY", 16);
+	b.flow3_n = env_int("BENCH_3STEP", 5000);
+	b.fleet_runs = env_int("BENCH_FLEET_RUNS", 1000);
+	b.memory_runs = env_int("BENCH_MEMORY_RUNS", 0);
+	parse_fleet(&b, getenv("BENCH_FLEET") ? getenv("BENCH_FLEET") : "1,10,50");
 	b.db_url = getenv("DATABASE_URL");
 	if (!b.db_url || !*b.db_url) {
 		fprintf(stderr, "bench: DATABASE_URL is not set\n");
@@ -555,30 +1228,35 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	b.pg = PQconnectdb(b.db_url);
-	if (PQstatus(b.pg) != CONNECTION_OK) {
-		fprintf(stderr, "bench: cannot connect: %s", PQerrorMessage(b.pg));
-		PQfinish(b.pg);
+	b.pg = connect_url(b.db_url);
+	if (!b.pg)
 		return 1;
-	}
 	if (cairn_client_open(b.db_url, &b.c) != CAIRN_OK) {
 		fprintf(stderr, "bench: %s\n", cairn_client_errmsg(b.c));
 		cairn_client_free(b.c);
 		PQfinish(b.pg);
 		return 1;
 	}
-	PQclear(PQexec(b.pg, "SET client_min_messages = warning"));
-	b.results = cJSON_CreateObject();
+	b.measures = cJSON_CreateArray();
 	b.errors = cJSON_CreateObject();
+	b.extra = cJSON_CreateObject();
 	cJSON *env = environment(&b);
 
-	/* Latency at low load first: after the throughput phases PostgreSQL is
-	 * still vacuuming and checkpointing their tens of thousands of rows,
-	 * which is load, and shows up in the tail. */
-	phase_latency(&b);
-	phase_enqueue(&b);
-	phase_throughput(&b, "noop", "noop", b.noop_n, "noop_runs_per_s");
-	phase_throughput(&b, "bench3", "bench3", b.flow3_n, "bench3_runs_per_s");
+	phase_floor_commit(&b);
+	phase_floor_pgbench(&b);
+	if (b.memory_runs > 0) {
+		phase_memory(&b);
+	} else {
+		phase_enqueue_single(&b);
+		phase_enqueue_threads(&b);
+		phase_enqueue_batch(&b);
+		phase_stamp(&b);
+		phase_drain(&b, "noop", b.noop_n, "noop_runs_per_s", "noop runs/s, 1 worker x16", 3);
+		phase_drain(&b, "bench3", b.flow3_n, "bench3_runs_per_s", "3-step runs/s, 1 worker x16",
+		            0.75);
+		for (int i = 0; i < b.fleet_n; i++)
+			phase_fleet(&b, b.fleet[i]);
+	}
 	reset(&b);
 
 	int problems = report(&b, env);

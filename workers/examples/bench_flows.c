@@ -4,10 +4,25 @@
  *
  *   bench3   three journaled steps, each returning a small JSON object;
  *            returns {"steps": 3}. Measures the cost of a step's journal write.
+ *   stamp    takes {"i": k} and, as its first instruction, writes
+ *            clock_gettime(CLOCK_MONOTONIC) in nanoseconds into int64 slot k
+ *            of the file named by $BENCH_STAMPS (mapped MAP_SHARED once, on
+ *            first use); the bench reads the same clock just before it
+ *            enqueues run k, so slot k minus that is the enqueue-to-first-
+ *            instruction latency the client sees. Without $BENCH_STAMPS, or
+ *            with k outside the file, it writes nothing. Returns null.
  *
  * Build: make examples. See workers/examples/greet.c for how plugins work.
  */
 #include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cairn.h"
 
@@ -35,7 +50,44 @@ static int bench3(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+static pthread_once_t stamps_once = PTHREAD_ONCE_INIT;
+static int64_t *stamps;  /* NULL when $BENCH_STAMPS is unset or unusable */
+static size_t stamps_n;
+
+static void stamps_map(void)
+{
+	const char *path = getenv("BENCH_STAMPS");
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_RDWR);
+	struct stat st;
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(int64_t)) {
+		void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p != MAP_FAILED) {
+			stamps = p;
+			stamps_n = (size_t)st.st_size / sizeof(int64_t);
+		}
+	}
+	close(fd);
+}
+
+static int stamp(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	pthread_once(&stamps_once, stamps_map);
+	const cJSON *i = cJSON_GetObjectItemCaseSensitive(input, "i");
+	if (stamps && cJSON_IsNumber(i) && i->valuedouble >= 0 && i->valuedouble < (double)stamps_n)
+		__atomic_store_n(&stamps[(size_t)i->valuedouble],
+		                 (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, __ATOMIC_RELEASE);
+	*output = NULL;
+	return CAIRN_OK;
+}
+
 int cairn_plugin_init(cairn_worker *w)
 {
-	return cairn_workflow_register(w, "bench3", bench3, NULL);
+	int rc = cairn_workflow_register(w, "bench3", bench3, NULL);
+	return rc != CAIRN_OK ? rc : cairn_workflow_register(w, "stamp", stamp, NULL);
 }
