@@ -197,8 +197,7 @@ PGresult *db_exec_then(PGconn *c, buf *err, const char *sql, int n, const char *
 		return r;
 	}
 	last_sqlstate[0] = '\0';
-	int sent = PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0) &&
-	           PQpipelineSync(c) &&
+	int sent = PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0) && PQpipelineSync(c) &&
 	           PQsendQueryParams(c, then, tn, NULL, tparams, NULL, NULL, 0) &&
 	           PQpipelineSync(c);
 	/* The first statement's result (an error, if any, wins), then its sync;
@@ -333,7 +332,11 @@ int db_behind_pooler(PGconn *c, buf *err)
 	return pid != PQbackendPID(c);
 }
 
-#define POOL_CHECK_ROUNDS  3
+#define POOL_CHECK_ROUNDS 3
+/* What every refusal of the check says the worker needs. */
+#define POOL_NEEDS                                                                                 \
+	"cairn-worker holds session advisory locks and needs a session-pooled or direct "          \
+	"connection: use pool_mode = session in PgBouncer, or connect to PostgreSQL directly"
 #define POOL_CHECK_WAIT_MS 5000
 
 /*
@@ -407,9 +410,7 @@ int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err)
 		buf_printf(err,
 		           "the database connection goes through a pooler in statement pooling "
 		           "mode: it refused a transaction block (%s; backend pid %" PRId64
-		           ", backend key %d). cairn-worker holds session advisory locks and needs "
-		           "a session-pooled or direct connection: use pool_mode = session in "
-		           "PgBouncer, or connect to PostgreSQL directly",
+		           ", backend key %d). " POOL_NEEDS,
 		           buf_str(&e), seen[0], PQbackendPID(a));
 		rc = -CAIRN_ESTATE;
 	} else if (rc == 3) {
@@ -418,9 +419,7 @@ int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err)
 		           "mode: a statement on it waited behind another connection's open "
 		           "transaction (backend pid %" PRId64
 		           " before, backend key %d), so it has "
-		           "no server session of its own. cairn-worker holds session advisory "
-		           "locks and needs a session-pooled or direct connection: use pool_mode = "
-		           "session in PgBouncer, or connect to PostgreSQL directly",
+		           "no server session of its own. " POOL_NEEDS,
 		           seen[0], key);
 		rc = -CAIRN_ESTATE;
 	} else if (rc > 0) {
@@ -429,9 +428,7 @@ int db_check_session_pooling(PGconn *a, const char *conninfo, buf *err)
 		           "statement) pooling mode: one connection's statements ran on different "
 		           "server sessions (backend pids %" PRId64 ", then %" PRId64
 		           " while another connection's transaction held %" PRId64 "; the client "
-		           "was given backend key %d). cairn-worker holds session advisory locks "
-		           "and needs a session-pooled or direct connection: use pool_mode = "
-		           "session in PgBouncer, or connect to PostgreSQL directly",
+		           "was given backend key %d). " POOL_NEEDS,
 		           seen[3], seen[2], seen[1], PQbackendPID(a));
 		rc = -CAIRN_ESTATE;
 	}

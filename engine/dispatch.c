@@ -71,11 +71,11 @@ struct dispatch {
 	_Atomic int stopping;
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
 	/* What a wake-up asks of the poller (see poller_main). */
-	_Atomic int claim_wanted;   /* claim now */
-	_Atomic int recheck;        /* the last claim may have left due messages behind */
-	_Atomic int64_t due_hint;   /* Unix ms of a message this worker just wrote; 0: none */
-	int clean;          /* executions that reached a durable point while draining */
-	db_settings limits; /* the poller's: read from cairn.settings at each connect */
+	_Atomic int claim_wanted; /* claim now */
+	_Atomic int recheck;      /* the last claim may have left due messages behind */
+	_Atomic int64_t due_hint; /* Unix ms of a message this worker just wrote; 0: none */
+	int clean;                /* executions that reached a durable point while draining */
+	db_settings limits;       /* the poller's: read from cairn.settings at each connect */
 };
 
 static void wake_poller(dispatch *d)
@@ -106,7 +106,8 @@ static void freed(dispatch *d)
 static void due_at(dispatch *d, int64_t at_ms)
 {
 	int64_t cur = atomic_load(&d->due_hint);
-	while ((cur == 0 || at_ms < cur) && !atomic_compare_exchange_weak(&d->due_hint, &cur, at_ms))
+	while ((cur == 0 || at_ms < cur) &&
+	       !atomic_compare_exchange_weak(&d->due_hint, &cur, at_ms))
 		;
 	wake_poller(d);
 }
@@ -351,7 +352,8 @@ static const char SQL_CLAIM[] =
     "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
     "           FROM cairn.steps s WHERE s.run_id = d.run_id) js "
     "WHERE r.id = d.run_id "
-    "RETURNING d.mark, d.at, d.first, r.id, r.shard_group AS grp, r.shard, d.epoch, d.ids::text AS ids, r.workflow, "
+    "RETURNING d.mark, d.at, d.first, r.id, r.shard_group AS grp, r.shard, d.epoch, d.ids::text AS "
+    "ids, r.workflow, "
     "  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
@@ -691,14 +693,16 @@ static void *poller_main(void *arg)
 				rc = n = claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
 				               &next_due, &skipped, &err);
 				int64_t took = clock_mono_ms() - t0;
-				if (n >= 0 && took > SLOW_CLAIM_MS && clock_mono_ms() >= next_analyze) {
+				if (n >= 0 && took > SLOW_CLAIM_MS &&
+				    clock_mono_ms() >= next_analyze) {
 					/* A slow claim after a bulk load is the planner
 					 * sorting every due message because its statistics
 					 * still say the table is small; autovacuum would
 					 * take up to a minute to notice. */
 					char ms[24];
 					log_kv(d->env.log, LOG_INFO,
-					       "slow claim: refreshing the statistics of cairn.messages",
+					       "slow claim: refreshing the statistics of "
+					       "cairn.messages",
 					       "claim_ms", db_i64(ms, took), NULL);
 					db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
 					next_analyze = clock_mono_ms() + 60000;

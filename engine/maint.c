@@ -86,8 +86,8 @@ typedef enum probe { PROBE_OK, PROBE_ANSWERED_FAIL, PROBE_NO_ANSWER } probe;
 
 /* GET (or, with post, an empty POST) http://address/path: the status code,
  * or 0 with why saying what failed. */
-static long http_call(CURL *h, const char *address, const char *path, int post,
-                      int64_t timeout_ms, char *why, size_t n)
+static long http_call(CURL *h, const char *address, const char *path, int post, int64_t timeout_ms,
+                      char *why, size_t n)
 {
 	char url[300];
 	snprintf(url, sizeof url, "http://%s%s", address, path);
@@ -195,7 +195,8 @@ static int health_main(cairn_singleton *s, void *arg)
 		if (health_round(e, c, h) < 0 && !db_ok(c))
 			rc = CAIRN_EDB;
 		else
-			cairn_singleton_sleep(s, HEALTH_ROUNDS_EVERY * e->cfg->heartbeat_interval_ms);
+			cairn_singleton_sleep(s,
+			                      HEALTH_ROUNDS_EVERY * e->cfg->heartbeat_interval_ms);
 	}
 	if (h)
 		curl_easy_cleanup(h);
@@ -235,8 +236,8 @@ static int janitor_main(cairn_singleton *s, void *arg)
 
 /* ------------------------------------------------------------- the relay */
 
-#define RELAY_TIMEOUT_MS 250   /* one POST to a runner: an answer takes well under 1 ms */
-#define RELAY_RETRY_MS   2000  /* a runner that did not answer is tried again after this */
+#define RELAY_TIMEOUT_MS 250  /* one POST to a runner: an answer takes well under 1 ms */
+#define RELAY_RETRY_MS   2000 /* a runner that did not answer is tried again after this */
 #define RELAY_SLICE_MS   100  /* how often the relay looks at its cancel flag */
 
 /* A runner the relay knows: its advertised address, and whether the last
@@ -297,9 +298,9 @@ static void relay_post(relay_state *r, relay_runner *rr, const char *path)
 	if (rr->failing && clock_mono_ms() < rr->retry_at)
 		return;
 	char why[CURL_ERROR_SIZE + 32];
-	long code = rr->address[0] ? http_call(r->h, rr->address, path, 1, RELAY_TIMEOUT_MS, why,
-	                                       sizeof why)
-	                           : 0;
+	long code = rr->address[0]
+	                ? http_call(r->h, rr->address, path, 1, RELAY_TIMEOUT_MS, why, sizeof why)
+	                : 0;
 	if (code == 204) {
 		rr->failing = 0;
 		return;
@@ -311,7 +312,8 @@ static void relay_post(relay_state *r, relay_runner *rr, const char *path)
 		log_kv(r->env->log, LOG_WARN,
 		       "cannot wake a runner: runs of its shards wait for its next poll "
 		       "(CAIRN_POLL_INTERVAL); check its CAIRN_ADVERTISE_ADDR and the network",
-		       "runner_id", db_i64(id, rr->id), "address", rr->address, "reason", why, NULL);
+		       "runner_id", db_i64(id, rr->id), "address", rr->address, "reason", why,
+		       NULL);
 	}
 	rr->failing = 1;
 	rr->retry_at = clock_mono_ms() + RELAY_RETRY_MS;

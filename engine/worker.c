@@ -353,23 +353,17 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 		PQfinish(s->conn);
 		s->conn = NULL;
 	}
-	if (refused) {
+	if (refused)
 		log_kv(&w->log, LOG_ERROR, "refusing to attach", "error", buf_str(&err), NULL);
-		char reason[1024];
-		snprintf(reason, sizeof reason, "refusing to attach: %s", buf_str(&err));
-		set_ready(w, 0, reason);
-		buf_free(&err);
-		nap(s, db_backoff_ms((*failures)++));
-		return -CAIRN_EDB;
+	else if (!s->conn && !*logged_down) {
+		log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff", "error",
+		       buf_str(&err), NULL);
+		*logged_down = 1;
 	}
 	if (!s->conn) {
-		if (!*logged_down) {
-			log_kv(&w->log, LOG_WARN, "database unreachable; retrying with backoff",
-			       "error", buf_str(&err), NULL);
-			*logged_down = 1;
-		}
-		char reason[512];
-		snprintf(reason, sizeof reason, "database unreachable: %s", buf_str(&err));
+		char reason[1024];
+		snprintf(reason, sizeof reason, "%s: %s",
+		         refused ? "refusing to attach" : "database unreachable", buf_str(&err));
 		set_ready(w, 0, reason);
 		buf_free(&err);
 		nap(s, db_backoff_ms((*failures)++));

@@ -87,18 +87,21 @@ Test(pgbouncer, session_pooling_worker_completes_a_run_the_cli_enqueues_and_wait
 	worker_stop();
 }
 
-Test(pgbouncer, transaction_pooling_worker_refuses_at_start_naming_the_problem_and_takes_no_shard)
+/* A worker through pooling `mode` exits 1 at start, its log naming each of
+ * `says` (NULL-terminated) and pool_mode = session, and leaves no runner and
+ * no owned shard; returns a connection to its database for more checks. */
+static PGconn *refuses_at_start(const char *mode, const char *const *says)
 {
 	const char *db = tdb_new_migrated_shards(64);
-	const char *url = tpgbouncer_start(&pgb, "transaction", db);
+	const char *url = tpgbouncer_start(&pgb, mode, db);
 	tlog_file(worker_log);
 	worker_pid = tworker_spawn(url, worker_log, NULL);
 	int rc = tworker_stop(worker_pid, 0, 30000);
 	worker_pid = 0;
 	char *text = tfile_read(worker_log);
 	cr_assert_eq(rc, 1, "exit %d; log:\n%s", rc, text);
-	cr_assert(strstr(text, "pooler in transaction (or statement) pooling mode"), "%s", text);
-	cr_assert(strstr(text, "needs a session-pooled or direct connection"), "%s", text);
+	for (; *says; says++)
+		cr_assert(strstr(text, *says), "%s", text);
 	cr_assert(strstr(text, "pool_mode = session"), "%s", text);
 	cr_assert(!strstr(text, "cairn-worker started"), "%s", text);
 	free(text);
@@ -107,7 +110,14 @@ Test(pgbouncer, transaction_pooling_worker_refuses_at_start_naming_the_problem_a
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runners"), 0);
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL"),
 	             0);
-	PQfinish(c);
+	return c;
+}
+
+Test(pgbouncer, transaction_pooling_worker_refuses_at_start_naming_the_problem_and_takes_no_shard)
+{
+	static const char *const says[] = {"pooler in transaction (or statement) pooling mode",
+	                                   "needs a session-pooled or direct connection", NULL};
+	PQfinish(refuses_at_start("transaction", says));
 }
 
 /* `cairn status RUN --json` says the run's status is want. */
@@ -269,23 +279,8 @@ Test(pgbouncer, transaction_pooling_worker_started_while_unreachable_refuses_to_
  * and its advisory locks stayed on pooled server sessions after it exited). */
 Test(pgbouncer, statement_pooling_worker_refuses_at_start_naming_the_mode_and_takes_no_shard)
 {
-	const char *db = tdb_new_migrated_shards(64);
-	const char *url = tpgbouncer_start(&pgb, "statement", db);
-	tlog_file(worker_log);
-	worker_pid = tworker_spawn(url, worker_log, NULL);
-	int rc = tworker_stop(worker_pid, 0, 30000);
-	worker_pid = 0;
-	char *text = tfile_read(worker_log);
-	cr_assert_eq(rc, 1, "exit %d; log:\n%s", rc, text);
-	cr_assert(strstr(text, "pooler in statement pooling mode"), "%s", text);
-	cr_assert(strstr(text, "pool_mode = session"), "%s", text);
-	cr_assert(!strstr(text, "cairn-worker started"), "%s", text);
-	free(text);
-	unlink(worker_log);
-	PGconn *c = tdb_connect(db);
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runners"), 0);
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL"),
-	             0);
+	static const char *const says[] = {"pooler in statement pooling mode", NULL};
+	PGconn *c = refuses_at_start("statement", says);
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
 	                        "database = (SELECT oid FROM pg_database WHERE datname = "
 	                        "current_database())"),
