@@ -141,55 +141,83 @@ int client_shards(cairn_client *c, int *shards)
 /* ---------------------------------------------------------------- enqueue */
 
 /*
- * Wake-ups. A write that gives a shard work ($1 groups, $2 shards) is
- * followed, in a transaction of its own sent in the same round trip
- * (db_exec_then), by one notification per owner of those shards on
- * cairn_wake, whose payload is the owner's runner id (then $3: "" or
- * CAIRN_WAKE_CANCEL). Only the wake relay listens (maint.c, cairn.relay),
- * and it pokes that owner alone, so a run costs the same whatever the size
- * of the fleet. The notification is not part of the write's transaction:
- * PostgreSQL serialises the commits of notifying transactions (and a
- * notification-only transaction writes no WAL of its own, so it does not
- * wait for the disk). It reads the owner after the write committed: an
- * owner that takes a shard later claims its due messages as it takes it,
- * and a shard that has no owner wakes nobody.
+ * Wake-ups. A write that gives a shard work is followed, in a transaction
+ * of its own sent in the same round trip (db_exec_then), by one
+ * notification per owner of those shards on cairn_wake, whose payload is
+ * the owner's runner id (then "" or CAIRN_WAKE_CANCEL). Only the wake relay
+ * listens (maint.c, cairn.relay), and it pokes that owner alone, so a run
+ * costs the same whatever the size of the fleet. The notification is not
+ * part of the write's transaction: PostgreSQL serialises the commits of
+ * notifying transactions on one lock, held until the commit is on disk.
+ * The wake-up's own commit does not wait for the disk (a wake-up lost in a
+ * crash of the database is one the poll fallback makes up for), so it holds
+ * that lock only for moments, and a write that has no owner to wake
+ * notifies nobody and commits nothing. It reads the owner after the write
+ * committed: an owner that takes a shard later claims its due work as it
+ * takes it, and a shard that has no owner wakes nobody.
  */
-static const char SQL_WAKE_SHARDS[] =
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $3)) "
+#define WAKE_NO_DISK "set_config('synchronous_commit', 'off', true)"
+/* One shard: $1 group, $2 shard, $3 "" or CAIRN_WAKE_CANCEL. */
+static const db_stmt ST_WAKE_SHARD = {
+    "cairn_wake_shard",
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', owner || $3)), " WAKE_NO_DISK " "
+    "FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 AND owner IS NOT NULL"};
+/* Shards: $1 groups, $2 shards, $3 as above. */
+static const db_stmt ST_WAKE_SHARDS = {
+    "cairn_wake_shards",
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $3)), " WAKE_NO_DISK " "
     "FROM (SELECT DISTINCT l.owner FROM unnest($1::text[], $2::int[]) AS x(g, s) "
     "      JOIN cairn.shard_leases l ON l.shard_group = x.g AND l.shard = x.s "
-    "      WHERE l.owner IS NOT NULL) o";
-/* The same for the shards of runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
-static const char SQL_WAKE_RUNS[] =
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $2)) "
+    "      WHERE l.owner IS NOT NULL) o"};
+/* The shards of runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
+static const db_stmt ST_WAKE_RUNS = {
+    "cairn_wake_runs",
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $2)), " WAKE_NO_DISK " "
     "FROM (SELECT DISTINCT l.owner FROM cairn.runs r JOIN cairn.shard_leases l "
     "        ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "      WHERE r.id = ANY ($1::bigint[]) AND l.owner IS NOT NULL) o";
+    "      WHERE r.id = ANY ($1::bigint[]) AND l.owner IS NOT NULL) o"};
 
-/* One row per input, in order: the run's id, whether it existed, its status
- * and, when $9 asks for it and an existing run has finished, its output and
- * error (a new run has neither). */
-static const char SQL_ENQUEUE[] =
+/* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
+#define START_AT(at, delay)                                                                       \
+	"CASE WHEN " at " IS NOT NULL THEN to_timestamp(" at " / 1000.0) "                         \
+	"ELSE now() + " delay " * interval '1 millisecond' END"
+
+/*
+ * One run, the common call: a single INSERT, prepared once per session. The
+ * run row is its own start (runs.start_at, migration 0006). A key that
+ * exists inserts nothing and returns nothing; ST_ENQUEUED then reads it.
+ * The columns, here and below: id, existed, status, and for an existing run
+ * that has finished, when asked ($3 below), its output and error.
+ */
+static const db_stmt ST_ENQUEUE = {
+    "cairn_enqueue",
+    "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
+    "                             scheduled_at, start_at) "
+    "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, t.at "
+    "FROM (SELECT " START_AT("$8::bigint", "$7::bigint") " AS at) t "
+    "ON CONFLICT (workflow, key) DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text"};
+static const char SQL_ENQUEUED[] =
+    "SELECT id, true, status, CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
+    "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN error END "
+    "FROM cairn.runs WHERE workflow = $1 AND key = $2";
+
+/* Many runs: one row per input, in order, with the columns above. */
+static const char SQL_ENQUEUE_BATCH[] =
     "WITH input AS ("
     "  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::int[], "
     "                       $7::bigint[], $8::bigint[]) WITH ORDINALITY "
     "    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, ord)), "
     "ins AS ("
     "  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
-    "scheduled_at) "
-    "  SELECT $1, key, shard_group, shard, input, max_attempts, "
-    "         CASE WHEN at_ms IS NOT NULL THEN to_timestamp(at_ms / 1000.0) "
-    "              ELSE now() + delay_ms * interval '1 millisecond' END "
-    "  FROM input ORDER BY ord "
+    "                          scheduled_at, start_at) "
+    "  SELECT $1, key, shard_group, shard, input, max_attempts, at, at "
+    "  FROM (SELECT *, " START_AT("at_ms", "delay_ms") " AS at FROM input) i ORDER BY ord "
     "  ON CONFLICT (workflow, key) DO NOTHING "
-    "  RETURNING id, key, shard_group, shard, scheduled_at, status), "
-    "msg AS ("
-    "  INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
-    "  SELECT id, shard_group, shard, 'start', scheduled_at FROM ins RETURNING 1) "
+    "  RETURNING id, key, status) "
     "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "
     "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "
-    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "
-    "       (SELECT count(*) FROM msg) "
+    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END "
     "FROM input i LEFT JOIN ins ON ins.key = i.key "
     /* Existing runs are looked up one key at a time, and only for keys the
      * insert skipped: a join on workflow alone would read every run of it. */
@@ -198,9 +226,54 @@ static const char SQL_ENQUEUE[] =
     "  ON true "
     "ORDER BY i.ord";
 
-/* One run: cairn.enqueue_one (migration 0005) returns the same columns. */
-static const char SQL_ENQUEUE_ONE[] = "SELECT * FROM cairn.enqueue_one($1, $2, $3, $4, $5::jsonb, "
-                                      "$6, $7, $8, $9)";
+/* The statements a client prepares on a session of its own; their states
+ * are cairn_client.stmt[], in this order. */
+static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {&ST_ENQUEUE, &ST_WAKE_SHARD,
+                                                       &ST_WAKE_SHARDS, &ST_WAKE_RUNS};
+
+/* How to send s: as text while the client does not know that its
+ * connection is a session of its own (it learns with cairn.settings),
+ * prepared in the same round trip the first time, by name after that. */
+static db_send send_how(const cairn_client *c, const db_stmt *s, int *slot)
+{
+	*slot = -1;
+	for (int i = 0; i < CLIENT_NSTMTS; i++)
+		if (PREPARED[i] == s)
+			*slot = i;
+	if (*slot < 0 || c->settings.shards <= 0 || c->settings.pooled)
+		return DB_TEXT;
+	return c->stmt[*slot] == STMT_UNPREPARED ? DB_PREPARE
+	       : c->stmt[*slot] == STMT_PREPARED ? DB_NAMED
+	                                         : DB_TEXT;
+}
+
+/* After sending a statement how (state: its SQLSTATE when it failed, NULL
+ * when that is not known): a prepare that failed sends it as text from then
+ * on, unless the session had it already; a named statement the session has
+ * lost (DISCARD ALL, say) is prepared again next time. */
+static void sent(cairn_client *c, int slot, db_send how, int ok, const char *state)
+{
+	int lost = !ok && (!state || strcmp(state, "26000") == 0);
+	if (slot < 0 || how == DB_TEXT)
+		return;
+	if (how == DB_PREPARE)
+		c->stmt[slot] = ok || (state && strcmp(state, "42P05") == 0) ? STMT_PREPARED : STMT_TEXT;
+	else if (lost)
+		c->stmt[slot] = STMT_UNPREPARED;
+}
+
+/* db_exec_then of s and then, each prepared once per session where it can. */
+static PGresult *exec_then(cairn_client *c, const db_stmt *s, int n, const char *const *params,
+                           const db_stmt *then, int tn, const char *const *tparams)
+{
+	int si, ti, then_ok;
+	db_send how = send_how(c, s, &si), then_how = send_how(c, then, &ti);
+	PGresult *r = db_exec_then(c->conn, &c->err, s, how, n, params, then, then_how, tn, tparams,
+	                           &then_ok);
+	sent(c, si, how, r != NULL, db_last_sqlstate());
+	sent(c, ti, then_how, then_ok, NULL);
+	return r;
+}
 
 #define MAX_ATTEMPTS_LIMIT 1000
 
@@ -254,6 +327,66 @@ static void random_key(char out[33])
 	sodium_bin2hex(out, 33, raw, sizeof raw);
 }
 
+/* Reads the rows of an enqueue into out (as many as n); *missing when a
+ * row names no run (its key's run was not found). */
+static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out,
+                         int *missing)
+{
+	int oom = 0;
+	*missing = PQntuples(r) == 0;
+	for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
+		if (PQgetisnull(r, i, 0)) {
+			*missing = 1;
+			continue;
+		}
+		cairn_enqueued *e = &out[i];
+		e->id = db_get_i64(r, i, 0);
+		e->existed = db_get_bool(r, i, 1);
+		snprintf(e->status, sizeof e->status, "%s", PQgetvalue(r, i, 2));
+		cairn_enqueued_clear(e);
+		e->output = db_get_str(r, i, 3);
+		e->error = db_get_str(r, i, 4);
+		oom |= (!e->output && !PQgetisnull(r, i, 3)) || (!e->error && !PQgetisnull(r, i, 4));
+	}
+	PQclear(r);
+	return oom ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the run's result")
+	           : CAIRN_OK;
+}
+
+/* One run: the prepared INSERT, then (a key that exists) a read of its run.
+ * The INSERT waits for a concurrent enqueue of the same key to commit, so
+ * the read sees that run, unless it was deleted in between: then the key
+ * is free again, and the INSERT is tried once more. */
+static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
+                       const char *key, int shards, int want_result, cairn_enqueued *out)
+{
+	const char *group = o->group ? o->group : CAIRN_DEFAULT_GROUP;
+	char shard[24], maxa[24], delay[24], at[24];
+	const char *p[] = {workflow,
+	                   key,
+	                   group,
+	                   db_i64(shard, hash_shard(key, shards)),
+	                   o->input ? o->input : "null",
+	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
+	                   db_i64(delay, o->delay_ms),
+	                   o->at_unix_ms ? db_i64(at, o->at_unix_ms) : NULL};
+	const char *wake[] = {group, shard, ""};
+	const char *look[] = {workflow, key, want_result ? "t" : "f"};
+	for (int attempt = 0; attempt < 3; attempt++) {
+		int missing, rc;
+		PGresult *r = exec_then(c, &ST_ENQUEUE, 8, p, &ST_WAKE_SHARD, 3, wake);
+		if (!r)
+			return db_fail(c);
+		if ((rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
+			return rc;
+		if (!(r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look)))
+			return db_fail(c);
+		if ((rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
+			return rc;
+	}
+	return client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
+}
+
 /* cairn_enqueue_batch, and with want_result also each existing finished
  * run's output and error (cairn_enqueue). */
 static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
@@ -274,14 +407,17 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	int shards, rc = client_shards(c, &shards);
 	if (rc)
 		return rc;
-
-	char first_key[KEY_MAX_BYTES + 1];
-	int64_t first_shard = 0;
+	char gen[33];
+	if (n == 1) {
+		if (!opts[0].key)
+			random_key(gen);
+		return enqueue_one(c, workflow, &opts[0], opts[0].key ? opts[0].key : gen, shards,
+		                   want_result, out);
+	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT;
 	for (size_t i = 0; i < n; i++) {
 		const cairn_enqueue_opts *o = &opts[i];
-		char gen[33];
 		const char *key = o->key;
 		if (!key) {
 			random_key(gen);
@@ -290,10 +426,6 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		pgarr_add(&keys, key);
 		pgarr_add(&groups, o->group ? o->group : CAIRN_DEFAULT_GROUP);
 		pgarr_add_i64(&sh, hash_shard(key, shards));
-		if (i == 0) { /* a generated key lives in keys only */
-			snprintf(first_key, sizeof first_key, "%s", key);
-			first_shard = hash_shard(key, shards);
-		}
 		pgarr_add(&inputs, o->input ? o->input : "null");
 		pgarr_add_i64(&maxa, o->max_attempts ? o->max_attempts : 3);
 		pgarr_add_i64(&delays, o->delay_ms);
@@ -306,63 +438,26 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f"};
 	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), ""};
-	/* One run goes as scalars to cairn.enqueue_one (the same columns back). */
-	const char *sql = SQL_ENQUEUE;
-	char one_shard[24], one_max[24], one_delay[24], one_at[24];
-	const char *one[9];
-	if (n == 1) {
-		const cairn_enqueue_opts *o = &opts[0];
-		const char *v[] = {workflow,
-		                   first_key,
-		                   o->group ? o->group : CAIRN_DEFAULT_GROUP,
-		                   db_i64(one_shard, first_shard),
-		                   o->input ? o->input : "null",
-		                   db_i64(one_max, o->max_attempts ? o->max_attempts : 3),
-		                   db_i64(one_delay, o->delay_ms),
-		                   o->at_unix_ms ? db_i64(one_at, o->at_unix_ms) : NULL,
-		                   want_result ? "t" : "f"};
-		memcpy(one, v, sizeof one);
-		sql = SQL_ENQUEUE_ONE;
-	}
-	rc = CAIRN_OK;
-	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom) {
+	const db_stmt batch = {NULL, SQL_ENQUEUE_BATCH};
+	rc = client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
+	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom || sh.b.oom || maxa.b.oom ||
+	    delays.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
 		goto done;
 	}
 	/* A concurrent enqueue of the same key can commit after our snapshot: the
 	 * insert skips it but the lookup cannot see it yet, so try once more. */
 	for (int attempt = 0; attempt < 3; attempt++) {
-		PGresult *r = db_exec_then(c->conn, &c->err, sql, 9, n == 1 ? one : params,
-		                           SQL_WAKE_SHARDS, 3, wake);
+		int missing;
+		PGresult *r = exec_then(c, &batch, 9, params, &ST_WAKE_SHARDS, 3, wake);
 		if (!r) {
 			rc = db_fail(c);
-			goto done;
+			break;
 		}
-		int missing = 0, oom = 0;
-		for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
-			if (PQgetisnull(r, i, 0)) {
-				missing = 1;
-				continue;
-			}
-			cairn_enqueued *e = &out[i];
-			e->id = db_get_i64(r, i, 0);
-			e->existed = db_get_bool(r, i, 1);
-			snprintf(e->status, sizeof e->status, "%s", PQgetvalue(r, i, 2));
-			cairn_enqueued_clear(e);
-			e->output = db_get_str(r, i, 3);
-			e->error = db_get_str(r, i, 4);
-			oom |= (!e->output && !PQgetisnull(r, i, 3)) ||
-			       (!e->error && !PQgetisnull(r, i, 4));
-		}
-		PQclear(r);
-		if (oom) {
-			rc = client_fail(c, CAIRN_ENOMEM, "out of memory reading the run's result");
-			goto done;
-		}
-		if (!missing)
-			goto done;
+		if ((rc = read_enqueued(c, r, n, out, &missing)) || !missing)
+			break;
+		rc = client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
 	}
-	rc = client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
 done:
 	pgarr_free(&keys);
 	pgarr_free(&groups);
@@ -470,7 +565,8 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 	char ids[32];
 	snprintf(ids, sizeof ids, "{%" PRId64 "}", run_id);
 	const char *w[] = {ids, wake};
-	PGresult *r = db_exec_then(c->conn, &c->err, sql, n, params, SQL_WAKE_RUNS, 2, w);
+	const db_stmt st = {NULL, sql};
+	PGresult *r = exec_then(c, &st, n, params, &ST_WAKE_RUNS, 2, w);
 	if (!r)
 		return db_fail(c);
 	int rc = CAIRN_OK;
@@ -506,7 +602,8 @@ static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
     "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
     "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
-    "             cancel_requested = true, finished_at = now(), updated_at = now() "
+    "             cancel_requested = true, finished_at = now(), updated_at = now(), "
+    "             start_at = NULL "
     "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
     "           AND attempt = 0 RETURNING id), "
     "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
@@ -541,17 +638,14 @@ static const char SQL_RETRY[] =
     "                          AND s.status IN ('completed', 'timed_out'))), "
     "up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
     "           cancel_requested = false, finished_at = NULL, updated_at = now(), "
-    "           scheduled_at = now(), claims = 0 "
+    "           scheduled_at = now(), start_at = now(), claims = 0 "
     "       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
     "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) "
     "         AND seq >= (SELECT f FROM cut) RETURNING 1), "
     "gb AS (UPDATE cairn.signals SET consumed_by_seq = NULL WHERE run_id IN (SELECT id FROM up) "
-    "         AND consumed_by_seq >= (SELECT f FROM cut) RETURNING 1), "
-    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-    "      SELECT id, shard_group, shard, 'start' FROM up "
-    "      RETURNING 1) "
+    "         AND consumed_by_seq >= (SELECT f FROM cut) RETURNING 1) "
     "SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM gb) + "
-    "       (SELECT count(*) FROM m), "
+    "       (SELECT count(*) FROM up), "
     "       'it is ' || status || ', only failed or cancelled runs can be retried' FROM r";
 
 int cairn_retry(cairn_client *c, int64_t run_id)

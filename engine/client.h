@@ -20,8 +20,14 @@
 #define CAIRN_MEMBERS_CHANNEL     "cairn_members"
 #define CAIRN_DONE_CHANNEL        "cairn_done"
 
+/* The statements a client prepares on its session (client.c), and the
+ * state of each. */
+#define CLIENT_NSTMTS 4
+enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
+
 struct cairn_client {
 	PGconn *conn;
+	unsigned char stmt[CLIENT_NSTMTS]; /* STMT_*, per statement */
 	buf err;
 	size_t max_payload;
 	db_settings settings; /* cairn.settings, read once; settings.shards is 0 until read */

@@ -149,11 +149,15 @@ static const char SQL_COMMIT[] =
     "    error = excluded.error, attempts = excluded.attempts, wake_at = excluded.wake_at, "
     "    finished_at = excluded.finished_at "
     "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out')), "
+    /* The run's start (runs.start_at): u.sa Unix ms, NULL (none: the run
+     * started), or -1 (as it is). */
     "upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
     "    attempt = u.a, claims = 0, updated_at = now(), "
-    "    finished_at = CASE WHEN u.fin THEN now() END "
+    "    finished_at = CASE WHEN u.fin THEN now() END, "
+    "    start_at = CASE WHEN u.sa < 0 THEN r.start_at ELSE to_timestamp(u.sa / 1000.0) END "
     "  FROM unnest(:u_run::bigint[], :u_status::text[], :u_output::text[], :u_error::text[], "
-    "              :u_attempt::int[], :u_finished::bool[]) AS u(id, st, o, er, a, fin) "
+    "              :u_attempt::int[], :u_finished::bool[], :u_start::bigint[]) "
+    "       AS u(id, st, o, er, a, fin, sa) "
     "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) RETURNING r.id, u.fin), "
     "delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY (:del_msg::bigint[]) "
     "    OR m.run_id = ANY (:del_run::bigint[])) AND m.run_id IN (SELECT run_id FROM ok)), "
@@ -222,7 +226,11 @@ static void add_text(pgarr *a, const char *s)
 	buf_free(&clean);
 }
 
-static void add_run_update(commit_params *p, const commit *c, run_status st, int finished)
+/* start: the run's start from now on, in Unix ms; START_NONE or START_KEEP. */
+enum { START_NONE = 0, START_KEEP = -1 };
+
+static void add_run_update(commit_params *p, const commit *c, run_status st, int finished,
+                           int64_t start)
 {
 	pgarr_add_i64(&p->slot[SLOT_u_run], c->run.id);
 	pgarr_add(&p->slot[SLOT_u_status], run_status_name(st));
@@ -230,12 +238,23 @@ static void add_run_update(commit_params *p, const commit *c, run_status st, int
 	add_text(&p->slot[SLOT_u_error], c->error);
 	pgarr_add_i64(&p->slot[SLOT_u_attempt], c->attempt);
 	pgarr_add(&p->slot[SLOT_u_finished], finished ? "t" : "f");
+	add_ms(&p->slot[SLOT_u_start], start);
+}
+
+/* Whether the claim took the run's start. */
+static int claimed_start(const commit *c)
+{
+	for (int k = 0; k < c->run.nmsgs; k++)
+		if (c->run.msgs[k] == MSG_START_ID)
+			return 1;
+	return 0;
 }
 
 static void add_claimed(pgarr *a, const commit *c)
 {
 	for (int k = 0; k < c->run.nmsgs; k++)
-		pgarr_add_i64(a, c->run.msgs[k]);
+		if (c->run.msgs[k] != MSG_START_ID)
+			pgarr_add_i64(a, c->run.msgs[k]);
 }
 
 static void add_new_message(commit_params *p, const commit *c, msg_kind kind)
@@ -281,25 +300,26 @@ static void encode_one(commit_params *p, const commit *c)
 			pgarr_add_i64(&s[SLOT_prog_run], c->run.id);
 		break;
 	case COMMIT_SUSPEND:
-		add_run_update(p, c, c->status, 0);
+		add_run_update(p, c, c->status, 0, START_NONE);
 		add_claimed(&s[SLOT_del_msg], c);
 		if (c->at_ms)
 			add_new_message(p, c, MSG_WAKE);
 		break;
 	case COMMIT_FINISH:
-		add_run_update(p, c, c->status, 1);
+		add_run_update(p, c, c->status, 1, START_NONE);
 		pgarr_add_i64(&s[SLOT_del_run], c->run.id);
 		break;
 	case COMMIT_RETRY:
-		add_run_update(p, c, RUN_PENDING, 0);
+		add_run_update(p, c, RUN_PENDING, 0, c->at_ms);
 		pgarr_add_i64(&s[SLOT_reset_run], c->run.id);
 		pgarr_add_i64(&s[SLOT_reset_from], c->retry_from);
 		add_claimed(&s[SLOT_del_msg], c);
-		add_new_message(p, c, MSG_START);
 		break;
 	case COMMIT_DEFER:
-		add_run_update(p, c, RUN_PENDING, 0);
+		add_run_update(p, c, RUN_PENDING, 0, claimed_start(c) ? c->at_ms : START_KEEP);
 		for (int k = 0; k < c->run.nmsgs; k++) {
+			if (c->run.msgs[k] == MSG_START_ID)
+				continue;
 			pgarr_add_i64(&s[SLOT_defer_msg], c->run.msgs[k]);
 			pgarr_add_i64(&s[SLOT_defer_at], c->at_ms);
 		}

@@ -43,9 +43,9 @@ typedef enum commit_outcome {
 	                   message of the run deleted */
 	COMMIT_RETRY,   /* the run starts over as attempt `attempt`: the journal cut from
 	                   retry_from on (and the signals consumed there given back), claimed
-	                   messages deleted, a start message at at_ms */
-	COMMIT_DEFER,   /* status pending with error as the reason; the claimed messages are
-	                   delivered again at at_ms */
+	                   messages deleted, its start at at_ms */
+	COMMIT_DEFER,   /* status pending with error as the reason; the claimed messages (and
+	                   start) are delivered again at at_ms */
 	COMMIT_DISCARD, /* a late message for a finished run: delete the claimed messages */
 	COMMIT_MARK,    /* an execution starts: count it (runs.claims) before any code of the
 	                   run runs, so a run that keeps killing its worker is recognised */
@@ -59,7 +59,8 @@ typedef struct commit_run {
 	const char *group; /* name; outlives the commit */
 	int shard;
 	int64_t owner, epoch;
-	const int64_t *msgs; /* the claimed messages; outlive the commit */
+	const int64_t *msgs; /* the claimed messages (MSG_START_ID: the run's start);
+	                        outlive the commit */
 	int nmsgs;
 	int attempt; /* the attempt that executed */
 } commit_run;
@@ -108,6 +109,7 @@ void commit_truncate(commit *c, int from);
 	X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error)    \
 	X(j_attempts) X(j_wake) X(j_started) X(j_finished)                          \
 	X(u_run) X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished)      \
+	X(u_start)                                                                  \
 	X(del_msg) X(del_run)                                                       \
 	X(new_run) X(new_kind) X(new_at)                                            \
 	X(sig_id) X(sig_seq)                                                        \

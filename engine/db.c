@@ -188,22 +188,35 @@ PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const
 	return keep_ok(c, r, gave_up, err);
 }
 
-PGresult *db_exec_then(PGconn *c, buf *err, const char *sql, int n, const char *const *params,
-                       const char *then, int tn, const char *const *tparams)
+static int send_stmt(PGconn *c, const db_stmt *s, db_send how, int n, const char *const *params)
+{
+	if (how == DB_TEXT)
+		return PQsendQueryParams(c, s->sql, n, NULL, params, NULL, NULL, 0);
+	if (how == DB_PREPARE && !PQsendPrepare(c, s->name, s->sql, 0, NULL))
+		return 0;
+	return PQsendQueryPrepared(c, s->name, n, params, NULL, NULL, 0);
+}
+
+PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n,
+                       const char *const *params, const db_stmt *then, db_send then_how, int tn,
+                       const char *const *tparams, int *then_ok)
 {
 	if (wait_limit_ms || !PQenterPipelineMode(c)) {
-		PGresult *r = db_exec(c, err, sql, n, params);
-		PQclear(db_exec(c, NULL, then, tn, tparams));
+		PGresult *r = db_exec(c, err, s->sql, n, params), *t = db_exec(c, NULL, then->sql, tn, tparams);
+		*then_ok = t != NULL;
+		PQclear(t);
 		return r;
 	}
 	last_sqlstate[0] = '\0';
-	int sent = PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0) && PQpipelineSync(c) &&
-	           PQsendQueryParams(c, then, tn, NULL, tparams, NULL, NULL, 0) &&
-	           PQpipelineSync(c);
-	/* The first statement's result (an error, if any, wins), then its sync;
-	 * the second's results are dropped, up to the second sync. */
+	int sent = send_stmt(c, s, how, n, params) && PQpipelineSync(c) &&
+	           send_stmt(c, then, then_how, tn, tparams) && PQpipelineSync(c);
+	/* The first statement's result (an error, if any, wins; a prepare's
+	 * result is followed by its statement's), then its sync; of the
+	 * second's results, only whether one failed. */
 	PGresult *res = NULL, *r;
-	for (int syncs = 0; sent && syncs < 2;) {
+	int syncs = 0;
+	*then_ok = 1;
+	while (sent && syncs < 2) {
 		if (!(r = PQgetResult(c))) {
 			if (PQstatus(c) != CONNECTION_OK)
 				break;
@@ -216,9 +229,13 @@ PGresult *db_exec_then(PGconn *c, buf *err, const char *sql, int n, const char *
 			PQclear(res);
 			res = r;
 			continue;
+		} else if (syncs == 1 && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+			*then_ok = 0;
 		}
 		PQclear(r);
 	}
+	if (syncs < 2)
+		*then_ok = 0;
 	PQexitPipelineMode(c);
 	return keep_ok(c, res, 0, err);
 }
@@ -278,7 +295,8 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 	                     .max_journal_bytes = DB_DEFAULT_MAX_JOURNAL_BYTES};
 	PGresult *r = db_exec(c, err,
 	                      "SELECT name, value FROM cairn.settings WHERE name IN "
-	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes')",
+	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes') "
+	                      "UNION ALL SELECT 'backend_pid', pg_backend_pid()::text",
 	                      0, NULL);
 	if (!r) {
 		const char *st = db_last_sqlstate();
@@ -297,6 +315,8 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 			out->max_pending_signals = (int)v;
 		else if (strcmp(name, "max_journal_bytes") == 0 && v > 0)
 			out->max_journal_bytes = v;
+		else if (strcmp(name, "backend_pid") == 0)
+			out->pooled = v != PQbackendPID(c); /* as db_behind_pooler */
 	}
 	PQclear(r);
 	if (out->shards <= 0) {

@@ -50,14 +50,28 @@ void db_set_wait_limit(int64_t ms);
  */
 PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
 /*
- * db_exec of sql, then of `then` in a transaction of its own, sent together
- * (one round trip, libpq's pipeline mode): the second runs after the first
- * has committed, whatever its outcome, and its result and errors are
- * dropped. For a wake-up sent after the write it announces. Not for a
- * thread with a wait limit (it then runs them one after the other).
+ * A statement a client sends often: prepared once per session under name,
+ * so the server plans it once; sent as text where that cannot be known to
+ * last (behind a pooler the next statement may reach another session,
+ * which never saw the name).
  */
-PGresult *db_exec_then(PGconn *c, buf *err, const char *sql, int n, const char *const *params,
-                       const char *then, int tn, const char *const *tparams);
+typedef struct db_stmt {
+	const char *name, *sql;
+} db_stmt;
+/* How db_exec_then sends a statement: as text, by the name the session
+ * prepared, or preparing it first in the same round trip. */
+typedef enum db_send { DB_TEXT, DB_NAMED, DB_PREPARE } db_send;
+/*
+ * db_exec of s, then of `then` in a transaction of its own, sent together
+ * (one round trip, libpq's pipeline mode): the second runs after the first
+ * has committed, whatever its outcome, and its result is dropped (*then_ok
+ * says whether it succeeded). For a wake-up sent after the write it
+ * announces. Not for a thread with a wait limit (it then runs them one
+ * after the other, as text).
+ */
+PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n,
+                       const char *const *params, const db_stmt *then, db_send then_how, int tn,
+                       const char *const *tparams, int *then_ok);
 /* db_exec for statements whose result is not needed: 0 or -1. */
 int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
 /* SQLSTATE of the last error copied by db_exec (5 chars) or "". */
@@ -81,6 +95,7 @@ typedef struct db_settings {
 	int shards;                /* shards_per_group */
 	int max_pending_signals;   /* unconsumed signals one run may hold */
 	int64_t max_journal_bytes; /* stored size of one run's journal */
+	int pooled;                /* the connection reaches its server through a pooler */
 } db_settings;
 
 /*

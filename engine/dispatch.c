@@ -315,8 +315,8 @@ static void inflight_ids(dispatch *d, pgarr *out)
 }
 
 /*
- * The claim: takes the due messages of this runner's shards, marks their
- * runs running, and returns each run with its journal, its unconsumed
+ * The claim: takes the due messages and starts of this runner's shards,
+ * marks their runs running, and returns each run with its journal, its unconsumed
  * signals and runs.claims: how many executions started since the run last
  * made progress (each is marked as it starts, see mark_started). The journal and
  * the signals come unordered (an ordered aggregate costs a sort per run;
@@ -327,11 +327,22 @@ static void inflight_ids(dispatch *d, pgarr *out)
  * fails alone instead of making the whole claim too large; at most
  * max_pending_signals of its oldest signals come.
  */
+#define MSG_START_SQL "0::bigint"
+_Static_assert(MSG_START_ID == 0, "SQL_CLAIM names a start MSG_START_ID");
 static const char SQL_CLAIM[] =
-    "WITH due AS (SELECT m.id, m.run_id, l.epoch, m.deliver_at FROM cairn.messages m "
-    "  JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
-    "  WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
-    "  ORDER BY m.deliver_at, m.id LIMIT $3), "
+    /* Due messages and due starts (runs.start_at, message id 0), each
+     * walked in time order. */
+    "WITH due AS (SELECT * FROM ("
+    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at FROM cairn.messages m "
+    "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
+    "   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
+    "   ORDER BY m.deliver_at, m.id LIMIT $3) "
+    "  UNION ALL "
+    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at FROM cairn.runs r "
+    "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
+    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]) "
+    "   ORDER BY r.start_at, r.id LIMIT $3)) u "
+    "  ORDER BY deliver_at, run_id LIMIT $3), "
     "d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "
     "        min(deliver_at) AS at, min(id) AS first FROM due GROUP BY run_id), "
     /* The first $7 runs (the executors idle now) start at once: their
@@ -374,10 +385,14 @@ static const char SQL_CLAIM[] =
     /* The next message of this runner's shards that is not yet due, in ms
      * from now: the poller sleeps until then. One row even when nothing
      * was claimed (its run columns NULL). */
-    "next AS (SELECT (extract(epoch FROM min(m.deliver_at) - now()) * 1000)::bigint AS ms "
-    "  FROM (SELECT m.deliver_at FROM cairn.messages m JOIN cairn.shard_leases l "
-    "          ON l.shard_group = m.shard_group AND l.shard = m.shard "
-    "        WHERE l.owner = $1 AND m.deliver_at > now() ORDER BY m.deliver_at, m.id LIMIT 1) m) "
+    "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
+    "  (SELECT m.deliver_at AS at FROM cairn.messages m JOIN cairn.shard_leases l "
+    "     ON l.shard_group = m.shard_group AND l.shard = m.shard "
+    "   WHERE l.owner = $1 AND m.deliver_at > now() ORDER BY m.deliver_at, m.id LIMIT 1) "
+    "  UNION ALL "
+    "  (SELECT r.start_at FROM cairn.runs r JOIN cairn.shard_leases l "
+    "     ON l.shard_group = r.shard_group AND l.shard = r.shard "
+    "   WHERE l.owner = $1 AND r.start_at > now() ORDER BY r.start_at, r.id LIMIT 1)) x) "
     "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "
     "  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "
     "  c.last_step, c.journal, c.signals, next.ms, c.mark "
@@ -702,9 +717,9 @@ static void *poller_main(void *arg)
 					char ms[24];
 					log_kv(d->env.log, LOG_INFO,
 					       "slow claim: refreshing the statistics of "
-					       "cairn.messages",
+					       "cairn.messages and cairn.runs",
 					       "claim_ms", db_i64(ms, took), NULL);
-					db_cmd(conn, NULL, "ANALYZE cairn.messages", 0, NULL);
+					db_cmd(conn, NULL, "ANALYZE cairn.messages, cairn.runs", 0, NULL);
 					next_analyze = clock_mono_ms() + 60000;
 				}
 			}

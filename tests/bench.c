@@ -6,9 +6,11 @@
  * Benchmarks):
  *
  *   1 floors       a bare single-row INSERT commit loop on one connection;
- *                  pgbench -b simple-update -c 4 -j 2 -T 10 on its own database
+ *                  pgbench -b simple-update -c 4 -j 2 -T 10 on its own database;
+ *                  pgbench of a single-row INSERT, -c 8 -j 2 -T 10
  *   2 enqueue      cairn_enqueue() alone, one client: p50/p99 per call
- *   3 enqueue x8   one-by-one enqueue from 8 threads, a client each: runs/s
+ *   3 enqueue x8   one-by-one enqueue from 8 threads, a client each: runs/s,
+ *                  without a worker and with one running the runs
  *   4 batch        one cairn_enqueue_batch() of 10,000 runs: seconds
  *   5 stamp        enqueue-to-first-instruction latency (the stamp workflow
  *                  writes the monotonic clock into a shared file)
@@ -67,7 +69,8 @@ typedef struct bench {
 	cairn_client *c;
 	cJSON *measures, *errors, *extra;
 	/* floors */
-	double commit_p50_ms, pgbench_tps;
+	double commit_p50_ms, pgbench_tps, insert8_tps;
+	const char *phases; /* BENCH_PHASES: the phases to run, or NULL for all */
 	/* fleet: transactions per run of the first (smallest) fleet */
 	double fleet_xact_base;
 } bench;
@@ -568,27 +571,58 @@ static int run_capture(char *const argv[], char *buf, size_t size)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* pgbench on url with args (NULL-terminated, after the program); its TPS,
+ * or -1 (noted under phase). */
+static double pgbench_tps(bench *b, const char *phase, const char *url, char *const *args)
+{
+	static char out[65536];
+	char *argv[16];
+	int n = 0;
+	argv[n++] = (char *)b->pgbench;
+	while (*args && n < 14)
+		argv[n++] = *args++;
+	argv[n++] = (char *)url;
+	argv[n] = NULL;
+	const char *tps;
+	if (run_capture(argv, out, sizeof out) != 0 || !(tps = strstr(out, "tps = "))) {
+		note_error(b, phase, "pgbench failed: %.300s", out);
+		return -1;
+	}
+	return strtod(tps + 6, NULL);
+}
+
+/* pgbench simple-update with 4 clients, and one single-row INSERT per
+ * transaction with 8 clients (the rate one-by-one enqueue is held to). */
 static void phase_floor_pgbench(bench *b)
 {
 	char *url = db_create(b, "bench_pgbench", 0);
-	static char out[65536];
-	if (!url) {
-		note_error(b, "floor_pgbench", "cannot create the database bench_pgbench");
+	char script[4096];
+	snprintf(script, sizeof script, "%s/insert.sql", b->log_dir);
+	FILE *f = fopen(script, "w");
+	if (!url || !f || fputs("INSERT INTO bench_insert (v) VALUES (1);\n", f) < 0) {
+		note_error(b, "floor_pgbench", "cannot create the database bench_pgbench or %s", script);
+		if (f)
+			fclose(f);
+		free(url);
 		return;
 	}
+	fclose(f);
+	static char out[65536];
 	char *init[] = {(char *)b->pgbench, "-i", "-s", "1", "-q", url, NULL};
-	char *run[] = {(char *)b->pgbench, "-b", "simple-update", "-c", "4", "-j", "2",
-	               "-T", "10", url, NULL};
-	const char *tps;
+	char *update[] = {"-b", "simple-update", "-c", "4", "-j", "2", "-T", "10", NULL};
+	char *insert[] = {"-n", "-f", script, "-c", "8", "-j", "2", "-T", "10", NULL};
+	PGconn *pg = connect_url(url);
 	if (run_capture(init, out, sizeof out) != 0)
 		note_error(b, "floor_pgbench", "pgbench -i failed: %.300s", out);
-	else if (run_capture(run, out, sizeof out) != 0 || !(tps = strstr(out, "tps = ")))
-		note_error(b, "floor_pgbench", "pgbench failed: %.300s", out);
-	else {
-		b->pgbench_tps = strtod(tps + 6, NULL);
+	else if ((b->pgbench_tps = pgbench_tps(b, "floor_pgbench", url, update)) > 0)
 		measure(b, "floor_pgbench_tps", "floor: pgbench simple-update -c4 -j2", "TPS",
 		        b->pgbench_tps, 0, "", NONE, 0);
-	}
+	if (!pg || exec_ok(pg, "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, v int NOT NULL)"))
+		note_error(b, "floor_insert_x8", "cannot create the table bench_insert");
+	else if ((b->insert8_tps = pgbench_tps(b, "floor_insert_x8", url, insert)) > 0)
+		measure(b, "floor_insert_x8_tps", "floor: pgbench 1-row INSERT -c8 -j2", "TPS",
+		        b->insert8_tps, 0, "", NONE, 0);
+	PQfinish(pg);
 	free(url);
 	db_drop(b, "bench_pgbench");
 }
@@ -621,6 +655,7 @@ typedef struct enq_thread {
 	bench *b;
 	cairn_client *c;
 	pthread_barrier_t *go;
+	const char *prefix;
 	int first, n, failed;
 	pthread_t t;
 } enq_thread;
@@ -630,25 +665,39 @@ static void *enqueue_thread(void *arg)
 	enq_thread *e = arg;
 	pthread_barrier_wait(e->go);
 	for (int i = 0; i < e->n && !e->failed; i++)
-		if (enqueue_one(e->c, "noop", "m-", e->first + i, "{}"))
+		if (enqueue_one(e->c, "noop", e->prefix, e->first + i, "{}"))
 			e->failed = 1;
 	return NULL;
 }
 
-static void phase_enqueue_threads(bench *b)
+/* One-by-one enqueue from 8 threads, a client each: without a worker (no
+ * owner to wake), and with one running the runs as they come (every enqueue
+ * wakes it, and its commits compete with the enqueues'). */
+static void phase_enqueue_threads(bench *b, int with_worker)
 {
 	enum { T = 8 };
 	enq_thread th[T] = {{0}};
 	pthread_barrier_t go;
+	const char *key = with_worker ? "enqueue_x8_worker_runs_per_s" : "enqueue_x8_runs_per_s";
+	const char *prefix = with_worker ? "mw-" : "m-";
+	worker w = {.pid = -1};
 	if (reset(b))
 		return;
+	if (with_worker) {
+		worker_start(b, &w, "x8", b->db_url, 16, NULL, NULL);
+		if (worker_ready(&w, 60000, 5) < 0) {
+			note_error(b, key, "the worker did not become ready (log in %s)", b->log_dir);
+			workers_stop(&w, 1);
+			return;
+		}
+	}
 	pthread_barrier_init(&go, NULL, T + 1);
 	int started = 0, failed = 0;
 	for (int i = 0; i < T; i++) {
-		th[i] = (enq_thread){.b = b, .go = &go, .first = i * (b->threads_runs / T),
-		                     .n = b->threads_runs / T};
+		th[i] = (enq_thread){.b = b, .go = &go, .prefix = prefix,
+		                     .first = i * (b->threads_runs / T), .n = b->threads_runs / T};
 		if (cairn_client_open(b->db_url, &th[i].c) != CAIRN_OK) {
-			note_error(b, "enqueue_x8", "%s", cairn_client_errmsg(th[i].c));
+			note_error(b, key, "%s", cairn_client_errmsg(th[i].c));
 			th[i].failed = 1;
 		}
 	}
@@ -656,7 +705,7 @@ static void phase_enqueue_threads(bench *b)
 		if (pthread_create(&th[i].t, NULL, enqueue_thread, &th[i]) == 0)
 			started++;
 	if (started != T) {
-		note_error(b, "enqueue_x8", "cannot start %d threads", T);
+		note_error(b, key, "cannot start %d threads", T);
 		abort(); /* the barrier would never open */
 	}
 	pthread_barrier_wait(&go);
@@ -669,12 +718,19 @@ static void phase_enqueue_threads(bench *b)
 	for (int i = 0; i < T; i++)
 		cairn_client_free(th[i].c);
 	pthread_barrier_destroy(&go);
-	if (failed) {
-		note_error(b, "enqueue_x8", "an enqueue failed");
-		return;
-	}
-	measure(b, "enqueue_x8_runs_per_s", "cairn_enqueue, 8 threads x 1 client", "runs/s",
-	        T * (b->threads_runs / T) / secs, b->pgbench_tps, "pgbench TPS", NONE, 0);
+	int n = T * (b->threads_runs / T);
+	if (failed)
+		note_error(b, key, "an enqueue failed");
+	else if (with_worker)
+		measure(b, key, "cairn_enqueue, 8 threads, 1 worker running", "runs/s", n / secs,
+		        b->insert8_tps, "INSERT x8 TPS", NONE, 0);
+	else
+		measure(b, key, "cairn_enqueue, 8 threads x 1 client", "runs/s", n / secs,
+		        b->insert8_tps, "INSERT x8 TPS", RATIO_GE, 0.5);
+	if (with_worker && !failed) /* the runs must all have run */
+		wait_finished(b, key, b->pg, &b->nq, "noop", "mw-%", n, &w, 1, 10);
+	if (with_worker)
+		workers_stop(&w, 1);
 }
 
 static void phase_enqueue_batch(bench *b)
@@ -1139,6 +1195,16 @@ static cJSON *environment(bench *b)
 	return env;
 }
 
+/* Whether BENCH_PHASES (a comma-separated list) names phase, or is unset. */
+static int wanted(const bench *b, const char *phase)
+{
+	size_t n = strlen(phase);
+	for (const char *p = b->phases; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0))
+		if (strncmp(p, phase, n) == 0 && (p[n] == ',' || p[n] == 0))
+			return 1;
+	return !b->phases;
+}
+
 static void parse_fleet(bench *b, const char *s)
 {
 	b->fleet_n = 0;
@@ -1164,7 +1230,9 @@ static const char USAGE[] =
     "BENCH_SINGLE (1000), BENCH_THREADS (10000), BENCH_BATCH (10000),\n"
     "BENCH_STAMP (300), BENCH_NOOP (20000), BENCH_3STEP (5000), BENCH_FLEET\n"
     "(1,10,50), BENCH_FLEET_RUNS (1000); BENCH_MEMORY_RUNS=N runs only the\n"
-    "memory phase. The JSON goes to --out, $BENCH_OUT or bench.json.\n";
+    "memory phase. BENCH_PHASES (enqueue,x8,batch,stamp,drain,fleet) runs\n"
+    "only those after the floors. The JSON goes to --out, $BENCH_OUT or\n"
+    "bench.json.\n";
 
 static const char *default_pgbench(void)
 {
@@ -1217,6 +1285,7 @@ int main(int argc, char **argv)
 	b.fleet_runs = env_int("BENCH_FLEET_RUNS", 1000);
 	b.memory_runs = env_int("BENCH_MEMORY_RUNS", 0);
 	parse_fleet(&b, getenv("BENCH_FLEET") ? getenv("BENCH_FLEET") : "1,10,50");
+	b.phases = getenv("BENCH_PHASES") && *getenv("BENCH_PHASES") ? getenv("BENCH_PHASES") : NULL;
 	b.db_url = getenv("DATABASE_URL");
 	if (!b.db_url || !*b.db_url) {
 		fprintf(stderr, "bench: DATABASE_URL is not set\n");
@@ -1247,14 +1316,23 @@ int main(int argc, char **argv)
 	if (b.memory_runs > 0) {
 		phase_memory(&b);
 	} else {
-		phase_enqueue_single(&b);
-		phase_enqueue_threads(&b);
-		phase_enqueue_batch(&b);
-		phase_stamp(&b);
-		phase_drain(&b, "noop", b.noop_n, "noop_runs_per_s", "noop runs/s, 1 worker x16", 3);
-		phase_drain(&b, "bench3", b.flow3_n, "bench3_runs_per_s", "3-step runs/s, 1 worker x16",
-		            0.75);
-		for (int i = 0; i < b.fleet_n; i++)
+		if (wanted(&b, "enqueue"))
+			phase_enqueue_single(&b);
+		if (wanted(&b, "x8"))
+			phase_enqueue_threads(&b, 0);
+		if (wanted(&b, "x8"))
+			phase_enqueue_threads(&b, 1);
+		if (wanted(&b, "batch"))
+			phase_enqueue_batch(&b);
+		if (wanted(&b, "stamp"))
+			phase_stamp(&b);
+		if (wanted(&b, "drain"))
+			phase_drain(&b, "noop", b.noop_n, "noop_runs_per_s", "noop runs/s, 1 worker x16",
+			            3);
+		if (wanted(&b, "drain"))
+			phase_drain(&b, "bench3", b.flow3_n, "bench3_runs_per_s",
+			            "3-step runs/s, 1 worker x16", 0.75);
+		for (int i = 0; i < b.fleet_n && wanted(&b, "fleet"); i++)
 			phase_fleet(&b, b.fleet[i]);
 	}
 	reset(&b);

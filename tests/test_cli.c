@@ -37,7 +37,7 @@ static int64_t enqueue(const char *db, const char *wf, const char *key)
 	return id;
 }
 
-Test(enqueue, prints_id_and_writes_run_and_start_message_in_its_shard)
+Test(enqueue, prints_id_and_writes_the_run_due_to_start_in_its_shard)
 {
 	const char *db = tdb_new_migrated();
 	char *out, *err;
@@ -49,9 +49,10 @@ Test(enqueue, prints_id_and_writes_run_and_start_message_in_its_shard)
 	char sql[512];
 	snprintf(
 	    sql, sizeof sql,
-	    "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
-	    "WHERE r.id = %lld AND r.status = 'pending' AND m.kind = 'start' AND r.shard = m.shard "
-	    "AND r.input->>'item' = 'book' AND r.shard_group = 'default'",
+	    "SELECT count(*) FROM cairn.runs r "
+	    "WHERE r.id = %lld AND r.status = 'pending' AND r.start_at = r.scheduled_at "
+	    "AND r.start_at <= now() AND r.input->>'item' = 'book' AND r.shard_group = 'default' "
+	    "AND NOT EXISTS (SELECT 1 FROM cairn.messages)",
 	    (long long)id);
 	cr_assert_eq(count(db, sql), 1);
 	/* shard = FNV-1a-64("o-1") mod 4096, computed independently here. */
@@ -74,8 +75,7 @@ Test(enqueue, same_workflow_and_key_returns_the_same_run)
 	cr_assert(strstr(err, "already existed"), "%s", err);
 	free(out);
 	free(err);
-	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs"), 1);
-	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages"), 1);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE start_at IS NOT NULL"), 1);
 	/* Another workflow with the same key is another run. */
 	cr_assert_neq(enqueue(db, "other", "k1"), a);
 	cr_assert_eq(tcli(db, &out, NULL, "enqueue", "noop", "--key", "k1", "--json", NULL), 0);
@@ -97,22 +97,22 @@ Test(enqueue, without_key_generates_unique_keys)
 	cr_assert_eq(count(db, "SELECT count(DISTINCT key) FROM cairn.runs"), 2);
 }
 
-Test(enqueue, delay_and_at_schedule_the_start_message)
+Test(enqueue, delay_and_at_schedule_the_start)
 {
 	const char *db = tdb_new_migrated();
 	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "d", "--delay", "1h", NULL),
 	             0);
 	cr_assert_eq(
-	    count(db, "SELECT count(*) FROM cairn.messages WHERE deliver_at "
+	    count(db, "SELECT count(*) FROM cairn.runs WHERE start_at "
 	              "BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'"),
 	    1);
 	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "a", "--at",
 	                  "2030-01-02T03:04:05Z", NULL),
 	             0);
 	cr_assert_eq(
-	    count(db, "SELECT count(*) FROM cairn.runs r JOIN cairn.messages m ON m.run_id = r.id "
-	              "WHERE r.key = 'a' AND m.deliver_at = '2030-01-02T03:04:05Z' "
-	              "AND r.scheduled_at = m.deliver_at"),
+	    count(db, "SELECT count(*) FROM cairn.runs r "
+	              "WHERE r.key = 'a' AND r.start_at = '2030-01-02T03:04:05Z' "
+	              "AND r.scheduled_at = r.start_at"),
 	    1);
 }
 
@@ -425,7 +425,8 @@ static void finish_run(const char *db, int64_t id, const char *status, const cha
 	PGresult *r = PQexecParams(c,
 	                           "UPDATE cairn.runs SET status = $2, output = $3::jsonb, "
 	                           "error = $4, attempt = 1, started_at = now(), "
-	                           "finished_at = now(), updated_at = now() WHERE id = $1",
+	                           "finished_at = now(), start_at = NULL, updated_at = now() "
+	                           "WHERE id = $1",
 	                           4, NULL, p, NULL, NULL, 0);
 	cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
 	cr_assert_str_eq(PQcmdTuples(r), "1");
@@ -596,7 +597,8 @@ Test(enqueue, again_for_a_finished_run_prints_its_status_and_result)
 	cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "output")), "%s", out);
 	cJSON_Delete(j);
 	free(out);
-	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.messages"), 1, "only o-8 was started");
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE start_at IS NOT NULL"), 1,
+	             "only o-8 is to start");
 }
 
 Test(enqueue, wait_on_an_existing_finished_run_returns_its_result_without_a_worker)

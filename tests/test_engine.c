@@ -553,8 +553,11 @@ Test(commit, each_outcome_touches_only_its_own_slots)
 	cr_assert_str_eq(slot(&p, SLOT_u_finished), "{\"f\",\"f\",\"f\"}");
 	cr_assert_str_eq(slot(&p, SLOT_del_msg),
 	                 "{11,12,11,12,11,12}"); /* suspend, retry, discard */
-	cr_assert_str_eq(slot(&p, SLOT_new_kind), "{\"wake\",\"start\"}");
-	cr_assert_str_eq(slot(&p, SLOT_new_at), "{99,98}");
+	cr_assert_str_eq(slot(&p, SLOT_new_kind), "{\"wake\"}");
+	cr_assert_str_eq(slot(&p, SLOT_new_at), "{99}");
+	/* The start: none after a suspend, at the retry's time, as it was on a
+	 * defer that did not claim it. */
+	cr_assert_str_eq(slot(&p, SLOT_u_start), "{NULL,98,-1}");
 	cr_assert_str_eq(slot(&p, SLOT_reset_run), "{7}");
 	cr_assert_str_eq(slot(&p, SLOT_defer_msg), "{11,12}");
 	cr_assert_str_eq(slot(&p, SLOT_defer_at), "{97,97}");
@@ -562,6 +565,26 @@ Test(commit, each_outcome_touches_only_its_own_slots)
 	commit_params_free(&p);
 	for (int i = 0; i < 5; i++)
 		commit_free(batch[i]);
+}
+
+Test(commit, a_claimed_start_is_no_message_and_moves_with_a_defer)
+{
+	static const int64_t with_start[] = {MSG_START_ID, 11};
+	commit_run run = {.id = 7, .group = "g", .owner = 1, .msgs = with_start, .nmsgs = 2};
+	commit *d = commit_new(&run), *s = commit_new(&run);
+	d->outcome = COMMIT_DEFER;
+	d->at_ms = 97;
+	s->outcome = COMMIT_SUSPEND;
+	s->status = RUN_SLEEPING;
+	commit *batch[] = {d, s};
+	commit_params p;
+	cr_assert_eq(commit_encode(batch, 2, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_defer_msg), "{11}");
+	cr_assert_str_eq(slot(&p, SLOT_del_msg), "{11}");
+	cr_assert_str_eq(slot(&p, SLOT_u_start), "{97,NULL}");
+	commit_params_free(&p);
+	commit_free(d);
+	commit_free(s);
 }
 
 Test(commit, a_run_retry_cuts_rows_and_consumed_signals_from_its_seq_on)

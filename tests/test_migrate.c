@@ -187,3 +187,37 @@ Test(migrate, unreachable_database_exits_1)
 	cr_assert(strstr(err, "cannot connect"), "%s", err);
 	free(err);
 }
+
+/* 0006 moves a run's start from cairn.messages into runs.start_at: a run
+ * enqueued before the upgrade still starts after it. */
+Test(migrate, starts_waiting_as_messages_become_start_columns)
+{
+	const char *db = tdb_new();
+	char dir[64] = "/tmp/cairn-mig-XXXXXX", cmd[2048];
+	cr_assert(mkdtemp(dir));
+	snprintf(cmd, sizeof cmd, "cp %s/000[1-5]_*.sql %s/", getenv("CAIRN_SQL_DIR"), dir);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(tcli(db, NULL, NULL, "migrate", "--dir", dir, NULL), 0);
+	PGconn *c = tdb_connect(db);
+	/* Before: 0005's enqueue writes a start message; one run has finished. */
+	tdb_int(c, "SELECT id FROM cairn.enqueue_one('noop', 'waiting', 'default', 1, '{}', 3, "
+	           "60000, NULL, false)");
+	tdb_int(c, "SELECT id FROM cairn.enqueue_one('noop', 'done', 'default', 2, '{}', 3, 0, "
+	           "NULL, false)");
+	tdb_int(c, "WITH d AS (DELETE FROM cairn.messages m USING cairn.runs r "
+	           "  WHERE r.id = m.run_id AND r.key = 'done' RETURNING r.id) "
+	           "UPDATE cairn.runs SET status = 'completed', finished_at = now() "
+	           "WHERE id IN (SELECT id FROM d) RETURNING id");
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages WHERE kind = 'start'"), 1);
+	cr_assert_eq(tcli(db, NULL, NULL, "migrate", NULL), 0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), 0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key = 'waiting' "
+	                        "AND start_at = scheduled_at AND start_at > now()"),
+	             1);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key = 'done' "
+	                        "AND start_at IS NULL"),
+	             1);
+	PQfinish(c);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	system(cmd);
+}
