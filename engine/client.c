@@ -152,30 +152,36 @@ int client_shards(cairn_client *c, int *shards)
  * The wake-up's own commit does not wait for the disk (a wake-up lost in a
  * crash of the database is one the poll fallback makes up for), so it holds
  * that lock only for moments, and a write that has no owner to wake
- * notifies nobody and commits nothing. It reads the owner after the write
- * committed: an owner that takes a shard later claims its due work as it
- * takes it, and a shard that has no owner wakes nobody.
+ * notifies nobody and commits nothing. An owner that is not idle
+ * (runners.idle, migration 0007: its poller is busy claiming and claims
+ * again before it sleeps) is not woken either, except to look for cancelled
+ * runs in flight. It reads the owner after the write committed: an owner
+ * that takes a shard later claims its due work as it takes it, and a shard
+ * that has no owner wakes nobody.
  */
 #define WAKE_NO_DISK "set_config('synchronous_commit', 'off', true)"
+/* The owners to wake: idle ones, and every one for a cancel (wake: $n). */
+#define WAKE_OWNER(wake)                                                                           \
+	"JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR " wake " <> '') "
 /* One shard: $1 group, $2 shard, $3 "" or CAIRN_WAKE_CANCEL. */
 static const db_stmt ST_WAKE_SHARD = {
     "cairn_wake_shard",
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', owner || $3)), " WAKE_NO_DISK " "
-    "FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 AND owner IS NOT NULL"};
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $3)), " WAKE_NO_DISK " "
+    "FROM cairn.shard_leases l " WAKE_OWNER("$3") "WHERE l.shard_group = $1 AND l.shard = $2"};
 /* Shards: $1 groups, $2 shards, $3 as above. */
 static const db_stmt ST_WAKE_SHARDS = {
     "cairn_wake_shards",
     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $3)), " WAKE_NO_DISK " "
     "FROM (SELECT DISTINCT l.owner FROM unnest($1::text[], $2::int[]) AS x(g, s) "
     "      JOIN cairn.shard_leases l ON l.shard_group = x.g AND l.shard = x.s "
-    "      WHERE l.owner IS NOT NULL) o"};
+    "      " WAKE_OWNER("$3") ") o"};
 /* The shards of runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
 static const db_stmt ST_WAKE_RUNS = {
     "cairn_wake_runs",
     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $2)), " WAKE_NO_DISK " "
     "FROM (SELECT DISTINCT l.owner FROM cairn.runs r JOIN cairn.shard_leases l "
     "        ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "      WHERE r.id = ANY ($1::bigint[]) AND l.owner IS NOT NULL) o"};
+    "      " WAKE_OWNER("$2") "WHERE r.id = ANY ($1::bigint[])) o"};
 
 /* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
 #define START_AT(at, delay)                                                                       \

@@ -385,6 +385,8 @@ static const char SQL_CLAIM[] =
     /* The next message of this runner's shards that is not yet due, in ms
      * from now: the poller sleeps until then. One row even when nothing
      * was claimed (its run columns NULL). */
+    /* $8: the poller goes busy (see poller_main): writers stop waking it. */
+    "busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle AND $8::bool), "
     "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
     "  (SELECT m.deliver_at AS at FROM cairn.messages m JOIN cairn.shard_leases l "
     "     ON l.shard_group = m.shard_group AND l.shard = m.shard "
@@ -534,7 +536,7 @@ static int queue_job(dispatch *d, job *j)
  * runner's shards is due (-1: none). Runs that cannot be queued keep their
  * messages and come back. */
 static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
-                 int64_t *next_due_ms, int *skipped, buf *err)
+                 int go_busy, int64_t *next_due_ms, int *skipped, buf *err)
 {
 	pgarr ex = PGARR_INIT;
 	inflight_ids(d, &ex);
@@ -546,11 +548,12 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	                   db_i64(jb, d->limits.max_journal_bytes),
 	                   db_i64(ps, d->limits.max_pending_signals),
 	                   db_i64(pa, d->env.cfg->poison_after),
-	                   db_i64(sn, start_now)};
+	                   db_i64(sn, start_now),
+	                   go_busy ? "t" : "f"};
 	/* The statement's now() is read as it starts: anchor the run's clock
 	 * there too, so it never runs behind the database's. */
 	int64_t mono = clock_mono_ms();
-	PGresult *r = PQexecPrepared(conn, "cairn_claim", 7, p, NULL, NULL, 0);
+	PGresult *r = PQexecPrepared(conn, "cairn_claim", 8, p, NULL, NULL, 0);
 	pgarr_free(&ex);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		buf_reset(err);
@@ -658,7 +661,20 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after the last
  * claim. So an idle worker with a run to do claims once for it, not again
  * when it takes it and when it ends.
+ *
+ * Busy: after a claim that found BUSY_AFTER runs or more, the next claim
+ * also sets runners.idle = false, and writers stop waking this runner (no
+ * notification, no relay hop, no commit on PostgreSQL's notify lock). A busy
+ * poller claims again as soon as it has room, until a claim finds nothing;
+ * then it commits idle = true and claims once more before it sleeps. A
+ * writer that saw idle = false read it before that commit, so its own
+ * commit came before it too, and that last claim finds what it wrote. The
+ * poller starts busy, and is busy again after any failure: the flag may
+ * have been left false.
  */
+#define BUSY_AFTER 2
+static const char SQL_IDLE[] = "UPDATE cairn.runners SET idle = true WHERE id = $1 AND NOT idle";
+
 static void *poller_main(void *arg)
 {
 	dispatch *d = arg;
@@ -668,10 +684,12 @@ static void *poller_main(void *arg)
 	int failures = 0, cancel = 0;
 	int64_t next_cancel_check = 0, next_analyze = 0;
 	int64_t due_at_mono = -1, fallback_at = 0; /* monotonic ms; -1: nothing due */
+	int busy = 1, last_n = 0;
 	atomic_store(&d->claim_wanted, 1);
 	while (!atomic_load(&d->stopping)) {
 		watch_stamp(d->env.loop);
 		if (!conn && !(conn = connect_poller(d, &err))) {
+			busy = 1;
 			cancel |= wait_wake(d, db_backoff_ms(failures++));
 			continue;
 		}
@@ -690,7 +708,7 @@ static void *poller_main(void *arg)
 		}
 		int want = atomic_exchange(&d->claim_wanted, 0) || now >= fallback_at ||
 		           (due_at_mono >= 0 && now >= due_at_mono);
-		int rc = 0, n = 0, limit = 0;
+		int rc = 0, n = 0, limit = 0, again = 0;
 		if (want) {
 			int64_t owner = lease_runner_id(d->env.lease);
 			pthread_mutex_lock(&d->mu);
@@ -705,8 +723,21 @@ static void *poller_main(void *arg)
 			int skipped = 0;
 			if (owner && shardmap_owned(d->env.map) > 0 && room > 0) {
 				int64_t t0 = clock_mono_ms();
+				int go_busy = !busy && last_n >= BUSY_AFTER;
 				rc = n = claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
-				               &next_due, &skipped, &err);
+				               go_busy, &next_due, &skipped, &err);
+				if (go_busy && rc >= 0)
+					atomic_fetch_add(&d->env.m->poller_busy, 1);
+				busy |= go_busy || rc < 0;
+				last_n = rc > 0 ? n : 0;
+				/* Busy: claim again while there is room; idle again
+				 * (and one more claim) when this one found nothing. */
+				if (busy && rc > 0 && n < room)
+					again = 1;
+				char me[24];
+				const char *p[] = {db_i64(me, owner)};
+				if (busy && rc == 0 && db_cmd(conn, &err, SQL_IDLE, 1, p) == 0)
+					busy = 0, again = 1;
 				int64_t took = clock_mono_ms() - t0;
 				if (n >= 0 && took > SLOW_CLAIM_MS &&
 				    clock_mono_ms() >= next_analyze) {
@@ -723,7 +754,7 @@ static void *poller_main(void *arg)
 					next_analyze = clock_mono_ms() + 60000;
 				}
 			}
-			atomic_store(&d->recheck, room == 0 || skipped > 0 ||
+			atomic_store(&d->recheck, busy || room == 0 || skipped > 0 ||
 			                              (rc >= 0 && n == limit && limit == room));
 			fallback_at = now + cfg->poll_interval_ms;
 			if (rc >= 0)
@@ -738,7 +769,7 @@ static void *poller_main(void *arg)
 				conn = NULL;
 			}
 		}
-		if (want && rc >= 0 && n > 0 && n == limit) {
+		if (again || (want && rc >= 0 && n > 0 && n == limit)) {
 			atomic_store(&d->claim_wanted, 1);
 			continue; /* more may be due: claim again at once */
 		}

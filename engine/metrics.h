@@ -17,6 +17,7 @@ typedef struct metrics {
 	_Atomic uint64_t db_reconnects;
 	_Atomic uint64_t detachments;
 	_Atomic uint64_t rebalances;
+	_Atomic uint64_t poller_busy; /* times the poller went busy (writers stopped waking it) */
 	_Atomic uint64_t lease_losses;
 	_Atomic uint64_t singleton_restarts;
 	_Atomic uint64_t health_checks;

@@ -70,6 +70,9 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       shardmap_owned(w->map));
 	metric(b, "cairn_rebalances_total", "counter", "Rebalance rounds that changed ownership.",
 	       NULL, (double)atomic_load(&m->rebalances));
+	metric(b, "cairn_poller_busy_total", "counter",
+	       "Times the poller went busy: it claims back to back and writers do not wake it.",
+	       NULL, (double)atomic_load(&m->poller_busy));
 	metric(b, "cairn_lease_losses_total", "counter",
 	       "Shard leases lost without releasing them.", NULL,
 	       (double)atomic_load(&m->lease_losses));

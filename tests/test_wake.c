@@ -2,13 +2,15 @@
  * test_wake.c - a run starts because its owner is woken, never because a poll
  * came round: every worker here polls once an hour (CAIRN_POLL_INTERVAL=1h),
  * so a skipped wake-up would leave a run waiting past every deadline below.
- * Bursts of enqueues against an idle worker, a busy one and one in the middle
- * of a hand-over (the wake relay may move with its shard: a relay that
+ * Bursts of enqueues against an idle worker, a busy one, one whose poller
+ * goes busy (writers stop waking it) and idle again while enqueuers race it,
+ * and one in the middle of a hand-over (the wake relay may move with its shard: a relay that
  * starts pokes every runner); a durable sleep that ends when it is due; a
  * worker that learns of a delayed run from its enqueue.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,9 +50,12 @@ static void dump_logs(void)
 	free(b);
 }
 
+static int port_a;
+
 static pid_t worker(const char *log, const char *concurrency)
 {
-	return tworker_start(db, NULL, log, "CAIRN_POLL_INTERVAL=1h", concurrency, NULL);
+	return tworker_start(db, log == log_a ? &port_a : NULL, log, "CAIRN_POLL_INTERVAL=1h",
+	                     concurrency, NULL);
 }
 
 static pid_t flows_worker(const char *log)
@@ -156,6 +161,59 @@ Test(wake, a_burst_against_a_busy_worker_starts_without_a_poll)
 	                         200, DEADLINE),
 	       "the noops enqueued while the worker was busy did not all complete");
 	all_completed(202, "busy worker");
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+#define RACE_RUNS 8 /* per enqueuer and round */
+
+/* One of the enqueuers racing the poller: its own client, runs one by one. */
+static void *enqueuer(void *arg)
+{
+	cairn_client *c = NULL;
+	int *failed = arg;
+	if (cairn_client_open(db, &c) != CAIRN_OK) {
+		*failed = 1;
+	} else {
+		for (int i = 0; i < RACE_RUNS && !*failed; i++) {
+			cairn_enqueue_opts o = {.input = "{}"};
+			cairn_enqueued e;
+			*failed = cairn_enqueue(c, "noop", &o, &e) != CAIRN_OK;
+			cairn_enqueued_clear(&e);
+		}
+	}
+	cairn_client_free(c);
+	return NULL;
+}
+
+/* Four enqueuers at once make the poller's claims find several runs, so it
+ * goes busy and writers stop waking it; when the burst ends it goes idle
+ * again, racing the last enqueues (a run missed there has no later enqueue
+ * to wake the poller for it). Many short rounds: each must start every run. */
+Test(wake, enqueuers_racing_a_poller_that_goes_busy_and_idle_start_without_a_poll)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=8");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	enum { T = 4, ROUNDS = 40 };
+	for (int round = 1; round <= ROUNDS; round++) {
+		pthread_t t[T];
+		int failed[T] = {0};
+		for (int i = 0; i < T; i++)
+			cr_assert_eq(pthread_create(&t[i], NULL, enqueuer, &failed[i]), 0);
+		for (int i = 0; i < T; i++) {
+			pthread_join(t[i], NULL);
+			cr_assert(!failed[i], "an enqueue of round %d failed", round);
+		}
+		char what[32];
+		snprintf(what, sizeof what, "racing round %d", round);
+		all_completed((int64_t)round * T * RACE_RUNS, what);
+	}
+	double busy = tmetric(port_a, "cairn_poller_busy_total");
+	fprintf(stderr, "test_wake: the poller went busy %.0f times\n", busy);
+	cr_assert_gt(busy, 0, "the poller never went busy: the race was not exercised");
+	tcheck(dump_logs,
+	       tdb_wait_at_least(conn, "SELECT count(*) FROM cairn.runners WHERE idle", 1, DEADLINE),
+	       "the idle poller left runners.idle false: writers would not wake it");
 	tworker_stop(a, SIGTERM, 30000);
 }
 
