@@ -161,8 +161,7 @@ int client_shards(cairn_client *c, int *shards)
  */
 #define WAKE_NO_DISK "set_config('synchronous_commit', 'off', true)"
 /* The owners to wake: idle ones, and every one for a cancel (wake: $n). */
-#define WAKE_OWNER(wake)                                                                           \
-	"JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR " wake " <> '') "
+#define WAKE_OWNER(wake) "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR " wake " <> '') "
 /* One shard: $1 group, $2 shard, $3 "" or CAIRN_WAKE_CANCEL. */
 static const db_stmt ST_WAKE_SHARD = {
     "cairn_wake_shard",
@@ -184,7 +183,7 @@ static const db_stmt ST_WAKE_RUNS = {
     "      " WAKE_OWNER("$2") "WHERE r.id = ANY ($1::bigint[])) o"};
 
 /* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
-#define START_AT(at, delay)                                                                       \
+#define START_AT(at, delay)                                                                        \
 	"CASE WHEN " at " IS NOT NULL THEN to_timestamp(" at " / 1000.0) "                         \
 	"ELSE now() + " delay " * interval '1 millisecond' END"
 
@@ -200,11 +199,13 @@ static const db_stmt ST_ENQUEUE = {
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
     "                             scheduled_at, start_at) "
     "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, t.at "
-    "FROM (SELECT " START_AT("$8::bigint", "$7::bigint") " AS at) t "
-    "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text"};
+    "FROM (SELECT " START_AT(
+        "$8::bigint", "$7::bigint") " AS at) t "
+                                    "ON CONFLICT (workflow, key) DO NOTHING "
+                                    "RETURNING r.id, false, r.status, NULL::text, NULL::text"};
 static const char SQL_ENQUEUED[] =
-    "SELECT id, true, status, CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
+    "SELECT id, true, status, CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text "
+    "END, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN error END "
     "FROM cairn.runs WHERE workflow = $1 AND key = $2";
 
@@ -218,24 +219,29 @@ static const char SQL_ENQUEUE_BATCH[] =
     "  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
     "                          scheduled_at, start_at) "
     "  SELECT $1, key, shard_group, shard, input, max_attempts, at, at "
-    "  FROM (SELECT *, " START_AT("at_ms", "delay_ms") " AS at FROM input) i ORDER BY ord "
-    "  ON CONFLICT (workflow, key) DO NOTHING "
-    "  RETURNING id, key, status) "
-    "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "
-    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "
-    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END "
-    "FROM input i LEFT JOIN ins ON ins.key = i.key "
-    /* Existing runs are looked up one key at a time, and only for keys the
-     * insert skipped: a join on workflow alone would read every run of it. */
-    "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error "
-    "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key) r "
-    "  ON true "
-    "ORDER BY i.ord";
+    "  FROM (SELECT *, " START_AT(
+        "at_ms",
+        "delay_ms") " AS at FROM input) i ORDER BY ord "
+                    "  ON CONFLICT (workflow, key) DO NOTHING "
+                    "  RETURNING id, key, status) "
+                    "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, "
+                    "r.status), "
+                    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text "
+                    "END, "
+                    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END "
+                    "FROM input i LEFT JOIN ins ON ins.key = i.key "
+                    /* Existing runs are looked up one key at a time, and only for keys the
+                     * insert skipped: a join on workflow alone would read every run of it. */
+                    "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error "
+                    "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = "
+                    "i.key) r "
+                    "  ON true "
+                    "ORDER BY i.ord";
 
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
-static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {&ST_ENQUEUE, &ST_WAKE_SHARD,
-                                                       &ST_WAKE_SHARDS, &ST_WAKE_RUNS};
+static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {&ST_ENQUEUE, &ST_WAKE_SHARD, &ST_WAKE_SHARDS,
+                                                       &ST_WAKE_RUNS};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -263,7 +269,8 @@ static void sent(cairn_client *c, int slot, db_send how, int ok, const char *sta
 	if (slot < 0 || how == DB_TEXT)
 		return;
 	if (how == DB_PREPARE)
-		c->stmt[slot] = ok || (state && strcmp(state, "42P05") == 0) ? STMT_PREPARED : STMT_TEXT;
+		c->stmt[slot] =
+		    ok || (state && strcmp(state, "42P05") == 0) ? STMT_PREPARED : STMT_TEXT;
 	else if (lost)
 		c->stmt[slot] = STMT_UNPREPARED;
 }
@@ -335,8 +342,7 @@ static void random_key(char out[33])
 
 /* Reads the rows of an enqueue into out (as many as n); *missing when a
  * row names no run (its key's run was not found). */
-static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out,
-                         int *missing)
+static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out, int *missing)
 {
 	int oom = 0;
 	*missing = PQntuples(r) == 0;
@@ -352,11 +358,17 @@ static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued 
 		cairn_enqueued_clear(e);
 		e->output = db_get_str(r, i, 3);
 		e->error = db_get_str(r, i, 4);
-		oom |= (!e->output && !PQgetisnull(r, i, 3)) || (!e->error && !PQgetisnull(r, i, 4));
+		oom |=
+		    (!e->output && !PQgetisnull(r, i, 3)) || (!e->error && !PQgetisnull(r, i, 4));
 	}
 	PQclear(r);
 	return oom ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the run's result")
 	           : CAIRN_OK;
+}
+
+static int raced(cairn_client *c)
+{
+	return client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
 }
 
 /* One run: the prepared INSERT, then (a key that exists) a read of its run.
@@ -390,7 +402,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		if ((rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
 			return rc;
 	}
-	return client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
+	return raced(c);
 }
 
 /* cairn_enqueue_batch, and with want_result also each existing finished
@@ -445,7 +457,6 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f"};
 	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), ""};
 	const db_stmt batch = {NULL, SQL_ENQUEUE_BATCH};
-	rc = client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom || sh.b.oom || maxa.b.oom ||
 	    delays.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
@@ -458,12 +469,12 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		PGresult *r = exec_then(c, &batch, 9, params, &ST_WAKE_SHARDS, 3, wake);
 		if (!r) {
 			rc = db_fail(c);
-			break;
+			goto done;
 		}
 		if ((rc = read_enqueued(c, r, n, out, &missing)) || !missing)
-			break;
-		rc = client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
+			goto done;
 	}
+	rc = raced(c);
 done:
 	pgarr_free(&keys);
 	pgarr_free(&groups);

@@ -315,15 +315,15 @@ static void encode_one(commit_params *p, const commit *c)
 		pgarr_add_i64(&s[SLOT_reset_from], c->retry_from);
 		add_claimed(&s[SLOT_del_msg], c);
 		break;
-	case COMMIT_DEFER:
+	case COMMIT_DEFER: {
 		add_run_update(p, c, RUN_PENDING, 0, claimed_start(c) ? c->at_ms : START_KEEP);
-		for (int k = 0; k < c->run.nmsgs; k++) {
-			if (c->run.msgs[k] == MSG_START_ID)
-				continue;
-			pgarr_add_i64(&s[SLOT_defer_msg], c->run.msgs[k]);
+		/* Each claimed message (not the start) is due again at at_ms. */
+		int from = s[SLOT_defer_msg].n;
+		add_claimed(&s[SLOT_defer_msg], c);
+		for (int k = from; k < s[SLOT_defer_msg].n; k++)
 			pgarr_add_i64(&s[SLOT_defer_at], c->at_ms);
-		}
 		break;
+	}
 	case COMMIT_DISCARD: add_claimed(&s[SLOT_del_msg], c); break;
 	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
 	case COMMIT_MARK: break; /* written by write_marks */

@@ -202,7 +202,8 @@ PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n
                        const char *const *tparams, int *then_ok)
 {
 	if (wait_limit_ms || !PQenterPipelineMode(c)) {
-		PGresult *r = db_exec(c, err, s->sql, n, params), *t = db_exec(c, NULL, then->sql, tn, tparams);
+		PGresult *r = db_exec(c, err, s->sql, n, params),
+		         *t = db_exec(c, NULL, then->sql, tn, tparams);
 		*then_ok = t != NULL;
 		PQclear(t);
 		return r;

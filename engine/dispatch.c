@@ -535,8 +535,8 @@ static int queue_job(dispatch *d, job *j)
  * or -CAIRN_EDB; *next_due_ms is the time until the next message of this
  * runner's shards is due (-1: none). Runs that cannot be queued keep their
  * messages and come back. */
-static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
-                 int go_busy, int64_t *next_due_ms, int *skipped, buf *err)
+static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now, int go_busy,
+                 int64_t *next_due_ms, int *skipped, buf *err)
 {
 	pgarr ex = PGARR_INIT;
 	inflight_ids(d, &ex);
@@ -734,10 +734,12 @@ static void *poller_main(void *arg)
 				 * (and one more claim) when this one found nothing. */
 				if (busy && rc > 0 && n < room)
 					again = 1;
-				char me[24];
-				const char *p[] = {db_i64(me, owner)};
-				if (busy && rc == 0 && db_cmd(conn, &err, SQL_IDLE, 1, p) == 0)
-					busy = 0, again = 1;
+				if (busy && rc == 0) {
+					char me[24];
+					const char *p[] = {db_i64(me, owner)};
+					if (db_cmd(conn, &err, SQL_IDLE, 1, p) == 0)
+						busy = 0, again = 1;
+				}
 				int64_t took = clock_mono_ms() - t0;
 				if (n >= 0 && took > SLOW_CLAIM_MS &&
 				    clock_mono_ms() >= next_analyze) {
@@ -750,7 +752,8 @@ static void *poller_main(void *arg)
 					       "slow claim: refreshing the statistics of "
 					       "cairn.messages and cairn.runs",
 					       "claim_ms", db_i64(ms, took), NULL);
-					db_cmd(conn, NULL, "ANALYZE cairn.messages, cairn.runs", 0, NULL);
+					db_cmd(conn, NULL, "ANALYZE cairn.messages, cairn.runs", 0,
+					       NULL);
 					next_analyze = clock_mono_ms() + 60000;
 				}
 			}

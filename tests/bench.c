@@ -283,7 +283,8 @@ static char *db_create(bench *b, const char *name, int migrate)
 		return url;
 	cairn_client *c = NULL;
 	int applied = 0;
-	if (cairn_client_open(url, &c) != CAIRN_OK || cairn_migrate(c, NULL, 0, &applied) != CAIRN_OK) {
+	if (cairn_client_open(url, &c) != CAIRN_OK ||
+	    cairn_migrate(c, NULL, 0, &applied) != CAIRN_OK) {
 		fprintf(stderr, "bench: cannot migrate %s: %s\n", name, cairn_client_errmsg(c));
 		free(url);
 		url = NULL;
@@ -347,9 +348,17 @@ static void worker_start(bench *b, worker *w, const char *name, const char *url,
 	w->ready = 0;
 	snprintf(addr, sizeof addr, "127.0.0.1:%d", w->port);
 	snprintf(conc, sizeof conc, "%d", concurrency);
-	char *const env[] = {"DATABASE_URL", (char *)url, "CAIRN_HTTP_ADDR", addr,
-	                     "CAIRN_CONCURRENCY", conc, "CAIRN_PLUGINS", (char *)b->plugin,
-	                     (char *)extra_name, (char *)extra_value, NULL};
+	char *const env[] = {"DATABASE_URL",
+	                     (char *)url,
+	                     "CAIRN_HTTP_ADDR",
+	                     addr,
+	                     "CAIRN_CONCURRENCY",
+	                     conc,
+	                     "CAIRN_PLUGINS",
+	                     (char *)b->plugin,
+	                     (char *)extra_name,
+	                     (char *)extra_value,
+	                     NULL};
 	char *const argv[] = {(char *)b->worker, NULL};
 	w->pid = spawn(argv, log, -1, env);
 }
@@ -414,7 +423,8 @@ static void workers_stop(worker *ws, int n)
 	for (int i = 0; i < n; i++) {
 		while (ws[i].pid > 0 && !worker_dead(&ws[i])) {
 			if (now_ms() > end) {
-				fprintf(stderr, "bench: worker %d did not stop within 40 s; killing it\n",
+				fprintf(stderr,
+				        "bench: worker %d did not stop within 40 s; killing it\n",
 				        (int)ws[i].pid);
 				kill(ws[i].pid, SIGKILL);
 				waitpid(ws[i].pid, NULL, 0);
@@ -429,9 +439,8 @@ static void workers_stop(worker *ws, int n)
 /* Waits until n runs of workflow (keys like key_like) have finished, asking
  * pg every poll_ms (each ask counted in *count); gives up after 10 minutes, or
  * 30 s without progress, or when a worker died. 0 when all did. */
-static int wait_finished(bench *b, const char *phase, PGconn *pg, long *count,
-                         const char *workflow, const char *key_like, int n, worker *ws, int nw,
-                         int poll_ms)
+static int wait_finished(bench *b, const char *phase, PGconn *pg, long *count, const char *workflow,
+                         const char *key_like, int n, worker *ws, int nw, int poll_ms)
 {
 	const char *params[] = {workflow, key_like};
 	int64_t start = now_ms(), last_change = start, last_print = start;
@@ -447,13 +456,15 @@ static int wait_finished(bench *b, const char *phase, PGconn *pg, long *count,
 			done = d, last_change = t;
 		if (done >= n) {
 			if (failed)
-				note_error(b, phase, "%ld of %d runs did not complete (failed or cancelled)",
+				note_error(b, phase,
+				           "%ld of %d runs did not complete (failed or cancelled)",
 				           failed, n);
 			return 0;
 		}
 		for (int i = 0; i < nw; i++)
 			if (worker_dead(&ws[i])) {
-				note_error(b, phase, "a worker exited (logs in %s) after %ld of %d runs",
+				note_error(b, phase,
+				           "a worker exited (logs in %s) after %ld of %d runs",
 				           b->log_dir, done, n);
 				return -1;
 			}
@@ -537,12 +548,12 @@ static void phase_floor_commit(bench *b)
 	double secs = (double)(now_ns() - t0) / 1e9;
 	exec_ok(b->pg, "DROP TABLE bench_floor");
 	b->commit_p50_ms = quantile(ms, n, 0.5);
-	measure(b, "floor_commit_p50_ms", "floor: bare INSERT commit p50", "ms", b->commit_p50_ms, 0,
-	        "", NONE, 0);
-	measure(b, "floor_commit_p99_ms", "floor: bare INSERT commit p99", "ms", quantile(ms, n, 0.99),
+	measure(b, "floor_commit_p50_ms", "floor: bare INSERT commit p50", "ms", b->commit_p50_ms,
 	        0, "", NONE, 0);
-	measure(b, "floor_commits_per_s", "floor: bare INSERT commits/s", "/s", n / secs, 0, "", NONE,
-	        0);
+	measure(b, "floor_commit_p99_ms", "floor: bare INSERT commit p99", "ms",
+	        quantile(ms, n, 0.99), 0, "", NONE, 0);
+	measure(b, "floor_commits_per_s", "floor: bare INSERT commits/s", "/s", n / secs, 0, "",
+	        NONE, 0);
 	free(ms);
 }
 
@@ -600,7 +611,8 @@ static void phase_floor_pgbench(bench *b)
 	snprintf(script, sizeof script, "%s/insert.sql", b->log_dir);
 	FILE *f = fopen(script, "w");
 	if (!url || !f || fputs("INSERT INTO bench_insert (v) VALUES (1);\n", f) < 0) {
-		note_error(b, "floor_pgbench", "cannot create the database bench_pgbench or %s", script);
+		note_error(b, "floor_pgbench", "cannot create the database bench_pgbench or %s",
+		           script);
 		if (f)
 			fclose(f);
 		free(url);
@@ -617,7 +629,8 @@ static void phase_floor_pgbench(bench *b)
 	else if ((b->pgbench_tps = pgbench_tps(b, "floor_pgbench", url, update)) > 0)
 		measure(b, "floor_pgbench_tps", "floor: pgbench simple-update -c4 -j2", "TPS",
 		        b->pgbench_tps, 0, "", NONE, 0);
-	if (!pg || exec_ok(pg, "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, v int NOT NULL)"))
+	if (!pg ||
+	    exec_ok(pg, "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, v int NOT NULL)"))
 		note_error(b, "floor_insert_x8", "cannot create the table bench_insert");
 	else if ((b->insert8_tps = pgbench_tps(b, "floor_insert_x8", url, insert)) > 0)
 		measure(b, "floor_insert_x8_tps", "floor: pgbench 1-row INSERT -c8 -j2", "TPS",
@@ -686,7 +699,8 @@ static void phase_enqueue_threads(bench *b, int with_worker)
 	if (with_worker) {
 		worker_start(b, &w, "x8", b->db_url, 16, NULL, NULL);
 		if (worker_ready(&w, 60000, 5) < 0) {
-			note_error(b, key, "the worker did not become ready (log in %s)", b->log_dir);
+			note_error(b, key, "the worker did not become ready (log in %s)",
+			           b->log_dir);
 			workers_stop(&w, 1);
 			return;
 		}
@@ -694,8 +708,11 @@ static void phase_enqueue_threads(bench *b, int with_worker)
 	pthread_barrier_init(&go, NULL, T + 1);
 	int started = 0, failed = 0;
 	for (int i = 0; i < T; i++) {
-		th[i] = (enq_thread){.b = b, .go = &go, .prefix = prefix,
-		                     .first = i * (b->threads_runs / T), .n = b->threads_runs / T};
+		th[i] = (enq_thread){.b = b,
+		                     .go = &go,
+		                     .prefix = prefix,
+		                     .first = i * (b->threads_runs / T),
+		                     .n = b->threads_runs / T};
 		if (cairn_client_open(b->db_url, &th[i].c) != CAIRN_OK) {
 			note_error(b, key, "%s", cairn_client_errmsg(th[i].c));
 			th[i].failed = 1;
@@ -743,7 +760,8 @@ static void phase_enqueue_batch(bench *b)
 		return;
 	}
 	double secs = (double)(now_ns() - t0) / 1e9;
-	measure(b, "enqueue_batch_s", "cairn_enqueue_batch of 10,000 runs", "s", secs, 0, "", LE, 0.1);
+	measure(b, "enqueue_batch_s", "cairn_enqueue_batch of 10,000 runs", "s", secs, 0, "", LE,
+	        0.1);
 }
 
 /* ------------------------------------------- 5: enqueue to first instruction */
@@ -829,8 +847,8 @@ static void phase_drain(bench *b, const char *workflow, int n, const char *key, 
 	if (t0 < 0)
 		note_error(b, key, "the worker did not become ready (log in %s)", b->log_dir);
 	else if (wait_finished(b, key, b->pg, &b->nq, workflow, "t-%", n, &w, 1, 10) == 0)
-		measure(b, key, label, "runs/s", n / ((double)(now_ms() - t0) / 1000), b->pgbench_tps,
-		        "pgbench TPS", RATIO_GE, target);
+		measure(b, key, label, "runs/s", n / ((double)(now_ms() - t0) / 1000),
+		        b->pgbench_tps, "pgbench TPS", RATIO_GE, target);
 	workers_stop(&w, 1);
 }
 
@@ -840,8 +858,8 @@ typedef struct fleet {
 	bench *b;
 	char name[32];
 	char *url;
-	PGconn *pg; /* on the fleet's database */
-	long nq;    /* statements run on pg */
+	PGconn *pg;    /* on the fleet's database */
+	long nq;       /* statements run on pg */
 	PGconn *stats; /* on the database postgres */
 	worker w[MAX_FLEET];
 	int n;
@@ -952,13 +970,13 @@ static void fleet_per_run(fleet *f, double idle_before, double x0, int64_t t0)
 	double mine = (double)(f->nq - nq0);
 	double idle_after = fleet_idle(f, x1, t1, &x2, &t2);
 	double idle = (idle_before + idle_after) / 2;
-	fleet_measure(f, "idle_after_xacts_per_s", "idle transactions/s per worker, after", "xacts/s",
-	              idle_after / f->n, 0, "", NONE, 0);
+	fleet_measure(f, "idle_after_xacts_per_s", "idle transactions/s per worker, after",
+	              "xacts/s", idle_after / f->n, 0, "", NONE, 0);
 	double per_run = (x1 - x0 - mine - idle * (double)(t1 - t0) / 1000) / runs;
 	if (!b->fleet_xact_base)
 		b->fleet_xact_base = per_run - 2;
-	fleet_measure(f, "xacts_per_run", "transactions/run (with the client's)", "xacts", per_run, 0,
-	              "", NONE, 0);
+	fleet_measure(f, "xacts_per_run", "transactions/run (with the client's)", "xacts", per_run,
+	              0, "", NONE, 0);
 	fleet_measure(f, "worker_xacts_per_run", "transactions/run (workers only)", "xacts",
 	              per_run - 2, b->fleet_xact_base, "1 worker", RATIO_LE, 1.2);
 }
@@ -989,11 +1007,12 @@ static void phase_fleet(bench *b, int n)
 	}
 	int64_t settle = fleet_settle(&f, start);
 	if (settle < 0) {
-		note_error(b, f.name, "ownership did not settle within 180 s (logs in %s)", b->log_dir);
+		note_error(b, f.name, "ownership did not settle within 180 s (logs in %s)",
+		           b->log_dir);
 		goto out;
 	}
-	fleet_measure(&f, "settle_s", "seconds until ownership settles", "s", settle / 1000.0, 0, "",
-	              NONE, 0);
+	fleet_measure(&f, "settle_s", "seconds until ownership settles", "s", settle / 1000.0, 0,
+	              "", NONE, 0);
 
 	fleet_flush(&f);
 	double x0 = fleet_xacts(&f, STATS_LAG_MS);
@@ -1015,10 +1034,11 @@ static void phase_fleet(bench *b, int n)
 			f.w[i].ready = 0;
 		int64_t again = fleet_settle(&f, killed);
 		if (again < 0)
-			note_error(b, f.name, "ownership did not settle again within 180 s after kill -9");
+			note_error(b, f.name,
+			           "ownership did not settle again within 180 s after kill -9");
 		else
-			fleet_measure(&f, "resettle_s", "seconds to settle after kill -9 of 1/5", "s",
-			              again / 1000.0, 0, "", NONE, 0);
+			fleet_measure(&f, "resettle_s", "seconds to settle after kill -9 of 1/5",
+			              "s", again / 1000.0, 0, "", NONE, 0);
 	}
 out:
 	workers_stop(f.w, n);
@@ -1130,7 +1150,8 @@ static int report(bench *b, cJSON *env)
 		snprintf(val, sizeof val, "%.*f %s", fabs(v) < 100 ? 3 : 0, v, unit);
 		cJSON *f = cJSON_GetObjectItem(m, "floor");
 		if (f) {
-			snprintf(fl, sizeof fl, "%.*f", f->valuedouble < 100 ? 3 : 0, f->valuedouble);
+			snprintf(fl, sizeof fl, "%.*f", f->valuedouble < 100 ? 3 : 0,
+			         f->valuedouble);
 			snprintf(ratio, sizeof ratio, "%.2fx",
 			         cJSON_GetNumberValue(cJSON_GetObjectItem(m, "ratio")));
 		}
@@ -1143,7 +1164,8 @@ static int report(bench *b, cJSON *env)
 			         cJSON_IsTrue(cJSON_GetObjectItem(m, "met")) ? "yes" : "NO");
 		}
 		printf("%-46s %11s %10s %8s  %-15s %s\n",
-		       cJSON_GetStringValue(cJSON_GetObjectItem(m, "label")), val, fl, ratio, g, met);
+		       cJSON_GetStringValue(cJSON_GetObjectItem(m, "label")), val, fl, ratio, g,
+		       met);
 	}
 	cJSON *e;
 	if (problems) {
@@ -1285,7 +1307,8 @@ int main(int argc, char **argv)
 	b.fleet_runs = env_int("BENCH_FLEET_RUNS", 1000);
 	b.memory_runs = env_int("BENCH_MEMORY_RUNS", 0);
 	parse_fleet(&b, getenv("BENCH_FLEET") ? getenv("BENCH_FLEET") : "1,10,50");
-	b.phases = getenv("BENCH_PHASES") && *getenv("BENCH_PHASES") ? getenv("BENCH_PHASES") : NULL;
+	b.phases =
+	    getenv("BENCH_PHASES") && *getenv("BENCH_PHASES") ? getenv("BENCH_PHASES") : NULL;
 	b.db_url = getenv("DATABASE_URL");
 	if (!b.db_url || !*b.db_url) {
 		fprintf(stderr, "bench: DATABASE_URL is not set\n");
@@ -1318,20 +1341,20 @@ int main(int argc, char **argv)
 	} else {
 		if (wanted(&b, "enqueue"))
 			phase_enqueue_single(&b);
-		if (wanted(&b, "x8"))
+		if (wanted(&b, "x8")) {
 			phase_enqueue_threads(&b, 0);
-		if (wanted(&b, "x8"))
 			phase_enqueue_threads(&b, 1);
+		}
 		if (wanted(&b, "batch"))
 			phase_enqueue_batch(&b);
 		if (wanted(&b, "stamp"))
 			phase_stamp(&b);
-		if (wanted(&b, "drain"))
-			phase_drain(&b, "noop", b.noop_n, "noop_runs_per_s", "noop runs/s, 1 worker x16",
-			            3);
-		if (wanted(&b, "drain"))
+		if (wanted(&b, "drain")) {
+			phase_drain(&b, "noop", b.noop_n, "noop_runs_per_s",
+			            "noop runs/s, 1 worker x16", 3);
 			phase_drain(&b, "bench3", b.flow3_n, "bench3_runs_per_s",
 			            "3-step runs/s, 1 worker x16", 0.75);
+		}
 		for (int i = 0; i < b.fleet_n && wanted(&b, "fleet"); i++)
 			phase_fleet(&b, b.fleet[i]);
 	}

@@ -109,11 +109,10 @@ Test(enqueue, delay_and_at_schedule_the_start)
 	cr_assert_eq(tcli(db, NULL, NULL, "enqueue", "noop", "--key", "a", "--at",
 	                  "2030-01-02T03:04:05Z", NULL),
 	             0);
-	cr_assert_eq(
-	    count(db, "SELECT count(*) FROM cairn.runs r "
-	              "WHERE r.key = 'a' AND r.start_at = '2030-01-02T03:04:05Z' "
-	              "AND r.scheduled_at = r.start_at"),
-	    1);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs r "
+	                       "WHERE r.key = 'a' AND r.start_at = '2030-01-02T03:04:05Z' "
+	                       "AND r.scheduled_at = r.start_at"),
+	             1);
 }
 
 Test(enqueue, input_from_file_and_max_attempts_and_group)

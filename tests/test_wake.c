@@ -77,9 +77,8 @@ static void relay_started(const char *log)
 /* Every shard is owned by one of `owners` distinct live runners. */
 static int owned_by(int owners)
 {
-	return tdb_intf(conn,
-	                "SELECT count(*) FROM cairn.shard_leases l JOIN cairn.runners r "
-	                "ON r.id = l.owner") == SHARDS &&
+	return tdb_intf(conn, "SELECT count(*) FROM cairn.shard_leases l JOIN cairn.runners r "
+	                      "ON r.id = l.owner") == SHARDS &&
 	       tdb_intf(conn, "SELECT count(DISTINCT owner) FROM cairn.shard_leases") == owners;
 }
 
@@ -118,11 +117,12 @@ static void all_completed(int64_t want, const char *what)
 	                            "SELECT count(*) FROM cairn.runs WHERE status = 'completed'");
 	int64_t done = tdb_intf(conn, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'");
 	tcheck(dump_logs, ok,
-	       "%s: %" PRId64 " of %" PRId64 " runs completed within %d ms with a 1 h poll interval",
+	       "%s: %" PRId64 " of %" PRId64
+	       " runs completed within %d ms with a 1 h poll interval",
 	       what, done, want, DEADLINE);
 	fprintf(stderr, "test_wake: %s: slowest start %" PRId64 " ms after its enqueue\n", what,
-	            tdb_intf(conn, "SELECT max((extract(epoch FROM started_at - created_at) * "
-	                           "1000)::bigint) FROM cairn.runs"));
+	        tdb_intf(conn, "SELECT max((extract(epoch FROM started_at - created_at) * "
+	                       "1000)::bigint) FROM cairn.runs"));
 }
 
 TestSuite(wake, .init = setup, .fini = teardown, .timeout = 120);
@@ -211,9 +211,10 @@ Test(wake, enqueuers_racing_a_poller_that_goes_busy_and_idle_start_without_a_pol
 	double busy = tmetric(port_a, "cairn_poller_busy_total");
 	fprintf(stderr, "test_wake: the poller went busy %.0f times\n", busy);
 	cr_assert_gt(busy, 0, "the poller never went busy: the race was not exercised");
-	tcheck(dump_logs,
-	       tdb_wait_at_least(conn, "SELECT count(*) FROM cairn.runners WHERE idle", 1, DEADLINE),
-	       "the idle poller left runners.idle false: writers would not wake it");
+	tcheck(
+	    dump_logs,
+	    tdb_wait_at_least(conn, "SELECT count(*) FROM cairn.runners WHERE idle", 1, DEADLINE),
+	    "the idle poller left runners.idle false: writers would not wake it");
 	tworker_stop(a, SIGTERM, 30000);
 }
 
@@ -232,7 +233,8 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 	tcheck(dump_logs, two_owners(NULL), "the shards never settled on both workers");
 	burst(50);
 	n += 50;
-	fprintf(stderr, "test_wake: hand-over: %" PRId64 " runs enqueued while the shards moved\n", n - 50);
+	fprintf(stderr, "test_wake: hand-over: %" PRId64 " runs enqueued while the shards moved\n",
+	        n - 50);
 	all_completed(n, "hand-over");
 	tworker_stop(b, SIGTERM, 30000);
 	tworker_stop(a, SIGTERM, 30000);
@@ -247,7 +249,10 @@ Test(wake, a_durable_sleep_ends_when_due_and_a_delayed_run_starts_when_due)
 	enqueue("noop", "{}", 700);
 	all_completed(2, "sleep and delayed run");
 	int64_t took = tnow_ms() - t0;
-	fprintf(stderr, "test_wake: a 500 ms sleep and a run delayed 700 ms were done after %" PRId64 " ms\n", took);
+	fprintf(stderr,
+	        "test_wake: a 500 ms sleep and a run delayed 700 ms were done after %" PRId64
+	        " ms\n",
+	        took);
 	tcheck(dump_logs, took >= 700, "the delayed run started early (%" PRId64 " ms)", took);
 	tworker_stop(a, SIGTERM, 30000);
 }
@@ -281,13 +286,14 @@ Test(wake, a_runner_that_does_not_answer_does_not_hold_up_the_wake_ups_of_others
 		w[i] = tworker_start(db, &ports[i], logs[i], "CAIRN_POLL_INTERVAL=1h",
 		                     "CAIRN_RUNNER_TTL=1h", "CAIRN_CONCURRENCY=4", NULL);
 		if (i == 0)
-			tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "no worker owned every shard");
+			tcheck(dump_logs, twait(one_owner, NULL, DEADLINE),
+			       "no worker owned every shard");
 	}
 	tcheck(dump_logs, twait(relay_settled, NULL, DEADLINE),
 	       "the shards and the relay never settled on the two workers");
 	int live = runs_relay(ports[0]) ? 0 : 1, frozen = 1 - live;
-	int64_t live_id = tdb_intf(conn, "SELECT id FROM cairn.runners WHERE address = '127.0.0.1:%d'",
-	                           ports[live]);
+	int64_t live_id = tdb_intf(
+	    conn, "SELECT id FROM cairn.runners WHERE address = '127.0.0.1:%d'", ports[live]);
 	kill(w[frozen], SIGSTOP);
 	burst(60);
 	int64_t want = tdb_intf(conn,
@@ -302,18 +308,20 @@ Test(wake, a_runner_that_does_not_answer_does_not_hold_up_the_wake_ups_of_others
 	                            live_id);
 	kill(w[frozen], SIGCONT);
 	tcheck(dump_logs, ok && want > 0,
-	       "the %" PRId64 " runs of the answering worker's shards did not complete within %d ms "
+	       "the %" PRId64
+	       " runs of the answering worker's shards did not complete within %d ms "
 	       "with a 1 h poll interval",
 	       want, DEADLINE);
-	fprintf(stderr,
-	        "test_wake: one runner frozen: slowest start of the other's %" PRId64
-	        " runs %" PRId64 " ms after its enqueue\n",
-	        want,
-	        tdb_intf(conn,
-	                 "SELECT max((extract(epoch FROM r.started_at - r.created_at) * 1000)::bigint) "
-	                 "FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = r.shard_group "
-	                 "AND l.shard = r.shard WHERE l.owner = %" PRId64,
-	                 live_id));
+	fprintf(
+	    stderr,
+	    "test_wake: one runner frozen: slowest start of the other's %" PRId64 " runs %" PRId64
+	    " ms after its enqueue\n",
+	    want,
+	    tdb_intf(conn,
+	             "SELECT max((extract(epoch FROM r.started_at - r.created_at) * 1000)::bigint) "
+	             "FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = r.shard_group "
+	             "AND l.shard = r.shard WHERE l.owner = %" PRId64,
+	             live_id));
 	/* The frozen worker's runs start once it answers again. */
 	all_completed(60, "after the thaw");
 	tworker_stop(w[live], SIGTERM, 30000);
