@@ -144,9 +144,11 @@ int client_shards(cairn_client *c, int *shards)
  * Wake-ups. A write that gives a shard work is followed, in a transaction
  * of its own sent in the same round trip (db_exec_then), by one
  * notification per owner of those shards on cairn_wake, whose payload is
- * the owner's runner id (then "" or CAIRN_WAKE_CANCEL). Only the wake relay
- * listens (maint.c, cairn.relay), and it pokes that owner alone, so a run
- * costs the same whatever the size of the fleet. The notification is not
+ * the owner's runner id (then "" or CAIRN_WAKE_CANCEL, then the run's id
+ * when there is one run to name). Only the wake relay listens (maint.c,
+ * cairn.relay), and it pokes that owner alone, so a run costs the same
+ * whatever the size of the fleet; a wake-up that names its run lets the
+ * owner claim that run by id instead of looking through all its shards. The notification is not
  * part of the write's transaction: PostgreSQL serialises the commits of
  * notifying transactions on one lock, held until the commit is on disk.
  * The wake-up's own commit does not wait for the disk (a wake-up lost in a
@@ -162,25 +164,29 @@ int client_shards(cairn_client *c, int *shards)
 #define WAKE_NO_DISK "set_config('synchronous_commit', 'off', true)"
 /* The owners to wake: idle ones, and every one for a cancel (wake: $n). */
 #define WAKE_OWNER(wake) "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR " wake " <> '') "
-/* One shard: $1 group, $2 shard, $3 "" or CAIRN_WAKE_CANCEL. */
+/* The run of an enqueue: $1 group, $2 shard, $3 "" or CAIRN_WAKE_CANCEL, $4
+ * workflow and $5 key of the run (an existing one, for a key that existed). */
 static const db_stmt ST_WAKE_SHARD = {
     "cairn_wake_shard",
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $3)), " WAKE_NO_DISK " "
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $3 || "
+    "         coalesce(' ' || (SELECT r.id FROM cairn.runs r WHERE r.workflow = $4 "
+    "                          AND r.key = $5), ''))), " WAKE_NO_DISK " "
     "FROM cairn.shard_leases l " WAKE_OWNER("$3") "WHERE l.shard_group = $1 AND l.shard = $2"};
-/* Shards: $1 groups, $2 shards, $3 as above. */
+/* Shards: $1 groups, $2 shards, $3 as above; for every due run there. */
 static const db_stmt ST_WAKE_SHARDS = {
     "cairn_wake_shards",
     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $3)), " WAKE_NO_DISK " "
     "FROM (SELECT DISTINCT l.owner FROM unnest($1::text[], $2::int[]) AS x(g, s) "
     "      JOIN cairn.shard_leases l ON l.shard_group = x.g AND l.shard = x.s "
     "      " WAKE_OWNER("$3") ") o"};
-/* The shards of runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
+/* Runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
 static const db_stmt ST_WAKE_RUNS = {
     "cairn_wake_runs",
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $2)), " WAKE_NO_DISK " "
-    "FROM (SELECT DISTINCT l.owner FROM cairn.runs r JOIN cairn.shard_leases l "
-    "        ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "      " WAKE_OWNER("$2") "WHERE r.id = ANY ($1::bigint[])) o"};
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $2 || ' ' || r.id)), "
+    "  " WAKE_NO_DISK " "
+    "FROM cairn.runs r JOIN cairn.shard_leases l "
+    "  ON l.shard_group = r.shard_group AND l.shard = r.shard " WAKE_OWNER(
+        "$2") "WHERE r.id = ANY ($1::bigint[])"};
 
 /* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
 #define START_AT(at, delay)                                                                        \
@@ -388,11 +394,11 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
 	                   db_i64(delay, o->delay_ms),
 	                   o->at_unix_ms ? db_i64(at, o->at_unix_ms) : NULL};
-	const char *wake[] = {group, shard, ""};
+	const char *wake[] = {group, shard, "", workflow, key};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int missing, rc;
-		PGresult *r = exec_then(c, &ST_ENQUEUE, 8, p, &ST_WAKE_SHARD, 3, wake);
+		PGresult *r = exec_then(c, &ST_ENQUEUE, 8, p, &ST_WAKE_SHARD, 5, wake);
 		if (!r)
 			return db_fail(c);
 		if ((rc = read_enqueued(c, r, 1, out, &missing)) || !missing)

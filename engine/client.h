@@ -13,12 +13,16 @@
 #define CAIRN_DEFAULT_SHARDS      4096
 /* Notifications the wake relay listens to (maint.c): on CAIRN_WAKE_CHANNEL
  * the payload is a runner id, followed by CAIRN_WAKE_CANCEL when a run in
- * flight there may have been cancelled; on CAIRN_MEMBERS_CHANNEL it is the
- * live runners' fingerprint. */
-#define CAIRN_WAKE_CHANNEL        "cairn_wake"
-#define CAIRN_WAKE_CANCEL         "/cancel"
-#define CAIRN_MEMBERS_CHANNEL     "cairn_members"
-#define CAIRN_DONE_CHANNEL        "cairn_done"
+ * flight there may have been cancelled, then by a space and the id of the
+ * run that got work, when the write knows it (a run that was enqueued,
+ * signalled, cancelled or retried); on CAIRN_MEMBERS_CHANNEL it is the live
+ * runners' fingerprint. The relay forwards at most CAIRN_WAKE_RUNS run ids
+ * in one wake-up; more make it a wake-up for every due run. */
+#define CAIRN_WAKE_CHANNEL    "cairn_wake"
+#define CAIRN_WAKE_CANCEL     "/cancel"
+#define CAIRN_WAKE_RUNS       16
+#define CAIRN_MEMBERS_CHANNEL "cairn_members"
+#define CAIRN_DONE_CHANNEL    "cairn_done"
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */

@@ -7,7 +7,8 @@
  *              message of its shards is due), never a run already in
  *              flight, at most as many as the queue has room for. It claims
  *              when woken: by the wake relay (POST /wake, after a write gave
- *              its shards work), by an executor that ended a run, by the
+ *              its shards work; one that names its runs is a claim of those
+ *              runs alone, by id), by an executor that ended a run, by the
  *              lease loop after it took shards, or by the next due time;
  *              and, as a fallback for a lost wake-up, every
  *              CAIRN_POLL_INTERVAL. It does not LISTEN: PostgreSQL makes
@@ -71,11 +72,14 @@ struct dispatch {
 	_Atomic int stopping;
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
 	/* What a wake-up asks of the poller (see poller_main). */
-	_Atomic int claim_wanted; /* claim now */
-	_Atomic int recheck;      /* the last claim may have left due messages behind */
-	_Atomic int64_t due_hint; /* Unix ms of a message this worker just wrote; 0: none */
-	int clean;                /* executions that reached a durable point while draining */
-	db_settings limits;       /* the poller's: read from cairn.settings at each connect */
+	_Atomic int claim_wanted;         /* claim now */
+	_Atomic int recheck;              /* the last claim may have left due messages behind */
+	_Atomic int64_t due_hint;         /* Unix ms of a message this worker just wrote; 0: none */
+	int64_t targets[CAIRN_WAKE_RUNS]; /* runs wake-ups named, for the next claim; under mu */
+	int ntargets;
+	int plan_generic;   /* the poller's session plans generically (SQL_CLAIM_RUNS) */
+	int clean;          /* executions that reached a durable point while draining */
+	db_settings limits; /* the poller's: read from cairn.settings at each connect */
 };
 
 static void wake_poller(dispatch *d)
@@ -328,10 +332,64 @@ static void inflight_ids(dispatch *d, pgarr *out)
  * max_pending_signals of its oldest signals come.
  */
 #define MSG_START_SQL "0::bigint"
-_Static_assert(MSG_START_ID == 0, "SQL_CLAIM names a start MSG_START_ID");
+_Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
+/* The runs of the due messages and starts (CTE due): marked running, with
+ * what their executions need. The first $7 runs (the executors idle now)
+ * start at once: their execution is counted here instead of by the marker.
+ * Not a run that will run alone or is finished: those are marked as they
+ * start, or not at all. They come first, so the idle executors take them.
+ * $8: the poller goes busy (see poller_main): writers stop waking it. */
+#define CLAIM_RUNS                                                                                 \
+	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
+	"        min(deliver_at) AS at, min(id) AS first FROM due GROUP BY run_id), "              \
+	"n AS (SELECT d.*, (row_number() OVER (ORDER BY "                                          \
+	"          r.claims >= $6 - 1 OR r.finished_at IS NOT NULL, d.at, d.first) <= $7 "         \
+	"        AND r.claims < $6 - 1 AND r.finished_at IS NULL) AS mark "                        \
+	"      FROM d JOIN cairn.runs r ON r.id = d.run_id), "                                     \
+	"c AS (UPDATE cairn.runs r SET "                                                           \
+	"  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "      \
+	"                ELSE r.status END, "                                                      \
+	"  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) "                 \
+	"                 ELSE r.attempt END, "                                                    \
+	"  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "       \
+	"                    ELSE r.started_at END, "                                              \
+	"  claims = r.claims + d.mark::int, updated_at = now() "                                   \
+	"FROM n d, "                                                                               \
+	"  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "                        \
+	"           FROM cairn.steps s WHERE s.run_id = d.run_id) js "                             \
+	"WHERE r.id = d.run_id "                                                                   \
+	"RETURNING d.mark, d.at, d.first, r.id, r.shard_group AS grp, r.shard, d.epoch, "          \
+	"  d.ids::text AS ids, r.workflow, "                                                       \
+	"  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "      \
+	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
+	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
+	"  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id " \
+	"    AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "             \
+	"  END AS last_step, "                                                                     \
+	"  CASE WHEN js.bytes <= $4 THEN "                                                         \
+	"  (SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, "                \
+	"     'kind', s.kind, "                                                                    \
+	"     'status', s.status, 'output', s.output::text, 'error', s.error, "                    \
+	"     'attempts', s.attempts::text, "                                                      \
+	"     'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "                 \
+	"     'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text))::text "    \
+	"   FROM cairn.steps s WHERE s.run_id = r.id) END AS journal, "                            \
+	"  (SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "                  \
+	"     'payload', g.payload::text))::text "                                                 \
+	"   FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "                            \
+	"         WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) " \
+	"  AS signals), "                                                                          \
+	"busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle AND $8::bool), "
+/* One row even when nothing was claimed (its run columns NULL). */
+#define CLAIM_SELECT                                                                               \
+	"SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "  \
+	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
+	"  c.last_step, c.journal, c.signals, next.ms, c.mark "                                    \
+	"FROM next LEFT JOIN c ON true ORDER BY c.mark DESC, c.at, c.first"
+
+/* Due messages and due starts (runs.start_at, message id 0) of this
+ * runner's shards, each walked in time order. */
 static const char SQL_CLAIM[] =
-    /* Due messages and due starts (runs.start_at, message id 0), each
-     * walked in time order. */
     "WITH due AS (SELECT * FROM ("
     "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at FROM cairn.messages m "
     "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
@@ -342,51 +400,9 @@ static const char SQL_CLAIM[] =
     "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
     "   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]) "
     "   ORDER BY r.start_at, r.id LIMIT $3)) u "
-    "  ORDER BY deliver_at, run_id LIMIT $3), "
-    "d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "
-    "        min(deliver_at) AS at, min(id) AS first FROM due GROUP BY run_id), "
-    /* The first $7 runs (the executors idle now) start at once: their
-     * execution is counted here instead of by the marker. Not a run that
-     * will run alone or is finished: those are marked as they start, or
-     * not at all. They come first, so the idle executors take them. */
-    "n AS (SELECT d.*, (row_number() OVER (ORDER BY r.claims >= $6 - 1 OR r.finished_at IS NOT "
-    "        NULL, d.at, d.first) <= $7 AND r.claims < $6 - 1 AND r.finished_at IS NULL) AS mark "
-    "      FROM d JOIN cairn.runs r ON r.id = d.run_id), "
-    "c AS (UPDATE cairn.runs r SET "
-    "  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "
-    "                ELSE r.status END, "
-    "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
-    "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
-    "                    ELSE r.started_at END, "
-    "  claims = r.claims + d.mark::int, updated_at = now() "
-    "FROM n d, "
-    "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
-    "           FROM cairn.steps s WHERE s.run_id = d.run_id) js "
-    "WHERE r.id = d.run_id "
-    "RETURNING d.mark, d.at, d.first, r.id, r.shard_group AS grp, r.shard, d.epoch, d.ids::text AS "
-    "ids, r.workflow, "
-    "  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "
-    "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
-    "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
-    "  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "
-    "    AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) END AS last_step, "
-    "  CASE WHEN js.bytes <= $4 THEN "
-    "  (SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, 'kind', s.kind, "
-    "     'status', s.status, 'output', s.output::text, 'error', s.error, "
-    "     'attempts', s.attempts::text, "
-    "     'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "
-    "     'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text))::text "
-    "   FROM cairn.steps s WHERE s.run_id = r.id) END AS journal, "
-    "  (SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "
-    "     'payload', g.payload::text))::text "
-    "   FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "
-    "         WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) "
-    "  AS signals), "
-    /* The next message of this runner's shards that is not yet due, in ms
-     * from now: the poller sleeps until then. One row even when nothing
-     * was claimed (its run columns NULL). */
-    /* $8: the poller goes busy (see poller_main): writers stop waking it. */
-    "busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle AND $8::bool), "
+    "  ORDER BY deliver_at, run_id LIMIT $3), " CLAIM_RUNS
+    /* The next message or start of this runner's shards that is not yet
+     * due, in ms from now: the poller sleeps until then. */
     "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
     "  (SELECT m.deliver_at AS at FROM cairn.messages m JOIN cairn.shard_leases l "
     "     ON l.shard_group = m.shard_group AND l.shard = m.shard "
@@ -394,11 +410,33 @@ static const char SQL_CLAIM[] =
     "  UNION ALL "
     "  (SELECT r.start_at FROM cairn.runs r JOIN cairn.shard_leases l "
     "     ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "   WHERE l.owner = $1 AND r.start_at > now() ORDER BY r.start_at, r.id LIMIT 1)) x) "
-    "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "
-    "  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "
-    "  c.last_step, c.journal, c.signals, next.ms, c.mark "
-    "FROM next LEFT JOIN c ON true ORDER BY c.mark DESC, c.at, c.first";
+    "   WHERE l.owner = $1 AND r.start_at > now() ORDER BY r.start_at, r.id LIMIT 1)) "
+    "x) " CLAIM_SELECT;
+
+/*
+ * The claim of a wake-up that named its runs ($9: a run was enqueued,
+ * signalled, cancelled): only theirs, found by id, so that it costs the
+ * same whatever the shards hold, and planned once (generic plan). Its next
+ * due time is that of those runs alone.
+ */
+static const char SQL_CLAIM_RUNS[] =
+    "WITH due AS (SELECT * FROM ("
+    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at "
+    "   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.messages m ON m.run_id = t.id "
+    "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
+    "   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[])) "
+    "  UNION ALL "
+    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at "
+    "   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.runs r ON r.id = t.id "
+    "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
+    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]))) u "
+    "  ORDER BY deliver_at, run_id LIMIT $3), " CLAIM_RUNS
+    "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
+    "  SELECT m.deliver_at AS at FROM cairn.messages m "
+    "  WHERE m.run_id = ANY ($9::bigint[]) AND m.deliver_at > now() "
+    "  UNION ALL "
+    "  SELECT r.start_at FROM cairn.runs r WHERE r.id = ANY ($9::bigint[]) AND r.start_at > now()) "
+    "x) " CLAIM_SELECT;
 
 /* The claim's columns, in order. */
 enum {
@@ -531,15 +569,31 @@ static int queue_job(dispatch *d, job *j)
 	return 0;
 }
 
-/* Claims up to limit runs: how many runs the claim returned (at most limit),
- * or -CAIRN_EDB; *next_due_ms is the time until the next message of this
- * runner's shards is due (-1: none). Runs that cannot be queued keep their
- * messages and come back. */
+/*
+ * Plans. A generic plan of SQL_CLAIM cannot know the LIMIT and sorts every
+ * due message, so it is planned with its values each time; SQL_CLAIM_RUNS
+ * finds its runs by id, and planning it again would cost more than running
+ * it (PostgreSQL makes it again when the tables' statistics change: after
+ * autovacuum's ANALYZE, or the poller's own after a slow claim). The
+ * session's plan_cache_mode changes only when the claim does, in
+ * the claim's own round trip and transaction (a SET alone would be one
+ * more transaction each time).
+ */
+#define PLAN_CUSTOM  "SET plan_cache_mode = force_custom_plan"
+#define PLAN_GENERIC "SET plan_cache_mode = force_generic_plan"
+
+/* Claims up to limit runs, of this runner's shards or (nruns > 0) of those
+ * runs only: how many runs the claim returned (at most limit), or
+ * -CAIRN_EDB; *next_due_ms is the time until the next message of the
+ * shards (or of those runs) is due (-1: none). Runs that cannot be queued
+ * keep their messages and come back. */
 static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now, int go_busy,
-                 int64_t *next_due_ms, int *skipped, buf *err)
+                 const int64_t *runs, int nruns, int64_t *next_due_ms, int *skipped, buf *err)
 {
-	pgarr ex = PGARR_INIT;
+	pgarr ex = PGARR_INIT, want = PGARR_INIT;
 	inflight_ids(d, &ex);
+	for (int i = 0; i < nruns; i++)
+		pgarr_add_i64(&want, runs[i]);
 	*skipped = (int)ex.n;
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
 	const char *p[] = {db_i64(me, owner),
@@ -549,18 +603,20 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	                   db_i64(ps, d->limits.max_pending_signals),
 	                   db_i64(pa, d->env.cfg->poison_after),
 	                   db_i64(sn, start_now),
-	                   go_busy ? "t" : "f"};
+	                   go_busy ? "t" : "f",
+	                   pgarr_str(&want)};
 	/* The statement's now() is read as it starts: anchor the run's clock
 	 * there too, so it never runs behind the database's. */
 	int64_t mono = clock_mono_ms();
-	PGresult *r = PQexecPrepared(conn, "cairn_claim", 8, p, NULL, NULL, 0);
+	int generic = nruns > 0;
+	const char *plan = generic == d->plan_generic ? NULL : generic ? PLAN_GENERIC : PLAN_CUSTOM;
+	PGresult *r = db_exec_prepared(
+	    conn, err, plan, generic ? "cairn_claim_runs" : "cairn_claim", generic ? 9 : 8, p);
 	pgarr_free(&ex);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		buf_reset(err);
-		buf_puts(err, PQresultErrorMessage(r));
-		PQclear(r);
+	pgarr_free(&want);
+	if (!r)
 		return -CAIRN_EDB;
-	}
+	d->plan_generic = generic;
 	int got = 0;
 	*next_due_ms = -1;
 	for (int i = 0; i < PQntuples(r); i++) {
@@ -602,6 +658,17 @@ static void check_cancels(dispatch *d, PGconn *conn)
 	PQclear(r);
 }
 
+/* Takes the runs wake-ups named since the last claim into runs; how many. */
+static int take_targets(dispatch *d, int64_t *runs)
+{
+	pthread_mutex_lock(&d->mu);
+	int n = d->ntargets;
+	memcpy(runs, d->targets, (size_t)n * sizeof *runs);
+	d->ntargets = 0;
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
 /* Waits for a wake-up (from the relay, the lease loop or an executor) or
  * the timeout; whether a wake-up asked to look for cancelled runs. */
 static int wait_wake(dispatch *d, int64_t ms)
@@ -629,19 +696,24 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 		PQfinish(c);
 		return NULL;
 	}
-	PGresult *r = PQprepare(c, "cairn_claim", SQL_CLAIM, 0, NULL);
-	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-	if (!ok) {
-		buf_reset(err);
-		buf_puts(err, PQresultErrorMessage(r));
+	int ok = 1;
+	const char *const names[] = {"cairn_claim", "cairn_claim_runs"};
+	const char *const sqls[] = {SQL_CLAIM, SQL_CLAIM_RUNS};
+	for (int i = 0; ok && i < 2; i++) {
+		PGresult *r = PQprepare(c, names[i], sqls[i], 0, NULL);
+		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		if (!ok) {
+			buf_reset(err);
+			buf_puts(err, PQresultErrorMessage(r));
+		}
+		PQclear(r);
 	}
-	PQclear(r);
-	/* A generic plan cannot know the LIMIT and sorts every due message:
-	 * plan each claim with its values instead. A claim need not wait for
-	 * the disk: what it writes (running, started_at) only describes the
-	 * run, and a crash of the database that loses it leaves the messages,
-	 * which bring the run back; counting executions is the marker's. */
-	if (!ok || db_cmd(c, err, "SET plan_cache_mode = force_custom_plan", 0, NULL) < 0 ||
+	/* A claim need not wait for the disk: what it writes (running,
+	 * started_at) only describes the run, and a crash of the database that
+	 * loses it leaves the messages, which bring the run back; counting
+	 * executions is the marker's. Plans: see claim(). */
+	d->plan_generic = 0;
+	if (!ok || db_cmd(c, err, PLAN_CUSTOM, 0, NULL) < 0 ||
 	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0) {
 		PQfinish(c);
 		return NULL;
@@ -659,8 +731,14 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * left due messages behind (recheck: it was cut short by the queue's room,
  * or it skipped runs in flight, whose messages wait for them to end); and,
  * as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after the last
- * claim. So an idle worker with a run to do claims once for it, not again
- * when it takes it and when it ends.
+ * claim of all. So an idle worker with a run to do claims once for it, not
+ * again when it takes it and when it ends.
+ *
+ * Named runs: a wake-up that names its runs (dispatch_wake_runs) is claimed
+ * with SQL_CLAIM_RUNS, of those runs alone, when nothing else asks for a
+ * claim of all that is due (which finds them too). Such a claim leaves the
+ * fallback's time alone, only moves the next due time earlier, and only
+ * ever sets recheck.
  *
  * Busy: after a claim that found BUSY_AFTER runs or more, the next claim
  * also sets runners.idle = false, and writers stop waking this runner (no
@@ -708,8 +786,14 @@ static void *poller_main(void *arg)
 		}
 		int want = atomic_exchange(&d->claim_wanted, 0) || now >= fallback_at ||
 		           (due_at_mono >= 0 && now >= due_at_mono);
+		/* Runs wake-ups named: a claim of all that is due finds them too. */
+		int64_t runs[CAIRN_WAKE_RUNS];
+		int nruns = take_targets(d, runs);
+		int targeted = !want && nruns > 0;
+		if (!targeted)
+			nruns = 0;
 		int rc = 0, n = 0, limit = 0, again = 0;
-		if (want) {
+		if (want || targeted) {
 			int64_t owner = lease_runner_id(d->env.lease);
 			pthread_mutex_lock(&d->mu);
 			int room = d->qcap - d->qlen;
@@ -725,9 +809,13 @@ static void *poller_main(void *arg)
 				int64_t t0 = clock_mono_ms();
 				int go_busy = !busy && last_n >= BUSY_AFTER;
 				rc = n = claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
-				               go_busy, &next_due, &skipped, &err);
+				               go_busy, runs, nruns, &next_due, &skipped, &err);
 				if (go_busy && rc >= 0)
 					atomic_fetch_add(&d->env.m->poller_busy, 1);
+				if (rc >= 0)
+					atomic_fetch_add(targeted ? &d->env.m->claims_runs
+					                          : &d->env.m->claims_all,
+					                 1);
 				busy |= go_busy || rc < 0;
 				last_n = rc > 0 ? n : 0;
 				/* Busy: claim again while there is room; idle again
@@ -757,13 +845,20 @@ static void *poller_main(void *arg)
 					next_analyze = clock_mono_ms() + 60000;
 				}
 			}
-			atomic_store(&d->recheck, busy || room == 0 || skipped > 0 ||
-			                              (rc >= 0 && n == limit && limit == room));
-			fallback_at = now + cfg->poll_interval_ms;
-			if (rc >= 0)
-				due_at_mono = next_due >= 0 ? now + next_due + 1 : -1;
-			else
+			/* A claim of named runs says nothing of the others: it
+			 * only adds to what the last full claim left behind and
+			 * to when something is due next. */
+			int left = busy || room == 0 || skipped > 0 ||
+			           (rc >= 0 && n == limit && limit == room);
+			if (!targeted || left)
+				atomic_store(&d->recheck, left);
+			if (!targeted)
+				fallback_at = now + cfg->poll_interval_ms;
+			int64_t at = next_due >= 0 ? now + next_due + 1 : -1;
+			if (rc < 0)
 				due_at_mono = now + 1000; /* look again soon */
+			else if (!targeted || (at >= 0 && (due_at_mono < 0 || at < due_at_mono)))
+				due_at_mono = at;
 		}
 		if (rc < 0) {
 			log_kv(d->env.log, LOG_WARN, "poll failed", "error", buf_str(&err), NULL);
@@ -789,11 +884,29 @@ static void *poller_main(void *arg)
 
 void dispatch_wake(dispatch *d, int cancel)
 {
+	dispatch_wake_runs(d, cancel, NULL, 0);
+}
+
+void dispatch_wake_runs(dispatch *d, int cancel, const int64_t *runs, int n)
+{
 	if (!d)
 		return;
 	if (cancel)
 		atomic_store(&d->cancel_wake, 1);
-	want_claim(d);
+	pthread_mutex_lock(&d->mu);
+	int fits = n > 0;
+	for (int i = 0; fits && i < n; i++) {
+		int k = 0;
+		while (k < d->ntargets && d->targets[k] != runs[i])
+			k++;
+		if (k == d->ntargets && (fits = k < CAIRN_WAKE_RUNS))
+			d->targets[d->ntargets++] = runs[i];
+	}
+	pthread_mutex_unlock(&d->mu);
+	if (fits)
+		wake_poller(d);
+	else
+		want_claim(d); /* a claim of all that is due */
 }
 
 /* ------------------------------------------------------------- lifecycle */

@@ -42,6 +42,10 @@ int dispatch_start(const dispatch_env *env, dispatch **out);
 /* Makes the poller claim now (the shards got work, or the lease loop took
  * shards); with cancel, also look for cancelled runs in flight. Any thread. */
 void dispatch_wake(dispatch *d, int cancel);
+/* The same for a wake-up that names the runs that got work (n > 0): the
+ * poller claims only theirs, unless it claims all that is due anyway, or
+ * more runs were named than it keeps (CAIRN_WAKE_RUNS). */
+void dispatch_wake_runs(dispatch *d, int cancel, const int64_t *runs, int n);
 /* Drops the queued (not yet started) runs of shards of this group that are
  * no longer owned; their messages stay for the next owner. */
 void dispatch_drop_queued(dispatch *d, int group);

@@ -89,7 +89,7 @@ typedef enum probe { PROBE_OK, PROBE_ANSWERED_FAIL, PROBE_NO_ANSWER } probe;
 static long http_call(CURL *h, const char *address, const char *path, int post, int64_t timeout_ms,
                       char *why, size_t n)
 {
-	char url[300];
+	char url[1024];
 	snprintf(url, sizeof url, "http://%s%s", address, path);
 	curl_easy_reset(h);
 	curl_easy_setopt(h, CURLOPT_URL, url);
@@ -248,6 +248,9 @@ typedef struct relay_runner {
 	int failing;
 	int64_t retry_at; /* while failing: not tried before this (monotonic ms) */
 	int wake;         /* 0 none, 1 wake, 2 wake and look for cancelled runs */
+	int all;          /* the wake-up is for every due run, not only for runs[] */
+	int nruns;
+	int64_t runs[CAIRN_WAKE_RUNS]; /* the runs that got work */
 } relay_runner;
 
 typedef struct relay_state {
@@ -272,14 +275,12 @@ static int relay_load(relay_state *r, buf *err)
 	int n = PQntuples(res);
 	relay_runner *rs = calloc((size_t)n + 1, sizeof *rs);
 	for (int i = 0; rs && i < n; i++) {
-		rs[i].id = db_get_i64(res, i, 0);
-		snprintf(rs[i].address, sizeof rs[i].address, "%s", PQgetvalue(res, i, 1));
+		int64_t id = db_get_i64(res, i, 0);
 		for (int k = 0; k < r->n; k++)
-			if (r->rs[k].id == rs[i].id) {
-				rs[i].failing = r->rs[k].failing;
-				rs[i].retry_at = r->rs[k].retry_at;
-				rs[i].wake = r->rs[k].wake;
-			}
+			if (r->rs[k].id == id)
+				rs[i] = r->rs[k];
+		rs[i].id = id;
+		snprintf(rs[i].address, sizeof rs[i].address, "%s", PQgetvalue(res, i, 1));
 	}
 	PQclear(res);
 	if (!rs)
@@ -292,31 +293,34 @@ static int relay_load(relay_state *r, buf *err)
 
 /* A runner that does not answer (frozen, unreachable) is tried again only
  * every RELAY_RETRY_MS, so it holds up the wake-ups of the others for at
- * most RELAY_TIMEOUT_MS in that time; its runs start at its next poll. */
-static void relay_post(relay_state *r, relay_runner *rr, const char *path)
+ * most RELAY_TIMEOUT_MS in that time. 1 if the POST was answered. */
+static int relay_post(relay_state *r, relay_runner *rr, const char *path)
 {
+	if (r->env->poke_self && r->env->poke_self(r->env->poke_arg, rr->id, path))
+		return 1;
 	if (rr->failing && clock_mono_ms() < rr->retry_at)
-		return;
+		return 0;
 	char why[CURL_ERROR_SIZE + 32];
 	long code = rr->address[0]
 	                ? http_call(r->h, rr->address, path, 1, RELAY_TIMEOUT_MS, why, sizeof why)
 	                : 0;
 	if (code == 204) {
 		rr->failing = 0;
-		return;
+		return 1;
 	}
 	if (!rr->address[0])
 		snprintf(why, sizeof why, "it advertises no address");
 	if (!rr->failing) {
 		char id[24];
-		log_kv(r->env->log, LOG_WARN,
-		       "cannot wake a runner: runs of its shards wait for its next poll "
-		       "(CAIRN_POLL_INTERVAL); check its CAIRN_ADVERTISE_ADDR and the network",
-		       "runner_id", db_i64(id, rr->id), "address", rr->address, "reason", why,
-		       NULL);
+		log_kv(
+		    r->env->log, LOG_WARN,
+		    "cannot wake a runner: its runs wait until it answers again, or for its next "
+		    "poll (CAIRN_POLL_INTERVAL); check its CAIRN_ADVERTISE_ADDR and the network",
+		    "runner_id", db_i64(id, rr->id), "address", rr->address, "reason", why, NULL);
 	}
 	rr->failing = 1;
 	rr->retry_at = clock_mono_ms() + RELAY_RETRY_MS;
+	return 0;
 }
 
 /* Pokes every runner: the membership (when fp is set), and a claim. */
@@ -328,7 +332,39 @@ static void relay_all(relay_state *r, const char *fp)
 		if (fp)
 			relay_post(r, &r->rs[i], path);
 		r->rs[i].wake = 2;
+		r->rs[i].all = 1;
 	}
+}
+
+/* A wake-up for rr: for run (0: for every due run), and with cancel, to
+ * look for cancelled runs in flight. */
+static void relay_mark(relay_runner *rr, int cancel, int64_t run)
+{
+	if (rr->wake < 1 + cancel)
+		rr->wake = 1 + cancel;
+	for (int i = 0; i < rr->nruns; i++)
+		if (rr->runs[i] == run)
+			return;
+	if (run <= 0 || rr->nruns == CAIRN_WAKE_RUNS)
+		rr->all = 1;
+	else
+		rr->runs[rr->nruns++] = run;
+}
+
+/* Sends rr its pending wake-up: POST /wake[/cancel][/RUN,RUN,...]. One
+ * that is not answered stays pending and is tried again with the relay's
+ * next round (every RELAY_SLICE_MS at least). */
+static void relay_wake(relay_state *r, relay_runner *rr)
+{
+	char path[32 + CAIRN_WAKE_RUNS * 21];
+	int len = snprintf(path, sizeof path, "/wake%s", rr->wake == 2 ? CAIRN_WAKE_CANCEL : "");
+	for (int i = 0; !rr->all && i < rr->nruns; i++)
+		len += snprintf(path + len, sizeof path - (size_t)len, "%c%" PRId64, i ? ',' : '/',
+		                rr->runs[i]);
+	if (relay_post(r, rr, path))
+		rr->wake = rr->all = rr->nruns = 0;
+	else
+		rr->all = 1; /* kept, for every due run, until the runner answers */
 }
 
 /* Takes the notifications that came in: wake-ups are marked on their runner
@@ -356,7 +392,10 @@ static int relay_take(relay_state *r, buf *err)
 		} else {
 			char *end;
 			int64_t id = strtoll(nt->extra, &end, 10);
-			int wake = strcmp(end, CAIRN_WAKE_CANCEL) == 0 ? 2 : 1;
+			size_t cl = strlen(CAIRN_WAKE_CANCEL);
+			int cancel = strncmp(end, CAIRN_WAKE_CANCEL, cl) == 0;
+			end += cancel ? cl : 0;
+			int64_t run = *end == ' ' ? strtoll(end + 1, NULL, 10) : 0;
 			int k = 0;
 			while (k < r->n && r->rs[k].id != id)
 				k++;
@@ -370,8 +409,8 @@ static int relay_take(relay_state *r, buf *err)
 				for (k = 0; k < r->n && r->rs[k].id != id;)
 					k++;
 			}
-			if (k < r->n && r->rs[k].wake < wake)
-				r->rs[k].wake = wake;
+			if (k < r->n)
+				relay_mark(&r->rs[k], cancel, run);
 		}
 		PQfreemem(nt);
 	}
@@ -384,11 +423,11 @@ static int relay_take(relay_state *r, buf *err)
  * transaction each), so if every worker listened, a run would cost a
  * transaction per worker. The relay listens on cairn_wake and cairn_members
  * and forwards with an empty HTTP POST to the runners' advertised
- * addresses: /wake (or /wake/cancel) to the runner a wake-up names, once
- * however many came in together, and /members/FINGERPRINT to every live
- * runner. As it starts it pokes every live runner, so a wake-up sent while
- * no relay listened (it was moving, the database restarted) is not waited
- * out until the next poll.
+ * addresses: /wake (or /wake/cancel), followed by the runs the wake-ups
+ * named, to the runner a wake-up names, once however many came in
+ * together (to the worker it runs on, without HTTP: poke_self), and /members/FINGERPRINT to every
+ * live runner. As it starts it pokes every live runner, so a wake-up sent while no relay listened
+ * (it was moving, the database restarted) is not waited out until the next poll.
  */
 static int relay_main(cairn_singleton *s, void *arg)
 {
@@ -404,12 +443,8 @@ static int relay_main(cairn_singleton *s, void *arg)
 		relay_all(&r, NULL);
 	while (!rc && !cairn_singleton_cancelled(s)) {
 		for (int i = 0; i < r.n; i++) {
-			relay_runner *rr = &r.rs[i];
-			if (rr->wake) {
-				int cancel = rr->wake == 2;
-				rr->wake = 0;
-				relay_post(&r, rr, cancel ? "/wake/cancel" : "/wake");
-			}
+			if (r.rs[i].wake)
+				relay_wake(&r, &r.rs[i]);
 		}
 		struct pollfd pfd = {.fd = PQsocket(r.conn), .events = POLLIN};
 		if (poll(&pfd, 1, RELAY_SLICE_MS) < 0 && errno != EINTR)

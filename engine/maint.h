@@ -15,6 +15,11 @@ typedef struct maint_env {
 	const config *cfg; /* runner TTL, heartbeat interval, retention, backoff */
 	const logger *log;
 	metrics *m;
+	/* The relay's way to this worker itself: if runner is this worker's
+	 * runner id, tells it what a POST of path would and returns 1 (no HTTP
+	 * hop); else 0. */
+	int (*poke_self)(void *arg, int64_t runner, const char *path);
+	void *poke_arg;
 } maint_env;
 
 /* Registers cairn.health, cairn.janitor and cairn.relay in the first shard group; 0 or

@@ -18,6 +18,8 @@ typedef struct metrics {
 	_Atomic uint64_t detachments;
 	_Atomic uint64_t rebalances;
 	_Atomic uint64_t poller_busy; /* times the poller went busy (writers stopped waking it) */
+	_Atomic uint64_t claims_all;  /* claims of all that is due in the shards */
+	_Atomic uint64_t claims_runs; /* claims of the runs wake-ups named */
 	_Atomic uint64_t lease_losses;
 	_Atomic uint64_t singleton_restarts;
 	_Atomic uint64_t health_checks;

@@ -7,8 +7,10 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "client.h"
 #include "clock.h"
 #include "worker.h"
 
@@ -73,6 +75,12 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_poller_busy_total", "counter",
 	       "Times the poller went busy: it claims back to back and writers do not wake it.",
 	       NULL, (double)atomic_load(&m->poller_busy));
+	buf_printf(b,
+	           "# HELP cairn_claims_total Claims the poller made: of all that is due in its "
+	           "shards, or of the runs a wake-up named.\n# TYPE cairn_claims_total counter\n"
+	           "cairn_claims_total{of=\"shards\"} %" PRIu64 "\n"
+	           "cairn_claims_total{of=\"runs\"} %" PRIu64 "\n",
+	           (uint64_t)atomic_load(&m->claims_all), (uint64_t)atomic_load(&m->claims_runs));
 	metric(b, "cairn_lease_losses_total", "counter",
 	       "Shard leases lost without releasing them.", NULL,
 	       (double)atomic_load(&m->lease_losses));
@@ -170,31 +178,68 @@ static void status_page(cairn_worker *w, http_reply *r)
 	r->type = "application/json";
 }
 
+/* "ID,ID,..." of at most CAIRN_WAKE_RUNS decimal run ids into runs: how
+ * many, or -1. */
+static int parse_runs(const char *s, int64_t *runs)
+{
+	int n = 0;
+	for (;;) {
+		size_t len = strspn(s, "0123456789");
+		if (len == 0 || len > 18 || n == CAIRN_WAKE_RUNS)
+			return -1;
+		runs[n++] = strtoll(s, NULL, 10);
+		s += len;
+		if (*s == '\0')
+			return n;
+		if (*s++ != ',')
+			return -1;
+	}
+}
+
 /*
- * POST /wake, /wake/cancel and /members/FINGERPRINT: the wake relay (the
- * cairn.relay singleton) tells this worker that its shards got work, that a
- * run of its may have been cancelled, or that the live runners changed.
- * Each only hastens what the worker would do anyway (a claim, a look at
- * cancelled runs, a rebalance), so a stray request costs a query at most.
+ * POST /wake[/cancel][/RUNS] and /members/FINGERPRINT: the wake relay (the
+ * cairn.relay singleton) tells this worker that its shards got work (RUNS:
+ * that these runs did, "1,2,3"), that a run of its may have been
+ * cancelled, or that the live runners changed. Each only hastens what the
+ * worker would do anyway (a claim, a look at cancelled runs, a rebalance),
+ * so a stray request costs a query at most.
  */
+int status_poke(cairn_worker *w, const char *path)
+{
+	static const char wake[] = "/wake", cancel[] = "/cancel", members[] = "/members/";
+	if (strncmp(path, wake, sizeof wake - 1) == 0) {
+		const char *p = path + sizeof wake - 1;
+		int is_cancel = strncmp(p, cancel, sizeof cancel - 1) == 0;
+		if (is_cancel)
+			p += sizeof cancel - 1;
+		int64_t runs[CAIRN_WAKE_RUNS];
+		int n = *p == '/' ? parse_runs(p + 1, runs) : *p ? -1 : 0;
+		if (n < 0)
+			return -1;
+		dispatch_wake_runs(w->dispatch, is_cancel, runs, n);
+		return 0;
+	}
+	const char *fp = path + sizeof members - 1;
+	if (strncmp(path, members, sizeof members - 1) != 0 || strlen(fp) > 32 ||
+	    strspn(fp, "0123456789abcdef") != strlen(fp))
+		return -1;
+	worker_members_changed(w, fp);
+	return 0;
+}
+
 static void poke(cairn_worker *w, const char *path, http_reply *r)
 {
-	static const char members[] = "/members/";
-	if (strcmp(path, "/wake") == 0 || strcmp(path, "/wake/cancel") == 0) {
-		dispatch_wake(w->dispatch, path[5] == '/');
-	} else if (strncmp(path, members, sizeof members - 1) == 0 &&
-	           strlen(path + sizeof members - 1) <= 32 &&
-	           strspn(path + sizeof members - 1, "0123456789abcdef") ==
-	               strlen(path + sizeof members - 1)) {
-		worker_members_changed(w, path + sizeof members - 1);
-	} else {
-		r->status = 405;
-		r->allow = "GET, HEAD";
-		buf_puts(&r->body, "method POST not allowed here: POST /wake, /wake/cancel or "
-		                   "/members/FINGERPRINT, or GET the other pages\n");
+	if (status_poke(w, path) == 0) {
+		r->status = 204;
 		return;
 	}
-	r->status = 204;
+	r->status = 405;
+	r->allow = "GET, HEAD";
+	buf_printf(&r->body,
+	           "method POST not allowed here: POST /wake or /wake/cancel, each optionally "
+	           "followed by /RUN,RUN,... (at most %d run ids), or /members/FINGERPRINT, or GET "
+	           "the other pages\n",
+	           CAIRN_WAKE_RUNS);
 }
 
 void status_handle(void *arg, const char *method, const char *path, http_reply *r)

@@ -59,6 +59,15 @@ static int worker_alloc(cairn_worker **out)
 	return 0;
 }
 
+static int poke_self(void *arg, int64_t runner, const char *path)
+{
+	cairn_worker *w = arg;
+	if (!runner || lease_runner_id(w->lease) != runner)
+		return 0;
+	status_poke(w, path);
+	return 1;
+}
+
 /* Once the configuration is loaded: the registry (with the built-in
  * singletons, so that a user's singleton of the same name is refused at its
  * registration) and the shard map. 0 or a negated status. */
@@ -66,7 +75,8 @@ static int worker_setup(cairn_worker *w)
 {
 	w->log.level = w->cfg.log_level;
 	w->log.format = w->cfg.log_format;
-	w->maint = (maint_env){.cfg = &w->cfg, .log = &w->log, .m = &w->m};
+	w->maint = (maint_env){
+	    .cfg = &w->cfg, .log = &w->log, .m = &w->m, .poke_self = poke_self, .poke_arg = w};
 	if (registry_new(&w->reg) < 0 || shardmap_new(w->cfg.groups, w->cfg.ngroups, &w->map) < 0)
 		return -CAIRN_ENOMEM;
 	return maint_register(w->reg, &w->maint, &w->err);

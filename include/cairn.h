@@ -124,8 +124,8 @@ typedef struct cairn_enqueued {
 } cairn_enqueued;
 
 /*
- * Enqueues one run of workflow and its start message in one transaction, then
- * (in the same round trip) wakes the owner of its shard. Enqueueing the same (workflow, key) again
+ * Enqueues one run of workflow (one INSERT, its own transaction), then (in
+ * the same round trip) wakes the owner of its shard. Enqueueing the same (workflow, key) again
  * writes nothing and returns the existing run with existed = 1, its status
  * and, if it has finished, its output or error, read by the same statement.
  * Validation errors return CAIRN_EINVAL (see cairn_client_errfield()) and

@@ -12,8 +12,9 @@
  *   3 enqueue x8   one-by-one enqueue from 8 threads, a client each: runs/s,
  *                  without a worker and with one running the runs
  *   4 batch        one cairn_enqueue_batch() of 10,000 runs: seconds
- *   5 stamp        enqueue-to-first-instruction latency (the stamp workflow
- *                  writes the monotonic clock into a shared file)
+ *   5 stamp        enqueue-to-first-instruction latency, one run every 10 ms
+ *                  (the stamp workflow writes the monotonic clock into a
+ *                  shared file), beside a bare commit at the same pace
  *   6 drain        noop and bench3 backlogs drained by one worker: runs/s
  *   7 fleet        1, 10, 50 workers on a fresh database: settle time, idle
  *                  transactions/s, transactions per run, settle after kill -9
@@ -80,7 +81,8 @@ typedef enum goal { NONE, LE, GE, RATIO_LE, RATIO_GE } goal;
 /* A cairn-worker the bench started. */
 typedef struct worker {
 	pid_t pid;
-	int port, ready;
+	int port, ready; /* port: 0 until read from the worker's start line */
+	char log[4096];
 } worker;
 
 static const char SQL_RESET[] = "TRUNCATE cairn.messages, cairn.signals, cairn.steps, cairn.runs";
@@ -302,18 +304,24 @@ static void db_drop(bench *b, const char *name)
 
 /* ------------------------------------------------------------ processes */
 
-static int free_port(void)
+/* The worker's HTTP port, once its log has the start line (it binds port 0
+ * and logs http_port=N); 0 before. */
+static int worker_port(worker *w)
 {
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof a;
-	int port = 0;
-	if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(s, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	if (s >= 0)
-		close(s);
-	return port;
+	if (w->port)
+		return w->port;
+	FILE *f = fopen(w->log, "r");
+	char line[1024];
+	while (f && fgets(line, sizeof line, f)) {
+		const char *k = strstr(line, "msg=\"cairn-worker started\"");
+		if (k && (k = strstr(k, " http_port=")) && strchr(line, '\n')) {
+			w->port = atoi(k + strlen(" http_port="));
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	return w->port;
 }
 
 /* Forks and execs argv with stdout and stderr to log (or a pipe's write end
@@ -342,16 +350,14 @@ static pid_t spawn(char *const argv[], const char *log, int out_fd, char *const 
 static void worker_start(bench *b, worker *w, const char *name, const char *url, int concurrency,
                          const char *extra_name, const char *extra_value)
 {
-	char log[4096], addr[64], conc[16];
-	snprintf(log, sizeof log, "%s/worker-%s.log", b->log_dir, name);
-	w->port = free_port();
-	w->ready = 0;
-	snprintf(addr, sizeof addr, "127.0.0.1:%d", w->port);
+	char conc[16];
+	snprintf(w->log, sizeof w->log, "%s/worker-%s.log", b->log_dir, name);
+	w->port = w->ready = 0;
 	snprintf(conc, sizeof conc, "%d", concurrency);
 	char *const env[] = {"DATABASE_URL",
 	                     (char *)url,
 	                     "CAIRN_HTTP_ADDR",
-	                     addr,
+	                     "127.0.0.1:0",
 	                     "CAIRN_CONCURRENCY",
 	                     conc,
 	                     "CAIRN_PLUGINS",
@@ -360,7 +366,7 @@ static void worker_start(bench *b, worker *w, const char *name, const char *url,
 	                     (char *)extra_value,
 	                     NULL};
 	char *const argv[] = {(char *)b->worker, NULL};
-	w->pid = spawn(argv, log, -1, env);
+	w->pid = spawn(argv, w->log, -1, env);
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *arg)
@@ -406,7 +412,7 @@ static int64_t worker_ready(worker *w, int64_t timeout_ms, int poll_ms)
 	while (now_ms() < end) {
 		if (worker_dead(w))
 			return -1;
-		if (http_status(w->port, "/readyz") == 200)
+		if (worker_port(w) && http_status(w->port, "/readyz") == 200)
 			return w->ready = 1, now_ms();
 		sleep_ms(poll_ms);
 	}
@@ -522,38 +528,49 @@ static int enqueue_one(cairn_client *c, const char *workflow, const char *prefix
 
 /* ------------------------------------------------------ 1: the floors */
 
-static void phase_floor_commit(bench *b)
+/* n single-row INSERTs into bench_floor, each its own commit, one every
+ * gap_ns (0: back to back), each timed into ms: the seconds they took, or
+ * -1 (noted under phase). */
+static double commit_loop(bench *b, const char *phase, int n, int64_t gap_ns, double *ms)
 {
-	int n = b->commits_n;
-	double *ms = calloc((size_t)n, sizeof *ms);
-	if (!ms || exec_ok(b->pg, "DROP TABLE IF EXISTS bench_floor") ||
+	if (exec_ok(b->pg, "DROP TABLE IF EXISTS bench_floor") ||
 	    exec_ok(b->pg, "CREATE TABLE bench_floor (id bigserial PRIMARY KEY, v int NOT NULL)")) {
-		note_error(b, "floor_commit", "cannot create the table bench_floor");
-		free(ms);
-		return;
+		note_error(b, phase, "cannot create the table bench_floor");
+		return -1;
 	}
 	int64_t t0 = now_ns();
 	for (int i = 0; i < n; i++) {
+		if (gap_ns)
+			sleep_until_ns(t0 + (int64_t)i * gap_ns);
 		int64_t t = now_ns();
 		PGresult *r = PQexec(b->pg, "INSERT INTO bench_floor (v) VALUES (1)");
 		ms[i] = (double)(now_ns() - t) / 1e6;
 		int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		PQclear(r);
 		if (!ok) {
-			note_error(b, "floor_commit", "%s", PQerrorMessage(b->pg));
-			free(ms);
-			return;
+			note_error(b, phase, "%s", PQerrorMessage(b->pg));
+			return -1;
 		}
 	}
 	double secs = (double)(now_ns() - t0) / 1e9;
 	exec_ok(b->pg, "DROP TABLE bench_floor");
-	b->commit_p50_ms = quantile(ms, n, 0.5);
-	measure(b, "floor_commit_p50_ms", "floor: bare INSERT commit p50", "ms", b->commit_p50_ms,
-	        0, "", NONE, 0);
-	measure(b, "floor_commit_p99_ms", "floor: bare INSERT commit p99", "ms",
-	        quantile(ms, n, 0.99), 0, "", NONE, 0);
-	measure(b, "floor_commits_per_s", "floor: bare INSERT commits/s", "/s", n / secs, 0, "",
-	        NONE, 0);
+	return secs;
+}
+
+static void phase_floor_commit(bench *b)
+{
+	int n = b->commits_n;
+	double *ms = calloc((size_t)n, sizeof *ms);
+	double secs = ms ? commit_loop(b, "floor_commit", n, 0, ms) : -1;
+	if (secs >= 0) {
+		b->commit_p50_ms = quantile(ms, n, 0.5);
+		measure(b, "floor_commit_p50_ms", "floor: bare INSERT commit p50", "ms",
+		        b->commit_p50_ms, 0, "", NONE, 0);
+		measure(b, "floor_commit_p99_ms", "floor: bare INSERT commit p99", "ms",
+		        quantile(ms, n, 0.99), 0, "", NONE, 0);
+		measure(b, "floor_commits_per_s", "floor: bare INSERT commits/s", "/s", n / secs, 0,
+		        "", NONE, 0);
+	}
 	free(ms);
 }
 
@@ -766,6 +783,12 @@ static void phase_enqueue_batch(bench *b)
 
 /* ------------------------------------------- 5: enqueue to first instruction */
 
+/* The stamp phase enqueues one run every STAMP_GAP_NS: a run that meets an
+ * idle worker, as a low load does. A commit that comes after a pause takes
+ * longer than one of a busy loop (the processes it wakes were asleep), so
+ * the floor is a bare commit at the same pace. */
+#define STAMP_GAP_NS 10000000
+
 static void phase_stamp(bench *b)
 {
 	int n = b->stamp_n;
@@ -781,10 +804,15 @@ static void phase_stamp(bench *b)
 	int64_t *slot = mmap(NULL, (size_t)n * 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	int64_t *sent = calloc((size_t)n, sizeof *sent);
-	double *ms = calloc((size_t)n, sizeof *ms);
+	double *ms = calloc((size_t)n, sizeof *ms), *call = calloc((size_t)n, sizeof *call);
 	worker w = {0};
-	if (slot == MAP_FAILED || !sent || !ms || reset(b))
+	if (slot == MAP_FAILED || !sent || !ms || !call || reset(b))
 		goto out;
+	if (commit_loop(b, "stamp", n, STAMP_GAP_NS, ms) < 0)
+		goto out;
+	double floor = quantile(ms, n, 0.5);
+	measure(b, "floor_paced_commit_p50_ms", "floor: bare INSERT commit p50, 1 per 10 ms", "ms",
+	        floor, 0, "", NONE, 0);
 	worker_start(b, &w, "stamp", b->db_url, 16, "BENCH_STAMPS", path);
 	if (worker_ready(&w, 60000, 20) < 0) {
 		note_error(b, "stamp", "the worker did not become ready (log in %s)", b->log_dir);
@@ -794,12 +822,13 @@ static void phase_stamp(bench *b)
 	for (int i = 0; i < n; i++) {
 		char input[32];
 		snprintf(input, sizeof input, "{\"i\": %d}", i);
-		sleep_until_ns(start + (int64_t)i * 10000000);
+		sleep_until_ns(start + (int64_t)i * STAMP_GAP_NS);
 		sent[i] = now_ns();
 		if (enqueue_one(b->c, "stamp", "st-", i, input)) {
 			note_error(b, "stamp", "%s", cairn_client_errmsg(b->c));
 			goto out;
 		}
+		call[i] = (double)(now_ns() - sent[i]) / 1e6;
 	}
 	int64_t end = now_ms() + 30000;
 	int seen = 0;
@@ -815,12 +844,14 @@ static void phase_stamp(bench *b)
 	}
 	for (int i = 0; i < n; i++)
 		ms[i] = (double)(slot[i] - sent[i]) / 1e6;
+	measure(b, "stamp_enqueue_p50_ms", "cairn_enqueue p50, 1 per 10 ms, worker idle", "ms",
+	        quantile(call, n, 0.5), floor, "paced commit p50", NONE, 0);
 	measure(b, "stamp_p50_ms", "enqueue to first instruction p50", "ms", quantile(ms, n, 0.5),
-	        b->commit_p50_ms, "bare commit p50", LE, 1.5);
+	        floor, "paced commit p50", LE, 1.5);
 	measure(b, "stamp_p99_ms", "enqueue to first instruction p99", "ms", quantile(ms, n, 0.99),
-	        b->commit_p50_ms, "bare commit p50", LE, 5);
-	measure(b, "stamp_max_ms", "enqueue to first instruction max", "ms", ms[n - 1],
-	        b->commit_p50_ms, "bare commit p50", NONE, 0);
+	        floor, "paced commit p50", LE, 5);
+	measure(b, "stamp_max_ms", "enqueue to first instruction max", "ms", ms[n - 1], floor,
+	        "paced commit p50", NONE, 0);
 out:
 	workers_stop(&w, w.pid > 0);
 	if (slot != MAP_FAILED)
@@ -828,6 +859,7 @@ out:
 	unlink(path);
 	free(sent);
 	free(ms);
+	free(call);
 }
 
 /* ------------------------------------------------------- 6: drain a backlog */
@@ -889,7 +921,8 @@ static int64_t fleet_settle(fleet *f, int64_t since)
 			int all = 1;
 			for (int i = 0; i < f->n; i++) {
 				if (f->w[i].pid > 0 && !f->w[i].ready)
-					f->w[i].ready = http_status(f->w[i].port, "/readyz") == 200;
+					f->w[i].ready = worker_port(&f->w[i]) &&
+					                http_status(f->w[i].port, "/readyz") == 200;
 				all &= f->w[i].pid <= 0 || f->w[i].ready;
 			}
 			if (all)
@@ -944,6 +977,12 @@ static double fleet_idle(fleet *f, double x0, int64_t t0, double *x1, int64_t *t
 /* (c): transactions per run of runs noop runs enqueued one by one, from x0
  * read at t0 (the end of the idle window), less the idle transactions: the
  * mean of the idle rates before (idle_before) and after the runs. */
+/* Transactions per run are measured at one enqueue every FLEET_GAP_NS, the
+ * same load for every size of fleet: a burst would let one worker claim and
+ * commit many runs at a time, which a fleet whose workers each get a few
+ * cannot, and the ratio would measure the burst instead of the fleet. */
+#define FLEET_GAP_NS 10000000
+
 static void fleet_per_run(fleet *f, double idle_before, double x0, int64_t t0)
 {
 	bench *b = f->b;
@@ -955,12 +994,15 @@ static void fleet_per_run(fleet *f, double idle_before, double x0, int64_t t0)
 		cairn_client_free(c);
 		return;
 	}
-	for (int i = 0; i < runs; i++)
+	int64_t start = now_ns();
+	for (int i = 0; i < runs; i++) {
+		sleep_until_ns(start + (int64_t)i * FLEET_GAP_NS);
 		if (enqueue_one(c, "noop", "f-", i, "{}")) {
 			note_error(b, f->name, "%s", cairn_client_errmsg(c));
 			cairn_client_free(c);
 			return;
 		}
+	}
 	cairn_client_free(c); /* a backend flushes its stats as it exits */
 	if (wait_finished(b, f->name, f->pg, &f->nq, "noop", "f-%", runs, f->w, f->n, 10))
 		return;

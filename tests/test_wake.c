@@ -5,8 +5,9 @@
  * Bursts of enqueues against an idle worker, a busy one, one whose poller
  * goes busy (writers stop waking it) and idle again while enqueuers race it,
  * and one in the middle of a hand-over (the wake relay may move with its shard: a relay that
- * starts pokes every runner); a durable sleep that ends when it is due; a
- * worker that learns of a delayed run from its enqueue.
+ * starts pokes every runner); a wake-up that names its run, claimed by id;
+ * a durable sleep that ends when it is due; a worker that learns of a
+ * delayed run from its enqueue.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -237,6 +238,36 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 	        n - 50);
 	all_completed(n, "hand-over");
 	tworker_stop(b, SIGTERM, 30000);
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+#define CLAIMS_OF_SHARDS "cairn_claims_total{of=\"shards\"}"
+#define CLAIMS_OF_RUNS   "cairn_claims_total{of=\"runs\"}"
+
+Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	enqueue("noop", "{}", 0);
+	all_completed(1, "first run");
+	double shards0 = tmetric(port_a, CLAIMS_OF_SHARDS), runs0 = tmetric(port_a, CLAIMS_OF_RUNS);
+	cr_assert(shards0 >= 1 && runs0 >= 0, "no claim metrics: %g %g", shards0, runs0);
+	/* One by one: each enqueue's wake-up names its run, and the idle owner
+	 * claims that run alone, never looking through its shards. */
+	for (int i = 0; i < 10; i++) {
+		enqueue("noop", "{}", 0);
+		all_completed(2 + i, "a run named by its wake-up");
+	}
+	double shards1 = tmetric(port_a, CLAIMS_OF_SHARDS), runs1 = tmetric(port_a, CLAIMS_OF_RUNS);
+	fprintf(stderr, "test_wake: claims of shards %g -> %g, of runs %g -> %g\n", shards0,
+	        shards1, runs0, runs1);
+	tcheck(dump_logs, runs1 - runs0 >= 10, "%g claims of named runs for 10 runs",
+	       runs1 - runs0);
+	/* One claim of the shards may still have been on its way when the first
+	 * run ended (the relay pokes every runner as it starts). */
+	tcheck(dump_logs, shards1 - shards0 <= 1, "%g claims of all shards for 10 named runs",
+	       shards1 - shards0);
 	tworker_stop(a, SIGTERM, 30000);
 }
 

@@ -63,12 +63,33 @@ Test(worker, endpoints_answer_with_status_type_and_content)
 
 	cr_assert_eq(thttp(port, "GET", "/nope", NULL, NULL), 404);
 	cr_assert_eq(thttp(port, "POST", "/healthz", NULL, NULL), 405);
-	/* The relay's pokes: accepted, and nothing else under POST. */
-	cr_assert_eq(thttp(port, "POST", "/wake", NULL, NULL), 204);
-	cr_assert_eq(thttp(port, "POST", "/wake/cancel", NULL, NULL), 204);
-	cr_assert_eq(thttp(port, "POST", "/members/0123456789abcdef", NULL, NULL), 204);
-	cr_assert_eq(thttp(port, "POST", "/members/not-hex", NULL, NULL), 405);
-	cr_assert_eq(thttp(port, "POST", "/wake/now", NULL, NULL), 405);
+	/* The relay's pokes: accepted, and nothing else under POST. A wake-up
+	 * may name up to 16 runs, as decimal ids. */
+	static const struct {
+		const char *path;
+		long status;
+	} pokes[] = {
+	    {"/wake", 204},
+	    {"/wake/cancel", 204},
+	    {"/members/0123456789abcdef", 204},
+	    {"/members/not-hex", 405},
+	    {"/wake/now", 405},
+	    {"/wake/7", 204},
+	    {"/wake/cancel/7,8,9", 204},
+	    {"/wake/1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", 204},
+	    {"/wake/1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", 405},
+	    {"/wake/", 405},
+	    {"/wake/1,,2", 405},
+	    {"/wake/1,", 405},
+	    {"/wake/-1", 405},
+	    {"/wake/9999999999999999999", 405},
+	    {"/wakeful", 405},
+	};
+	for (size_t i = 0; i < sizeof pokes / sizeof pokes[0]; i++) {
+		long got = thttp(port, "POST", pokes[i].path, NULL, NULL);
+		cr_assert_eq(got, pokes[i].status, "POST %s: %ld, expected %ld", pokes[i].path, got,
+		             pokes[i].status);
+	}
 	cr_assert_eq(thttp(port, "DELETE", "/status", NULL, NULL), 405);
 	cr_assert_eq(thttp(port, "HEAD", "/healthz", NULL, NULL), 200);
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
