@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <curl/curl.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include "cairn.h"
 #include "log.h"
+#include "netpolicy.h"
 #include "parse.h"
 
 enum kind { K_STR, K_INT, K_DUR, K_SIZE, K_LEVEL, K_FORMAT };
@@ -82,6 +84,13 @@ static const setting SETTINGS[] = {
      "largest input, output or signal payload"},
     {"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,
      "colon-separated workflow plugins (.so) to load (flag --plugin, repeatable)"},
+    {"CAIRN_HTTP_ALLOW", K_STR, OFF(http_allow), "", 0, 0,
+     "addresses, CIDRs and host names (.example for every name under it) the http built-in "
+     "may reach although they are loopback, private, link-local or otherwise not public; "
+     "comma-separated"},
+    {"CAIRN_HTTP_PROXY", K_STR, OFF(http_proxy), "", 0, 0,
+     "proxy URL for the http built-in (http://, https://, socks5://...); the proxy environment "
+     "variables are ignored"},
 };
 #define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
@@ -177,6 +186,44 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 		buf_printf(err, "invalid value for %s: \"%s\": expected %s", s->env, v, accepts);
 	else
 		buf_printf(err, "invalid value for --%s: \"%s\": expected %s", flag, v, accepts);
+	return -CAIRN_EINVAL;
+}
+
+/* CAIRN_HTTP_ALLOW parses, and CAIRN_HTTP_PROXY is empty or a proxy URL. */
+static int check_http(const config *cfg, buf *err)
+{
+	char why[512];
+	netpolicy *p;
+	if (netpolicy_parse(cfg->http_allow, &p, why, sizeof why) < 0) {
+		buf_reset(err);
+		buf_printf(err, "invalid value for CAIRN_HTTP_ALLOW: %s", why);
+		return -CAIRN_EINVAL;
+	}
+	netpolicy_free(p);
+	static const char *const schemes[] = {"http",    "https",  "socks4",
+	                                      "socks4a", "socks5", "socks5h"};
+	const char *u = cfg->http_proxy;
+	if (!*u)
+		return 0;
+	CURLU *h = curl_url();
+	char *scheme = NULL, *host = NULL;
+	int ok = h && curl_url_set(h, CURLUPART_URL, u, 0) == CURLUE_OK &&
+	         curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+	         curl_url_get(h, CURLUPART_HOST, &host, 0) == CURLUE_OK && *host;
+	int known = 0;
+	for (size_t i = 0; ok && i < sizeof schemes / sizeof schemes[0]; i++)
+		known |= strcmp(scheme, schemes[i]) == 0;
+	curl_free(scheme);
+	curl_free(host);
+	curl_url_cleanup(h);
+	if (ok && known)
+		return 0;
+	buf_reset(err);
+	buf_printf(err,
+	           "invalid value for CAIRN_HTTP_PROXY: \"%s\": expected a proxy URL like "
+	           "http://proxy:3128 or socks5://proxy:1080 (http, https, socks4, socks4a, "
+	           "socks5 or socks5h), or nothing for no proxy",
+	           u);
 	return -CAIRN_EINVAL;
 }
 
@@ -387,6 +434,8 @@ static int finish(config *cfg, buf *err)
 			return -CAIRN_ENOMEM;
 		}
 	}
+	if ((rc = check_http(cfg, err)) < 0)
+		return rc;
 	if (cfg->runner_ttl_ms < 2 * cfg->heartbeat_interval_ms) {
 		buf_reset(err);
 		buf_printf(err,
@@ -469,6 +518,31 @@ int config_load_settings(config *cfg, const char *database_url, const char *cons
 	return finish(cfg, err);
 }
 
+/* A proxy URL with its password, if any, replaced by "****". */
+static void mask_proxy(const char *url, buf *out)
+{
+	CURLU *h = *url ? curl_url() : NULL;
+	char *pw = NULL, *masked = NULL;
+	if (h && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+	    curl_url_get(h, CURLUPART_PASSWORD, &pw, 0) == CURLUE_OK &&
+	    curl_url_set(h, CURLUPART_PASSWORD, "****", 0) == CURLUE_OK &&
+	    curl_url_get(h, CURLUPART_URL, &masked, 0) == CURLUE_OK)
+		buf_puts(out, masked);
+	else
+		buf_puts(out, url); /* no password (or empty) */
+	curl_free(pw);
+	curl_free(masked);
+	curl_url_cleanup(h);
+}
+
+const char *config_text(const config *cfg, const char *name)
+{
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (SETTINGS[i].kind == K_STR && strcmp(SETTINGS[i].env, name) == 0)
+			return *(char *const *)((const char *)cfg + SETTINGS[i].off);
+	return NULL;
+}
+
 void config_free(config *cfg)
 {
 	for (size_t i = 0; i < NSETTINGS; i++)
@@ -507,6 +581,8 @@ void config_describe(const config *cfg, buf *out)
 		case K_STR:
 			if (s->off == OFF(database_url))
 				config_mask_url(*(char *const *)f, out);
+			else if (s->off == OFF(http_proxy))
+				mask_proxy(*(char *const *)f, out);
 			else
 				buf_puts(out, *(char *const *)f);
 			break;

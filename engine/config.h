@@ -41,7 +41,9 @@ typedef struct config {
 	int64_t unknown_workflow_timeout_ms;
 	int poison_after;
 	size_t max_payload_bytes;
-	char *plugins; /* colon-separated .so paths */
+	char *plugins;    /* colon-separated .so paths */
+	char *http_allow; /* the http built-in's exceptions (netpolicy.h) */
+	char *http_proxy; /* the http built-in's proxy URL; "": none */
 } config;
 
 /*
@@ -60,6 +62,8 @@ int config_load(config *cfg, int argc, char **argv, buf *err);
 int config_load_settings(config *cfg, const char *database_url, const char *const *settings,
                          int from_env, buf *err);
 void config_free(config *cfg);
+/* The value of the text setting name ("CAIRN_HTTP_ALLOW"), or NULL. */
+const char *config_text(const config *cfg, const char *name);
 /* One "NAME=value" line per setting, the database password masked. */
 void config_describe(const config *cfg, buf *out);
 /* The help text listing every variable, its flag, default and meaning. */

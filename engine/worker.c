@@ -111,6 +111,11 @@ const char *cairn_worker_errmsg(const cairn_worker *w)
 	return w ? buf_str(&w->err) : "out of memory";
 }
 
+const char *cairn_worker_setting(const cairn_worker *w, const char *name)
+{
+	return config_text(&w->cfg, name);
+}
+
 const char *cairn_worker_config_text(cairn_worker *w)
 {
 	buf_reset(&w->cfgtext);

@@ -326,6 +326,10 @@ const char *cairn_worker_errmsg(const cairn_worker *w);
  * owned by w. */
 const char *cairn_worker_config_text(cairn_worker *w);
 
+/* The value of a text setting of w ("CAIRN_HTTP_ALLOW"; "" when unset), as
+ * loaded; NULL for a name that is no text setting. Owned by w. */
+const char *cairn_worker_setting(const cairn_worker *w, const char *name);
+
 /* The --help text of the worker's settings; static storage. */
 const char *cairn_worker_settings_help(void);
 

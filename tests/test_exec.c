@@ -1038,7 +1038,7 @@ Test(exec, http_builtin_gets_the_workers_healthz_and_retries_a_closed_port)
 	env e;
 	setup(&e);
 	wk a;
-	wk_start(&a, e.db, NULL);
+	wk_start(&a, e.db, "CAIRN_HTTP_ALLOW=127.0.0.1"); /* loopback is refused by default */
 	char in[256];
 	snprintf(in, sizeof in, "{\"url\": \"http://127.0.0.1:%d/healthz\", \"timeout_ms\": 5000}",
 	         a.port);

@@ -1,10 +1,14 @@
-/* test_unit.c - pure modules, no database: hashing, parsing, array literals, backoff. */
+/* test_unit.c - pure modules, no database: hashing, parsing, array literals, backoff,
+ * the http built-in's address policy. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <string.h>
 
 #include "backoff.h"
 #include "buf.h"
 #include "hash.h"
+#include "netpolicy.h"
 #include "parse.h"
 #include "pgarr.h"
 
@@ -284,4 +288,102 @@ Test(parse, text_cut_inside_a_character_becomes_valid_utf8)
 	utf8_clean("caf\xc3", &b);
 	cr_assert_str_eq(buf_str(&b), "caf\xef\xbf\xbd");
 	buf_free(&b);
+}
+
+/* Why p refuses the address text (IPv4 or IPv6), or NULL. */
+static const char *refuses(const netpolicy *p, const char *addr)
+{
+	struct sockaddr_storage ss = {0};
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+	if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1)
+		ss.ss_family = AF_INET;
+	else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1)
+		ss.ss_family = AF_INET6;
+	else
+		cr_assert_fail("not an address: %s", addr);
+	return netpolicy_refuses(p, (struct sockaddr *)&ss);
+}
+
+Test(netpolicy, refuses_every_address_that_is_not_public_unicast_and_names_why)
+{
+	static const char *const cases[][2] = {
+	    {"127.0.0.1", "loopback"},
+	    {"127.255.0.9", "loopback"},
+	    {"::1", "loopback"},
+	    {"0.0.0.0", "unspecified"},
+	    {"::", "unspecified"},
+	    {"10.1.2.3", "private"},
+	    {"172.16.0.1", "private"},
+	    {"172.31.255.255", "private"},
+	    {"192.168.1.1", "private"},
+	    {"100.64.0.1", "shared"},
+	    {"169.254.169.254", "link-local"},
+	    {"fe80::1", "link-local"},
+	    {"fc00::1", "unique-local"},
+	    {"fd12:3456::1", "unique-local"},
+	    {"fec0::1", "site-local"},
+	    {"224.0.0.1", "multicast"},
+	    {"ff02::1", "multicast"},
+	    {"255.255.255.255", "broadcast"},
+	    {"240.0.0.1", "reserved"},
+	    {"::ffff:127.0.0.1", "loopback"},
+	    {"::ffff:10.0.0.1", "private"},
+	    {"64:ff9b::a9fe:a9fe", "link-local"},
+	    {"2002:7f00:1::", "loopback"},
+	    {"::127.0.0.1", "reserved"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const char *why = refuses(NULL, cases[i][0]);
+		cr_assert(why && strstr(why, cases[i][1]), "%s: %s", cases[i][0],
+		          why ? why : "allowed");
+	}
+	static const char *const public[] = {"93.184.215.14", "8.8.8.8",      "172.32.0.1",
+	                                     "100.128.0.1",   "2606:4700::1", "::ffff:8.8.8.8",
+	                                     "2002:808:808::"};
+	for (size_t i = 0; i < sizeof public / sizeof public[0]; i++)
+		cr_assert_null(refuses(NULL, public[i]), "%s was refused", public[i]);
+}
+
+Test(netpolicy, an_allow_list_opens_addresses_cidrs_and_host_names)
+{
+	netpolicy *p;
+	char err[512];
+	cr_assert_eq(netpolicy_parse(" 10.0.0.0/8, 127.0.0.1 ,fd00::/16,api.Internal,.corp, "
+	                             "*.svc.local",
+	                             &p, err, sizeof err),
+	             0, "%s", err);
+	cr_assert_null(refuses(p, "10.200.3.4"));
+	cr_assert_null(refuses(p, "::ffff:10.0.0.1"), "an IPv4 CIDR covers the mapped address");
+	cr_assert_null(refuses(p, "127.0.0.1"));
+	cr_assert_not_null(refuses(p, "127.0.0.2"), "a bare address is a /32");
+	cr_assert_null(refuses(p, "fd00:1::5"));
+	cr_assert_not_null(refuses(p, "fd01::5"));
+	cr_assert_not_null(refuses(p, "192.168.0.1"));
+	cr_assert(netpolicy_allows_host(p, "API.internal"));
+	cr_assert(!netpolicy_allows_host(p, "x.api.internal"), "a name is exact");
+	cr_assert(netpolicy_allows_host(p, "db.corp"));
+	cr_assert(!netpolicy_allows_host(p, "corp"), ".corp is every name under corp");
+	cr_assert(!netpolicy_allows_host(p, "evilcorp"));
+	cr_assert(netpolicy_allows_host(p, "a.b.svc.local"));
+	netpolicy_free(p);
+	cr_assert_eq(netpolicy_parse("", &p, err, sizeof err), 0);
+	cr_assert_not_null(refuses(p, "127.0.0.1"));
+	cr_assert(!netpolicy_allows_host(p, "localhost"));
+	netpolicy_free(p);
+}
+
+Test(netpolicy, a_bad_entry_is_refused_by_name)
+{
+	static const char *const bad[] = {
+	    "10.0.0.0/33", "::/129", "10.0.0.0/", "10.0.0.0/x", "1.2.3.4/-1",   "a..b",
+	    ".",           "*.",     "host name", "a,,b",       "fe80::1%eth0", "a/b"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		netpolicy *p = NULL;
+		char err[512] = "";
+		cr_assert_eq(netpolicy_parse(bad[i], &p, err, sizeof err), -1, "%s was accepted",
+		             bad[i]);
+		cr_assert_null(p);
+		cr_assert(strstr(err, "is not an address, a CIDR"), "%s: %s", bad[i], err);
+	}
 }

@@ -17,6 +17,7 @@
  */
 #include "builtins.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <curl/curl.h>
@@ -26,8 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "buf.h"
+#include "netpolicy.h"
 
 #define DAY_MS       (24LL * 3600 * 1000)
 #define SLEEP_MAX_MS (30 * DAY_MS)
@@ -41,6 +44,7 @@
 #define HTTP_TIMEOUT_MAX_MS     300000
 #define HTTP_ATTEMPTS_DEFAULT   5
 #define HTTP_ATTEMPTS_MAX       20
+#define HTTP_REDIRECTS_MAX      5
 
 #define ORDER_ITEM_MAX            200
 #define ORDER_APPROVAL_TIMEOUT_MS (3600 * 1000)
@@ -189,8 +193,18 @@ static int wf_sleep(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 
 /* ---------------------------------------------------------------- http */
 
+/* Where requests may go (CAIRN_HTTP_ALLOW) and through which proxy
+ * (CAIRN_HTTP_PROXY); read once by builtins_register(). */
+typedef struct http_env {
+	netpolicy *allow;
+	char *proxy; /* "": none, whatever the environment says */
+} http_env;
+
+static http_env *http_settings;
+
 /* A validated request; built from the input on every (re)play. */
 typedef struct http_req {
+	const http_env *env;
 	char url[HTTP_URL_MAX + 1];
 	char method[8];
 	struct curl_slist *headers;
@@ -202,6 +216,9 @@ typedef struct http_req {
 /* What came back; lives for one attempt. */
 typedef struct http_resp {
 	cairn_ctx *ctx;
+	const http_env *env;
+	int check;         /* refuse addresses CAIRN_HTTP_ALLOW does not open */
+	char refused[160]; /* the address refused, and why; "" none */
 	buf body;
 	int body_too_big;
 	cJSON *headers;
@@ -480,15 +497,86 @@ static int curl_permanent(CURLcode c)
 	}
 }
 
+/* Every connection curl opens (to the host of each redirect too, to every
+ * address a name resolved to) passes here: one CAIRN_HTTP_ALLOW does not
+ * open is refused before it is made, whatever DNS said earlier. */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	http_resp *resp = arg;
+	const char *why = resp->check && purpose == CURLSOCKTYPE_IPCXN
+	                      ? netpolicy_refuses(resp->env->allow, &a->addr)
+	                      : NULL;
+	if (!why)
+		return socket(a->family, a->socktype, a->protocol);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	const void *raw = a->family == AF_INET6
+	                      ? (const void *)&((const struct sockaddr_in6 *)&a->addr)->sin6_addr
+	                      : (const void *)&((const struct sockaddr_in *)&a->addr)->sin_addr;
+	inet_ntop(a->family, raw, ip, sizeof ip);
+	snprintf(resp->refused, sizeof resp->refused, "%s is %s", ip, why);
+	return CURL_SOCKET_BAD;
+}
+
+/* The host of url as curl sees it (no brackets around IPv6), or NULL;
+ * curl_free() it. */
+static char *url_host(const char *url)
+{
+	CURLU *h = curl_url();
+	char *host = NULL;
+	if (h && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK)
+		curl_url_get(h, CURLUPART_HOST, &host, 0);
+	curl_url_cleanup(h);
+	if (host && host[0] == '[') {
+		size_t n = strlen(host);
+		memmove(host, host + 1, n - 1);
+		host[n - 2] = '\0';
+	}
+	return host;
+}
+
+/* Whether resp must check the addresses of a request to host: not when the
+ * allow list names it; through a proxy, which connects for us, only the
+ * host itself when it is an address or localhost (the refusal, if any, in
+ * resp->refused). */
+static int must_check(http_resp *resp, const char *host)
+{
+	const http_env *env = resp->env;
+	if (netpolicy_allows_host(env->allow, host))
+		return 0;
+	if (!env->proxy[0])
+		return 1;
+	struct sockaddr_storage ss = {0};
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+	const char *why = NULL;
+	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+		ss.ss_family = AF_INET;
+		why = netpolicy_refuses(env->allow, (struct sockaddr *)&ss);
+	} else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+		ss.ss_family = AF_INET6;
+		why = netpolicy_refuses(env->allow, (struct sockaddr *)&ss);
+	} else {
+		size_t n = strlen(host);
+		if (strcasecmp(host, "localhost") == 0 ||
+		    (n > 10 && strcasecmp(host + n - 10, ".localhost") == 0))
+			why = "a loopback address";
+	}
+	if (why)
+		snprintf(resp->refused, sizeof resp->refused, "%.100s is %s", host, why);
+	return 0;
+}
+
 static int http_setopts(CURL *e, const http_req *r, http_resp *resp, char *errbuf)
 {
 	int bad = 0;
 #define SET(opt, val) bad |= curl_easy_setopt(e, opt, val) != CURLE_OK
 	SET(CURLOPT_URL, r->url);
 	SET(CURLOPT_PROTOCOLS_STR, "http,https");
-	SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	SET(CURLOPT_FOLLOWLOCATION, 1L);
-	SET(CURLOPT_MAXREDIRS, 5L);
+	/* Redirects are followed by http_step, one request at a time. */
+	SET(CURLOPT_FOLLOWLOCATION, 0L);
+	SET(CURLOPT_PROXY, r->env->proxy);
+	SET(CURLOPT_OPENSOCKETFUNCTION, open_socket);
+	SET(CURLOPT_OPENSOCKETDATA, resp);
 	SET(CURLOPT_NOSIGNAL, 1L);
 	SET(CURLOPT_TIMEOUT_MS, (long)r->timeout_ms);
 	SET(CURLOPT_CONNECTTIMEOUT_MS, (long)(r->timeout_ms < 10000 ? r->timeout_ms : 10000));
@@ -516,38 +604,119 @@ static int http_setopts(CURL *e, const http_req *r, http_resp *resp, char *errbu
 	return bad ? -1 : 0;
 }
 
+/* The request of the next hop after a redirect to location (with status),
+ * into hop; 0, or -1 when location is no http:// or https:// URL or too
+ * long. A 303, and a 301 or 302 after a POST, become a GET without a body
+ * (a HEAD stays a HEAD), as browsers do. Once a redirect leaves the first
+ * host, the request's own headers (credentials among them) stay behind. */
+static int next_hop(http_req *hop, const char *location, long status, const char *host0,
+                    struct curl_slist *bare)
+{
+	if ((strncasecmp(location, "http://", 7) != 0 &&
+	     strncasecmp(location, "https://", 8) != 0) ||
+	    strlen(location) > HTTP_URL_MAX)
+		return -1;
+	snprintf(hop->url, sizeof hop->url, "%s", location);
+	if (strcmp(hop->method, "HEAD") != 0 &&
+	    (status == 303 ||
+	     ((status == 301 || status == 302) && strcmp(hop->method, "POST") == 0))) {
+		snprintf(hop->method, sizeof hop->method, "GET");
+		hop->body = NULL;
+		hop->body_len = 0;
+	}
+	char *host = url_host(location);
+	if (!host || !host0 || strcasecmp(host, host0) != 0)
+		hop->headers = bare;
+	curl_free(host);
+	return 0;
+}
+
 static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 {
 	const http_req *r = arg;
-	http_resp resp = {.ctx = ctx, .body = BUF_INIT, .headers = cJSON_CreateObject()};
+	http_resp resp = {.ctx = ctx, .env = r->env, .body = BUF_INIT};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	CURL *e = curl_easy_init();
+	struct curl_slist *bare = curl_slist_append(NULL, "Expect:");
+	char *host0 = url_host(r->url);
+	http_req *hop = malloc(sizeof *hop);
 	int rc;
-	if (!e || !resp.headers || http_setopts(e, r, &resp, errbuf)) {
-		rc = cairn_retryable(
-		    ctx, "http: cannot set up the request to %.200s (out of memory?)", r->url);
+	if (!e || !bare || !host0 || !hop) {
+		rc = host0 || !e || !bare || !hop
+		         ? cairn_retryable(ctx,
+		                           "http: cannot set up the request to %.200s (out of "
+		                           "memory?)",
+		                           r->url)
+		         : cairn_fail(ctx, "http: %.200s: no host in the URL", r->url);
 		goto out;
 	}
-	CURLcode c = curl_easy_perform(e);
+	*hop = *r;
+	CURLcode c = CURLE_OK;
 	long status = 0;
-	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	for (int hops = 0;; hops++) {
+		char *host = url_host(hop->url);
+		resp.refused[0] = '\0';
+		resp.check = host ? must_check(&resp, host) : 1;
+		curl_free(host);
+		if (resp.refused[0])
+			break;
+		buf_reset(&resp.body);
+		resp.body_too_big = resp.headers_too_big = 0;
+		resp.header_bytes = 0;
+		cJSON_Delete(resp.headers);
+		errbuf[0] = '\0';
+		if (!(resp.headers = cJSON_CreateObject()) ||
+		    (curl_easy_reset(e), http_setopts(e, hop, &resp, errbuf))) {
+			rc = cairn_retryable(ctx, "http: cannot set up the request to %.200s",
+			                     hop->url);
+			goto out;
+		}
+		c = curl_easy_perform(e);
+		status = 0;
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+		char *location = NULL;
+		if (c != CURLE_OK ||
+		    (status != 301 && status != 302 && status != 303 && status != 307 &&
+		     status != 308) ||
+		    curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &location) != CURLE_OK || !location)
+			break;
+		if (hops == HTTP_REDIRECTS_MAX) {
+			rc = cairn_fail(ctx, "http: %s %.200s: more than %d redirects", r->method,
+			                r->url, HTTP_REDIRECTS_MAX);
+			goto out;
+		}
+		if (next_hop(hop, location, status, host0, bare) < 0) {
+			rc =
+			    cairn_fail(ctx,
+			               "http: %s %.200s: redirected to %.200s, which is no http:// "
+			               "or https:// URL",
+			               hop->method, hop->url, location);
+			goto out;
+		}
+	}
 	const char *why = *errbuf ? errbuf : curl_easy_strerror(c);
-	if (resp.body_too_big) {
+	if (resp.refused[0]) {
+		rc = cairn_fail(
+		    ctx,
+		    "http: %s %.200s: refused to connect: %s; CAIRN_HTTP_ALLOW lists the "
+		    "addresses, CIDRs and host names the http workflow may reach",
+		    hop->method, hop->url, resp.refused);
+	} else if (resp.body_too_big) {
 		rc = cairn_fail(ctx, "http: %s %.200s: the response body is larger than %d bytes",
-		                r->method, r->url, HTTP_BODY_MAX);
+		                hop->method, hop->url, HTTP_BODY_MAX);
 	} else if (resp.headers_too_big) {
 		rc = cairn_fail(ctx,
 		                "http: %s %.200s: the response headers are larger than %d bytes",
-		                r->method, r->url, HTTP_RESP_HEADERS_MAX);
+		                hop->method, hop->url, HTTP_RESP_HEADERS_MAX);
 	} else if (c == CURLE_ABORTED_BY_CALLBACK) {
 		rc = cairn_retryable(ctx, "http: %s %.200s: interrupted, the run is stopping",
-		                     r->method, r->url);
+		                     hop->method, hop->url);
 	} else if (c != CURLE_OK) {
 		rc = (curl_permanent(c) ? cairn_fail : cairn_retryable)(ctx, "http: %s %.200s: %s",
-		                                                        r->method, r->url, why);
+		                                                        hop->method, hop->url, why);
 	} else if (status >= 500) {
-		rc = cairn_retryable(ctx, "http: %s %.200s: the server answered %ld", r->method,
-		                     r->url, status);
+		rc = cairn_retryable(ctx, "http: %s %.200s: the server answered %ld", hop->method,
+		                     hop->url, status);
 	} else {
 		cJSON *o = cJSON_CreateObject();
 		if (!o) {
@@ -572,6 +741,9 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 	}
 out:
 	curl_easy_cleanup(e);
+	curl_slist_free_all(bare);
+	curl_free(host0);
+	free(hop);
 	cJSON_Delete(resp.headers);
 	buf_free(&resp.body);
 	return rc;
@@ -583,6 +755,7 @@ static int wf_http(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	if (!r)
 		return cairn_fail(ctx, "http: out of memory");
 	cairn_retry_policy policy = {.initial_ms = 1000, .multiplier = 2.0, .max_ms = 30000};
+	r->env = cairn_workflow_arg(ctx);
 	int rc = http_parse(ctx, input, r, &policy);
 	if (rc == CAIRN_OK) {
 		cJSON *res;
@@ -740,8 +913,20 @@ int builtins_register(cairn_worker *w)
 	    {"noop", wf_noop}, {"sleep", wf_sleep}, {"http", wf_http}, {"order", wf_order}};
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		return CAIRN_ENOMEM;
+	/* The worker validated both settings as it loaded them. */
+	char err[512];
+	if (!http_settings && (http_settings = calloc(1, sizeof *http_settings)) &&
+	    (netpolicy_parse(cairn_worker_setting(w, "CAIRN_HTTP_ALLOW"), &http_settings->allow,
+	                     err, sizeof err) < 0 ||
+	     !(http_settings->proxy = strdup(cairn_worker_setting(w, "CAIRN_HTTP_PROXY"))))) {
+		builtins_shutdown();
+		return CAIRN_ENOMEM;
+	}
+	if (!http_settings)
+		return CAIRN_ENOMEM;
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++) {
-		int rc = cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL);
+		cairn_workflow_opts o = {.arg = flows[i].fn == wf_http ? http_settings : NULL};
+		int rc = cairn_workflow_register(w, flows[i].name, flows[i].fn, &o);
 		if (rc)
 			return rc;
 	}
@@ -750,5 +935,11 @@ int builtins_register(cairn_worker *w)
 
 void builtins_shutdown(void)
 {
+	if (http_settings) {
+		netpolicy_free(http_settings->allow);
+		free(http_settings->proxy);
+		free(http_settings);
+		http_settings = NULL;
+	}
 	curl_global_cleanup();
 }
