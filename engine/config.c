@@ -88,6 +88,9 @@ static const setting SETTINGS[] = {
      "addresses, CIDRs and host names (.example for every name under it) the http built-in "
      "may reach although they are loopback, private, link-local or otherwise not public; "
      "comma-separated"},
+    {"CAIRN_HTTP_TOKEN", K_STR, OFF(http_token), "", 0, 0,
+     "bearer token every page of the endpoint but /healthz and /readyz requires (16 to 256 "
+     "of A-Z a-z 0-9 - . _ ~ + / =); the same on every worker of a fleet"},
     {"CAIRN_HTTP_PROXY", K_STR, OFF(http_proxy), "", 0, 0,
      "proxy URL for the http built-in (http://, https://, socks5://...); the proxy environment "
      "variables are ignored"},
@@ -189,7 +192,8 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 	return -CAIRN_EINVAL;
 }
 
-/* CAIRN_HTTP_ALLOW parses, and CAIRN_HTTP_PROXY is empty or a proxy URL. */
+/* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_TOKEN is a token, and CAIRN_HTTP_PROXY
+ * is empty or a proxy URL. */
 static int check_http(const config *cfg, buf *err)
 {
 	char why[512];
@@ -200,6 +204,19 @@ static int check_http(const config *cfg, buf *err)
 		return -CAIRN_EINVAL;
 	}
 	netpolicy_free(p);
+	size_t tn = strlen(cfg->http_token);
+	if (tn && (tn < 16 || tn > 256 ||
+	           strspn(cfg->http_token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	                                   "0123456789-._~+/=") != tn)) {
+		buf_reset(err);
+		buf_printf(
+		    err,
+		    "invalid value for CAIRN_HTTP_TOKEN (%zu characters, not shown): expected "
+		    "16 to 256 of A-Z a-z 0-9 - . _ ~ + / =, for example from `openssl rand "
+		    "-base64 32`",
+		    tn);
+		return -CAIRN_EINVAL;
+	}
 	static const char *const schemes[] = {"http",    "https",  "socks4",
 	                                      "socks4a", "socks5", "socks5h"};
 	const char *u = cfg->http_proxy;
@@ -553,21 +570,22 @@ void config_free(config *cfg)
 	memset(cfg, 0, sizeof *cfg);
 }
 
-void config_mask_url(const char *url, buf *out)
+void config_describe_db(const char *url, buf *out)
 {
-	/* libpq parses both URL and key=value forms without connecting. */
+	/* libpq parses both URL and key=value forms without connecting. Only
+	 * where it connects shows: the password, sslpassword, key files and
+	 * every other option stay out of pages and logs. */
+	static const char *const shown[] = {"host", "hostaddr", "port", "dbname", "user"};
 	PQconninfoOption *opts = PQconninfoParse(url, NULL);
 	if (!opts) {
 		buf_puts(out, "(unparseable)");
 		return;
 	}
 	int n = 0;
-	for (PQconninfoOption *o = opts; o->keyword; o++) {
-		if (!o->val || !*o->val)
-			continue;
-		int secret = strcmp(o->keyword, "password") == 0;
-		buf_printf(out, "%s%s=%s", n++ ? " " : "", o->keyword, secret ? "****" : o->val);
-	}
+	for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++)
+		for (PQconninfoOption *o = opts; o->keyword; o++)
+			if (strcmp(o->keyword, shown[k]) == 0 && o->val && *o->val)
+				buf_printf(out, "%s%s=%s", n++ ? " " : "", o->keyword, o->val);
 	PQconninfoFree(opts);
 }
 
@@ -580,9 +598,11 @@ void config_describe(const config *cfg, buf *out)
 		switch (s->kind) {
 		case K_STR:
 			if (s->off == OFF(database_url))
-				config_mask_url(*(char *const *)f, out);
+				config_describe_db(*(char *const *)f, out);
 			else if (s->off == OFF(http_proxy))
 				mask_proxy(*(char *const *)f, out);
+			else if (s->off == OFF(http_token))
+				buf_puts(out, **(char *const *)f ? "****" : "");
 			else
 				buf_puts(out, *(char *const *)f);
 			break;

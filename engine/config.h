@@ -44,6 +44,7 @@ typedef struct config {
 	char *plugins;    /* colon-separated .so paths */
 	char *http_allow; /* the http built-in's exceptions (netpolicy.h) */
 	char *http_proxy; /* the http built-in's proxy URL; "": none */
+	char *http_token; /* bearer token of the endpoint's pages but probes; "": none */
 } config;
 
 /*
@@ -64,10 +65,12 @@ int config_load_settings(config *cfg, const char *database_url, const char *cons
 void config_free(config *cfg);
 /* The value of the text setting name ("CAIRN_HTTP_ALLOW"), or NULL. */
 const char *config_text(const config *cfg, const char *name);
-/* One "NAME=value" line per setting, the database password masked. */
+/* One "NAME=value" line per setting; of the database, only where it
+ * connects (config_describe_db), of a proxy URL not its password. */
 void config_describe(const config *cfg, buf *out);
 /* The help text listing every variable, its flag, default and meaning. */
 void config_help(buf *out);
-/* The URL or conninfo with any password replaced by "****". */
-void config_mask_url(const char *url, buf *out);
+/* Of a URL or conninfo, only host, hostaddr, port, dbname and user, as
+ * "host=db port=5432 dbname=cairn user=app". */
+void config_describe_db(const char *url, buf *out);
 #endif

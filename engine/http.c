@@ -21,8 +21,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
                               size_t *upload_size, void **con_cls)
 {
 	http_server *s = cls;
-	http_reply r = {404, "text/plain; charset=utf-8", NULL, BUF_INIT};
-	s->handler(s->arg, method, url, &r);
+	http_reply r = {404, "text/plain; charset=utf-8", NULL, 0, BUF_INIT};
+	http_request q = {method, url,
+	                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization")};
+	s->handler(s->arg, &q, &r);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(
 	    r.body.len, r.body.data ? r.body.data : (void *)"", MHD_RESPMEM_MUST_COPY);
 	buf_free(&r.body);
@@ -32,6 +34,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
 	if (r.allow)
 		MHD_add_response_header(resp, "Allow", r.allow);
+	if (r.bearer)
+		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"cairn-worker\"");
 	enum MHD_Result ret = MHD_queue_response(conn, r.status, resp);
 	MHD_destroy_response(resp);
 	return ret;

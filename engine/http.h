@@ -12,15 +12,21 @@
 
 #include "buf.h"
 
+typedef struct http_request {
+	const char *method, *path;
+	const char *authorization; /* the Authorization header, or NULL */
+} http_request;
+
 typedef struct http_reply {
 	unsigned status;   /* 404 unless the handler says otherwise */
 	const char *type;  /* Content-Type; static text */
 	const char *allow; /* an Allow header (with 405), or NULL */
+	int bearer;        /* with 401: ask for a bearer token (WWW-Authenticate) */
 	buf body;
 } http_reply;
 
 /* Called on the server's thread for every request. */
-typedef void (*http_handler)(void *arg, const char *method, const char *path, http_reply *r);
+typedef void (*http_handler)(void *arg, const http_request *q, http_reply *r);
 
 typedef struct http_server http_server;
 

@@ -42,8 +42,8 @@ struct lease {
 	PGconn *conn;
 	_Atomic int64_t runner_id;
 	_Atomic int rebalanced;
-	int pending;    /* the last round wanted shards it could not take yet */
-	int watcher;    /* one of the two oldest of several live runners */
+	int pending;        /* the last round wanted shards it could not take yet */
+	int watcher;        /* one of the two oldest of several live runners */
 	pthread_mutex_t mu; /* guards the history and members */
 	round history[HISTORY];
 	int nhistory;
@@ -106,9 +106,10 @@ static const char SQL_REGISTER[] =
  * every third of the TTL, so the fleet's idle load does not grow with a
  * heartbeat per worker per interval.
  */
-#define SQL_MEMBERS                                                                           \
-	"live AS (SELECT r.id, r.healthy FROM cairn.runners r WHERE cairn.runner_live(r, $2)), "    \
-	"fp AS (SELECT coalesce(md5(string_agg(id || ':' || healthy, ',' ORDER BY id)), '') AS f, " \
+#define SQL_MEMBERS                                                                                \
+	"live AS (SELECT r.id, r.healthy FROM cairn.runners r WHERE cairn.runner_live(r, $2)), "   \
+	"fp AS (SELECT coalesce(md5(string_agg(id || ':' || healthy, ',' ORDER BY id)), '') AS "   \
+	"f, "                                                                                      \
 	"              count(*) AS n, count(*) FILTER (WHERE id < $1) AS older FROM live) "
 static const char SQL_HEARTBEAT[] =
     "WITH hb AS (UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
@@ -116,8 +117,8 @@ static const char SQL_HEARTBEAT[] =
     "ntf AS (SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp WHERE f <> $3) "
     "SELECT EXISTS (SELECT 1 FROM hb), fp.f, fp.n, fp.older, (SELECT count(*) FROM ntf) FROM fp";
 
-static const char SQL_LEAVE[] = "WITH " SQL_MEMBERS
-                                "SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp";
+static const char SQL_LEAVE[] =
+    "WITH " SQL_MEMBERS "SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp";
 
 static int do_register(lease *l, buf *err)
 {
@@ -313,27 +314,22 @@ static int acquire_shards(lease *l, int gi, const int *want, int n, int *got, in
 	return 0;
 }
 
-/* Writes ascending shard numbers as ranges ("0-12,15,17-20"), cut with "...". */
+/* Writes ascending shard numbers as ranges ("0-12,15,17-20"), cut at the
+ * last whole range that fits, followed by "...". */
 static void shard_ranges(char *out, size_t size, const int *sorted, int n)
 {
-	size_t used = 0;
-	out[0] = '\0';
-	for (int i = 0; i < n;) {
-		int j = i;
-		while (j + 1 < n && sorted[j + 1] == sorted[j] + 1)
-			j++;
-		char part[32];
-		int len = i == j ? snprintf(part, sizeof part, "%s%d", used ? "," : "", sorted[i])
-		                 : snprintf(part, sizeof part, "%s%d-%d", used ? "," : "",
-		                            sorted[i], sorted[j]);
-		if (used + (size_t)len + 4 > size) {
-			snprintf(out + used, size - used, "...");
-			return;
-		}
-		memcpy(out + used, part, (size_t)len + 1);
-		used += (size_t)len;
-		i = j + 1;
+	buf b = BUF_INIT;
+	shardmap_ranges(&b, sorted, n);
+	const char *s = buf_str(&b);
+	if (strlen(s) < size) {
+		snprintf(out, size, "%s", s);
+	} else {
+		size_t cut = size - 4;
+		while (cut > 0 && s[cut] != ',')
+			cut--;
+		snprintf(out, size, "%.*s...", (int)cut, s);
 	}
+	buf_free(&b);
 }
 
 static void history_add(lease *l, const round *rec)

@@ -84,12 +84,14 @@ static size_t discard(char *p, size_t size, size_t n, void *u)
 
 typedef enum probe { PROBE_OK, PROBE_ANSWERED_FAIL, PROBE_NO_ANSWER } probe;
 
-/* GET (or, with post, an empty POST) http://address/path: the status code,
- * or 0 with why saying what failed. */
-static long http_call(CURL *h, const char *address, const char *path, int post, int64_t timeout_ms,
-                      char *why, size_t n)
+/* GET (or, with post, an empty POST) http://address/path, with the bearer
+ * token if one is set (CAIRN_HTTP_TOKEN): the status code, or 0 with why
+ * saying what failed. */
+static long http_call(CURL *h, const char *token, const char *address, const char *path, int post,
+                      int64_t timeout_ms, char *why, size_t n)
 {
-	char url[1024];
+	char url[1024], auth[300];
+	struct curl_slist *headers = NULL;
 	snprintf(url, sizeof url, "http://%s%s", address, path);
 	curl_easy_reset(h);
 	curl_easy_setopt(h, CURLOPT_URL, url);
@@ -102,7 +104,16 @@ static long http_call(CURL *h, const char *address, const char *path, int post, 
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
 		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
 	}
+	if (*token) {
+		snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+		if (!(headers = curl_slist_append(NULL, auth))) {
+			snprintf(why, n, "out of memory");
+			return 0;
+		}
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+	}
 	CURLcode cc = curl_easy_perform(h);
+	curl_slist_free_all(headers);
 	if (cc != CURLE_OK) {
 		snprintf(why, n, "no answer: %s", curl_easy_strerror(cc));
 		return 0;
@@ -116,7 +127,7 @@ static long http_call(CURL *h, const char *address, const char *path, int post, 
 /* GETs /healthz at address; why says what failed. */
 static probe probe_runner(CURL *h, const char *address, int64_t timeout_ms, char *why, size_t n)
 {
-	long code = http_call(h, address, "/healthz", 0, timeout_ms, why, n);
+	long code = http_call(h, "", address, "/healthz", 0, timeout_ms, why, n);
 	return code == 200 ? PROBE_OK : code ? PROBE_ANSWERED_FAIL : PROBE_NO_ANSWER;
 }
 
@@ -302,9 +313,9 @@ static int relay_post(relay_state *r, relay_runner *rr, const char *path)
 	if (rr->failing && clock_mono_ms() < rr->retry_at)
 		return 0;
 	char why[CURL_ERROR_SIZE + 32];
-	long code = rr->address[0]
-	                ? http_call(r->h, rr->address, path, 1, RELAY_TIMEOUT_MS, why, sizeof why)
-	                : 0;
+	long code = rr->address[0] ? http_call(r->h, r->env->cfg->http_token, rr->address, path, 1,
+	                                       RELAY_TIMEOUT_MS, why, sizeof why)
+	                           : 0;
 	if (code == 204) {
 		rr->failing = 0;
 		return 1;

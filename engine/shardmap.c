@@ -227,25 +227,68 @@ int shardmap_wait_idle(shardmap *m, int g, const int *shards, int n, int64_t dea
 	return busy ? -CAIRN_ETIMEOUT : 0;
 }
 
+void shardmap_ranges(buf *out, const int *sorted, int n)
+{
+	for (int i = 0; i < n;) {
+		int j = i;
+		while (j + 1 < n && sorted[j + 1] == sorted[j] + 1)
+			j++;
+		buf_printf(out, "%s%d", out->len ? "," : "", sorted[i]);
+		if (j > i)
+			buf_printf(out, "-%d", sorted[j]);
+		i = j + 1;
+	}
+}
+
+/* Adds name: the shards of group g (epoch: those of that epoch only; 0:
+ * every owned one) as ranges. */
+static void add_ranges(const shardmap *m, int g, int64_t epoch, int *list, cJSON *o,
+                       const char *name)
+{
+	int n = 0;
+	for (int s = 0; s < shardmap_shards(m); s++) {
+		int64_t e = shardmap_epoch(m, g, s);
+		if (e && (!epoch || e == epoch))
+			list[n++] = s;
+	}
+	buf b = BUF_INIT;
+	shardmap_ranges(&b, list, n);
+	cJSON_AddStringToObject(o, name, buf_str(&b));
+	buf_free(&b);
+}
+
 void shardmap_status(const shardmap *m, cJSON *array)
 {
 	int shards = shardmap_shards(m);
-	for (int g = 0; array && g < m->ngroups; g++) {
+	int *list = calloc((size_t)shards + 1, sizeof *list);
+	int64_t *seen = calloc((size_t)shards + 1, sizeof *seen);
+	for (int g = 0; array && list && seen && g < m->ngroups; g++) {
 		cJSON *grp = cJSON_CreateObject();
 		cJSON_AddStringToObject(grp, "group", m->g[g].name);
-		cJSON *list = cJSON_AddArrayToObject(grp, "owned");
-		int count = 0;
+		add_ranges(m, g, 0, list, grp, "owned");
+		/* The epochs, each with its shards: few, as shards are taken in
+		 * rounds. */
+		cJSON *epochs = cJSON_AddArrayToObject(grp, "epochs");
+		int count = 0, nseen = 0;
 		for (int s = 0; s < shards; s++) {
 			int64_t e = shardmap_epoch(m, g, s);
 			if (!e)
 				continue;
-			cJSON *it = cJSON_CreateObject();
-			cJSON_AddNumberToObject(it, "shard", s);
-			cJSON_AddNumberToObject(it, "epoch", (double)e);
-			cJSON_AddItemToArray(list, it);
 			count++;
+			int k = 0;
+			while (k < nseen && seen[k] != e)
+				k++;
+			if (k < nseen)
+				continue;
+			seen[nseen++] = e;
+			cJSON *it = cJSON_CreateObject();
+			cJSON_AddNumberToObject(it, "epoch", (double)e);
+			add_ranges(m, g, e, list, it, "shards");
+			cJSON_AddItemToArray(epochs, it);
 		}
 		cJSON_AddNumberToObject(grp, "count", count);
 		cJSON_AddItemToArray(array, grp);
 	}
+	free(list);
+	free(seen);
 }

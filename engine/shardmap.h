@@ -13,6 +13,8 @@
 #define CAIRN_SHARDMAP_H
 #include <stdint.h>
 
+#include "buf.h"
+
 struct cJSON;
 typedef struct shardmap shardmap;
 
@@ -50,6 +52,10 @@ void shardmap_run_end(shardmap *m, int group, int shard);
  * (monotonic): 0 when idle, -CAIRN_ETIMEOUT when runs remain. */
 int shardmap_wait_idle(shardmap *m, int group, const int *shards, int n, int64_t deadline_ms);
 
-/* Appends one object per group to array: {group, owned: [{shard, epoch}], count}. */
+/* Appends one object per group to array: {group, owned: "0-12,15", epochs:
+ * [{epoch, shards: "0-12"}], count}. */
 void shardmap_status(const shardmap *m, struct cJSON *array);
+/* Appends ascending shard numbers to out as ranges: "0-12,15,17-20" (after a
+ * comma when out is not empty). */
+void shardmap_ranges(buf *out, const int *sorted, int n);
 #endif

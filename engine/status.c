@@ -6,9 +6,11 @@
  */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "client.h"
 #include "clock.h"
@@ -114,7 +116,7 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	r->type = "text/plain; version=0.0.4; charset=utf-8";
 }
 
-/* The configuration without secrets (config_describe masks the password). */
+/* The configuration without secrets (see config_describe). */
 static void add_config(cairn_worker *w, cJSON *o)
 {
 	cJSON *cfg = cJSON_AddObjectToObject(o, "config");
@@ -242,10 +244,41 @@ static void poke(cairn_worker *w, const char *path, http_reply *r)
 	           CAIRN_WAKE_RUNS);
 }
 
-void status_handle(void *arg, const char *method, const char *path, http_reply *r)
+/* With CAIRN_HTTP_TOKEN set, whether q carries "Authorization: Bearer
+ * TOKEN" (compared in constant time). */
+static int authorized(const cairn_worker *w, const http_request *q)
+{
+	const char *token = w->cfg.http_token;
+	static const char bearer[] = "Bearer ";
+	if (!*token)
+		return 1;
+	const char *a = q->authorization;
+	if (!a || strncasecmp(a, bearer, sizeof bearer - 1) != 0)
+		return 0;
+	a += sizeof bearer - 1;
+	size_t n = strlen(token);
+	return strlen(a) == n && sodium_memcmp(a, token, n) == 0;
+}
+
+/*
+ * Every page but /healthz and /readyz (which probes call without
+ * credentials) needs the bearer token when CAIRN_HTTP_TOKEN is set: /status,
+ * /metrics and the relay's POSTs (the relay sends it; every worker of a
+ * fleet has the same token).
+ */
+void status_handle(void *arg, const http_request *q, http_reply *r)
 {
 	cairn_worker *w = arg;
-	if (strcmp(method, "POST") == 0) {
+	const char *method = q->method, *path = q->path;
+	int probe = strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
+	if (!probe && !authorized(w, q)) {
+		r->status = 401;
+		r->bearer = 1;
+		buf_printf(&r->body,
+		           "%s needs \"Authorization: Bearer TOKEN\" with the worker's "
+		           "CAIRN_HTTP_TOKEN (only /healthz and /readyz do not)\n",
+		           path);
+	} else if (strcmp(method, "POST") == 0) {
 		poke(w, path, r);
 	} else if (strcmp(method, "HEAD") != 0 && strcmp(method, "GET") != 0) {
 		r->status = 405;

@@ -70,7 +70,7 @@ struct cairn_worker {
  * now, unless this runner has seen that membership already. Any thread. */
 void worker_members_changed(cairn_worker *w, const char *fingerprint);
 /* status.c: the handler of the worker's HTTP endpoint (an http_handler). */
-void status_handle(void *worker, const char *method, const char *path, http_reply *r);
+void status_handle(void *worker, const http_request *q, http_reply *r);
 /* What a POST to path tells this worker (status.c): 0, or -1 for a path
  * that is not one of the wake relay's. */
 int status_poke(cairn_worker *w, const char *path);

@@ -322,7 +322,8 @@ typedef struct cairn_worker_settings {
 int cairn_worker_new_with(const cairn_worker_settings *settings, cairn_worker **out);
 const char *cairn_worker_errmsg(const cairn_worker *w);
 
-/* The effective configuration, one NAME=value per line, password masked;
+/* The effective configuration, one NAME=value per line, without secrets
+ * (of the database only host, port, database and user);
  * owned by w. */
 const char *cairn_worker_config_text(cairn_worker *w);
 

@@ -420,7 +420,20 @@ static size_t collect(char *data, size_t size, size_t n, void *arg)
 
 long thttp(int port, const char *method, const char *path, char **body, char **ctype)
 {
+	return thttp_auth(port, method, path, NULL, body, ctype);
+}
+
+long thttp_auth(int port, const char *method, const char *path, const char *authorization,
+                char **body, char **ctype)
+{
 	CURL *c = curl_easy_init();
+	struct curl_slist *headers = NULL;
+	char auth[512];
+	if (authorization) {
+		snprintf(auth, sizeof auth, "Authorization: %s", authorization);
+		headers = curl_slist_append(NULL, auth);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	}
 	char url[256];
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
 	char *b = NULL;
@@ -444,6 +457,7 @@ long thttp(int port, const char *method, const char *path, char **body, char **c
 		*ctype = strdup("");
 	}
 	curl_easy_cleanup(c);
+	curl_slist_free_all(headers);
 	if (body)
 		*body = b ? b : strdup("");
 	else

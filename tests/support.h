@@ -58,6 +58,9 @@ pid_t tworker_spawn(const char *db, const char *log_path, ...);
 int tworker_stop(pid_t pid, int sig, int64_t timeout_ms);
 /* GET (or another method) http://127.0.0.1:port/path; returns the status or 0. */
 long thttp(int port, const char *method, const char *path, char **body, char **ctype);
+/* thttp with an Authorization header (NULL: none). */
+long thttp_auth(int port, const char *method, const char *path, const char *authorization,
+                char **body, char **ctype);
 /* Waits until GET path answers want_status. */
 int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms);
 /* Creates an empty temporary file for a worker log; returns its path in out. */

@@ -201,17 +201,30 @@ Test(config, advertised_address_must_be_a_callable_host_and_port)
 	buf_free(&err);
 }
 
-Test(config, describe_masks_password_in_urls_and_conninfo)
+Test(config, describe_shows_only_host_port_database_and_user_of_the_database)
 {
 	buf b = BUF_INIT;
-	config_mask_url("postgresql://app:s3cret@db/cairn", &b);
-	cr_assert(!strstr(buf_str(&b), "s3cret") && strstr(buf_str(&b), "password=****"), "%s",
-	          buf_str(&b));
+	config_describe_db("postgresql://app:s3cret@db:6432/cairn?sslpassword=k3y&sslmode=require"
+	                   "&application_name=x",
+	                   &b);
+	cr_assert_str_eq(buf_str(&b), "host=db port=6432 dbname=cairn user=app");
 	buf_reset(&b);
-	config_mask_url("host=db password='it s' dbname=x", &b);
-	cr_assert(!strstr(buf_str(&b), "it s") && strstr(buf_str(&b), "dbname=x"), "%s",
-	          buf_str(&b));
+	config_describe_db("host=db password='it s' dbname=x sslkey=/k sslpassword=p", &b);
+	cr_assert_str_eq(buf_str(&b), "host=db dbname=x");
 	buf_free(&b);
+	/* And a proxy URL keeps its user but not its password. */
+	config cfg;
+	const char *const set[] = {"CAIRN_HTTP_PROXY=http://u:pr0xy@proxy:3128", NULL};
+	buf err = BUF_INIT, text = BUF_INIT;
+	cr_assert_eq(config_load_settings(&cfg, "postgresql://app:s3cret@db/cairn", set, 0, &err),
+	             0, "%s", buf_str(&err));
+	config_describe(&cfg, &text);
+	cr_assert(!strstr(buf_str(&text), "s3cret") && !strstr(buf_str(&text), "pr0xy") &&
+	              strstr(buf_str(&text), "CAIRN_HTTP_PROXY=http://u:****@proxy:3128"),
+	          "%s", buf_str(&text));
+	config_free(&cfg);
+	buf_free(&err);
+	buf_free(&text);
 }
 
 Test(log, logfmt_quotes_values_and_json_escapes)

@@ -3,7 +3,8 @@
  * refuses loopback and other non-public addresses at connect time (also
  * after a redirect), unless CAIRN_HTTP_ALLOW opens them; it keeps the
  * request's own headers from a host a redirect leads to; it ignores the
- * proxy environment variables and uses CAIRN_HTTP_PROXY. Against a local
+ * proxy environment variables and uses CAIRN_HTTP_PROXY; and a bad
+ * CAIRN_HTTP_ALLOW, _PROXY or _TOKEN stops the worker. Against a local
  * server (libmicrohttpd, in this process) and real workers.
  */
 #include <arpa/inet.h>
@@ -251,13 +252,15 @@ Test(http, proxy_variables_are_ignored_and_cairn_http_proxy_is_used)
 	close(closed_fd);
 }
 
-Test(http, a_bad_allow_list_or_proxy_stops_the_worker_at_start_naming_the_setting)
+Test(http, a_bad_allow_list_proxy_or_token_stops_the_worker_at_start_naming_the_setting)
 {
 	static const char *const bad[][2] = {
 	    {"CAIRN_HTTP_ALLOW=10.0.0.0/33", "10.0.0.0/33"},
 	    {"CAIRN_HTTP_ALLOW=127.0.0.1,,", "\"\""},
 	    {"CAIRN_HTTP_ALLOW=bad host", "bad host"},
 	    {"CAIRN_HTTP_PROXY=ftp://proxy:21", "ftp://proxy:21"},
+	    {"CAIRN_HTTP_TOKEN=sh0rt", "16 to 256"},
+	    {"CAIRN_HTTP_TOKEN=has a space in it, long enough", "16 to 256"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char *out = NULL, *err = NULL;
@@ -267,9 +270,8 @@ Test(http, a_bad_allow_list_or_proxy_stops_the_worker_at_start_naming_the_settin
 		const char *env[] = {dburl, bad[i][0], NULL};
 		int rc = trun(argv, env, &out, &err);
 		cr_assert_neq(rc, 0, "%s was accepted", bad[i][0]);
-		const char *name = strncmp(bad[i][0], "CAIRN_HTTP_ALLOW", 16) == 0
-		                       ? "CAIRN_HTTP_ALLOW"
-		                       : "CAIRN_HTTP_PROXY";
+		char name[32];
+		snprintf(name, sizeof name, "%.*s", (int)strcspn(bad[i][0], "="), bad[i][0]);
 		cr_assert(err && strstr(err, name) && strstr(err, bad[i][1]),
 		          "%s: the error should name %s and the value: %s", bad[i][0], name,
 		          err ? err : "");

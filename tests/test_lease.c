@@ -203,10 +203,11 @@ static int as_assigned(const owned_by *o)
 		                      o->ids[i]);
 	snprintf(arr + k, sizeof arr - k, "}");
 	const char *p[] = {arr};
-	PGresult *r = PQexecParams(conn,
-	                           "SELECT id, weight FROM cairn.runners WHERE id = ANY ($1::bigint[]) "
-	                           "ORDER BY id",
-	                           1, NULL, p, NULL, NULL, 0);
+	PGresult *r =
+	    PQexecParams(conn,
+	                 "SELECT id, weight FROM cairn.runners WHERE id = ANY ($1::bigint[]) "
+	                 "ORDER BY id",
+	                 1, NULL, p, NULL, NULL, 0);
 	int n = PQresultStatus(r) == PGRES_TUPLES_OK ? PQntuples(r) : 0;
 	for (int i = 0; i < n && i < MAXW; i++)
 		rs[i] = (assign_runner){strtoll(PQgetvalue(r, i, 0), NULL, 10),
@@ -216,7 +217,8 @@ static int as_assigned(const owned_by *o)
 		return 0;
 	int want[4096];
 	assign_shards(rs, n, (uint64_t)(uint32_t)hash_group_lock_key("default"), nshards, want);
-	r = PQexec(conn, "SELECT shard, owner FROM cairn.shard_leases WHERE shard_group = 'default'");
+	r = PQexec(conn,
+	           "SELECT shard, owner FROM cairn.shard_leases WHERE shard_group = 'default'");
 	int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == nshards;
 	for (int i = 0; ok && i < PQntuples(r); i++) {
 		int shard = atoi(PQgetvalue(r, i, 0));

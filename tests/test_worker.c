@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <signal.h>
@@ -95,17 +96,106 @@ Test(worker, endpoints_answer_with_status_type_and_content)
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
 }
 
-Test(worker, status_masks_the_database_password)
+static int port_owns_all(void *arg)
+{
+	return tmetric(*(int *)arg, "cairn_shards_owned") == 4096;
+}
+
+Test(worker, status_lists_owned_shards_as_ranges_and_stays_small)
+{
+	const char *db = tdb_new_migrated_shards(4096);
+	int port;
+	pid_t pid = tworker_start(db, &port, NULL, NULL);
+	cr_assert(twait(port_owns_all, &port, 30000), "the worker never owned the 4096 shards");
+	char *body;
+	cr_assert_eq(thttp(port, "GET", "/status", &body, NULL), 200);
+	fprintf(stderr, "test_worker: /status with 4096 shards owned: %zu bytes\n", strlen(body));
+	cr_assert_lt(strlen(body), 8192, "/status is %zu bytes", strlen(body));
+	cJSON *j = cJSON_Parse(body);
+	cr_assert(j, "not JSON: %s", body);
+	cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
+	cr_assert_str_eq(cJSON_GetObjectItem(g, "owned")->valuestring, "0-4095");
+	cr_assert_eq(cJSON_GetObjectItem(g, "count")->valueint, 4096);
+	cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(g, "epochs"), 0);
+	cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(e, "epoch")), "%s", body);
+	cr_assert_str_eq(cJSON_GetObjectItem(e, "shards")->valuestring, "0-4095", "%s", body);
+	cJSON_Delete(j);
+	free(body);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
+}
+
+#define TOKEN "s3cr3t-t0ken-0123456789"
+
+Test(worker, the_http_token_guards_every_page_but_the_probes_and_the_relay_sends_it)
+{
+	const char *db = tdb_new_migrated_shards(64);
+	int ports[2];
+	pid_t pids[2];
+	for (int i = 0; i < 2; i++)
+		pids[i] = tworker_start(db, &ports[i], NULL, "CAIRN_HTTP_TOKEN=" TOKEN,
+		                        "CAIRN_POLL_INTERVAL=1h", NULL);
+	int port = ports[0];
+	cr_assert(thttp_wait(port, "/readyz", 200, 30000), "the probes need no token");
+	cr_assert_eq(thttp(port, "GET", "/healthz", NULL, NULL), 200);
+	static const char *const guarded[][2] = {
+	    {"GET", "/status"}, {"GET", "/metrics"}, {"POST", "/wake"}, {"GET", "/nope"}};
+	for (size_t i = 0; i < sizeof guarded / sizeof guarded[0]; i++) {
+		const char *m = guarded[i][0], *p = guarded[i][1];
+		char *body = NULL;
+		cr_assert_eq(thttp(port, m, p, &body, NULL), 401, "%s %s without a token", m, p);
+		cr_assert(strstr(body, "CAIRN_HTTP_TOKEN"), "%s", body);
+		free(body);
+		cr_assert_eq(thttp_auth(port, m, p, "Bearer wrong-token-0123456789", NULL, NULL),
+		             401, "%s %s with a wrong token", m, p);
+		cr_assert_eq(thttp_auth(port, m, p, "Basic " TOKEN, NULL, NULL), 401);
+	}
+	cr_assert_eq(thttp_auth(port, "GET", "/status", "Bearer " TOKEN, NULL, NULL), 200);
+	cr_assert_eq(thttp_auth(port, "GET", "/metrics", "bearer " TOKEN, NULL, NULL), 200);
+	cr_assert_eq(thttp_auth(port, "POST", "/wake", "Bearer " TOKEN, NULL, NULL), 204);
+	char *status = NULL;
+	cr_assert_eq(thttp_auth(port, "GET", "/status", "Bearer " TOKEN, &status, NULL), 200);
+	cr_assert(!strstr(status, TOKEN) && strstr(status, "\"CAIRN_HTTP_TOKEN\":\"****\""), "%s",
+	          status);
+	free(status);
+	/* The relay wakes the other worker over HTTP with the token: with a 1 h
+	 * poll, runs of both workers' shards start only because it does. */
+	cr_assert(thttp_wait(ports[1], "/readyz", 200, 30000));
+	PGconn *c = tdb_connect(db);
+	cr_assert(tdb_wait_at_least(c,
+	                            "SELECT count(DISTINCT owner) FROM cairn.shard_leases l JOIN "
+	                            "cairn.runners r ON r.id = l.owner",
+	                            2, 30000),
+	          "the shards were never split between the two workers");
+	cairn_client *cl;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	for (int i = 0; i < 40; i++) {
+		cairn_enqueue_opts o = {.input = "{}"};
+		cairn_enqueued e;
+		cr_assert_eq(cairn_enqueue(cl, "noop", &o, &e), CAIRN_OK, "%s",
+		             cairn_client_errmsg(cl));
+	}
+	cr_assert(tdb_wait_at_least(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'",
+	                            40, 20000),
+	          "runs waited for the 1 h poll: the relay's wake-ups were refused");
+	cairn_client_free(cl);
+	PQfinish(c);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(tworker_stop(pids[i], SIGTERM, 30000), 0);
+}
+
+Test(worker, status_shows_no_secret_of_the_connection)
 {
 	const char *db = tdb_new_migrated();
 	char url[2200];
-	snprintf(url, sizeof url, "%s password=hunter2", db);
+	snprintf(url, sizeof url, "%s password=hunter2 sslpassword=sw0rdfish", db);
 	int port;
 	pid_t pid = tworker_start(url, &port, NULL, NULL);
 	cr_assert(thttp_wait(port, "/healthz", 200, 30000));
 	char *body;
 	cr_assert_eq(thttp(port, "GET", "/status", &body, NULL), 200);
-	cr_assert(!strstr(body, "hunter2") && strstr(body, "password=****"), "%s", body);
+	cr_assert(!strstr(body, "hunter2") && !strstr(body, "sw0rdfish") &&
+	              !strstr(body, "password"),
+	          "%s", body);
 	free(body);
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
 }
@@ -232,13 +322,15 @@ static int run_worker_cmd(char **out, char **err, const char *env, const char *a
 	return WEXITSTATUS(st);
 }
 
-Test(worker, check_config_prints_effective_settings_with_password_masked)
+Test(worker, check_config_prints_effective_settings_without_the_password)
 {
 	char *out, *err;
 	cr_assert_eq(run_worker_cmd(&out, &err, "CAIRN_CONCURRENCY=4", "--check-config"), 0, "%s",
 	             err);
 	cr_assert(strstr(out, "CAIRN_CONCURRENCY=4\n"), "%s", out);
-	cr_assert(strstr(out, "password=****") && !strstr(out, "s3cret"), "%s", out);
+	cr_assert(strstr(out, "DATABASE_URL=host=db.example dbname=cairn user=app\n") &&
+	              !strstr(out, "s3cret") && !strstr(out, "password"),
+	          "%s", out);
 	free(out);
 	free(err);
 }
@@ -315,16 +407,27 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	cJSON *j = cJSON_Parse(body);
 	cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
 	cr_assert_str_eq(cJSON_GetObjectItem(g, "group")->valuestring, "default");
+	cr_assert_str_eq(cJSON_GetObjectItem(g, "owned")->valuestring, "0-63");
 	cJSON *it;
-	int n = 0;
-	cJSON_ArrayForEach(it, cJSON_GetObjectItem(g, "owned"))
+	int epochs = 0;
+	PGconn *c = tdb_connect(db);
+	cJSON_ArrayForEach(it, cJSON_GetObjectItem(g, "epochs"))
 	{
-		cr_assert_eq(cJSON_GetObjectItem(it, "shard")->valueint, n,
-		             "shards are listed in order");
-		cr_assert_geq(cJSON_GetObjectItem(it, "epoch")->valuedouble, 1);
-		n++;
+		/* The epochs /status shows are the ones in the database. */
+		int64_t epoch = (int64_t)cJSON_GetObjectItem(it, "epoch")->valuedouble;
+		const char *shards = cJSON_GetObjectItem(it, "shards")->valuestring;
+		cr_assert_geq(epoch, 1);
+		cr_assert_eq(
+		    tdb_intf(c,
+		             "SELECT count(*) FROM cairn.shard_leases WHERE owner IS NOT NULL "
+		             "AND epoch = %" PRId64 " AND shard = 0",
+		             epoch),
+		    strncmp(shards, "0", 1) == 0 &&
+		        (shards[1] == '-' || shards[1] == ',' || !shards[1]),
+		    "epoch %" PRId64 ": %s", epoch, shards);
+		epochs++;
 	}
-	cr_assert_eq(n, 64);
+	cr_assert_geq(epochs, 1, "%s", body);
 	/* The built-ins, in the order they were registered. */
 	static const char *const builtins[] = {"cairn.health", "cairn.janitor", "cairn.relay"};
 	int k = 0;
@@ -341,8 +444,6 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	cr_assert_str_eq(cJSON_GetObjectItem(rb, "released_shards")->valuestring, "");
 	cr_assert_str_eq(cJSON_GetObjectItem(rb, "group")->valuestring, "default");
 	cr_assert(cJSON_IsArray(cJSON_GetObjectItem(j, "in_flight")));
-	/* The epochs /status shows are the ones in the database. */
-	PGconn *c = tdb_connect(db);
 	cr_assert_eq(
 	    tdb_int(
 	        c,

@@ -21,7 +21,7 @@ static const char USAGE[] =
     "\n"
     "  --help            show this help\n"
     "  --version         print the version\n"
-    "  --check-config    validate the configuration, print it (password masked), exit\n"
+    "  --check-config    validate the configuration, print it (no secrets), exit\n"
     "\n"
     "Built-in workflows: noop, sleep {\"ms\": N}, http {\"url\": ...}, order (the demo).\n"
     "\n"
