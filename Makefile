@@ -8,6 +8,8 @@
 #   make deps       install missing Debian packages (scripts/deps.sh)
 #   make bench      run the benchmarks
 #   make bench-memory  1,000,000 noop runs through one worker, its RSS curve
+#   make fuzz       libFuzzer targets (clang) for FUZZ_SECONDS (600) each;
+#                   a crash is kept in build/fuzz/artifacts
 #   make chaos      kill, stop and restart workers and PostgreSQL under load;
 #                   prints runs, completed, poison, lost, re-executed, drain time
 #   make examples   build the example plugins into build/examples/*.so
@@ -27,7 +29,7 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # parses it again. Any other goal that compiles stops here, before the
 # compiler, with one line saying what to install when the libraries or the
 # compiler are missing.
-NO_BUILD_GOALS := deps test demo clean format
+NO_BUILD_GOALS := deps test demo clean format fuzz
 ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
 ifneq ($(shell command -v $(firstword $(CC)) >/dev/null 2>&1 && pkg-config --exists $(PKGS) 2>/dev/null && echo ok),ok)
 DEPS_MISSING := $(shell sh scripts/deps.sh --check 2>&1)
@@ -41,11 +43,17 @@ CFLAGS  ?= -O2 -g
 ALL_CFLAGS = -std=c17 -D_GNU_SOURCE -pthread $(WARN) -Iinclude -Iengine -Ibuild/gen $(PKG_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS  = $(PKG_LIBS) -pthread -ldl -lm
 
-# The sanitizer build used by `make test` lives under build/san.
+# The sanitizer build used by `make test` lives under build/san, the
+# libFuzzer build of `make fuzz` (clang) under build/fuzz.
 ifeq ($(SAN),1)
 OUT     := build/san
 EXTRA_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1
 LDFLAGS += -fsanitize=address,undefined
+else ifeq ($(FUZZ),1)
+OUT     := build/fuzz
+CC      := clang
+EXTRA_CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1
+LDFLAGS += -fsanitize=fuzzer,address,undefined
 else
 OUT     := build/rel
 endif
@@ -64,7 +72,7 @@ TEST_SUPPORT := $(OUT)/tests/support.o $(OUT)/tests/proxy.o
 EXAMPLES   := $(patsubst workers/examples/%.c,build/examples/%.so,$(wildcard workers/examples/*.c))
 EX_CFLAGS  = -std=c17 -D_GNU_SOURCE $(WARN) -Iinclude $(PKG_CFLAGS) -O2 -g -fPIC -shared
 
-ifeq ($(SAN),1)
+ifneq ($(SAN)$(FUZZ),)
 LIB := $(OUT)/lib/libcairn.a
 BIN := $(OUT)/bin
 else
@@ -72,7 +80,8 @@ LIB := lib/libcairn.a
 BIN := bin
 endif
 
-.PHONY: all test test-build demo bench bench-memory chaos clean install format deps examples
+.PHONY: all test test-build demo bench bench-memory chaos clean install format deps examples \
+	fuzz fuzz-build
 all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB)
 
 deps:
@@ -161,6 +170,20 @@ bench: all examples build/rel/bench
 
 bench-memory: all examples build/rel/bench
 	BENCH_MEMORY_RUNS=$${BENCH_MEMORY_RUNS:-1000000} sh scripts/bench.sh
+
+# libFuzzer targets (tests/fuzz/fuzz_*.c), each run for FUZZ_SECONDS on a
+# corpus seeded from tests/fuzz/seeds (scripts/fuzz.sh). Their inputs under
+# tests/fuzz/seeds and tests/fuzz/regress replay in `make test` (test_fuzz.c).
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+build/fuzz/fuzz_%: build/fuzz/tests/fuzz/fuzz_%.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz:
+	@sh scripts/deps.sh --fuzz
+	$(MAKE) FUZZ=1 fuzz-build
+	sh scripts/fuzz.sh $(FUZZ_BIN)
 
 # Release build, CHAOS_RUNS (10000) runs under kills, stops, PostgreSQL
 # restarts (and, with CHAOS_FREEZE=1, frozen connections); see tests/chaos.c.

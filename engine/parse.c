@@ -337,3 +337,19 @@ void utf8_clean(const char *s, buf *out)
 		}
 	}
 }
+
+int parse_id_list(const char *s, int64_t *ids, int cap)
+{
+	int n = 0;
+	for (;;) {
+		size_t len = strspn(s, "0123456789");
+		if (len == 0 || len > 18 || n == cap)
+			return -1;
+		ids[n++] = strtoll(s, NULL, 10);
+		s += len;
+		if (*s == '\0')
+			return n;
+		if (*s++ != ',')
+			return -1;
+	}
+}

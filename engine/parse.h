@@ -27,6 +27,10 @@ int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err);
 int parse_check_name(const char *what, const char *s, char *err);
 /* Run keys: 1..512 bytes of valid UTF-8 without control characters. */
 int parse_check_key(const char *s, char *err);
+/* "12,13,14": at most cap decimal ids (1 to 18 digits each) into ids; how
+ * many, or -1 for anything else (empty, an empty item, a sign, a space). */
+int parse_id_list(const char *s, int64_t *ids, int cap);
+
 /* The deepest nesting of arrays and objects in any JSON value cairn accepts
  * (inputs, payloads, step results, outputs): what the client accepts, a
  * worker can always load, with room for the journal's own wrapping. */

@@ -180,24 +180,6 @@ static void status_page(cairn_worker *w, http_reply *r)
 	r->type = "application/json";
 }
 
-/* "ID,ID,..." of at most CAIRN_WAKE_RUNS decimal run ids into runs: how
- * many, or -1. */
-static int parse_runs(const char *s, int64_t *runs)
-{
-	int n = 0;
-	for (;;) {
-		size_t len = strspn(s, "0123456789");
-		if (len == 0 || len > 18 || n == CAIRN_WAKE_RUNS)
-			return -1;
-		runs[n++] = strtoll(s, NULL, 10);
-		s += len;
-		if (*s == '\0')
-			return n;
-		if (*s++ != ',')
-			return -1;
-	}
-}
-
 /*
  * POST /wake[/cancel][/RUNS] and /members/FINGERPRINT: the wake relay (the
  * cairn.relay singleton) tells this worker that its shards got work (RUNS:
@@ -215,7 +197,7 @@ int status_poke(cairn_worker *w, const char *path)
 		if (is_cancel)
 			p += sizeof cancel - 1;
 		int64_t runs[CAIRN_WAKE_RUNS];
-		int n = *p == '/' ? parse_runs(p + 1, runs) : *p ? -1 : 0;
+		int n = *p == '/' ? parse_id_list(p + 1, runs, CAIRN_WAKE_RUNS) : *p ? -1 : 0;
 		if (n < 0)
 			return -1;
 		dispatch_wake_runs(w->dispatch, is_cancel, runs, n);

@@ -7,6 +7,7 @@
 #   sh scripts/deps.sh --check   install nothing: print one line naming what
 #                                is missing and what to run, exit 1; exit 0
 #                                silently when everything is installed
+#   sh scripts/deps.sh --fuzz    also clang and its libFuzzer (`make fuzz`)
 set -eu
 
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
@@ -15,9 +16,10 @@ libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client cu
 check=0
 case "${1:-}" in
 --check) check=1 ;;
+--fuzz) PACKAGES="$PACKAGES clang libclang-rt-14-dev" ;;
 "") ;;
 *)
-	echo "usage: sh scripts/deps.sh [--check]" >&2
+	echo "usage: sh scripts/deps.sh [--check | --fuzz]" >&2
 	exit 2
 	;;
 esac

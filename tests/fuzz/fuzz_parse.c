@@ -1,0 +1,49 @@
+/*
+ * fuzz_parse.c - the parsers of settings, CLI arguments and payloads:
+ * durations, sizes, timestamps, integers, names, keys, JSON validation and
+ * depth, UTF-8 checks, the id lists of the relay's paths and the
+ * http built-in's allow list. Each must return an answer (a value or an
+ * error) for any text, and an accepted value must be in range.
+ */
+#include <assert.h>
+
+#include "fuzz.h"
+#include "netpolicy.h"
+#include "parse.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char *s = fuzz_text(data, size);
+	if (!s)
+		return 0;
+	char err[PARSE_ERR_MAX];
+	int64_t v;
+	size_t z;
+	if (parse_duration_ms(s, &v, err) == 0)
+		assert(v >= 0);
+	parse_size_bytes(s, &z, err);
+	parse_timestamp_ms(s, &v, err);
+	if (parse_int(s, -5, 5, &v, err) == 0)
+		assert(v >= -5 && v <= 5);
+	parse_check_name("name", s, err);
+	parse_check_key(s, err);
+	if (parse_check_json("input", s, 4096, err) == 0)
+		assert(json_depth(s) <= JSON_MAX_DEPTH);
+	if (utf8_valid(s)) {
+		buf b = BUF_INIT;
+		utf8_clean(s, &b);
+		assert(strcmp(buf_str(&b), s) == 0);
+		buf_free(&b);
+	}
+	int64_t ids[16];
+	int n = parse_id_list(s, ids, 16);
+	for (int i = 0; i < n; i++)
+		assert(ids[i] >= 0);
+	netpolicy *p;
+	if (netpolicy_parse(s, &p, err, sizeof err) == 0) {
+		netpolicy_allows_host(p, s);
+		netpolicy_free(p);
+	}
+	free(s);
+	return 0;
+}
