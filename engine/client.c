@@ -568,16 +568,26 @@ static const char SQL_SIGNAL[] =
     "             (SELECT count(*) FROM cairn.signals g "
     "              WHERE g.run_id = $1 AND g.consumed_by_seq IS NULL) AS pending "
     "           FROM cairn.runs WHERE id = $1), "
-    "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4), "
+    /* $5: the nonce of a signal link used once (NULL: none), recorded
+     * with the signal; a second use finds it and writes nothing. */
+    "used AS (INSERT INTO cairn.signal_links (nonce, run_id) "
+    "         SELECT $5, id FROM r WHERE $5::text IS NOT NULL AND NOT done AND pending < $4 "
+    "         ON CONFLICT DO NOTHING RETURNING 1), "
+    "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4 "
+    "         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM used))), "
     "s AS (INSERT INTO cairn.signals (run_id, name, payload) "
     "      SELECT id, $2, $3::jsonb FROM ok RETURNING run_id), "
     "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
     "      SELECT id, shard_group, shard, 'signal' FROM ok "
     "      RETURNING 1) "
-    "SELECT done OR pending >= $4, (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
-    "       CASE WHEN done THEN 'it has already finished' "
-    "            ELSE 'it holds ' || pending || ' unconsumed signals; the limit "
-    "(max_pending_signals in cairn.settings) is ' || $4 END "
+    "SELECT done OR pending >= $4 OR NOT EXISTS (SELECT 1 FROM ok), "
+    "       (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
+    "       CASE WHEN $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.signal_links "
+    "                  WHERE nonce = $5) THEN 'this link was used already' "
+    "            WHEN done THEN 'it has already finished' "
+    "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; the "
+    "limit (max_pending_signals in cairn.settings) is ' || $4 "
+    "            ELSE 'this link was used already' END "
     "FROM r";
 
 /* Runs a statement whose first row's first column is "run already finished",
@@ -605,6 +615,12 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 
 int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *payload)
 {
+	return client_signal_once(c, run_id, name, payload, NULL);
+}
+
+int client_signal_once(cairn_client *c, int64_t run_id, const char *name, const char *payload,
+                       const char *nonce)
+{
 	char err[PARSE_ERR_MAX];
 	if (parse_check_name("signal name", name, err) < 0)
 		return client_invalid(c, "signal", "%s", err);
@@ -615,8 +631,8 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 		return rc;
 	char idtxt[24], cap[24];
 	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null",
-	                   db_i64(cap, c->settings.max_pending_signals)};
-	return run_state_cmd(c, run_id, SQL_SIGNAL, 4, p, "signal", "");
+	                   db_i64(cap, c->settings.max_pending_signals), nonce};
+	return run_state_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "");
 }
 
 /* A run that has not started is cancelled at once; a started one gets the

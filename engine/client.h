@@ -47,4 +47,9 @@ int client_invalid(cairn_client *c, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
+/* cairn_signal, and with nonce (a signal link used once, link.h) only if
+ * that nonce was never used: it is recorded with the signal, and a second
+ * use is CAIRN_ESTATE ("this link was used already"). */
+int client_signal_once(cairn_client *c, int64_t run_id, const char *name, const char *payload,
+                       const char *nonce);
 #endif

@@ -11,11 +11,13 @@
 #include <curl/curl.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cairn.h"
+#include "link.h"
 #include "log.h"
 #include "netpolicy.h"
 #include "parse.h"
@@ -91,6 +93,9 @@ static const setting SETTINGS[] = {
     {"CAIRN_HTTP_TOKEN", K_STR, OFF(http_token), "", 0, 0,
      "bearer token every page of the endpoint but /healthz and /readyz requires (16 to 256 "
      "of A-Z a-z 0-9 - . _ ~ + / =); the same on every worker of a fleet"},
+    {"CAIRN_SIGNING_KEY", K_STR, OFF(signing_key), "", 0, 0,
+     "base64 of 32 random bytes: the key of signal links (`cairn signal-link`); unset, "
+     "POST /signal/TOKEN is off"},
     {"CAIRN_HTTP_PROXY", K_STR, OFF(http_proxy), "", 0, 0,
      "proxy URL for the http built-in (http://, https://, socks5://...); the proxy environment "
      "variables are ignored"},
@@ -217,6 +222,13 @@ static int check_http(const config *cfg, buf *err)
 		    tn);
 		return -CAIRN_EINVAL;
 	}
+	unsigned char key[LINK_KEY_BYTES];
+	if (cfg->signing_key[0] && link_key_parse(cfg->signing_key, key, why, sizeof why) < 0) {
+		buf_reset(err);
+		buf_printf(err, "invalid value for CAIRN_SIGNING_KEY: %s", why);
+		return -CAIRN_EINVAL;
+	}
+	sodium_memzero(key, sizeof key);
 	static const char *const schemes[] = {"http",    "https",  "socks4",
 	                                      "socks4a", "socks5", "socks5h"};
 	const char *u = cfg->http_proxy;
@@ -601,7 +613,7 @@ void config_describe(const config *cfg, buf *out)
 				config_describe_db(*(char *const *)f, out);
 			else if (s->off == OFF(http_proxy))
 				mask_proxy(*(char *const *)f, out);
-			else if (s->off == OFF(http_token))
+			else if (s->off == OFF(http_token) || s->off == OFF(signing_key))
 				buf_puts(out, **(char *const *)f ? "****" : "");
 			else
 				buf_puts(out, *(char *const *)f);

@@ -44,7 +44,8 @@ typedef struct config {
 	char *plugins;    /* colon-separated .so paths */
 	char *http_allow; /* the http built-in's exceptions (netpolicy.h) */
 	char *http_proxy; /* the http built-in's proxy URL; "": none */
-	char *http_token; /* bearer token of the endpoint's pages but probes; "": none */
+	char *http_token;  /* bearer token of the endpoint's pages but probes; "": none */
+	char *signing_key; /* of signal links (link.h), base64; "": links are off */
 } config;
 
 /*

@@ -16,14 +16,50 @@ struct http_server {
 	void *arg;
 };
 
+/* A request's body as it comes in; freed when the request completes. */
+typedef struct upload {
+	buf body;
+	int too_big;
+} upload;
+
+static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                      enum MHD_RequestTerminationCode why)
+{
+	upload *u = *con_cls;
+	if (u) {
+		buf_free(&u->body);
+		free(u);
+		*con_cls = NULL;
+	}
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_size, void **con_cls)
 {
 	http_server *s = cls;
+	upload *u = *con_cls;
+	if (!u) { /* the headers: the body (if any) follows in more calls */
+		if (!(u = calloc(1, sizeof *u)))
+			return MHD_NO;
+		*con_cls = u;
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (u->body.len + *upload_size > HTTP_BODY_MAX)
+			u->too_big = 1;
+		else
+			buf_append(&u->body, upload_data, *upload_size);
+		*upload_size = 0;
+		return MHD_YES;
+	}
 	http_reply r = {404, "text/plain; charset=utf-8", NULL, 0, BUF_INIT};
-	http_request q = {method, url,
-	                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization")};
+	http_request q = {method,
+	                  url,
+	                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+	                  buf_str(&u->body),
+	                  u->body.len,
+	                  u->too_big || u->body.oom};
 	s->handler(s->arg, &q, &r);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(
 	    r.body.len, r.body.data ? r.body.data : (void *)"", MHD_RESPMEM_MUST_COPY);
@@ -50,13 +86,14 @@ int http_start(const struct sockaddr_storage *sa, http_handler handler, void *ar
 		return -CAIRN_ENOMEM;
 	s->handler = handler;
 	s->arg = arg;
-	s->d = MHD_start_daemon(
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-	        (sa->ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-	    0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)sa,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-	    (unsigned)16, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_END);
+	s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+	                            (sa->ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+	                        0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
+	                        (const struct sockaddr *)sa, MHD_OPTION_CONNECTION_LIMIT,
+	                        (unsigned)64, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)16,
+	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+	                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+	                        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
 	if (!s->d) {
 		free(s);
 		return -CAIRN_EINVAL;

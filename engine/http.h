@@ -12,9 +12,15 @@
 
 #include "buf.h"
 
+/* The largest request body taken; a larger one is cut off (body_too_big). */
+#define HTTP_BODY_MAX (64 * 1024)
+
 typedef struct http_request {
 	const char *method, *path;
 	const char *authorization; /* the Authorization header, or NULL */
+	const char *body;          /* NUL-terminated; "" when there is none */
+	size_t body_len;
+	int body_too_big; /* the body was larger than HTTP_BODY_MAX */
 } http_request;
 
 typedef struct http_reply {

@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "clock.h"
+#include "link.h"
 #include "worker.h"
 
 static void healthz(cairn_worker *w, http_reply *r)
@@ -226,6 +227,84 @@ static void poke(cairn_worker *w, const char *path, http_reply *r)
 	           CAIRN_WAKE_RUNS);
 }
 
+/* A JSON reply {"error": why} (or, with id, {"run", "signal", "delivered"}). */
+static void json_reply(http_reply *r, unsigned status, const char *why, const link_claims *c)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (why) {
+		cJSON_AddStringToObject(o, "error", why);
+	} else {
+		cJSON_AddNumberToObject(o, "run", (double)c->run_id);
+		cJSON_AddStringToObject(o, "signal", c->signal);
+		cJSON_AddBoolToObject(o, "delivered", 1);
+	}
+	char *text = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	buf_puts(&r->body, text ? text : "{\"error\": \"out of memory\"}");
+	buf_puts(&r->body, "\n");
+	cJSON_free(text);
+	r->status = text ? status : 500;
+	r->type = "application/json";
+}
+
+/*
+ * POST /signal/TOKEN: a signal link (link.h, `cairn signal-link`). The token
+ * is the credential: 403 when it is not ours, has expired or names a run
+ * that does not exist, 409 when a link used once was used or the run has
+ * finished, 413 for a body over HTTP_BODY_MAX, 400 for a body that is not
+ * JSON (an empty one is null); else the signal is written, once, and 202.
+ */
+static void signal_link(cairn_worker *w, const http_request *q, const char *token, http_reply *r)
+{
+	char why[512];
+	unsigned char key[LINK_KEY_BYTES];
+	link_claims c;
+	if (strcmp(q->method, "POST") != 0) {
+		r->allow = "POST";
+		json_reply(r, 405, "a signal link takes POST with the signal's JSON payload", NULL);
+		return;
+	}
+	if (!w->cfg.signing_key[0] || link_key_parse(w->cfg.signing_key, key, why, sizeof why)) {
+		json_reply(r, 404, "signal links are off here: CAIRN_SIGNING_KEY is not set", NULL);
+		return;
+	}
+	int rc = link_open(key, token, clock_unix_ms() / 1000, &c, why, sizeof why);
+	sodium_memzero(key, sizeof key);
+	if (rc < 0) {
+		json_reply(r, 403, why, NULL);
+		return;
+	}
+	if (q->body_too_big) {
+		snprintf(why, sizeof why, "the body is larger than %d bytes", HTTP_BODY_MAX);
+		json_reply(r, 413, why, NULL);
+		return;
+	}
+	const char *payload = q->body_len ? q->body : "null";
+	pthread_mutex_lock(&w->link_mu);
+	if (!w->link_client && cairn_client_open(w->cfg.database_url, &w->link_client)) {
+		cairn_client_free(w->link_client);
+		w->link_client = NULL;
+	}
+	rc = w->link_client ? client_signal_once(w->link_client, c.run_id, c.signal, payload,
+	                                         c.nonce[0] ? c.nonce : NULL)
+	                    : CAIRN_EDB;
+	snprintf(why, sizeof why, "%s",
+	         w->link_client ? cairn_client_errmsg(w->link_client)
+	                        : "the database is unreachable");
+	if (rc == CAIRN_EDB && w->link_client) { /* a new connection next time */
+		cairn_client_free(w->link_client);
+		w->link_client = NULL;
+	}
+	pthread_mutex_unlock(&w->link_mu);
+	switch (rc) {
+	case CAIRN_OK: json_reply(r, 202, NULL, &c); break;
+	case CAIRN_ENOTFOUND: json_reply(r, 403, why, NULL); break;
+	case CAIRN_ESTATE: json_reply(r, 409, why, NULL); break;
+	case CAIRN_EINVAL: json_reply(r, 400, why, NULL); break;
+	default: json_reply(r, 503, why, NULL); break;
+	}
+}
+
 /* With CAIRN_HTTP_TOKEN set, whether q carries "Authorization: Bearer
  * TOKEN" (compared in constant time). */
 static int authorized(const cairn_worker *w, const http_request *q)
@@ -244,16 +323,20 @@ static int authorized(const cairn_worker *w, const http_request *q)
 
 /*
  * Every page but /healthz and /readyz (which probes call without
- * credentials) needs the bearer token when CAIRN_HTTP_TOKEN is set: /status,
- * /metrics and the relay's POSTs (the relay sends it; every worker of a
- * fleet has the same token).
+ * credentials) and the signal links (their token is their credential) needs
+ * the bearer token when CAIRN_HTTP_TOKEN is set: /status, /metrics and the
+ * relay's POSTs (the relay sends it; every worker of a fleet has the same
+ * token).
  */
 void status_handle(void *arg, const http_request *q, http_reply *r)
 {
 	cairn_worker *w = arg;
 	const char *method = q->method, *path = q->path;
+	static const char link[] = "/signal/";
 	int probe = strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
-	if (!probe && !authorized(w, q)) {
+	if (strncmp(path, link, sizeof link - 1) == 0) {
+		signal_link(w, q, path + sizeof link - 1, r);
+	} else if (!probe && !authorized(w, q)) {
 		r->status = 401;
 		r->bearer = 1;
 		buf_printf(&r->body,

@@ -48,6 +48,7 @@ static int worker_alloc(cairn_worker **out)
 		return -CAIRN_ENOMEM;
 	*out = w;
 	pthread_mutex_init(&w->mu, NULL);
+	pthread_mutex_init(&w->link_mu, NULL);
 	if (clock_cond_init(&w->cv) < 0)
 		return -CAIRN_ENOMEM;
 	w->log = (logger){.level = LOG_INFO, .format = LOG_LOGFMT, .fd = 2};
@@ -191,6 +192,8 @@ void cairn_worker_free(cairn_worker *w)
 	config_free(&w->cfg);
 	buf_free(&w->err);
 	buf_free(&w->cfgtext);
+	cairn_client_free(w->link_client);
+	pthread_mutex_destroy(&w->link_mu);
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
 	free(w);

@@ -2,7 +2,8 @@
 # demo.sh - `make demo`: runs cairn for real. With DATABASE_URL unset it
 # starts a private PostgreSQL (tests/pg.sh); it migrates, starts a
 # cairn-worker, enqueues an `order` run, shows it charged and waiting for its
-# approval signal, approves it, and waits for the result. Stops and removes
+# approval signal, approves it through a signed link used once (as an
+# approver's click in an e-mail would), and waits for the result. Stops and removes
 # everything it started, also when a step fails or it is interrupted.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,7 +67,10 @@ fi
 step migrate
 
 port=$((20000 + $$ % 20000))
-printf '\n$ CAIRN_HTTP_ADDR=127.0.0.1:%s cairn-worker 2>%s &\n' "$port" "$log"
+# The key that signs signal links; the workers and `cairn signal-link` share it.
+CAIRN_SIGNING_KEY=$(head -c 32 /dev/urandom | base64)
+export CAIRN_SIGNING_KEY
+printf '\n$ CAIRN_SIGNING_KEY=$(head -c 32 /dev/urandom | base64) CAIRN_HTTP_ADDR=127.0.0.1:%s cairn-worker 2>%s &\n' "$port" "$log"
 CAIRN_HTTP_ADDR=127.0.0.1:$port "$top/bin/cairn-worker" 2>"$log" &
 worker=$!
 end=$(($(date +%s) + 30))
@@ -86,8 +90,18 @@ echo "$run"
 wait_status "$run" waiting 15
 step status "$run"
 
-printf '\n$ cairn signal %s approval --input '\''{"approved": true, "by": "demo"}'\''\n' "$run"
-"$cairn" signal "$run" approval --input '{"approved": true, "by": "demo"}' || fail "signal failed"
+# The approval comes through a link: no database access, no credentials but
+# the link itself, good once (`cairn signal RUN approval --input ...` works too).
+printf '\n$ cairn signal-link %s approval --once --ttl 1h\n' "$run"
+link=$("$cairn" signal-link "$run" approval --once --ttl 1h) || fail "signal-link failed"
+echo "$link"
+printf '\n$ curl -X POST -d '\''{"approved": true, "by": "demo"}'\'' LINK   # the approver'\''s click\n'
+curl -fsS -X POST -H 'Content-Type: application/json' -d '{"approved": true, "by": "demo"}' "$link" ||
+	fail "the link was refused"
+printf '\n$ curl -X POST -d true LINK   # a second use of a --once link\n'
+code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST -d true "$link")
+echo "HTTP $code"
+[ "$code" = 409 ] || fail "a second use of the link answered $code, not 409"
 printf '\n$ cairn result %s --wait --timeout 30s\n' "$run"
 result=$("$cairn" result "$run" --wait --timeout 30s) || fail "run $run did not complete"
 echo "$result"

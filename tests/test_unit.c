@@ -8,6 +8,7 @@
 #include "backoff.h"
 #include "buf.h"
 #include "hash.h"
+#include "link.h"
 #include "netpolicy.h"
 #include "parse.h"
 #include "pgarr.h"
@@ -386,4 +387,50 @@ Test(netpolicy, a_bad_entry_is_refused_by_name)
 		cr_assert_null(p);
 		cr_assert(strstr(err, "is not an address, a CIDR"), "%s: %s", bad[i], err);
 	}
+}
+
+Test(link, a_token_opens_with_its_key_until_it_expires_and_not_once_altered)
+{
+	unsigned char key[LINK_KEY_BYTES], other[LINK_KEY_BYTES];
+	char err[256];
+	cr_assert_eq(
+	    link_key_parse("q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE=", key, err, sizeof err), 0,
+	    "%s", err);
+	cr_assert_eq(
+	    link_key_parse("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8", other, err, sizeof err),
+	    0, "base64url without padding is accepted too: %s", err);
+	cr_assert_eq(link_key_parse("c2hvcnQ=", other, err, sizeof err), -1);
+	cr_assert(strstr(err, "32 random bytes") && !strstr(err, "c2hvcnQ"), "%s", err);
+	link_claims c = {.run_id = 42, .signal = "approval", .expires_unix = 2000, .nonce = "new"};
+	buf t = BUF_INIT;
+	cr_assert_eq(link_make(key, &c, &t), 0);
+	cr_assert_eq(strlen(c.nonce), 32, "a fresh nonce: %s", c.nonce);
+	link_claims got;
+	cr_assert_eq(link_open(key, buf_str(&t), 1999, &got, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(got.run_id, 42);
+	cr_assert_str_eq(got.signal, "approval");
+	cr_assert_eq(got.expires_unix, 2000);
+	cr_assert_str_eq(got.nonce, c.nonce);
+	cr_assert_eq(link_open(key, buf_str(&t), 2000, &got, err, sizeof err), -2);
+	cr_assert(strstr(err, "expired"), "%s", err);
+	cr_assert_eq(link_open(other, buf_str(&t), 1999, &got, err, sizeof err), -1);
+	/* Every single character changed makes it fail. */
+	char *s = strdup(buf_str(&t));
+	for (size_t i = 0; s[i]; i++) {
+		char was = s[i];
+		s[i] = was == 'A' ? 'B' : 'A';
+		cr_assert_lt(link_open(key, s, 1999, &got, err, sizeof err), 0, "changed at %zu",
+		             i);
+		s[i] = was;
+	}
+	free(s);
+	buf_reset(&t);
+	link_claims again = {.run_id = 7, .signal = "go", .expires_unix = 10};
+	cr_assert_eq(link_make(key, &again, &t), 0);
+	cr_assert_eq(link_open(key, buf_str(&t), 5, &got, err, sizeof err), 0, "%s", err);
+	cr_assert_str_eq(got.nonce, "", "a link that may be used again has no nonce");
+	static const char *const bad[] = {"", "v1", "v1.", "v1..", "v2.AAAA.AAAA", "v1.!!!.AAAA"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		cr_assert_eq(link_open(key, bad[i], 5, &got, err, sizeof err), -1, "%s", bad[i]);
+	buf_free(&t);
 }

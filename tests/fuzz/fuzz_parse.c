@@ -1,13 +1,15 @@
 /*
  * fuzz_parse.c - the parsers of settings, CLI arguments and payloads:
  * durations, sizes, timestamps, integers, names, keys, JSON validation and
- * depth, UTF-8 checks, the id lists of the relay's paths and the
- * http built-in's allow list. Each must return an answer (a value or an
+ * depth, UTF-8 checks, the id lists of the relay's paths, the token of a
+ * signal link's path (POST /signal/TOKEN) and the http built-in's allow
+ * list. Each must return an answer (a value or an
  * error) for any text, and an accepted value must be in range.
  */
 #include <assert.h>
 
 #include "fuzz.h"
+#include "link.h"
 #include "netpolicy.h"
 #include "parse.h"
 
@@ -39,6 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int n = parse_id_list(s, ids, 16);
 	for (int i = 0; i < n; i++)
 		assert(ids[i] >= 0);
+	static const unsigned char key[LINK_KEY_BYTES] = {1, 2, 3};
+	link_claims c;
+	if (link_open(key, s, 0, &c, err, sizeof err) == 0)
+		assert(c.run_id >= 1);
 	netpolicy *p;
 	if (netpolicy_parse(s, &p, err, sizeof err) == 0) {
 		netpolicy_allows_host(p, s);
