@@ -85,7 +85,8 @@ typedef struct worker {
 	char log[4096];
 } worker;
 
-static const char SQL_RESET[] = "TRUNCATE cairn.messages, cairn.signals, cairn.steps, cairn.runs";
+static const char SQL_RESET[] =
+    "TRUNCATE cairn.messages, cairn.signals, cairn.signal_links, cairn.steps, cairn.runs";
 static const char SQL_PROGRESS[] =
     "SELECT count(*) FILTER (WHERE finished_at IS NOT NULL),"
     "       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))"
@@ -248,9 +249,14 @@ static int exec_ok(PGconn *pg, const char *sql)
 	return r ? 0 : -1;
 }
 
+/* Empties cairn's tables between phases; a phase that cannot start clean
+ * is not measured (noted, so the bench exits 3). */
 static int reset(bench *b)
 {
-	return exec_ok(b->pg, SQL_RESET);
+	int rc = exec_ok(b->pg, SQL_RESET);
+	if (rc)
+		note_error(b, "reset", "cannot empty cairn's tables: %s", PQerrorMessage(b->pg));
+	return rc;
 }
 
 static double cell(PGresult *r, int col)
