@@ -55,8 +55,10 @@ PGconn *db_connect(const char *conninfo, const char *app_name, buf *err)
 	                      NULL};
 	PGconn *c = PQconnectdbParams(keys, vals, 1);
 	if (!c) {
-		if (err)
+		if (err) {
+			buf_reset(err);
 			buf_puts(err, "out of memory connecting to the database");
+		}
 		return NULL;
 	}
 	if (PQstatus(c) != CONNECTION_OK) {
@@ -65,6 +67,7 @@ PGconn *db_connect(const char *conninfo, const char *app_name, buf *err)
 			size_t n = strlen(m);
 			while (n && (m[n - 1] == '\n' || m[n - 1] == ' '))
 				n--;
+			buf_reset(err); /* this failure's message, not the ones before it */
 			buf_puts(err, "cannot connect to the database: ");
 			buf_append(err, m, n);
 		}

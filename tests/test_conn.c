@@ -360,3 +360,22 @@ Test(conn, healthz_fails_while_the_commit_connection_is_frozen_and_recovers_afte
 	cairn_client_free(cl);
 	PQfinish(c);
 }
+
+/* A failed connect says why it failed, not why every earlier one did too
+ * (a retrying loop reuses its buffer). */
+Test(conn, a_failed_connect_replaces_the_error_of_the_one_before)
+{
+	int fd, port = tclosed_port(&fd);
+	char url[128];
+	snprintf(url, sizeof url, "host=127.0.0.1 port=%d dbname=x connect_timeout=2", port);
+	buf err = BUF_INIT;
+	for (int i = 0; i < 3; i++) {
+		PGconn *c = db_connect(url, "cairn-test", &err);
+		cr_assert_null(c);
+	}
+	const char *s = buf_str(&err);
+	cr_assert(strstr(s, "cannot connect to the database: ") == s, "%s", s);
+	cr_assert_null(strstr(s + 1, "cannot connect to the database"), "repeated: %s", s);
+	buf_free(&err);
+	close(fd);
+}
