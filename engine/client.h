@@ -35,6 +35,7 @@ struct cairn_client {
 	buf err;
 	size_t max_payload;
 	db_settings settings; /* cairn.settings, read once; settings.shards is 0 until read */
+	int jit_off;          /* this session will not JIT-compile (see enqueue) */
 	const char *errfield; /* static: the field a CAIRN_EINVAL rejected, or NULL */
 };
 
