@@ -180,18 +180,20 @@ static const db_stmt ST_WAKE_SHARDS = {
     "      JOIN cairn.shard_leases l ON l.shard_group = x.g AND l.shard = x.s "
     "      " WAKE_OWNER("$3") ") o"};
 /* Runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
-static const db_stmt ST_WAKE_RUNS = {
-    "cairn_wake_runs",
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $2 || ' ' || r.id)), "
-    "  " WAKE_NO_DISK " "
-    "FROM cairn.runs r JOIN cairn.shard_leases l "
-    "  ON l.shard_group = r.shard_group AND l.shard = r.shard " WAKE_OWNER(
-        "$2") "WHERE r.id = ANY ($1::bigint[])"};
+static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
+                                     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL
+                                     "', l.owner || $2 || ' ' || r.id)), "
+                                     "       " WAKE_NO_DISK " "
+                                     "FROM cairn.runs r JOIN cairn.shard_leases l "
+                                     "  ON l.shard_group = r.shard_group AND l.shard = r.shard "
+                                     "  " WAKE_OWNER("$2") "WHERE r.id = ANY ($1::bigint[])"};
 
 /* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
 #define START_AT(at, delay)                                                                        \
 	"CASE WHEN " at " IS NOT NULL THEN to_timestamp(" at " / 1000.0) "                         \
 	"ELSE now() + " delay " * interval '1 millisecond' END"
+#define START_ONE  START_AT("$8::bigint", "$7::bigint")
+#define START_EACH START_AT("at_ms", "delay_ms")
 
 /*
  * One run, the common call: a single INSERT, prepared once per session. The
@@ -205,13 +207,12 @@ static const db_stmt ST_ENQUEUE = {
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
     "                             scheduled_at, start_at) "
     "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, t.at "
-    "FROM (SELECT " START_AT(
-        "$8::bigint", "$7::bigint") " AS at) t "
-                                    "ON CONFLICT (workflow, key) DO NOTHING "
-                                    "RETURNING r.id, false, r.status, NULL::text, NULL::text"};
+    "FROM (SELECT " START_ONE " AS at) t "
+    "ON CONFLICT (workflow, key) DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text"};
 static const char SQL_ENQUEUED[] =
-    "SELECT id, true, status, CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text "
-    "END, "
+    "SELECT id, true, status, "
+    "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN error END "
     "FROM cairn.runs WHERE workflow = $1 AND key = $2";
 
@@ -225,24 +226,19 @@ static const char SQL_ENQUEUE_BATCH[] =
     "  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
     "                          scheduled_at, start_at) "
     "  SELECT $1, key, shard_group, shard, input, max_attempts, at, at "
-    "  FROM (SELECT *, " START_AT(
-        "at_ms",
-        "delay_ms") " AS at FROM input) i ORDER BY ord "
-                    "  ON CONFLICT (workflow, key) DO NOTHING "
-                    "  RETURNING id, key, status) "
-                    "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, "
-                    "r.status), "
-                    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text "
-                    "END, "
-                    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END "
-                    "FROM input i LEFT JOIN ins ON ins.key = i.key "
-                    /* Existing runs are looked up one key at a time, and only for keys the
-                     * insert skipped: a join on workflow alone would read every run of it. */
-                    "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error "
-                    "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = "
-                    "i.key) r "
-                    "  ON true "
-                    "ORDER BY i.ord";
+    "  FROM (SELECT *, " START_EACH " AS at FROM input) i ORDER BY ord "
+    "  ON CONFLICT (workflow, key) DO NOTHING "
+    "  RETURNING id, key, status) "
+    "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "
+    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "
+    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END "
+    "FROM input i LEFT JOIN ins ON ins.key = i.key "
+    /* Existing runs are looked up one key at a time, and only for keys the
+     * insert skipped: a join on workflow alone would read every run of it. */
+    "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error "
+    "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key) r "
+    "  ON true "
+    "ORDER BY i.ord";
 
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */

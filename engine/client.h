@@ -24,6 +24,20 @@
 #define CAIRN_MEMBERS_CHANNEL "cairn_members"
 #define CAIRN_DONE_CHANNEL    "cairn_done"
 
+/* Adds run to the set runs[0..*n) of at most CAIRN_WAKE_RUNS ids, once: 0,
+ * or -1 when it is not there and the set is full (the wake-up is then for
+ * every due run). The relay's and the poller's set. */
+static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
+{
+	for (int i = 0; i < *n; i++)
+		if (runs[i] == run)
+			return 0;
+	if (*n == CAIRN_WAKE_RUNS)
+		return -1;
+	runs[(*n)++] = run;
+	return 0;
+}
+
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
 #define CLIENT_NSTMTS 4

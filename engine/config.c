@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "cairn.h"
-#include "link.h"
 #include "log.h"
 #include "netpolicy.h"
 #include "parse.h"
@@ -199,7 +198,7 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 
 /* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_TOKEN is a token, and CAIRN_HTTP_PROXY
  * is empty or a proxy URL. */
-static int check_http(const config *cfg, buf *err)
+static int check_http(config *cfg, buf *err)
 {
 	char why[512];
 	netpolicy *p;
@@ -222,13 +221,12 @@ static int check_http(const config *cfg, buf *err)
 		    tn);
 		return -CAIRN_EINVAL;
 	}
-	unsigned char key[LINK_KEY_BYTES];
-	if (cfg->signing_key[0] && link_key_parse(cfg->signing_key, key, why, sizeof why) < 0) {
+	if (cfg->signing_key[0] &&
+	    link_key_parse(cfg->signing_key, cfg->link_key, why, sizeof why) < 0) {
 		buf_reset(err);
 		buf_printf(err, "invalid value for CAIRN_SIGNING_KEY: %s", why);
 		return -CAIRN_EINVAL;
 	}
-	sodium_memzero(key, sizeof key);
 	static const char *const schemes[] = {"http",    "https",  "socks4",
 	                                      "socks4a", "socks5", "socks5h"};
 	const char *u = cfg->http_proxy;
@@ -579,6 +577,7 @@ void config_free(config *cfg)
 			free(*(char **)((char *)cfg + SETTINGS[i].off));
 	for (int i = 0; i < cfg->ngroups; i++)
 		free(cfg->groups[i]);
+	sodium_memzero(cfg->link_key, sizeof cfg->link_key);
 	memset(cfg, 0, sizeof *cfg);
 }
 

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "buf.h"
+#include "link.h"
 
 #define CONFIG_MAX_GROUPS 16
 
@@ -41,11 +42,12 @@ typedef struct config {
 	int64_t unknown_workflow_timeout_ms;
 	int poison_after;
 	size_t max_payload_bytes;
-	char *plugins;    /* colon-separated .so paths */
-	char *http_allow; /* the http built-in's exceptions (netpolicy.h) */
-	char *http_proxy; /* the http built-in's proxy URL; "": none */
+	char *plugins;     /* colon-separated .so paths */
+	char *http_allow;  /* the http built-in's exceptions (netpolicy.h) */
+	char *http_proxy;  /* the http built-in's proxy URL; "": none */
 	char *http_token;  /* bearer token of the endpoint's pages but probes; "": none */
 	char *signing_key; /* of signal links (link.h), base64; "": links are off */
+	unsigned char link_key[LINK_KEY_BYTES]; /* signing_key decoded, when it is set */
 } config;
 
 /*

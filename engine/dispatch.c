@@ -789,9 +789,9 @@ static void *poller_main(void *arg)
 		/* Runs wake-ups named: a claim of all that is due finds them too. */
 		int64_t runs[CAIRN_WAKE_RUNS];
 		int nruns = take_targets(d, runs);
-		int targeted = !want && nruns > 0;
-		if (!targeted)
+		if (want)
 			nruns = 0;
+		int targeted = nruns > 0;
 		int rc = 0, n = 0, limit = 0, again = 0;
 		if (want || targeted) {
 			int64_t owner = lease_runner_id(d->env.lease);
@@ -895,13 +895,8 @@ void dispatch_wake_runs(dispatch *d, int cancel, const int64_t *runs, int n)
 		atomic_store(&d->cancel_wake, 1);
 	pthread_mutex_lock(&d->mu);
 	int fits = n > 0;
-	for (int i = 0; fits && i < n; i++) {
-		int k = 0;
-		while (k < d->ntargets && d->targets[k] != runs[i])
-			k++;
-		if (k == d->ntargets && (fits = k < CAIRN_WAKE_RUNS))
-			d->targets[d->ntargets++] = runs[i];
-	}
+	for (int i = 0; fits && i < n; i++)
+		fits = wake_runs_add(d->targets, &d->ntargets, runs[i]) == 0;
 	pthread_mutex_unlock(&d->mu);
 	if (fits)
 		wake_poller(d);

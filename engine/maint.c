@@ -354,13 +354,8 @@ static void relay_mark(relay_runner *rr, int cancel, int64_t run)
 {
 	if (rr->wake < 1 + cancel)
 		rr->wake = 1 + cancel;
-	for (int i = 0; i < rr->nruns; i++)
-		if (rr->runs[i] == run)
-			return;
-	if (run <= 0 || rr->nruns == CAIRN_WAKE_RUNS)
+	if (run <= 0 || wake_runs_add(rr->runs, &rr->nruns, run) < 0)
 		rr->all = 1;
-	else
-		rr->runs[rr->nruns++] = run;
 }
 
 /* Sends rr its pending wake-up: POST /wake[/cancel][/RUN,RUN,...]. One

@@ -257,19 +257,17 @@ static void json_reply(http_reply *r, unsigned status, const char *why, const li
 static void signal_link(cairn_worker *w, const http_request *q, const char *token, http_reply *r)
 {
 	char why[512];
-	unsigned char key[LINK_KEY_BYTES];
 	link_claims c;
 	if (strcmp(q->method, "POST") != 0) {
 		r->allow = "POST";
 		json_reply(r, 405, "a signal link takes POST with the signal's JSON payload", NULL);
 		return;
 	}
-	if (!w->cfg.signing_key[0] || link_key_parse(w->cfg.signing_key, key, why, sizeof why)) {
+	if (!w->cfg.signing_key[0]) {
 		json_reply(r, 404, "signal links are off here: CAIRN_SIGNING_KEY is not set", NULL);
 		return;
 	}
-	int rc = link_open(key, token, clock_unix_ms() / 1000, &c, why, sizeof why);
-	sodium_memzero(key, sizeof key);
+	int rc = link_open(w->cfg.link_key, token, clock_unix_ms() / 1000, &c, why, sizeof why);
 	if (rc < 0) {
 		json_reply(r, 403, why, NULL);
 		return;

@@ -607,10 +607,9 @@ static int http_setopts(CURL *e, const http_req *r, http_resp *resp, char *errbu
 /* The request of the next hop after a redirect to location (with status),
  * into hop; 0, or -1 when location is no http:// or https:// URL or too
  * long. A 303, and a 301 or 302 after a POST, become a GET without a body
- * (a HEAD stays a HEAD), as browsers do. Once a redirect leaves the first
- * host, the request's own headers (credentials among them) stay behind. */
-static int next_hop(http_req *hop, const char *location, long status, const char *host0,
-                    struct curl_slist *bare)
+ * (a HEAD stays a HEAD), as browsers do. (Once a hop leaves the first
+ * host, http_step leaves the request's own headers behind.) */
+static int next_hop(http_req *hop, const char *location, long status)
 {
 	if ((strncasecmp(location, "http://", 7) != 0 &&
 	     strncasecmp(location, "https://", 8) != 0) ||
@@ -624,10 +623,6 @@ static int next_hop(http_req *hop, const char *location, long status, const char
 		hop->body = NULL;
 		hop->body_len = 0;
 	}
-	char *host = url_host(location);
-	if (!host || !host0 || strcasecmp(host, host0) != 0)
-		hop->headers = bare;
-	curl_free(host);
 	return 0;
 }
 
@@ -641,13 +636,13 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 	char *host0 = url_host(r->url);
 	http_req *hop = malloc(sizeof *hop);
 	int rc;
-	if (!e || !bare || !host0 || !hop) {
-		rc = host0 || !e || !bare || !hop
-		         ? cairn_retryable(ctx,
-		                           "http: cannot set up the request to %.200s (out of "
-		                           "memory?)",
-		                           r->url)
-		         : cairn_fail(ctx, "http: %.200s: no host in the URL", r->url);
+	if (!e || !bare || !hop) {
+		rc = cairn_retryable(
+		    ctx, "http: cannot set up the request to %.200s (out of memory?)", r->url);
+		goto out;
+	}
+	if (!host0) {
+		rc = cairn_fail(ctx, "http: %.200s: no host in the URL", r->url);
 		goto out;
 	}
 	*hop = *r;
@@ -655,6 +650,8 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 	long status = 0;
 	for (int hops = 0;; hops++) {
 		char *host = url_host(hop->url);
+		if (!host || strcasecmp(host, host0) != 0)
+			hop->headers = bare; /* and for every hop after it */
 		resp.refused[0] = '\0';
 		resp.check = host ? must_check(&resp, host) : 1;
 		curl_free(host);
@@ -685,7 +682,7 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 			                r->url, HTTP_REDIRECTS_MAX);
 			goto out;
 		}
-		if (next_hop(hop, location, status, host0, bare) < 0) {
+		if (next_hop(hop, location, status) < 0) {
 			rc =
 			    cairn_fail(ctx,
 			               "http: %s %.200s: redirected to %.200s, which is no http:// "
