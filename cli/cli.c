@@ -162,5 +162,36 @@ int cli_open(const char *cmd, const cli_args *a, cairn_client **c)
 	}
 	if (maxs)
 		cairn_client_set_max_payload(*c, max);
+	if ((rc = cairn_client_keys_from_env(*c))) {
+		int code = cli_error(cmd, EXIT_USAGE, "%s", cairn_client_errmsg(*c));
+		cairn_client_free(*c);
+		*c = NULL;
+		return code;
+	}
 	return 0;
+}
+
+const char *cli_shown(const char *v, unsigned locked, unsigned bit, const char *key, char *out)
+{
+	if (!(locked & bit))
+		return v;
+	snprintf(out, CLI_SHOWN_MAX, "encrypted (key %s)", key);
+	return out;
+}
+
+void cli_json_add_locked(cJSON *obj, unsigned locked, const char *key)
+{
+	static const struct {
+		unsigned bit;
+		const char *name;
+	} f[] = {{CAIRN_LOCKED_INPUT, "input"},
+	         {CAIRN_LOCKED_OUTPUT, "output"},
+	         {CAIRN_LOCKED_ERROR, "error"}};
+	if (!locked)
+		return;
+	cJSON *a = cJSON_AddArrayToObject(obj, "locked");
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		if (locked & f[i].bit)
+			cJSON_AddItemToArray(a, cJSON_CreateString(f[i].name));
+	cJSON_AddStringToObject(obj, "locked_key", key);
 }

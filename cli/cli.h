@@ -55,6 +55,14 @@ void cli_print_json(cJSON *doc);
 const char *cli_time(int64_t ms, char out[32]);
 /* Adds text JSON as a value (or null) under key. */
 void cli_json_add_raw(cJSON *obj, const char *key, const char *json_text);
-/* Opens the client from --db / $DATABASE_URL and $CAIRN_MAX_PAYLOAD. */
+/* v, or "encrypted (key K)" when bit is set in locked: the client lacks
+ * the key K the value is encrypted with. out: CLI_SHOWN_MAX bytes. */
+#define CLI_SHOWN_MAX 64
+const char *cli_shown(const char *v, unsigned locked, unsigned bit, const char *key, char *out);
+/* For --json: with fields the client could not decrypt (null in the
+ * document), "locked": ["input", ...] and "locked_key": K. */
+void cli_json_add_locked(cJSON *obj, unsigned locked, const char *key);
+/* Opens the client from --db / $DATABASE_URL, $CAIRN_MAX_PAYLOAD and the
+ * encryption keys ($CAIRN_ENCRYPTION_KEYS or $CAIRN_ENCRYPTION_KEYS_FILE). */
 int cli_open(const char *cmd, const cli_args *a, cairn_client **c);
 #endif

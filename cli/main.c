@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cairn.h"
 #include "cli.h"
@@ -38,13 +39,15 @@ static const char USAGE[] =
     "  list         list runs\n"
     "  runners      list the registered runners and whether they are live\n"
     "  shards       show the owner and epoch of each shard\n"
+    "  reencrypt    move every stored payload to the current encryption key\n"
     "\n"
     "RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
     "$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
     "\n"
     "Exit codes: 0 success, 1 runtime error, 2 usage error, 3 not found, 4 timeout.\n"
     "Environment: DATABASE_URL, CAIRN_MAX_PAYLOAD (largest input or payload,\n"
-    "default 1MiB).\n";
+    "default 1MiB), CAIRN_ENCRYPTION_KEYS or CAIRN_ENCRYPTION_KEYS_FILE (keys that\n"
+    "encrypt inputs and payloads and decrypt what is read: ID=BASE64,...).\n";
 
 /* --------------------------------------------------------------- migrate */
 
@@ -168,7 +171,7 @@ static int read_input(const char *cmd, const char *arg, const char **text, char 
 
 static int print_result(const char *cmd, cairn_client *c, int64_t id, int json);
 static int print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
-                         const char *error, int json);
+                         const char *error, unsigned locked, const char *key, int json);
 
 static int finished(const char *status)
 {
@@ -262,7 +265,7 @@ static int cmd_enqueue(int argc, char **argv)
 			        res.status);
 		if (res.existed && finished(res.status)) {
 			code = print_outcome("enqueue", res.id, res.status, res.output, res.error,
-			                     json);
+			                     res.locked, res.locked_key, json);
 		} else {
 			rc = cairn_run_wait(c, res.id, timeout_ms);
 			code = rc ? cli_fail("enqueue", c, rc, NULL)
@@ -278,20 +281,29 @@ static int cmd_enqueue(int argc, char **argv)
 			cJSON_AddStringToObject(d, "error", res.error);
 		else
 			cJSON_AddNullToObject(d, "error");
+		cli_json_add_locked(d, res.locked, res.locked_key);
 		cli_print_json(d);
 	} else {
+		char shown[CLI_SHOWN_MAX];
 		printf("%" PRId64 "\n", res.id);
 		if (res.existed && strcmp(res.status, "completed") == 0)
 			fprintf(stderr,
 			        "run %" PRId64 " already existed for %s with this key: status "
 			        "completed, output %s\n",
-			        res.id, workflow, res.output ? res.output : "null");
+			        res.id, workflow,
+			        res.output || res.locked
+			            ? cli_shown(res.output, res.locked, CAIRN_LOCKED_OUTPUT,
+			                        res.locked_key, shown)
+			            : "null");
 		else if (res.existed && finished(res.status))
 			fprintf(stderr,
 			        "run %" PRId64 " already existed for %s with this key: status %s, "
 			        "error: %s\n",
 			        res.id, workflow, res.status,
-			        res.error ? res.error : "none recorded");
+			        res.error || res.locked
+			            ? cli_shown(res.error, res.locked, CAIRN_LOCKED_ERROR,
+			                        res.locked_key, shown)
+			            : "none recorded");
 		else if (res.existed)
 			fprintf(stderr,
 			        "run %" PRId64 " already existed for %s with this key: status %s\n",
@@ -523,6 +535,7 @@ static cJSON *run_json(const cairn_run *r)
 		cJSON_AddStringToObject(o, "error", r->error);
 	else
 		cJSON_AddNullToObject(o, "error");
+	cli_json_add_locked(o, r->locked, r->locked_key);
 	const struct {
 		const char *k;
 		int64_t v;
@@ -552,11 +565,15 @@ static void print_journal_text(const cairn_run *r)
 		if (s->finished_unix_ms)
 			snprintf(dur, sizeof dur, "%" PRId64 "ms",
 			         s->finished_unix_ms - s->started_unix_ms);
+		char shown[CLI_SHOWN_MAX];
+		unsigned err = CAIRN_LOCKED_ERROR, out = CAIRN_LOCKED_OUTPUT;
 		printf("  %-4d %-20s %-7s %-10s %-8d %-9s %s%s\n", s->seq, s->name, s->kind,
-		       s->status, s->attempts, dur, s->error ? "error: " : "",
-		       s->error    ? s->error
-		       : s->output ? s->output
-		                   : "-");
+		       s->status, s->attempts, dur, s->error || (s->locked & err) ? "error: " : "",
+		       s->error || (s->locked & err)
+		           ? cli_shown(s->error, s->locked, err, s->locked_key, shown)
+		       : s->output || (s->locked & out)
+		           ? cli_shown(s->output, s->locked, out, s->locked_key, shown)
+		           : "-");
 	}
 }
 
@@ -603,6 +620,7 @@ static int cmd_status(int argc, char **argv)
 				cJSON_AddStringToObject(so, "error", s->error);
 			else
 				cJSON_AddNullToObject(so, "error");
+			cli_json_add_locked(so, s->locked, s->locked_key);
 			cJSON_AddStringToObject(so, "started_at", cli_time(s->started_unix_ms, t));
 			if (s->finished_unix_ms) {
 				cJSON_AddStringToObject(so, "finished_at",
@@ -630,11 +648,16 @@ static int cmd_status(int argc, char **argv)
 		printf("  started    %s\n", cli_time(r->started_unix_ms, t));
 		printf("  updated    %s\n", cli_time(r->updated_unix_ms, t));
 		printf("  finished   %s\n", cli_time(r->finished_unix_ms, t));
-		printf("  input      %s\n", r->input);
-		if (r->output)
-			printf("  output     %s\n", r->output);
-		if (r->error)
-			printf("  error      %s\n", r->error);
+		char shown[CLI_SHOWN_MAX];
+		const char *key = r->locked_key;
+		printf("  input      %s\n",
+		       cli_shown(r->input, r->locked, CAIRN_LOCKED_INPUT, key, shown));
+		if (r->output || (r->locked & CAIRN_LOCKED_OUTPUT))
+			printf("  output     %s\n",
+			       cli_shown(r->output, r->locked, CAIRN_LOCKED_OUTPUT, key, shown));
+		if (r->error || (r->locked & CAIRN_LOCKED_ERROR))
+			printf("  error      %s\n",
+			       cli_shown(r->error, r->locked, CAIRN_LOCKED_ERROR, key, shown));
 		print_journal_text(r);
 	}
 	cairn_run_free(r);
@@ -645,9 +668,10 @@ static int cmd_status(int argc, char **argv)
 /* Prints a run's outcome: a completed run's output (exit 0), a failed or
  * cancelled run's error (exit 1), or that it has not finished (exit 4). */
 static int print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
-                         const char *error, int json)
+                         const char *error, unsigned locked, const char *key, int json)
 {
 	int done = finished(status), ok = strcmp(status, "completed") == 0;
+	char shown[CLI_SHOWN_MAX];
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddNumberToObject(o, "id", (double)id);
@@ -657,16 +681,24 @@ static int print_outcome(const char *cmd, int64_t id, const char *status, const 
 			cJSON_AddStringToObject(o, "error", error);
 		else
 			cJSON_AddNullToObject(o, "error");
+		cli_json_add_locked(o, locked, key);
 		cli_print_json(o);
-	} else if (ok) {
+	} else if (ok && !(locked & CAIRN_LOCKED_OUTPUT)) {
 		printf("%s\n", output ? output : "null");
 	}
 	if (!done)
 		return cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s",
 		                 id, status);
+	if (ok && (locked & CAIRN_LOCKED_OUTPUT))
+		return cli_error(cmd, EXIT_RUNTIME,
+		                 "run %" PRId64 " completed; its output is encrypted (key %s), "
+		                 "which is not among CAIRN_ENCRYPTION_KEYS",
+		                 id, key);
 	if (!ok)
 		return cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " %s: %s", id, status,
-		                 error ? error : "no error recorded");
+		                 error || (locked & CAIRN_LOCKED_ERROR)
+		                     ? cli_shown(error, locked, CAIRN_LOCKED_ERROR, key, shown)
+		                     : "no error recorded");
 	return EXIT_OK;
 }
 
@@ -677,7 +709,8 @@ static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 	int rc = cairn_run_get(c, id, &r);
 	if (rc)
 		return cli_fail(cmd, c, rc, NULL);
-	int code = print_outcome(cmd, id, r->status, r->output, r->error, json);
+	int code =
+	    print_outcome(cmd, id, r->status, r->output, r->error, r->locked, r->locked_key, json);
 	cairn_run_free(r);
 	return code;
 }
@@ -1021,16 +1054,103 @@ static int cmd_shards(int argc, char **argv)
 	return code;
 }
 
+/* ------------------------------------------------------------- reencrypt */
+
+/* The progress bar, redrawn on stderr after every batch (only on a terminal). */
+static void show_progress(const cairn_reencrypt_stats *s, void *arg)
+{
+	(void)arg;
+	int64_t total = s->rows_total > s->rows_done ? s->rows_total : s->rows_done;
+	int width = 30, filled = total ? (int)(s->rows_done * width / total) : width;
+	fprintf(stderr, "\r[%.*s%*s] %3d%% %" PRId64 "/%" PRId64 " rows", filled,
+	        "##############################", width - filled, "",
+	        total ? (int)(s->rows_done * 100 / total) : 100, s->rows_done, total);
+	fflush(stderr);
+}
+
+static int cmd_reencrypt(int argc, char **argv)
+{
+	static const char help[] =
+	    "usage: cairn reencrypt [--batch N] [--json]\n"
+	    "\n"
+	    "Rewrites every stored payload (run inputs, outputs and errors, step results\n"
+	    "and errors, signal payloads) that is plaintext or encrypted with an older key\n"
+	    "under the current key: the first of CAIRN_ENCRYPTION_KEYS (or of the file\n"
+	    "CAIRN_ENCRYPTION_KEYS_FILE names). Keep the older keys listed after it until\n"
+	    "this reports nothing left under them. Workers may run meanwhile: a value one\n"
+	    "writes during the pass is never overwritten. A progress bar is drawn on a\n"
+	    "terminal. Exits 1 when values were left under keys it does not have or do not\n"
+	    "decrypt.\n"
+	    "\n"
+	    "  --batch N         rows per transaction (1-100000; default 500)\n"
+	    "  --json            print the counts as JSON\n" COMMON_HELP;
+	cli_opt opts[] = {{"batch", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
+	cli_args a = {opts, 4, {0}, 0};
+	if (cli_parse("reencrypt", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos)
+		return cli_error("reencrypt", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
+	int batch = 0;
+	char err[PARSE_ERR_MAX];
+	if (cli_has(&a, "batch") && cli_count(cli_get(&a, "batch"), &batch, err) < 0)
+		return cli_error("reencrypt", EXIT_USAGE, "--batch: %s", err);
+	cairn_client *c;
+	int code = cli_open("reencrypt", &a, &c);
+	if (code)
+		return code;
+	cairn_reencrypt_stats s;
+	int tty = isatty(STDERR_FILENO);
+	int rc = cairn_reencrypt(c, batch, tty ? show_progress : NULL, NULL, &s);
+	if (tty && s.rows_done)
+		fputs("\n", stderr);
+	const cli_field fields[] = {{"batch", "--batch", NULL},
+	                            {"keys", "CAIRN_ENCRYPTION_KEYS", NULL},
+	                            {NULL, NULL, NULL}};
+	if (rc) {
+		code = cli_fail("reencrypt", c, rc, fields);
+	} else if (cli_has(&a, "json")) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "rows", (double)s.rows_done);
+		cJSON_AddNumberToObject(o, "rewritten", (double)s.rewritten);
+		cJSON_AddNumberToObject(o, "current", (double)s.current);
+		cJSON_AddNumberToObject(o, "missing_key", (double)s.missing_key);
+		cJSON_AddNumberToObject(o, "unreadable", (double)s.unreadable);
+		cJSON_AddNumberToObject(o, "changed_rows", (double)s.changed);
+		cli_print_json(o);
+	} else {
+		printf("%" PRId64 " rows: %" PRId64 " values re-encrypted, %" PRId64
+		       " already under the current key, %" PRId64
+		       " under keys not configured, %" PRId64 " that do not decrypt; %" PRId64
+		       " rows changed meanwhile\n",
+		       s.rows_done, s.rewritten, s.current, s.missing_key, s.unreadable, s.changed);
+	}
+	if (!rc && (s.missing_key || s.unreadable))
+		code = cli_error("reencrypt", EXIT_RUNTIME,
+		                 "%" PRId64 " values were left as they are: add their keys to "
+		                 "CAIRN_ENCRYPTION_KEYS (after the current one) and run it again",
+		                 s.missing_key + s.unreadable);
+	else if (!rc && s.changed)
+		fprintf(stderr,
+		        "%" PRId64 " rows were written by a worker during the pass: run it again "
+		        "to check them\n",
+		        s.changed);
+	cairn_client_free(c);
+	return code;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
 		const char *name;
 		int (*fn)(int, char **);
-	} cmds[] = {
-	    {"migrate", cmd_migrate},         {"enqueue", cmd_enqueue}, {"signal", cmd_signal},
-	    {"signal-link", cmd_signal_link}, {"cancel", cmd_cancel},   {"retry", cmd_retry},
-	    {"status", cmd_status},           {"result", cmd_result},   {"list", cmd_list},
-	    {"runners", cmd_runners},         {"shards", cmd_shards}};
+	} cmds[] = {{"migrate", cmd_migrate}, {"enqueue", cmd_enqueue},
+	            {"signal", cmd_signal},   {"signal-link", cmd_signal_link},
+	            {"cancel", cmd_cancel},   {"retry", cmd_retry},
+	            {"status", cmd_status},   {"result", cmd_result},
+	            {"list", cmd_list},       {"runners", cmd_runners},
+	            {"shards", cmd_shards},   {"reencrypt", cmd_reencrypt}};
 	if (argc < 2) {
 		fputs(USAGE, stderr);
 		return EXIT_USAGE;
@@ -1049,8 +1169,8 @@ int main(int argc, char **argv)
 			return cmds[i].fn(argc - 2, argv + 2);
 	fprintf(stderr,
 	        "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
-	        "signal-link, cancel, retry, status, result, list, runners, shards (see cairn "
-	        "--help)\n",
+	        "signal-link, cancel, retry, status, result, list, runners, shards, reencrypt "
+	        "(see cairn --help)\n",
 	        argv[1]);
 	return EXIT_USAGE;
 }

@@ -12,7 +12,7 @@
 
 #include "cairn.h"
 
-static int buf_grow(buf *b, size_t extra)
+int buf_reserve(buf *b, size_t extra)
 {
 	if (b->oom)
 		return -CAIRN_ENOMEM;
@@ -33,7 +33,7 @@ static int buf_grow(buf *b, size_t extra)
 
 void buf_append(buf *b, const char *s, size_t n)
 {
-	if (buf_grow(b, n) < 0)
+	if (buf_reserve(b, n) < 0)
 		return;
 	memcpy(b->data + b->len, s, n);
 	b->len += n;
@@ -51,7 +51,7 @@ void buf_vprintf(buf *b, const char *fmt, va_list ap)
 	va_copy(cp, ap);
 	int n = vsnprintf(NULL, 0, fmt, cp);
 	va_end(cp);
-	if (n < 0 || buf_grow(b, (size_t)n) < 0)
+	if (n < 0 || buf_reserve(b, (size_t)n) < 0)
 		return;
 	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
 	b->len += (size_t)n;

@@ -15,6 +15,8 @@ typedef struct buf {
 		0                                                                                  \
 	}
 
+/* Makes room for extra more bytes (and the NUL): 0, or -CAIRN_ENOMEM with b->oom set. */
+int buf_reserve(buf *b, size_t extra);
 void buf_append(buf *b, const char *s, size_t n);
 void buf_puts(buf *b, const char *s);
 void buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

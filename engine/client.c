@@ -71,7 +71,7 @@ int client_invalid(cairn_client *c, const char *field, const char *fmt, ...)
 }
 
 /* After db_exec failed: the error is in c->err already; classify it. */
-static int db_fail(cairn_client *c)
+int client_db_fail(cairn_client *c)
 {
 	c->errfield = NULL;
 	if (!db_ok(c->conn))
@@ -109,6 +109,7 @@ void cairn_client_free(cairn_client *c)
 	if (c->conn)
 		PQfinish(c->conn);
 	buf_free(&c->err);
+	seal_keys_free(c->own_keys);
 	free(c);
 }
 
@@ -125,6 +126,92 @@ const char *cairn_client_errfield(const cairn_client *c)
 void cairn_client_set_max_payload(cairn_client *c, size_t bytes)
 {
 	c->max_payload = bytes;
+}
+
+void client_use_keys(cairn_client *c, const seal_keys *k)
+{
+	seal_keys_free(c->own_keys);
+	c->own_keys = NULL;
+	c->keys = k;
+}
+
+static int take_keys(cairn_client *c, int rc, seal_keys *k)
+{
+	if (rc) {
+		c->errfield = "keys";
+		return rc == -CAIRN_ENOMEM ? CAIRN_ENOMEM : CAIRN_EINVAL;
+	}
+	client_use_keys(c, k);
+	c->own_keys = k;
+	return CAIRN_OK;
+}
+
+int cairn_client_set_keys(cairn_client *c, const char *spec)
+{
+	char why[512];
+	seal_keys *k;
+	int rc = seal_keys_parse(spec, &k, why, sizeof why);
+	if (rc)
+		client_fail(c, 0, "invalid encryption keys: %s", why);
+	return take_keys(c, rc, k);
+}
+
+int cairn_client_keys_from_env(cairn_client *c)
+{
+	seal_keys *k;
+	buf_reset(&c->err);
+	int rc = seal_keys_from_env(&k, &c->err);
+	return take_keys(c, rc, k);
+}
+
+int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, unsigned *locked,
+                  char *key, const char *what)
+{
+	if (!*v || !seal_is_sealed(f, *v, NULL))
+		return CAIRN_OK;
+	buf plain = BUF_INIT;
+	char id[SEAL_ID_MAX + 1];
+	int rc = seal_open(c->keys, f, *v, &plain, id);
+	if (rc == 0 || rc == SEAL_NOKEY) {
+		free(*v);
+		*v = rc == 0 ? buf_detach(&plain) : NULL;
+		if (rc == 0 && !*v)
+			return client_fail(c, CAIRN_ENOMEM, "out of memory decrypting %s", what);
+		if (rc) {
+			*locked |= bit;
+			memcpy(key, id, sizeof id);
+		}
+		return CAIRN_OK;
+	}
+	buf why = BUF_INIT;
+	seal_explain(rc, id, &why);
+	rc = client_fail(c, rc == -CAIRN_ENOMEM ? CAIRN_ENOMEM : CAIRN_EDB, "%s: %s", what,
+	                 buf_str(&why));
+	buf_free(&why);
+	buf_free(&plain);
+	return rc;
+}
+
+/* What is written for value (JSON text or a message) in a field f: the
+ * value sealed under c's current key, or, without keys, the value; NULL
+ * when out of memory. Valid until out changes. */
+static const char *seal_for(const cairn_client *c, seal_field f, const char *value, buf *out)
+{
+	buf_reset(out);
+	return seal_value(c->keys, f, value, out) == 0 ? buf_str(out) : NULL;
+}
+
+/* A JSON string that starts as an encrypted value would be read as one. */
+static int check_unsealed(const char *what, const char *json, char msg[PARSE_ERR_MAX])
+{
+	json += strspn(json, " \t\r\n");
+	if (strncmp(json, "\"" SEAL_PREFIX, sizeof SEAL_PREFIX) != 0)
+		return 0;
+	snprintf(msg, PARSE_ERR_MAX,
+	         "invalid %s: a string that starts with \"" SEAL_PREFIX
+	         "\" is reserved for encrypted values",
+	         what);
+	return -1;
 }
 
 int client_shards(cairn_client *c, int *shards)
@@ -303,7 +390,8 @@ static const char *check_opts(const cairn_client *c, const char *workflow,
 		return "key";
 	if (o->group && parse_check_name("group", o->group, msg) < 0)
 		return "group";
-	if (o->input && parse_check_json("input", o->input, c->max_payload, msg) < 0)
+	if (o->input && (parse_check_json("input", o->input, c->max_payload, msg) < 0 ||
+	                 check_unsealed("input", o->input, msg) < 0))
 		return "input";
 	if (o->max_attempts < 0 || o->max_attempts > MAX_ATTEMPTS_LIMIT) {
 		snprintf(msg, PARSE_ERR_MAX,
@@ -364,8 +452,18 @@ static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued 
 		    (!e->output && !PQgetisnull(r, i, 3)) || (!e->error && !PQgetisnull(r, i, 4));
 	}
 	PQclear(r);
-	return oom ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the run's result")
-	           : CAIRN_OK;
+	if (oom)
+		return client_fail(c, CAIRN_ENOMEM, "out of memory reading the run's result");
+	int rc = CAIRN_OK;
+	for (size_t i = 0; i < n && !rc; i++) {
+		cairn_enqueued *e = &out[i];
+		rc = client_unseal(c, SEAL_RUN_OUTPUT, &e->output, CAIRN_LOCKED_OUTPUT, &e->locked,
+		                   e->locked_key, "the run's output");
+		if (!rc)
+			rc = client_unseal(c, SEAL_RUN_ERROR, &e->error, CAIRN_LOCKED_ERROR,
+			                   &e->locked, e->locked_key, "the run's error");
+	}
+	return rc;
 }
 
 static int raced(cairn_client *c)
@@ -382,29 +480,38 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 {
 	const char *group = o->group ? o->group : CAIRN_DEFAULT_GROUP;
 	char shard[24], maxa[24], delay[24], at[24];
+	buf sealed = BUF_INIT;
+	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
+	if (!input) {
+		buf_free(&sealed);
+		return client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the input");
+	}
 	const char *p[] = {workflow,
 	                   key,
 	                   group,
 	                   db_i64(shard, hash_shard(key, shards)),
-	                   o->input ? o->input : "null",
+	                   input,
 	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
 	                   db_i64(delay, o->delay_ms),
 	                   o->at_unix_ms ? db_i64(at, o->at_unix_ms) : NULL};
 	const char *wake[] = {group, shard, "", workflow, key};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
-	for (int attempt = 0; attempt < 3; attempt++) {
-		int missing, rc;
+	int rc = -1;
+	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
+		int missing;
 		PGresult *r = exec_then(c, &ST_ENQUEUE, 8, p, &ST_WAKE_SHARD, 5, wake);
-		if (!r)
-			return db_fail(c);
-		if ((rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
-			return rc;
-		if (!(r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look)))
-			return db_fail(c);
-		if ((rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
-			return rc;
+		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing) {
+			rc = r ? rc : client_db_fail(c);
+			break;
+		}
+		r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look);
+		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
+			rc = r ? rc : client_db_fail(c);
+		else
+			rc = -1;
 	}
-	return raced(c);
+	buf_free(&sealed);
+	return rc < 0 ? raced(c) : rc;
 }
 
 /* cairn_enqueue_batch, and with want_result also each existing finished
@@ -436,6 +543,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT;
+	buf sealed = BUF_INIT;
 	for (size_t i = 0; i < n; i++) {
 		const cairn_enqueue_opts *o = &opts[i];
 		const char *key = o->key;
@@ -446,7 +554,9 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		pgarr_add(&keys, key);
 		pgarr_add(&groups, o->group ? o->group : CAIRN_DEFAULT_GROUP);
 		pgarr_add_i64(&sh, hash_shard(key, shards));
-		pgarr_add(&inputs, o->input ? o->input : "null");
+		pgarr_add(&inputs,
+		          seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed));
+		inputs.b.oom |= sealed.oom;
 		pgarr_add_i64(&maxa, o->max_attempts ? o->max_attempts : 3);
 		pgarr_add_i64(&delays, o->delay_ms);
 		if (o->at_unix_ms)
@@ -476,7 +586,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		int missing;
 		PGresult *r = exec_then(c, &batch, 9, params, &ST_WAKE_SHARDS, 3, wake);
 		if (!r) {
-			rc = db_fail(c);
+			rc = client_db_fail(c);
 			goto done;
 		}
 		if ((rc = read_enqueued(c, r, n, out, &missing)) || !missing)
@@ -491,6 +601,7 @@ done:
 	pgarr_free(&maxa);
 	pgarr_free(&delays);
 	pgarr_free(&ats);
+	buf_free(&sealed);
 	return rc;
 }
 
@@ -553,7 +664,7 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 		            "SELECT id FROM cairn.runs WHERE workflow = $1 AND key = $2", 2, p);
 	}
 	if (!r)
-		return db_fail(c);
+		return client_db_fail(c);
 	int found = PQntuples(r) == 1;
 	if (found)
 		*id = db_get_i64(r, 0, 0);
@@ -603,7 +714,7 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 	const db_stmt st = {NULL, sql};
 	PGresult *r = exec_then(c, &st, n, params, &ST_WAKE_RUNS, 2, w);
 	if (!r)
-		return db_fail(c);
+		return client_db_fail(c);
 	int rc = CAIRN_OK;
 	if (PQntuples(r) == 0)
 		rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", run_id);
@@ -626,15 +737,21 @@ int client_signal_once(cairn_client *c, int64_t run_id, const char *name, const 
 	char err[PARSE_ERR_MAX];
 	if (parse_check_name("signal name", name, err) < 0)
 		return client_invalid(c, "signal", "%s", err);
-	if (payload && parse_check_json("signal payload", payload, c->max_payload, err) < 0)
+	if (payload && (parse_check_json("signal payload", payload, c->max_payload, err) < 0 ||
+	                check_unsealed("signal payload", payload, err) < 0))
 		return client_invalid(c, "payload", "%s", err);
 	int shards, rc = client_shards(c, &shards); /* reads the limits too */
 	if (rc)
 		return rc;
 	char idtxt[24], cap[24];
-	const char *p[] = {db_i64(idtxt, run_id), name, payload ? payload : "null",
+	buf sealed = BUF_INIT;
+	const char *p[] = {db_i64(idtxt, run_id), name,
+	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, payload ? payload : "null", &sealed),
 	                   db_i64(cap, c->settings.max_pending_signals), nonce};
-	return run_state_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "");
+	rc = p[2] ? run_state_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "")
+	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
+	buf_free(&sealed);
+	return rc;
 }
 
 /* A run that has not started is cancelled at once; a started one gets the
@@ -725,6 +842,20 @@ static void run_from_row(cairn_run *run, const PGresult *r, int i)
 	run->finished_unix_ms = db_get_i64(r, i, 16);
 }
 
+/* Decrypts what run_from_row read. */
+static int run_unseal(cairn_client *c, cairn_run *run)
+{
+	int rc = client_unseal(c, SEAL_RUN_INPUT, &run->input, CAIRN_LOCKED_INPUT, &run->locked,
+	                       run->locked_key, "the run's input");
+	if (!rc)
+		rc = client_unseal(c, SEAL_RUN_OUTPUT, &run->output, CAIRN_LOCKED_OUTPUT,
+		                   &run->locked, run->locked_key, "the run's output");
+	if (!rc)
+		rc = client_unseal(c, SEAL_RUN_ERROR, &run->error, CAIRN_LOCKED_ERROR, &run->locked,
+		                   run->locked_key, "the run's error");
+	return rc;
+}
+
 static void run_clear(cairn_run *run)
 {
 	free(run->workflow);
@@ -761,7 +892,7 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	PGresult *r =
 	    db_exec(c->conn, &c->err, "SELECT " RUN_COLS " FROM cairn.runs WHERE id = $1", 1, p);
 	if (!r)
-		return db_fail(c);
+		return client_db_fail(c);
 	if (PQntuples(r) == 0) {
 		PQclear(r);
 		return client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", id);
@@ -773,6 +904,11 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	}
 	run_from_row(run, r, 0);
 	PQclear(r);
+	int rc = run_unseal(c, run);
+	if (rc) {
+		cairn_run_free(run);
+		return rc;
+	}
 	r = db_exec(c->conn, &c->err,
 	            "SELECT seq, name, kind, status, output::text, error, attempts, " MS(
 	                "started_at") ", " MS("finished_at") " FROM cairn.steps WHERE run_id = $1 "
@@ -780,7 +916,7 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	            1, p);
 	if (!r) {
 		cairn_run_free(run);
-		return db_fail(c);
+		return client_db_fail(c);
 	}
 	size_t n = (size_t)PQntuples(r);
 	run->steps = n ? calloc(n, sizeof *run->steps) : NULL;
@@ -801,8 +937,18 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 		s->attempts = db_get_int(r, i, 6);
 		s->started_unix_ms = db_get_i64(r, i, 7);
 		s->finished_unix_ms = db_get_i64(r, i, 8);
+		if (!rc)
+			rc = client_unseal(c, SEAL_STEP_OUTPUT, &s->output, CAIRN_LOCKED_OUTPUT,
+			                   &s->locked, s->locked_key, "a step's output");
+		if (!rc)
+			rc = client_unseal(c, SEAL_STEP_ERROR, &s->error, CAIRN_LOCKED_ERROR,
+			                   &s->locked, s->locked_key, "a step's error");
 	}
 	PQclear(r);
+	if (rc) {
+		cairn_run_free(run);
+		return rc;
+	}
 	*out = run;
 	return CAIRN_OK;
 }
@@ -838,7 +984,7 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 	    "ORDER BY id DESC LIMIT $3",
 	    3, p);
 	if (!r)
-		return db_fail(c);
+		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
 	if (rows) {
 		*runs = calloc(rows, sizeof **runs);
@@ -851,7 +997,15 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 	}
 	*n = rows;
 	PQclear(r);
-	return CAIRN_OK;
+	int rc = CAIRN_OK;
+	for (size_t i = 0; i < rows && !rc; i++)
+		rc = run_unseal(c, &(*runs)[i]);
+	if (rc) {
+		cairn_run_list_free(*runs, rows);
+		*runs = NULL;
+		*n = 0;
+	}
+	return rc;
 }
 
 void cairn_run_list_free(cairn_run *runs, size_t n)
@@ -876,9 +1030,9 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 {
 	int pooled = db_behind_pooler(c->conn, &c->err);
 	if (pooled < 0)
-		return db_fail(c);
+		return client_db_fail(c);
 	if (!pooled && db_cmd(c->conn, &c->err, "LISTEN " CAIRN_DONE_CHANNEL, 0, NULL) < 0)
-		return db_fail(c);
+		return client_db_fail(c);
 	int64_t backoff = WAIT_POLL_FIRST_MS;
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, id)};
@@ -889,7 +1043,7 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 		    db_exec(c->conn, &c->err,
 		            "SELECT finished_at IS NOT NULL FROM cairn.runs WHERE id = $1", 1, p);
 		if (!r) {
-			rc = db_fail(c);
+			rc = client_db_fail(c);
 			break;
 		}
 		int found = PQntuples(r) == 1, done = found && db_get_bool(r, 0, 0);
@@ -977,7 +1131,7 @@ int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, 
 	const char *p[] = {db_i64(ttl, ttl_ms)};
 	PGresult *r = db_exec(c->conn, &c->err, SQL_RUNNER_LIST, 1, p);
 	if (!r)
-		return db_fail(c);
+		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
 	cairn_runner_info *v = rows ? calloc(rows, sizeof *v) : NULL;
 	if (rows && !v) {
@@ -1036,7 +1190,7 @@ int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out,
 	const char *p[] = {group};
 	PGresult *r = db_exec(c->conn, &c->err, SQL_SHARD_LIST, 1, p);
 	if (!r)
-		return db_fail(c);
+		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
 	cairn_shard_info *v = rows ? calloc(rows, sizeof *v) : NULL;
 	if (rows && !v) {

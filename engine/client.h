@@ -7,6 +7,7 @@
 #include "buf.h"
 #include "cairn.h"
 #include "db.h"
+#include "seal.h"
 
 #define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define CAIRN_DEFAULT_GROUP       "default"
@@ -48,9 +49,11 @@ struct cairn_client {
 	unsigned char stmt[CLIENT_NSTMTS]; /* STMT_*, per statement */
 	buf err;
 	size_t max_payload;
-	db_settings settings; /* cairn.settings, read once; settings.shards is 0 until read */
-	int jit_off;          /* this session will not JIT-compile (see enqueue) */
-	const char *errfield; /* static: the field a CAIRN_EINVAL rejected, or NULL */
+	db_settings settings;  /* cairn.settings, read once; settings.shards is 0 until read */
+	int jit_off;           /* this session will not JIT-compile (see enqueue) */
+	const char *errfield;  /* static: the field a CAIRN_EINVAL rejected, or NULL */
+	const seal_keys *keys; /* what it seals with (seal.h); NULL: plaintext */
+	seal_keys *own_keys;   /* keys it parsed itself, which it frees */
 };
 
 /* Sets the handle's error message (and no error field) and returns code. */
@@ -60,6 +63,18 @@ int client_fail(cairn_client *c, int code, const char *fmt, ...)
  * cairn.h) and returns CAIRN_EINVAL. */
 int client_invalid(cairn_client *c, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* After a statement failed (c's error set): CAIRN_ESCHEMA when the schema is
+ * missing, else CAIRN_EDB. */
+int client_db_fail(cairn_client *c);
+/* Makes c seal and open with k, which the caller keeps until c is freed
+ * (the worker's own clients share its configuration's keys). */
+void client_use_keys(cairn_client *c, const seal_keys *k);
+/* Replaces *v, as read from a field f, by its plaintext: 0. A value under a
+ * key c lacks becomes NULL, with bit set in *locked and the key in key
+ * (SEAL_ID_MAX + 1 bytes); one that does not decrypt is CAIRN_EDB, the
+ * message naming what; CAIRN_ENOMEM. */
+int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, unsigned *locked,
+                  char *key, const char *what);
 /* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
 /* cairn_signal, and with nonce (a signal link used once, link.h) only if

@@ -210,17 +210,32 @@ static void add_ms(pgarr *a, int64_t ms)
 		pgarr_add(a, NULL);
 }
 
+/* Adds a value of a field f (NULL: SQL NULL), sealed when there are keys. */
+static void add_sealed(pgarr *a, const seal_keys *k, seal_field f, const char *v)
+{
+	if (!v || !k) {
+		pgarr_add(a, v);
+		return;
+	}
+	buf sealed = BUF_INIT;
+	if (seal_value(k, f, v, &sealed) == 0)
+		pgarr_add(a, buf_str(&sealed));
+	else
+		a->b.oom = 1;
+	buf_free(&sealed);
+}
+
 /* Adds message text as valid UTF-8 (a message cut in the middle of a
  * character must not make the database refuse the whole commit). */
-static void add_text(pgarr *a, const char *s)
+static void add_text(pgarr *a, const seal_keys *k, seal_field f, const char *s)
 {
 	if (!s || utf8_valid(s)) {
-		pgarr_add(a, s);
+		add_sealed(a, k, f, s);
 		return;
 	}
 	buf clean = BUF_INIT;
 	utf8_clean(s, &clean);
-	pgarr_add(a, buf_str(&clean));
+	add_sealed(a, k, f, buf_str(&clean));
 	if (clean.oom)
 		a->b.oom = 1;
 	buf_free(&clean);
@@ -234,8 +249,8 @@ static void add_run_update(commit_params *p, const commit *c, run_status st, int
 {
 	pgarr_add_i64(&p->slot[SLOT_u_run], c->run.id);
 	pgarr_add(&p->slot[SLOT_u_status], run_status_name(st));
-	pgarr_add(&p->slot[SLOT_u_output], c->output);
-	add_text(&p->slot[SLOT_u_error], c->error);
+	add_sealed(&p->slot[SLOT_u_output], p->keys, SEAL_RUN_OUTPUT, c->output);
+	add_text(&p->slot[SLOT_u_error], p->keys, SEAL_RUN_ERROR, c->error);
 	pgarr_add_i64(&p->slot[SLOT_u_attempt], c->attempt);
 	pgarr_add(&p->slot[SLOT_u_finished], finished ? "t" : "f");
 	add_ms(&p->slot[SLOT_u_start], start);
@@ -279,8 +294,8 @@ static void encode_one(commit_params *p, const commit *c)
 		pgarr_add(&s[SLOT_j_name], r->name);
 		pgarr_add(&s[SLOT_j_kind], step_kind_name(r->kind));
 		pgarr_add(&s[SLOT_j_status], step_status_name(r->status));
-		pgarr_add(&s[SLOT_j_output], r->output);
-		add_text(&s[SLOT_j_error], r->error);
+		add_sealed(&s[SLOT_j_output], p->keys, SEAL_STEP_OUTPUT, r->output);
+		add_text(&s[SLOT_j_error], p->keys, SEAL_STEP_ERROR, r->error);
 		pgarr_add_i64(&s[SLOT_j_attempts], r->attempts);
 		add_ms(&s[SLOT_j_wake], r->wake_ms);
 		add_ms(&s[SLOT_j_started], r->started_ms);
@@ -330,8 +345,9 @@ static void encode_one(commit_params *p, const commit *c)
 	}
 }
 
-int commit_encode(commit *const *batch, int n, commit_params *p)
+int commit_encode(commit *const *batch, int n, const seal_keys *keys, commit_params *p)
 {
+	p->keys = keys;
 	for (int i = 0; i < COMMIT_NSLOTS; i++)
 		p->slot[i] = (pgarr)PGARR_INIT;
 	for (int i = 0; i < n; i++)
@@ -429,12 +445,12 @@ static void notify_done(PGconn *conn, pgarr *ids)
 	pgarr_free(ids);
 }
 
-static int write_batch(PGconn *conn, commit *const *batch, int n, buf *err)
+static int write_batch(const committer *k, PGconn *conn, commit *const *batch, int n, buf *err)
 {
 	if (n > 0 && batch[0]->outcome == COMMIT_MARK)
 		return write_marks(conn, batch, n, err); /* the marker takes nothing else */
 	commit_params p;
-	if (commit_encode(batch, n, &p) < 0) {
+	if (commit_encode(batch, n, k->env.keys, &p) < 0) {
 		buf_reset(err);
 		buf_puts(err, "out of memory encoding a commit");
 		return BATCH_DB;
@@ -473,7 +489,7 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 	commit *one = &f;
 	c->ok = 0;
 	c->cancel_requested = 0;
-	if (write_batch(conn, &one, 1, err) < 0)
+	if (write_batch(k, conn, &one, 1, err) < 0)
 		log_kv(k->env.log, LOG_ERROR, "cannot fail the run either", "error", buf_str(err),
 		       NULL);
 	else {
@@ -598,13 +614,13 @@ static void *committer_main(void *arg)
 			if (stopping && failures > 3)
 				break;
 		}
-		int rc = conn ? write_batch(conn, batch, n, &err) : BATCH_DB;
+		int rc = conn ? write_batch(k, conn, batch, n, &err) : BATCH_DB;
 		if (rc < 0 && conn && db_ok(conn)) {
 			/* One bad commit must not sink the others: write them one by
 			 * one, and fail a run whose own writes the database refuses. */
 			for (int i = 0; i < n; i++) {
 				stamp(k); /* each of these is a statement of its own */
-				int one = n == 1 ? rc : write_batch(conn, &batch[i], 1, &err);
+				int one = n == 1 ? rc : write_batch(k, conn, &batch[i], 1, &err);
 				if (one == BATCH_VALUES)
 					fail_unstorable(k, conn, batch[i], &err);
 				else if (one < 0) {

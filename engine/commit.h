@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pgarr.h"
+#include "seal.h"
 #include "state.h"
 #include "watchdog.h"
 
@@ -125,6 +126,7 @@ enum commit_slot { COMMIT_SLOTS(COMMIT_SLOT_ENUM) COMMIT_NSLOTS };
 extern const char *const COMMIT_SLOT_NAMES[COMMIT_NSLOTS];
 
 typedef struct commit_params {
+	const seal_keys *keys; /* the values of runs and steps are sealed with (seal.h) */
 	pgarr slot[COMMIT_NSLOTS];
 	const char *values[COMMIT_NSLOTS]; /* for PQexecPrepared; owned by slot[] */
 } commit_params;
@@ -132,8 +134,9 @@ typedef struct commit_params {
 /* The statement with $n for every slot, as the committer prepares it:
  * 0, or the error of sqlparam_bind. */
 int commit_statement(buf *sql, buf *err);
-/* Encodes a batch: 0 or -CAIRN_ENOMEM. Free with commit_params_free. */
-int commit_encode(commit *const *batch, int n, commit_params *p);
+/* Encodes a batch, outputs and errors sealed with keys (NULL: plaintext):
+ * 0 or -CAIRN_ENOMEM. Free with commit_params_free. */
+int commit_encode(commit *const *batch, int n, const seal_keys *keys, commit_params *p);
 void commit_params_free(commit_params *p);
 
 typedef struct committer committer;
@@ -152,6 +155,7 @@ typedef struct committer_env {
 	watch *loop;
 	const logger *log;
 	metrics *m;
+	const seal_keys *keys; /* outputs and errors are sealed with (NULL: plaintext) */
 	/* Called on the committer thread for a final commit once it is done;
 	 * the callee owns c from then on. */
 	void (*on_final)(void *arg, commit *c);

@@ -95,6 +95,11 @@ static const setting SETTINGS[] = {
     {"CAIRN_SIGNING_KEY", K_STR, OFF(signing_key), "", 0, 0,
      "base64 of 32 random bytes: the key of signal links (`cairn signal-link`); unset, "
      "POST /signal/TOKEN is off"},
+    {"CAIRN_ENCRYPTION_KEYS", K_STR, OFF(encryption_keys), "", 0, 0,
+     "keys that encrypt payloads at rest: ID=BASE64 of 32 random bytes, comma-separated, the "
+     "first for new writes, the others to read older values; environment only"},
+    {"CAIRN_ENCRYPTION_KEYS_FILE", K_STR, OFF(encryption_keys_file), "", 0, 0,
+     "or a file of such keys, one per line (# comments); not both"},
     {"CAIRN_HTTP_PROXY", K_STR, OFF(http_proxy), "", 0, 0,
      "proxy URL for the http built-in (http://, https://, socks5://...); the proxy environment "
      "variables are ignored"},
@@ -149,6 +154,14 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 	switch (s->kind) {
 	case K_STR: {
 		char **f = field;
+		if (s->off == OFF(encryption_keys) && strcmp(source, "flag") == 0) {
+			buf_reset(err);
+			buf_puts(err,
+			         "--encryption-keys is not accepted: every user of the machine "
+			         "can read a command line; set CAIRN_ENCRYPTION_KEYS or "
+			         "--encryption-keys-file FILE");
+			return -CAIRN_EINVAL;
+		}
 		if (s->off == OFF(plugins) && *f && **f && strcmp(source, "env") != 0) {
 			/* --plugin repeats: append. */
 			buf b = BUF_INIT;
@@ -196,8 +209,8 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 	return -CAIRN_EINVAL;
 }
 
-/* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_TOKEN is a token, and CAIRN_HTTP_PROXY
- * is empty or a proxy URL. */
+/* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_TOKEN is a token, the keys parse
+ * (into cfg->keys) and CAIRN_HTTP_PROXY is empty or a proxy URL. */
 static int check_http(config *cfg, buf *err)
 {
 	char why[512];
@@ -221,6 +234,11 @@ static int check_http(config *cfg, buf *err)
 		    tn);
 		return -CAIRN_EINVAL;
 	}
+	seal_keys_free(cfg->keys);
+	cfg->keys = NULL;
+	buf_reset(err);
+	if (seal_keys_load(cfg->encryption_keys, cfg->encryption_keys_file, &cfg->keys, err) < 0)
+		return -CAIRN_EINVAL;
 	if (cfg->signing_key[0] &&
 	    link_key_parse(cfg->signing_key, cfg->link_key, why, sizeof why) < 0) {
 		buf_reset(err);
@@ -572,6 +590,9 @@ const char *config_text(const config *cfg, const char *name)
 
 void config_free(config *cfg)
 {
+	if (cfg->encryption_keys)
+		sodium_memzero(cfg->encryption_keys, strlen(cfg->encryption_keys));
+	seal_keys_free(cfg->keys);
 	for (size_t i = 0; i < NSETTINGS; i++)
 		if (SETTINGS[i].kind == K_STR)
 			free(*(char **)((char *)cfg + SETTINGS[i].off));
@@ -600,6 +621,18 @@ void config_describe_db(const char *url, buf *out)
 	PQconninfoFree(opts);
 }
 
+/* The key ids, the current one first: "k2,k1 (keys not shown)". */
+static void describe_keys(const seal_keys *k, buf *out)
+{
+	if (!k) {
+		buf_puts(out, "****");
+		return;
+	}
+	for (int i = 0; i < seal_keys_count(k); i++)
+		buf_printf(out, "%s%s", i ? "," : "", seal_key_id(k, i));
+	buf_puts(out, " (keys not shown)");
+}
+
 void config_describe(const config *cfg, buf *out)
 {
 	for (size_t i = 0; i < NSETTINGS; i++) {
@@ -614,6 +647,8 @@ void config_describe(const config *cfg, buf *out)
 				mask_proxy(*(char *const *)f, out);
 			else if (s->off == OFF(http_token) || s->off == OFF(signing_key))
 				buf_puts(out, **(char *const *)f ? "****" : "");
+			else if (s->off == OFF(encryption_keys) && **(char *const *)f)
+				describe_keys(cfg->keys, out);
 			else
 				buf_puts(out, *(char *const *)f);
 			break;

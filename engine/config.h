@@ -11,6 +11,7 @@
 
 #include "buf.h"
 #include "link.h"
+#include "seal.h"
 
 #define CONFIG_MAX_GROUPS 16
 
@@ -48,6 +49,9 @@ typedef struct config {
 	char *http_token;  /* bearer token of the endpoint's pages but probes; "": none */
 	char *signing_key; /* of signal links (link.h), base64; "": links are off */
 	unsigned char link_key[LINK_KEY_BYTES]; /* signing_key decoded, when it is set */
+	char *encryption_keys;                  /* ID=BASE64,...; only from the environment */
+	char *encryption_keys_file;             /* or a file of them */
+	seal_keys *keys; /* either, parsed; NULL: payloads are written in plaintext */
 } config;
 
 /*

@@ -931,6 +931,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                     .max_payload_bytes = env->cfg->max_payload_bytes,
 	                     .unknown_workflow_timeout_ms = env->cfg->unknown_workflow_timeout_ms,
 	                     .poison_after = env->cfg->poison_after,
+	                     .keys = env->cfg->keys,
 	                     .flush = exec_flush,
 	                     .must_stop = exec_must_stop,
 	                     .arg = d};
@@ -947,6 +948,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                    .loop = env->commit_loop,
 	                    .log = env->log,
 	                    .m = env->m,
+	                    .keys = env->cfg->keys,
 	                    .on_final = on_final,
 	                    .arg = d};
 	committer_env me = ce;

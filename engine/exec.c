@@ -527,29 +527,71 @@ int cairn_random(cairn_ctx *ctx, uint64_t *value)
 
 /* --------------------------------------------------------------- the run */
 
-/* Loads the journal and the signals; a run whose data cannot be loaded fails
- * alone with a message saying why. */
-static int load(cairn_ctx *ctx)
+/* The run's input, decrypted, into *input (NULL for a value that does not
+ * parse, which the jsonb column never holds). */
+static int load_input(const exec_env *env, const job *j, cJSON **input, buf *why, char *key)
+{
+	buf plain = BUF_INIT;
+	int rc = seal_open(env->keys, SEAL_RUN_INPUT, j->input, &plain, key);
+	if (rc >= 0)
+		*input = cJSON_Parse(rc == 0 ? buf_str(&plain) : j->input);
+	buf_free(&plain);
+	if (rc < 0) {
+		buf_puts(why, "the input: ");
+		seal_explain(rc, key, why);
+	}
+	return rc > 0 ? 0 : rc;
+}
+
+/* Loads the input, the journal and the signals, decrypted: 0, SEAL_NOKEY
+ * (a value names a key this worker lacks: its id in key, and why in
+ * ctx->err), or an error: the run fails alone with a message saying why. */
+static int load(cairn_ctx *ctx, cJSON **input, char *key)
 {
 	job *j = ctx->job;
+	const seal_keys *k = ctx->env->keys;
 	buf why = BUF_INIT;
 	ctx->keep = cJSON_CreateArray();
 	int rc = ctx->keep ? 0 : -CAIRN_ENOMEM;
 	if (!rc)
-		rc = journal_parse(j->journal, &ctx->jr, &why);
-	if (!rc)
-		rc = signals_parse(j->signals, &ctx->sigs, &why);
+		rc = load_input(ctx->env, j, input, &why, key);
+	if (!rc && !(rc = journal_parse(j->journal, &ctx->jr, &why)))
+		rc = journal_unseal(&ctx->jr, k, &why, key);
+	if (!rc && !(rc = signals_parse(j->signals, &ctx->sigs, &why)))
+		rc = signals_unseal(&ctx->sigs, k, &why, key);
 	if (!rc && j->load_error[0]) {
 		buf_puts(&why, j->load_error);
 		rc = -CAIRN_EINVAL;
 	}
-	if (rc) {
-		buf_reset(&ctx->err);
+	buf_reset(&ctx->err);
+	if (rc == SEAL_NOKEY)
+		buf_puts(&ctx->err, buf_str(&why));
+	else if (rc)
 		buf_printf(&ctx->err, "cannot load the run: %s",
 		           rc == -CAIRN_ENOMEM ? "out of memory" : buf_str(&why));
-	}
 	buf_free(&why);
 	return rc;
+}
+
+/* A run encrypted with a key this worker lacks: left alone, not failed. A
+ * worker that has the key takes it once its shard moves there, or this one
+ * once it is given the key; until then it comes back every
+ * LOCKED_RETRY_MS. */
+#define LOCKED_RETRY_MS 15000
+static void locked(const exec_env *env, job *j, commit *c, const char *why, const char *key)
+{
+	buf msg = BUF_INIT;
+	buf_printf(&msg, "waiting for a worker that has encryption key \"%s\": %s", key, why);
+	c->outcome = COMMIT_DEFER;
+	c->at_ms = j->db_now_ms + LOCKED_RETRY_MS;
+	c->error = buf_detach(&msg);
+	atomic_fetch_add(&env->m->runs_locked, 1);
+	char id[24];
+	snprintf(id, sizeof id, "%" PRId64, j->run_id);
+	log_kv(env->log, LOG_WARN,
+	       "left a run alone: it is encrypted with a key this worker does not have "
+	       "(CAIRN_ENCRYPTION_KEYS)",
+	       "run", id, "workflow", j->workflow, "key", key, NULL);
 }
 
 static void finish(commit *c, run_status status, const char *error)
@@ -695,9 +737,15 @@ commit *exec_job(const exec_env *env, job *j)
 	if (!def)
 		return (c = job_commit(j)) ? unknown_workflow(env, j, c) : NULL;
 	cairn_ctx ctx = {.env = env, .job = j, .def = def, .first_unsettled = INT_MAX};
-	cJSON *input = j->input ? cJSON_Parse(j->input) : NULL, *output = NULL;
-	int rc;
-	if (load(&ctx) < 0)
+	cJSON *input = NULL, *output = NULL;
+	char key[SEAL_ID_MAX + 1] = "";
+	int rc = load(&ctx, &input, key);
+	if (rc == SEAL_NOKEY) {
+		if ((c = job_commit(j)))
+			locked(env, j, c, buf_str(&ctx.err), key);
+		goto out;
+	}
+	if (rc < 0)
 		rc = ctx.fatal = CAIRN_EFAIL;
 	else if (j->cancel_requested && ctx.jr.n == 0)
 		rc = CAIRN_CANCELLED;
@@ -711,6 +759,7 @@ commit *exec_job(const exec_env *env, job *j)
 		if (c->outcome == COMMIT_JOURNAL && !c->nrows && !c->nsig)
 			c->outcome = COMMIT_UNCLAIM; /* handing over with nothing new */
 	}
+out:
 	cJSON_Delete(output);
 	cJSON_Delete(input);
 	cJSON_Delete(ctx.keep);

@@ -56,7 +56,8 @@ typedef struct exec_env {
 	metrics *m;
 	size_t max_payload_bytes;
 	int64_t unknown_workflow_timeout_ms;
-	int poison_after; /* claims without progress before a run fails as poison */
+	int poison_after;      /* claims without progress before a run fails as poison */
+	const seal_keys *keys; /* what sealed values open with (seal.h); NULL: none */
 	/* Writes c (journal rows of a running execution) and waits: 0, or
 	 * -CAIRN_ESTOP when it was refused (the run must stop). The caller
 	 * keeps c. */

@@ -6,7 +6,9 @@
 #include "journal.h"
 
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +74,7 @@ static int parse_entry(const cJSON *o, journal_entry *e, buf *err)
 		return -CAIRN_EINVAL;
 	}
 	e->output = cJSON_IsString(out) ? out->valuestring : NULL;
+	e->row = (cJSON *)o;
 	e->error = str_field(o, "error");
 	if (int_field(o, "attempts", 0, INT_MAX, 0, &v, err))
 		return -CAIRN_EINVAL;
@@ -137,6 +140,61 @@ int journal_parse(const char *text, journal *j, buf *err)
 	return 0;
 }
 
+/* Opens the value *v of row's field name (read from a field f) and puts its
+ * plaintext in the tree in its place; what names the value for err. */
+static int unseal_field(cJSON *row, const char *name, const char **v, const seal_keys *k,
+                        seal_field f, const char *what, buf *err, char *key)
+{
+	buf plain = BUF_INIT;
+	int rc = *v ? seal_open(k, f, *v, &plain, key) : 1;
+	cJSON *item = rc == 0 ? cJSON_CreateString(buf_str(&plain)) : NULL;
+	buf_free(&plain);
+	if (rc == 0 && (!item || !cJSON_ReplaceItemInObjectCaseSensitive(row, name, item))) {
+		cJSON_Delete(item);
+		rc = -CAIRN_ENOMEM;
+	}
+	if (rc == 0)
+		*v = item->valuestring;
+	if (rc > 0)
+		return 0;
+	if (rc < 0) {
+		buf_printf(err, "%s: ", what);
+		seal_explain(rc, key, err);
+	}
+	return rc;
+}
+
+int journal_unseal(journal *j, const seal_keys *k, buf *err, char *key)
+{
+	for (int i = 0; i < j->n; i++) {
+		journal_entry *e = &j->e[i];
+		char what[64];
+		snprintf(what, sizeof what, "journal row with seq %d", e->seq);
+		int rc =
+		    unseal_field(e->row, "output", &e->output, k, SEAL_STEP_OUTPUT, what, err, key);
+		if (!rc)
+			rc = unseal_field(e->row, "error", &e->error, k, SEAL_STEP_ERROR, what, err,
+			                  key);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int signals_unseal(signal_box *b, const seal_keys *k, buf *err, char *key)
+{
+	for (int i = 0; i < b->n; i++) {
+		signal_entry *s = &b->e[i];
+		char what[64];
+		snprintf(what, sizeof what, "signal %" PRId64, s->id);
+		int rc = unseal_field(s->row, "payload", &s->payload, k, SEAL_SIGNAL_PAYLOAD, what,
+		                      err, key);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 const journal_entry *journal_at(const journal *j, int seq)
 {
 	journal_entry key = {.seq = seq};
@@ -169,6 +227,7 @@ int signals_parse(const char *text, signal_box *b, buf *err)
 		buf why = BUF_INIT;
 		s->name = str_field(it, "name");
 		s->payload = str_field(it, "payload");
+		s->row = (cJSON *)it;
 		if (int_field(it, "id", 1, INT64_MAX, 0, &s->id, &why) < 0 || !s->name ||
 		    !s->payload) {
 			buf_printf(err, "signal row %d: %s", b->n + 1,

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "seal.h"
 #include "state.h"
 
 struct cJSON;
@@ -28,6 +29,7 @@ typedef struct journal_entry {
 	const char *error;  /* NULL: none */
 	int attempts;
 	int64_t wake_ms, started_ms; /* Unix ms; 0: not set */
+	struct cJSON *row;           /* its object in the tree */
 } journal_entry;
 
 typedef struct journal {
@@ -42,6 +44,13 @@ typedef struct journal {
  * repeated seq, or -CAIRN_ENOMEM. On error j is left empty.
  */
 int journal_parse(const char *text, journal *j, buf *err);
+/*
+ * Decrypts the entries' sealed outputs and errors with k (seal.h), in place:
+ * 0; SEAL_NOKEY when one names a key k lacks (its id in key, SEAL_ID_MAX + 1
+ * bytes), -CAIRN_EINVAL when one does not decrypt, -CAIRN_ENOMEM; err says
+ * which row and why.
+ */
+int journal_unseal(journal *j, const seal_keys *k, buf *err, char *key);
 /* The entry with this seq, or NULL. */
 const journal_entry *journal_at(const journal *j, int seq);
 void journal_free(journal *j);
@@ -51,6 +60,7 @@ typedef struct signal_entry {
 	const char *name;
 	const char *payload; /* JSON text */
 	int taken;
+	struct cJSON *row; /* its object in the tree */
 } signal_entry;
 
 typedef struct signal_box {
@@ -61,6 +71,8 @@ typedef struct signal_box {
 
 /* Parses the claim's unconsumed signals; as journal_parse. */
 int signals_parse(const char *text, signal_box *b, buf *err);
+/* Decrypts the payloads: as journal_unseal. */
+int signals_unseal(signal_box *b, const seal_keys *k, buf *err, char *key);
 /* The oldest signal of this name not yet taken, marked taken; NULL if none. */
 signal_entry *signals_take(signal_box *b, const char *name);
 void signals_free(signal_box *b);

@@ -101,6 +101,9 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       (double)atomic_load(&m->runs_completed));
 	metric(b, "cairn_runs_failed_total", "counter", "Runs that failed for good.", NULL,
 	       (double)atomic_load(&m->runs_failed));
+	metric(b, "cairn_runs_locked_total", "counter",
+	       "Executions left alone: the run is encrypted with a key this worker lacks.", NULL,
+	       (double)atomic_load(&m->runs_locked));
 	metric(b, "cairn_queue_depth", "gauge", "Runs dispatched and waiting for an executor.",
 	       NULL, atomic_load(&m->queue_depth));
 	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"
@@ -283,6 +286,8 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
 		cairn_client_free(w->link_client);
 		w->link_client = NULL;
 	}
+	if (w->link_client)
+		client_use_keys(w->link_client, w->cfg.keys);
 	rc = w->link_client ? client_signal_once(w->link_client, c.run_id, c.signal, payload,
 	                                         c.nonce[0] ? c.nonce : NULL)
 	                    : CAIRN_EDB;

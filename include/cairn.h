@@ -91,6 +91,31 @@ const char *cairn_client_errfield(const cairn_client *c);
 /* Largest accepted input/payload in bytes (default 1 MiB). */
 void cairn_client_set_max_payload(cairn_client *c, size_t bytes);
 
+/*
+ * Encryption at rest. With keys, the client encrypts what it writes (run
+ * inputs, signal payloads) with XChaCha20-Poly1305 under the first key, and
+ * decrypts what it reads with whichever key a stored value names; without,
+ * it writes plaintext and reads encrypted values as locked (below). spec is
+ * "ID=BASE64,ID=BASE64,...": ids of 1 to CAIRN_KEY_ID_MAX of A-Z a-z 0-9 _ -,
+ * each key 32 random bytes in base64 (`openssl rand -base64 32`), the first
+ * the one new values are written with. NULL or "" removes the keys.
+ * CAIRN_EINVAL (field "keys") with a message that never shows a key.
+ */
+#define CAIRN_KEY_ID_MAX 32
+int cairn_client_set_keys(cairn_client *c, const char *spec);
+/* The keys of $CAIRN_ENCRYPTION_KEYS, or of the file $CAIRN_ENCRYPTION_KEYS_FILE
+ * names (not both); neither set leaves c without keys. As cairn_client_set_keys. */
+int cairn_client_keys_from_env(cairn_client *c);
+
+/*
+ * A field the client could not decrypt (its key is not among the client's)
+ * is NULL, its bit is set in `locked` and `locked_key` names the key
+ * (NUL-terminated), so that a caller can say "encrypted (key K)".
+ */
+#define CAIRN_LOCKED_INPUT  1u
+#define CAIRN_LOCKED_OUTPUT 2u
+#define CAIRN_LOCKED_ERROR  4u
+
 /* Options of cairn_enqueue(); zero-initialise and set what you need. */
 typedef struct cairn_enqueue_opts {
 	const char *key;    /* idempotency key; NULL generates a unique one */
@@ -121,6 +146,8 @@ typedef struct cairn_enqueued {
 	char status[16]; /* NUL-terminated */
 	char *output;    /* see above; JSON text or NULL */
 	char *error;     /* see above; or NULL */
+	unsigned locked; /* CAIRN_LOCKED_OUTPUT, CAIRN_LOCKED_ERROR */
+	char locked_key[CAIRN_KEY_ID_MAX + 1];
 } cairn_enqueued;
 
 /*
@@ -180,6 +207,8 @@ typedef struct cairn_step_info {
 	char *error;  /* or NULL */
 	int attempts;
 	int64_t started_unix_ms, finished_unix_ms; /* 0 when unset */
+	unsigned locked;                           /* CAIRN_LOCKED_OUTPUT, CAIRN_LOCKED_ERROR */
+	char locked_key[CAIRN_KEY_ID_MAX + 1];
 } cairn_step_info;
 
 typedef struct cairn_run {
@@ -189,9 +218,11 @@ typedef struct cairn_run {
 	char *status; /* pending running sleeping waiting completed failed cancelled */
 	int attempt, max_attempts;
 	int cancel_requested;
-	char *input;  /* JSON text */
-	char *output; /* JSON text or NULL */
-	char *error;  /* or NULL */
+	char *input;     /* JSON text */
+	char *output;    /* JSON text or NULL */
+	char *error;     /* or NULL */
+	unsigned locked; /* CAIRN_LOCKED_INPUT, _OUTPUT, _ERROR (input is then NULL too) */
+	char locked_key[CAIRN_KEY_ID_MAX + 1];
 	int64_t created_unix_ms, scheduled_unix_ms, started_unix_ms, updated_unix_ms,
 	    finished_unix_ms; /* 0 when unset */
 	size_t nsteps;
@@ -220,6 +251,31 @@ void cairn_run_list_free(cairn_run *runs, size_t n);
  * waits forever.
  */
 int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms);
+
+/* What cairn_reencrypt() did, as it goes. */
+typedef struct cairn_reencrypt_stats {
+	int64_t rows_total;  /* rows of runs, steps and signals when it started */
+	int64_t rows_done;   /* rows looked at so far */
+	int64_t rewritten;   /* values now under the current key (plaintext ones included) */
+	int64_t current;     /* values that already were */
+	int64_t missing_key; /* values under a key the client lacks: left as they are */
+	int64_t unreadable;  /* values that do not decrypt (altered): left as they are */
+	int64_t changed;     /* rows a worker wrote while they were being rewritten: left
+	                        for the next pass */
+} cairn_reencrypt_stats;
+
+/*
+ * Moves every stored value (run inputs, outputs and errors, step results and
+ * errors, signal payloads) to the client's current key, batch rows at a time
+ * (1-100000; 0 means 500), each batch its own transaction; a value written
+ * meanwhile is never overwritten (each write compares it first). progress,
+ * when not NULL, is called after each batch. CAIRN_EINVAL if the client has no
+ * keys. CAIRN_OK once every table was walked, even when values were left
+ * (see *out).
+ */
+int cairn_reencrypt(cairn_client *c, int batch,
+                    void (*progress)(const cairn_reencrypt_stats *s, void *arg), void *arg,
+                    cairn_reencrypt_stats *out);
 
 /* ------------------------------------------------------------- migrations */
 

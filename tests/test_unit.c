@@ -3,7 +3,10 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backoff.h"
 #include "buf.h"
@@ -12,6 +15,7 @@
 #include "netpolicy.h"
 #include "parse.h"
 #include "pgarr.h"
+#include "seal.h"
 
 Test(hash, fnv1a64_matches_published_golden_values)
 {
@@ -433,4 +437,127 @@ Test(link, a_token_opens_with_its_key_until_it_expires_and_not_once_altered)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		cr_assert_eq(link_open(key, bad[i], 5, &got, err, sizeof err), -1, "%s", bad[i]);
 	buf_free(&t);
+}
+
+#define K1 "q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE="
+#define K2 "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+
+Test(seal, keys_parse_with_the_first_current_and_bad_entries_named_but_never_shown)
+{
+	seal_keys *k;
+	char why[512];
+	cr_assert_eq(
+	    seal_keys_parse("# rotated 2026-12\nk2=" K2 "\n k1=" K1 ", ", &k, why, sizeof why), 0,
+	    "%s", why);
+	cr_assert_eq(seal_keys_count(k), 2);
+	cr_assert_str_eq(seal_key_id(k, 0), "k2");
+	cr_assert_str_eq(seal_key_id(k, 1), "k1");
+	seal_keys_free(k);
+	cr_assert_eq(seal_keys_parse(" \n# nothing\n", &k, why, sizeof why), 0);
+	cr_assert_null(k, "no entry is no keys");
+	static const struct {
+		const char *spec, *says;
+	} bad[] = {
+	    {"k1=" K1 ",k1=" K2, "\"k1\" appears twice"},
+	    {K1, "entry 1 (44 characters, not shown): expected ID=BASE64"},
+	    {"k1=c2hvcnQ=", "key \"k1\" (entry 1) is not the base64 of 32 bytes"},
+	    {"bad id=" K1, "entry 1"},
+	    {"=" K1, "expected ID=BASE64"},
+	    {"k/1=" K1, "of A-Z a-z 0-9 _ -"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		cr_assert_eq(seal_keys_parse(bad[i].spec, &k, why, sizeof why), -CAIRN_EINVAL, "%s",
+		             bad[i].spec);
+		cr_assert_null(k);
+		cr_assert(strstr(why, bad[i].says), "%s: %s", bad[i].spec, why);
+		cr_assert(!strstr(why, "q8RzO2m0") && !strstr(why, "c2hvcnQ"), "%s", why);
+	}
+}
+
+Test(seal, a_keys_file_is_read_and_both_settings_at_once_are_refused)
+{
+	char path[] = "/tmp/cairn-keys-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	fputs("# current first\nk2=" K2 "\nk1=" K1 "\n", f);
+	fclose(f);
+	seal_keys *k;
+	buf err = BUF_INIT;
+	cr_assert_eq(seal_keys_load(NULL, path, &k, &err), 0, "%s", buf_str(&err));
+	cr_assert_str_eq(seal_key_id(k, 0), "k2");
+	seal_keys_free(k);
+	cr_assert_eq(seal_keys_load("k1=" K1, path, &k, &err), -CAIRN_EINVAL);
+	cr_assert(strstr(buf_str(&err), "both set"), "%s", buf_str(&err));
+	buf_reset(&err);
+	unlink(path);
+	cr_assert_eq(seal_keys_load("", path, &k, &err), -CAIRN_EINVAL);
+	cr_assert(strstr(buf_str(&err), "CAIRN_ENCRYPTION_KEYS_FILE") &&
+	              strstr(buf_str(&err), "cannot open it"),
+	          "%s", buf_str(&err));
+	buf_free(&err);
+}
+
+/* Opens stored with k as a field f: the rc, the plaintext in out. */
+static int open_as(const seal_keys *k, seal_field f, const char *stored, buf *out, char *id)
+{
+	return seal_open(k, f, stored, out, id);
+}
+
+Test(seal, a_value_opens_with_the_key_it_names_in_its_own_field_and_nowhere_else)
+{
+	seal_keys *old, *both, *none = NULL;
+	char why[256], id[SEAL_ID_MAX + 1];
+	cr_assert_eq(seal_keys_parse("k1=" K1, &old, why, sizeof why), 0);
+	cr_assert_eq(seal_keys_parse("k2=" K2 ",k1=" K1, &both, why, sizeof why), 0);
+	buf s = BUF_INIT, out = BUF_INIT;
+	const char *json = "{\"card\": \"4242 4242 4242 4242\", \"n\": [1, 2]}";
+	cr_assert_eq(seal_value(old, SEAL_RUN_INPUT, json, &s), 0);
+	cr_assert(!strstr(buf_str(&s), "4242"), "%s", buf_str(&s));
+	cr_assert(strncmp(buf_str(&s), "\"" SEAL_PREFIX "k1:", 14) == 0, "a JSON string: %s",
+	          buf_str(&s));
+	cr_assert(seal_is_sealed(SEAL_RUN_INPUT, buf_str(&s), id));
+	cr_assert_str_eq(id, "k1");
+	/* After a rotation the old value still opens, with the old key. */
+	cr_assert_eq(open_as(both, SEAL_RUN_INPUT, buf_str(&s), &out, id), 0);
+	cr_assert_str_eq(buf_str(&out), json);
+	/* Not in another field; not without its key; not altered. */
+	cr_assert_eq(open_as(both, SEAL_STEP_OUTPUT, buf_str(&s), &out, id), -CAIRN_EINVAL);
+	cr_assert_eq(open_as(none, SEAL_RUN_INPUT, buf_str(&s), &out, id), SEAL_NOKEY);
+	cr_assert_str_eq(id, "k1");
+	char *t = strdup(buf_str(&s));
+	for (size_t i = 14; t[i + 1]; i++) {
+		char was = t[i];
+		t[i] = was == 'A' ? 'B' : 'A';
+		cr_assert_lt(open_as(both, SEAL_RUN_INPUT, t, &out, id), 0, "changed at %zu", i);
+		t[i] = was;
+	}
+	free(t);
+	/* New values use the current key; errors are bare text. */
+	buf_reset(&s);
+	cr_assert_eq(seal_value(both, SEAL_RUN_ERROR, "card declined: 4242", &s), 0);
+	cr_assert(strncmp(buf_str(&s), SEAL_PREFIX "k2:", 13) == 0, "%s", buf_str(&s));
+	cr_assert_eq(open_as(both, SEAL_RUN_ERROR, buf_str(&s), &out, id), 0);
+	cr_assert_str_eq(buf_str(&out), "card declined: 4242");
+	cr_assert_eq(open_as(old, SEAL_RUN_ERROR, buf_str(&s), &out, id), SEAL_NOKEY);
+	/* Plaintext is plaintext; an empty value seals too. */
+	cr_assert_eq(open_as(both, SEAL_RUN_INPUT, "{\"a\": 1}", &out, id), 1);
+	cr_assert_eq(open_as(both, SEAL_RUN_ERROR, "cancelled", &out, id), 1);
+	buf_reset(&s);
+	cr_assert_eq(seal_value(both, SEAL_STEP_ERROR, "", &s), 0);
+	cr_assert_eq(open_as(both, SEAL_STEP_ERROR, buf_str(&s), &out, id), 0);
+	cr_assert_str_eq(buf_str(&out), "");
+	static const char *const bad[] = {SEAL_PREFIX, SEAL_PREFIX "k2",
+	                                  SEAL_PREFIX "k2:", SEAL_PREFIX "k2:!!!!",
+	                                  SEAL_PREFIX ":AAAA"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		cr_assert_eq(open_as(both, SEAL_RUN_ERROR, bad[i], &out, id), -CAIRN_EINVAL, "%s",
+		             bad[i]);
+	buf_reset(&s);
+	cr_assert_eq(seal_value(NULL, SEAL_RUN_OUTPUT, "[1]", &s), 0);
+	cr_assert_str_eq(buf_str(&s), "[1]", "without keys a value is written as it is");
+	buf_free(&s);
+	buf_free(&out);
+	seal_keys_free(old);
+	seal_keys_free(both);
 }

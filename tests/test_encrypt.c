@@ -1,0 +1,305 @@
+/*
+ * test_encrypt.c - payloads encrypted at rest (CAIRN_ENCRYPTION_KEYS): a
+ * run's input, output, step results and signal payloads are stored sealed
+ * (a pg_dump of the database holds none of them); a client without the key
+ * sees "encrypted (key K)"; a worker without it leaves the run alone until
+ * one with it takes over; `cairn reencrypt` moves everything to a new key;
+ * bad keys are refused without being shown. Against real workers running
+ * the `order` demo, which waits for its approval.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cairn.h"
+#include "support.h"
+
+#define K1      "q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE="
+#define K2      "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+#define KEYS1   "k1=" K1
+#define KEYS21  "k2=" K2 ",k1=" K1
+#define SECRET  "SECRET-4242"
+#define ORDER   "{\"item\": \"" SECRET "-book\", \"amount\": 12}"
+#define APPROVE "{\"approved\": true, \"by\": \"" SECRET "-bob\"}"
+
+static const char *db;
+static char worker_log[64];
+
+static void setup(void)
+{
+	db = tdb_new_migrated_shards(16);
+	tlog_file(worker_log);
+}
+
+TestSuite(encryption, .init = setup);
+
+static cairn_client *client_with(const char *keys)
+{
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cr_assert_eq(cairn_client_set_keys(c, keys), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	return c;
+}
+
+static int port;
+
+static pid_t worker_with(const char *keys_setting)
+{
+	return tworker_start(db, &port, worker_log, keys_setting, "CAIRN_POLL_INTERVAL=100ms",
+	                     NULL);
+}
+
+static int64_t enqueue_order(cairn_client *c)
+{
+	cairn_enqueue_opts o = {.input = ORDER};
+	cairn_enqueued e;
+	cr_assert_eq(cairn_enqueue(c, "order", &o, &e), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	return e.id;
+}
+
+static void wait_sql(const char *what, const char *fmt, int64_t id)
+{
+	PGconn *pg = tdb_connect(db);
+	char *log = NULL;
+	int ok = tdb_wait_at_leastf(pg, 1, 30000, fmt, id);
+	if (!ok)
+		log = tfile_read(worker_log);
+	PQfinish(pg);
+	cr_assert(ok, "%s never happened; worker log:\n%s", what, log ? log : "");
+}
+
+/* An order run of c's, approved and completed by the worker running now. */
+static int64_t completed_order(cairn_client *c)
+{
+	int64_t id = enqueue_order(c);
+	wait_sql("the order's wait for its approval",
+	         "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = 'waiting'",
+	         id);
+	cr_assert_eq(cairn_signal(c, id, "approval", APPROVE), CAIRN_OK, "%s",
+	             cairn_client_errmsg(c));
+	cr_assert_eq(cairn_run_wait(c, id, 30000), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	return id;
+}
+
+/* `cairn ARGS...` with CAIRN_ENCRYPTION_KEYS=keys (NULL: unset): exit code. */
+static int cli_keys(const char *keys, char **out, char **err, const char *a, const char *b,
+                    const char *c)
+{
+	char dburl[2200], k[256];
+	snprintf(dburl, sizeof dburl, "DATABASE_URL=%s", db);
+	snprintf(k, sizeof k, "CAIRN_ENCRYPTION_KEYS=%s", keys ? keys : "");
+	const char *argv[] = {tbin("cairn"), a, b, c, NULL};
+	const char *env[] = {dburl, keys ? k : "CAIRN_ENCRYPTION_KEYS",
+	                     "CAIRN_ENCRYPTION_KEYS_FILE", NULL};
+	return trun(argv, env, out, err);
+}
+
+/* The whole test database as pg_dump writes it (caller frees). */
+static char *dump(void)
+{
+	static const char *const bins[] = {"/usr/lib/postgresql/15/bin/pg_dump", "pg_dump"};
+	const char *bin = access(bins[0], X_OK) == 0 ? bins[0] : bins[1];
+	const char *argv[] = {bin, "--data-only", "--schema=cairn", "--dbname", db, NULL};
+	char *out = NULL, *err = NULL;
+	int rc = trun(argv, NULL, &out, &err);
+	cr_assert_eq(rc, 0, "pg_dump failed: %s", err ? err : "");
+	free(err);
+	return out;
+}
+
+Test(encryption, a_dump_of_the_database_holds_no_plaintext_of_an_encrypted_run)
+{
+	pid_t w = worker_with("CAIRN_ENCRYPTION_KEYS=" KEYS1);
+	cairn_client *c = client_with(KEYS1);
+	int64_t id = completed_order(c);
+	cairn_run *r;
+	cr_assert_eq(cairn_run_get(c, id, &r), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert(strstr(r->output, SECRET "-bob"), "the client decrypts: %s", r->output);
+	cr_assert_eq(r->locked, 0);
+	cr_assert_geq(r->nsteps, 3);
+	cairn_run_free(r);
+	char *all = dump();
+	cr_assert(strstr(all, "cairn:enc:k1:"), "the values are in the dump, sealed:\n%s", all);
+	cr_assert_null(strstr(all, SECRET), "plaintext in the dump:\n%s", strstr(all, SECRET));
+	cr_assert_null(strstr(all, "charge_id"), "a step result in plaintext");
+	free(all);
+
+	/* Without the key: the fields are locked and say which key. */
+	cairn_client *blind = client_with(NULL);
+	cr_assert_eq(cairn_run_get(blind, id, &r), CAIRN_OK, "%s", cairn_client_errmsg(blind));
+	cr_assert_eq(r->locked, CAIRN_LOCKED_INPUT | CAIRN_LOCKED_OUTPUT);
+	cr_assert_str_eq(r->locked_key, "k1");
+	cr_assert_null(r->input);
+	cr_assert_null(r->output);
+	cr_assert_eq(r->steps[0].locked, CAIRN_LOCKED_OUTPUT);
+	cairn_run_free(r);
+	char ref[32], *out = NULL, *err = NULL;
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+	cr_assert_eq(cli_keys(NULL, &out, &err, "status", ref, NULL), 0, "%s", err);
+	cr_assert(strstr(out, "input      encrypted (key k1)") && !strstr(out, SECRET), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(cli_keys(NULL, &out, &err, "result", ref, NULL), 1);
+	cr_assert(strstr(err, "encrypted (key k1)"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(cli_keys(KEYS1, &out, &err, "result", ref, NULL), 0, "%s", err);
+	cr_assert(strstr(out, SECRET "-book"), "%s", out);
+	free(out);
+	free(err);
+	cairn_client_free(blind);
+	cairn_client_free(c);
+	tworker_stop(w, SIGTERM, 30000);
+}
+
+Test(encryption, a_worker_without_the_key_leaves_the_run_alone_until_one_with_it_takes_over)
+{
+	pid_t blind = worker_with("CAIRN_ENCRYPTION_KEYS=");
+	cairn_client *c = client_with(KEYS1);
+	int64_t id = enqueue_order(c);
+	wait_sql("the keyless worker's deferral",
+	         "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	         " AND status = 'pending' AND error LIKE 'waiting for a worker that has "
+	         "encryption key \"k1\"%%'",
+	         id);
+	cr_assert(tfile_wait(worker_log, "left a run alone", 10000));
+	cr_assert_geq(tmetric(port, "cairn_runs_locked_total"), 1);
+	cr_assert_eq(tworker_stop(blind, SIGTERM, 30000), 0);
+	pid_t w = worker_with("CAIRN_ENCRYPTION_KEYS=" KEYS1);
+	/* The approval is due at once: the worker with the key claims the run
+	 * with it, before the deferred start comes round again. */
+	cr_assert_eq(cairn_signal(c, id, "approval", APPROVE), CAIRN_OK, "%s",
+	             cairn_client_errmsg(c));
+	cr_assert_eq(cairn_run_wait(c, id, 30000), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cairn_run *r;
+	cr_assert_eq(cairn_run_get(c, id, &r), CAIRN_OK);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert_eq(r->attempt, 1, "leaving it alone cost no attempt");
+	cairn_run_free(r);
+	cairn_client_free(c);
+	tworker_stop(w, SIGTERM, 30000);
+}
+
+/* Values of the database not sealed under key id (plaintext included). */
+static int64_t not_under(PGconn *pg, const char *id)
+{
+	char sql[1024];
+	snprintf(sql, sizeof sql,
+	         "SELECT (SELECT count(*) FROM cairn.runs r, LATERAL (VALUES (r.input::text), "
+	         "  (r.output::text), ('\"' || r.error || '\"')) v(t) "
+	         "  WHERE t IS NOT NULL AND t NOT LIKE '\"cairn:enc:%s:%%') + "
+	         "(SELECT count(*) FROM cairn.steps s, LATERAL (VALUES (s.output::text), "
+	         "  ('\"' || s.error || '\"')) v(t) "
+	         "  WHERE t IS NOT NULL AND t NOT LIKE '\"cairn:enc:%s:%%') + "
+	         "(SELECT count(*) FROM cairn.signals WHERE payload::text NOT LIKE "
+	         "  '\"cairn:enc:%s:%%')",
+	         id, id, id);
+	return tdb_int(pg, sql);
+}
+
+Test(encryption, reencrypt_moves_every_value_to_the_current_key_and_old_values_read_meanwhile)
+{
+	pid_t w = worker_with("CAIRN_ENCRYPTION_KEYS=" KEYS1);
+	cairn_client *c1 = client_with(KEYS1);
+	int64_t done = completed_order(c1);
+	tworker_stop(w, SIGTERM, 30000);
+	for (int i = 0; i < 4; i++)
+		enqueue_order(c1);
+	cairn_client *plain = client_with(NULL);
+	cairn_enqueue_opts o = {.input = "{\"plain\": true}"};
+	cairn_enqueued e;
+	cr_assert_eq(cairn_enqueue(plain, "order", &o, &e), CAIRN_OK);
+	PGconn *pg = tdb_connect(db);
+	int64_t before = not_under(pg, "k2");
+	cr_assert_gt(before, 10);
+
+	/* With only the new key, old values stay (and are counted); the
+	 * plaintext one moves. */
+	char *out = NULL, *err = NULL;
+	cr_assert_eq(cli_keys("k2=" K2, &out, &err, "reencrypt", "--json", NULL), 1, "%s", err);
+	cr_assert(strstr(out, "\"rewritten\":\t1,") && strstr(err, "left as they are"), "%s\n%s",
+	          out, err);
+	free(out);
+	free(err);
+	cr_assert_eq(not_under(pg, "k2"), before - 1);
+
+	/* The current key first, the old one after: everything moves, in
+	 * batches of two rows; a second pass finds nothing to do. */
+	cr_assert_eq(cli_keys(KEYS21, &out, &err, "reencrypt", "--batch", "2"), 0, "%s", err);
+	cr_assert(strstr(out, "0 under keys not configured"), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(not_under(pg, "k2"), 0);
+	cr_assert_eq(cli_keys(KEYS21, &out, &err, "reencrypt", "--json", NULL), 0, "%s", err);
+	cr_assert(strstr(out, "\"rewritten\":\t0,"), "%s", out);
+	free(out);
+	free(err);
+
+	/* The old key is no longer needed; it no longer opens anything. */
+	cairn_client *c2 = client_with("k2=" K2);
+	cairn_run *r;
+	cr_assert_eq(cairn_run_get(c2, done, &r), CAIRN_OK, "%s", cairn_client_errmsg(c2));
+	cr_assert_eq(r->locked, 0);
+	cr_assert(strstr(r->output, SECRET "-bob"), "%s", r->output);
+	for (size_t i = 0; i < r->nsteps; i++)
+		cr_assert_eq(r->steps[i].locked, 0, "step %zu", i);
+	cairn_run_free(r);
+	cr_assert_eq(cairn_run_get(c1, done, &r), CAIRN_OK);
+	cr_assert_str_eq(r->locked_key, "k2");
+	cairn_run_free(r);
+	PQfinish(pg);
+	cairn_client_free(c2);
+	cairn_client_free(plain);
+	cairn_client_free(c1);
+}
+
+Test(encryption, bad_keys_are_refused_by_name_and_never_shown)
+{
+	char *out = NULL, *err = NULL;
+	cr_assert_eq(cli_keys("k1=" K1 ",k1=" K2, &out, &err, "list", NULL, NULL), 2);
+	cr_assert(strstr(err, "CAIRN_ENCRYPTION_KEYS") && strstr(err, "appears twice") &&
+	              !strstr(err, "q8RzO2m0"),
+	          "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(cli_keys(NULL, &out, &err, "reencrypt", NULL, NULL), 2);
+	cr_assert(strstr(err, "CAIRN_ENCRYPTION_KEYS"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(
+	    cli_keys(KEYS1, &out, &err, "enqueue", "order", "--input=\"cairn:enc:k1:AAAA\""), 2);
+	cr_assert(strstr(err, "--input") && strstr(err, "reserved for encrypted values"), "%s",
+	          err);
+	free(out);
+	free(err);
+
+	char dburl[2200];
+	snprintf(dburl, sizeof dburl, "DATABASE_URL=%s", db);
+	const char *check[] = {tbin("cairn-worker"), "--check-config", NULL};
+	const char *bad_env[] = {dburl, "CAIRN_ENCRYPTION_KEYS=k1=c2hvcnQ=", NULL};
+	cr_assert_neq(trun(check, bad_env, &out, &err), 0);
+	cr_assert(strstr(err, "CAIRN_ENCRYPTION_KEYS") && strstr(err, "\"k1\"") &&
+	              !strstr(err, "c2hvcnQ"),
+	          "%s", err);
+	free(out);
+	free(err);
+	const char *flag[] = {tbin("cairn-worker"), "--encryption-keys", KEYS1, "--check-config",
+	                      NULL};
+	const char *env[] = {dburl, NULL};
+	cr_assert_neq(trun(flag, env, &out, &err), 0);
+	cr_assert(strstr(err, "command line"), "%s", err);
+	free(out);
+	free(err);
+	const char *good_env[] = {dburl, "CAIRN_ENCRYPTION_KEYS=" KEYS21, NULL};
+	cr_assert_eq(trun(check, good_env, &out, &err), 0, "%s", err);
+	cr_assert(strstr(out, "CAIRN_ENCRYPTION_KEYS=k2,k1 (keys not shown)") &&
+	              !strstr(out, "q8RzO2m0"),
+	          "%s", out);
+	free(out);
+	free(err);
+}
