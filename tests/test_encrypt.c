@@ -239,6 +239,16 @@ Test(encryption, reencrypt_moves_every_value_to_the_current_key_and_old_values_r
 	cr_assert(strstr(out, "\"rewritten\":\t0,"), "%s", out);
 	free(out);
 	free(err);
+	/* On a terminal (script(1) gives it one) it draws a progress bar. */
+	char cmd[512], dburl[2200];
+	snprintf(cmd, sizeof cmd, "%s reencrypt --batch 3", tbin("cairn"));
+	snprintf(dburl, sizeof dburl, "DATABASE_URL=%s", db);
+	const char *tty[] = {"/usr/bin/script", "-qec", cmd, "/dev/null", NULL};
+	const char *env[] = {dburl, "CAIRN_ENCRYPTION_KEYS=" KEYS21, NULL};
+	cr_assert_eq(trun(tty, env, &out, &err), 0, "%s%s", out, err);
+	cr_assert(strstr(out, "\r[") && strstr(out, "] 100% "), "%s", out);
+	free(out);
+	free(err);
 
 	/* The old key is no longer needed; it no longer opens anything. */
 	cairn_client *c2 = client_with("k2=" K2);
