@@ -1,5 +1,5 @@
 /* test_unit.c - pure modules, no database: hashing, parsing, array literals, backoff,
- * the http built-in's address policy. */
+ * the http built-in's address policy, claimed rows. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -7,6 +7,8 @@
 
 #include "backoff.h"
 #include "buf.h"
+#include "cairn.h"
+#include "claimrow.h"
 #include "hash.h"
 #include "link.h"
 #include "netpolicy.h"
@@ -433,4 +435,119 @@ Test(link, a_token_opens_with_its_key_until_it_expires_and_not_once_altered)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		cr_assert_eq(link_open(key, bad[i], 5, &got, err, sizeof err), -1, "%s", bad[i]);
 	buf_free(&t);
+}
+
+/* A runner owning shard 3 of "default" with epoch 4, and the row of run 42
+ * claimed there: its start, counted by the claim. */
+static shardmap *claim_map(void)
+{
+	char *const groups[] = {"default"};
+	shardmap *m;
+	cr_assert_eq(shardmap_new(groups, 1, &m), 0);
+	cr_assert_eq(shardmap_set_shards(m, 8), 0);
+	shardmap_acquired(m, 0, 3, 4);
+	return m;
+}
+
+static void claim_row(const char *v[CLAIM_NCOLS])
+{
+	static const char *const row[CLAIM_NCOLS] = {[CLAIM_ID] = "42",
+	                                             [CLAIM_GROUP] = "default",
+	                                             [CLAIM_SHARD] = "3",
+	                                             [CLAIM_EPOCH] = "4",
+	                                             [CLAIM_MSGS] = "{0,17}",
+	                                             [CLAIM_WORKFLOW] = "order",
+	                                             [CLAIM_STATUS] = "running",
+	                                             [CLAIM_INPUT] = "{\"id\": 7}",
+	                                             [CLAIM_ATTEMPT] = "1",
+	                                             [CLAIM_MAX_ATTEMPTS] = "3",
+	                                             [CLAIM_CANCEL] = "f",
+	                                             [CLAIM_SCHEDULED] = "1764763292000",
+	                                             [CLAIM_NOW] = "1764763292417",
+	                                             [CLAIM_CLAIMS] = "1",
+	                                             [CLAIM_JOURNAL_BYTES] = "0",
+	                                             [CLAIM_MARKED] = "t"};
+	memcpy(v, row, sizeof row);
+}
+
+Test(claimrow, a_claimed_row_decodes_into_the_job_of_its_run)
+{
+	shardmap *m = claim_map();
+	claimrow_env env = {.map = m, .owner = 11, .mono_at_load = 5000, .max_journal_bytes = 100};
+	const char *v[CLAIM_NCOLS];
+	claim_row(v);
+	job *j;
+	cr_assert_eq(claimrow_decode(&env, v, &j), 0);
+	cr_assert_eq(j->run_id, 42);
+	cr_assert_str_eq(j->group_name, "default");
+	cr_assert(j->group == 0 && j->shard == 3 && j->epoch == 4 && j->owner == 11);
+	cr_assert(j->nmsgs == 2 && j->msgs[0] == MSG_START_ID && j->msgs[1] == 17);
+	cr_assert_str_eq(j->workflow, "order");
+	cr_assert_str_eq(j->input, "{\"id\": 7}");
+	cr_assert_eq(j->status, RUN_RUNNING);
+	cr_assert(j->attempt == 1 && j->max_attempts == 3 && !j->cancel_requested);
+	cr_assert(j->scheduled_ms == 1764763292000 && j->db_now_ms == 1764763292417);
+	cr_assert(j->marked && j->claims == 0, "the claim's own count is not an earlier stop");
+	cr_assert(!j->journal && !j->signals && !j->last_step && !j->load_error[0]);
+	job_free(j);
+	v[CLAIM_JOURNAL_BYTES] = "101";
+	cr_assert_eq(claimrow_decode(&env, v, &j), 0);
+	cr_assert(strstr(j->load_error, "101 bytes"), "%s", j->load_error);
+	job_free(j);
+	cr_assert_eq(claimrow_next_due_ms(v), -1, "NULL: nothing due later");
+	v[CLAIM_NEXT_DUE] = "250";
+	cr_assert_eq(claimrow_next_due_ms(v), 250);
+	v[CLAIM_NEXT_DUE] = "soon";
+	cr_assert_eq(claimrow_next_due_ms(v), -1);
+	shardmap_free(m);
+}
+
+Test(claimrow, a_row_the_claim_cannot_write_or_of_another_lease_is_refused)
+{
+	shardmap *m = claim_map();
+	claimrow_env env = {.map = m, .owner = 11, .max_journal_bytes = 100};
+	static const struct {
+		int col;
+		const char *value;
+		int rc;
+	} bad[] = {
+	    {CLAIM_ID, "0", -CAIRN_EINVAL},
+	    {CLAIM_ID, "42x", -CAIRN_EINVAL},
+	    {CLAIM_ID, NULL, -CAIRN_EINVAL},
+	    {CLAIM_GROUP, "billing", -CAIRN_ESTATE},
+	    {CLAIM_SHARD, "4", -CAIRN_ESTATE},
+	    {CLAIM_SHARD, "4294967299", -CAIRN_EINVAL},
+	    {CLAIM_EPOCH, "5", -CAIRN_ESTATE},
+	    {CLAIM_EPOCH, "0", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{}", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{1,,2}", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{-1}", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "1,2", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{1,2} ", -CAIRN_EINVAL},
+	    {CLAIM_STATUS, "Running", -CAIRN_EINVAL},
+	    {CLAIM_WORKFLOW, NULL, -CAIRN_EINVAL},
+	    {CLAIM_ATTEMPT, "-1", -CAIRN_EINVAL},
+	    {CLAIM_MAX_ATTEMPTS, "0", -CAIRN_EINVAL},
+	    {CLAIM_ATTEMPT, "2147483648", -CAIRN_EINVAL},
+	    {CLAIM_CANCEL, "true", -CAIRN_EINVAL},
+	    {CLAIM_SCHEDULED, "-9223372036854775808", -CAIRN_EINVAL},
+	    {CLAIM_NOW, "", -CAIRN_EINVAL},
+	    {CLAIM_CLAIMS, "0", -CAIRN_EINVAL}, /* marked, so counted at least once */
+	    {CLAIM_MARKED, NULL, -CAIRN_EINVAL},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *v[CLAIM_NCOLS];
+		claim_row(v);
+		v[bad[i].col] = bad[i].value;
+		job *j = NULL;
+		cr_assert_eq(claimrow_decode(&env, v, &j), bad[i].rc, "column %d = %s", bad[i].col,
+		             bad[i].value ? bad[i].value : "NULL");
+		cr_assert_null(j);
+	}
+	shardmap_releasing(m, 0, 3);
+	const char *v[CLAIM_NCOLS];
+	claim_row(v);
+	job *j;
+	cr_assert_eq(claimrow_decode(&env, v, &j), -CAIRN_ESTATE, "a shard being released");
+	shardmap_free(m);
 }
