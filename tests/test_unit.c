@@ -1,5 +1,5 @@
 /* test_unit.c - pure modules, no database: hashing, parsing, array literals, backoff,
- * the http built-in's address policy, claimed rows. */
+ * the http built-in's address policy, claimed rows, the worker endpoint's routes. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -14,6 +14,7 @@
 #include "netpolicy.h"
 #include "parse.h"
 #include "pgarr.h"
+#include "route.h"
 
 Test(hash, fnv1a64_matches_published_golden_values)
 {
@@ -550,4 +551,43 @@ Test(claimrow, a_row_the_claim_cannot_write_or_of_another_lease_is_refused)
 	job *j;
 	cr_assert_eq(claimrow_decode(&env, v, &j), -CAIRN_ESTATE, "a shard being released");
 	shardmap_free(m);
+}
+
+Test(route, each_request_gets_its_page_or_action_and_the_token_where_it_is_needed)
+{
+	route r;
+	route_request("GET", "/healthz", NULL, "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_HEALTHZ, "probes need no token");
+	route_request("HEAD", "/readyz", NULL, "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_READYZ);
+	route_request("GET", "/status", NULL, "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_UNAUTHORIZED);
+	route_request("GET", "/status", "Bearer secretx", "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_UNAUTHORIZED);
+	route_request("GET", "/metrics", "bearer secret", "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_METRICS, "the scheme's case does not matter");
+	route_request("GET", "/status", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_STATUS, "no token set: none needed");
+	route_request("GET", "/nope", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_NOT_FOUND);
+	route_request("DELETE", "/status", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_METHOD);
+	route_request("GET", "/signal/v1.abc", NULL, "secret", &r);
+	cr_assert(r.kind == ROUTE_SIGNAL && strcmp(r.arg, "v1.abc") == 0,
+	          "a signal link is its own credential");
+	route_request("POST", "/wake", "Bearer secret", "secret", &r);
+	cr_assert(r.kind == ROUTE_WAKE && !r.cancel && r.nruns == 0);
+	route_request("POST", "/wake/cancel/12,13", NULL, "", &r);
+	cr_assert(r.kind == ROUTE_WAKE && r.cancel && r.nruns == 2 && r.runs[0] == 12 &&
+	          r.runs[1] == 13);
+	route_request("POST", "/wake/1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST, "more than CAIRN_WAKE_RUNS ids");
+	route_request("POST", "/wakeup", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST);
+	route_request("POST", "/healthz", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST);
+	cr_assert_eq(route_poke("/members/0a1b", &r), 0);
+	cr_assert(r.kind == ROUTE_MEMBERS && strcmp(r.arg, "0a1b") == 0);
+	cr_assert_eq(route_poke("/members/0A1B", &r), -1);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST);
 }
