@@ -22,21 +22,19 @@
 #include "dispatch.h"
 
 #include <cjson/cJSON.h>
-#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "claimrow.h"
 #include "client.h"
 #include "clock.h"
 #include "commit.h"
 #include "db.h"
 #include "exec.h"
-#include "parse.h"
 #include "pgarr.h"
 
 #define SLOW_CLAIM_MS 20    /* a claim of one batch normally takes a few ms */
@@ -380,7 +378,8 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"         WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) " \
 	"  AS signals), "                                                                          \
 	"busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle AND $8::bool), "
-/* One row even when nothing was claimed (its run columns NULL). */
+/* One row even when nothing was claimed (its run columns NULL); its columns
+ * are claimrow.h's CLAIM_*, in that order. */
 #define CLAIM_SELECT                                                                               \
 	"SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "  \
 	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
@@ -438,106 +437,11 @@ static const char SQL_CLAIM_RUNS[] =
     "  SELECT r.start_at FROM cairn.runs r WHERE r.id = ANY ($9::bigint[]) AND r.start_at > now()) "
     "x) " CLAIM_SELECT;
 
-/* The claim's columns, in order. */
-enum {
-	CLAIM_ID,
-	CLAIM_GROUP,
-	CLAIM_SHARD,
-	CLAIM_EPOCH,
-	CLAIM_MSGS,
-	CLAIM_WORKFLOW,
-	CLAIM_STATUS,
-	CLAIM_INPUT,
-	CLAIM_ATTEMPT,
-	CLAIM_MAX_ATTEMPTS,
-	CLAIM_CANCEL,
-	CLAIM_SCHEDULED,
-	CLAIM_NOW,
-	CLAIM_CLAIMS,
-	CLAIM_JOURNAL_BYTES,
-	CLAIM_LAST_STEP, /* only for a run whose executions stopped poison_after times */
-	CLAIM_JOURNAL,
-	CLAIM_SIGNALS,
-	CLAIM_NEXT_DUE, /* ms until the next message is due; NULL: none */
-	CLAIM_MARKED,   /* the claim counted this execution (runs.claims) */
-};
-
-/* Parses "{1,2,3}"; the number of ids, or -CAIRN_ENOMEM. */
-static int parse_ids(const char *text, int64_t **out)
+/* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
+static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])
 {
-	int n = 1;
-	for (const char *p = text; *p; p++)
-		n += *p == ',';
-	*out = calloc((size_t)n, sizeof **out);
-	if (!*out)
-		return -CAIRN_ENOMEM;
-	int k = 0;
-	for (const char *p = text; *p && k < n;) {
-		while (*p && (*p < '0' || *p > '9'))
-			p++;
-		if (!*p)
-			break;
-		char *end;
-		(*out)[k++] = strtoll(p, &end, 10);
-		p = end;
-	}
-	return k;
-}
-
-/* Why a run comes without its journal or signals (over a cap); "" if not. */
-static void over_caps(dispatch *d, const PGresult *r, int i, job *j)
-{
-	int64_t bytes = db_get_i64(r, i, CLAIM_JOURNAL_BYTES);
-	if (bytes > d->limits.max_journal_bytes)
-		snprintf(j->load_error, sizeof j->load_error,
-		         "its journal is %" PRId64 " bytes stored; the limit (max_journal_bytes in "
-		         "cairn.settings) is %" PRId64,
-		         bytes, d->limits.max_journal_bytes);
-}
-
-/* Builds the job of one claimed row; NULL when the row is not ours (being
- * released, unknown group) or memory ran out (its messages bring it back). */
-static job *job_from_row(dispatch *d, const PGresult *r, int i, int64_t owner, int64_t mono)
-{
-	shardmap *map = d->env.map;
-	int group = shardmap_group_index(map, PQgetvalue(r, i, CLAIM_GROUP));
-	int shard = db_get_int(r, i, CLAIM_SHARD);
-	int64_t epoch = db_get_i64(r, i, CLAIM_EPOCH);
-	if (group < 0 || shardmap_epoch(map, group, shard) != epoch)
-		return NULL;
-	job *j = calloc(1, sizeof *j);
-	if (!j)
-		return NULL;
-	j->run_id = db_get_i64(r, i, CLAIM_ID);
-	j->group = group;
-	j->group_name = shardmap_group_name(map, group);
-	j->shard = shard;
-	j->owner = owner;
-	j->epoch = epoch;
-	j->nmsgs = parse_ids(PQgetvalue(r, i, CLAIM_MSGS), &j->msgs);
-	j->workflow = db_get_str(r, i, CLAIM_WORKFLOW);
-	int known = run_status_parse(PQgetvalue(r, i, CLAIM_STATUS), &j->status) == 0;
-	j->input = db_get_str(r, i, CLAIM_INPUT);
-	j->attempt = db_get_int(r, i, CLAIM_ATTEMPT);
-	j->max_attempts = db_get_int(r, i, CLAIM_MAX_ATTEMPTS);
-	j->cancel_requested = db_get_bool(r, i, CLAIM_CANCEL);
-	j->scheduled_ms = db_get_i64(r, i, CLAIM_SCHEDULED);
-	j->db_now_ms = db_get_i64(r, i, CLAIM_NOW);
-	j->marked = db_get_bool(r, i, CLAIM_MARKED);
-	j->claims = db_get_int(r, i, CLAIM_CLAIMS) - j->marked;
-	j->mono_at_load = mono;
-	over_caps(d, r, i, j);
-	j->last_step = db_get_str(r, i, CLAIM_LAST_STEP);
-	j->journal = db_get_str(r, i, CLAIM_JOURNAL);
-	j->signals = db_get_str(r, i, CLAIM_SIGNALS);
-	/* A value that could not be copied must not look like "no steps". */
-	if (!j->workflow || !known || j->nmsgs < 0 || !j->input ||
-	    (!j->journal && !PQgetisnull(r, i, CLAIM_JOURNAL)) ||
-	    (!j->signals && !PQgetisnull(r, i, CLAIM_SIGNALS))) {
-		job_free(j);
-		return NULL;
-	}
-	return j;
+	for (int c = 0; c < CLAIM_NCOLS; c++)
+		values[c] = PQgetisnull(r, i, c) ? NULL : PQgetvalue(r, i, c);
 }
 
 /* Puts j in flight and on the queue: 0, or -CAIRN_ENOMEM (j not taken). */
@@ -619,14 +523,22 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	d->plan_generic = generic;
 	int got = 0;
 	*next_due_ms = -1;
+	claimrow_env env = {.map = d->env.map,
+	                    .owner = owner,
+	                    .mono_at_load = mono,
+	                    .max_journal_bytes = d->limits.max_journal_bytes};
 	for (int i = 0; i < PQntuples(r); i++) {
-		if (!PQgetisnull(r, i, CLAIM_NEXT_DUE))
-			*next_due_ms = db_get_i64(r, i, CLAIM_NEXT_DUE);
-		if (PQgetisnull(r, i, CLAIM_ID))
+		const char *v[CLAIM_NCOLS];
+		row_values(r, i, v);
+		int64_t due = claimrow_next_due_ms(v);
+		if (due >= 0)
+			*next_due_ms = due;
+		if (!v[CLAIM_ID])
 			continue; /* nothing claimed: the row only says when to look again */
 		got++;
-		job *j = job_from_row(d, r, i, owner, mono);
-		if (j && queue_job(d, j) < 0)
+		/* A row not ours or refused: its messages bring the run back. */
+		job *j;
+		if (claimrow_decode(&env, v, &j) == 0 && queue_job(d, j) < 0)
 			job_free(j);
 	}
 	PQclear(r);

@@ -1,20 +1,21 @@
 /*
  * status.c - the worker's face to operators (DESIGN section 7): /healthz,
  * /readyz, /metrics (Prometheus text format 0.0.4) and /status (JSON),
- * GET and HEAD; and the wake relay's POSTs. Each page is built from the modules' read APIs (no
- * module's fields are read directly) and never touches the database.
+ * GET and HEAD; the wake relay's POSTs; and the signal links. route.c
+ * decides which a request asks for; each page is built from the modules'
+ * read APIs (no module's fields are read directly) and never touches the
+ * database.
  */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "client.h"
 #include "clock.h"
 #include "link.h"
+#include "route.h"
 #include "worker.h"
 
 static void healthz(cairn_worker *w, http_reply *r)
@@ -192,42 +193,21 @@ static void status_page(cairn_worker *w, http_reply *r)
  * worker would do anyway (a claim, a look at cancelled runs, a rebalance),
  * so a stray request costs a query at most.
  */
-int status_poke(cairn_worker *w, const char *path)
+static void poked(cairn_worker *w, const route *rt)
 {
-	static const char wake[] = "/wake", cancel[] = "/cancel", members[] = "/members/";
-	if (strncmp(path, wake, sizeof wake - 1) == 0) {
-		const char *p = path + sizeof wake - 1;
-		int is_cancel = strncmp(p, cancel, sizeof cancel - 1) == 0;
-		if (is_cancel)
-			p += sizeof cancel - 1;
-		int64_t runs[CAIRN_WAKE_RUNS];
-		int n = *p == '/' ? parse_id_list(p + 1, runs, CAIRN_WAKE_RUNS) : *p ? -1 : 0;
-		if (n < 0)
-			return -1;
-		dispatch_wake_runs(w->dispatch, is_cancel, runs, n);
-		return 0;
-	}
-	const char *fp = path + sizeof members - 1;
-	if (strncmp(path, members, sizeof members - 1) != 0 || strlen(fp) > 32 ||
-	    strspn(fp, "0123456789abcdef") != strlen(fp))
-		return -1;
-	worker_members_changed(w, fp);
-	return 0;
+	if (rt->kind == ROUTE_WAKE)
+		dispatch_wake_runs(w->dispatch, rt->cancel, rt->runs, rt->nruns);
+	else
+		worker_members_changed(w, rt->arg);
 }
 
-static void poke(cairn_worker *w, const char *path, http_reply *r)
+int status_poke(cairn_worker *w, const char *path)
 {
-	if (status_poke(w, path) == 0) {
-		r->status = 204;
-		return;
-	}
-	r->status = 405;
-	r->allow = "GET, HEAD";
-	buf_printf(&r->body,
-	           "method POST not allowed here: POST /wake or /wake/cancel, each optionally "
-	           "followed by /RUN,RUN,... (at most %d run ids), or /members/FINGERPRINT, or GET "
-	           "the other pages\n",
-	           CAIRN_WAKE_RUNS);
+	route rt;
+	if (route_poke(path, &rt) < 0)
+		return -1;
+	poked(w, &rt);
+	return 0;
 }
 
 /* A JSON reply {"error": why} (or, with id, {"run", "signal", "delivered"}). */
@@ -308,59 +288,48 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
 	}
 }
 
-/* With CAIRN_HTTP_TOKEN set, whether q carries "Authorization: Bearer
- * TOKEN" (compared in constant time). */
-static int authorized(const cairn_worker *w, const http_request *q)
-{
-	const char *token = w->cfg.http_token;
-	static const char bearer[] = "Bearer ";
-	if (!*token)
-		return 1;
-	const char *a = q->authorization;
-	if (!a || strncasecmp(a, bearer, sizeof bearer - 1) != 0)
-		return 0;
-	a += sizeof bearer - 1;
-	size_t n = strlen(token);
-	return strlen(a) == n && sodium_memcmp(a, token, n) == 0;
-}
-
-/*
- * Every page but /healthz and /readyz (which probes call without
- * credentials) and the signal links (their token is their credential) needs
- * the bearer token when CAIRN_HTTP_TOKEN is set: /status, /metrics and the
- * relay's POSTs (the relay sends it; every worker of a fleet has the same
- * token).
- */
+/* The request as route_request sees it (route.h says which page needs
+ * the bearer token), answered. */
 void status_handle(void *arg, const http_request *q, http_reply *r)
 {
 	cairn_worker *w = arg;
-	const char *method = q->method, *path = q->path;
-	static const char link[] = "/signal/";
-	int probe = strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
-	if (strncmp(path, link, sizeof link - 1) == 0) {
-		signal_link(w, q, path + sizeof link - 1, r);
-	} else if (!probe && !authorized(w, q)) {
+	route rt;
+	route_request(q->method, q->path, q->authorization, w->cfg.http_token, &rt);
+	switch (rt.kind) {
+	case ROUTE_SIGNAL: signal_link(w, q, rt.arg, r); break;
+	case ROUTE_UNAUTHORIZED:
 		r->status = 401;
 		r->bearer = 1;
 		buf_printf(&r->body,
 		           "%s needs \"Authorization: Bearer TOKEN\" with the worker's "
 		           "CAIRN_HTTP_TOKEN (only /healthz and /readyz do not)\n",
-		           path);
-	} else if (strcmp(method, "POST") == 0) {
-		poke(w, path, r);
-	} else if (strcmp(method, "HEAD") != 0 && strcmp(method, "GET") != 0) {
+		           q->path);
+		break;
+	case ROUTE_WAKE:
+	case ROUTE_MEMBERS:
+		poked(w, &rt);
+		r->status = 204;
+		break;
+	case ROUTE_BAD_POST:
+		r->status = 405;
+		r->allow = "GET, HEAD";
+		buf_printf(&r->body,
+		           "method POST not allowed here: POST /wake or /wake/cancel, each "
+		           "optionally followed by /RUN,RUN,... (at most %d run ids), or "
+		           "/members/FINGERPRINT, or GET the other pages\n",
+		           CAIRN_WAKE_RUNS);
+		break;
+	case ROUTE_BAD_METHOD:
 		r->status = 405;
 		r->allow = "GET, HEAD, POST";
-		buf_printf(&r->body, "method %s not allowed: use GET, HEAD or POST\n", method);
-	} else if (strcmp(path, "/healthz") == 0) {
-		healthz(w, r);
-	} else if (strcmp(path, "/readyz") == 0) {
-		readyz(w, r);
-	} else if (strcmp(path, "/metrics") == 0) {
-		metrics_page(w, r);
-	} else if (strcmp(path, "/status") == 0) {
-		status_page(w, r);
-	} else {
+		buf_printf(&r->body, "method %s not allowed: use GET, HEAD or POST\n", q->method);
+		break;
+	case ROUTE_HEALTHZ: healthz(w, r); break;
+	case ROUTE_READYZ: readyz(w, r); break;
+	case ROUTE_METRICS: metrics_page(w, r); break;
+	case ROUTE_STATUS: status_page(w, r); break;
+	case ROUTE_NOT_FOUND:
 		buf_puts(&r->body, "not found: try /healthz, /readyz, /metrics or /status\n");
+		break;
 	}
 }

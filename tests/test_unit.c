@@ -1,5 +1,5 @@
 /* test_unit.c - pure modules, no database: hashing, parsing, array literals, backoff,
- * the http built-in's address policy. */
+ * the http built-in's address policy, claimed rows, the worker endpoint's routes. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -10,11 +10,14 @@
 
 #include "backoff.h"
 #include "buf.h"
+#include "cairn.h"
+#include "claimrow.h"
 #include "hash.h"
 #include "link.h"
 #include "netpolicy.h"
 #include "parse.h"
 #include "pgarr.h"
+#include "route.h"
 #include "seal.h"
 
 Test(hash, fnv1a64_matches_published_golden_values)
@@ -560,4 +563,158 @@ Test(seal, a_value_opens_with_the_key_it_names_in_its_own_field_and_nowhere_else
 	buf_free(&out);
 	seal_keys_free(old);
 	seal_keys_free(both);
+}
+
+/* A runner owning shard 3 of "default" with epoch 4, and the row of run 42
+ * claimed there: its start, counted by the claim. */
+static shardmap *claim_map(void)
+{
+	char *const groups[] = {"default"};
+	shardmap *m;
+	cr_assert_eq(shardmap_new(groups, 1, &m), 0);
+	cr_assert_eq(shardmap_set_shards(m, 8), 0);
+	shardmap_acquired(m, 0, 3, 4);
+	return m;
+}
+
+static void claim_row(const char *v[CLAIM_NCOLS])
+{
+	static const char *const row[CLAIM_NCOLS] = {[CLAIM_ID] = "42",
+	                                             [CLAIM_GROUP] = "default",
+	                                             [CLAIM_SHARD] = "3",
+	                                             [CLAIM_EPOCH] = "4",
+	                                             [CLAIM_MSGS] = "{0,17}",
+	                                             [CLAIM_WORKFLOW] = "order",
+	                                             [CLAIM_STATUS] = "running",
+	                                             [CLAIM_INPUT] = "{\"id\": 7}",
+	                                             [CLAIM_ATTEMPT] = "1",
+	                                             [CLAIM_MAX_ATTEMPTS] = "3",
+	                                             [CLAIM_CANCEL] = "f",
+	                                             [CLAIM_SCHEDULED] = "1764763292000",
+	                                             [CLAIM_NOW] = "1764763292417",
+	                                             [CLAIM_CLAIMS] = "1",
+	                                             [CLAIM_JOURNAL_BYTES] = "0",
+	                                             [CLAIM_MARKED] = "t"};
+	memcpy(v, row, sizeof row);
+}
+
+Test(claimrow, a_claimed_row_decodes_into_the_job_of_its_run)
+{
+	shardmap *m = claim_map();
+	claimrow_env env = {.map = m, .owner = 11, .mono_at_load = 5000, .max_journal_bytes = 100};
+	const char *v[CLAIM_NCOLS];
+	claim_row(v);
+	job *j;
+	cr_assert_eq(claimrow_decode(&env, v, &j), 0);
+	cr_assert_eq(j->run_id, 42);
+	cr_assert_str_eq(j->group_name, "default");
+	cr_assert(j->group == 0 && j->shard == 3 && j->epoch == 4 && j->owner == 11);
+	cr_assert(j->nmsgs == 2 && j->msgs[0] == MSG_START_ID && j->msgs[1] == 17);
+	cr_assert_str_eq(j->workflow, "order");
+	cr_assert_str_eq(j->input, "{\"id\": 7}");
+	cr_assert_eq(j->status, RUN_RUNNING);
+	cr_assert(j->attempt == 1 && j->max_attempts == 3 && !j->cancel_requested);
+	cr_assert(j->scheduled_ms == 1764763292000 && j->db_now_ms == 1764763292417);
+	cr_assert(j->marked && j->claims == 0, "the claim's own count is not an earlier stop");
+	cr_assert(!j->journal && !j->signals && !j->last_step && !j->load_error[0]);
+	job_free(j);
+	v[CLAIM_JOURNAL_BYTES] = "101";
+	cr_assert_eq(claimrow_decode(&env, v, &j), 0);
+	cr_assert(strstr(j->load_error, "101 bytes"), "%s", j->load_error);
+	job_free(j);
+	cr_assert_eq(claimrow_next_due_ms(v), -1, "NULL: nothing due later");
+	v[CLAIM_NEXT_DUE] = "250";
+	cr_assert_eq(claimrow_next_due_ms(v), 250);
+	v[CLAIM_NEXT_DUE] = "soon";
+	cr_assert_eq(claimrow_next_due_ms(v), -1);
+	shardmap_free(m);
+}
+
+Test(claimrow, a_row_the_claim_cannot_write_or_of_another_lease_is_refused)
+{
+	shardmap *m = claim_map();
+	claimrow_env env = {.map = m, .owner = 11, .max_journal_bytes = 100};
+	static const struct {
+		int col;
+		const char *value;
+		int rc;
+	} bad[] = {
+	    {CLAIM_ID, "0", -CAIRN_EINVAL},
+	    {CLAIM_ID, "42x", -CAIRN_EINVAL},
+	    {CLAIM_ID, NULL, -CAIRN_EINVAL},
+	    {CLAIM_GROUP, "billing", -CAIRN_ESTATE},
+	    {CLAIM_SHARD, "4", -CAIRN_ESTATE},
+	    {CLAIM_SHARD, "4294967299", -CAIRN_EINVAL},
+	    {CLAIM_EPOCH, "5", -CAIRN_ESTATE},
+	    {CLAIM_EPOCH, "0", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{}", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{1,,2}", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{-1}", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "1,2", -CAIRN_EINVAL},
+	    {CLAIM_MSGS, "{1,2} ", -CAIRN_EINVAL},
+	    {CLAIM_STATUS, "Running", -CAIRN_EINVAL},
+	    {CLAIM_WORKFLOW, NULL, -CAIRN_EINVAL},
+	    {CLAIM_ATTEMPT, "-1", -CAIRN_EINVAL},
+	    {CLAIM_MAX_ATTEMPTS, "0", -CAIRN_EINVAL},
+	    {CLAIM_ATTEMPT, "2147483648", -CAIRN_EINVAL},
+	    {CLAIM_CANCEL, "true", -CAIRN_EINVAL},
+	    {CLAIM_SCHEDULED, "-9223372036854775808", -CAIRN_EINVAL},
+	    {CLAIM_NOW, "", -CAIRN_EINVAL},
+	    {CLAIM_CLAIMS, "0", -CAIRN_EINVAL}, /* marked, so counted at least once */
+	    {CLAIM_MARKED, NULL, -CAIRN_EINVAL},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *v[CLAIM_NCOLS];
+		claim_row(v);
+		v[bad[i].col] = bad[i].value;
+		job *j = NULL;
+		cr_assert_eq(claimrow_decode(&env, v, &j), bad[i].rc, "column %d = %s", bad[i].col,
+		             bad[i].value ? bad[i].value : "NULL");
+		cr_assert_null(j);
+	}
+	shardmap_releasing(m, 0, 3);
+	const char *v[CLAIM_NCOLS];
+	claim_row(v);
+	job *j;
+	cr_assert_eq(claimrow_decode(&env, v, &j), -CAIRN_ESTATE, "a shard being released");
+	shardmap_free(m);
+}
+
+Test(route, each_request_gets_its_page_or_action_and_the_token_where_it_is_needed)
+{
+	route r;
+	route_request("GET", "/healthz", NULL, "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_HEALTHZ, "probes need no token");
+	route_request("HEAD", "/readyz", NULL, "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_READYZ);
+	route_request("GET", "/status", NULL, "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_UNAUTHORIZED);
+	route_request("GET", "/status", "Bearer secretx", "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_UNAUTHORIZED);
+	route_request("GET", "/metrics", "bearer secret", "secret", &r);
+	cr_assert_eq(r.kind, ROUTE_METRICS, "the scheme's case does not matter");
+	route_request("GET", "/status", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_STATUS, "no token set: none needed");
+	route_request("GET", "/nope", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_NOT_FOUND);
+	route_request("DELETE", "/status", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_METHOD);
+	route_request("GET", "/signal/v1.abc", NULL, "secret", &r);
+	cr_assert(r.kind == ROUTE_SIGNAL && strcmp(r.arg, "v1.abc") == 0,
+	          "a signal link is its own credential");
+	route_request("POST", "/wake", "Bearer secret", "secret", &r);
+	cr_assert(r.kind == ROUTE_WAKE && !r.cancel && r.nruns == 0);
+	route_request("POST", "/wake/cancel/12,13", NULL, "", &r);
+	cr_assert(r.kind == ROUTE_WAKE && r.cancel && r.nruns == 2 && r.runs[0] == 12 &&
+	          r.runs[1] == 13);
+	route_request("POST", "/wake/1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST, "more than CAIRN_WAKE_RUNS ids");
+	route_request("POST", "/wakeup", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST);
+	route_request("POST", "/healthz", NULL, "", &r);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST);
+	cr_assert_eq(route_poke("/members/0a1b", &r), 0);
+	cr_assert(r.kind == ROUTE_MEMBERS && strcmp(r.arg, "0a1b") == 0);
+	cr_assert_eq(route_poke("/members/0A1B", &r), -1);
+	cr_assert_eq(r.kind, ROUTE_BAD_POST);
 }

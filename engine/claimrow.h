@@ -1,0 +1,64 @@
+/*
+ * claimrow.h - one row of the poller's claim (dispatch.c) decoded into a
+ * job (exec.h). The row is text from the database, which whoever can write
+ * to the cairn schema controls: each column is taken as the claim writes it
+ * (a decimal integer in its column's range, "t" or "f", a known run status,
+ * the message ids as "{1,2,3}") or the row is refused, and then the run's
+ * messages bring it back to a later claim. Pure: no database, no locks, no
+ * log, so any row is fuzzed (tests/fuzz/fuzz_claim.c).
+ *
+ * Owns: nothing; the job it returns is the caller's (job_free).
+ */
+#ifndef CAIRN_CLAIMROW_H
+#define CAIRN_CLAIMROW_H
+#include <stdint.h>
+
+#include "exec.h"
+#include "shardmap.h"
+
+/* The claim's columns, in the order of dispatch.c's CLAIM_SELECT. */
+enum {
+	CLAIM_ID,
+	CLAIM_GROUP,
+	CLAIM_SHARD,
+	CLAIM_EPOCH,
+	CLAIM_MSGS,
+	CLAIM_WORKFLOW,
+	CLAIM_STATUS,
+	CLAIM_INPUT,
+	CLAIM_ATTEMPT,
+	CLAIM_MAX_ATTEMPTS,
+	CLAIM_CANCEL,
+	CLAIM_SCHEDULED,
+	CLAIM_NOW,
+	CLAIM_CLAIMS,
+	CLAIM_JOURNAL_BYTES,
+	CLAIM_LAST_STEP, /* only for a run whose executions stopped poison_after times */
+	CLAIM_JOURNAL,
+	CLAIM_SIGNALS,
+	CLAIM_NEXT_DUE, /* ms until the next message is due; NULL: none */
+	CLAIM_MARKED,   /* the claim counted this execution (runs.claims) */
+	CLAIM_NCOLS
+};
+
+/* What a row is decoded against. */
+typedef struct claimrow_env {
+	const shardmap *map;       /* the runner's shards and their epochs */
+	int64_t owner;             /* the runner id the claim was made under */
+	int64_t mono_at_load;      /* monotonic ms when the claim was sent */
+	int64_t max_journal_bytes; /* cairn.settings: a larger journal does not come */
+} claimrow_env;
+
+/*
+ * Decodes one row (values[CLAIM_NCOLS], NULL for SQL NULL) into a new job:
+ * 0 with *out; -CAIRN_ESTATE when the row is not this runner's (a group not
+ * served here, a shard not owned with the row's epoch: being released);
+ * -CAIRN_EINVAL when a column is not what the claim writes; -CAIRN_ENOMEM.
+ * *out is NULL unless 0.
+ */
+int claimrow_decode(const claimrow_env *env, const char *const *values, job **out);
+
+/* The row's CLAIM_NEXT_DUE: ms until the next message is due, or -1 when
+ * none is (NULL) or the value is not a number of ms in range. */
+int64_t claimrow_next_due_ms(const char *const *values);
+#endif
