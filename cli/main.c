@@ -36,6 +36,7 @@ static const char USAGE[] =
     "  retry        re-drive a failed or cancelled run\n"
     "  status       show a run and its journal\n"
     "  result       print a run's output (--wait to wait for it)\n"
+    "  event        print an event a run published (--wait to wait for it)\n"
     "  list         list runs\n"
     "  runners      list the registered runners and whether they are live\n"
     "  shards       show the owner and epoch of each shard\n"
@@ -583,7 +584,7 @@ static int cmd_status(int argc, char **argv)
 	    "usage: cairn status RUN [--json]\n"
 	    "\n"
 	    "Shows RUN: workflow, key, shard, status, attempts, timestamps, input,\n"
-	    "output or error, and its journal so far.\n"
+	    "output or error, its parent and children, and its journal so far.\n"
 	    "\n"
 	    "  --json            print one JSON document\n" COMMON_HELP;
 	cli_opt opts[] = {{"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
@@ -605,6 +606,18 @@ static int cmd_status(int argc, char **argv)
 		code = cli_fail("status", c, rc, NULL);
 	} else if (cli_has(&a, "json")) {
 		cJSON *o = run_json(r);
+		if (r->parent_id)
+			cJSON_AddNumberToObject(o, "parent", (double)r->parent_id);
+		else
+			cJSON_AddNullToObject(o, "parent");
+		cJSON *kids = cJSON_AddArrayToObject(o, "children");
+		for (size_t i = 0; i < r->nchildren; i++) {
+			cJSON *k = cJSON_CreateObject();
+			cJSON_AddNumberToObject(k, "id", (double)r->children[i].id);
+			cJSON_AddStringToObject(k, "workflow", r->children[i].workflow);
+			cJSON_AddStringToObject(k, "status", r->children[i].status);
+			cJSON_AddItemToArray(kids, k);
+		}
 		cJSON *steps = cJSON_AddArrayToObject(o, "journal");
 		for (size_t i = 0; i < r->nsteps; i++) {
 			const cairn_step_info *s = &r->steps[i];
@@ -658,6 +671,11 @@ static int cmd_status(int argc, char **argv)
 		if (r->error || (r->locked & CAIRN_LOCKED_ERROR))
 			printf("  error      %s\n",
 			       cli_shown(r->error, r->locked, CAIRN_LOCKED_ERROR, key, shown));
+		if (r->parent_id)
+			printf("  parent     %" PRId64 "\n", r->parent_id);
+		for (size_t i = 0; i < r->nchildren; i++)
+			printf("  %-10s %" PRId64 " %s %s\n", i ? "" : "children",
+			       r->children[i].id, r->children[i].workflow, r->children[i].status);
 		print_journal_text(r);
 	}
 	cairn_run_free(r);
@@ -1054,6 +1072,60 @@ static int cmd_shards(int argc, char **argv)
 	return code;
 }
 
+static int cmd_event(int argc, char **argv)
+{
+	static const char help[] =
+	    "usage: cairn event RUN KEY [--wait] [--timeout D] [--changed-from JSON] [--json]\n"
+	    "\n"
+	    "Prints the JSON value RUN published under KEY (cairn_set_event): the\n"
+	    "latest one. Without one yet, exits 3, or with --wait waits for it (woken\n"
+	    "by notification) and exits 4 after the timeout.\n"
+	    "\n"
+	    "  --wait            wait until the run publishes the event\n"
+	    "  --timeout D       with --wait: give up after D (default 30s)\n"
+	    "  --changed-from J  with --wait: wait for a value other than J (to follow\n"
+	    "                    progress: pass the value printed last)\n"
+	    "  --json            print {\"run\", \"key\", \"value\"}\n" COMMON_HELP;
+	cli_opt opts[] = {{"wait", 0, 0}, {"timeout", 1, 0}, {"changed-from", 1, 0},
+	                  {"json", 0, 0}, {"db", 1, 0},      {"help", 0, 0}};
+	cli_args a = {opts, 6, {0}, 0};
+	if (cli_parse("event", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 2)
+		return cli_error("event", EXIT_USAGE, "expected RUN and KEY (see --help)");
+	char err[PARSE_ERR_MAX];
+	int64_t timeout_ms = 30000;
+	if (cli_has(&a, "timeout") &&
+	    parse_duration_ms(cli_get(&a, "timeout"), &timeout_ms, err) < 0)
+		return cli_error("event", EXIT_USAGE, "--timeout: %s", err);
+	cairn_client *c;
+	int64_t id;
+	int code = open_and_resolve("event", &a, &c, &id);
+	if (code)
+		return code;
+	char *value;
+	int rc = cairn_event_get(c, id, a.pos[1], cli_has(&a, "wait") ? timeout_ms : 0,
+	                         cli_get(&a, "changed-from"), &value);
+	const cli_field fields[] = {
+	    {"key", "KEY", NULL}, {"changed_from", "--changed-from", NULL}, {NULL, NULL, NULL}};
+	if (rc) {
+		code = cli_fail("event", c, rc, fields);
+	} else if (cli_has(&a, "json")) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "run", (double)id);
+		cJSON_AddStringToObject(o, "key", a.pos[1]);
+		cli_json_add_raw(o, "value", value);
+		cli_print_json(o);
+	} else {
+		printf("%s\n", value);
+	}
+	free(value);
+	cairn_client_free(c);
+	return code;
+}
+
 /* ------------------------------------------------------------- reencrypt */
 
 /* The progress bar, redrawn on stderr after every batch (only on a terminal). */
@@ -1074,13 +1146,13 @@ static int cmd_reencrypt(int argc, char **argv)
 	    "usage: cairn reencrypt [--batch N] [--json]\n"
 	    "\n"
 	    "Rewrites every stored payload (run inputs, outputs and errors, step results\n"
-	    "and errors, signal payloads) that is plaintext or encrypted with an older key\n"
-	    "under the current key: the first of CAIRN_ENCRYPTION_KEYS (or of the file\n"
-	    "CAIRN_ENCRYPTION_KEYS_FILE names). Keep the older keys listed after it until\n"
-	    "this reports nothing left under them. Workers may run meanwhile: a value one\n"
-	    "writes during the pass is never overwritten. A progress bar is drawn on a\n"
-	    "terminal. Exits 1 when values were left under keys it does not have or do not\n"
-	    "decrypt.\n"
+	    "and errors, signal payloads, event values) that is plaintext or encrypted\n"
+	    "with an older key under the current key: the first of CAIRN_ENCRYPTION_KEYS\n"
+	    "(or of the file CAIRN_ENCRYPTION_KEYS_FILE names). Keep the older keys\n"
+	    "listed after it until this reports nothing left under them. Workers may run\n"
+	    "meanwhile: a value one writes during the pass is never overwritten. A\n"
+	    "progress bar is drawn on a terminal. Exits 1 when values were left under\n"
+	    "keys it does not have or do not decrypt.\n"
 	    "\n"
 	    "  --batch N         rows per transaction (1-100000; default 500)\n"
 	    "  --json            print the counts as JSON\n" COMMON_HELP;
@@ -1150,7 +1222,8 @@ int main(int argc, char **argv)
 	            {"cancel", cmd_cancel},   {"retry", cmd_retry},
 	            {"status", cmd_status},   {"result", cmd_result},
 	            {"list", cmd_list},       {"runners", cmd_runners},
-	            {"shards", cmd_shards},   {"reencrypt", cmd_reencrypt}};
+	            {"shards", cmd_shards},   {"reencrypt", cmd_reencrypt},
+	            {"event", cmd_event}};
 	if (argc < 2) {
 		fputs(USAGE, stderr);
 		return EXIT_USAGE;
@@ -1169,8 +1242,8 @@ int main(int argc, char **argv)
 			return cmds[i].fn(argc - 2, argv + 2);
 	fprintf(stderr,
 	        "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
-	        "signal-link, cancel, retry, status, result, list, runners, shards, reencrypt "
-	        "(see cairn --help)\n",
+	        "signal-link, cancel, retry, status, result, event, list, runners, shards, "
+	        "reencrypt (see cairn --help)\n",
 	        argv[1]);
 	return EXIT_USAGE;
 }

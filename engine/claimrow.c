@@ -96,7 +96,8 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	          bool_col(v, CLAIM_MARKED, &marked) < 0 ||
 	          /* a marked execution is counted in runs.claims already */
 	          int_col(v, CLAIM_CLAIMS, marked, INT_MAX, &claims) < 0 ||
-	          int_col(v, CLAIM_JOURNAL_BYTES, 0, INT64_MAX, &bytes) < 0;
+	          int_col(v, CLAIM_JOURNAL_BYTES, 0, INT64_MAX, &bytes) < 0 ||
+	          (v[CLAIM_PARENT] && int_col(v, CLAIM_PARENT, 1, INT64_MAX, &j->parent_id) < 0);
 	int rc = bad ? -CAIRN_EINVAL : 0;
 	if (!rc && (j->nmsgs = msgs_col(v[CLAIM_MSGS], &j->msgs)) < 0)
 		rc = j->nmsgs;

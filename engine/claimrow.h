@@ -38,6 +38,7 @@ enum {
 	CLAIM_SIGNALS,
 	CLAIM_NEXT_DUE, /* ms until the next message is due; NULL: none */
 	CLAIM_MARKED,   /* the claim counted this execution (runs.claims) */
+	CLAIM_PARENT,   /* the run that started it as a child; NULL: none */
 	CLAIM_NCOLS
 };
 

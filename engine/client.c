@@ -9,6 +9,7 @@
  */
 #include "client.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -292,8 +293,8 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
 static const db_stmt ST_ENQUEUE = {
     "cairn_enqueue",
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
-    "                             scheduled_at, start_at) "
-    "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, t.at "
+    "                             scheduled_at, start_at, parent_id) "
+    "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, t.at, $9::bigint "
     "FROM (SELECT " START_ONE " AS at) t "
     "ON CONFLICT (workflow, key) DO NOTHING "
     "RETURNING r.id, false, r.status, NULL::text, NULL::text"};
@@ -476,10 +477,11 @@ static int raced(cairn_client *c)
  * the read sees that run, unless it was deleted in between: then the key
  * is free again, and the INSERT is tried once more. */
 static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
-                       const char *key, int shards, int want_result, cairn_enqueued *out)
+                       const char *key, int shards, int want_result, int64_t parent,
+                       cairn_enqueued *out)
 {
 	const char *group = o->group ? o->group : CAIRN_DEFAULT_GROUP;
-	char shard[24], maxa[24], delay[24], at[24];
+	char shard[24], maxa[24], delay[24], at[24], par[24];
 	buf sealed = BUF_INIT;
 	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
 	if (!input) {
@@ -493,13 +495,14 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   input,
 	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
 	                   db_i64(delay, o->delay_ms),
-	                   o->at_unix_ms ? db_i64(at, o->at_unix_ms) : NULL};
+	                   o->at_unix_ms ? db_i64(at, o->at_unix_ms) : NULL,
+	                   parent ? db_i64(par, parent) : NULL};
 	const char *wake[] = {group, shard, "", workflow, key};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &ST_ENQUEUE, 8, p, &ST_WAKE_SHARD, 5, wake);
+		PGresult *r = exec_then(c, &ST_ENQUEUE, 9, p, &ST_WAKE_SHARD, 5, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing) {
 			rc = r ? rc : client_db_fail(c);
 			break;
@@ -517,7 +520,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 /* cairn_enqueue_batch, and with want_result also each existing finished
  * run's output and error (cairn_enqueue). */
 static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
-                   cairn_enqueued *out, int want_result)
+                   cairn_enqueued *out, int want_result, int64_t parent)
 {
 	if (n == 0)
 		return CAIRN_OK;
@@ -539,7 +542,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		if (!opts[0].key)
 			random_key(gen);
 		return enqueue_one(c, workflow, &opts[0], opts[0].key ? opts[0].key : gen, shards,
-		                   want_result, out);
+		                   want_result, parent, out);
 	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT;
@@ -611,7 +614,7 @@ int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
 	/* out[i] may be uninitialised: give enqueue() NULLs to clear. */
 	for (size_t i = 0; i < n && n <= 100000; i++)
 		out[i].output = out[i].error = NULL;
-	return enqueue(c, workflow, n, opts, out, 0);
+	return enqueue(c, workflow, n, opts, out, 0, 0);
 }
 
 int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
@@ -619,7 +622,14 @@ int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opt
 {
 	cairn_enqueue_opts none = {0};
 	*out = (cairn_enqueued){0};
-	return enqueue(c, workflow, 1, opts ? opts : &none, out, 1);
+	return enqueue(c, workflow, 1, opts ? opts : &none, out, 1, 0);
+}
+
+int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
+                         int64_t parent, cairn_enqueued *out)
+{
+	*out = (cairn_enqueued){0};
+	return enqueue(c, workflow, 1, o, out, 0, parent);
 }
 
 void cairn_enqueued_clear(cairn_enqueued *e)
@@ -696,11 +706,11 @@ static const char SQL_SIGNAL[] =
     "SELECT done OR pending >= $4 OR NOT EXISTS (SELECT 1 FROM ok), "
     "       (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
     "       CASE WHEN $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.signal_links "
-    "                  WHERE nonce = $5) THEN 'this link was used already' "
+    "                  WHERE nonce = $5) THEN '" CLIENT_NONCE_USED "' "
     "            WHEN done THEN 'it has already finished' "
     "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; the "
     "limit (max_pending_signals in cairn.settings) is ' || $4 "
-    "            ELSE 'this link was used already' END "
+    "            ELSE '" CLIENT_NONCE_USED "' END "
     "FROM r";
 
 /* Runs a statement whose first row's first column is "run already finished",
@@ -819,7 +829,7 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 #define RUN_COLS                                                                                   \
 	"id, workflow, key, shard_group, shard, status, attempt, max_attempts, cancel_requested, " \
 	"input::text, output::text, error, " MS("created_at") ", " MS("scheduled_at") ", " MS(     \
-	    "started_at") ", " MS("updated_at") ", " MS("finished_at")
+	    "started_at") ", " MS("updated_at") ", " MS("finished_at") ", parent_id"
 
 static void run_from_row(cairn_run *run, const PGresult *r, int i)
 {
@@ -840,6 +850,7 @@ static void run_from_row(cairn_run *run, const PGresult *r, int i)
 	run->started_unix_ms = db_get_i64(r, i, 14);
 	run->updated_unix_ms = db_get_i64(r, i, 15);
 	run->finished_unix_ms = db_get_i64(r, i, 16);
+	run->parent_id = db_get_i64(r, i, 17);
 }
 
 /* Decrypts what run_from_row read. */
@@ -874,6 +885,11 @@ static void run_clear(cairn_run *run)
 		free(s->error);
 	}
 	free(run->steps);
+	for (size_t i = 0; i < run->nchildren; i++) {
+		free(run->children[i].workflow);
+		free(run->children[i].status);
+	}
+	free(run->children);
 }
 
 void cairn_run_free(cairn_run *run)
@@ -882,6 +898,30 @@ void cairn_run_free(cairn_run *run)
 		return;
 	run_clear(run);
 	free(run);
+}
+
+/* The run's children (p: its id), into run. */
+static int read_children(cairn_client *c, cairn_run *run, const char *const *p)
+{
+	PGresult *r = db_exec(c->conn, &c->err,
+	                      "SELECT id, workflow, status FROM cairn.runs WHERE parent_id = $1 "
+	                      "ORDER BY id",
+	                      1, p);
+	if (!r)
+		return client_db_fail(c);
+	size_t n = (size_t)PQntuples(r);
+	run->children = n ? calloc(n, sizeof *run->children) : NULL;
+	int oom = n && !run->children;
+	for (size_t i = 0; i < n && !oom; i++) {
+		cairn_child_info *k = &run->children[i];
+		k->id = db_get_i64(r, (int)i, 0);
+		k->workflow = db_get_str(r, (int)i, 1);
+		k->status = db_get_str(r, (int)i, 2);
+		run->nchildren = i + 1;
+		oom = !k->workflow || !k->status;
+	}
+	PQclear(r);
+	return oom ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the children") : CAIRN_OK;
 }
 
 int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
@@ -945,6 +985,8 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 			                   &s->locked, s->locked_key, "a step's error");
 	}
 	PQclear(r);
+	if (!rc)
+		rc = read_children(c, run, p);
 	if (rc) {
 		cairn_run_free(run);
 		return rc;
@@ -1026,40 +1068,35 @@ void cairn_run_list_free(cairn_run *runs, size_t n)
  * on whichever server session ran it (and the UNLISTEN go to another), so
  * it polls with a short backoff instead.
  */
-int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
+/*
+ * Calls check(c, arg) until it says done (1: CAIRN_OK) or fails (< 0: its
+ * CAIRN_* code negated) or timeout_ms passes (CAIRN_ETIMEOUT, "what did not
+ * happen in time"), woken by notifications on channel with a polling
+ * fallback (1 s), or through a pooler by a backoff.
+ */
+static int wait_for(cairn_client *c, const char *channel, int (*check)(cairn_client *, void *),
+                    void *arg, int64_t timeout_ms, const char *what)
 {
 	int pooled = db_behind_pooler(c->conn, &c->err);
 	if (pooled < 0)
 		return client_db_fail(c);
-	if (!pooled && db_cmd(c->conn, &c->err, "LISTEN " CAIRN_DONE_CHANNEL, 0, NULL) < 0)
+	char listen[64], unlisten[80];
+	snprintf(listen, sizeof listen, "LISTEN %s", channel);
+	snprintf(unlisten, sizeof unlisten, "UN%s", listen);
+	if (!pooled && db_cmd(c->conn, &c->err, listen, 0, NULL) < 0)
 		return client_db_fail(c);
 	int64_t backoff = WAIT_POLL_FIRST_MS;
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, id)};
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : clock_mono_ms() + timeout_ms;
 	int rc;
 	for (;;) {
-		PGresult *r =
-		    db_exec(c->conn, &c->err,
-		            "SELECT finished_at IS NOT NULL FROM cairn.runs WHERE id = $1", 1, p);
-		if (!r) {
-			rc = client_db_fail(c);
-			break;
-		}
-		int found = PQntuples(r) == 1, done = found && db_get_bool(r, 0, 0);
-		PQclear(r);
-		if (!found) {
-			rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", id);
-			break;
-		}
-		if (done) {
-			rc = CAIRN_OK;
+		int got = check(c, arg);
+		if (got) {
+			rc = got > 0 ? CAIRN_OK : -got;
 			break;
 		}
 		int64_t left = deadline - clock_mono_ms();
 		if (left <= 0) {
-			rc = client_fail(c, CAIRN_ETIMEOUT,
-			                 "run %" PRId64 " did not finish in time", id);
+			rc = client_fail(c, CAIRN_ETIMEOUT, "%s in time", what);
 			break;
 		}
 		/* Sleep until a notification or 1 s (the polling fallback), or,
@@ -1074,8 +1111,7 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 			pfd.fd = -1; /* nothing to hear: just sleep */
 		}
 		if (poll(&pfd, 1, wait) < 0 && errno != EINTR) {
-			rc = client_fail(c, CAIRN_EDB, "waiting for run %" PRId64 ": %s", id,
-			                 strerror(errno));
+			rc = client_fail(c, CAIRN_EDB, "%s: waiting: %s", what, strerror(errno));
 			break;
 		}
 		PQconsumeInput(c->conn);
@@ -1084,7 +1120,115 @@ int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
 			PQfreemem(nt);
 	}
 	if (!pooled)
-		db_cmd(c->conn, NULL, "UNLISTEN " CAIRN_DONE_CHANNEL, 0, NULL);
+		db_cmd(c->conn, NULL, unlisten, 0, NULL);
+	return rc;
+}
+
+static int run_finished(cairn_client *c, void *arg)
+{
+	int64_t id = *(int64_t *)arg;
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, id)};
+	PGresult *r = db_exec(c->conn, &c->err,
+	                      "SELECT finished_at IS NOT NULL FROM cairn.runs WHERE id = $1", 1, p);
+	if (!r)
+		return -client_db_fail(c);
+	int found = PQntuples(r) == 1, done = found && db_get_bool(r, 0, 0);
+	PQclear(r);
+	if (!found)
+		return -client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", id);
+	return done;
+}
+
+int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms)
+{
+	char what[64];
+	snprintf(what, sizeof what, "run %" PRId64 " did not finish", id);
+	return wait_for(c, CAIRN_DONE_CHANNEL, run_finished, &id, timeout_ms, what);
+}
+
+/* Whether two JSON texts hold the same value. */
+static int json_equal(const char *a, const char *b)
+{
+	cJSON *x = cJSON_Parse(a), *y = cJSON_Parse(b);
+	int same = x && y && cJSON_Compare(x, y, 1);
+	cJSON_Delete(x);
+	cJSON_Delete(y);
+	return same;
+}
+
+typedef struct event_ask {
+	int64_t run;
+	const char *key, *changed_from;
+	char *value;
+} event_ask;
+
+static int event_there(cairn_client *c, void *arg)
+{
+	event_ask *a = arg;
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, a->run), a->key};
+	PGresult *r =
+	    db_exec(c->conn, &c->err,
+	            "SELECT e.value::text, r.id FROM cairn.runs r LEFT JOIN cairn.events e "
+	            "ON e.run_id = r.id AND e.key = $2 WHERE r.id = $1",
+	            2, p);
+	if (!r)
+		return -client_db_fail(c);
+	int found = PQntuples(r) == 1;
+	char *v = found ? db_get_str(r, 0, 0) : NULL;
+	int null = !found || PQgetisnull(r, 0, 0);
+	PQclear(r);
+	if (!found)
+		return -client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", a->run);
+	if (null)
+		return 0;
+	unsigned locked = 0;
+	char key[SEAL_ID_MAX + 1];
+	int rc = v ? client_unseal(c, SEAL_EVENT_VALUE, &v, 1, &locked, key, "the event's value")
+	           : client_fail(c, CAIRN_ENOMEM, "out of memory reading the event");
+	if (!rc && locked)
+		rc = client_fail(c, CAIRN_ESTATE,
+		                 "event \"%s\" of run %" PRId64 " is encrypted (key %s), which is "
+		                 "not among CAIRN_ENCRYPTION_KEYS",
+		                 a->key, a->run, key);
+	if (rc) {
+		free(v);
+		return -rc;
+	}
+	if (a->changed_from && json_equal(v, a->changed_from)) {
+		free(v);
+		return 0;
+	}
+	a->value = v;
+	return 1;
+}
+
+int cairn_event_get(cairn_client *c, int64_t run_id, const char *key, int64_t timeout_ms,
+                    const char *changed_from, char **value)
+{
+	*value = NULL;
+	char err[PARSE_ERR_MAX];
+	if (parse_check_name("event key", key, err) < 0)
+		return client_invalid(c, "key", "%s", err);
+	if (changed_from && parse_check_json("changed_from", changed_from, c->max_payload, err) < 0)
+		return client_invalid(c, "changed_from", "%s", err);
+	event_ask a = {.run = run_id, .key = key, .changed_from = changed_from};
+	int rc;
+	if (timeout_ms == 0) {
+		int got = event_there(c, &a);
+		rc = got > 0   ? CAIRN_OK
+		     : got < 0 ? -got
+		               : client_fail(c, CAIRN_ENOTFOUND,
+		                             "run %" PRId64 " has no event \"%s\"%s", run_id, key,
+		                             changed_from ? " other than the value given" : "");
+	} else {
+		char what[192];
+		snprintf(what, sizeof what, "run %" PRId64 " published no event \"%s\"%s", run_id,
+		         key, changed_from ? " that differs from the value given" : "");
+		rc = wait_for(c, CAIRN_EVENT_CHANNEL, event_there, &a, timeout_ms, what);
+	}
+	*value = a.value;
 	return rc;
 }
 

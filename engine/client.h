@@ -24,6 +24,8 @@
 #define CAIRN_WAKE_RUNS       16
 #define CAIRN_MEMBERS_CHANNEL "cairn_members"
 #define CAIRN_DONE_CHANNEL    "cairn_done"
+/* A run published an event (payload: its id). */
+#define CAIRN_EVENT_CHANNEL "cairn_event"
 
 /* Adds run to the set runs[0..*n) of at most CAIRN_WAKE_RUNS ids, once: 0,
  * or -1 when it is not there and the set is full (the wake-up is then for
@@ -77,6 +79,12 @@ int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, unsigne
                   char *key, const char *what);
 /* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
+/* What client_signal_once says of a nonce used before. */
+#define CLIENT_NONCE_USED "this link was used already"
+/* cairn_enqueue of one run as a child of parent (0: none), whose end then
+ * signals the parent (exec.h, EXEC_CHILD_SIGNAL). */
+int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
+                         int64_t parent, cairn_enqueued *out);
 /* cairn_signal, and with nonce (a signal link used once, link.h) only if
  * that nonce was never used: it is recorded with the signal, and a second
  * use is CAIRN_ESTATE ("this link was used already"). */

@@ -12,8 +12,11 @@
  */
 #include "commit.h"
 
+#include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -187,15 +190,54 @@ static const char SQL_COMMIT[] =
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
     "  FROM unnest(:defer_msg::bigint[], :defer_at::bigint[]) AS x(id, at) "
-    "  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok)) "
+    "  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok)), "
+    /* A child that finished tells its parent (a signal, and its message),
+     * unless the parent has finished. */
+    "kid AS (INSERT INTO cairn.signals (run_id, name, payload) "
+    "  SELECT p.id, x.n, x.pl::jsonb "
+    "  FROM unnest(:kid_run::bigint[], :kid_parent::bigint[], :kid_name::text[], "
+    "              :kid_payload::text[]) AS x(r, p, n, pl) "
+    "  JOIN cairn.runs p ON p.id = x.p "
+    "  WHERE x.r IN (SELECT run_id FROM ok) AND p.finished_at IS NULL "
+    "  RETURNING run_id), "
+    "kidm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+    "  SELECT p.id, p.shard_group, p.shard, 'signal' FROM kid JOIN cairn.runs p ON p.id = "
+    "kid.run_id), "
+    /* A cancelled parent asks its unfinished children to cancel. */
+    "canc AS (UPDATE cairn.runs c SET cancel_requested = true, updated_at = now() "
+    "  WHERE c.parent_id = ANY (:can_run::bigint[]) AND c.parent_id IN (SELECT run_id FROM ok) "
+    "    AND c.finished_at IS NULL AND NOT c.cancel_requested "
+    "  RETURNING c.id, c.shard_group, c.shard), "
+    "cancm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+    "  SELECT id, shard_group, shard, 'cancel' FROM canc), "
+    /* Events: the latest value of each key (the highest seq) wins. */
+    "ev AS (INSERT INTO cairn.events AS e (run_id, key, value) "
+    "  SELECT DISTINCT ON (x.r, x.k) x.r, x.k, x.v::jsonb "
+    "  FROM unnest(:ev_run::bigint[], :ev_key::text[], :ev_value::text[], :ev_seq::int[]) "
+    "    AS x(r, k, v, q) "
+    "  WHERE x.r IN (SELECT run_id FROM ok) ORDER BY x.r, x.k, x.q DESC "
+    "  ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = now()) "
     "SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM upd) "
     "FROM ok JOIN cairn.runs r ON r.id = ok.run_id";
 
-/* Tells `cairn wait` and the like that runs finished, after their commit and
- * in a transaction of its own: PostgreSQL serialises the commits of
- * notifying transactions, and this one writes no WAL, so it is short. */
+/* Tells `cairn wait` and the like that runs finished ($1) and that runs
+ * published events ($2), and wakes the owners of the parents of finished
+ * children ($3, when idle) and of the children of cancelled runs ($4),
+ * after their commit and in a transaction of its own: PostgreSQL serialises
+ * the commits of notifying transactions, and this one writes no WAL, so it
+ * is short. */
 static const char SQL_DONE[] =
-    "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM unnest($1::bigint[]) id";
+    "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM unnest($1::bigint[]) id "
+    "UNION ALL "
+    "SELECT count(pg_notify('" CAIRN_EVENT_CHANNEL "', id::text)) FROM unnest($2::bigint[]) id "
+    "UNION ALL "
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || x.how || ' ' || x.id)) "
+    "FROM (SELECT id, shard_group, shard, '' AS how FROM cairn.runs "
+    "      WHERE id = ANY ($3::bigint[]) AND finished_at IS NULL "
+    "      UNION ALL SELECT id, shard_group, shard, '" CAIRN_WAKE_CANCEL "' FROM cairn.runs "
+    "      WHERE parent_id = ANY ($4::bigint[]) AND finished_at IS NULL) x "
+    "JOIN cairn.shard_leases l ON l.shard_group = x.shard_group AND l.shard = x.shard "
+    "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR x.how <> '')";
 
 int commit_statement(buf *sql, buf *err)
 {
@@ -279,6 +321,29 @@ static void add_new_message(commit_params *p, const commit *c, msg_kind kind)
 	pgarr_add_i64(&p->slot[SLOT_new_at], c->at_ms);
 }
 
+/* The signal a finished child sends its parent: {"status", "output", "error"}. */
+static void add_child_end(commit_params *p, const commit *c)
+{
+	pgarr *s = p->slot;
+	char name[64];
+	snprintf(name, sizeof name, CHILD_SIGNAL_PREFIX "%" PRId64, c->run.id);
+	cJSON *err = cJSON_CreateString(c->error ? c->error : "");
+	char *etext = err && c->error ? cJSON_PrintUnformatted(err) : NULL;
+	buf payload = BUF_INIT;
+	buf_printf(&payload, "{\"status\":\"%s\",\"output\":%s,\"error\":%s}",
+	           run_status_name(c->status), c->output ? c->output : "null",
+	           etext ? etext : "null");
+	if ((c->error && !etext) || payload.oom)
+		s[SLOT_kid_payload].b.oom = 1;
+	pgarr_add_i64(&s[SLOT_kid_run], c->run.id);
+	pgarr_add_i64(&s[SLOT_kid_parent], c->run.parent);
+	pgarr_add(&s[SLOT_kid_name], name);
+	add_sealed(&s[SLOT_kid_payload], p->keys, SEAL_SIGNAL_PAYLOAD, buf_str(&payload));
+	buf_free(&payload);
+	cJSON_free(etext);
+	cJSON_Delete(err);
+}
+
 static void encode_one(commit_params *p, const commit *c)
 {
 	pgarr *s = p->slot;
@@ -296,6 +361,12 @@ static void encode_one(commit_params *p, const commit *c)
 		pgarr_add(&s[SLOT_j_status], step_status_name(r->status));
 		add_sealed(&s[SLOT_j_output], p->keys, SEAL_STEP_OUTPUT, r->output);
 		add_text(&s[SLOT_j_error], p->keys, SEAL_STEP_ERROR, r->error);
+		if (r->kind == KIND_EVENT && r->status == STEP_COMPLETED) {
+			pgarr_add_i64(&s[SLOT_ev_run], c->run.id);
+			pgarr_add(&s[SLOT_ev_key], r->name + sizeof EVENT_STEP_PREFIX - 1);
+			add_sealed(&s[SLOT_ev_value], p->keys, SEAL_EVENT_VALUE, r->output);
+			pgarr_add_i64(&s[SLOT_ev_seq], r->seq);
+		}
 		pgarr_add_i64(&s[SLOT_j_attempts], r->attempts);
 		add_ms(&s[SLOT_j_wake], r->wake_ms);
 		add_ms(&s[SLOT_j_started], r->started_ms);
@@ -323,6 +394,10 @@ static void encode_one(commit_params *p, const commit *c)
 	case COMMIT_FINISH:
 		add_run_update(p, c, c->status, 1, START_NONE);
 		pgarr_add_i64(&s[SLOT_del_run], c->run.id);
+		if (c->run.parent)
+			add_child_end(p, c);
+		if (c->status == RUN_CANCELLED)
+			pgarr_add_i64(&s[SLOT_can_run], c->run.id);
 		break;
 	case COMMIT_RETRY:
 		add_run_update(p, c, RUN_PENDING, 0, c->at_ms);
@@ -429,20 +504,50 @@ static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 	return rc;
 }
 
-/* The runs of a written batch that finished, for notify_done. */
-static void finished_ids(commit *const *batch, int n, pgarr *ids)
+/* Whom a written batch tells, after it (SQL_DONE's parameters). */
+typedef struct tellings {
+	pgarr done, events, parents, cancelled;
+} tellings;
+
+static int has_event(const commit *c)
 {
-	for (int i = 0; i < n; i++)
-		if (batch[i]->ok && batch[i]->outcome == COMMIT_FINISH)
-			pgarr_add_i64(ids, batch[i]->run.id);
+	for (int k = 0; k < c->nrows; k++)
+		if (c->rows[k].kind == KIND_EVENT)
+			return 1;
+	return 0;
 }
 
-static void notify_done(PGconn *conn, pgarr *ids)
+static void collect_tellings(commit *const *batch, int n, tellings *t)
 {
-	const char *p[] = {pgarr_str(ids)};
-	if (conn && ids->n && !ids->b.oom)
-		db_cmd(conn, NULL, SQL_DONE, 1, p);
-	pgarr_free(ids);
+	*t = (tellings){PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT};
+	for (int i = 0; i < n; i++) {
+		const commit *c = batch[i];
+		int fin = c->ok && c->outcome == COMMIT_FINISH;
+		if (fin)
+			pgarr_add_i64(&t->done, c->run.id);
+		if (fin && c->run.parent)
+			pgarr_add_i64(&t->parents, c->run.parent);
+		if (fin && c->status == RUN_CANCELLED)
+			pgarr_add_i64(&t->cancelled, c->run.id);
+		if (c->ok && has_event(c))
+			pgarr_add_i64(&t->events, c->run.id);
+	}
+}
+
+static void notify_done(PGconn *conn, tellings *t)
+{
+	pgarr *a[] = {&t->done, &t->events, &t->parents, &t->cancelled};
+	const char *p[4];
+	int any = 0, oom = 0;
+	for (int i = 0; i < 4; i++) {
+		p[i] = pgarr_str(a[i]);
+		any |= a[i]->n > 0;
+		oom |= a[i]->b.oom;
+	}
+	if (conn && any && !oom)
+		db_cmd(conn, NULL, SQL_DONE, 4, p);
+	for (int i = 0; i < 4; i++)
+		pgarr_free(a[i]);
 }
 
 static int write_batch(const committer *k, PGconn *conn, commit *const *batch, int n, buf *err)
@@ -494,9 +599,10 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 		       NULL);
 	else {
 		atomic_fetch_add(&k->env.m->runs_failed, 1);
-		pgarr done = PGARR_INIT;
-		pgarr_add_i64(&done, c->run.id);
-		notify_done(conn, &done);
+		tellings t;
+		f.ok = 1;
+		collect_tellings(&one, 1, &t);
+		notify_done(conn, &t);
 	}
 	buf_free(&why);
 }
@@ -644,10 +750,10 @@ static void *committer_main(void *arg)
 		}
 		/* Waiters are told after the executors go on: the notification
 		 * is a round trip of its own, which no run needs to wait for. */
-		pgarr done = PGARR_INIT;
-		finished_ids(batch, n, &done);
+		tellings t;
+		collect_tellings(batch, n, &t);
 		settle(k, batch, n);
-		notify_done(conn, &done);
+		notify_done(conn, &t);
 	}
 	PQfinish(conn);
 	buf_free(&err);

@@ -63,7 +63,8 @@ typedef struct commit_run {
 	const int64_t *msgs; /* the claimed messages (MSG_START_ID: the run's start);
 	                        outlive the commit */
 	int nmsgs;
-	int attempt; /* the attempt that executed */
+	int attempt;    /* the attempt that executed */
+	int64_t parent; /* the run that started it as a child (told when it finishes), or 0 */
 } commit_run;
 
 typedef struct commit {
@@ -116,7 +117,10 @@ void commit_truncate(commit *c, int from);
 	X(sig_id) X(sig_seq)                                                        \
 	X(reset_run) X(reset_from)                                                  \
 	X(defer_msg) X(defer_at)                                                    \
-	X(prog_run) X(unclaim_run)
+	X(prog_run) X(unclaim_run)                                                  \
+	X(kid_run) X(kid_parent) X(kid_name) X(kid_payload)                         \
+	X(can_run)                                                                  \
+	X(ev_run) X(ev_key) X(ev_value) X(ev_seq)
 /* clang-format on */
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,

@@ -359,6 +359,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"RETURNING d.mark, d.at, d.first, r.id, r.shard_group AS grp, r.shard, d.epoch, "          \
 	"  d.ids::text AS ids, r.workflow, "                                                       \
 	"  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "      \
+	"  r.parent_id, "                                                                          \
 	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
 	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
 	"  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id " \
@@ -383,7 +384,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 #define CLAIM_SELECT                                                                               \
 	"SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "  \
 	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
-	"  c.last_step, c.journal, c.signals, next.ms, c.mark "                                    \
+	"  c.last_step, c.journal, c.signals, next.ms, c.mark, c.parent_id "                       \
 	"FROM next LEFT JOIN c ON true ORDER BY c.mark DESC, c.at, c.first"
 
 /* Due messages and due starts (runs.start_at, message id 0) of this
@@ -844,6 +845,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                     .unknown_workflow_timeout_ms = env->cfg->unknown_workflow_timeout_ms,
 	                     .poison_after = env->cfg->poison_after,
 	                     .keys = env->cfg->keys,
+	                     .conninfo = env->cfg->database_url,
 	                     .flush = exec_flush,
 	                     .must_stop = exec_must_stop,
 	                     .arg = d};

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "client.h"
 #include "clock.h"
 #include "journal.h"
 #include "parse.h"
@@ -74,7 +76,8 @@ commit *job_commit(const job *j)
 	                  .epoch = j->epoch,
 	                  .msgs = j->msgs,
 	                  .nmsgs = j->nmsgs,
-	                  .attempt = j->attempt};
+	                  .attempt = j->attempt,
+	                  .parent = j->parent_id};
 	commit *c = commit_new(&run);
 	if (c)
 		c->attempt = j->attempt;
@@ -312,13 +315,15 @@ static int step_result(cairn_ctx *ctx, const char *name, int src, const cJSON *o
 	return CAIRN_OK;
 }
 
-int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
-                     cairn_step_fn fn, void *arg, cJSON **result)
+/* A step of kind: the body of cairn_step_retry, and of the durable calls
+ * that write elsewhere than the run (children, sends, enqueues). */
+static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
+                    const cairn_retry_policy *policy, cairn_step_fn fn, void *arg, cJSON **result)
 {
 	if (result)
 		*result = NULL;
 	const journal_entry *e;
-	int seq, rc = next_entry(ctx, name, KIND_STEP, &e, &seq);
+	int seq, rc = next_entry(ctx, name, kind, &e, &seq);
 	if (rc)
 		return rc;
 	cairn_retry_policy p = backoff_policy(policy);
@@ -336,7 +341,7 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	metrics_observe_step(ctx->env->m, (clock_mono_ms() - m0) * 1000);
 	jrow row = {.seq = seq,
 	            .name = (char *)name,
-	            .kind = KIND_STEP,
+	            .kind = kind,
 	            .attempts = attempts,
 	            .started_ms = t0,
 	            .finished_ms = clock_unix_ms()};
@@ -394,9 +399,237 @@ int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy 
 	return rc ? rc : CAIRN_EFAIL;
 }
 
+int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
+                     cairn_step_fn fn, void *arg, cJSON **result)
+{
+	return run_step(ctx, name, KIND_STEP, policy, fn, arg, result);
+}
+
 int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg, cJSON **result)
 {
 	return cairn_step_retry(ctx, name, NULL, fn, arg, result);
+}
+
+/* ----------------------------------------------------------- composition */
+
+/* The executor thread's own client, for the durable calls that write
+ * elsewhere than the run: opened on first use, dropped after a database
+ * error (the next call opens a new one) and when the thread ends. */
+static pthread_key_t client_key;
+static pthread_once_t client_once = PTHREAD_ONCE_INIT;
+
+static void client_drop(void *c)
+{
+	cairn_client_free(c);
+}
+
+static void client_key_make(void)
+{
+	pthread_key_create(&client_key, client_drop);
+}
+
+static cairn_client *exec_client(cairn_ctx *ctx)
+{
+	pthread_once(&client_once, client_key_make);
+	cairn_client *c = pthread_getspecific(client_key);
+	if (c)
+		return c;
+	int rc = cairn_client_open(ctx->env->conninfo, &c);
+	if (rc) {
+		cairn_retryable(ctx, "cannot reach the database: %s", cairn_client_errmsg(c));
+		cairn_client_free(c);
+		return NULL;
+	}
+	client_use_keys(c, ctx->env->keys);
+	cairn_client_set_max_payload(c, ctx->env->max_payload_bytes);
+	pthread_setspecific(client_key, c);
+	return c;
+}
+
+/* A client call's rc as a step's: the database being away is worth a
+ * retry (on a new connection); anything else is the call's answer. */
+static int client_rc(cairn_ctx *ctx, cairn_client *c, int rc, const char *what)
+{
+	if (rc == CAIRN_OK)
+		return CAIRN_OK;
+	if (rc == CAIRN_EDB || rc == CAIRN_ENOMEM) {
+		cairn_retryable(ctx, "%s: %s", what, cairn_client_errmsg(c));
+		pthread_setspecific(client_key, NULL);
+		cairn_client_free(c);
+		return CAIRN_ERETRY;
+	}
+	return cairn_fail(ctx, "%s: %s", what, cairn_client_errmsg(c));
+}
+
+/* What a step that starts a run does (a child, or an independent run). */
+typedef struct start_arg {
+	const char *workflow;
+	char *input; /* JSON text */
+	char key[64];
+	int64_t parent; /* 0: none */
+} start_arg;
+
+static int start_fn(cairn_ctx *ctx, void *arg, cJSON **out)
+{
+	start_arg *a = arg;
+	cairn_client *c = exec_client(ctx);
+	if (!c)
+		return CAIRN_ERETRY;
+	cairn_enqueue_opts o = {.key = a->key, .input = a->input, .group = ctx->job->group_name};
+	cairn_enqueued e;
+	int rc = client_enqueue_child(c, a->workflow, &o, a->parent, &e);
+	cairn_enqueued_clear(&e);
+	if ((rc = client_rc(ctx, c, rc, a->parent ? "cannot start the child" : "cannot enqueue")))
+		return rc;
+	*out = cJSON_CreateObject();
+	if (!*out || !cJSON_AddNumberToObject(*out, "run", (double)e.id))
+		return cairn_fail(ctx, "out of memory");
+	return CAIRN_OK;
+}
+
+/* The run id a start step journaled ({"run": ID}). */
+static int started_id(cairn_ctx *ctx, const cJSON *result, int64_t *id)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(result, "run");
+	if (!cJSON_IsNumber(v) || v->valuedouble < 1) {
+		buf_reset(&ctx->err);
+		buf_puts(&ctx->err, "cannot load the run: a journaled start has no run id");
+		return ctx->fatal = CAIRN_EFAIL;
+	}
+	*id = (int64_t)v->valuedouble;
+	return CAIRN_OK;
+}
+
+/* A run started by a step of kind: keyed by this run and the step's seq. */
+static int start_run(cairn_ctx *ctx, const char *name, step_kind kind, const char *workflow,
+                     const cJSON *input, int64_t *id)
+{
+	*id = 0;
+	start_arg a = {.workflow = workflow,
+	               .input = print_json(input),
+	               .parent = kind == KIND_CHILD ? ctx->job->run_id : 0};
+	snprintf(a.key, sizeof a.key, "cairn.%s:%" PRId64 ":%d",
+	         kind == KIND_CHILD ? "child" : "from", ctx->job->run_id, ctx->seq);
+	if (!a.input)
+		return no_memory(ctx);
+	cJSON *result;
+	int rc = run_step(ctx, name, kind, NULL, start_fn, &a, &result);
+	free(a.input);
+	return rc ? rc : started_id(ctx, result, id);
+}
+
+int cairn_child_start(cairn_ctx *ctx, const char *name, const char *workflow, const cJSON *input,
+                      int64_t *child)
+{
+	return start_run(ctx, name, KIND_CHILD, workflow, input, child);
+}
+
+int cairn_enqueue_from(cairn_ctx *ctx, const char *name, const char *workflow, const cJSON *input,
+                       int64_t *id)
+{
+	return start_run(ctx, name, KIND_ENQUEUE, workflow, input, id);
+}
+
+int cairn_child_wait(cairn_ctx *ctx, int64_t child, int64_t timeout_ms, cJSON **output)
+{
+	char name[64];
+	snprintf(name, sizeof name, CHILD_SIGNAL_PREFIX "%" PRId64, child);
+	cJSON *outcome;
+	if (output)
+		*output = NULL;
+	int rc = cairn_await_signal(ctx, name, timeout_ms, &outcome);
+	if (rc)
+		return rc;
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(outcome, "status");
+	const cJSON *err = cJSON_GetObjectItemCaseSensitive(outcome, "error");
+	if (cJSON_IsString(st) && strcmp(st->valuestring, "completed") == 0) {
+		if (output)
+			*output = cJSON_GetObjectItemCaseSensitive(outcome, "output");
+		return CAIRN_OK;
+	}
+	return cairn_fail(ctx, "child run %" PRId64 " %s: %s", child,
+	                  cJSON_IsString(st) ? st->valuestring : "ended",
+	                  cJSON_IsString(err) ? err->valuestring : "no error recorded");
+}
+
+typedef struct send_arg {
+	int64_t run;
+	const char *signal;
+	char *payload;
+	char nonce[33];
+} send_arg;
+
+static int send_fn(cairn_ctx *ctx, void *arg, cJSON **out)
+{
+	send_arg *a = arg;
+	cairn_client *c = exec_client(ctx);
+	if (!c)
+		return CAIRN_ERETRY;
+	int rc = client_signal_once(c, a->run, a->signal, a->payload, a->nonce);
+	/* The nonce is recorded with the signal: found, an earlier attempt of
+	 * this step delivered it before its worker stopped. */
+	if (rc == CAIRN_ESTATE && strstr(cairn_client_errmsg(c), CLIENT_NONCE_USED))
+		rc = CAIRN_OK;
+	if ((rc = client_rc(ctx, c, rc, "cannot send the signal")))
+		return rc;
+	*out = cJSON_CreateObject();
+	if (!*out || !cJSON_AddNumberToObject(*out, "run", (double)a->run))
+		return cairn_fail(ctx, "out of memory");
+	return CAIRN_OK;
+}
+
+int cairn_send(cairn_ctx *ctx, const char *name, int64_t run, const char *signal,
+               const cJSON *payload)
+{
+	send_arg a = {.run = run, .signal = signal, .payload = print_json(payload)};
+	if (!a.payload)
+		return no_memory(ctx);
+	/* This call's own nonce: the same in every replay of it. */
+	char id[96];
+	unsigned char h[16];
+	int n = snprintf(id, sizeof id, "cairn.send:%" PRId64 ":%d", ctx->job->run_id, ctx->seq);
+	crypto_generichash(h, sizeof h, (const unsigned char *)id, (size_t)n, NULL, 0);
+	sodium_bin2hex(a.nonce, sizeof a.nonce, h, sizeof h);
+	int rc = run_step(ctx, name, KIND_SEND, NULL, send_fn, &a, NULL);
+	free(a.payload);
+	return rc;
+}
+
+int cairn_set_event(cairn_ctx *ctx, const char *key, const cJSON *value)
+{
+	char name[160], err[PARSE_ERR_MAX];
+	if (!key || parse_check_name("event key", key, err) < 0 || strlen(key) > 120) {
+		buf_reset(&ctx->err);
+		if (!key)
+			buf_puts(&ctx->err, "event key is NULL");
+		else if (strlen(key) > 120)
+			buf_printf(&ctx->err,
+			           "event key is %zu bytes long: at most 120 are accepted",
+			           strlen(key));
+		else
+			buf_puts(&ctx->err, err);
+		return ctx->fatal = CAIRN_EFAIL;
+	}
+	snprintf(name, sizeof name, EVENT_STEP_PREFIX "%s", key);
+	const journal_entry *e;
+	int seq, rc = next_entry(ctx, name, KIND_EVENT, &e, &seq);
+	if (rc || e)
+		return rc; /* published before */
+	char *text;
+	if ((rc = step_result(ctx, name, CAIRN_OK, value, &text)))
+		return ctx->fatal = rc;
+	int64_t now = ctx_now(ctx);
+	jrow row = {.seq = seq,
+	            .name = name,
+	            .kind = KIND_EVENT,
+	            .status = STEP_COMPLETED,
+	            .output = text,
+	            .attempts = 1,
+	            .started_ms = now,
+	            .finished_ms = now};
+	rc = add_row(ctx, &row);
+	free(text);
+	return rc;
 }
 
 int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)

@@ -30,6 +30,7 @@ typedef struct job {
 	const char *group_name; /* the shardmap's; outlives the job */
 	int64_t owner, epoch;   /* the lease the claim was made under */
 	char *workflow, *input;
+	int64_t parent_id; /* the run that started it as a child, or 0 */
 	run_status status;
 	int attempt, max_attempts;
 	_Atomic int cancel_requested;    /* also set by the poller while the run executes */
@@ -58,6 +59,7 @@ typedef struct exec_env {
 	int64_t unknown_workflow_timeout_ms;
 	int poison_after;      /* claims without progress before a run fails as poison */
 	const seal_keys *keys; /* what sealed values open with (seal.h); NULL: none */
+	const char *conninfo;  /* for the durable calls that write to other runs */
 	/* Writes c (journal rows of a running execution) and waits: 0, or
 	 * -CAIRN_ESTOP when it was refused (the run must stop). The caller
 	 * keeps c. */

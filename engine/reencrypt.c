@@ -1,5 +1,5 @@
 /*
- * reencrypt.c - cairn_reencrypt(): walks runs, steps and signals in key
+ * reencrypt.c - cairn_reencrypt(): walks runs, steps, signals and events in key
  * order, a batch of rows per transaction, and rewrites every value that is
  * plaintext or sealed under an older key with the client's current key
  * (seal.h). Each write compares the row's values with what was read, so a
@@ -25,6 +25,7 @@
  * for each row it rewrote how many of its values changed. */
 typedef struct table {
 	const char *name;
+	const char *first[2]; /* the key before every row's */
 	int nkeys, nvalues;
 	seal_field fields[MAX_VALUES];
 	const char *select, *update;
@@ -32,6 +33,7 @@ typedef struct table {
 
 static const table TABLES[] = {
     {"runs",
+     {"0"},
      1,
      3,
      {SEAL_RUN_INPUT, SEAL_RUN_OUTPUT, SEAL_RUN_ERROR},
@@ -45,6 +47,7 @@ static const table TABLES[] = {
      "RETURNING (u.ni IS DISTINCT FROM u.oi)::int + (u.no IS DISTINCT FROM u.oo)::int + "
      "  (u.ne IS DISTINCT FROM u.oe)::int"},
     {"steps",
+     {"0", "-1"},
      2,
      2,
      {SEAL_STEP_OUTPUT, SEAL_STEP_ERROR},
@@ -57,6 +60,7 @@ static const table TABLES[] = {
      "  AND s.output::text IS NOT DISTINCT FROM u.oo AND s.error IS NOT DISTINCT FROM u.oe "
      "RETURNING (u.no IS DISTINCT FROM u.oo)::int + (u.ne IS DISTINCT FROM u.oe)::int"},
     {"signals",
+     {"0"},
      1,
      1,
      {SEAL_SIGNAL_PAYLOAD},
@@ -64,6 +68,17 @@ static const table TABLES[] = {
      "UPDATE cairn.signals g SET payload = u.np::jsonb "
      "FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, op, np) "
      "WHERE g.id = u.id AND g.payload::text IS NOT DISTINCT FROM u.op RETURNING 1"},
+    {"events",
+     {"0", ""},
+     2,
+     1,
+     {SEAL_EVENT_VALUE},
+     "SELECT run_id, key, value::text FROM cairn.events "
+     "WHERE (run_id, key) > ($1, $2) ORDER BY run_id, key LIMIT $3",
+     "UPDATE cairn.events e SET value = u.nv::jsonb "
+     "FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(run_id, key, ov, nv) "
+     "WHERE e.run_id = u.run_id AND e.key = u.key AND e.value::text IS NOT DISTINCT FROM u.ov "
+     "RETURNING 1"},
 };
 #define NTABLES (sizeof TABLES / sizeof TABLES[0])
 
@@ -169,7 +184,9 @@ static int reencrypt_table(cairn_client *c, const table *t, int batch,
                            void (*progress)(const cairn_reencrypt_stats *, void *), void *arg,
                            cairn_reencrypt_stats *s)
 {
-	char after[2][24] = {"0", "-1"}, lim[24];
+	char after[2][160], lim[24];
+	for (int k = 0; k < t->nkeys; k++)
+		snprintf(after[k], sizeof after[k], "%s", t->first[k]);
 	snprintf(lim, sizeof lim, "%d", batch);
 	for (int rows = batch; rows == batch;) {
 		const char *p[] = {after[0], t->nkeys == 2 ? after[1] : lim, lim};
@@ -214,7 +231,8 @@ int cairn_reencrypt(cairn_client *c, int batch,
 	PGresult *r = db_exec(c->conn, &c->err,
 	                      "SELECT (SELECT count(*) FROM cairn.runs) + "
 	                      "(SELECT count(*) FROM cairn.steps) + "
-	                      "(SELECT count(*) FROM cairn.signals)",
+	                      "(SELECT count(*) FROM cairn.signals) + "
+	                      "(SELECT count(*) FROM cairn.events)",
 	                      0, NULL);
 	if (!r)
 		return client_db_fail(c);

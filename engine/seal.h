@@ -41,6 +41,7 @@ typedef enum seal_field {
 	SEAL_STEP_OUTPUT,
 	SEAL_STEP_ERROR,
 	SEAL_SIGNAL_PAYLOAD,
+	SEAL_EVENT_VALUE,
 } seal_field;
 
 /*

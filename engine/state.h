@@ -30,7 +30,18 @@
 	X(KIND_SLEEP, "sleep")                                                                     \
 	X(KIND_SIGNAL, "signal")                                                                   \
 	X(KIND_NOW, "now")                                                                         \
-	X(KIND_RANDOM, "random")
+	X(KIND_RANDOM, "random")                                                                   \
+	X(KIND_CHILD, "child")                                                                     \
+	X(KIND_SEND, "send")                                                                       \
+	X(KIND_ENQUEUE, "enqueue")                                                                 \
+	X(KIND_EVENT, "event")
+
+/* The signal a child's end sends its parent: this prefix and the child's
+ * id; its payload {"status", "output", "error"}. */
+#define CHILD_SIGNAL_PREFIX "cairn.child:"
+/* The name a durable call publishing an event is journaled under: this
+ * prefix and the event's key. */
+#define EVENT_STEP_PREFIX "event:"
 
 #define MSG_KIND_MAP(X)                                                                            \
 	X(MSG_SIGNAL, "signal")                                                                    \

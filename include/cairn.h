@@ -211,8 +211,15 @@ typedef struct cairn_step_info {
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
 } cairn_step_info;
 
+/* A run's child (cairn_child_start). */
+typedef struct cairn_child_info {
+	int64_t id;
+	char *workflow, *status;
+} cairn_child_info;
+
 typedef struct cairn_run {
 	int64_t id;
+	int64_t parent_id; /* the run that started it as a child, or 0 */
 	char *workflow, *key, *group;
 	int shard;
 	char *status; /* pending running sleeping waiting completed failed cancelled */
@@ -227,6 +234,8 @@ typedef struct cairn_run {
 	    finished_unix_ms; /* 0 when unset */
 	size_t nsteps;
 	cairn_step_info *steps; /* the journal, by seq; only from cairn_run_get */
+	size_t nchildren;
+	cairn_child_info *children; /* by id; only from cairn_run_get */
 } cairn_run;
 
 /* Loads a run and its journal. The caller frees *out with cairn_run_free(). */
@@ -252,9 +261,19 @@ void cairn_run_list_free(cairn_run *runs, size_t n);
  */
 int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms);
 
+/*
+ * The value a run published under key (cairn_set_event) into *value (JSON
+ * text, malloc'd: free it). CAIRN_ENOTFOUND when the run has published
+ * nothing under key; with timeout_ms > 0 (< 0: forever) it waits for it,
+ * woken by notification (CAIRN_ETIMEOUT). With changed_from (NULL: any
+ * value), it waits until the value differs from that text.
+ */
+int cairn_event_get(cairn_client *c, int64_t run_id, const char *key, int64_t timeout_ms,
+                    const char *changed_from, char **value);
+
 /* What cairn_reencrypt() did, as it goes. */
 typedef struct cairn_reencrypt_stats {
-	int64_t rows_total;  /* rows of runs, steps and signals when it started */
+	int64_t rows_total;  /* rows of runs, steps, signals and events when it started */
 	int64_t rows_done;   /* rows looked at so far */
 	int64_t rewritten;   /* values now under the current key (plaintext ones included) */
 	int64_t current;     /* values that already were */
@@ -266,7 +285,7 @@ typedef struct cairn_reencrypt_stats {
 
 /*
  * Moves every stored value (run inputs, outputs and errors, step results and
- * errors, signal payloads) to the client's current key, batch rows at a time
+ * errors, signal payloads, event values) to the client's current key, batch rows at a time
  * (1-100000; 0 means 500), each batch its own transaction; a value written
  * meanwhile is never overwritten (each write compares it first). progress,
  * when not NULL, is called after each batch. CAIRN_EINVAL if the client has no
@@ -544,6 +563,43 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms,
  * sees the same values. */
 int cairn_now(cairn_ctx *ctx, int64_t *unix_ms);
 int cairn_random(cairn_ctx *ctx, uint64_t *value);
+
+/*
+ * Composition. Each call below is a durable call with a name (the rules of
+ * step names) whose effect happens exactly once: a replay, or the run's next
+ * worker after a crash, finds it in the journal and does not repeat it.
+ *
+ * cairn_child_start starts a child run of workflow with input (NULL: null)
+ * in this run's shard group, keyed by this run and this call's position, and
+ * gives its id. When the child finishes, the commit that finishes it sends
+ * its outcome to this run, so waiting costs one wake per child, never a
+ * poll. A parent that ends cancelled asks its unfinished children to cancel
+ * (their next durable call returns CAIRN_CANCELLED); a parent that completes
+ * or fails leaves them running.
+ */
+int cairn_child_start(cairn_ctx *ctx, const char *name, const char *workflow,
+                      const struct cJSON *input, int64_t *child);
+/*
+ * Waits for the child started as child (its id) to finish: CAIRN_OK with
+ * *output (its output; owned by ctx) once it completed; CAIRN_EFAIL once it
+ * failed or was cancelled, the error saying which and why (a failure the
+ * workflow may handle); CAIRN_ETIMEOUT once timeout_ms (< 0: none) passed
+ * since the first call; else CAIRN_SUSPENDED. Children may be waited for in
+ * any order.
+ */
+int cairn_child_wait(cairn_ctx *ctx, int64_t child, int64_t timeout_ms, struct cJSON **output);
+/* Sends signal with payload (NULL: null) to run, once. CAIRN_EFAIL when run
+ * does not exist or has finished (the error says which). */
+int cairn_send(cairn_ctx *ctx, const char *name, int64_t run, const char *signal,
+               const struct cJSON *payload);
+/* Enqueues an independent run of workflow with input (NULL: null), once;
+ * *id is its id. It is no child: nobody waits for it or cancels it. */
+int cairn_enqueue_from(cairn_ctx *ctx, const char *name, const char *workflow,
+                       const struct cJSON *input, int64_t *id);
+/* Publishes value under key on this run (a durable call named
+ * "event:KEY"): readers see the latest value (cairn_event_get, `cairn
+ * event`), each change woken by notification. */
+int cairn_set_event(cairn_ctx *ctx, const char *key, const struct cJSON *value);
 
 /*
  * Record an error message on ctx and return CAIRN_EFAIL (permanent) or

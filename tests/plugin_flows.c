@@ -32,6 +32,12 @@
  *              says the worker is stopping: a step a deploy interrupts.
  *   t.big      step "big" returns a string of {"bytes": N} bytes (letters
  *              that do not compress), then a durable sleep "nap" (50 ms).
+ *   t.parent   child_start "kid" ({"child": workflow, "input": ...}), await
+ *              "go", wait for the child: {"child": id, "output"} or, for a
+ *              failed child, {"child": id, "failed": ...}.
+ *   t.send     cairn_send "tell" ({"to", "signal", "payload"}), then
+ *              cairn_enqueue_from "spawn" (noop): {"spawned": id}.
+ *   t.progress events "progress" {"pct": 50}, await "go", {"pct": 100}.
  *   t.stubborn step "work" writes a row to t_attempts as it starts, takes
  *              {"ms": N}, or with {"until_flag": true} runs until t_flags has a
  *              row for the run, and does not check cairn_should_stop; then
@@ -416,6 +422,73 @@ static int wf_big(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ------------------------------------------------------ composition */
+
+/* t.parent: child_start "kid" (workflow {"child": W}, input {"input": I}),
+ * awaits signal "go", then waits for the child and returns
+ * {"child": id, "output": its output}; a failed child's error is returned as
+ * {"child": id, "failed": error} (handled, not raised). */
+static int wf_parent(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	const cJSON *w = field(input, "child"), *in = field(input, "input");
+	int64_t kid;
+	cJSON *go, *out;
+	CAIRN_TRY(
+	    cairn_child_start(ctx, "kid", cJSON_IsString(w) ? w->valuestring : "noop", in, &kid));
+	CAIRN_TRY(cairn_await_signal(ctx, "go", -1, &go));
+	int rc = cairn_child_wait(ctx, kid, -1, &out);
+	if (rc != CAIRN_OK && rc != CAIRN_EFAIL)
+		return rc;
+	*output = cJSON_CreateObject();
+	cJSON_AddNumberToObject(*output, "child", (double)kid);
+	if (rc == CAIRN_EFAIL)
+		cJSON_AddStringToObject(*output, "failed", "see the child's error");
+	else
+		cJSON_AddItemToObject(*output, "output", cJSON_Duplicate(out, 1));
+	return CAIRN_OK;
+}
+
+/* t.send: cairn_send "tell" of signal {"signal": S} with {"payload": P} to
+ * run {"to": ID}, then cairn_enqueue_from "spawn" of noop with {"from": this
+ * run}; returns {"spawned": id}. With {"then_wait": true} it awaits "go"
+ * in between. */
+static int wf_send(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	const cJSON *sig = field(input, "signal");
+	cJSON *go;
+	CAIRN_TRY(cairn_send(ctx, "tell", int_field(input, "to", 0),
+	                     cJSON_IsString(sig) ? sig->valuestring : "s",
+	                     field(input, "payload")));
+	if (cJSON_IsTrue(field(input, "then_wait")))
+		CAIRN_TRY(cairn_await_signal(ctx, "go", -1, &go));
+	cJSON *from = cJSON_CreateObject();
+	cJSON_AddNumberToObject(from, "from", (double)cairn_ctx_run_id(ctx));
+	int64_t id;
+	int rc = cairn_enqueue_from(ctx, "spawn", "noop", from, &id);
+	cJSON_Delete(from);
+	CAIRN_TRY(rc);
+	*output = cJSON_CreateObject();
+	cJSON_AddNumberToObject(*output, "spawned", (double)id);
+	return CAIRN_OK;
+}
+
+/* t.progress: publishes "progress" {"pct": 50}, awaits "go", publishes
+ * {"pct": 100} and returns. */
+static int wf_progress(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *half = cJSON_CreateObject(), *full = cJSON_CreateObject(), *go;
+	cJSON_AddNumberToObject(half, "pct", 50);
+	cJSON_AddNumberToObject(full, "pct", 100);
+	int rc = cairn_set_event(ctx, "progress", half);
+	if (!rc)
+		rc = cairn_await_signal(ctx, "go", -1, &go);
+	if (!rc)
+		rc = cairn_set_event(ctx, "progress", full);
+	cJSON_Delete(half);
+	cJSON_Delete(full);
+	return rc;
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -424,10 +497,11 @@ int cairn_plugin_init(cairn_worker *w)
 		const char *name;
 		cairn_workflow_fn fn;
 	} flows[] = {
-	    {"t.replay", wf_replay},     {"t.await", wf_await},     {"t.flaky", wf_flaky},
-	    {"t.nondet", wf_nondet},     {"t.signals", wf_signals}, {"t.spread", wf_spread},
-	    {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8}, {"t.crash", wf_crash},
-	    {"t.polite", wf_polite},     {"t.big", wf_big}};
+	    {"t.replay", wf_replay},     {"t.await", wf_await},      {"t.flaky", wf_flaky},
+	    {"t.nondet", wf_nondet},     {"t.signals", wf_signals},  {"t.spread", wf_spread},
+	    {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8},  {"t.crash", wf_crash},
+	    {"t.polite", wf_polite},     {"t.big", wf_big},          {"t.parent", wf_parent},
+	    {"t.send", wf_send},         {"t.progress", wf_progress}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

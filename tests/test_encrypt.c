@@ -123,10 +123,23 @@ Test(encryption, a_dump_of_the_database_holds_no_plaintext_of_an_encrypted_run)
 	cr_assert_eq(r->locked, 0);
 	cr_assert_geq(r->nsteps, 3);
 	cairn_run_free(r);
+	/* Children tell their parent their outcome in a signal, and the
+	 * parent publishes an event: both sealed too. */
+	cairn_enqueue_opts fo = {.input = "{\"n\": 3}"};
+	cairn_enqueued fe;
+	cr_assert_eq(cairn_enqueue(c, "fanout", &fo, &fe), CAIRN_OK);
+	cr_assert_eq(cairn_run_wait(c, fe.id, 30000), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	char *progress;
+	cr_assert_eq(cairn_event_get(c, fe.id, "progress", 0, NULL, &progress), CAIRN_OK, "%s",
+	             cairn_client_errmsg(c));
+	cr_assert(strstr(progress, "\"done\""), "%s", progress);
+	free(progress);
 	char *all = dump();
 	cr_assert(strstr(all, "cairn:enc:k1:"), "the values are in the dump, sealed:\n%s", all);
 	cr_assert_null(strstr(all, SECRET), "plaintext in the dump:\n%s", strstr(all, SECRET));
 	cr_assert_null(strstr(all, "charge_id"), "a step result in plaintext");
+	cr_assert_null(strstr(all, "\"done\""), "an event in plaintext");
+	cr_assert_null(strstr(all, "\"status\": \"completed\""), "a child's outcome in plaintext");
 	free(all);
 
 	/* Without the key: the fields are locked and say which key. */

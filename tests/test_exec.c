@@ -1256,3 +1256,204 @@ Test(exec, a_run_over_the_journal_cap_fails_alone_and_the_others_complete)
 	wk_stop(&a);
 	teardown(&e);
 }
+
+/* -------------------------------------------------------- composition */
+
+/* How many executions the worker started (cairn_runs_started_total). */
+static double started(const wk *w)
+{
+	return tmetric(w->port, "cairn_runs_started_total");
+}
+
+Test(exec, a_fanout_sums_its_children_with_at_most_one_wake_of_the_parent_per_child)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	double before = started(&a);
+	int64_t id = enqueue(&e, "fanout", "{\"n\": 20}", 0);
+	cairn_run *r = finished(&e, id, 60000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "sum"), 2470, "0^2 + ... + 19^2: %s", r->output);
+	cr_assert_eq(r->nchildren, 20);
+	for (size_t i = 0; i < r->nchildren; i++)
+		cr_assert_str_eq(r->children[i].status, "completed");
+	cairn_run_free(r);
+	/* The parent ran once to start them, then at most once per child. */
+	double execs = started(&a) - before - 20;
+	report("fanout of 20: %.0f executions of the parent", execs);
+	cr_assert_leq(execs, 21, "%.0f executions of the parent", execs);
+	char *v;
+	cr_assert_eq(cairn_event_get(e.cl, id, "progress", 0, NULL, &v), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	cr_assert_eq(jnum(v, "done"), 20, "%s", v);
+	free(v);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, a_child_started_again_after_its_journal_entry_was_lost_is_the_same_child)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.parent", "{\"child\": \"noop\", \"input\": {\"a\": 1}}", 0);
+	wait_status(&e, id, "waiting", 20000);
+	/* As if the worker had died after the child's INSERT and before the
+	 * journal entry that records it. */
+	char sql[160];
+	snprintf(sql, sizeof sql, "DELETE FROM cairn.steps WHERE run_id = %" PRId64 " AND seq = 0",
+	         id);
+	tdb_exec(e.c, sql);
+	cr_assert_eq(cairn_signal(e.cl, id, "go", NULL), CAIRN_OK);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert_eq(r->nchildren, 1, "the replay started a second child");
+	cr_assert_eq(jnum(r->output, "child"), (double)r->children[0].id, "%s", r->output);
+	cr_assert(strstr(r->output, "\"output\": {\"a\": 1}"), "%s", r->output);
+	cr_assert_eq(
+	    num(&e, "SELECT parent_id FROM cairn.runs WHERE id = %" PRId64, r->children[0].id), id);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, a_failed_child_is_an_error_its_parent_handles)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.parent", "{\"child\": \"square\", \"input\": {\"x\": -1}}", 0);
+	wait_status(&e, id, "waiting", 20000);
+	cr_assert_eq(cairn_signal(e.cl, id, "go", NULL), CAIRN_OK);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert(strstr(r->output, "\"failed\""), "%s", r->output);
+	cr_assert_str_eq(r->children[0].status, "failed");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, a_cancelled_parent_cancels_its_unfinished_children)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id =
+	    enqueue(&e, "t.parent", "{\"child\": \"sleep\", \"input\": {\"ms\": 3600000}}", 0);
+	wait_status(&e, id, "waiting", 20000);
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT count(*) FROM cairn.runs WHERE parent_id = %" PRId64
+	                   " AND status = 'sleeping'",
+	                   id),
+	          "the child never went to sleep");
+	cr_assert_eq(cairn_cancel(e.cl, id), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT count(*) FROM cairn.runs WHERE parent_id = %" PRId64
+	                   " AND status = 'cancelled'",
+	                   id),
+	          "the child was not cancelled with its parent");
+	cairn_run *r = finished(&e, id, 1000);
+	cr_assert_str_eq(r->status, "cancelled");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, a_signal_sent_from_a_workflow_arrives_once_even_when_the_send_is_replayed)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t to = enqueue(&e, "t.signals", "{\"n\": 1}", 0);
+	char in[160];
+	snprintf(in, sizeof in,
+	         "{\"to\": %" PRId64 ", \"signal\": \"s\", \"payload\": {\"v\": 7}, "
+	         "\"then_wait\": true}",
+	         to);
+	int64_t id = enqueue(&e, "t.send", in, 0);
+	wait_status(&e, id, "waiting", 20000);
+	/* As if the sender's worker had died between the send and its entry. */
+	char sql[160];
+	snprintf(sql, sizeof sql, "DELETE FROM cairn.steps WHERE run_id = %" PRId64 " AND seq = 0",
+	         id);
+	tdb_exec(e.c, sql);
+	cr_assert_eq(cairn_signal(e.cl, id, "go", NULL), CAIRN_OK);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	int64_t spawned = (int64_t)jnum(r->output, "spawned");
+	cairn_run_free(r);
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.signals WHERE run_id = %" PRId64, to), 1,
+	             "the replayed send delivered the signal twice");
+	r = finished(&e, to, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert(strstr(r->output, "{\"v\": 7}"), "%s", r->output);
+	cairn_run_free(r);
+	r = finished(&e, spawned, 30000);
+	cr_assert_str_eq(r->workflow, "noop");
+	cr_assert_eq(r->parent_id, 0, "an enqueued run is no child");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, an_event_is_read_as_it_changes_woken_by_notification)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.progress", NULL, 0);
+	char *v;
+	cr_assert_eq(cairn_event_get(e.cl, id, "progress", 20000, NULL, &v), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	cr_assert_eq(jnum(v, "pct"), 50, "%s", v);
+	cr_assert_eq(cairn_event_get(e.cl, id, "nothing", 0, NULL, &v), CAIRN_ENOTFOUND);
+	cr_assert_eq(cairn_signal(e.cl, id, "go", NULL), CAIRN_OK);
+	int64_t t0 = tnow_ms();
+	cr_assert_eq(cairn_event_get(e.cl, id, "progress", 20000, "{\"pct\": 50}", &v), CAIRN_OK,
+	             "%s", cairn_client_errmsg(e.cl));
+	report("event change seen after %" PRId64 " ms", tnow_ms() - t0);
+	cr_assert_eq(jnum(v, "pct"), 100, "%s", v);
+	free(v);
+	char ref[32], *out = NULL, *err = NULL;
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+	cr_assert_eq(tcli(e.db, &out, &err, "event", ref, "progress", NULL), 0, "%s", err);
+	cr_assert_str_eq(out, "{\"pct\": 100}\n");
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(e.db, &out, &err, "event", ref, "nothing", NULL), 3);
+	free(out);
+	free(err);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, a_fanout_survives_kill_9_of_its_worker_with_every_child_started_once)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "fanout", "{\"n\": 30}", 0);
+	cr_assert(wait_num(&e, 5, 30000,
+	                   "SELECT count(*) FROM cairn.runs WHERE parent_id = %" PRId64
+	                   " AND status = 'completed'",
+	                   id),
+	          "the children never ran");
+	wk_kill(&a);
+	wk_start(&b, e.db, NULL);
+	cairn_run *r = finished(&e, id, 60000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "sum"), 8555, "0^2 + ... + 29^2: %s", r->output);
+	cr_assert_eq(r->nchildren, 30);
+	cairn_run_free(r);
+	wk_stop(&b);
+	teardown(&e);
+}

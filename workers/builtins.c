@@ -6,6 +6,9 @@
  *   http   one HTTP request with libcurl, journaled, retried on connection
  *          errors and 5xx with backoff
  *   order  the demo: charge, wait for an "approval" signal, pack, ship
+ *   fanout {"n": N}: N child runs of square, waited for and summed, with a
+ *          "progress" event
+ *   square {"x": X}: X squared, in a step
  *
  * Every input is validated before the first durable call, and bad input
  * fails the run with a message naming the field, the value and what is
@@ -899,6 +902,84 @@ static int wf_order(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ------------------------------------------------------- fanout, square */
+
+#define FANOUT_MAX 10000
+
+/* {"x": N}: its square, computed in a step; a negative x fails the run. */
+static int square_fn(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	double x = *(const double *)arg;
+	*result = cJSON_CreateObject();
+	if (!*result || !cJSON_AddNumberToObject(*result, "y", x * x))
+		return cairn_retryable(ctx, "square: out of memory");
+	return CAIRN_OK;
+}
+
+static int wf_square(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	char t[128];
+	const cJSON *x = is_object(input) ? cJSON_GetObjectItemCaseSensitive(input, "x") : NULL;
+	if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble))
+		return cairn_fail(ctx, "square: input must be an object like {\"x\": 3}, got %s",
+		                  json_text(input, t, sizeof t));
+	if (x->valuedouble < 0)
+		return cairn_fail(ctx, "square: x is %g; only x >= 0 is squared here",
+		                  x->valuedouble);
+	double v = x->valuedouble;
+	cJSON *r;
+	CAIRN_TRY(cairn_step(ctx, "square", square_fn, &v, &r));
+	*output = cJSON_Duplicate(r, 1);
+	return *output ? CAIRN_OK : cairn_retryable(ctx, "square: out of memory");
+}
+
+/* {"n": N}: N child runs of square (x = 0 .. N-1), each waited for, and
+ * the sum of their squares; "progress" is published as children finish. A
+ * failed child fails the fan-out, naming it. */
+static int wf_fanout(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	char t[128];
+	const cJSON *nv = is_object(input) ? cJSON_GetObjectItemCaseSensitive(input, "n") : NULL;
+	int64_t n;
+	if (get_int(nv, 1, FANOUT_MAX, &n))
+		return cairn_fail(ctx, "fanout: \"n\" must be an integer from 1 to %d, got %s",
+		                  FANOUT_MAX, json_text(nv, t, sizeof t));
+	const cJSON *neg = cJSON_GetObjectItemCaseSensitive(input, "negative");
+	int64_t *ids = calloc((size_t)n, sizeof *ids);
+	cJSON *in = cJSON_CreateObject(), *x = in ? cJSON_AddNumberToObject(in, "x", 0) : NULL;
+	int rc = ids && x ? CAIRN_OK : cairn_retryable(ctx, "fanout: out of memory");
+	for (int64_t i = 0; i < n && rc == CAIRN_OK; i++) {
+		/* {"negative": K} makes child K fail, to show a failed child. */
+		cJSON_SetNumberValue(
+		    x, cJSON_IsNumber(neg) && neg->valuedouble == (double)i ? -1.0 : (double)i);
+		rc = cairn_child_start(ctx, "child", "square", in, &ids[i]);
+	}
+	cJSON_Delete(in);
+	double sum = 0;
+	for (int64_t i = 0; i < n && rc == CAIRN_OK; i++) {
+		cJSON *out, *p;
+		if ((rc = cairn_child_wait(ctx, ids[i], -1, &out)))
+			break;
+		const cJSON *y = cJSON_GetObjectItemCaseSensitive(out, "y");
+		sum += cJSON_IsNumber(y) ? y->valuedouble : 0;
+		if ((i + 1) % 100 == 0 || i + 1 == n) {
+			p = cJSON_CreateObject();
+			cJSON_AddNumberToObject(p, "done", (double)(i + 1));
+			cJSON_AddNumberToObject(p, "of", (double)n);
+			rc = cairn_set_event(ctx, "progress", p);
+			cJSON_Delete(p);
+		}
+	}
+	free(ids);
+	if (rc)
+		return rc;
+	*output = cJSON_CreateObject();
+	if (!*output || !cJSON_AddNumberToObject(*output, "sum", sum) ||
+	    !cJSON_AddNumberToObject(*output, "children", (double)n))
+		return cairn_retryable(ctx, "fanout: out of memory");
+	return CAIRN_OK;
+}
+
 /* ---------------------------------------------------------- registration */
 
 int builtins_register(cairn_worker *w)
@@ -906,8 +987,8 @@ int builtins_register(cairn_worker *w)
 	static const struct {
 		const char *name;
 		cairn_workflow_fn fn;
-	} flows[] = {
-	    {"noop", wf_noop}, {"sleep", wf_sleep}, {"http", wf_http}, {"order", wf_order}};
+	} flows[] = {{"noop", wf_noop},   {"sleep", wf_sleep},   {"http", wf_http},
+	             {"order", wf_order}, {"fanout", wf_fanout}, {"square", wf_square}};
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		return CAIRN_ENOMEM;
 	/* The worker validated both settings as it loaded them. */

@@ -1,0 +1,26 @@
+-- 0009: runs that start runs, send to runs, and publish events.
+--
+-- A child run (cairn_child_start) names its parent: when it finishes, the
+-- commit that finishes it also sends the parent a signal carrying its
+-- outcome, and a cancelled parent asks its unfinished children to cancel.
+-- Runs without a parent (nearly all) stay out of the index.
+ALTER TABLE cairn.runs ADD COLUMN parent_id bigint;
+CREATE INDEX runs_parent ON cairn.runs (parent_id) WHERE parent_id IS NOT NULL;
+
+-- The journal's new durable calls: a child started, a signal sent, a run
+-- enqueued, an event published.
+ALTER TABLE cairn.steps DROP CONSTRAINT steps_kind_check;
+ALTER TABLE cairn.steps ADD CONSTRAINT steps_kind_check
+    CHECK (kind IN ('step', 'sleep', 'signal', 'now', 'random', 'child', 'send', 'enqueue',
+                    'event'));
+
+-- Events (cairn_set_event): a run's durable key/value pairs, the latest
+-- value winning, written in the commit that journals them; readers are told
+-- on the channel cairn_event (payload: the run id).
+CREATE TABLE cairn.events (
+    run_id bigint NOT NULL REFERENCES cairn.runs (id) ON DELETE CASCADE,
+    key text NOT NULL CHECK (key <> ''),
+    value jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, key)
+);
