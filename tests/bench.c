@@ -63,7 +63,7 @@ typedef struct bench {
 	const char *db_url;
 	const char *worker, *plugin, *out, *log_dir, *pgbench;
 	int commits_n, single_n, threads_n, threads_runs, batch_n, stamp_n, noop_n, flow3_n;
-	int fleet_runs, memory_runs;
+	int fleet_runs, memory_runs, fanout_n;
 	int fleet[8], fleet_n;
 	PGconn *pg;
 	long nq; /* statements run on pg */
@@ -86,7 +86,8 @@ typedef struct worker {
 } worker;
 
 static const char SQL_RESET[] =
-    "TRUNCATE cairn.messages, cairn.signals, cairn.signal_links, cairn.steps, cairn.runs";
+    "TRUNCATE cairn.messages, cairn.signals, cairn.signal_links, cairn.events, cairn.steps, "
+    "cairn.runs";
 static const char SQL_PROGRESS[] =
     "SELECT count(*) FILTER (WHERE finished_at IS NOT NULL),"
     "       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))"
@@ -890,6 +891,69 @@ static void phase_drain(bench *b, const char *workflow, int n, const char *key, 
 	workers_stop(&w, 1);
 }
 
+/* ---------------------------------------------------------- fan-out */
+
+/* The database's transactions so far, read after lag_ms (the backends
+ * report theirs when idle). */
+static double db_xacts(bench *b, int64_t lag_ms)
+{
+	sleep_ms(lag_ms);
+	PGresult *r = qc(b->pg, &b->nq,
+	                 "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+	                 "WHERE datname = current_database()",
+	                 0, NULL);
+	double x = r ? cell(r, 0) : -1;
+	PQclear(r);
+	return x;
+}
+
+/* One parent (the built-in fanout) that starts n children of square and
+ * waits for each: the time from its enqueue to its result on the client's
+ * clock, and the transactions per child (the worker's, the children's
+ * enqueues and wake-ups included). */
+static void phase_fanout(bench *b, int n)
+{
+	if (n <= 0 || reset(b))
+		return;
+	worker w;
+	worker_start(b, &w, "fanout", b->db_url, 16, NULL, NULL);
+	if (worker_ready(&w, 60000, 5) < 0) {
+		note_error(b, "fanout", "the worker did not become ready (log in %s)", b->log_dir);
+		workers_stop(&w, 1);
+		return;
+	}
+	double x0 = db_xacts(b, STATS_LAG_MS);
+	char input[64];
+	snprintf(input, sizeof input, "{\"n\": %d}", n);
+	cairn_enqueue_opts o = {.input = input};
+	cairn_enqueued e;
+	int64_t t0 = now_ns();
+	int rc = cairn_enqueue(b->c, "fanout", &o, &e);
+	if (!rc)
+		rc = cairn_run_wait(b->c, e.id, 300000);
+	double secs = (double)(now_ns() - t0) / 1e9;
+	cairn_run *r = NULL;
+	if (!rc)
+		rc = cairn_run_get(b->c, e.id, &r);
+	if (rc || strcmp(r->status, "completed") != 0) {
+		note_error(b, "fanout", "the fan-out did not complete: %s",
+		           rc         ? cairn_client_errmsg(b->c)
+		           : r->error ? r->error
+		                      : r->status);
+	} else {
+		double x1 = db_xacts(b, STATS_LAG_MS);
+		measure(b, "fanout_seconds", "fan-out: 1 parent, its children waited for", "s",
+		        secs, 0, "", NONE, 0);
+		measure(b, "fanout_children_per_s", "fan-out: children/s", "children/s", n / secs,
+		        0, "", NONE, 0);
+		measure(b, "fanout_xacts_per_child", "fan-out: transactions/child", "xacts",
+		        (x1 - x0) / n, 0, "", NONE, 0);
+	}
+	cairn_run_free(r);
+	cairn_enqueued_clear(&e);
+	workers_stop(&w, 1);
+}
+
 /* ------------------------------------------------------------- 7: fleets */
 
 typedef struct fleet {
@@ -1299,8 +1363,9 @@ static const char USAGE[] =
     "server of its own (`make bench` starts one). Sizes: BENCH_COMMITS (2000),\n"
     "BENCH_SINGLE (1000), BENCH_THREADS (10000), BENCH_BATCH (10000),\n"
     "BENCH_STAMP (300), BENCH_NOOP (20000), BENCH_3STEP (5000), BENCH_FLEET\n"
-    "(1,10,50), BENCH_FLEET_RUNS (1000); BENCH_MEMORY_RUNS=N runs only the\n"
-    "memory phase. BENCH_PHASES (enqueue,x8,batch,stamp,drain,fleet) runs\n"
+    "(1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children);\n"
+    "BENCH_MEMORY_RUNS=N runs only the memory phase. BENCH_PHASES\n"
+    "(enqueue,x8,batch,stamp,drain,fanout,fleet) runs\n"
     "only those after the floors. The JSON goes to --out, $BENCH_OUT or\n"
     "bench.json.\n";
 
@@ -1353,6 +1418,7 @@ int main(int argc, char **argv)
 	b.noop_n = env_int("BENCH_NOOP", 20000);
 	b.flow3_n = env_int("BENCH_3STEP", 5000);
 	b.fleet_runs = env_int("BENCH_FLEET_RUNS", 1000);
+	b.fanout_n = env_int("BENCH_FANOUT", 1000);
 	b.memory_runs = env_int("BENCH_MEMORY_RUNS", 0);
 	parse_fleet(&b, getenv("BENCH_FLEET") ? getenv("BENCH_FLEET") : "1,10,50");
 	b.phases =
@@ -1403,6 +1469,8 @@ int main(int argc, char **argv)
 			phase_drain(&b, "bench3", b.flow3_n, "bench3_runs_per_s",
 			            "3-step runs/s, 1 worker x16", 0.75);
 		}
+		if (wanted(&b, "fanout"))
+			phase_fanout(&b, b.fanout_n);
 		for (int i = 0; i < b.fleet_n && wanted(&b, "fleet"); i++)
 			phase_fleet(&b, b.fleet[i]);
 	}
