@@ -149,6 +149,16 @@ static int exec_flush(void *arg, commit *c)
 	return committer_wait(((dispatch *)arg)->commit, c);
 }
 
+static void exec_step_state(void *arg, job *j, const char *name, int64_t timeout_ms)
+{
+	dispatch *d = arg;
+	pthread_mutex_lock(&d->mu);
+	snprintf(j->step, sizeof j->step, "%s", name ? name : "");
+	j->step_since_mono = clock_mono_ms();
+	j->step_timeout_ms = timeout_ms;
+	pthread_mutex_unlock(&d->mu);
+}
+
 static int exec_must_stop(void *arg, const job *j)
 {
 	dispatch *d = arg;
@@ -848,6 +858,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                     .conninfo = env->cfg->database_url,
 	                     .flush = exec_flush,
 	                     .must_stop = exec_must_stop,
+	                     .step_state = exec_step_state,
 	                     .arg = d};
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_mutex_init(&d->mu, NULL);
@@ -983,6 +994,26 @@ void dispatch_free(dispatch *d)
 	free(d);
 }
 
+void dispatch_steps(dispatch *d, int64_t *longest_ms, int *overdue)
+{
+	*longest_ms = 0;
+	*overdue = 0;
+	if (!d)
+		return;
+	int64_t now = clock_mono_ms();
+	pthread_mutex_lock(&d->mu);
+	for (int i = 0; i < d->nfl; i++) {
+		const job *j = d->fl[i].job;
+		int64_t ran = now - j->step_since_mono;
+		if (!j->step[0])
+			continue;
+		if (ran > *longest_ms)
+			*longest_ms = ran;
+		*overdue += j->step_timeout_ms && ran >= j->step_timeout_ms;
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
 void dispatch_status(dispatch *d, cJSON *array)
 {
 	if (!d || !array)
@@ -996,6 +1027,17 @@ void dispatch_status(dispatch *d, cJSON *array)
 		cJSON_AddStringToObject(it, "group", j->group_name);
 		cJSON_AddNumberToObject(it, "shard", j->shard);
 		cJSON_AddNumberToObject(it, "since_unix_ms", (double)d->fl[i].since_unix_ms);
+		if (j->step[0]) {
+			int64_t ran = clock_mono_ms() - j->step_since_mono;
+			cJSON_AddStringToObject(it, "step", j->step);
+			cJSON_AddNumberToObject(it, "step_running_ms", (double)ran);
+			if (j->step_timeout_ms) {
+				cJSON_AddNumberToObject(it, "step_timeout_ms",
+				                        (double)j->step_timeout_ms);
+				cJSON_AddBoolToObject(it, "step_overdue",
+				                      ran >= j->step_timeout_ms);
+			}
+		}
 		cJSON_AddItemToArray(array, it);
 	}
 	pthread_mutex_unlock(&d->mu);

@@ -61,5 +61,8 @@ int dispatch_executing(dispatch *d);
 void dispatch_stop_end(dispatch *d, int *clean, int *cut);
 /* Appends the in-flight runs (at most 100) to array. */
 void dispatch_status(dispatch *d, struct cJSON *array);
+/* Of the steps running now: how long the longest has run, and how many
+ * have run past their timeout. */
+void dispatch_steps(dispatch *d, int64_t *longest_ms, int *overdue);
 void dispatch_free(dispatch *d); /* after dispatch_stop_end reported no cut-off */
 #endif

@@ -41,11 +41,12 @@ struct cairn_ctx {
 	cJSON *keep; /* owns values handed to the workflow */
 	commit *pending;
 	buf err;
-	int fatal;           /* a sticky status (non-determinism, lost fence, no memory) */
-	int suspended;       /* a durable call suspended the run */
-	run_status wait_as;  /* sleeping or waiting, once suspended */
-	int64_t wake_ms;     /* a wake message is needed at this time (0: none) */
-	int first_unsettled; /* the lowest seq this execution left unsettled (INT_MAX: none) */
+	int fatal;             /* a sticky status (non-determinism, lost fence, no memory) */
+	int suspended;         /* a durable call suspended the run */
+	run_status wait_as;    /* sleeping or waiting, once suspended */
+	int64_t wake_ms;       /* a wake message is needed at this time (0: none) */
+	int first_unsettled;   /* the lowest seq this execution left unsettled (INT_MAX: none) */
+	int64_t step_deadline; /* monotonic ms the running step must end by (0: none) */
 };
 
 void job_free(job *j)
@@ -182,7 +183,8 @@ static int stop_now(const cairn_ctx *ctx)
 
 int cairn_should_stop(const cairn_ctx *ctx)
 {
-	return ctx->job->cancel_requested || stop_now(ctx);
+	return ctx->job->cancel_requested || stop_now(ctx) ||
+	       (ctx->step_deadline && clock_mono_ms() >= ctx->step_deadline);
 }
 
 int64_t cairn_ctx_run_id(const cairn_ctx *ctx)
@@ -337,8 +339,25 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	int64_t t0 = clock_unix_ms(), m0 = clock_mono_ms();
 	buf_reset(&ctx->err);
 	cJSON *out = NULL;
+	const exec_env *env = ctx->env;
+	ctx->step_deadline = p.timeout_ms > 0 ? m0 + p.timeout_ms : 0;
+	if (env->step_state)
+		env->step_state(env->arg, ctx->job, name, p.timeout_ms > 0 ? p.timeout_ms : 0);
 	int src = fn ? fn(ctx, arg, &out) : cairn_fail(ctx, "step function is NULL");
-	metrics_observe_step(ctx->env->m, (clock_mono_ms() - m0) * 1000);
+	if (env->step_state)
+		env->step_state(env->arg, ctx->job, NULL, 0);
+	ctx->step_deadline = 0;
+	int64_t took = clock_mono_ms() - m0;
+	metrics_observe_step(env->m, took * 1000);
+	if (p.timeout_ms > 0 && took >= p.timeout_ms) {
+		/* Late: whatever it returned is discarded. */
+		cJSON_Delete(out);
+		out = NULL;
+		atomic_fetch_add(&env->m->steps_timed_out, 1);
+		src = cairn_retryable(
+		    ctx, "timed out after %" PRId64 " ms (its timeout is %" PRId64 " ms)", took,
+		    p.timeout_ms);
+	}
 	jrow row = {.seq = seq,
 	            .name = (char *)name,
 	            .kind = kind,

@@ -43,6 +43,10 @@ typedef struct job {
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims > poison_after */
 	int64_t *msgs;   /* claimed message ids */
+	/* The step running now (exec_env.step_state; read under the poller's
+	 * lock): its name ("" when none), since when and its timeout. */
+	char step[129];
+	int64_t step_since_mono, step_timeout_ms;
 	int nmsgs;
 	struct job *next;
 } job;
@@ -67,6 +71,9 @@ typedef struct exec_env {
 	/* 1 when in-flight work must stop at its next durable point: the worker
 	 * drains, or the run's shard is no longer owned with the job's epoch. */
 	int (*must_stop)(void *arg, const job *j);
+	/* A step of j starts (name, with its timeout, 0: none) or ends (name
+	 * NULL), for /status; may be NULL. */
+	void (*step_state)(void *arg, job *j, const char *name, int64_t timeout_ms);
 	void *arg;
 } exec_env;
 

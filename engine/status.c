@@ -105,6 +105,17 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_runs_locked_total", "counter",
 	       "Executions left alone: the run is encrypted with a key this worker lacks.", NULL,
 	       (double)atomic_load(&m->runs_locked));
+	int64_t longest;
+	int overdue;
+	dispatch_steps(w->dispatch, &longest, &overdue);
+	metric(b, "cairn_steps_timed_out_total", "counter",
+	       "Step attempts that ran past their timeout (their results discarded).", NULL,
+	       (double)atomic_load(&m->steps_timed_out));
+	metric(b, "cairn_steps_overdue", "gauge",
+	       "Steps running now past their timeout (C cannot stop them: see /status).", NULL,
+	       overdue);
+	metric(b, "cairn_step_longest_running_seconds", "gauge",
+	       "How long the longest step running now has run.", NULL, longest / 1000.0);
 	metric(b, "cairn_queue_depth", "gauge", "Runs dispatched and waiting for an executor.",
 	       NULL, atomic_load(&m->queue_depth));
 	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"

@@ -499,6 +499,13 @@ typedef int (*cairn_workflow_fn)(cairn_ctx *ctx, const struct cJSON *input, stru
  * max_attempts 3 (1 = no retries), initial_ms 1000, multiplier 2.0,
  * max_ms 60000, jitter 0.2 (each wait is drawn from +-20% of its nominal).
  * Set jitter to a negative value for none.
+ *
+ * timeout_ms (0: none) bounds each attempt of a step: at the deadline
+ * cairn_should_stop() turns true, and a result the step returns after it is
+ * discarded, the attempt counting as timed out (retried while attempts
+ * remain). C cannot kill a step that never returns: /status (each run in
+ * flight with its step and how long it has run) and the metrics
+ * cairn_steps_overdue and cairn_step_longest_running_seconds show one.
  */
 typedef struct cairn_retry_policy {
 	int max_attempts;
@@ -506,6 +513,7 @@ typedef struct cairn_retry_policy {
 	double multiplier;
 	int64_t max_ms;
 	double jitter;
+	int64_t timeout_ms;
 } cairn_retry_policy;
 
 typedef struct cairn_workflow_opts {

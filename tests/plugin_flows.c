@@ -38,6 +38,9 @@
  *   t.send     cairn_send "tell" ({"to", "signal", "payload"}), then
  *              cairn_enqueue_from "spawn" (noop): {"spawned": id}.
  *   t.progress events "progress" {"pct": 50}, await "go", {"pct": 100}.
+ *   t.slow     step "slow" bumps t_counter and takes {"ms"} (with {"polite":
+ *              true} it stops when cairn_should_stop says so), its policy
+ *              {"timeout"} ms and {"attempts"}.
  *   t.stubborn step "work" writes a row to t_attempts as it starts, takes
  *              {"ms": N}, or with {"until_flag": true} runs until t_flags has a
  *              row for the run, and does not check cairn_should_stop; then
@@ -489,6 +492,40 @@ static int wf_progress(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return rc;
 }
 
+/* ------------------------------------------------------------ t.slow */
+
+typedef struct slow_arg {
+	int64_t ms;
+	int polite;
+} slow_arg;
+
+/* Bumps t_counter, then takes ms (stopping early, when polite, once
+ * cairn_should_stop says so). */
+static int step_slow(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	const slow_arg *a = arg;
+	int64_t n;
+	CAIRN_TRY(bump(ctx, &n));
+	for (int64_t t = 0; t < a->ms; t += 10) {
+		if (a->polite && cairn_should_stop(ctx))
+			return cairn_retryable(ctx, "slow: told to stop");
+		nap_ms(10);
+	}
+	*result = cJSON_CreateString("done");
+	return CAIRN_OK;
+}
+
+/* t.slow: step "slow" of {"ms"} with {"timeout"} ms and {"attempts"}. */
+static int wf_slow(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	slow_arg a = {int_field(input, "ms", 100), cJSON_IsTrue(field(input, "polite"))};
+	cairn_retry_policy p = {.max_attempts = (int)int_field(input, "attempts", 1),
+	                        .initial_ms = 10,
+	                        .jitter = -1,
+	                        .timeout_ms = int_field(input, "timeout", 0)};
+	return cairn_step_retry(ctx, "slow", &p, step_slow, &a, NULL);
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -497,11 +534,11 @@ int cairn_plugin_init(cairn_worker *w)
 		const char *name;
 		cairn_workflow_fn fn;
 	} flows[] = {
-	    {"t.replay", wf_replay},     {"t.await", wf_await},      {"t.flaky", wf_flaky},
-	    {"t.nondet", wf_nondet},     {"t.signals", wf_signals},  {"t.spread", wf_spread},
-	    {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8},  {"t.crash", wf_crash},
-	    {"t.polite", wf_polite},     {"t.big", wf_big},          {"t.parent", wf_parent},
-	    {"t.send", wf_send},         {"t.progress", wf_progress}};
+	    {"t.replay", wf_replay},     {"t.await", wf_await},       {"t.flaky", wf_flaky},
+	    {"t.nondet", wf_nondet},     {"t.signals", wf_signals},   {"t.spread", wf_spread},
+	    {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8},   {"t.crash", wf_crash},
+	    {"t.polite", wf_polite},     {"t.big", wf_big},           {"t.parent", wf_parent},
+	    {"t.send", wf_send},         {"t.progress", wf_progress}, {"t.slow", wf_slow}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

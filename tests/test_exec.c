@@ -1457,3 +1457,70 @@ Test(exec, a_fanout_survives_kill_9_of_its_worker_with_every_child_started_once)
 	wk_stop(&b);
 	teardown(&e);
 }
+
+/* ------------------------------------------------------ step timeouts */
+
+Test(exec, a_step_past_its_timeout_is_discarded_and_counts_as_a_timed_out_attempt)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.slow", "{\"ms\": 300, \"timeout\": 100, \"attempts\": 2}", 1);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "failed");
+	cr_assert(strstr(r->error, "timed out after") && strstr(r->error, "its timeout is 100 ms"),
+	          "%s", r->error);
+	cr_assert_eq(step_named(r, "slow")->attempts, 2);
+	cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 2);
+	cr_assert_geq(tmetric(a.port, "cairn_steps_timed_out_total"), 2);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, a_step_sees_should_stop_at_its_timeout)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t t0 = tnow_ms();
+	int64_t id =
+	    enqueue(&e, "t.slow", "{\"ms\": 20000, \"timeout\": 200, \"polite\": true}", 1);
+	cairn_run *r = finished(&e, id, 15000);
+	cr_assert_str_eq(r->status, "failed");
+	cr_assert(strstr(r->error, "timed out after"), "%s", r->error);
+	cr_assert_lt(tnow_ms() - t0, 10000, "the step did not stop at its deadline");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+static int status_shows_overdue(void *arg)
+{
+	const wk *w = arg;
+	char *body = NULL;
+	long st = thttp(w->port, "GET", "/status", &body, NULL);
+	int yes = st == 200 && body && strstr(body, "\"step_overdue\":true") &&
+	          strstr(body, "\"step\":\"slow\"");
+	free(body);
+	return yes;
+}
+
+Test(exec, a_step_that_runs_past_its_timeout_is_shown_on_status_and_in_metrics)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "t.slow", "{\"ms\": 4000, \"timeout\": 100}", 1);
+	cr_assert(twait(status_shows_overdue, &a, 10000), "/status never showed the step overdue");
+	cr_assert_geq(tmetric(a.port, "cairn_steps_overdue"), 1);
+	cr_assert_geq(tmetric(a.port, "cairn_step_longest_running_seconds"), 0.1);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "failed");
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
