@@ -537,6 +537,10 @@ static cJSON *run_json(const cairn_run *r)
 	else
 		cJSON_AddNullToObject(o, "error");
 	cli_json_add_locked(o, r->locked, r->locked_key);
+	if (r->code_version)
+		cJSON_AddStringToObject(o, "code_version", r->code_version);
+	else
+		cJSON_AddNullToObject(o, "code_version");
 	const struct {
 		const char *k;
 		int64_t v;
@@ -671,6 +675,8 @@ static int cmd_status(int argc, char **argv)
 		if (r->error || (r->locked & CAIRN_LOCKED_ERROR))
 			printf("  error      %s\n",
 			       cli_shown(r->error, r->locked, CAIRN_LOCKED_ERROR, key, shown));
+		if (r->code_version)
+			printf("  code       %s\n", r->code_version);
 		if (r->parent_id)
 			printf("  parent     %" PRId64 "\n", r->parent_id);
 		for (size_t i = 0; i < r->nchildren; i++)
@@ -774,18 +780,21 @@ static int cmd_result(int argc, char **argv)
 static int cmd_list(int argc, char **argv)
 {
 	static const char help[] =
-	    "usage: cairn list [--workflow W] [--status S] [--limit N] [--json]\n"
+	    "usage: cairn list [--workflow W] [--status S] [--code-version V] [--limit N]\n"
+	    "                  [--json]\n"
 	    "\n"
 	    "Lists runs, newest first.\n"
 	    "\n"
 	    "  --workflow W      only runs of workflow W\n"
+	    "  --code-version V  only runs started by workers with CAIRN_CODE_VERSION V\n"
 	    "  --status S        only runs in status S: pending, running, sleeping,\n"
 	    "                    waiting, completed, failed or cancelled\n"
 	    "  --limit N         at most N runs (1-10000; default 50)\n"
 	    "  --json            print a JSON array\n" COMMON_HELP;
-	cli_opt opts[] = {{"workflow", 1, 0}, {"status", 1, 0}, {"limit", 1, 0},
-	                  {"json", 0, 0},     {"db", 1, 0},     {"help", 0, 0}};
-	cli_args a = {opts, 6, {0}, 0};
+	cli_opt opts[] = {{"workflow", 1, 0},    {"status", 1, 0}, {"limit", 1, 0},
+	                  {"json", 0, 0},        {"db", 1, 0},     {"help", 0, 0},
+	                  {"code-version", 1, 0}};
+	cli_args a = {opts, 7, {0}, 0};
 	if (cli_parse("list", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -793,7 +802,9 @@ static int cmd_list(int argc, char **argv)
 	if (a.npos)
 		return cli_error("list", EXIT_USAGE, "unexpected argument \"%s\"", a.pos[0]);
 	char err[PARSE_ERR_MAX];
-	cairn_list_filter f = {cli_get(&a, "workflow"), cli_get(&a, "status"), 0};
+	cairn_list_filter f = {.workflow = cli_get(&a, "workflow"),
+	                       .status = cli_get(&a, "status"),
+	                       .code_version = cli_get(&a, "code-version")};
 	if (cli_has(&a, "limit") && cli_count(cli_get(&a, "limit"), &f.limit, err) < 0)
 		return cli_error("list", EXIT_USAGE, "--limit: %s", err);
 	cairn_client *c;
@@ -805,6 +816,7 @@ static int cmd_list(int argc, char **argv)
 	static const cli_field fields[] = {{"workflow", "--workflow", NULL},
 	                                   {"status", "--status", NULL},
 	                                   {"limit", "--limit", NULL},
+	                                   {"code_version", "--code-version", NULL},
 	                                   {NULL, NULL, NULL}};
 	int rc = cairn_run_list(c, &f, &runs, &n);
 	if (rc) {

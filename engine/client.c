@@ -829,7 +829,7 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 #define RUN_COLS                                                                                   \
 	"id, workflow, key, shard_group, shard, status, attempt, max_attempts, cancel_requested, " \
 	"input::text, output::text, error, " MS("created_at") ", " MS("scheduled_at") ", " MS(     \
-	    "started_at") ", " MS("updated_at") ", " MS("finished_at") ", parent_id"
+	    "started_at") ", " MS("updated_at") ", " MS("finished_at") ", parent_id, code_version"
 
 static void run_from_row(cairn_run *run, const PGresult *r, int i)
 {
@@ -851,6 +851,7 @@ static void run_from_row(cairn_run *run, const PGresult *r, int i)
 	run->updated_unix_ms = db_get_i64(r, i, 15);
 	run->finished_unix_ms = db_get_i64(r, i, 16);
 	run->parent_id = db_get_i64(r, i, 17);
+	run->code_version = db_get_str(r, i, 18);
 }
 
 /* Decrypts what run_from_row read. */
@@ -876,6 +877,7 @@ static void run_clear(cairn_run *run)
 	free(run->input);
 	free(run->output);
 	free(run->error);
+	free(run->code_version);
 	for (size_t i = 0; i < run->nsteps; i++) {
 		cairn_step_info *s = &run->steps[i];
 		free(s->name);
@@ -1018,13 +1020,17 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 		return client_invalid(
 		    c, "limit", "invalid limit %d: expected an integer from 1 to 10000", f->limit);
 	char lim[24];
-	const char *p[] = {f->workflow, f->status, db_i64(lim, f->limit ? f->limit : 50)};
+	if (f->code_version && parse_check_name("code version", f->code_version, err) < 0)
+		return client_invalid(c, "code_version", "%s", err);
+	const char *p[] = {f->workflow, f->status, db_i64(lim, f->limit ? f->limit : 50),
+	                   f->code_version};
 	PGresult *r = db_exec(
 	    c->conn, &c->err,
 	    "SELECT " RUN_COLS " FROM cairn.runs "
 	    "WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2) "
+	    "  AND ($4::text IS NULL OR code_version = $4) "
 	    "ORDER BY id DESC LIMIT $3",
-	    3, p);
+	    4, p);
 	if (!r)
 		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);

@@ -156,11 +156,13 @@ static const char SQL_COMMIT[] =
      * started), or -1 (as it is). */
     "upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
     "    attempt = u.a, claims = 0, updated_at = now(), "
+    "    code_version = coalesce(r.code_version, u.v), "
     "    finished_at = CASE WHEN u.fin THEN now() END, "
     "    start_at = CASE WHEN u.sa < 0 THEN r.start_at ELSE to_timestamp(u.sa / 1000.0) END "
     "  FROM unnest(:u_run::bigint[], :u_status::text[], :u_output::text[], :u_error::text[], "
-    "              :u_attempt::int[], :u_finished::bool[], :u_start::bigint[]) "
-    "       AS u(id, st, o, er, a, fin, sa) "
+    "              :u_attempt::int[], :u_finished::bool[], :u_start::bigint[], "
+    "              :u_version::text[]) "
+    "       AS u(id, st, o, er, a, fin, sa, v) "
     "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) RETURNING r.id, u.fin), "
     "delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY (:del_msg::bigint[]) "
     "    OR m.run_id = ANY (:del_run::bigint[])) AND m.run_id IN (SELECT run_id FROM ok)), "
@@ -296,6 +298,7 @@ static void add_run_update(commit_params *p, const commit *c, run_status st, int
 	pgarr_add_i64(&p->slot[SLOT_u_attempt], c->attempt);
 	pgarr_add(&p->slot[SLOT_u_finished], finished ? "t" : "f");
 	add_ms(&p->slot[SLOT_u_start], start);
+	pgarr_add(&p->slot[SLOT_u_version], p->code_version);
 }
 
 /* Whether the claim took the run's start. */
@@ -420,9 +423,11 @@ static void encode_one(commit_params *p, const commit *c)
 	}
 }
 
-int commit_encode(commit *const *batch, int n, const seal_keys *keys, commit_params *p)
+int commit_encode(commit *const *batch, int n, const seal_keys *keys, const char *code_version,
+                  commit_params *p)
 {
 	p->keys = keys;
+	p->code_version = code_version;
 	for (int i = 0; i < COMMIT_NSLOTS; i++)
 		p->slot[i] = (pgarr)PGARR_INIT;
 	for (int i = 0; i < n; i++)
@@ -555,7 +560,7 @@ static int write_batch(const committer *k, PGconn *conn, commit *const *batch, i
 	if (n > 0 && batch[0]->outcome == COMMIT_MARK)
 		return write_marks(conn, batch, n, err); /* the marker takes nothing else */
 	commit_params p;
-	if (commit_encode(batch, n, k->env.keys, &p) < 0) {
+	if (commit_encode(batch, n, k->env.keys, k->env.code_version, &p) < 0) {
 		buf_reset(err);
 		buf_puts(err, "out of memory encoding a commit");
 		return BATCH_DB;

@@ -111,7 +111,7 @@ void commit_truncate(commit *c, int from);
 	X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error)    \
 	X(j_attempts) X(j_wake) X(j_started) X(j_finished)                          \
 	X(u_run) X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished)      \
-	X(u_start)                                                                  \
+	X(u_start) X(u_version)                                                     \
 	X(del_msg) X(del_run)                                                       \
 	X(new_run) X(new_kind) X(new_at)                                            \
 	X(sig_id) X(sig_seq)                                                        \
@@ -130,7 +130,8 @@ enum commit_slot { COMMIT_SLOTS(COMMIT_SLOT_ENUM) COMMIT_NSLOTS };
 extern const char *const COMMIT_SLOT_NAMES[COMMIT_NSLOTS];
 
 typedef struct commit_params {
-	const seal_keys *keys; /* the values of runs and steps are sealed with (seal.h) */
+	const seal_keys *keys;    /* the values of runs and steps are sealed with (seal.h) */
+	const char *code_version; /* recorded on runs that have none (NULL: none) */
 	pgarr slot[COMMIT_NSLOTS];
 	const char *values[COMMIT_NSLOTS]; /* for PQexecPrepared; owned by slot[] */
 } commit_params;
@@ -138,9 +139,11 @@ typedef struct commit_params {
 /* The statement with $n for every slot, as the committer prepares it:
  * 0, or the error of sqlparam_bind. */
 int commit_statement(buf *sql, buf *err);
-/* Encodes a batch, outputs and errors sealed with keys (NULL: plaintext):
+/* Encodes a batch, outputs and errors sealed with keys (NULL: plaintext),
+ * code_version (NULL: none) for the runs it updates that have none:
  * 0 or -CAIRN_ENOMEM. Free with commit_params_free. */
-int commit_encode(commit *const *batch, int n, const seal_keys *keys, commit_params *p);
+int commit_encode(commit *const *batch, int n, const seal_keys *keys, const char *code_version,
+                  commit_params *p);
 void commit_params_free(commit_params *p);
 
 typedef struct committer committer;
@@ -159,7 +162,8 @@ typedef struct committer_env {
 	watch *loop;
 	const logger *log;
 	metrics *m;
-	const seal_keys *keys; /* outputs and errors are sealed with (NULL: plaintext) */
+	const seal_keys *keys;    /* outputs and errors are sealed with (NULL: plaintext) */
+	const char *code_version; /* CAIRN_CODE_VERSION (NULL: none) */
 	/* Called on the committer thread for a final commit once it is done;
 	 * the callee owns c from then on. */
 	void (*on_final)(void *arg, commit *c);

@@ -85,6 +85,9 @@ static const setting SETTINGS[] = {
      "largest input, output or signal payload"},
     {"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,
      "colon-separated workflow plugins (.so) to load (flag --plugin, repeatable)"},
+    {"CAIRN_CODE_VERSION", K_STR, OFF(code_version), "", 0, 0,
+     "the version of this worker's workflow code (a deploy's name or commit), recorded on "
+     "the runs it starts (`cairn list --code-version`)"},
     {"CAIRN_HTTP_ALLOW", K_STR, OFF(http_allow), "", 0, 0,
      "addresses, CIDRs and host names (.example for every name under it) the http built-in "
      "may reach although they are loopback, private, link-local or otherwise not public; "

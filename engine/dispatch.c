@@ -874,6 +874,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                    .log = env->log,
 	                    .m = env->m,
 	                    .keys = env->cfg->keys,
+	                    .code_version = *env->cfg->code_version ? env->cfg->code_version : NULL,
 	                    .on_final = on_final,
 	                    .arg = d};
 	committer_env me = ce;

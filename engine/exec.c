@@ -245,7 +245,9 @@ static int next_entry(cairn_ctx *ctx, const char *name, step_kind kind, const jo
 		buf_reset(&ctx->err);
 		buf_printf(&ctx->err,
 		           "non-determinism at journal position %d: the journal has %s \"%s\" but "
-		           "the workflow now calls %s \"%s\"",
+		           "the workflow now calls %s \"%s\"; if the code changed while this run "
+		           "was in flight, put the change behind `if (cairn_patched(ctx, "
+		           "\"a-patch-id\"))` so that runs started before it take the old path",
 		           *seq, step_kind_name(e->kind), e->name, step_kind_name(kind), name);
 		return ctx->fatal = CAIRN_ENONDET;
 	}
@@ -612,6 +614,34 @@ int cairn_send(cairn_ctx *ctx, const char *name, int64_t run, const char *signal
 	int rc = run_step(ctx, name, KIND_SEND, NULL, send_fn, &a, NULL);
 	free(a.payload);
 	return rc;
+}
+
+int cairn_patched(cairn_ctx *ctx, const char *patch)
+{
+	char err[PARSE_ERR_MAX];
+	if (ctx->suspended || ctx->fatal)
+		return 0;
+	if (!patch || parse_check_name("patch id", patch, err) < 0) {
+		buf_reset(&ctx->err);
+		buf_puts(&ctx->err, patch ? err : "patch id is NULL");
+		ctx->fatal = CAIRN_EFAIL;
+		return 0;
+	}
+	const journal_entry *e = journal_at(&ctx->jr, ctx->seq);
+	if (e && (e->kind != KIND_PATCH || strcmp(e->name, patch) != 0))
+		return 0; /* a journal written before the patch: the old path, no seq taken */
+	int seq = ctx->seq++;
+	if (e)
+		return 1; /* its marker: this run passed here with the patch */
+	int64_t now = ctx_now(ctx);
+	jrow row = {.seq = seq,
+	            .name = (char *)patch,
+	            .kind = KIND_PATCH,
+	            .status = STEP_COMPLETED,
+	            .attempts = 1,
+	            .started_ms = now,
+	            .finished_ms = now};
+	return add_row(ctx, &row) == CAIRN_OK;
 }
 
 int cairn_set_event(cairn_ctx *ctx, const char *key, const cJSON *value)

@@ -25,9 +25,10 @@ struct seal_keys {
 };
 
 static const char *const FIELD_NAMES[] = {
-    [SEAL_RUN_INPUT] = "run.input",   [SEAL_RUN_OUTPUT] = "run.output",
-    [SEAL_RUN_ERROR] = "run.error",   [SEAL_STEP_OUTPUT] = "step.output",
-    [SEAL_STEP_ERROR] = "step.error", [SEAL_SIGNAL_PAYLOAD] = "signal.payload", [SEAL_EVENT_VALUE] = "event.value",
+    [SEAL_RUN_INPUT] = "run.input",     [SEAL_RUN_OUTPUT] = "run.output",
+    [SEAL_RUN_ERROR] = "run.error",     [SEAL_STEP_OUTPUT] = "step.output",
+    [SEAL_STEP_ERROR] = "step.error",   [SEAL_SIGNAL_PAYLOAD] = "signal.payload",
+    [SEAL_EVENT_VALUE] = "event.value",
 };
 
 static int is_json(seal_field f)

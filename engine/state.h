@@ -34,7 +34,8 @@
 	X(KIND_CHILD, "child")                                                                     \
 	X(KIND_SEND, "send")                                                                       \
 	X(KIND_ENQUEUE, "enqueue")                                                                 \
-	X(KIND_EVENT, "event")
+	X(KIND_EVENT, "event")                                                                     \
+	X(KIND_PATCH, "patch")
 
 /* The signal a child's end sends its parent: this prefix and the child's
  * id; its payload {"status", "output", "error"}. */

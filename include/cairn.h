@@ -219,7 +219,8 @@ typedef struct cairn_child_info {
 
 typedef struct cairn_run {
 	int64_t id;
-	int64_t parent_id; /* the run that started it as a child, or 0 */
+	int64_t parent_id;  /* the run that started it as a child, or 0 */
+	char *code_version; /* of the worker that started it (CAIRN_CODE_VERSION), or NULL */
 	char *workflow, *key, *group;
 	int shard;
 	char *status; /* pending running sleeping waiting completed failed cancelled */
@@ -243,9 +244,10 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out);
 void cairn_run_free(cairn_run *run);
 
 typedef struct cairn_list_filter {
-	const char *workflow; /* NULL: any */
-	const char *status;   /* NULL: any */
-	int limit;            /* 0: 50 */
+	const char *workflow;     /* NULL: any */
+	const char *status;       /* NULL: any */
+	const char *code_version; /* NULL: any (CAIRN_CODE_VERSION of the worker that started it) */
+	int limit;                /* 0: 50 */
 } cairn_list_filter;
 
 /* Lists runs, newest first, without journals. Free with cairn_run_list_free(). */
@@ -608,6 +610,22 @@ int cairn_enqueue_from(cairn_ctx *ctx, const char *name, const char *workflow,
  * "event:KEY"): readers see the latest value (cairn_event_get, `cairn
  * event`), each change woken by notification. */
 int cairn_set_event(cairn_ctx *ctx, const char *key, const struct cJSON *value);
+
+/*
+ * Versioned code. A deploy that changes the durable calls of a workflow
+ * must not fail the runs already inside it (their journals were written by
+ * the old code). Guard the change:
+ *
+ *     if (cairn_patched(ctx, "charge-in-two-steps")) { new calls } else { old calls }
+ *
+ * cairn_patched returns 1 on a run that reaches this point with the patched
+ * code (it journals a marker, and a replay finds the marker and returns 1
+ * again), and 0 on a run whose journal, written before the patch, has
+ * another call at this position (the old path; nothing is journaled). Once
+ * no run started before the patch is left (`cairn list --code-version`),
+ * the old branch and then the call can go.
+ */
+int cairn_patched(cairn_ctx *ctx, const char *patch);
 
 /*
  * Record an error message on ctx and return CAIRN_EFAIL (permanent) or

@@ -38,6 +38,9 @@
  *   t.send     cairn_send "tell" ({"to", "signal", "payload"}), then
  *              cairn_enqueue_from "spawn" (noop): {"spawned": id}.
  *   t.progress events "progress" {"pct": 50}, await "go", {"pct": 100}.
+ *   t.versioned step "a" on a worker without T_PATCHED, else (behind
+ *              cairn_patched "split-a" unless {"unguarded": true}) steps "a1"
+ *              and "a2"; then awaits "go": {"path": "old" | "new"}.
  *   t.slow     step "slow" bumps t_counter and takes {"ms"} (with {"polite":
  *              true} it stops when cairn_should_stop says so), its policy
  *              {"timeout"} ms and {"attempts"}.
@@ -526,6 +529,35 @@ static int wf_slow(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return cairn_step_retry(ctx, "slow", &p, step_slow, &a, NULL);
 }
 
+/* -------------------------------------------------------- t.versioned */
+
+static int step_named_ok(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	*result = cJSON_CreateString(arg);
+	return CAIRN_OK;
+}
+
+/* t.versioned: the old code (a worker without T_PATCHED in its environment)
+ * runs step "a"; the new code runs steps "a1" and "a2", behind
+ * cairn_patched(ctx, "split-a") unless {"unguarded": true}. Then it awaits
+ * "go" and returns {"path": "old" | "new"}. */
+static int wf_versioned(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int patched = getenv("T_PATCHED") &&
+	              (cJSON_IsTrue(field(input, "unguarded")) || cairn_patched(ctx, "split-a"));
+	if (patched) {
+		CAIRN_TRY(cairn_step(ctx, "a1", step_named_ok, "a1", NULL));
+		CAIRN_TRY(cairn_step(ctx, "a2", step_named_ok, "a2", NULL));
+	} else {
+		CAIRN_TRY(cairn_step(ctx, "a", step_named_ok, "a", NULL));
+	}
+	cJSON *go;
+	CAIRN_TRY(cairn_await_signal(ctx, "go", -1, &go));
+	*output = cJSON_CreateObject();
+	cJSON_AddStringToObject(*output, "path", patched ? "new" : "old");
+	return CAIRN_OK;
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -534,11 +566,12 @@ int cairn_plugin_init(cairn_worker *w)
 		const char *name;
 		cairn_workflow_fn fn;
 	} flows[] = {
-	    {"t.replay", wf_replay},     {"t.await", wf_await},       {"t.flaky", wf_flaky},
-	    {"t.nondet", wf_nondet},     {"t.signals", wf_signals},   {"t.spread", wf_spread},
-	    {"t.stubborn", wf_stubborn}, {"t.badutf8", wf_badutf8},   {"t.crash", wf_crash},
-	    {"t.polite", wf_polite},     {"t.big", wf_big},           {"t.parent", wf_parent},
-	    {"t.send", wf_send},         {"t.progress", wf_progress}, {"t.slow", wf_slow}};
+	    {"t.replay", wf_replay},      {"t.await", wf_await},       {"t.flaky", wf_flaky},
+	    {"t.nondet", wf_nondet},      {"t.signals", wf_signals},   {"t.spread", wf_spread},
+	    {"t.stubborn", wf_stubborn},  {"t.badutf8", wf_badutf8},   {"t.crash", wf_crash},
+	    {"t.polite", wf_polite},      {"t.big", wf_big},           {"t.parent", wf_parent},
+	    {"t.send", wf_send},          {"t.progress", wf_progress}, {"t.slow", wf_slow},
+	    {"t.versioned", wf_versioned}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

@@ -519,7 +519,7 @@ Test(commit, a_finish_updates_the_run_and_deletes_every_message)
 	          .started_ms = 5};
 	cr_assert_eq(commit_add_row(c, &r), 0);
 	commit_params p;
-	cr_assert_eq(commit_encode(&c, 1, NULL, &p), 0);
+	cr_assert_eq(commit_encode(&c, 1, NULL, NULL, &p), 0);
 	cr_assert_str_eq(slot(&p, SLOT_b_run), "{7}");
 	cr_assert_str_eq(slot(&p, SLOT_b_group), "{\"default\"}");
 	cr_assert_str_eq(slot(&p, SLOT_b_epoch), "{4}");
@@ -547,7 +547,7 @@ Test(commit, each_outcome_touches_only_its_own_slots)
 	d->at_ms = 97;
 	commit *batch[] = {s, r, d, x, j};
 	commit_params p;
-	cr_assert_eq(commit_encode(batch, 5, NULL, &p), 0);
+	cr_assert_eq(commit_encode(batch, 5, NULL, NULL, &p), 0);
 	cr_assert_str_eq(slot(&p, SLOT_b_run), "{7,7,7,7,7}");
 	cr_assert_str_eq(slot(&p, SLOT_u_status), "{\"waiting\",\"pending\",\"pending\"}");
 	cr_assert_str_eq(slot(&p, SLOT_u_finished), "{\"f\",\"f\",\"f\"}");
@@ -578,7 +578,7 @@ Test(commit, a_claimed_start_is_no_message_and_moves_with_a_defer)
 	s->status = RUN_SLEEPING;
 	commit *batch[] = {d, s};
 	commit_params p;
-	cr_assert_eq(commit_encode(batch, 2, NULL, &p), 0);
+	cr_assert_eq(commit_encode(batch, 2, NULL, NULL, &p), 0);
 	cr_assert_str_eq(slot(&p, SLOT_defer_msg), "{11}");
 	cr_assert_str_eq(slot(&p, SLOT_del_msg), "{11}");
 	cr_assert_str_eq(slot(&p, SLOT_u_start), "{97,NULL}");
@@ -605,7 +605,7 @@ Test(commit, a_run_retry_cuts_rows_and_consumed_signals_from_its_seq_on)
 	cr_assert_eq(c->sig_ids[0], 40);
 	c->retry_from = 1;
 	commit_params p;
-	cr_assert_eq(commit_encode(&c, 1, NULL, &p), 0);
+	cr_assert_eq(commit_encode(&c, 1, NULL, NULL, &p), 0);
 	cr_assert_str_eq(slot(&p, SLOT_reset_run), "{7}");
 	cr_assert_str_eq(slot(&p, SLOT_reset_from), "{1}");
 	commit_params_free(&p);
@@ -627,7 +627,7 @@ Test(commit, progress_unclaims_and_cut_messages_are_encoded)
 	f->error = strdup("http: GET http://x/\xe2\x82");
 	commit *batch[] = {j, u, f, h};
 	commit_params p;
-	cr_assert_eq(commit_encode(batch, 4, NULL, &p), 0);
+	cr_assert_eq(commit_encode(batch, 4, NULL, NULL, &p), 0);
 	cr_assert_str_eq(slot(&p, SLOT_prog_run), "{7}");
 	cr_assert_str_eq(slot(&p, SLOT_unclaim_run), "{7,7}");
 	cr_assert_str_eq(slot(&p, SLOT_u_run), "{7}", "only the finish updates the run");
@@ -645,7 +645,7 @@ Test(commit, a_suspend_without_a_wake_time_adds_no_message)
 	commit *s = made(COMMIT_SUSPEND);
 	s->status = RUN_WAITING;
 	commit_params p;
-	cr_assert_eq(commit_encode(&s, 1, NULL, &p), 0);
+	cr_assert_eq(commit_encode(&s, 1, NULL, NULL, &p), 0);
 	cr_assert_str_eq(slot(&p, SLOT_new_run), "{}");
 	commit_params_free(&p);
 	commit_free(s);

@@ -1524,3 +1524,56 @@ Test(exec, a_step_that_runs_past_its_timeout_is_shown_on_status_and_in_metrics)
 	wk_stop(&a);
 	teardown(&e);
 }
+
+/* ------------------------------------------------------ versioned code */
+
+Test(exec, a_patched_deploy_keeps_old_runs_on_the_old_path_and_records_each_runs_version)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, "CAIRN_CODE_VERSION=v1");
+	int64_t old = enqueue(&e, "t.versioned", NULL, 1);
+	int64_t bare = enqueue(&e, "t.versioned", "{\"unguarded\": true}", 1);
+	wait_status(&e, old, "waiting", 20000);
+	wait_status(&e, bare, "waiting", 20000);
+	wk_stop(&a);
+	char plugins[1100];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	tlog_file(b.log);
+	b.pid = tworker_start(e.db, &b.port, b.log, "CAIRN_POLL_INTERVAL=100ms", plugins,
+	                      "CAIRN_CODE_VERSION=v2", "T_PATCHED=1", NULL);
+	live_add(b.pid);
+	int64_t fresh = enqueue(&e, "t.versioned", NULL, 1);
+	wait_status(&e, fresh, "waiting", 20000);
+	int64_t ids[] = {old, bare, fresh};
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(cairn_signal(e.cl, ids[i], "go", NULL), CAIRN_OK);
+	cairn_run *r = finished(&e, old, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert(strstr(r->output, "\"old\""), "a run from before the patch: %s", r->output);
+	cr_assert_str_eq(r->code_version, "v1");
+	cairn_run_free(r);
+	r = finished(&e, fresh, 30000);
+	cr_assert(strstr(r->output, "\"new\""), "%s", r->output);
+	cr_assert_str_eq(r->code_version, "v2");
+	cr_assert_str_eq(step_named(r, "split-a")->kind, "patch");
+	cairn_run_free(r);
+	r = finished(&e, bare, 30000);
+	cr_assert_str_eq(r->status, "failed");
+	cr_assert(strstr(r->error, "the journal has step \"a\" but the workflow now calls step "
+	                           "\"a1\"") &&
+	              strstr(r->error, "cairn_patched"),
+	          "%s", r->error);
+	cairn_run_free(r);
+	char *out = NULL, *err = NULL;
+	cr_assert_eq(tcli(e.db, &out, &err, "list", "--code-version", "v1", "--json", NULL), 0,
+	             "%s", err);
+	cJSON *arr = cJSON_Parse(out);
+	cr_assert_eq(cJSON_GetArraySize(arr), 2, "%s", out);
+	cJSON_Delete(arr);
+	free(out);
+	free(err);
+	wk_stop(&b);
+	teardown(&e);
+}

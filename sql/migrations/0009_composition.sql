@@ -1,4 +1,5 @@
--- 0009: runs that start runs, send to runs, and publish events.
+-- 0009: runs that start runs, send to runs, publish events, and know the
+-- code that ran them.
 --
 -- A child run (cairn_child_start) names its parent: when it finishes, the
 -- commit that finishes it also sends the parent a signal carrying its
@@ -8,11 +9,15 @@ ALTER TABLE cairn.runs ADD COLUMN parent_id bigint;
 CREATE INDEX runs_parent ON cairn.runs (parent_id) WHERE parent_id IS NOT NULL;
 
 -- The journal's new durable calls: a child started, a signal sent, a run
--- enqueued, an event published.
+-- enqueued, an event published, a patch passed (cairn_patched).
 ALTER TABLE cairn.steps DROP CONSTRAINT steps_kind_check;
 ALTER TABLE cairn.steps ADD CONSTRAINT steps_kind_check
     CHECK (kind IN ('step', 'sleep', 'signal', 'now', 'random', 'child', 'send', 'enqueue',
-                    'event'));
+                    'event', 'patch'));
+
+-- The code version (CAIRN_CODE_VERSION) of the worker whose commit first
+-- wrote the run's status: which deploy started it.
+ALTER TABLE cairn.runs ADD COLUMN code_version text;
 
 -- Events (cairn_set_event): a run's durable key/value pairs, the latest
 -- value winning, written in the commit that journals them; readers are told
