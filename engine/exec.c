@@ -321,8 +321,13 @@ static int step_result(cairn_ctx *ctx, const char *name, int src, const cJSON *o
 
 /* A step of kind: the body of cairn_step_retry, and of the durable calls
  * that write elsewhere than the run (children, sends, enqueues). */
+static cairn_client *exec_client(cairn_ctx *ctx);
+static int tx_begin(cairn_ctx *ctx, PGconn **conn);
+static int tx_end(cairn_ctx *ctx, PGconn *conn, const jrow *row);
+
 static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
-                    const cairn_retry_policy *policy, cairn_step_fn fn, void *arg, cJSON **result)
+                    const cairn_retry_policy *policy, cairn_step_fn fn, cairn_tx_fn txfn, void *arg,
+                    cJSON **result)
 {
 	if (result)
 		*result = NULL;
@@ -345,7 +350,12 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	ctx->step_deadline = p.timeout_ms > 0 ? m0 + p.timeout_ms : 0;
 	if (env->step_state)
 		env->step_state(env->arg, ctx->job, name, p.timeout_ms > 0 ? p.timeout_ms : 0);
-	int src = fn ? fn(ctx, arg, &out) : cairn_fail(ctx, "step function is NULL");
+	PGconn *conn = NULL;
+	int src = txfn ? tx_begin(ctx, &conn) : CAIRN_OK;
+	if (src == CAIRN_OK)
+		src = txfn ? txfn(ctx, conn, arg, &out)
+		      : fn ? fn(ctx, arg, &out)
+		           : cairn_fail(ctx, "step function is NULL");
 	if (env->step_state)
 		env->step_state(env->arg, ctx->job, NULL, 0);
 	ctx->step_deadline = 0;
@@ -368,10 +378,26 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	            .finished_ms = clock_unix_ms()};
 	char *text;
 	src = step_result(ctx, name, src, out, &text);
+	if (conn) {
+		/* The result is journaled in the step's own transaction, or the
+		 * transaction is rolled back with whatever the step did. */
+		row.status = STEP_COMPLETED;
+		row.output = text;
+		if ((rc = tx_end(ctx, conn, src == CAIRN_OK ? &row : NULL)) == CAIRN_ESTOP) {
+			free(text);
+			cJSON_Delete(out);
+			return ctx->fatal = CAIRN_ESTOP;
+		}
+		if (src == CAIRN_OK && rc) {
+			free(text);
+			text = NULL;
+			src = rc;
+		}
+	}
 	if (src == CAIRN_OK) {
 		row.status = STEP_COMPLETED;
 		row.output = text;
-		rc = add_row(ctx, &row);
+		rc = conn ? CAIRN_OK : add_row(ctx, &row);
 		free(text);
 		cJSON *v = keep(ctx, out);
 		if (result)
@@ -423,7 +449,7 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
                      cairn_step_fn fn, void *arg, cJSON **result)
 {
-	return run_step(ctx, name, KIND_STEP, policy, fn, arg, result);
+	return run_step(ctx, name, KIND_STEP, policy, fn, NULL, arg, result);
 }
 
 int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg, cJSON **result)
@@ -482,6 +508,86 @@ static int client_rc(cairn_ctx *ctx, cairn_client *c, int rc, const char *what)
 	return cairn_fail(ctx, "%s: %s", what, cairn_client_errmsg(c));
 }
 
+/* ---- transactional steps */
+
+/* The journal entry of a transactional step, written in its transaction
+ * and fenced like every commit: no row unless the lease still holds
+ * (locked shared, so an epoch bump waits for this commit). Progress resets
+ * the run's claims. */
+static const char SQL_TX_JOURNAL[] =
+    "WITH ok AS (SELECT 1 FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 "
+    "            AND owner = $3 AND epoch = $4 FOR SHARE), "
+    "ins AS (INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, attempts, "
+    "                                 started_at, finished_at) "
+    "  SELECT $5, $6, $7, 'step', 'completed', $8::jsonb, $9, to_timestamp($10 / 1000.0), "
+    "         to_timestamp($11 / 1000.0) FROM ok "
+    "  ON CONFLICT (run_id, seq) DO UPDATE SET status = 'completed', output = excluded.output, "
+    "    attempts = excluded.attempts, finished_at = excluded.finished_at "
+    "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out') RETURNING run_id), "
+    "prog AS (UPDATE cairn.runs SET claims = 0 WHERE id IN (SELECT run_id FROM ins) "
+    "  AND claims > 1) "
+    "SELECT count(*) FROM ins";
+
+static int tx_begin(cairn_ctx *ctx, PGconn **conn)
+{
+	cairn_client *c = exec_client(ctx);
+	*conn = NULL;
+	if (!c)
+		return CAIRN_ERETRY;
+	if (db_cmd(c->conn, &c->err, "BEGIN", 0, NULL) < 0)
+		return client_rc(ctx, c, CAIRN_EDB, "cannot begin the step's transaction");
+	*conn = c->conn;
+	return CAIRN_OK;
+}
+
+/* Journals row (NULL: none, roll back) and commits: CAIRN_OK; CAIRN_ESTOP
+ * when the lease was lost (rolled back); CAIRN_ERETRY when the database
+ * refused (rolled back: the step runs again). */
+static int tx_end(cairn_ctx *ctx, PGconn *conn, const jrow *row)
+{
+	cairn_client *c = exec_client(ctx); /* the one tx_begin opened conn on */
+	const job *j = ctx->job;
+	if (!row) {
+		db_cmd(conn, NULL, "ROLLBACK", 0, NULL);
+		return CAIRN_OK;
+	}
+	buf out = BUF_INIT;
+	char sh[24], ow[24], ep[24], id[24], sq[24], at[24], t0[24], t1[24];
+	const char *p[] = {j->group_name,
+	                   db_i64(sh, j->shard),
+	                   db_i64(ow, j->owner),
+	                   db_i64(ep, j->epoch),
+	                   db_i64(id, j->run_id),
+	                   db_i64(sq, row->seq),
+	                   row->name,
+	                   seal_value(ctx->env->keys, SEAL_STEP_OUTPUT, row->output, &out) == 0
+	                       ? buf_str(&out)
+	                       : NULL,
+	                   db_i64(at, row->attempts),
+	                   db_i64(t0, row->started_ms),
+	                   db_i64(t1, row->finished_ms)};
+	PGresult *r = p[7] ? db_exec(conn, &c->err, SQL_TX_JOURNAL, 11, p) : NULL;
+	buf_free(&out);
+	int wrote = r && db_get_int(r, 0, 0) == 1;
+	PQclear(r);
+	if (wrote && db_cmd(conn, &c->err, "COMMIT", 0, NULL) == 0)
+		return CAIRN_OK;
+	db_cmd(conn, NULL, "ROLLBACK", 0, NULL);
+	if (r && !wrote)
+		return CAIRN_ESTOP; /* the fence: this worker no longer owns the run */
+	return client_rc(ctx, c, CAIRN_EDB, "cannot journal the step in its transaction");
+}
+
+int cairn_tx_step(cairn_ctx *ctx, const char *name, cairn_tx_fn fn, void *arg, cJSON **result)
+{
+	if (!fn) {
+		buf_reset(&ctx->err);
+		buf_printf(&ctx->err, "step %s: the function is NULL", name ? name : "(null)");
+		return ctx->fatal = CAIRN_EFAIL;
+	}
+	return run_step(ctx, name, KIND_STEP, NULL, NULL, fn, arg, result);
+}
+
 /* What a step that starts a run does (a child, or an independent run). */
 typedef struct start_arg {
 	const char *workflow;
@@ -534,7 +640,7 @@ static int start_run(cairn_ctx *ctx, const char *name, step_kind kind, const cha
 	if (!a.input)
 		return no_memory(ctx);
 	cJSON *result;
-	int rc = run_step(ctx, name, kind, NULL, start_fn, &a, &result);
+	int rc = run_step(ctx, name, kind, NULL, start_fn, NULL, &a, &result);
 	free(a.input);
 	return rc ? rc : started_id(ctx, result, id);
 }
@@ -611,7 +717,7 @@ int cairn_send(cairn_ctx *ctx, const char *name, int64_t run, const char *signal
 	int n = snprintf(id, sizeof id, "cairn.send:%" PRId64 ":%d", ctx->job->run_id, ctx->seq);
 	crypto_generichash(h, sizeof h, (const unsigned char *)id, (size_t)n, NULL, 0);
 	sodium_bin2hex(a.nonce, sizeof a.nonce, h, sizeof h);
-	int rc = run_step(ctx, name, KIND_SEND, NULL, send_fn, &a, NULL);
+	int rc = run_step(ctx, name, KIND_SEND, NULL, send_fn, NULL, &a, NULL);
 	free(a.payload);
 	return rc;
 }

@@ -555,6 +555,22 @@ int cairn_step(cairn_ctx *ctx, const char *name, cairn_step_fn fn, void *arg,
 int cairn_step_retry(cairn_ctx *ctx, const char *name, const cairn_retry_policy *policy,
                      cairn_step_fn fn, void *arg, struct cJSON **result);
 
+/*
+ * A transactional step: fn gets a libpq connection (PGconn *) inside a
+ * transaction, and its result is journaled in that same transaction, fenced
+ * by the run's lease. So the rows fn writes in cairn's PostgreSQL and the
+ * step's journal entry commit together or not at all: the effect happens
+ * exactly once, even when the worker is killed at any point (a crash before
+ * the commit rolls both back, and the step runs again). fn must not commit,
+ * roll back or keep the connection; returning an error rolls back what it
+ * did (then retried as cairn_step's are). A step that fails after a
+ * rollback or a lost lease writes nothing.
+ */
+struct pg_conn;
+typedef int (*cairn_tx_fn)(cairn_ctx *ctx, struct pg_conn *conn, void *arg, struct cJSON **result);
+int cairn_tx_step(cairn_ctx *ctx, const char *name, cairn_tx_fn fn, void *arg,
+                  struct cJSON **result);
+
 /* Durable sleep: CAIRN_SUSPENDED until the time has come, then CAIRN_OK. */
 int cairn_sleep(cairn_ctx *ctx, const char *name, int64_t duration_ms);
 int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t unix_ms);

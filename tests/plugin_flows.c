@@ -41,6 +41,8 @@
  *   t.versioned step "a" on a worker without T_PATCHED, else (behind
  *              cairn_patched "split-a" unless {"unguarded": true}) steps "a1"
  *              and "a2"; then awaits "go": {"path": "old" | "new"}.
+ *   t.tx       transactional step "tx" inserts (run, "tx") into t_hits and
+ *              holds its transaction {"ms"}, then a durable sleep "nap".
  *   t.slow     step "slow" bumps t_counter and takes {"ms"} (with {"polite":
  *              true} it stops when cairn_should_stop says so), its policy
  *              {"timeout"} ms and {"attempts"}.
@@ -558,6 +560,35 @@ static int wf_versioned(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ---------------------------------------------------------------- t.tx */
+
+/* Inserts (run, "tx") into t_hits in the step's transaction, then holds it
+ * open for {"ms"} so that a kill lands inside it. */
+static int step_tx(cairn_ctx *ctx, PGconn *c, void *arg, cJSON **result)
+{
+	char id[24];
+	snprintf(id, sizeof id, "%" PRId64, cairn_ctx_run_id(ctx));
+	const char *p[] = {id};
+	PGresult *r = PQexecParams(c, "INSERT INTO t_hits (run_id, step) VALUES ($1, 'tx')", 1,
+	                           NULL, p, NULL, NULL, 0);
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	if (!ok)
+		return cairn_retryable(ctx, "tx: %s", PQerrorMessage(c));
+	nap_ms(*(const int64_t *)arg);
+	*result = cJSON_CreateString("inserted");
+	return CAIRN_OK;
+}
+
+/* t.tx: transactional step "tx", then a durable sleep "nap" (50 ms). */
+static int wf_tx(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t ms = int_field(input, "ms", 0);
+	CAIRN_TRY(cairn_tx_step(ctx, "tx", step_tx, &ms, NULL));
+	CAIRN_TRY(cairn_sleep(ctx, "nap", SPREAD_NAP_MS));
+	return CAIRN_OK;
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -565,13 +596,23 @@ int cairn_plugin_init(cairn_worker *w)
 	static const struct {
 		const char *name;
 		cairn_workflow_fn fn;
-	} flows[] = {
-	    {"t.replay", wf_replay},      {"t.await", wf_await},       {"t.flaky", wf_flaky},
-	    {"t.nondet", wf_nondet},      {"t.signals", wf_signals},   {"t.spread", wf_spread},
-	    {"t.stubborn", wf_stubborn},  {"t.badutf8", wf_badutf8},   {"t.crash", wf_crash},
-	    {"t.polite", wf_polite},      {"t.big", wf_big},           {"t.parent", wf_parent},
-	    {"t.send", wf_send},          {"t.progress", wf_progress}, {"t.slow", wf_slow},
-	    {"t.versioned", wf_versioned}};
+	} flows[] = {{"t.replay", wf_replay},
+	             {"t.await", wf_await},
+	             {"t.flaky", wf_flaky},
+	             {"t.nondet", wf_nondet},
+	             {"t.signals", wf_signals},
+	             {"t.spread", wf_spread},
+	             {"t.stubborn", wf_stubborn},
+	             {"t.badutf8", wf_badutf8},
+	             {"t.crash", wf_crash},
+	             {"t.polite", wf_polite},
+	             {"t.big", wf_big},
+	             {"t.parent", wf_parent},
+	             {"t.send", wf_send},
+	             {"t.progress", wf_progress},
+	             {"t.slow", wf_slow},
+	             {"t.versioned", wf_versioned},
+	             {"t.tx", wf_tx}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

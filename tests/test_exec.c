@@ -1577,3 +1577,46 @@ Test(exec, a_patched_deploy_keeps_old_runs_on_the_old_path_and_records_each_runs
 	wk_stop(&b);
 	teardown(&e);
 }
+
+/* ---------------------------------------------------- transactional steps */
+
+Test(exec, a_transactional_step_commits_its_rows_with_its_journal_entry_under_kill_9)
+{
+	enum { RUNS = 40 };
+	env e;
+	setup(&e);
+	wk a, b, c;
+	wk_start(&a, e.db, NULL);
+	cairn_enqueue_opts o[RUNS];
+	cairn_enqueued ids[RUNS];
+	for (int i = 0; i < RUNS; i++)
+		o[i] = (cairn_enqueue_opts){.input = "{\"ms\": 40}"};
+	cr_assert_eq(cairn_enqueue_batch(e.cl, "t.tx", RUNS, o, ids), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	const char *journaled = "SELECT count(*) FROM cairn.steps WHERE name = 'tx'";
+	/* Killed twice, each time with transactions open (16 executors, each
+	 * holding one 40 ms). */
+	cr_assert(tdb_wait_at_least(e.c, journaled, RUNS / 4, 30000), "no tx step committed");
+	int64_t first = tdb_int(e.c, journaled);
+	wk_kill(&a);
+	wk_start(&b, e.db, NULL);
+	cr_assert(tdb_wait_at_least(e.c, journaled, first + RUNS / 4, 30000),
+	          "no tx step committed after the first kill");
+	int64_t second = tdb_int(e.c, journaled);
+	wk_kill(&b);
+	wk_start(&c, e.db, NULL);
+	cr_assert(
+	    wait_num(&e, RUNS, 60000, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'"),
+	    "the runs did not all complete");
+	cr_assert_eq(num(&e, "SELECT count(*) FROM t_hits"), RUNS,
+	             "the rows the step inserted differ from the runs");
+	cr_assert_eq(num(&e, "SELECT count(DISTINCT run_id) FROM t_hits"), RUNS);
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.steps WHERE name = 'tx' AND "
+	                     "status = 'completed'"),
+	             RUNS);
+	report("tx steps: %" PRId64 " and %" PRId64 " journaled at the two kills; %d rows for %d "
+	       "runs",
+	       first, second, RUNS, RUNS);
+	wk_stop(&c);
+	teardown(&e);
+}
