@@ -21,6 +21,12 @@
 #define LLVMFuzzerTestOneInput fuzz_config_input
 #include "fuzz/fuzz_config.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_claim_input
+#include "fuzz/fuzz_claim.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_http_input
+#include "fuzz/fuzz_http.c"
+#undef LLVMFuzzerTestOneInput
 
 /* Feeds every file of DIR/{seeds,regress}/name to fn; how many. */
 static int replay(const char *name, int (*fn)(const uint8_t *, size_t))
@@ -65,4 +71,14 @@ Test(fuzz, journal_decoding_takes_every_seed_and_regression_input)
 Test(fuzz, config_loader_takes_every_seed_and_regression_input)
 {
 	cr_assert_gt(replay("config", fuzz_config_input), 0);
+}
+
+Test(fuzz, claimed_row_decoding_takes_every_seed_and_regression_input)
+{
+	cr_assert_gt(replay("claim", fuzz_claim_input), 0);
+}
+
+Test(fuzz, http_routing_takes_every_seed_and_regression_input)
+{
+	cr_assert_gt(replay("http", fuzz_http_input), 0);
 }

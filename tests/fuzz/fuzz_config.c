@@ -17,15 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!s)
 		return 0;
 	const char *settings[MAX_LINES + 1];
-	int n = 0;
-	for (char *line = s; line && n < MAX_LINES;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = '\0';
-		settings[n++] = line;
-		line = nl ? nl + 1 : NULL;
-	}
-	settings[n] = NULL;
+	settings[fuzz_lines(s, settings, MAX_LINES)] = NULL;
 	config cfg;
 	buf err = BUF_INIT, text = BUF_INIT;
 	if (config_load_settings(&cfg, "host=db dbname=cairn", settings, 0, &err) == 0) {
