@@ -34,7 +34,11 @@
 #include "cairn.h"
 #include "client.h"
 #include "clock.h"
+#include "cron.h"
 #include "db.h"
+#include "hash.h"
+#include "pgarr.h"
+#include "schedule.h"
 
 #define HEALTH_FAILURES     3
 #define HEALTH_ROUNDS_EVERY 10 /* heartbeat intervals */
@@ -469,6 +473,180 @@ static int relay_main(cairn_singleton *s, void *arg)
 	return rc ? CAIRN_EDB : CAIRN_OK;
 }
 
+/* ---------------------------------------------------------- scheduler */
+
+#define SCHEDULER_BATCH   100
+#define SCHEDULER_IDLE_MS "60000" /* the longest wait with nothing due (a fallback) */
+
+/* The schedules due now, with whether the run of the last fire is still
+ * unfinished, and the database's clock. */
+static const char SQL_SCHEDULES_DUE[] =
+    "SELECT s.name, s.cron, s.tz, s.workflow, s.catchup, s.overlap = 'skip', EXISTS ("
+    "         SELECT 1 FROM cairn.runs r WHERE r.workflow = s.workflow "
+    "         AND r.key = " SCHEDULE_KEY_SQL(
+        "s") " AND r.finished_at IS NULL), "
+             "       (extract(epoch FROM s.next_at) * 1000)::bigint, "
+             "       (extract(epoch FROM now()) * 1000)::bigint "
+             "FROM cairn.schedules s WHERE NOT s.paused AND s.next_at <= now() "
+             "ORDER BY s.next_at LIMIT 100";
+
+/* One round of one schedule ($1 name, $2 its next_at as read: a copy that
+ * moved it since writes nothing): next_at to $3, the runs of the fires
+ * ($4 keys, $5 shards, $6 due times, Unix ms) inserted, each key once ever,
+ * counted, and their owners woken. */
+static const char SQL_SCHEDULE_FIRE[] =
+    "WITH s AS (UPDATE cairn.schedules SET next_at = to_timestamp($3::bigint / 1000.0), "
+    "    last_at = coalesce(to_timestamp((SELECT max(d) FROM unnest($6::bigint[]) d) / 1000.0), "
+    "                       last_at), "
+    "    fires = fires + cardinality($4::text[]), skipped = skipped + $7 "
+    "  WHERE name = $1 AND next_at = to_timestamp($2::bigint / 1000.0) RETURNING *), "
+    "ins AS (INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, "
+    "                                     scheduled_at, start_at) "
+    "  SELECT s.workflow, x.k, s.shard_group, x.sh, s.input, to_timestamp(x.d / 1000.0), now() "
+    "  FROM s, unnest($4::text[], $5::int[], $6::bigint[]) AS x(k, sh, d) "
+    "  ON CONFLICT (workflow, key) DO NOTHING RETURNING r.id, r.shard_group, r.shard) "
+    "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), "
+    "  (SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || ' ' || ins.id)) FROM ins "
+    "   JOIN cairn.shard_leases l ON l.shard_group = ins.shard_group AND l.shard = ins.shard "
+    "   JOIN cairn.runners w ON w.id = l.owner AND w.idle)";
+
+/* Fires what is due of the schedule in row i of r: 0 or -CAIRN_EDB. */
+static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int shards, buf *err)
+{
+	const char *name = PQgetvalue(r, i, 0), *tz = PQgetvalue(r, i, 2);
+	const char *catchup = PQgetvalue(r, i, 4);
+	int skip = db_get_bool(r, i, 5), busy = db_get_bool(r, i, 6);
+	int64_t from = db_get_i64(r, i, 7), now = db_get_i64(r, i, 8), next;
+	int64_t *due = calloc(SCHEDULE_FIRES_MAX, sizeof *due);
+	cron cr;
+	char why[512];
+	int n = 0, rc = 0;
+	if (!due)
+		return -CAIRN_ENOMEM;
+	if (cron_parse(PQgetvalue(r, i, 1), &cr, why, sizeof why) < 0 ||
+	    (rc = schedule_due(c, &cr, tz, from, now, strcmp(catchup, "all") != 0, due, &n, &next,
+	                       err)) == -CAIRN_EINVAL) {
+		/* Validated when it was made: stored by hand since. Left alone. */
+		log_kv(e->log, LOG_WARN, "a schedule cannot be computed; it is left paused",
+		       "schedule", name, "error", rc ? buf_str(err) : why, NULL);
+		const char *p[] = {name};
+		rc = db_cmd(c, err, "UPDATE cairn.schedules SET paused = true WHERE name = $1", 1,
+		            p);
+		free(due);
+		return rc < 0 ? -CAIRN_EDB : 0;
+	}
+	if (rc) {
+		free(due);
+		return rc;
+	}
+	/* Catch-up "none" fires only a time missed by less than the grace;
+	 * overlap "skip" at most one run at a time: the latest due, and none
+	 * while the last fire's run is unfinished. */
+	int fire = n;
+	if (strcmp(catchup, "none") == 0 && n && now - due[n - 1] >= SCHEDULE_GRACE_MS)
+		fire = 0;
+	if (skip && fire > 1)
+		fire = 1;
+	if (skip && busy)
+		fire = 0;
+	int skipped = n - fire;
+	pgarr keys = PGARR_INIT, sh = PGARR_INIT, at = PGARR_INIT;
+	for (int k = n - fire; k < n; k++) {
+		char key[256];
+		snprintf(key, sizeof key, SCHEDULE_KEY_PREFIX "%s:%" PRId64, name, due[k]);
+		pgarr_add(&keys, key);
+		pgarr_add_i64(&sh, hash_shard(key, shards));
+		pgarr_add_i64(&at, due[k]);
+	}
+	char f[24], nx[24], sk[24];
+	const char *p[] = {name,           db_i64(f, from), db_i64(nx, next),   pgarr_str(&keys),
+	                   pgarr_str(&sh), pgarr_str(&at),  db_i64(sk, skipped)};
+	PGresult *w =
+	    keys.b.oom || sh.b.oom || at.b.oom ? NULL : db_exec(c, err, SQL_SCHEDULE_FIRE, 7, p);
+	pgarr_free(&keys);
+	pgarr_free(&sh);
+	pgarr_free(&at);
+	free(due);
+	if (!w)
+		return -CAIRN_EDB;
+	if (db_get_int(w, 0, 1) > 0) {
+		log_kv(e->log, LOG_DEBUG, "fired a schedule", "schedule", name, "runs",
+		       PQgetvalue(w, 0, 1), NULL);
+		atomic_fetch_add(&e->m->schedule_fires, (uint64_t)db_get_int(w, 0, 1));
+	}
+	PQclear(w);
+	return 0;
+}
+
+/* ms until the earliest schedule is due (0 when one is), at most
+ * SCHEDULER_IDLE_MS; -1 on a database error. */
+static int64_t scheduler_wait_ms(PGconn *c, buf *err)
+{
+	PGresult *r = db_exec(c, err,
+	                      "SELECT greatest(0, least(" SCHEDULER_IDLE_MS ", "
+	                      "  (extract(epoch FROM min(next_at) - now()) * 1000)::bigint)) "
+	                      "FROM cairn.schedules WHERE NOT paused",
+	                      0, NULL);
+	if (!r)
+		return -1;
+	int64_t ms = PQgetisnull(r, 0, 0) ? atoll(SCHEDULER_IDLE_MS) : db_get_i64(r, 0, 0);
+	PQclear(r);
+	return ms;
+}
+
+/* cairn.scheduler: fires the schedules that are due, then sleeps until the
+ * next one is, or a schedule changes (SCHEDULE_CHANNEL). */
+static int scheduler_main(cairn_singleton *s, void *arg)
+{
+	const maint_env *e = arg;
+	buf err = BUF_INIT;
+	PGconn *c = db_connect(cairn_singleton_conninfo(s), "cairn-worker scheduler", &err);
+	int rc = c ? 0 : -CAIRN_EDB;
+	db_settings st = {0};
+	if (!rc && (db_cmd(c, &err, "LISTEN " SCHEDULE_CHANNEL, 0, NULL) < 0 ||
+	            db_read_settings(c, &st, &err) < 0))
+		rc = -CAIRN_EDB;
+	while (!rc && !cairn_singleton_cancelled(s)) {
+		PGresult *r = db_exec(c, &err, SQL_SCHEDULES_DUE, 0, NULL);
+		if (!r) {
+			rc = -CAIRN_EDB;
+			break;
+		}
+		for (int i = 0; i < PQntuples(r) && !rc; i++)
+			rc = schedule_fire(e, c, r, i, st.shards, &err);
+		int full = PQntuples(r) == SCHEDULER_BATCH;
+		PQclear(r);
+		int64_t ms = rc || full ? 0 : scheduler_wait_ms(c, &err);
+		if (ms < 0)
+			rc = -CAIRN_EDB;
+		/* Wait in slices, so that a cancel is seen within one. */
+		for (int64_t until = clock_mono_ms() + ms; !rc && !cairn_singleton_cancelled(s);) {
+			int64_t left = until - clock_mono_ms();
+			if (left <= 0)
+				break;
+			struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+			int got =
+			    poll(&pfd, 1, (int)(left < RELAY_SLICE_MS ? left : RELAY_SLICE_MS));
+			if (got > 0) {
+				PQconsumeInput(c);
+				PGnotify *nt;
+				int any = 0;
+				while ((nt = PQnotifies(c))) {
+					PQfreemem(nt);
+					any = 1;
+				}
+				if (any)
+					break;
+			}
+		}
+	}
+	if (rc)
+		log_kv(e->log, LOG_WARN, "scheduler failed", "error", buf_str(&err), NULL);
+	PQfinish(c);
+	buf_free(&err);
+	return rc ? CAIRN_EDB : CAIRN_OK;
+}
+
 int maint_register(registry *reg, const maint_env *env, buf *err)
 {
 	singleton_def health = {.name = "cairn.health",
@@ -481,8 +659,13 @@ int maint_register(registry *reg, const maint_env *env, buf *err)
 	singleton_def relay = health;
 	snprintf(relay.name, sizeof relay.name, "cairn.relay");
 	relay.fn = relay_main;
+	singleton_def scheduler = health;
+	snprintf(scheduler.name, sizeof scheduler.name, "cairn.scheduler");
+	scheduler.fn = scheduler_main;
 	int rc = registry_add_singleton(reg, &health, err);
 	if (!rc)
 		rc = registry_add_singleton(reg, &janitor, err);
+	if (!rc)
+		rc = registry_add_singleton(reg, &scheduler, err);
 	return rc ? rc : registry_add_singleton(reg, &relay, err);
 }

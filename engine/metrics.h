@@ -26,6 +26,7 @@ typedef struct metrics {
 	_Atomic uint64_t runs_started, runs_completed, runs_failed;
 	_Atomic uint64_t runs_locked;     /* executions left alone: encrypted with a key we lack */
 	_Atomic uint64_t steps_timed_out; /* attempts that ran past their step's timeout */
+	_Atomic uint64_t schedule_fires;  /* runs the scheduler started */
 	_Atomic uint64_t step_buckets[METRICS_STEP_BUCKETS]; /* cumulative, per bound */
 	_Atomic uint64_t step_count;
 	_Atomic uint64_t step_sum_us;

@@ -111,6 +111,9 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_steps_timed_out_total", "counter",
 	       "Step attempts that ran past their timeout (their results discarded).", NULL,
 	       (double)atomic_load(&m->steps_timed_out));
+	metric(b, "cairn_schedule_fires_total", "counter",
+	       "Runs this worker's scheduler started for schedules.", NULL,
+	       (double)atomic_load(&m->schedule_fires));
 	metric(b, "cairn_steps_overdue", "gauge",
 	       "Steps running now past their timeout (C cannot stop them: see /status).", NULL,
 	       overdue);

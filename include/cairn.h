@@ -298,6 +298,49 @@ int cairn_reencrypt(cairn_client *c, int batch,
                     void (*progress)(const cairn_reencrypt_stats *s, void *arg), void *arg,
                     cairn_reencrypt_stats *out);
 
+/* ------------------------------------------------------------- schedules */
+
+/*
+ * A schedule starts a run of workflow at every time its cron expression
+ * names, in its time zone: cron is 5 fields (minute hour day-of-month month
+ * day-of-week) or 6 with seconds first, each *, N, A-B, a step (A-B/S,
+ * A/S, or S after a star) or a list of those, month and weekday names; or
+ * @hourly @daily @weekly @monthly @yearly. The singleton cairn.scheduler fires it; each fire is a
+ * run keyed "cairn.schedule:NAME:DUE_MS", so no fire happens twice, whatever crashes.
+ */
+typedef struct cairn_schedule_opts {
+	const char *cron;     /* required */
+	const char *tz;       /* a tz database zone; NULL: "UTC" */
+	const char *workflow; /* required */
+	const char *input;    /* JSON text; NULL: null */
+	const char *group;    /* shard group of the runs; NULL: "default" */
+	const char
+	    *overlap; /* "skip" (NULL: no fire while its last run is unfinished) or "allow" */
+	const char *catchup; /* fires missed while no scheduler ran: "latest" (NULL: the last of
+	                        them), "all" (each, at most 1000 at a time) or "none" */
+} cairn_schedule_opts;
+
+/* Creates schedule name (CAIRN_ESTATE if it exists); *next_unix_ms (may be
+ * NULL) is its first fire. */
+int cairn_schedule_create(cairn_client *c, const char *name, const cairn_schedule_opts *o,
+                          int64_t *next_unix_ms);
+
+typedef struct cairn_schedule_info {
+	char *name, *cron, *tz, *workflow, *group, *overlap, *catchup;
+	int paused;
+	int64_t next_unix_ms, last_unix_ms; /* last: 0 before the first fire */
+	int64_t last_run_id;                /* the run of the last fire, or 0 */
+	int64_t fires, skipped;             /* runs started; fires skipped (overlap, catch-up) */
+} cairn_schedule_info;
+
+int cairn_schedule_list(cairn_client *c, cairn_schedule_info **out, size_t *n);
+void cairn_schedule_list_free(cairn_schedule_info *s, size_t n);
+/* Pauses (pause 1) or resumes (0) it: a resumed schedule fires next at its
+ * first time after now (what fell in the pause is not fired).
+ * CAIRN_ENOTFOUND for no such schedule. */
+int cairn_schedule_pause(cairn_client *c, const char *name, int pause);
+int cairn_schedule_delete(cairn_client *c, const char *name);
+
 /* ------------------------------------------------------------- migrations */
 
 /*

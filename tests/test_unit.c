@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "cairn.h"
 #include "claimrow.h"
+#include "cron.h"
 #include "hash.h"
 #include "link.h"
 #include "netpolicy.h"
@@ -717,4 +718,63 @@ Test(route, each_request_gets_its_page_or_action_and_the_token_where_it_is_neede
 	cr_assert(r.kind == ROUTE_MEMBERS && strcmp(r.arg, "0a1b") == 0);
 	cr_assert_eq(route_poke("/members/0A1B", &r), -1);
 	cr_assert_eq(r.kind, ROUTE_BAD_POST);
+}
+
+/* cron_next from the wall-clock time text "YYYY-MM-DD HH:MM:SS". */
+static const char *next_of(const char *expr, const char *after, char out[32])
+{
+	cron c;
+	char err[512];
+	cr_assert_eq(cron_parse(expr, &c, err, sizeof err), 0, "%s: %s", expr, err);
+	struct tm t = {0}, n;
+	sscanf(after, "%d-%d-%d %d:%d:%d", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour, &t.tm_min,
+	       &t.tm_sec);
+	t.tm_year -= 1900;
+	t.tm_mon -= 1;
+	if (cron_next(&c, &t, &n) < 0)
+		return "none";
+	strftime(out, 32, "%Y-%m-%d %H:%M:%S", &n);
+	return out;
+}
+
+Test(cron, the_next_time_follows_each_field_steps_names_and_the_either_day_rule)
+{
+	char b[32];
+	static const char *const cases[][3] = {
+	    {"*/15 * * * *", "2026-12-03 10:07:30", "2026-12-03 10:15:00"},
+	    {"0 9 * * MON-FRI", "2026-12-04 09:00:00", "2026-12-07 09:00:00"}, /* Fri -> Mon */
+	    {"0 0 29 2 *", "2026-03-01 00:00:00", "2028-02-29 00:00:00"},
+	    {"*/10 * * * * *", "2026-12-03 10:07:55", "2026-12-03 10:08:00"},
+	    {"5 0 * * *", "2026-12-31 23:59:00", "2027-01-01 00:05:00"},
+	    /* both day fields restricted: the 13th or a Friday */
+	    {"0 0 13 * FRI", "2026-12-01 00:00:00", "2026-12-04 00:00:00"},
+	    {"0 0 13 * 5", "2026-12-05 00:00:00", "2026-12-11 00:00:00"},
+	    {"0 12 * * 7", "2026-12-03 00:00:00", "2026-12-06 12:00:00"}, /* 7 is Sunday */
+	    {"0 0 1 jan,jul *", "2026-02-01 00:00:00", "2026-07-01 00:00:00"},
+	    {"30 8-18/4 * * *", "2026-12-03 12:31:00", "2026-12-03 16:30:00"},
+	    {"@daily", "2026-12-03 10:00:00", "2026-12-04 00:00:00"},
+	    {"@hourly", "2026-12-03 10:00:00", "2026-12-03 11:00:00"},
+	    {"0 0 30 2 *", "2026-01-01 00:00:00", "none"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		cr_assert_str_eq(next_of(cases[i][0], cases[i][1], b), cases[i][2], "%s after %s",
+		                 cases[i][0], cases[i][1]);
+}
+
+Test(cron, a_bad_expression_is_refused_naming_the_field)
+{
+	static const char *const bad[][2] = {
+	    {"61 * * * *", "minute field \"61\""},  {"* 24 * * *", "hour field"},
+	    {"* * 0 * *", "day of month field"},    {"* * * 13 *", "month field"},
+	    {"* * * * 8", "day of week field"},     {"* * * *", "expected 5 fields"},
+	    {"* * * * * * *", "expected 5 fields"}, {"*/0 * * * *", "minute field"},
+	    {"1,,2 * * * *", "minute field"},       {"5-1 * * * *", "minute field"},
+	    {"@often", "expected 5 fields"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		cron c;
+		char err[512];
+		cr_assert_eq(cron_parse(bad[i][0], &c, err, sizeof err), -1, "%s", bad[i][0]);
+		cr_assert(strstr(err, bad[i][1]), "%s: %s", bad[i][0], err);
+	}
 }

@@ -429,11 +429,12 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	}
 	cr_assert_geq(epochs, 1, "%s", body);
 	/* The built-ins, in the order they were registered. */
-	static const char *const builtins[] = {"cairn.health", "cairn.janitor", "cairn.relay"};
+	static const char *const builtins[] = {"cairn.health", "cairn.janitor", "cairn.scheduler",
+	                                       "cairn.relay"};
 	int k = 0;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "singletons"))
 	{
-		cr_assert_lt(k, 3);
+		cr_assert_lt(k, 4);
 		cr_assert_str_eq(cJSON_GetObjectItem(it, "name")->valuestring, builtins[k]);
 		k++;
 	}

@@ -29,3 +29,25 @@ CREATE TABLE cairn.events (
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, key)
 );
+
+-- Schedules (`cairn schedule create`): the singleton cairn.scheduler fires
+-- each one when next_at has come, as a run keyed by the schedule and the
+-- due time (so no fire happens twice), and moves next_at on in the same
+-- statement. input is stored as a run's input is (sealed with keys).
+CREATE TABLE cairn.schedules (
+    name text PRIMARY KEY CHECK (name <> ''),
+    cron text NOT NULL,
+    tz text NOT NULL DEFAULT 'UTC',
+    workflow text NOT NULL CHECK (workflow <> ''),
+    shard_group text NOT NULL DEFAULT 'default',
+    input jsonb NOT NULL DEFAULT 'null',
+    overlap text NOT NULL DEFAULT 'skip' CHECK (overlap IN ('skip', 'allow')),
+    catchup text NOT NULL DEFAULT 'latest' CHECK (catchup IN ('none', 'latest', 'all')),
+    paused boolean NOT NULL DEFAULT false,
+    next_at timestamptz NOT NULL,
+    last_at timestamptz,
+    fires bigint NOT NULL DEFAULT 0,
+    skipped bigint NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX schedules_due ON cairn.schedules (next_at) WHERE NOT paused;

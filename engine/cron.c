@@ -1,0 +1,211 @@
+/*
+ * cron.c - parses cron expressions and finds their next time (cron.h).
+ */
+#include "cron.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct field {
+	const char *name;
+	int min, max;
+	const char *const *names; /* names[i] means min + i, or NULL */
+} field;
+
+static const char *const MONTHS[] = {"jan", "feb", "mar", "apr", "may", "jun", "jul",
+                                     "aug", "sep", "oct", "nov", "dec", NULL};
+static const char *const DAYS[] = {"sun", "mon", "tue", "wed", "thu", "fri", "sat", NULL};
+
+static const field FIELDS[] = {
+    {"second", 0, 59, NULL},       {"minute", 0, 59, NULL},  {"hour", 0, 23, NULL},
+    {"day of month", 1, 31, NULL}, {"month", 1, 12, MONTHS}, {"day of week", 0, 7, DAYS},
+};
+
+static const struct {
+	const char *macro, *expr;
+} MACROS[] = {{"@yearly", "0 0 1 1 *"}, {"@annually", "0 0 1 1 *"}, {"@monthly", "0 0 1 * *"},
+              {"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
+              {"@hourly", "0 * * * *"}};
+
+/* A number or a name of f at *p (advanced): 0, or -1. */
+static int value(const field *f, const char **p, int *out)
+{
+	if (isdigit((unsigned char)**p)) {
+		char *end;
+		long v = strtol(*p, &end, 10);
+		if (end - *p > 2 || v < f->min || v > f->max)
+			return -1;
+		*p = end;
+		*out = (int)v;
+		return 0;
+	}
+	for (int i = 0; f->names && f->names[i]; i++)
+		if (strncasecmp(*p, f->names[i], 3) == 0 && !isalpha((unsigned char)(*p)[3])) {
+			*p += 3;
+			*out = f->min + i;
+			return 0;
+		}
+	return -1;
+}
+
+/* One field's text (len bytes) into bits; *any when it is `*`. */
+static int parse_field(const field *f, const char *s, size_t len, uint64_t *bits, int *any)
+{
+	char text[128];
+	if (len == 0 || len >= sizeof text)
+		return -1;
+	memcpy(text, s, len);
+	text[len] = '\0';
+	*bits = 0;
+	*any = strcmp(text, "*") == 0 || strcmp(text, "?") == 0;
+	if (text[0] == ',' || text[len - 1] == ',' || strstr(text, ",,"))
+		return -1;
+	for (char *save = NULL, *part = strtok_r(text, ",", &save); part;
+	     part = strtok_r(NULL, ",", &save)) {
+		const char *p = part;
+		int lo, hi, step = 1;
+		if (*p == '*' || *p == '?') {
+			lo = f->min;
+			hi = f->max;
+			p++;
+		} else {
+			if (value(f, &p, &lo) < 0)
+				return -1;
+			hi = lo;
+			if (*p == '-') {
+				p++;
+				if (value(f, &p, &hi) < 0 || hi < lo)
+					return -1;
+			}
+		}
+		if (*p == '/') {
+			p++;
+			char *end;
+			long v = strtol(p, &end, 10);
+			if (end == p || end - p > 2 || v < 1 || v > f->max - f->min + 1)
+				return -1;
+			if (hi == lo && part[0] != '*')
+				hi = f->max; /* A/S: from A on */
+			step = (int)v;
+			p = end;
+		}
+		if (*p)
+			return -1;
+		for (int v = lo; v <= hi; v += step)
+			*bits |= 1ULL << v;
+	}
+	return 0;
+}
+
+int cron_parse(const char *expr, cron *out, char *err, size_t n)
+{
+	memset(out, 0, sizeof *out);
+	if (!expr) {
+		snprintf(err, n, "the cron expression is missing");
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof MACROS / sizeof MACROS[0]; i++)
+		if (strcasecmp(expr, MACROS[i].macro) == 0)
+			expr = MACROS[i].expr;
+	const char *start[6];
+	size_t len[6];
+	int k = 0;
+	for (const char *p = expr; *p;) {
+		p += strspn(p, " \t");
+		if (!*p)
+			break;
+		if (k == 6) {
+			k = 7;
+			break;
+		}
+		start[k] = p;
+		len[k] = strcspn(p, " \t");
+		p += len[k++];
+	}
+	if (k != 5 && k != 6) {
+		snprintf(
+		    err, n,
+		    "invalid cron expression \"%s\": expected 5 fields (minute hour day-of-month "
+		    "month day-of-week), 6 with seconds first, or @hourly, @daily, @weekly, "
+		    "@monthly, @yearly",
+		    expr);
+		return -1;
+	}
+	uint64_t bits[6] = {1}; /* no seconds field: at second 0 */
+	int any[6] = {0};
+	for (int i = 0; i < k; i++) {
+		int f = i + 6 - k;
+		if (parse_field(&FIELDS[f], start[i], len[i], &bits[f], &any[f]) < 0) {
+			snprintf(
+			    err, n,
+			    "invalid cron expression \"%s\": the %s field \"%.*s\" is not *, a "
+			    "number from %d to %d%s, a range A-B, a step */S, A-B/S or A/S, or a "
+			    "list of those",
+			    expr, FIELDS[f].name, (int)len[i], start[i], FIELDS[f].min,
+			    FIELDS[f].max,
+			    f == 4   ? " (or JAN-DEC)"
+			    : f == 5 ? " (or SUN-SAT; 7 is Sunday)"
+			             : "");
+			return -1;
+		}
+	}
+	out->sec = bits[0];
+	out->min = bits[1];
+	out->hour = (uint32_t)bits[2];
+	out->dom = (uint32_t)bits[3];
+	out->mon = (uint32_t)bits[4];
+	out->dow = (uint8_t)((bits[5] | (bits[5] >> 7)) & 0x7f); /* 7 is Sunday */
+	out->dom_any = any[3];
+	out->dow_any = any[5];
+	return 0;
+}
+
+static int day_matches(const cron *c, const struct tm *t)
+{
+	int dom = (c->dom >> t->tm_mday) & 1, dow = (c->dow >> t->tm_wday) & 1;
+	if (c->dom_any || c->dow_any)
+		return dom && dow;
+	return dom || dow;
+}
+
+/* t normalised (the naive arithmetic of timegm, no zone). */
+static void norm(struct tm *t)
+{
+	time_t s = timegm(t);
+	gmtime_r(&s, t);
+}
+
+int cron_next(const cron *c, const struct tm *after, struct tm *out)
+{
+	struct tm t = *after;
+	t.tm_isdst = 0;
+	t.tm_sec++;
+	norm(&t);
+	int limit = t.tm_year + 5;
+	while (t.tm_year <= limit) {
+		if (!((c->mon >> (t.tm_mon + 1)) & 1)) {
+			t.tm_mon++;
+			t.tm_mday = 1;
+			t.tm_hour = t.tm_min = t.tm_sec = 0;
+		} else if (!day_matches(c, &t)) {
+			t.tm_mday++;
+			t.tm_hour = t.tm_min = t.tm_sec = 0;
+		} else if (!((c->hour >> t.tm_hour) & 1)) {
+			t.tm_hour++;
+			t.tm_min = t.tm_sec = 0;
+		} else if (!((c->min >> t.tm_min) & 1)) {
+			t.tm_min++;
+			t.tm_sec = 0;
+		} else if (!((c->sec >> t.tm_sec) & 1)) {
+			t.tm_sec++;
+		} else {
+			*out = t;
+			return 0;
+		}
+		norm(&t);
+	}
+	return -1;
+}

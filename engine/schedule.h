@@ -1,0 +1,46 @@
+/*
+ * schedule.h - when a schedule fires (cairn.schedules, `cairn schedule`):
+ * its cron expression (cron.h) walked in wall-clock time of its zone, the
+ * times mapped to instants by PostgreSQL's time zone rules (so a 02:30 on a
+ * day whose clocks jump from 02:00 to 03:00 fires once, at 03:30, and a
+ * 01:30 that happens twice fires once). Used by the client, which records a
+ * schedule's first time, and by the cairn.scheduler singleton (maint.c),
+ * which fires what is due.
+ *
+ * Also the client's calls on schedules (cairn_schedule_create and the
+ * rest). Owns nothing; each call runs its statements on the caller's
+ * connection.
+ */
+#ifndef CAIRN_SCHEDULE_H
+#define CAIRN_SCHEDULE_H
+#include <libpq-fe.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "cron.h"
+
+/* At most this many fires of one schedule at once (catch-up "all"). */
+#define SCHEDULE_FIRES_MAX 1000
+/* Catch-up "none" still fires a time missed by less than this. */
+#define SCHEDULE_GRACE_MS 5000
+/* Notified when a schedule is created, resumed or deleted: the scheduler
+ * looks again. */
+#define SCHEDULE_CHANNEL "cairn_schedules"
+
+/* A fire's run key: this prefix, the schedule's name, ':' and the due
+ * time in Unix ms; in SQL, of the last fire of schedule row s. */
+#define SCHEDULE_KEY_PREFIX "cairn.schedule:"
+#define SCHEDULE_KEY_SQL(s)                                                                        \
+	"'" SCHEDULE_KEY_PREFIX "' || " s ".name || ':' || "                                       \
+	"(extract(epoch FROM " s ".last_at) * 1000)::bigint"
+
+/*
+ * The times c fires in zone tz from from_ms (included) to now_ms (included),
+ * as Unix ms, into due[] (at most SCHEDULE_FIRES_MAX, the first ones; with
+ * only_last, the last one alone), *ndue their count, and the first time
+ * after them (after now_ms) into *next_ms. 0, -CAIRN_EINVAL (err: an
+ * unknown zone, or a cron that never fires), or -CAIRN_EDB.
+ */
+int schedule_due(PGconn *conn, const cron *c, const char *tz, int64_t from_ms, int64_t now_ms,
+                 int only_last, int64_t *due, int *ndue, int64_t *next_ms, buf *err);
+#endif
