@@ -1620,3 +1620,47 @@ Test(exec, a_transactional_step_commits_its_rows_with_its_journal_entry_under_ki
 	wk_stop(&c);
 	teardown(&e);
 }
+
+/* ------------------------------------------------------------ examples */
+
+Test(exec, the_checkout_example_pays_in_a_child_run_and_ships_after_its_approval)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	int64_t id = enqueue(&e, "checkout", "{\"item\": \"book\", \"amount\": 12}", 0);
+	wait_status(&e, id, "waiting", 20000);
+	cr_assert_eq(cairn_signal(e.cl, id, "approval", "{\"approved\": true, \"by\": \"ann\"}"),
+	             CAIRN_OK);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert_eq(r->nchildren, 1);
+	cr_assert_str_eq(r->children[0].workflow, "payment");
+	cr_assert_eq(jnum(r->output, "payment_run"), (double)r->children[0].id, "%s", r->output);
+	cr_assert(strstr(r->output, "\"charge_id\""), "%s", r->output);
+	cairn_run_free(r);
+	wk_stop(&a);
+	teardown(&e);
+}
+
+Test(exec, the_report_example_counts_runs_in_a_transactional_step_and_publishes_them)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL);
+	cairn_run *r = finished(&e, enqueue(&e, "noop", NULL, 0), 20000);
+	cairn_run_free(r);
+	int64_t id = enqueue(&e, "report", NULL, 0);
+	r = finished(&e, id, 20000);
+	cr_assert_str_eq(r->status, "completed", "%s", r->error ? r->error : "");
+	cr_assert_eq(jnum(r->output, "completed"), 1, "%s", r->output);
+	cairn_run_free(r);
+	char *v;
+	cr_assert_eq(cairn_event_get(e.cl, id, "report", 0, NULL, &v), CAIRN_OK);
+	cr_assert_eq(jnum(v, "running"), 1, "the report run itself: %s", v);
+	free(v);
+	wk_stop(&a);
+	teardown(&e);
+}

@@ -9,6 +9,10 @@
  *   fanout {"n": N}: N child runs of square, waited for and summed, with a
  *          "progress" event
  *   square {"x": X}: X squared, in a step
+ *   checkout the order with its payment as a child run (payment)
+ *   payment {"amount": N}: a charge, in a step
+ *   report the runs of the last day by status, counted in a transactional
+ *          step: for a schedule
  *
  * Every input is validated before the first durable call, and bad input
  * fails the run with a message naming the field, the value and what is
@@ -25,6 +29,7 @@
 #include <ctype.h>
 #include <curl/curl.h>
 #include <inttypes.h>
+#include <libpq-fe.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -980,6 +985,105 @@ static int wf_fanout(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ------------------------------------------------- payment, checkout */
+
+/* {"amount": N}: a payment of its own, in a step (the charge). */
+static int wf_payment(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	char t[128];
+	const cJSON *amount =
+	    is_object(input) ? cJSON_GetObjectItemCaseSensitive(input, "amount") : NULL;
+	if (!cJSON_IsNumber(amount) || !isfinite(amount->valuedouble) || amount->valuedouble <= 0)
+		return cairn_fail(ctx,
+		                  "payment: \"amount\" must be a number greater than 0, got %s",
+		                  json_text(amount, t, sizeof t));
+	order_in o = {"payment", amount->valuedouble};
+	cJSON *charge;
+	CAIRN_TRY(cairn_step(ctx, "charge", order_charge, &o, &charge));
+	*output = cJSON_Duplicate(charge, 1);
+	return *output ? CAIRN_OK : cairn_retryable(ctx, "payment: out of memory");
+}
+
+/* The order demo with its payment as a child run: start the payment, wait
+ * for the approval signal, then for the payment, then ship. Cancelling the
+ * checkout cancels a payment still running. */
+static int wf_checkout(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	char t[128];
+	const cJSON *item =
+	    is_object(input) ? cJSON_GetObjectItemCaseSensitive(input, "item") : NULL;
+	const cJSON *amount =
+	    is_object(input) ? cJSON_GetObjectItemCaseSensitive(input, "amount") : NULL;
+	if (!cJSON_IsString(item) || !*item->valuestring ||
+	    strlen(item->valuestring) > ORDER_ITEM_MAX)
+		return cairn_fail(ctx,
+		                  "checkout: input must be an object like {\"item\": \"book\", "
+		                  "\"amount\": 12}, got %s",
+		                  json_text(input, t, sizeof t));
+	cJSON *pin = cJSON_CreateObject(), *approval, *paid, *ship;
+	cJSON_AddItemToObject(pin, "amount", cJSON_Duplicate(amount, 1));
+	int64_t payment;
+	int rc = cairn_child_start(ctx, "payment", "payment", pin, &payment);
+	cJSON_Delete(pin);
+	CAIRN_TRY(rc);
+	rc = cairn_await_signal(ctx, "approval", ORDER_APPROVAL_TIMEOUT_MS, &approval);
+	if (rc == CAIRN_ETIMEOUT)
+		return cairn_fail(ctx, "checkout: no approval within 1h");
+	CAIRN_TRY(rc);
+	int approved = 0;
+	const char *by = NULL;
+	CAIRN_TRY(order_approval(ctx, approval, &approved, &by));
+	if (!approved)
+		return cairn_fail(ctx, "checkout rejected%s%s", by ? " by " : "", by ? by : "");
+	CAIRN_TRY(cairn_child_wait(ctx, payment, -1, &paid));
+	CAIRN_TRY(cairn_step(ctx, "ship", order_ship, NULL, &ship));
+	const char *charge_id = result_string(paid, "charge_id");
+	const char *tracking = result_string(ship, "tracking");
+	cJSON *out = cJSON_CreateObject();
+	if (!out)
+		return cairn_retryable(ctx, "checkout: out of memory");
+	cJSON_AddStringToObject(out, "item", item->valuestring);
+	cJSON_AddNumberToObject(out, "payment_run", (double)payment);
+	if (charge_id)
+		cJSON_AddStringToObject(out, "charge_id", charge_id);
+	if (tracking)
+		cJSON_AddStringToObject(out, "tracking", tracking);
+	*output = out;
+	return CAIRN_OK;
+}
+
+/* ---------------------------------------------------------------- report */
+
+/* Counts the runs of the last day by status, in a transactional step. */
+static int report_count(cairn_ctx *ctx, PGconn *c, void *arg, cJSON **result)
+{
+	PGresult *r = PQexec(c, "SELECT status, count(*) FROM cairn.runs "
+	                        "WHERE created_at > now() - interval '1 day' GROUP BY status "
+	                        "ORDER BY status");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		int rc = cairn_retryable(ctx, "report: %s", PQresultErrorMessage(r));
+		PQclear(r);
+		return rc;
+	}
+	*result = cJSON_CreateObject();
+	for (int i = 0; *result && i < PQntuples(r); i++)
+		cJSON_AddNumberToObject(*result, PQgetvalue(r, i, 0), atof(PQgetvalue(r, i, 1)));
+	PQclear(r);
+	return *result ? CAIRN_OK : cairn_retryable(ctx, "report: out of memory");
+}
+
+/* The runs of the last day by status: {"completed": N, ...}, also
+ * published as the event "report". For a schedule (`cairn schedule create
+ * daily --cron @daily --workflow report`). */
+static int wf_report(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *counts;
+	CAIRN_TRY(cairn_tx_step(ctx, "count", report_count, NULL, &counts));
+	CAIRN_TRY(cairn_set_event(ctx, "report", counts));
+	*output = cJSON_Duplicate(counts, 1);
+	return *output ? CAIRN_OK : cairn_retryable(ctx, "report: out of memory");
+}
+
 /* ---------------------------------------------------------- registration */
 
 int builtins_register(cairn_worker *w)
@@ -987,8 +1091,9 @@ int builtins_register(cairn_worker *w)
 	static const struct {
 		const char *name;
 		cairn_workflow_fn fn;
-	} flows[] = {{"noop", wf_noop},   {"sleep", wf_sleep},   {"http", wf_http},
-	             {"order", wf_order}, {"fanout", wf_fanout}, {"square", wf_square}};
+	} flows[] = {{"noop", wf_noop},       {"sleep", wf_sleep},       {"http", wf_http},
+	             {"order", wf_order},     {"fanout", wf_fanout},     {"square", wf_square},
+	             {"payment", wf_payment}, {"checkout", wf_checkout}, {"report", wf_report}};
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		return CAIRN_ENOMEM;
 	/* The worker validated both settings as it loaded them. */
