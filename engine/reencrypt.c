@@ -1,6 +1,6 @@
 /*
- * reencrypt.c - cairn_reencrypt(): walks runs, steps, signals and events in key
- * order, a batch of rows per transaction, and rewrites every value that is
+ * reencrypt.c - cairn_reencrypt(): walks runs, steps, signals, events and
+ * schedules in key order, a batch of rows per transaction, and rewrites every value that is
  * plaintext or sealed under an older key with the client's current key
  * (seal.h). Each write compares the row's values with what was read, so a
  * value a worker wrote meanwhile is never overwritten: that row is counted
@@ -68,6 +68,15 @@ static const table TABLES[] = {
      "UPDATE cairn.signals g SET payload = u.np::jsonb "
      "FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, op, np) "
      "WHERE g.id = u.id AND g.payload::text IS NOT DISTINCT FROM u.op RETURNING 1"},
+    {"schedules",
+     {""},
+     1,
+     1,
+     {SEAL_RUN_INPUT},
+     "SELECT name, input::text FROM cairn.schedules WHERE name > $1 ORDER BY name LIMIT $2",
+     "UPDATE cairn.schedules s SET input = u.ni::jsonb "
+     "FROM unnest($1::text[], $2::text[], $3::text[]) AS u(name, oi, ni) "
+     "WHERE s.name = u.name AND s.input::text IS NOT DISTINCT FROM u.oi RETURNING 1"},
     {"events",
      {"0", ""},
      2,
@@ -232,7 +241,8 @@ int cairn_reencrypt(cairn_client *c, int batch,
 	                      "SELECT (SELECT count(*) FROM cairn.runs) + "
 	                      "(SELECT count(*) FROM cairn.steps) + "
 	                      "(SELECT count(*) FROM cairn.signals) + "
-	                      "(SELECT count(*) FROM cairn.events)",
+	                      "(SELECT count(*) FROM cairn.events) + "
+	                      "(SELECT count(*) FROM cairn.schedules)",
 	                      0, NULL);
 	if (!r)
 		return client_db_fail(c);

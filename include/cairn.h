@@ -275,7 +275,7 @@ int cairn_event_get(cairn_client *c, int64_t run_id, const char *key, int64_t ti
 
 /* What cairn_reencrypt() did, as it goes. */
 typedef struct cairn_reencrypt_stats {
-	int64_t rows_total;  /* rows of runs, steps, signals and events when it started */
+	int64_t rows_total;  /* rows of runs, steps, signals, events and schedules at the start */
 	int64_t rows_done;   /* rows looked at so far */
 	int64_t rewritten;   /* values now under the current key (plaintext ones included) */
 	int64_t current;     /* values that already were */
@@ -287,7 +287,8 @@ typedef struct cairn_reencrypt_stats {
 
 /*
  * Moves every stored value (run inputs, outputs and errors, step results and
- * errors, signal payloads, event values) to the client's current key, batch rows at a time
+ * errors, signal payloads, event values, schedule inputs) to the client's
+ * current key, batch rows at a time
  * (1-100000; 0 means 500), each batch its own transaction; a value written
  * meanwhile is never overwritten (each write compares it first). progress,
  * when not NULL, is called after each batch. CAIRN_EINVAL if the client has no

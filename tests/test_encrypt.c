@@ -227,13 +227,30 @@ Test(encryption, reencrypt_moves_every_value_to_the_current_key_and_old_values_r
 	cairn_enqueue_opts o = {.input = "{\"plain\": true}"};
 	cairn_enqueued e;
 	cr_assert_eq(cairn_enqueue(plain, "order", &o, &e), CAIRN_OK);
+	char *out = NULL, *err = NULL;
+	cr_assert_eq(cli_keys(KEYS1, &out, &err, "schedule", "create", "nightly"), 2,
+	             "no --cron: %s", err);
+	free(out);
+	free(err);
+	char dburl[2200];
+	snprintf(dburl, sizeof dburl, "DATABASE_URL=%s", db);
+	const char *mk[] = {
+	    tbin("cairn"), "schedule",   "create", "nightly", "--cron",
+	    "@daily",      "--workflow", "noop",   "--input", "{\"s\": \"" SECRET "\"}",
+	    NULL};
+	const char *mkenv[] = {dburl, "CAIRN_ENCRYPTION_KEYS=" KEYS1, NULL};
+	cr_assert_eq(trun(mk, mkenv, &out, &err), 0, "%s", err);
+	free(out);
+	free(err);
 	PGconn *pg = tdb_connect(db);
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.schedules WHERE input::text LIKE "
+	                         "'\"cairn:enc:k1:%'"),
+	             1, "the schedule's input is sealed");
 	int64_t before = not_under(pg, "k2");
 	cr_assert_gt(before, 10);
 
 	/* With only the new key, old values stay (and are counted); the
 	 * plaintext one moves. */
-	char *out = NULL, *err = NULL;
 	cr_assert_eq(cli_keys("k2=" K2, &out, &err, "reencrypt", "--json", NULL), 1, "%s", err);
 	cr_assert(strstr(out, "\"rewritten\":\t1,") && strstr(err, "left as they are"), "%s\n%s",
 	          out, err);
@@ -248,14 +265,16 @@ Test(encryption, reencrypt_moves_every_value_to_the_current_key_and_old_values_r
 	free(out);
 	free(err);
 	cr_assert_eq(not_under(pg, "k2"), 0);
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.schedules WHERE input::text NOT LIKE "
+	                         "'\"cairn:enc:k2:%'"),
+	             0, "the schedule's input moved too");
 	cr_assert_eq(cli_keys(KEYS21, &out, &err, "reencrypt", "--json", NULL), 0, "%s", err);
 	cr_assert(strstr(out, "\"rewritten\":\t0,"), "%s", out);
 	free(out);
 	free(err);
 	/* On a terminal (script(1) gives it one) it draws a progress bar. */
-	char cmd[512], dburl[2200];
+	char cmd[512];
 	snprintf(cmd, sizeof cmd, "%s reencrypt --batch 3", tbin("cairn"));
-	snprintf(dburl, sizeof dburl, "DATABASE_URL=%s", db);
 	const char *tty[] = {"/usr/bin/script", "-qec", cmd, "/dev/null", NULL};
 	const char *env[] = {dburl, "CAIRN_ENCRYPTION_KEYS=" KEYS21, NULL};
 	cr_assert_eq(trun(tty, env, &out, &err), 0, "%s%s", out, err);
