@@ -1664,3 +1664,38 @@ Test(exec, the_report_example_counts_runs_in_a_transactional_step_and_publishes_
 	wk_stop(&a);
 	teardown(&e);
 }
+
+Test(exec, signals_sent_from_workflows_arrive_once_each_through_kill_9_of_their_worker)
+{
+	enum { N = 24 };
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, NULL);
+	int64_t to[N];
+	for (int i = 0; i < N; i++)
+		to[i] = enqueue(&e, "t.signals", "{\"n\": 1}", 0);
+	for (int i = 0; i < N; i++) {
+		char in[128];
+		snprintf(in, sizeof in, "{\"to\": %" PRId64 ", \"signal\": \"s\", \"payload\": %d}",
+		         to[i], i);
+		enqueue(&e, "t.send", in, 0);
+	}
+	cr_assert(wait_num(&e, N / 4, 30000,
+	                   "SELECT count(*) FROM cairn.steps WHERE name = 'tell' AND "
+	                   "status = 'completed'"),
+	          "no send was journaled");
+	wk_kill(&a);
+	wk_start(&b, e.db, NULL);
+	/* N targets, N senders and the N noop runs the senders enqueue. */
+	cr_assert(wait_num(&e, 3 * N, 60000,
+	                   "SELECT count(*) FROM cairn.runs WHERE status = 'completed'"),
+	          "the runs did not all complete");
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.signals"), N,
+	             "a signal was sent twice (or not at all)");
+	cr_assert_eq(num(&e, "SELECT count(DISTINCT run_id) FROM cairn.signals"), N);
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.runs WHERE workflow = 'noop'"), N,
+	             "an enqueue_from happened twice");
+	wk_stop(&b);
+	teardown(&e);
+}
