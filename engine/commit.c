@@ -186,8 +186,11 @@ static const char SQL_COMMIT[] =
      * written when it counts more than this claim. */
     "prog AS (UPDATE cairn.runs r SET claims = 0 WHERE r.id = ANY (:prog_run::bigint[]) "
     "  AND r.claims > 1 AND r.id IN (SELECT run_id FROM ok)), "
+    /* A hand-over gives its mark back unfenced, as the mark was made: it is
+     * a count, not a result, and a drain that released the shard before
+     * this commit must not leave its stop counted against the run. */
     "unc AS (UPDATE cairn.runs r SET claims = greatest(r.claims - 1, 0) "
-    "  WHERE r.id = ANY (:unclaim_run::bigint[]) AND r.id IN (SELECT run_id FROM ok)), "
+    "  WHERE r.id = ANY (:unclaim_run::bigint[])), "
 
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
