@@ -194,10 +194,12 @@ int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, unsigne
 }
 
 /* What is written for value (JSON text or a message) in a field f: the
- * value sealed under c's current key, or, without keys, the value; NULL
- * when out of memory. Valid until out changes. */
+ * value sealed under c's current key (in out, valid until it changes), or,
+ * without keys, value itself; NULL when out of memory. */
 static const char *seal_for(const cairn_client *c, seal_field f, const char *value, buf *out)
 {
+	if (!c->keys)
+		return value;
 	buf_reset(out);
 	return seal_value(c->keys, f, value, out) == 0 ? buf_str(out) : NULL;
 }

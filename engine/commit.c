@@ -553,7 +553,7 @@ static void notify_done(PGconn *conn, tellings *t)
 		oom |= a[i]->b.oom;
 	}
 	if (conn && any && !oom)
-		db_cmd(conn, NULL, SQL_DONE, 4, p);
+		PQclear(PQexecPrepared(conn, "cairn_done", 4, p, NULL, NULL, 0));
 	for (int i = 0; i < 4; i++)
 		pgarr_free(a[i]);
 }
@@ -634,6 +634,11 @@ static PGconn *connect_committer(committer *k, buf *err)
 	              : k->env.async_commit ? PQprepare(c, "cairn_mark", SQL_MARK, 0, NULL)
 	                                    : PQprepare(c, "cairn_commit", buf_str(&sql), 0, NULL);
 	buf_free(&sql);
+	/* After every batch that finished runs: planned once. */
+	if (PQresultStatus(r) == PGRES_COMMAND_OK) {
+		PQclear(r);
+		r = PQprepare(c, "cairn_done", SQL_DONE, 0, NULL);
+	}
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		if (r) {
 			buf_reset(err);

@@ -212,8 +212,19 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 	return -CAIRN_EINVAL;
 }
 
-/* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_TOKEN is a token, the keys parse
- * (into cfg->keys) and CAIRN_HTTP_PROXY is empty or a proxy URL. */
+/* The encryption keys (either setting) into cfg->keys. */
+static int check_keys(config *cfg, buf *err)
+{
+	seal_keys_free(cfg->keys);
+	cfg->keys = NULL;
+	buf_reset(err);
+	return seal_keys_load(cfg->encryption_keys, cfg->encryption_keys_file, &cfg->keys, err) < 0
+	           ? -CAIRN_EINVAL
+	           : 0;
+}
+
+/* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_TOKEN is a token, and CAIRN_HTTP_PROXY
+ * is empty or a proxy URL. */
 static int check_http(config *cfg, buf *err)
 {
 	char why[512];
@@ -237,11 +248,6 @@ static int check_http(config *cfg, buf *err)
 		    tn);
 		return -CAIRN_EINVAL;
 	}
-	seal_keys_free(cfg->keys);
-	cfg->keys = NULL;
-	buf_reset(err);
-	if (seal_keys_load(cfg->encryption_keys, cfg->encryption_keys_file, &cfg->keys, err) < 0)
-		return -CAIRN_EINVAL;
 	if (cfg->signing_key[0] &&
 	    link_key_parse(cfg->signing_key, cfg->link_key, why, sizeof why) < 0) {
 		buf_reset(err);
@@ -482,7 +488,7 @@ static int finish(config *cfg, buf *err)
 			return -CAIRN_ENOMEM;
 		}
 	}
-	if ((rc = check_http(cfg, err)) < 0)
+	if ((rc = check_http(cfg, err)) < 0 || (rc = check_keys(cfg, err)) < 0)
 		return rc;
 	if (cfg->runner_ttl_ms < 2 * cfg->heartbeat_interval_ms) {
 		buf_reset(err);

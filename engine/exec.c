@@ -134,6 +134,22 @@ static int add_row(cairn_ctx *ctx, const jrow *r)
 	return c && commit_add_row(c, r) == 0 ? CAIRN_OK : no_memory(ctx);
 }
 
+/* Journals a durable call that settles as it is made (a clock or random
+ * value, a patch marker, an event): completed at now, output its value. */
+static int add_settled(cairn_ctx *ctx, int seq, const char *name, step_kind kind,
+                       const char *output, int64_t now)
+{
+	jrow row = {.seq = seq,
+	            .name = (char *)name,
+	            .kind = kind,
+	            .status = STEP_COMPLETED,
+	            .output = (char *)output,
+	            .attempts = 1,
+	            .started_ms = now,
+	            .finished_ms = now};
+	return add_row(ctx, &row);
+}
+
 /* Writes the pending rows and waits for their commit; CAIRN_ESTOP if refused. */
 static int flush(cairn_ctx *ctx)
 {
@@ -739,15 +755,7 @@ int cairn_patched(cairn_ctx *ctx, const char *patch)
 	int seq = ctx->seq++;
 	if (e)
 		return 1; /* its marker: this run passed here with the patch */
-	int64_t now = ctx_now(ctx);
-	jrow row = {.seq = seq,
-	            .name = (char *)patch,
-	            .kind = KIND_PATCH,
-	            .status = STEP_COMPLETED,
-	            .attempts = 1,
-	            .started_ms = now,
-	            .finished_ms = now};
-	return add_row(ctx, &row) == CAIRN_OK;
+	return add_settled(ctx, seq, patch, KIND_PATCH, NULL, ctx_now(ctx)) == CAIRN_OK;
 }
 
 int cairn_set_event(cairn_ctx *ctx, const char *key, const cJSON *value)
@@ -773,16 +781,7 @@ int cairn_set_event(cairn_ctx *ctx, const char *key, const cJSON *value)
 	char *text;
 	if ((rc = step_result(ctx, name, CAIRN_OK, value, &text)))
 		return ctx->fatal = rc;
-	int64_t now = ctx_now(ctx);
-	jrow row = {.seq = seq,
-	            .name = name,
-	            .kind = KIND_EVENT,
-	            .status = STEP_COMPLETED,
-	            .output = text,
-	            .attempts = 1,
-	            .started_ms = now,
-	            .finished_ms = now};
-	rc = add_row(ctx, &row);
+	rc = add_settled(ctx, seq, name, KIND_EVENT, text, ctx_now(ctx));
 	free(text);
 	return rc;
 }
@@ -885,17 +884,8 @@ static int journaled_value(cairn_ctx *ctx, step_kind kind, uint64_t fresh, uint6
 		return rc;
 	char text[32];
 	snprintf(text, sizeof text, "\"%" PRIu64 "\"", fresh);
-	int64_t now = clock_unix_ms();
-	jrow row = {.seq = seq,
-	            .name = (char *)name,
-	            .kind = kind,
-	            .status = STEP_COMPLETED,
-	            .output = text,
-	            .attempts = 1,
-	            .started_ms = now,
-	            .finished_ms = now};
 	*out = fresh;
-	return add_row(ctx, &row);
+	return add_settled(ctx, seq, name, kind, text, clock_unix_ms());
 }
 
 int cairn_now(cairn_ctx *ctx, int64_t *unix_ms)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "parse.h"
+#include "seal.h"
 
 static const char CONTEXT[] = "cairn-signal-link-v1\n";
 #define B64 sodium_base64_VARIANT_URLSAFE_NO_PADDING
@@ -20,21 +21,12 @@ int link_key_parse(const char *text, unsigned char key[LINK_KEY_BYTES], char *er
 		snprintf(err, n, "libsodium cannot start");
 		return -1;
 	}
-	size_t len = 0;
-	const char *end;
 	if (!text || !*text) {
 		snprintf(err, n, "it is not set");
 		return -1;
 	}
-	if (sodium_base642bin(key, LINK_KEY_BYTES, text, strlen(text), " \n", &len, &end,
-	                      sodium_base64_VARIANT_ORIGINAL) == 0 &&
-	    *end == '\0' && len == LINK_KEY_BYTES)
+	if (seal_key_decode(text, strlen(text), key) == 0)
 		return 0;
-	if (sodium_base642bin(key, LINK_KEY_BYTES, text, strlen(text), " \n", &len, &end, B64) ==
-	        0 &&
-	    *end == '\0' && len == LINK_KEY_BYTES)
-		return 0;
-	sodium_memzero(key, LINK_KEY_BYTES);
 	snprintf(err, n,
 	         "expected the base64 of 32 random bytes (%zu characters, not shown), for example "
 	         "from `openssl rand -base64 32`",

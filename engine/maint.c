@@ -476,7 +476,9 @@ static int relay_main(cairn_singleton *s, void *arg)
 /* ---------------------------------------------------------- scheduler */
 
 #define SCHEDULER_BATCH   100
-#define SCHEDULER_IDLE_MS "60000" /* the longest wait with nothing due (a fallback) */
+#define SCHEDULER_IDLE_MS 60000 /* the longest wait with nothing due (a fallback) */
+#define STR_(x)           #x
+#define STR(x)            STR_(x)
 
 /* The schedules due now, with whether the run of the last fire is still
  * unfinished, and the database's clock. */
@@ -488,7 +490,7 @@ static const char SQL_SCHEDULES_DUE[] =
              "       (extract(epoch FROM s.next_at) * 1000)::bigint, "
              "       (extract(epoch FROM now()) * 1000)::bigint "
              "FROM cairn.schedules s WHERE NOT s.paused AND s.next_at <= now() "
-             "ORDER BY s.next_at LIMIT 100";
+             "ORDER BY s.next_at LIMIT " STR(SCHEDULER_BATCH);
 
 /* One round of one schedule ($1 name, $2 its next_at as read: a copy that
  * moved it since writes nothing): next_at to $3, the runs of the fires
@@ -517,12 +519,10 @@ static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int 
 	const char *catchup = PQgetvalue(r, i, 4);
 	int skip = db_get_bool(r, i, 5), busy = db_get_bool(r, i, 6);
 	int64_t from = db_get_i64(r, i, 7), now = db_get_i64(r, i, 8), next;
-	int64_t *due = calloc(SCHEDULE_FIRES_MAX, sizeof *due);
+	int64_t due[SCHEDULE_FIRES_MAX];
 	cron cr;
 	char why[512];
 	int n = 0, rc = 0;
-	if (!due)
-		return -CAIRN_ENOMEM;
 	if (cron_parse(PQgetvalue(r, i, 1), &cr, why, sizeof why) < 0 ||
 	    (rc = schedule_due(c, &cr, tz, from, now, strcmp(catchup, "all") != 0, due, &n, &next,
 	                       err)) == -CAIRN_EINVAL) {
@@ -532,13 +532,10 @@ static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int 
 		const char *p[] = {name};
 		rc = db_cmd(c, err, "UPDATE cairn.schedules SET paused = true WHERE name = $1", 1,
 		            p);
-		free(due);
 		return rc < 0 ? -CAIRN_EDB : 0;
 	}
-	if (rc) {
-		free(due);
+	if (rc)
 		return rc;
-	}
 	/* Catch-up "none" fires only a time missed by less than the grace;
 	 * overlap "skip" at most one run at a time: the latest due, and none
 	 * while the last fire's run is unfinished. */
@@ -566,7 +563,6 @@ static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int 
 	pgarr_free(&keys);
 	pgarr_free(&sh);
 	pgarr_free(&at);
-	free(due);
 	if (!w)
 		return -CAIRN_EDB;
 	if (db_get_int(w, 0, 1) > 0) {
@@ -582,14 +578,16 @@ static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int 
  * SCHEDULER_IDLE_MS; -1 on a database error. */
 static int64_t scheduler_wait_ms(PGconn *c, buf *err)
 {
-	PGresult *r = db_exec(c, err,
-	                      "SELECT greatest(0, least(" SCHEDULER_IDLE_MS ", "
-	                      "  (extract(epoch FROM min(next_at) - now()) * 1000)::bigint)) "
-	                      "FROM cairn.schedules WHERE NOT paused",
-	                      0, NULL);
+	PGresult *r = db_exec(
+	    c, err,
+	    "SELECT greatest(0, least(" STR(
+	        SCHEDULER_IDLE_MS) ", "
+	                           "  (extract(epoch FROM min(next_at) - now()) * 1000)::bigint)) "
+	                           "FROM cairn.schedules WHERE NOT paused",
+	    0, NULL);
 	if (!r)
 		return -1;
-	int64_t ms = PQgetisnull(r, 0, 0) ? atoll(SCHEDULER_IDLE_MS) : db_get_i64(r, 0, 0);
+	int64_t ms = PQgetisnull(r, 0, 0) ? SCHEDULER_IDLE_MS : db_get_i64(r, 0, 0);
 	PQclear(r);
 	return ms;
 }

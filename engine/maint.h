@@ -22,7 +22,7 @@ typedef struct maint_env {
 	void *poke_arg;
 } maint_env;
 
-/* Registers cairn.health, cairn.janitor, cairn.scheduler and cairn.relay in the first shard group; 0 or
- * -CAIRN_ENOMEM. */
+/* Registers cairn.health, cairn.janitor, cairn.scheduler and cairn.relay in the first shard group;
+ * 0 or -CAIRN_ENOMEM. */
 int maint_register(registry *reg, const maint_env *env, buf *err);
 #endif

@@ -236,22 +236,21 @@ int cairn_schedule_create(cairn_client *c, const char *name, const cairn_schedul
 	return CAIRN_OK;
 }
 
-#define MS_OF(col) "(extract(epoch FROM " col ") * 1000)::bigint"
+/* Each schedule, with the run of its last fire. */
+#define LAST_RUN                                                                                   \
+	"(SELECT r.id FROM cairn.runs r WHERE r.workflow = s.workflow AND r.key "                  \
+	"= " SCHEDULE_KEY_SQL("s") ")"
+static const char SQL_SCHEDULE_LIST[] =
+    "SELECT name, cron, tz, workflow, shard_group, overlap, catchup, paused, "
+    "  (extract(epoch FROM next_at) * 1000)::bigint, "
+    "  (extract(epoch FROM last_at) * 1000)::bigint, " LAST_RUN ", fires, skipped "
+    "FROM cairn.schedules s ORDER BY name";
 
 int cairn_schedule_list(cairn_client *c, cairn_schedule_info **out, size_t *n)
 {
 	*out = NULL;
 	*n = 0;
-	PGresult *r = db_exec(
-	    c->conn, &c->err,
-	    "SELECT name, cron, tz, workflow, shard_group, overlap, catchup, "
-	    "paused, " MS_OF("next_at") ", " MS_OF(
-	        "last_at") ", "
-	                   "(SELECT r.id FROM cairn.runs r WHERE r.workflow = s.workflow AND "
-	                   " r.key = " SCHEDULE_KEY_SQL(
-	                       "s") "), "
-	                            "fires, skipped FROM cairn.schedules s ORDER BY name",
-	    0, NULL);
+	PGresult *r = db_exec(c->conn, &c->err, SQL_SCHEDULE_LIST, 0, NULL);
 	if (!r)
 		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
@@ -299,6 +298,20 @@ void cairn_schedule_list_free(cairn_schedule_info *s, size_t n)
 	free(s);
 }
 
+/* Runs sql, whose first column counts the schedules it changed: CAIRN_OK,
+ * or CAIRN_ENOTFOUND when it changed none. */
+static int schedule_write(cairn_client *c, const char *name, const char *sql, int n,
+                          const char *const *p)
+{
+	PGresult *r = db_exec(c->conn, &c->err, sql, n, p);
+	if (!r)
+		return client_db_fail(c);
+	int found = db_get_int(r, 0, 0);
+	PQclear(r);
+	return found ? CAIRN_OK
+	             : client_fail(c, CAIRN_ENOTFOUND, "schedule \"%s\" not found", name);
+}
+
 int cairn_schedule_pause(cairn_client *c, const char *name, int pause)
 {
 	char err[PARSE_ERR_MAX];
@@ -329,19 +342,13 @@ int cairn_schedule_pause(cairn_client *c, const char *name, int pause)
 			return rc;
 		p[2] = db_i64(at, next);
 	}
-	PGresult *r =
-	    db_exec(c->conn, &c->err,
-	            "WITH u AS (UPDATE cairn.schedules SET paused = $2::bool, "
-	            "  next_at = coalesce(to_timestamp($3::bigint / 1000.0), next_at) "
-	            "  WHERE name = $1 RETURNING 1) "
-	            "SELECT count(*), count(pg_notify('" SCHEDULE_CHANNEL "', $1)) FROM u",
-	            3, p);
-	if (!r)
-		return client_db_fail(c);
-	int found = db_get_int(r, 0, 0);
-	PQclear(r);
-	return found ? CAIRN_OK
-	             : client_fail(c, CAIRN_ENOTFOUND, "schedule \"%s\" not found", name);
+	return schedule_write(c, name,
+	                      "WITH u AS (UPDATE cairn.schedules SET paused = $2::bool, "
+	                      "  next_at = coalesce(to_timestamp($3::bigint / 1000.0), next_at) "
+	                      "  WHERE name = $1 RETURNING 1) "
+	                      "SELECT count(*), count(pg_notify('" SCHEDULE_CHANNEL
+	                      "', $1)) FROM u",
+	                      3, p);
 }
 
 int cairn_schedule_delete(cairn_client *c, const char *name)
@@ -350,14 +357,8 @@ int cairn_schedule_delete(cairn_client *c, const char *name)
 	if (parse_check_name("schedule name", name, err) < 0)
 		return client_invalid(c, "name", "%s", err);
 	const char *p[] = {name};
-	PGresult *r = db_exec(c->conn, &c->err,
+	return schedule_write(c, name,
 	                      "WITH d AS (DELETE FROM cairn.schedules WHERE name = $1 RETURNING 1) "
 	                      "SELECT count(*) FROM d",
 	                      1, p);
-	if (!r)
-		return client_db_fail(c);
-	int found = db_get_int(r, 0, 0);
-	PQclear(r);
-	return found ? CAIRN_OK
-	             : client_fail(c, CAIRN_ENOTFOUND, "schedule \"%s\" not found", name);
 }

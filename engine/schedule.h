@@ -23,7 +23,7 @@
 #define SCHEDULE_FIRES_MAX 1000
 /* Catch-up "none" still fires a time missed by less than this. */
 #define SCHEDULE_GRACE_MS 5000
-/* Notified when a schedule is created, resumed or deleted: the scheduler
+/* Notified when a schedule is created, paused or resumed: the scheduler
  * looks again. */
 #define SCHEDULE_CHANNEL "cairn_schedules"
 

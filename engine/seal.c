@@ -36,7 +36,7 @@ static int is_json(seal_field f)
 	return f != SEAL_RUN_ERROR && f != SEAL_STEP_ERROR;
 }
 
-static int decode_key(const char *b64, size_t len, unsigned char *key)
+int seal_key_decode(const char *b64, size_t len, unsigned char key[32])
 {
 	static const int variants[] = {sodium_base64_VARIANT_ORIGINAL,
 	                               sodium_base64_VARIANT_ORIGINAL_NO_PADDING,
@@ -44,11 +44,12 @@ static int decode_key(const char *b64, size_t len, unsigned char *key)
 	for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
 		size_t got = 0;
 		const char *end;
-		if (sodium_base642bin(key, KEY_BYTES, b64, len, NULL, &got, &end, variants[v]) ==
+		if (sodium_base642bin(key, KEY_BYTES, b64, len, " \n", &got, &end, variants[v]) ==
 		        0 &&
 		    end == b64 + len && got == KEY_BYTES)
 			return 0;
 	}
+	sodium_memzero(key, KEY_BYTES);
 	return -1;
 }
 
@@ -76,7 +77,7 @@ static int parse_entry(seal_keys *k, const char *p, size_t len, int entry, char 
 		snprintf(why, n, "more than %d keys", SEAL_KEYS_MAX);
 		return -CAIRN_EINVAL;
 	}
-	if (decode_key(eq + 1, len - idlen - 1, k->k[k->n].key) < 0) {
+	if (seal_key_decode(eq + 1, len - idlen - 1, k->k[k->n].key) < 0) {
 		snprintf(
 		    why, n,
 		    "key \"%s\" (entry %d) is not the base64 of 32 bytes (not shown); make one "

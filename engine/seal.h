@@ -52,6 +52,10 @@ typedef enum seal_field {
  * key, or -CAIRN_ENOMEM.
  */
 int seal_keys_parse(const char *text, seal_keys **out, char *why, size_t n);
+/* A key of 32 bytes in base64 (standard or URL-safe, padded or not;
+ * spaces and newlines skipped), len bytes of b64: 0, or -1 (key zeroed).
+ * Signal links' signing key is read the same way (link.h). */
+int seal_key_decode(const char *b64, size_t len, unsigned char key[32]);
 /* The keys of text (CAIRN_ENCRYPTION_KEYS), or of the file at path
  * (CAIRN_ENCRYPTION_KEYS_FILE), at most one of them set (NULL or ""): as
  * seal_keys_parse, err naming the variable. */
