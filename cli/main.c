@@ -41,6 +41,7 @@ static const char USAGE[] =
     "  runners      list the registered runners and whether they are live\n"
     "  shards       show the owner and epoch of each shard\n"
     "  schedule     create, list, pause, resume and delete cron schedules\n"
+    "  limit        flow control: per-key concurrency and rate limits of a workflow\n"
     "  reencrypt    move every stored payload to the current encryption key\n"
     "\n"
     "RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
@@ -186,7 +187,8 @@ static int cmd_enqueue(int argc, char **argv)
 	static const char help[] =
 	    "usage: cairn enqueue WORKFLOW [--key K] [--input JSON | --input @FILE]\n"
 	    "                     [--delay DURATION | --at TIME] [--max-attempts N]\n"
-	    "                     [--group G] [--wait [--timeout DURATION]] [--json]\n"
+	    "                     [--group G] [--concurrency-key K] [--priority P]\n"
+	    "                     [--wait [--timeout DURATION]] [--json]\n"
 	    "\n"
 	    "Enqueues a run of WORKFLOW and prints its id. The same (WORKFLOW, KEY)\n"
 	    "again writes nothing, prints the id of the existing run and says so on\n"
@@ -199,18 +201,25 @@ static int cmd_enqueue(int argc, char **argv)
 	    "  --at TIME         start no earlier than TIME (RFC 3339, 2026-12-24T10:00:00Z)\n"
 	    "  --max-attempts N  attempts before the run fails for good (1-1000; default 3)\n"
 	    "  --group G         shard group (default: default)\n"
+	    "  --concurrency-key K\n"
+	    "                    flow control: the run lives in the shard of K, and the\n"
+	    "                    workflow's key limits (cairn limit) count it under K\n"
+	    "  --priority P      -1000 to 1000 (default 0): among due runs of a worker,\n"
+	    "                    higher starts first\n"
 	    "  --wait            wait for the run to finish and print its result (exit 0\n"
 	    "                    completed, 1 failed or cancelled); an existing run that\n"
 	    "                    has finished returns its result at once\n"
 	    "  --timeout D       with --wait: give up after D (default 30s; exit 4)\n"
-	    "  --json            print {\"id\", \"existed\", \"status\", \"output\", \"error\"}\n"
-	    "                    (output and error: of an existing finished run, else\n"
+	    "  --json            print {\"id\", \"existed\", \"status\", \"held\", \"output\",\n"
+	    "                    \"error\"} (held: waiting for a slot of its concurrency key;\n"
+	    "                    output and error: of an existing finished run, else\n"
 	    "                    null; with --wait: the result)\n" COMMON_HELP;
-	cli_opt opts[] = {{"key", 1, 0},  {"input", 1, 0},        {"delay", 1, 0},
-	                  {"at", 1, 0},   {"max-attempts", 1, 0}, {"group", 1, 0},
-	                  {"wait", 0, 0}, {"timeout", 1, 0},      {"json", 0, 0},
-	                  {"db", 1, 0},   {"help", 0, 0}};
-	cli_args a = {opts, 11, {0}, 0};
+	cli_opt opts[] = {{"key", 1, 0},     {"input", 1, 0},        {"delay", 1, 0},
+	                  {"at", 1, 0},      {"max-attempts", 1, 0}, {"group", 1, 0},
+	                  {"wait", 0, 0},    {"timeout", 1, 0},      {"json", 0, 0},
+	                  {"db", 1, 0},      {"help", 0, 0},         {"concurrency-key", 1, 0},
+	                  {"priority", 1, 0}};
+	cli_args a = {opts, 13, {0}, 0};
 	if (cli_parse("enqueue", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -225,6 +234,12 @@ static int cmd_enqueue(int argc, char **argv)
 	const char *workflow = a.pos[0];
 	o.key = cli_get(&a, "key");
 	o.group = cli_get(&a, "group");
+	o.concurrency_key = cli_get(&a, "concurrency-key");
+	int64_t prio = 0;
+	if (cli_has(&a, "priority") && parse_int(cli_get(&a, "priority"), -CAIRN_PRIORITY_MAX,
+	                                         CAIRN_PRIORITY_MAX, &prio, err) < 0)
+		return cli_error("enqueue", EXIT_USAGE, "--priority: %s", err);
+	o.priority = (int)prio;
 	/* Checked as flags, not values: --delay 0 --at TIME is just as ambiguous. */
 	if (cli_has(&a, "delay") && cli_has(&a, "at"))
 		return cli_error("enqueue", EXIT_USAGE, "--delay and --at cannot be used together");
@@ -249,6 +264,8 @@ static int cmd_enqueue(int argc, char **argv)
 	                            {"delay_ms", "--delay", cli_get(&a, "delay")},
 	                            {"at_unix_ms", "--at", cli_get(&a, "at")},
 	                            {"max_attempts", "--max-attempts", NULL},
+	                            {"concurrency_key", "--concurrency-key", NULL},
+	                            {"priority", "--priority", NULL},
 	                            {NULL, NULL, NULL}};
 	cairn_client *c;
 	int code = cli_open("enqueue", &a, &c);
@@ -278,6 +295,7 @@ static int cmd_enqueue(int argc, char **argv)
 		cJSON_AddNumberToObject(d, "id", (double)res.id);
 		cJSON_AddBoolToObject(d, "existed", res.existed);
 		cJSON_AddStringToObject(d, "status", res.status);
+		cJSON_AddBoolToObject(d, "held", res.held);
 		cli_json_add_raw(d, "output", res.output);
 		if (res.error)
 			cJSON_AddStringToObject(d, "error", res.error);
@@ -531,6 +549,12 @@ static cJSON *run_json(const cairn_run *r)
 	cJSON_AddNumberToObject(o, "attempt", r->attempt);
 	cJSON_AddNumberToObject(o, "max_attempts", r->max_attempts);
 	cJSON_AddBoolToObject(o, "cancel_requested", r->cancel_requested);
+	if (r->concurrency_key)
+		cJSON_AddStringToObject(o, "concurrency_key", r->concurrency_key);
+	else
+		cJSON_AddNullToObject(o, "concurrency_key");
+	cJSON_AddNumberToObject(o, "priority", r->priority);
+	cJSON_AddBoolToObject(o, "held", r->held);
 	cli_json_add_raw(o, "input", r->input);
 	cli_json_add_raw(o, "output", r->output);
 	if (r->error)
@@ -658,9 +682,14 @@ static int cmd_status(int argc, char **argv)
 		printf("run %" PRId64 "\n", r->id);
 		printf("  workflow   %s\n  key        %s\n  shard      %s/%d\n", r->workflow,
 		       r->key, r->group, r->shard);
-		printf("  status     %s%s (attempt %d of %d)\n", r->status,
+		printf("  status     %s%s%s (attempt %d of %d)\n", r->status,
+		       r->held ? ", held: waiting for a slot of its concurrency key" : "",
 		       r->cancel_requested && !r->finished_unix_ms ? ", cancel requested" : "",
 		       r->attempt, r->max_attempts);
+		if (r->concurrency_key)
+			printf("  conc. key  %s\n", r->concurrency_key);
+		if (r->priority)
+			printf("  priority   %d\n", r->priority);
 		printf("  created    %s\n", cli_time(r->created_unix_ms, t));
 		printf("  scheduled  %s\n", cli_time(r->scheduled_unix_ms, t));
 		printf("  started    %s\n", cli_time(r->started_unix_ms, t));
@@ -1304,6 +1333,207 @@ static int cmd_schedule(int argc, char **argv)
 	return code;
 }
 
+/* ----------------------------------------------------------------- limit */
+
+static const char LIMIT_HELP[] =
+    "usage: cairn limit set WORKFLOW [--key-concurrency N|off] [--rate N/PERIOD|off]\n"
+    "                                [--key-rate N/PERIOD|off] [--json]\n"
+    "       cairn limit list [--json]\n"
+    "       cairn limit delete WORKFLOW [--json]\n"
+    "\n"
+    "Flow control for a workflow's runs, fleet-wide, held in the database: every\n"
+    "worker's next claim applies a change. set changes only the limits it names.\n"
+    "Runs take a concurrency key with `cairn enqueue --concurrency-key K`.\n"
+    "\n"
+    "  --key-concurrency N  at most N runs of one concurrency key execute at once\n"
+    "                       (1-100000); a run in a durable sleep or waiting for a\n"
+    "                       signal holds no slot. Runs past it stay pending, held,\n"
+    "                       and go in priority order as slots free\n"
+    "  --rate N/PERIOD      at most N runs of the workflow start per PERIOD, across\n"
+    "                       the fleet: 10/s, 600/m, 5/500ms (a unit s, m, h, d or a\n"
+    "                       duration up to 1d); N at once, then evenly spread\n"
+    "  --key-rate N/PERIOD  the same for the runs of one concurrency key\n"
+    "  off                  removes that limit\n"
+    "  --json               print JSON\n" COMMON_HELP;
+
+/* "off" (0), or a count from 1 to max into *n; otherwise a usage error. */
+static int limit_count(const char *opt, const char *v, int *n)
+{
+	int64_t x;
+	char err[PARSE_ERR_MAX];
+	if (strcmp(v, "off") == 0)
+		return *n = 0, 0;
+	if (parse_int(v, 1, 100000, &x, err) < 0)
+		return cli_error("limit", EXIT_USAGE, "--%s: %s, or off", opt, err);
+	*n = (int)x;
+	return 0;
+}
+
+static int limit_rate(const char *opt, const char *v, int *n, int64_t *ms)
+{
+	char err[PARSE_ERR_MAX];
+	if (strcmp(v, "off") == 0)
+		return *n = 0, *ms = 0, 0;
+	if (parse_rate(v, n, ms, err) < 0)
+		return cli_error("limit", EXIT_USAGE, "--%s: %s, or off", opt, err);
+	return 0;
+}
+
+static cJSON *limit_json(const cairn_limit *l)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "workflow", l->workflow);
+	if (l->key_concurrency)
+		cJSON_AddNumberToObject(o, "key_concurrency", l->key_concurrency);
+	else
+		cJSON_AddNullToObject(o, "key_concurrency");
+	const struct {
+		const char *name;
+		int n;
+		int64_t ms;
+	} rates[] = {{"rate", l->rate, l->rate_period_ms},
+	             {"key_rate", l->key_rate, l->key_rate_period_ms}};
+	for (int i = 0; i < 2; i++) {
+		if (!rates[i].n) {
+			cJSON_AddNullToObject(o, rates[i].name);
+			continue;
+		}
+		cJSON *r = cJSON_AddObjectToObject(o, rates[i].name);
+		cJSON_AddNumberToObject(r, "starts", rates[i].n);
+		cJSON_AddNumberToObject(r, "period_ms", (double)rates[i].ms);
+	}
+	return o;
+}
+
+/* "10/1000ms" or "-". */
+static const char *rate_text(int n, int64_t ms, char out[48])
+{
+	if (!n)
+		return "-";
+	snprintf(out, 48, "%d/%" PRId64 "ms", n, ms);
+	return out;
+}
+
+static int limit_list(cairn_client *c, int json)
+{
+	cairn_limit *l;
+	size_t n;
+	int rc = cairn_limit_list(c, &l, &n);
+	if (rc)
+		return cli_fail("limit", c, rc, NULL);
+	if (json) {
+		cJSON *arr = cJSON_CreateArray();
+		for (size_t i = 0; i < n; i++)
+			cJSON_AddItemToArray(arr, limit_json(&l[i]));
+		cli_print_json(arr);
+	} else {
+		printf("%-24s %-16s %-16s %-16s\n", "WORKFLOW", "KEY CONCURRENCY", "RATE",
+		       "KEY RATE");
+		for (size_t i = 0; i < n; i++) {
+			char kc[24], r1[48], r2[48];
+			snprintf(kc, sizeof kc, "%d", l[i].key_concurrency);
+			printf("%-24s %-16s %-16s %-16s\n", l[i].workflow,
+			       l[i].key_concurrency ? kc : "-",
+			       rate_text(l[i].rate, l[i].rate_period_ms, r1),
+			       rate_text(l[i].key_rate, l[i].key_rate_period_ms, r2));
+		}
+	}
+	cairn_limit_list_free(l, n);
+	return EXIT_OK;
+}
+
+/* set: the workflow's limits as they are, changed by the options given. */
+static int limit_set(cairn_client *c, const cli_args *a, const char *workflow, cairn_limit *out)
+{
+	cairn_limit *l;
+	size_t n;
+	int rc = cairn_limit_list(c, &l, &n);
+	if (rc)
+		return cli_fail("limit", c, rc, NULL);
+	*out = (cairn_limit){.workflow = (char *)workflow};
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(l[i].workflow, workflow) == 0) {
+			*out = l[i];
+			out->workflow = (char *)workflow;
+		}
+	cairn_limit_list_free(l, n);
+	if ((cli_has(a, "key-concurrency") &&
+	     limit_count("key-concurrency", cli_get(a, "key-concurrency"),
+	                 &out->key_concurrency)) ||
+	    (cli_has(a, "rate") &&
+	     limit_rate("rate", cli_get(a, "rate"), &out->rate, &out->rate_period_ms)) ||
+	    (cli_has(a, "key-rate") && limit_rate("key-rate", cli_get(a, "key-rate"),
+	                                          &out->key_rate, &out->key_rate_period_ms)))
+		return EXIT_USAGE;
+	const cli_field fields[] = {{"workflow", "WORKFLOW", NULL},
+	                            {"key_concurrency", "--key-concurrency", NULL},
+	                            {"rate", "--rate", NULL},
+	                            {"key_rate", "--key-rate", NULL},
+	                            {NULL, NULL, NULL}};
+	rc = cairn_limit_set(c, out);
+	return rc ? cli_fail("limit", c, rc, fields) : EXIT_OK;
+}
+
+static int cmd_limit(int argc, char **argv)
+{
+	cli_opt opts[] = {{"key-concurrency", 1, 0},
+	                  {"rate", 1, 0},
+	                  {"key-rate", 1, 0},
+	                  {"json", 0, 0},
+	                  {"db", 1, 0},
+	                  {"help", 0, 0}};
+	cli_args a = {opts, 6, {0}, 0};
+	if (cli_parse("limit", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(LIMIT_HELP, stdout), EXIT_OK;
+	static const char *const subs[] = {"set", "list", "delete"};
+	int sub = -1;
+	for (int i = 0; a.npos && i < 3; i++)
+		if (strcmp(a.pos[0], subs[i]) == 0)
+			sub = i;
+	if (sub < 0)
+		return cli_error("limit", EXIT_USAGE,
+		                 "%s%s%s: expected set, list or delete (see --help)",
+		                 a.npos ? "unknown subcommand \"" : "missing subcommand",
+		                 a.npos ? a.pos[0] : "", a.npos ? "\"" : "");
+	if (a.npos != (sub == 1 ? 1 : 2))
+		return cli_error("limit", EXIT_USAGE, "limit %s takes %s (see --help)", subs[sub],
+		                 sub == 1 ? "no WORKFLOW" : "one WORKFLOW");
+	if (sub == 0 && !cli_has(&a, "key-concurrency") && !cli_has(&a, "rate") &&
+	    !cli_has(&a, "key-rate"))
+		return cli_error("limit", EXIT_USAGE,
+		                 "limit set needs --key-concurrency, --rate or --key-rate");
+	cairn_client *c;
+	int code = cli_open("limit", &a, &c);
+	if (code)
+		return code;
+	int json = cli_has(&a, "json");
+	cairn_limit l = {0};
+	if (sub == 1) {
+		code = limit_list(c, json);
+	} else if (sub == 0) {
+		code = limit_set(c, &a, a.pos[1], &l);
+	} else {
+		int rc = cairn_limit_delete(c, a.pos[1]);
+		code = rc ? cli_fail("limit", c, rc, NULL) : EXIT_OK;
+	}
+	if (!code && sub != 1) {
+		if (json && sub == 0) {
+			cli_print_json(limit_json(&l));
+		} else if (json) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "workflow", a.pos[1]);
+			cJSON_AddStringToObject(o, "done", "delete");
+			cli_print_json(o);
+		} else {
+			printf("limits of %s %s\n", a.pos[1], sub == 0 ? "set" : "deleted");
+		}
+	}
+	cairn_client_free(c);
+	return code;
+}
+
 /* ------------------------------------------------------------- reencrypt */
 
 /* The progress bar, redrawn on stderr after every batch (only on a terminal). */
@@ -1401,7 +1631,8 @@ int main(int argc, char **argv)
 	            {"status", cmd_status},   {"result", cmd_result},
 	            {"list", cmd_list},       {"runners", cmd_runners},
 	            {"shards", cmd_shards},   {"reencrypt", cmd_reencrypt},
-	            {"event", cmd_event},     {"schedule", cmd_schedule}};
+	            {"event", cmd_event},     {"schedule", cmd_schedule},
+	            {"limit", cmd_limit}};
 	if (argc < 2) {
 		fputs(USAGE, stderr);
 		return EXIT_USAGE;
@@ -1421,7 +1652,7 @@ int main(int argc, char **argv)
 	fprintf(stderr,
 	        "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
 	        "signal-link, cancel, retry, status, result, event, list, runners, shards, "
-	        "schedule, reencrypt (see cairn --help)\n",
+	        "schedule, limit, reencrypt (see cairn --help)\n",
 	        argv[1]);
 	return EXIT_USAGE;
 }

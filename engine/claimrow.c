@@ -85,7 +85,7 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	j->epoch = epoch;
 	j->mono_at_load = env->mono_at_load;
 	int64_t attempt, max_attempts, claims, bytes;
-	int cancel, marked;
+	int cancel, marked, flow;
 	int bad = int_col(v, CLAIM_ID, 1, INT64_MAX, &j->run_id) < 0 ||
 	          run_status_parse(v[CLAIM_STATUS], &j->status) < 0 ||
 	          int_col(v, CLAIM_ATTEMPT, 0, INT_MAX, &attempt) < 0 ||
@@ -97,7 +97,8 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	          /* a marked execution is counted in runs.claims already */
 	          int_col(v, CLAIM_CLAIMS, marked, INT_MAX, &claims) < 0 ||
 	          int_col(v, CLAIM_JOURNAL_BYTES, 0, INT64_MAX, &bytes) < 0 ||
-	          (v[CLAIM_PARENT] && int_col(v, CLAIM_PARENT, 1, INT64_MAX, &j->parent_id) < 0);
+	          (v[CLAIM_PARENT] && int_col(v, CLAIM_PARENT, 1, INT64_MAX, &j->parent_id) < 0) ||
+	          bool_col(v, CLAIM_FLOW, &flow) < 0;
 	int rc = bad ? -CAIRN_EINVAL : 0;
 	if (!rc && (j->nmsgs = msgs_col(v[CLAIM_MSGS], &j->msgs)) < 0)
 		rc = j->nmsgs;
@@ -119,6 +120,7 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	j->max_attempts = (int)max_attempts;
 	j->cancel_requested = cancel;
 	j->marked = marked;
+	j->flow = flow;
 	j->claims = (int)claims - marked;
 	if (bytes > env->max_journal_bytes)
 		snprintf(j->load_error, sizeof j->load_error,
@@ -127,6 +129,12 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 		         bytes, env->max_journal_bytes);
 	*out = j;
 	return 0;
+}
+
+int claimrow_held_back(const char *const *v)
+{
+	int64_t n;
+	return int_col(v, CLAIM_BACK, 0, INT_MAX, &n) == 0 ? (int)n : 0;
 }
 
 int64_t claimrow_next_due_ms(const char *const *v)

@@ -39,6 +39,9 @@ enum {
 	CLAIM_NEXT_DUE, /* ms until the next message is due; NULL: none */
 	CLAIM_MARKED,   /* the claim counted this execution (runs.claims) */
 	CLAIM_PARENT,   /* the run that started it as a child; NULL: none */
+	CLAIM_FLOW,     /* a run of a concurrency key with a key limit */
+	CLAIM_PARKED,   /* of the claim: the runs it held, "{1,2}"; NULL: none */
+	CLAIM_BACK,     /* of the claim: due runs its limits held back */
 	CLAIM_NCOLS
 };
 
@@ -62,4 +65,8 @@ int claimrow_decode(const claimrow_env *env, const char *const *values, job **ou
 /* The row's CLAIM_NEXT_DUE: ms until the next message is due, or -1 when
  * none is (NULL) or the value is not a number of ms in range. */
 int64_t claimrow_next_due_ms(const char *const *values);
+
+/* The row's CLAIM_BACK: how many due runs the claim's limits held back (0
+ * when the value is not a count). */
+int claimrow_held_back(const char *const *values);
 #endif

@@ -282,6 +282,17 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
 #define START_AT(at, delay)                                                                        \
 	"CASE WHEN " at " IS NOT NULL THEN to_timestamp(" at " / 1000.0) "                         \
 	"ELSE now() + " delay " * interval '1 millisecond' END"
+/* Whether a run of concurrency key ck (NULL: none) is held: its workflow
+ * ($1) has a key limit, and the key's active runs (cairn.flow_active, as
+ * the statement's snapshot sees them) and those before it in this
+ * statement (rank - 1) fill its slots. Only an estimate: an enqueue that
+ * held releases afterwards, under the key's lock (SQL_RELEASE), and a
+ * worker never executes more than the limit whatever is due. */
+#define HELD(ck, rank)                                                                             \
+	"(" ck " IS NOT NULL AND coalesce((SELECT cairn.flow_active($1, " ck ") + " rank           \
+	"  > l.key_concurrency FROM cairn.limits l WHERE l.workflow = $1), false))"
+#define HELD_ONE   HELD("$10::text", "1")
+#define HELD_EACH  HELD("ckey", "rank")
 #define START_ONE  START_AT("$8::bigint", "$7::bigint")
 #define START_EACH START_AT("at_ms", "delay_ms")
 
@@ -295,40 +306,66 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
 static const db_stmt ST_ENQUEUE = {
     "cairn_enqueue",
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
-    "                             scheduled_at, start_at, parent_id) "
-    "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, t.at, $9::bigint "
-    "FROM (SELECT " START_ONE " AS at) t "
+    "                             scheduled_at, start_at, parent_id, concurrency_key, "
+    "                             priority, held) "
+    "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, CASE WHEN h.held THEN NULL ELSE t.at END, "
+    "       $9::bigint, $10, $11, h.held "
+    "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
     "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text"};
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
-    "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN error END "
+    "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN error END, held "
     "FROM cairn.runs WHERE workflow = $1 AND key = $2";
 
-/* Many runs: one row per input, in order, with the columns above. */
+/* Many runs: one row per input, in order, with the columns above. A key's
+ * runs are held past its free slots, counted in input order. */
 static const char SQL_ENQUEUE_BATCH[] =
     "WITH input AS ("
     "  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::int[], "
-    "                       $7::bigint[], $8::bigint[]) WITH ORDINALITY "
-    "    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, ord)), "
+    "                       $7::bigint[], $8::bigint[], $10::text[], $11::int[]) "
+    "    WITH ORDINALITY "
+    "    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, ckey, prio, ord)), "
     "ins AS ("
     "  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
-    "                          scheduled_at, start_at) "
-    "  SELECT $1, key, shard_group, shard, input, max_attempts, at, at "
-    "  FROM (SELECT *, " START_EACH " AS at FROM input) i ORDER BY ord "
+    "                          scheduled_at, start_at, concurrency_key, priority, held) "
+    "  SELECT $1, key, shard_group, shard, input, max_attempts, at, "
+    "         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "
+    "  FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "
+    "        FROM (SELECT *, row_number() OVER (PARTITION BY ckey ORDER BY ord) AS rank "
+    "              FROM input) i) i ORDER BY ord "
     "  ON CONFLICT (workflow, key) DO NOTHING "
-    "  RETURNING id, key, status) "
+    "  RETURNING id, key, status, held) "
     "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "
     "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "
-    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END "
+    "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "
+    "       coalesce(ins.held, r.held) "
     "FROM input i LEFT JOIN ins ON ins.key = i.key "
     /* Existing runs are looked up one key at a time, and only for keys the
      * insert skipped: a join on workflow alone would read every run of it. */
-    "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error "
+    "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error, r.held "
     "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key) r "
     "  ON true "
     "ORDER BY i.ord";
+
+/*
+ * Lets go the held runs of keys ($1 workflow, $2 keys) that have free
+ * slots, and wakes their owners, in one transaction (cairn.flow_release).
+ * Called after every commit that held a run; see migration 0011.
+ */
+#define RELEASE_WAKE                                                                               \
+	"SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || ' ' || r.id)) "               \
+	"FROM go JOIN cairn.runs r ON r.id = go.id "                                               \
+	"JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "        \
+	"JOIN cairn.runners w ON w.id = l.owner AND w.idle"
+static const char SQL_RELEASE[] =
+    "WITH go AS (SELECT unnest(cairn.flow_release($1, k)) AS id "
+    "            FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) " RELEASE_WAKE;
+/* The same for the key of run $1, after a cancel freed its slot. */
+static const char SQL_RELEASE_RUN[] =
+    "WITH go AS (SELECT unnest(cairn.flow_release(workflow, concurrency_key)) AS id "
+    "            FROM cairn.runs WHERE id = $1 AND concurrency_key IS NOT NULL) " RELEASE_WAKE;
 
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
@@ -393,6 +430,15 @@ static const char *check_opts(const cairn_client *c, const char *workflow,
 		return "key";
 	if (o->group && parse_check_name("group", o->group, msg) < 0)
 		return "group";
+	if (o->concurrency_key && parse_check_key(o->concurrency_key, msg) < 0)
+		return "concurrency_key"; /* a run key's rules */
+	if (o->priority < -CAIRN_PRIORITY_MAX || o->priority > CAIRN_PRIORITY_MAX) {
+		snprintf(
+		    msg, PARSE_ERR_MAX,
+		    "invalid priority %d: expected an integer from %d to %d (higher starts first)",
+		    o->priority, -CAIRN_PRIORITY_MAX, CAIRN_PRIORITY_MAX);
+		return "priority";
+	}
 	if (o->input && (parse_check_json("input", o->input, c->max_payload, msg) < 0 ||
 	                 check_unsealed("input", o->input, msg) < 0))
 		return "input";
@@ -451,6 +497,7 @@ static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued 
 		cairn_enqueued_clear(e);
 		e->output = db_get_str(r, i, 3);
 		e->error = db_get_str(r, i, 4);
+		e->held = PQnfields(r) > 5 && db_get_bool(r, i, 5);
 		oom |=
 		    (!e->output && !PQgetisnull(r, i, 3)) || (!e->error && !PQgetisnull(r, i, 4));
 	}
@@ -469,6 +516,25 @@ static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued 
 	return rc;
 }
 
+/* A run lives in the shard of its concurrency key, if it has one. */
+static int run_shard(const cairn_enqueue_opts *o, const char *key, int shards)
+{
+	return hash_shard(o->concurrency_key ? o->concurrency_key : key, shards);
+}
+
+/* After a commit that held runs: SQL_RELEASE for their keys (a text[]). */
+static int release_held(cairn_client *c, const char *workflow, pgarr *keys)
+{
+	if (keys->b.oom)
+		return client_fail(c, CAIRN_ENOMEM, "out of memory releasing held runs");
+	const char *p[] = {workflow, pgarr_str(keys)};
+	PGresult *r = db_exec(c->conn, &c->err, SQL_RELEASE, 2, p);
+	if (!r)
+		return client_db_fail(c);
+	PQclear(r);
+	return CAIRN_OK;
+}
+
 static int raced(cairn_client *c)
 {
 	return client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
@@ -483,7 +549,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
                        cairn_enqueued *out)
 {
 	const char *group = o->group ? o->group : CAIRN_DEFAULT_GROUP;
-	char shard[24], maxa[24], delay[24], at[24], par[24];
+	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24];
 	buf sealed = BUF_INIT;
 	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
 	if (!input) {
@@ -493,18 +559,20 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	const char *p[] = {workflow,
 	                   key,
 	                   group,
-	                   db_i64(shard, hash_shard(key, shards)),
+	                   db_i64(shard, run_shard(o, key, shards)),
 	                   input,
 	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
 	                   db_i64(delay, o->delay_ms),
 	                   o->at_unix_ms ? db_i64(at, o->at_unix_ms) : NULL,
-	                   parent ? db_i64(par, parent) : NULL};
+	                   parent ? db_i64(par, parent) : NULL,
+	                   o->concurrency_key,
+	                   db_i64(prio, o->priority)};
 	const char *wake[] = {group, shard, "", workflow, key};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &ST_ENQUEUE, 9, p, &ST_WAKE_SHARD, 5, wake);
+		PGresult *r = exec_then(c, &ST_ENQUEUE, 11, p, &ST_WAKE_SHARD, 5, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing) {
 			rc = r ? rc : client_db_fail(c);
 			break;
@@ -516,7 +584,15 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 			rc = -1;
 	}
 	buf_free(&sealed);
-	return rc < 0 ? raced(c) : rc;
+	if (rc < 0)
+		return raced(c);
+	if (!rc && out->held && !out->existed) {
+		pgarr k = PGARR_INIT;
+		pgarr_add(&k, o->concurrency_key);
+		rc = release_held(c, workflow, &k);
+		pgarr_free(&k);
+	}
+	return rc;
 }
 
 /* cairn_enqueue_batch, and with want_result also each existing finished
@@ -547,7 +623,8 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		                   want_result, parent, out);
 	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
-	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT;
+	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT, ckeys = PGARR_INIT,
+	      prios = PGARR_INIT, held = PGARR_INIT;
 	buf sealed = BUF_INIT;
 	for (size_t i = 0; i < n; i++) {
 		const cairn_enqueue_opts *o = &opts[i];
@@ -558,7 +635,9 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		}
 		pgarr_add(&keys, key);
 		pgarr_add(&groups, o->group ? o->group : CAIRN_DEFAULT_GROUP);
-		pgarr_add_i64(&sh, hash_shard(key, shards));
+		pgarr_add_i64(&sh, run_shard(o, key, shards));
+		pgarr_add(&ckeys, o->concurrency_key);
+		pgarr_add_i64(&prios, o->priority);
 		pgarr_add(&inputs,
 		          seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed));
 		inputs.b.oom |= sealed.oom;
@@ -571,11 +650,12 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	}
 	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
-	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f"};
+	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f",
+	                        pgarr_str(&ckeys),  pgarr_str(&prios)};
 	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), ""};
 	const db_stmt batch = {NULL, SQL_ENQUEUE_BATCH};
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom || sh.b.oom || maxa.b.oom ||
-	    delays.b.oom) {
+	    delays.b.oom || ckeys.b.oom || prios.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
 		goto done;
 	}
@@ -589,15 +669,23 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	 * insert skips it but the lookup cannot see it yet, so try once more. */
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &batch, 9, params, &ST_WAKE_SHARDS, 3, wake);
+		PGresult *r = exec_then(c, &batch, 11, params, &ST_WAKE_SHARDS, 3, wake);
 		if (!r) {
 			rc = client_db_fail(c);
 			goto done;
 		}
 		if ((rc = read_enqueued(c, r, n, out, &missing)) || !missing)
-			goto done;
+			goto release;
 	}
 	rc = raced(c);
+	goto done;
+release:
+	/* The keys of the new runs the batch held (SQL_RELEASE takes each once). */
+	for (size_t i = 0; !rc && i < n; i++)
+		if (out[i].held && !out[i].existed)
+			pgarr_add(&held, opts[i].concurrency_key);
+	if (!rc && held.n)
+		rc = release_held(c, workflow, &held);
 done:
 	pgarr_free(&keys);
 	pgarr_free(&groups);
@@ -606,6 +694,9 @@ done:
 	pgarr_free(&maxa);
 	pgarr_free(&delays);
 	pgarr_free(&ats);
+	pgarr_free(&ckeys);
+	pgarr_free(&prios);
+	pgarr_free(&held);
 	buf_free(&sealed);
 	return rc;
 }
@@ -773,7 +864,7 @@ static const char SQL_CANCEL[] =
     "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
     "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
     "             cancel_requested = true, finished_at = now(), updated_at = now(), "
-    "             start_at = NULL "
+    "             start_at = NULL, held = false "
     "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
     "           AND attempt = 0 RETURNING id), "
     "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
@@ -791,7 +882,14 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 {
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL);
+	int rc = run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL);
+	if (rc)
+		return rc;
+	PGresult *r = db_exec(c->conn, &c->err, SQL_RELEASE_RUN, 1, p);
+	if (!r)
+		return client_db_fail(c);
+	PQclear(r);
+	return CAIRN_OK;
 }
 
 /* The journal is cut from its first step that is missing or not settled
@@ -831,7 +929,10 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 #define RUN_COLS                                                                                   \
 	"id, workflow, key, shard_group, shard, status, attempt, max_attempts, cancel_requested, " \
 	"input::text, output::text, error, " MS("created_at") ", " MS("scheduled_at") ", " MS(     \
-	    "started_at") ", " MS("updated_at") ", " MS("finished_at") ", parent_id, code_version"
+	    "started_at") ", " MS("updated_at") ", " MS("finished_at") ", parent_id, "             \
+	                                                               "code_version, "            \
+	                                                               "concurrency_key, "         \
+	                                                               "priority, held"
 
 static void run_from_row(cairn_run *run, const PGresult *r, int i)
 {
@@ -854,6 +955,9 @@ static void run_from_row(cairn_run *run, const PGresult *r, int i)
 	run->finished_unix_ms = db_get_i64(r, i, 16);
 	run->parent_id = db_get_i64(r, i, 17);
 	run->code_version = db_get_str(r, i, 18);
+	run->concurrency_key = db_get_str(r, i, 19);
+	run->priority = db_get_int(r, i, 20);
+	run->held = db_get_bool(r, i, 21);
 }
 
 /* Decrypts what run_from_row read. */
@@ -880,6 +984,7 @@ static void run_clear(cairn_run *run)
 	free(run->output);
 	free(run->error);
 	free(run->code_version);
+	free(run->concurrency_key);
 	for (size_t i = 0; i < run->nsteps; i++) {
 		cairn_step_info *s = &run->steps[i];
 		free(s->name);

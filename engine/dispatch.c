@@ -75,6 +75,7 @@ struct dispatch {
 	_Atomic int64_t due_hint;         /* Unix ms of a message this worker just wrote; 0: none */
 	int64_t targets[CAIRN_WAKE_RUNS]; /* runs wake-ups named, for the next claim; under mu */
 	int ntargets;
+	pgarr ended; /* runs of limited keys that ended: their keys' held runs may go; under mu */
 	int plan_generic;   /* the poller's session plans generically (SQL_CLAIM_RUNS) */
 	int clean;          /* executions that reached a durable point while draining */
 	db_settings limits; /* the poller's: read from cairn.settings at each connect */
@@ -125,9 +126,14 @@ static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 			d->fl[i] = d->fl[--d->nfl];
 			break;
 		}
+	if (j->flow)
+		pgarr_add_i64(&d->ended, j->run_id);
 	pthread_mutex_unlock(&d->mu);
 	shardmap_run_end(d->env.map, j->group, j->shard);
+	int flow = j->flow;
 	job_free(j);
+	if (flow)
+		wake_poller(d);
 	if (!settled) {
 		want_claim(d);
 		return;
@@ -341,19 +347,86 @@ static void inflight_ids(dispatch *d, pgarr *out)
  */
 #define MSG_START_SQL "0::bigint"
 _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
-/* The runs of the due messages and starts (CTE due): marked running, with
- * what their executions need. The first $7 runs (the executors idle now)
- * start at once: their execution is counted here instead of by the marker.
- * Not a run that will run alone or is finished: those are marked as they
- * start, or not at all. They come first, so the idle executors take them.
+/*
+ * Flow control (migration 0011), over the runs of the due messages and
+ * starts (CTE due, each with its priority):
+ *   slot   a run of a key with a key limit executes only while the key's
+ *          runs in flight here ($2) and those before it in this claim fit
+ *          in key_concurrency; a start that does not fit is held (park) and
+ *          let go when a slot frees, the poller calling cairn.flow_release
+ *          for it after this commit;
+ *   kok    a start of a key with a key rate takes one of its starts
+ *          (cairn.flow_take, under the rate's row lock);
+ *   wok    a start of a workflow with a rate, the same, fleet-wide.
+ * A start refused by a rate is moved (push) to when the rate allows it,
+ * one interval after another in claim order; the claim's next due time
+ * includes those moves.
+ */
+#define CLAIM_FLOW                                                                                 \
+	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
+	"        min(deliver_at) AS at, min(id) AS first, max(prio) AS prio "                      \
+	"      FROM due GROUP BY run_id), "                                                        \
+	"fl AS (SELECT workflow, concurrency_key AS ck, count(*) AS n FROM cairn.runs "            \
+	"       WHERE id = ANY ($2::bigint[]) AND concurrency_key IS NOT NULL "                    \
+	"         AND EXISTS (SELECT 1 FROM cairn.limits) GROUP BY 1, 2), "                        \
+	"g AS (SELECT d.*, r.workflow, r.concurrency_key AS ck, r.status AS st, r.claims AS cl, "  \
+	"        r.finished_at IS NOT NULL AS done, f.key_concurrency AS kc, f.key_rate, "         \
+	"        f.key_rate_period_ms, f.rate, f.rate_period_ms, coalesce(fl.n, 0) AS used, "      \
+	"        NOT (r.finished_at IS NOT NULL) AND d.first = 0 AS start "                        \
+	"      FROM d JOIN cairn.runs r ON r.id = d.run_id "                                       \
+	"      LEFT JOIN cairn.limits f ON f.workflow = r.workflow "                               \
+	"      LEFT JOIN fl ON fl.workflow = r.workflow AND fl.ck = r.concurrency_key), "          \
+	"s AS (SELECT g.*, done OR ck IS NULL OR kc IS NULL OR used + row_number() OVER ("         \
+	"        PARTITION BY workflow, ck ORDER BY prio DESC, at, first) <= kc AS slot FROM g), " \
+	"kr AS (SELECT w.workflow, w.ck, t.* FROM (SELECT workflow, ck, min(key_rate) AS n, "      \
+	"         min(key_rate_period_ms) AS p, count(*)::int AS want FROM s "                     \
+	"         WHERE slot AND start AND ck IS NOT NULL AND key_rate IS NOT NULL "               \
+	"         GROUP BY workflow, ck) w, "                                                      \
+	"       LATERAL cairn.flow_take(w.workflow, w.ck, w.n, w.p, w.want) t), "                  \
+	"s2 AS (SELECT s.*, kr.allowed AS kal, kr.next_at AS knext, kr.step AS kstep, "            \
+	"         row_number() OVER (PARTITION BY s.workflow, s.ck, kr.allowed IS NULL "           \
+	"                            ORDER BY prio DESC, at, first) AS krank "                     \
+	"       FROM s LEFT JOIN kr ON kr.workflow = s.workflow AND kr.ck = s.ck "                 \
+	"         AND s.slot AND s.start), "                                                       \
+	"wr AS (SELECT w.workflow, t.* FROM (SELECT workflow, min(rate) AS n, "                    \
+	"         min(rate_period_ms) AS p, count(*)::int AS want FROM s2 "                        \
+	"         WHERE slot AND start AND (kal IS NULL OR krank <= kal) AND rate IS NOT NULL "    \
+	"         GROUP BY workflow) w, "                                                          \
+	"       LATERAL cairn.flow_take(w.workflow, '', w.n, w.p, w.want) t), "                    \
+	"s3 AS (SELECT s2.*, wr.allowed AS wal, wr.next_at AS wnext, wr.step AS wstep, "           \
+	"         row_number() OVER (PARTITION BY s2.workflow, wr.allowed IS NULL "                \
+	"                            ORDER BY prio DESC, at, first) AS wrank "                     \
+	"       FROM s2 LEFT JOIN wr ON wr.workflow = s2.workflow AND s2.slot AND s2.start "       \
+	"         AND (s2.kal IS NULL OR s2.krank <= s2.kal)), "                                   \
+	"ok AS (SELECT * FROM s3 WHERE slot AND (kal IS NULL OR krank <= kal) "                    \
+	"         AND (wal IS NULL OR wrank <= wal)), "                                            \
+	"park AS (UPDATE cairn.runs r SET held = true, start_at = NULL, updated_at = now() "       \
+	"         FROM s3 WHERE r.id = s3.run_id AND NOT s3.slot AND s3.start "                    \
+	"           AND s3.st = 'pending' AND s3.ids = '{0}' RETURNING r.id), "                    \
+	"push AS (UPDATE cairn.runs r SET start_at = greatest( "                                   \
+	"           CASE WHEN s3.kal IS NOT NULL AND s3.krank > s3.kal "                           \
+	"                THEN s3.knext + (s3.krank - s3.kal - 1) * s3.kstep END, "                 \
+	"           CASE WHEN s3.wal IS NOT NULL AND s3.wrank > s3.wal "                           \
+	"                THEN s3.wnext + (s3.wrank - s3.wal - 1) * s3.wstep END) "                 \
+	"         FROM s3 WHERE r.id = s3.run_id AND s3.slot AND s3.start "                        \
+	"           AND ((s3.kal IS NOT NULL AND s3.krank > s3.kal) "                              \
+	"             OR (s3.wal IS NOT NULL AND s3.wrank > s3.wal)) "                             \
+	"         RETURNING r.start_at), "                                                         \
+	"fx AS (SELECT (SELECT array_agg(id)::text FROM park) AS parked, "                         \
+	"         (SELECT count(*) FROM s3) - (SELECT count(*) FROM ok) AS back, "                 \
+	"         (SELECT ceil(extract(epoch FROM min(start_at) - now()) * 1000)::bigint "         \
+	"          FROM push) AS pushed), "
+/* The admitted runs (CTE ok): marked running, with what their executions
+ * need. The first $7 runs (the executors idle now) start at once: their
+ * execution is counted here instead of by the marker. Not a run that will
+ * run alone or is finished: those are marked as they start, or not at all.
+ * They come first, so the idle executors take them; then by priority.
  * $8: the poller goes busy (see poller_main): writers stop waking it. */
 #define CLAIM_RUNS                                                                                 \
-	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
-	"        min(deliver_at) AS at, min(id) AS first FROM due GROUP BY run_id), "              \
-	"n AS (SELECT d.*, (row_number() OVER (ORDER BY "                                          \
-	"          r.claims >= $6 - 1 OR r.finished_at IS NOT NULL, d.at, d.first) <= $7 "         \
-	"        AND r.claims < $6 - 1 AND r.finished_at IS NULL) AS mark "                        \
-	"      FROM d JOIN cairn.runs r ON r.id = d.run_id), "                                     \
+	CLAIM_FLOW                                                                                 \
+	"n AS (SELECT ok.*, (row_number() OVER (ORDER BY "                                         \
+	"          ok.cl >= $6 - 1 OR ok.done, ok.prio DESC, ok.at, ok.first) <= $7 "              \
+	"        AND ok.cl < $6 - 1 AND NOT ok.done) AS mark FROM ok), "                           \
 	"c AS (UPDATE cairn.runs r SET "                                                           \
 	"  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "      \
 	"                ELSE r.status END, "                                                      \
@@ -361,15 +434,15 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"                 ELSE r.attempt END, "                                                    \
 	"  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "       \
 	"                    ELSE r.started_at END, "                                              \
-	"  claims = r.claims + d.mark::int, updated_at = now() "                                   \
+	"  claims = r.claims + d.mark::int, updated_at = now(), held = false "                     \
 	"FROM n d, "                                                                               \
 	"  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "                        \
 	"           FROM cairn.steps s WHERE s.run_id = d.run_id) js "                             \
 	"WHERE r.id = d.run_id "                                                                   \
-	"RETURNING d.mark, d.at, d.first, r.id, r.shard_group AS grp, r.shard, d.epoch, "          \
+	"RETURNING d.mark, d.at, d.first, d.prio, r.id, r.shard_group AS grp, r.shard, d.epoch, "  \
 	"  d.ids::text AS ids, r.workflow, "                                                       \
 	"  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "      \
-	"  r.parent_id, "                                                                          \
+	"  r.parent_id, d.ck IS NOT NULL AND d.kc IS NOT NULL AS flow, "                           \
 	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
 	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
 	"  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id " \
@@ -394,23 +467,32 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 #define CLAIM_SELECT                                                                               \
 	"SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "  \
 	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
-	"  c.last_step, c.journal, c.signals, next.ms, c.mark, c.parent_id "                       \
-	"FROM next LEFT JOIN c ON true ORDER BY c.mark DESC, c.at, c.first"
+	"  c.last_step, c.journal, c.signals, least(next.ms, fx.pushed), c.mark, c.parent_id, "    \
+	"  c.flow, fx.parked, fx.back "                                                            \
+	"FROM next CROSS JOIN fx LEFT JOIN c ON true ORDER BY c.mark DESC, c.prio DESC, c.at, "    \
+	"c.first"
 
 /* Due messages and due starts (runs.start_at, message id 0) of this
  * runner's shards, each walked in time order. */
 static const char SQL_CLAIM[] =
     "WITH due AS (SELECT * FROM ("
-    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at FROM cairn.messages m "
+    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio FROM cairn.messages m "
     "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
     "   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
     "   ORDER BY m.deliver_at, m.id LIMIT $3) "
     "  UNION ALL "
-    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at FROM cairn.runs r "
+    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, 0 FROM cairn.runs r "
     "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]) "
-    "   ORDER BY r.start_at, r.id LIMIT $3)) u "
-    "  ORDER BY deliver_at, run_id LIMIT $3), " CLAIM_RUNS
+    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority = 0 "
+    "     AND r.id <> ALL ($2::bigint[]) "
+    "   ORDER BY r.start_at, r.id LIMIT $3) "
+    "  UNION ALL "
+    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority FROM cairn.runs r "
+    "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
+    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority <> 0 "
+    "     AND r.id <> ALL ($2::bigint[]) "
+    "   ORDER BY r.priority DESC, r.start_at, r.id LIMIT $3)) u "
+    "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), " CLAIM_RUNS
     /* The next message or start of this runner's shards that is not yet
      * due, in ms from now: the poller sleeps until then. */
     "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
@@ -431,16 +513,16 @@ static const char SQL_CLAIM[] =
  */
 static const char SQL_CLAIM_RUNS[] =
     "WITH due AS (SELECT * FROM ("
-    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at "
+    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio "
     "   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.messages m ON m.run_id = t.id "
     "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
     "   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[])) "
     "  UNION ALL "
-    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at "
+    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority "
     "   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.runs r ON r.id = t.id "
     "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
     "   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]))) u "
-    "  ORDER BY deliver_at, run_id LIMIT $3), " CLAIM_RUNS
+    "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), " CLAIM_RUNS
     "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
     "  SELECT m.deliver_at AS at FROM cairn.messages m "
     "  WHERE m.run_id = ANY ($9::bigint[]) AND m.deliver_at > now() "
@@ -503,7 +585,8 @@ static int queue_job(dispatch *d, job *j)
  * shards (or of those runs) is due (-1: none). Runs that cannot be queued
  * keep their messages and come back. */
 static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now, int go_busy,
-                 const int64_t *runs, int nruns, int64_t *next_due_ms, int *skipped, buf *err)
+                 const int64_t *runs, int nruns, int64_t *next_due_ms, int *skipped, buf *parked,
+                 buf *err)
 {
 	pgarr ex = PGARR_INIT, want = PGARR_INIT;
 	inflight_ids(d, &ex);
@@ -544,6 +627,14 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 		int64_t due = claimrow_next_due_ms(v);
 		if (due >= 0)
 			*next_due_ms = due;
+		if (i == 0) {
+			/* Held back by a limit: a run that ends may let them go. */
+			int back = claimrow_held_back(v);
+			*skipped += back;
+			atomic_fetch_add(&d->env.m->flow_held_back, (uint64_t)back);
+			if (v[CLAIM_PARKED])
+				buf_puts(parked, v[CLAIM_PARKED]);
+		}
 		if (!v[CLAIM_ID])
 			continue; /* nothing claimed: the row only says when to look again */
 		got++;
@@ -579,6 +670,54 @@ static void check_cancels(dispatch *d, PGconn *conn)
 	}
 	pthread_mutex_unlock(&d->mu);
 	PQclear(r);
+}
+
+/*
+ * Held runs (flow control, migration 0011). A claim that held runs, and a
+ * run of a limited key that ended, are followed by cairn.flow_release for
+ * their keys, which lets go as many held runs as the keys have free slots.
+ * The sweep does it for every key of this runner's shards that holds runs,
+ * every FLOW_SWEEP_MS: it makes up for a release lost to a crash between
+ * a commit and the release after it.
+ */
+#define FLOW_SWEEP_MS 10000
+static const char SQL_FLOW_RELEASE[] =
+    "SELECT count(*) FROM (SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
+    "  WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL) k, "
+    "  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))";
+static const char SQL_FLOW_SWEEP[] =
+    "SELECT count(*) FROM (SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
+    "  JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
+    "  WHERE l.owner = $1 AND r.held) k, "
+    "  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))";
+
+/* Runs sql ($1: arg): how many held runs went, or -1. */
+static int64_t flow_release(dispatch *d, PGconn *conn, const char *sql, const char *arg, buf *err)
+{
+	const char *p[] = {arg};
+	PGresult *r = db_exec(conn, err, sql, 1, p);
+	if (!r) {
+		log_kv(d->env.log, LOG_WARN, "letting held runs go failed (the sweep tries again)",
+		       "error", buf_str(err), NULL);
+		return -1;
+	}
+	int64_t n = db_get_i64(r, 0, 0);
+	PQclear(r);
+	if (n > 0)
+		atomic_fetch_add(&d->env.m->flow_released, n);
+	return n;
+}
+
+/* The keys of the runs that ended since the last call: flow_release. */
+static int64_t release_ended(dispatch *d, PGconn *conn, buf *err)
+{
+	pthread_mutex_lock(&d->mu);
+	pgarr ended = d->ended;
+	d->ended = (pgarr)PGARR_INIT;
+	pthread_mutex_unlock(&d->mu);
+	int64_t n = ended.n ? flow_release(d, conn, SQL_FLOW_RELEASE, pgarr_str(&ended), err) : 0;
+	pgarr_free(&ended);
+	return n;
 }
 
 /* Takes the runs wake-ups named since the last claim into runs; how many. */
@@ -683,7 +822,8 @@ static void *poller_main(void *arg)
 	PGconn *conn = NULL;
 	buf err = BUF_INIT;
 	int failures = 0, cancel = 0;
-	int64_t next_cancel_check = 0, next_analyze = 0;
+	int64_t next_cancel_check = 0, next_analyze = 0, next_sweep = 0;
+	buf parked = BUF_INIT;
 	int64_t due_at_mono = -1, fallback_at = 0; /* monotonic ms; -1: nothing due */
 	int busy = 1, last_n = 0;
 	atomic_store(&d->claim_wanted, 1);
@@ -699,6 +839,15 @@ static void *poller_main(void *arg)
 			cancel = 0;
 			check_cancels(d, conn);
 			next_cancel_check = clock_mono_ms() + cfg->poll_interval_ms;
+		}
+		if (release_ended(d, conn, &err) > 0)
+			atomic_store(&d->claim_wanted, 1);
+		if (clock_mono_ms() >= next_sweep) {
+			char me[24];
+			if (flow_release(d, conn, SQL_FLOW_SWEEP,
+			                 db_i64(me, lease_runner_id(d->env.lease)), &err) > 0)
+				atomic_store(&d->claim_wanted, 1);
+			next_sweep = clock_mono_ms() + FLOW_SWEEP_MS;
 		}
 		int64_t now = clock_mono_ms();
 		int64_t hint = atomic_exchange(&d->due_hint, 0);
@@ -731,8 +880,15 @@ static void *poller_main(void *arg)
 			if (owner && shardmap_owned(d->env.map) > 0 && room > 0) {
 				int64_t t0 = clock_mono_ms();
 				int go_busy = !busy && last_n >= BUSY_AFTER;
-				rc = n = claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
-				               go_busy, runs, nruns, &next_due, &skipped, &err);
+				buf_reset(&parked);
+				rc = n =
+				    claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
+				          go_busy, runs, nruns, &next_due, &skipped, &parked, &err);
+				/* After its commit: what it held may go at once. */
+				if (rc >= 0 && parked.len &&
+				    flow_release(d, conn, SQL_FLOW_RELEASE, buf_str(&parked),
+				                 &err) > 0)
+					again = 1;
 				if (go_busy && rc >= 0)
 					atomic_fetch_add(&d->env.m->poller_busy, 1);
 				if (rc >= 0)
@@ -802,6 +958,7 @@ static void *poller_main(void *arg)
 	}
 	PQfinish(conn);
 	buf_free(&err);
+	buf_free(&parked);
 	return NULL;
 }
 
@@ -987,6 +1144,7 @@ void dispatch_free(dispatch *d)
 	committer_free(d->marks);
 	free(d->execs);
 	free(d->fl);
+	pgarr_free(&d->ended);
 	if (d->wake_fd >= 0)
 		close(d->wake_fd);
 	pthread_mutex_destroy(&d->mu);

@@ -36,10 +36,11 @@ typedef struct job {
 	_Atomic int cancel_requested;    /* also set by the poller while the run executes */
 	int64_t scheduled_ms;            /* when the run was due (enqueue, delay, retry) */
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
-	int claims;              /* executions started (marked) since the run last made progress and
-	                            not handed over: each one's worker stopped */
-	int marked;              /* the claim counted this execution (it starts at once) */
-	char load_error[200];    /* why the journal or signals did not come, or "" */
+	int claims;           /* executions started (marked) since the run last made progress and
+	                         not handed over: each one's worker stopped */
+	int marked;           /* the claim counted this execution (it starts at once) */
+	int flow;             /* of a concurrency key with a key limit: its end lets held runs go */
+	char load_error[200]; /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims > poison_after */
 	int64_t *msgs;   /* claimed message ids */

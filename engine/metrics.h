@@ -27,6 +27,8 @@ typedef struct metrics {
 	_Atomic uint64_t runs_locked;     /* executions left alone: encrypted with a key we lack */
 	_Atomic uint64_t steps_timed_out; /* attempts that ran past their step's timeout */
 	_Atomic uint64_t schedule_fires;  /* runs the scheduler started */
+	_Atomic uint64_t flow_held_back;  /* due runs a claim left for a limit (cairn limit) */
+	_Atomic uint64_t flow_released;   /* held runs let go when their key had a free slot */
 	_Atomic uint64_t step_buckets[METRICS_STEP_BUCKETS]; /* cumulative, per bound */
 	_Atomic uint64_t step_count;
 	_Atomic uint64_t step_sum_us;

@@ -247,6 +247,43 @@ static size_t utf8_len(const unsigned char *p)
 	return n;
 }
 
+int parse_rate(const char *s, int *n, int64_t *period_ms, char *err)
+{
+	const char *accepted = "expected N/PERIOD: N from 1 to 1000000 starts per PERIOD, a unit "
+	                       "(s, m, h, d) or a duration from 1ms to 1d, as in 10/s, 600/m, "
+	                       "5/500ms";
+	char q[QUOTE_BUF];
+	const char *slash = s ? strchr(s, '/') : NULL;
+	if (!slash)
+		return ERR("invalid rate \"%s\": %s", s ? quote(s, q) : "", accepted);
+	char num[24];
+	size_t len = (size_t)(slash - s);
+	int64_t v;
+	if (len == 0 || len >= sizeof num)
+		return ERR("invalid rate \"%s\": %s", quote(s, q), accepted);
+	memcpy(num, s, len);
+	num[len] = 0;
+	char why[PARSE_ERR_MAX];
+	if (parse_int(num, 1, 1000000, &v, why) < 0)
+		return ERR("invalid rate \"%s\": %s", quote(s, q), accepted);
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = {{"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+	const char *per = slash + 1;
+	int64_t ms = -1;
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+		if (strcmp(per, units[i].unit) == 0)
+			ms = units[i].ms;
+	if (ms < 0 && parse_duration_ms(per, &ms, why) < 0)
+		return ERR("invalid rate \"%s\": %s", quote(s, q), accepted);
+	if (ms < 1 || ms > 86400000)
+		return ERR("invalid rate \"%s\": the period must be from 1ms to 1d", quote(s, q));
+	*n = (int)v;
+	*period_ms = ms;
+	return 0;
+}
+
 int parse_check_key(const char *s, char *err)
 {
 	const char *accepted = "keys are 1 to 512 bytes of printable UTF-8";

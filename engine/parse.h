@@ -21,6 +21,10 @@ int parse_duration_ms(const char *s, int64_t *out, char *err);
 int parse_size_bytes(const char *s, size_t *out, char *err);
 /* RFC 3339: 2026-12-24T10:00:00Z, optional fraction, Z or +HH:MM. */
 int parse_timestamp_ms(const char *s, int64_t *out, char *err);
+/* A rate "N/PERIOD": N from 1 to 1000000 starts per PERIOD, a unit alone
+ * (s, m, h, d: one of it) or a duration (500ms, 10s); the period from 1 ms
+ * to 1 day. */
+int parse_rate(const char *s, int *n, int64_t *period_ms, char *err);
 /* A decimal integer in [min, max]. */
 int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err);
 /* Workflow, signal, group and step names: 1..128 bytes of [A-Za-z0-9_.:-]. */

@@ -85,6 +85,13 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	           "cairn_claims_total{of=\"shards\"} %" PRIu64 "\n"
 	           "cairn_claims_total{of=\"runs\"} %" PRIu64 "\n",
 	           (uint64_t)atomic_load(&m->claims_all), (uint64_t)atomic_load(&m->claims_runs));
+	metric(b, "cairn_flow_held_back_total", "counter",
+	       "Due runs a claim left for a limit (cairn limit): no free slot of their key, or "
+	       "their rate used up.",
+	       NULL, (double)atomic_load(&m->flow_held_back));
+	metric(b, "cairn_flow_released_total", "counter",
+	       "Held runs let go because their concurrency key had a free slot.", NULL,
+	       (double)atomic_load(&m->flow_released));
 	metric(b, "cairn_lease_losses_total", "counter",
 	       "Shard leases lost without releasing them.", NULL,
 	       (double)atomic_load(&m->lease_losses));

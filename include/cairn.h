@@ -102,6 +102,8 @@ void cairn_client_set_max_payload(cairn_client *c, size_t bytes);
  * CAIRN_EINVAL (field "keys") with a message that never shows a key.
  */
 #define CAIRN_KEY_ID_MAX 32
+/* cairn_enqueue_opts.priority lies in -CAIRN_PRIORITY_MAX..CAIRN_PRIORITY_MAX. */
+#define CAIRN_PRIORITY_MAX 1000
 int cairn_client_set_keys(cairn_client *c, const char *spec);
 /* The keys of $CAIRN_ENCRYPTION_KEYS, or of the file $CAIRN_ENCRYPTION_KEYS_FILE
  * names (not both); neither set leaves c without keys. As cairn_client_set_keys. */
@@ -125,6 +127,11 @@ typedef struct cairn_enqueue_opts {
 	                       setting both is CAIRN_EINVAL */
 	int max_attempts;   /* attempts before the run fails for good, 1-1000; 0 = default 3 */
 	const char *group;  /* shard group; NULL means "default" */
+	/* Flow control (`cairn limit`): runs that share a concurrency key live
+	 * in the shard of the key, so one worker at a time enforces its limits.
+	 * NULL: none (the run's shard is that of its key). */
+	const char *concurrency_key;
+	int priority; /* -1000 to 1000, higher starts first among due runs; 0 default */
 } cairn_enqueue_opts;
 
 /*
@@ -148,6 +155,7 @@ typedef struct cairn_enqueued {
 	char *error;     /* see above; or NULL */
 	unsigned locked; /* CAIRN_LOCKED_OUTPUT, CAIRN_LOCKED_ERROR */
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	int held; /* pending, waiting for a slot of its concurrency key */
 } cairn_enqueued;
 
 /*
@@ -237,7 +245,40 @@ typedef struct cairn_run {
 	cairn_step_info *steps; /* the journal, by seq; only from cairn_run_get */
 	size_t nchildren;
 	cairn_child_info *children; /* by id; only from cairn_run_get */
+	char *concurrency_key;      /* or NULL */
+	int priority;
+	int held; /* pending, waiting for a slot of its concurrency key */
 } cairn_run;
+
+/*
+ * Flow control: a workflow's limits (`cairn limit`), held in the database and
+ * read by every claim, so a change holds fleet-wide from the next claim of
+ * each worker. 0 in a field is no limit.
+ *   key_concurrency  runs of one concurrency key executing at once; a run in
+ *                    a durable sleep or waiting for a signal holds no slot;
+ *                    runs past the limit wait, pending and held
+ *   rate             starts of the workflow per rate_period_ms, fleet-wide
+ *   key_rate         starts of one concurrency key per key_rate_period_ms
+ */
+typedef struct cairn_limit {
+	char *workflow; /* cairn_limit_set only reads it */
+	int key_concurrency;
+	int rate;
+	int64_t rate_period_ms;
+	int key_rate;
+	int64_t key_rate_period_ms;
+	int64_t updated_unix_ms; /* from cairn_limit_list */
+} cairn_limit;
+
+/* Sets (replaces) the limits of l->workflow, then lets go the held runs that
+ * now have a free slot. */
+int cairn_limit_set(cairn_client *c, const cairn_limit *l);
+/* Removes the workflow's limits (CAIRN_ENOTFOUND: it had none); its held
+ * runs go. */
+int cairn_limit_delete(cairn_client *c, const char *workflow);
+/* Every workflow's limits, by name. Free with cairn_limit_list_free(). */
+int cairn_limit_list(cairn_client *c, cairn_limit **out, size_t *n);
+void cairn_limit_list_free(cairn_limit *l, size_t n);
 
 /* Loads a run and its journal. The caller frees *out with cairn_run_free(). */
 int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out);

@@ -65,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cairn.h"
 #include "plugin_conn.h"
@@ -531,6 +532,55 @@ static int wf_slow(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return cairn_step_retry(ctx, "slow", &p, step_slow, &a, NULL);
 }
 
+/* ---------------------------------------------------------------- t.hold */
+
+/* One line "S|E RUN PID MONO_US" appended to path (O_APPEND: whole lines
+ * from several processes). */
+static void hold_mark(const char *path, char what, int64_t run)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	FILE *f = fopen(path, "a");
+	if (!f)
+		return;
+	fprintf(f, "%c %" PRId64 " %d %" PRId64 "\n", what, run, (int)getpid(),
+	        (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+	fclose(f);
+}
+
+typedef struct hold_arg {
+	const char *log;
+	int64_t ms;
+} hold_arg;
+
+static int step_hold(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	const hold_arg *a = arg;
+	hold_mark(a->log, 'S', cairn_ctx_run_id(ctx));
+	nap_ms(a->ms);
+	hold_mark(a->log, 'E', cairn_ctx_run_id(ctx));
+	*result = cJSON_CreateString("held");
+	return CAIRN_OK;
+}
+
+/* t.hold: step "hold" takes {"ms"} ms and records when it runs (S, E lines in
+ * the file {"log"}); with {"sleep": N} a durable sleep of N ms follows, and
+ * a second step "hold2" of the same kind. Flow-control tests read the file. */
+static int wf_hold(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	const cJSON *log = field(input, "log");
+	hold_arg a = {cJSON_IsString(log) ? log->valuestring : "/dev/null",
+	              int_field(input, "ms", 100)};
+	CAIRN_TRY(cairn_step(ctx, "hold", step_hold, &a, NULL));
+	int64_t sleep = int_field(input, "sleep", 0);
+	if (sleep) {
+		CAIRN_TRY(cairn_sleep(ctx, "pause", sleep));
+		CAIRN_TRY(cairn_step(ctx, "hold2", step_hold, &a, NULL));
+	}
+	*output = cJSON_CreateString("done");
+	return CAIRN_OK;
+}
+
 /* -------------------------------------------------------- t.versioned */
 
 static int step_named_ok(cairn_ctx *ctx, void *arg, cJSON **result)
@@ -612,7 +662,8 @@ int cairn_plugin_init(cairn_worker *w)
 	             {"t.progress", wf_progress},
 	             {"t.slow", wf_slow},
 	             {"t.versioned", wf_versioned},
-	             {"t.tx", wf_tx}};
+	             {"t.tx", wf_tx},
+	             {"t.hold", wf_hold}};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
 		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
 			return 1;

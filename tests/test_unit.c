@@ -595,7 +595,8 @@ static void claim_row(const char *v[CLAIM_NCOLS])
 	                                             [CLAIM_NOW] = "1764763292417",
 	                                             [CLAIM_CLAIMS] = "1",
 	                                             [CLAIM_JOURNAL_BYTES] = "0",
-	                                             [CLAIM_MARKED] = "t"};
+	                                             [CLAIM_MARKED] = "t",
+	                                             [CLAIM_FLOW] = "f"};
 	memcpy(v, row, sizeof row);
 }
 

@@ -1,0 +1,429 @@
+/*
+ * test_flow.c - flow control (`cairn limit`), proved from the recorded
+ * start and end times of real runs on real workers: t.hold writes a line
+ * when its step starts and when it ends (CLOCK_MONOTONIC, shared by every
+ * process on the machine), and the claim records started_at.
+ *   - a key limit of 2 holds across three workers while the owner of the
+ *     keys is killed with -9 and another takes its shards over;
+ *   - a run in a durable sleep holds no slot; held runs show as held and go
+ *     when the limit is raised;
+ *   - a 5/s rate spreads 50 runs over at least 9 s, fleet-wide;
+ *   - high-priority runs enqueued behind a backlog start first;
+ *   - a small key starts at once while a big key's backlog drains;
+ *   - bad limits and options are refused by name.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cairn.h"
+#include "support.h"
+
+static const char *db;
+
+static void setup(void)
+{
+	db = tdb_new_migrated_shards(16);
+}
+
+TestSuite(flow, .init = setup, .timeout = 180);
+
+static char logs[3][64];
+static void dump(void)
+{
+	for (int i = 0; i < 3; i++)
+		if (logs[i][0]) {
+			char *s = tfile_read(logs[i]);
+			fprintf(stderr, "--- worker %d\n%s\n", i, s ? s : "");
+			free(s);
+		}
+}
+
+static pid_t start_worker(int i, int concurrency)
+{
+	char plugins[600], conc[40];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	snprintf(conc, sizeof conc, "CAIRN_CONCURRENCY=%d", concurrency);
+	tlog_file(logs[i]);
+	return tworker_start(db, NULL, logs[i], plugins, conc, "CAIRN_POLL_INTERVAL=200ms",
+	                     "CAIRN_LEASE_TTL=2s", NULL);
+}
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Enqueues n runs of t.hold (key prefix p, concurrency key ck or NULL,
+ * priority prio) in one batch; input {"ms": ms, "log": log}. */
+static void enqueue_holds(cairn_client *c, const char *p, const char *ck, int prio, int n, int ms,
+                          const char *log)
+{
+	cairn_enqueue_opts *o = calloc((size_t)n, sizeof *o);
+	cairn_enqueued *out = calloc((size_t)n, sizeof *out);
+	char(*keys)[64] = calloc((size_t)n, sizeof *keys);
+	char input[256];
+	snprintf(input, sizeof input, "{\"ms\": %d, \"log\": \"%s\"}", ms, log ? log : "/dev/null");
+	for (int i = 0; i < n; i++) {
+		snprintf(keys[i], sizeof keys[i], "%s-%d", p, i);
+		o[i] = (cairn_enqueue_opts){
+		    .key = keys[i], .input = input, .concurrency_key = ck, .priority = prio};
+	}
+	int rc = n == 1 ? cairn_enqueue(c, "t.hold", o, out)
+	                : cairn_enqueue_batch(c, "t.hold", (size_t)n, o, out);
+	cr_assert_eq(rc, 0, "enqueue: %s", cairn_client_errmsg(c));
+	free(o);
+	free(out);
+	free(keys);
+}
+
+/* The most runs of one concurrency key whose steps ran at the same moment,
+ * from the S/E lines of the hold log; a step whose process was killed
+ * (no E line) runs until killed_at_us. */
+typedef struct step_span {
+	int64_t run, pid, from, to;
+} step_span;
+
+static int max_overlap(PGconn *pg, const char *path, const char *ck, int64_t killed_pid,
+                       int64_t killed_at_us, int *steps)
+{
+	char *text = tfile_read(path);
+	cr_assert(text, "no hold log");
+	step_span sp[4096];
+	int n = 0;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		char k;
+		int64_t run, pid, t;
+		if (sscanf(line, "%c %" SCNd64 " %" SCNd64 " %" SCNd64, &k, &run, &pid, &t) != 4)
+			continue;
+		if (k == 'S' && n < 4096) {
+			sp[n++] = (step_span){run, pid, t, -1};
+			continue;
+		}
+		for (int i = n - 1; i >= 0; i--)
+			if (sp[i].run == run && sp[i].pid == pid && sp[i].to < 0) {
+				sp[i].to = t;
+				break;
+			}
+	}
+	free(text);
+	/* Only the runs of the key. */
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		char sql[200];
+		snprintf(sql, sizeof sql,
+		         "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+		         " AND concurrency_key = '%s'",
+		         sp[i].run, ck);
+		if (tdb_int(pg, sql) != 1)
+			continue;
+		step_span s = sp[i];
+		if (s.to < 0) {
+			cr_assert_eq(s.pid, killed_pid,
+			             "run %" PRId64 " on pid %" PRId64 " started and never ended",
+			             s.run, s.pid);
+			s.to = killed_at_us;
+		}
+		sp[m++] = s;
+	}
+	*steps = m;
+	int most = 0;
+	for (int i = 0; i < m; i++) {
+		/* At the start of each step: how many others of the key were running. */
+		int at = 0;
+		for (int j = 0; j < m; j++)
+			at += sp[j].from <= sp[i].from && sp[i].from < sp[j].to;
+		if (at > most)
+			most = at;
+	}
+	return most;
+}
+
+static int all_finished(void *arg)
+{
+	PGconn *pg = arg;
+	return tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE finished_at IS NULL") == 0;
+}
+
+Test(flow, a_key_limit_of_two_holds_on_three_workers_while_the_owner_is_killed_and_replaced)
+{
+	PGconn *pg = tdb_connect(db);
+	char hold[64];
+	tlog_file(hold);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--key-concurrency", "2", NULL),
+	             0);
+	pid_t w[3];
+	for (int i = 0; i < 3; i++)
+		w[i] = start_worker(i, 8);
+	cr_assert(
+	    tdb_wait_at_least(pg, "SELECT count(DISTINCT owner) FROM cairn.shard_leases", 3, 30000),
+	    "the shards never spread over three workers");
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	enqueue_holds(c, "a", "tenant-a", 0, 30, 150, hold);
+	enqueue_holds(c, "b", "tenant-b", 0, 30, 150, hold);
+	/* Kill the owner of tenant-a's shard once its runs are under way. */
+	tcheck(dump,
+	       tdb_wait_at_least(pg,
+	                         "SELECT count(*) FROM cairn.runs WHERE concurrency_key = "
+	                         "'tenant-a' AND finished_at IS NOT NULL",
+	                         6, 30000),
+	       "tenant-a's runs did not get under way");
+	int64_t owner = tdb_int(pg, "SELECT l.owner FROM cairn.shard_leases l JOIN cairn.runs r "
+	                            "ON r.shard_group = l.shard_group AND r.shard = l.shard "
+	                            "WHERE r.concurrency_key = 'tenant-a' LIMIT 1");
+	int64_t victim_pid = tdb_intf(
+	    pg, "SELECT split_part(name, ':', 2)::int FROM cairn.runners WHERE id = %" PRId64,
+	    owner);
+	int victim = -1;
+	for (int i = 0; i < 3; i++)
+		if (w[i] == victim_pid)
+			victim = i;
+	cr_assert(victim >= 0, "the owner %" PRId64 " is none of our workers", victim_pid);
+	kill(w[victim], SIGKILL);
+	tworker_stop(w[victim], SIGKILL, 10000);
+	int64_t killed_at = mono_us();
+	tcheck(dump, twait(all_finished, pg, 90000), "not every run finished");
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE status <> 'completed' "
+	                         "OR held"),
+	             0, "a run did not complete");
+	int steps_a, steps_b;
+	int most_a = max_overlap(pg, hold, "tenant-a", victim_pid, killed_at, &steps_a);
+	int most_b = max_overlap(pg, hold, "tenant-b", victim_pid, killed_at, &steps_b);
+	fprintf(stderr,
+	        "flow: tenant-a %d steps, at most %d at once; tenant-b %d steps, at most %d at "
+	        "once; killed worker %d (pid %" PRId64 ")\n",
+	        steps_a, most_a, steps_b, most_b, victim, victim_pid);
+	cr_assert(steps_a >= 30 && steps_b >= 30, "a run's step did not run");
+	cr_assert(most_a <= 2 && most_b <= 2, "more than 2 runs of a key ran at once (%d, %d)",
+	          most_a, most_b);
+	cr_assert(most_a == 2 || most_b == 2, "the limit was never used in full");
+	for (int i = 0; i < 3; i++)
+		if (i != victim)
+			tworker_stop(w[i], SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}
+
+Test(flow, a_run_in_a_durable_sleep_holds_no_slot_and_held_runs_go_when_the_limit_is_raised)
+{
+	PGconn *pg = tdb_connect(db);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--key-concurrency", "1", NULL),
+	             0);
+	pid_t w = start_worker(0, 4);
+	char *out = NULL, *err = NULL;
+	/* s sleeps 3 s between its two steps; n runs while it sleeps. */
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "t.hold", "--key", "s", "--concurrency-key",
+	                  "k", "--input", "{\"ms\": 10, \"sleep\": 3000}", NULL),
+	             0, "%s", err);
+	free(out);
+	free(err);
+	cr_assert(tdb_wait_at_least(pg, "SELECT count(*) FROM cairn.runs WHERE status = 'sleeping'",
+	                            1, 20000),
+	          "s never slept");
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "t.hold", "--key", "n", "--concurrency-key",
+	                  "k", "--input", "{\"ms\": 10}", "--wait", "--timeout", "10s", NULL),
+	             0, "n did not run while s slept: %s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE key = 's' AND "
+	                         "status = 'sleeping'"),
+	             1, "s did not sleep through n's run");
+	tcheck(dump,
+	       tdb_wait_at_least(pg,
+	                         "SELECT count(*) FROM cairn.runs WHERE key = 's' AND "
+	                         "status = 'completed'",
+	                         1, 20000),
+	       "s did not finish");
+
+	/* One long run holds the slot; the next one waits, held, in sight. */
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "t.hold", "--key", "long", "--concurrency-key",
+	                  "k", "--input", "{\"ms\": 20000}", NULL),
+	             0, "%s", err);
+	free(out);
+	free(err);
+	cr_assert(tdb_wait_at_least(pg,
+	                            "SELECT count(*) FROM cairn.runs WHERE key = 'long' "
+	                            "AND status = 'running'",
+	                            1, 20000));
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "t.hold", "--key", "next", "--concurrency-key",
+	                  "k", "--input", "{\"ms\": 10}", "--json", NULL),
+	             0, "%s", err);
+	cr_assert(strstr(out, "\"held\":\ttrue"), "the second run was not held: %s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, &out, &err, "status", "t.hold/next", NULL), 0, "%s", err);
+	cr_assert(strstr(out, "pending, held: waiting for a slot of its concurrency key"), "%s",
+	          out);
+	cr_assert(strstr(out, "conc. key  k"), "%s", out);
+	free(out);
+	free(err);
+	int64_t t0 = tnow_ms();
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--key-concurrency", "2", NULL),
+	             0);
+	cr_assert(tdb_wait_at_least(pg,
+	                            "SELECT count(*) FROM cairn.runs WHERE key = 'next' "
+	                            "AND status = 'completed'",
+	                            1, 5000),
+	          "raising the limit did not let the held run go");
+	fprintf(stderr, "flow: a held run went %" PRId64 " ms after the limit was raised\n",
+	        tnow_ms() - t0);
+	tworker_stop(w, SIGTERM, 30000);
+	PQfinish(pg);
+}
+
+Test(flow, a_rate_of_5_per_second_spreads_50_runs_over_two_workers_across_at_least_9_seconds)
+{
+	PGconn *pg = tdb_connect(db);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--rate", "5/s", NULL), 0);
+	pid_t w[2] = {start_worker(0, 8), start_worker(1, 8)};
+	cr_assert(
+	    tdb_wait_at_least(pg, "SELECT count(DISTINCT owner) FROM cairn.shard_leases", 2, 30000),
+	    "the shards never spread over two workers");
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	enqueue_holds(c, "r", NULL, 0, 50, 1, NULL);
+	tcheck(dump, twait(all_finished, pg, 60000), "the 50 runs did not finish");
+	int64_t span = tdb_int(pg, "SELECT (extract(epoch FROM max(started_at) - min(started_at)) "
+	                           "* 1000)::bigint FROM cairn.runs");
+	/* Strict: no second holds more than 5 starts. */
+	int64_t crowded = tdb_int(
+	    pg, "SELECT count(*) FROM cairn.runs a WHERE (SELECT count(*) FROM cairn.runs b "
+	        "WHERE b.started_at >= a.started_at "
+	        "AND b.started_at < a.started_at + interval '1 second') > 5");
+	int64_t owners = tdb_int(pg, "SELECT count(DISTINCT shard) FROM cairn.runs");
+	fprintf(stderr, "flow: 50 runs at 5/s started over %" PRId64 " ms, in %" PRId64 " shards\n",
+	        span, owners);
+	cr_assert(span >= 9000, "50 runs at 5/s started within %" PRId64 " ms", span);
+	cr_assert_eq(crowded, 0, "%" PRId64 " starts had more than 5 in the second after them",
+	             crowded);
+	for (int i = 0; i < 2; i++)
+		tworker_stop(w[i], SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}
+
+Test(flow, high_priority_runs_enqueued_behind_a_backlog_start_first)
+{
+	PGconn *pg = tdb_connect(db);
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	enqueue_holds(c, "low", NULL, 0, 200, 1, NULL);
+	enqueue_holds(c, "high", NULL, 10, 5, 1, NULL);
+	enqueue_holds(c, "neg", NULL, -5, 5, 1, NULL);
+	pid_t w = start_worker(0, 1);
+	tcheck(dump, twait(all_finished, pg, 60000), "the runs did not finish");
+	int64_t before = tdb_int(pg, "SELECT count(*) FROM cairn.runs l WHERE l.key LIKE 'low-%' "
+	                             "AND l.started_at < (SELECT max(started_at) FROM cairn.runs "
+	                             "WHERE key LIKE 'high-%')");
+	int64_t after = tdb_int(pg, "SELECT count(*) FROM cairn.runs l WHERE l.key LIKE 'low-%' "
+	                            "AND l.started_at > (SELECT min(started_at) FROM cairn.runs "
+	                            "WHERE key LIKE 'neg-%')");
+	fprintf(stderr,
+	        "flow: %" PRId64 " low runs started before the last high one, %" PRId64
+	        " after the first negative one\n",
+	        before, after);
+	cr_assert_eq(before, 0, "%" PRId64 " runs of priority 0 started before priority 10 did",
+	             before);
+	cr_assert_eq(after, 0, "%" PRId64 " runs of priority 0 started after priority -5 did",
+	             after);
+	tworker_stop(w, SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}
+
+Test(flow, a_small_key_starts_at_once_while_a_big_keys_backlog_drains)
+{
+	PGconn *pg = tdb_connect(db);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--key-concurrency", "2", NULL),
+	             0);
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	enqueue_holds(c, "big", "big", 0, 2000, 5, NULL);
+	pid_t w = start_worker(0, 4);
+	cr_assert(tdb_wait_at_least(
+	    pg, "SELECT count(*) FROM cairn.runs WHERE finished_at IS NOT NULL", 10, 30000));
+	int64_t t0 = tnow_ms();
+	enqueue_holds(c, "small", "small", 0, 3, 5, NULL);
+	tcheck(dump,
+	       tdb_wait_at_least(pg,
+	                         "SELECT count(*) FROM cairn.runs WHERE key LIKE 'small-%' "
+	                         "AND status = 'completed'",
+	                         3, 10000),
+	       "the small key's runs did not finish");
+	int64_t waited = tnow_ms() - t0;
+	int64_t left = tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE key LIKE 'big-%' "
+	                           "AND finished_at IS NULL");
+	fprintf(stderr,
+	        "flow: the small key's 3 runs finished %" PRId64 " ms after enqueue, with %" PRId64
+	        " of the big key's 2000 still to run\n",
+	        waited, left);
+	cr_assert(left > 1000, "the big key's backlog was nearly gone (%" PRId64 " left)", left);
+	cr_assert(waited < 3000, "the small key waited %" PRId64 " ms", waited);
+	tworker_stop(w, SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}
+
+Test(flow, bad_limits_and_options_are_refused_by_name_and_write_nothing)
+{
+	PGconn *pg = tdb_connect(db);
+	const struct {
+		const char *args[8];
+		const char *says;
+	} bad[] = {
+	    {{"limit", "set", "w", "--key-concurrency", "0"}, "--key-concurrency"},
+	    {{"limit", "set", "w", "--key-concurrency", "lots"}, "invalid number \"lots\""},
+	    {{"limit", "set", "w", "--rate", "5"}, "invalid rate \"5\""},
+	    {{"limit", "set", "w", "--rate", "0/s"}, "invalid rate \"0/s\""},
+	    {{"limit", "set", "w", "--key-rate", "5/2d"}, "from 1ms to 1d"},
+	    {{"limit", "set", "w"}, "needs --key-concurrency, --rate or --key-rate"},
+	    {{"limit", "set", "bad name!", "--rate", "1/s"}, "workflow"},
+	    {{"limit", "delete", "w"}, "has no limits"},
+	    {{"limit", "frob"}, "unknown subcommand \"frob\""},
+	    {{"enqueue", "t.hold", "--priority", "5000"}, "--priority"},
+	    {{"enqueue", "t.hold", "--concurrency-key", ""}, "--concurrency-key"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *argv[10] = {0};
+		for (int k = 0; bad[i].args[k]; k++)
+			argv[k] = bad[i].args[k];
+		char *out = NULL, *err = NULL;
+		int rc = tcli_argv(db, &out, &err, argv);
+		cr_assert_neq(rc, 0, "%s %s succeeded", bad[i].args[0], bad[i].args[1]);
+		cr_assert(err && strstr(err, bad[i].says), "case %zu: wanted \"%s\" in: %s", i,
+		          bad[i].says, err ? err : "");
+		free(out);
+		free(err);
+	}
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.limits"), 0);
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.runs"), 0);
+	char *out = NULL, *err = NULL;
+	cr_assert_eq(tcli(db, &out, &err, "limit", "set", "w", "--key-concurrency", "3", "--rate",
+	                  "600/m", NULL),
+	             0, "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, &out, &err, "limit", "set", "w", "--rate", "off", "--key-rate",
+	                  "2/500ms", "--json", NULL),
+	             0, "%s", err);
+	cr_assert(strstr(out, "\"key_concurrency\":\t3"), "set forgot the key limit: %s", out);
+	cr_assert(strstr(out, "\"rate\":\tnull"), "%s", out);
+	cr_assert(strstr(out, "\"period_ms\":\t500"), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, &out, &err, "limit", "list", NULL), 0, "%s", err);
+	cr_assert(strstr(out, "2/500ms"), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "delete", "w", NULL), 0);
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.limits"), 0);
+	PQfinish(pg);
+}
