@@ -1336,8 +1336,9 @@ static int cmd_schedule(int argc, char **argv)
 /* ----------------------------------------------------------------- limit */
 
 static const char LIMIT_HELP[] =
-    "usage: cairn limit set WORKFLOW [--key-concurrency N|off] [--rate N/PERIOD|off]\n"
-    "                                [--key-rate N/PERIOD|off] [--json]\n"
+    "usage: cairn limit set WORKFLOW [--key-concurrency N|off] [--concurrency N|off]\n"
+    "                                [--rate N/PERIOD|off] [--key-rate N/PERIOD|off]\n"
+    "                                [--json]\n"
     "       cairn limit list [--json]\n"
     "       cairn limit delete WORKFLOW [--json]\n"
     "\n"
@@ -1349,6 +1350,8 @@ static const char LIMIT_HELP[] =
     "                       (1-100000); a run in a durable sleep or waiting for a\n"
     "                       signal holds no slot. Runs past it stay pending, held,\n"
     "                       and go in priority order as slots free\n"
+    "  --concurrency N      at most N runs of the workflow execute at once across\n"
+    "                       the fleet (1-100000), with or without keys\n"
     "  --rate N/PERIOD      at most N runs of the workflow start per PERIOD, across\n"
     "                       the fleet: 10/s, 600/m, 5/500ms (a unit s, m, h, d or a\n"
     "                       duration up to 1d); N at once, then evenly spread\n"
@@ -1383,10 +1386,15 @@ static cJSON *limit_json(const cairn_limit *l)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "workflow", l->workflow);
-	if (l->key_concurrency)
-		cJSON_AddNumberToObject(o, "key_concurrency", l->key_concurrency);
-	else
-		cJSON_AddNullToObject(o, "key_concurrency");
+	const struct {
+		const char *name;
+		int n;
+	} counts[] = {{"key_concurrency", l->key_concurrency}, {"concurrency", l->concurrency}};
+	for (int i = 0; i < 2; i++)
+		if (counts[i].n)
+			cJSON_AddNumberToObject(o, counts[i].name, counts[i].n);
+		else
+			cJSON_AddNullToObject(o, counts[i].name);
 	const struct {
 		const char *name;
 		int n;
@@ -1427,13 +1435,14 @@ static int limit_list(cairn_client *c, int json)
 			cJSON_AddItemToArray(arr, limit_json(&l[i]));
 		cli_print_json(arr);
 	} else {
-		printf("%-24s %-16s %-16s %-16s\n", "WORKFLOW", "KEY CONCURRENCY", "RATE",
-		       "KEY RATE");
+		printf("%-24s %-16s %-12s %-16s %-16s\n", "WORKFLOW", "KEY CONCURRENCY",
+		       "CONCURRENCY", "RATE", "KEY RATE");
 		for (size_t i = 0; i < n; i++) {
-			char kc[24], r1[48], r2[48];
+			char kc[24], gc[24], r1[48], r2[48];
 			snprintf(kc, sizeof kc, "%d", l[i].key_concurrency);
-			printf("%-24s %-16s %-16s %-16s\n", l[i].workflow,
-			       l[i].key_concurrency ? kc : "-",
+			snprintf(gc, sizeof gc, "%d", l[i].concurrency);
+			printf("%-24s %-16s %-12s %-16s %-16s\n", l[i].workflow,
+			       l[i].key_concurrency ? kc : "-", l[i].concurrency ? gc : "-",
 			       rate_text(l[i].rate, l[i].rate_period_ms, r1),
 			       rate_text(l[i].key_rate, l[i].key_rate_period_ms, r2));
 		}
@@ -1460,16 +1469,17 @@ static int limit_set(cairn_client *c, const cli_args *a, const char *workflow, c
 	if ((cli_has(a, "key-concurrency") &&
 	     limit_count("key-concurrency", cli_get(a, "key-concurrency"),
 	                 &out->key_concurrency)) ||
+	    (cli_has(a, "concurrency") &&
+	     limit_count("concurrency", cli_get(a, "concurrency"), &out->concurrency)) ||
 	    (cli_has(a, "rate") &&
 	     limit_rate("rate", cli_get(a, "rate"), &out->rate, &out->rate_period_ms)) ||
 	    (cli_has(a, "key-rate") && limit_rate("key-rate", cli_get(a, "key-rate"),
 	                                          &out->key_rate, &out->key_rate_period_ms)))
 		return EXIT_USAGE;
-	const cli_field fields[] = {{"workflow", "WORKFLOW", NULL},
-	                            {"key_concurrency", "--key-concurrency", NULL},
-	                            {"rate", "--rate", NULL},
-	                            {"key_rate", "--key-rate", NULL},
-	                            {NULL, NULL, NULL}};
+	const cli_field fields[] = {
+	    {"workflow", "WORKFLOW", NULL},         {"key_concurrency", "--key-concurrency", NULL},
+	    {"concurrency", "--concurrency", NULL}, {"rate", "--rate", NULL},
+	    {"key_rate", "--key-rate", NULL},       {NULL, NULL, NULL}};
 	rc = cairn_limit_set(c, out);
 	return rc ? cli_fail("limit", c, rc, fields) : EXIT_OK;
 }
@@ -1481,8 +1491,9 @@ static int cmd_limit(int argc, char **argv)
 	                  {"key-rate", 1, 0},
 	                  {"json", 0, 0},
 	                  {"db", 1, 0},
-	                  {"help", 0, 0}};
-	cli_args a = {opts, 6, {0}, 0};
+	                  {"help", 0, 0},
+	                  {"concurrency", 1, 0}};
+	cli_args a = {opts, 7, {0}, 0};
 	if (cli_parse("limit", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -1500,10 +1511,11 @@ static int cmd_limit(int argc, char **argv)
 	if (a.npos != (sub == 1 ? 1 : 2))
 		return cli_error("limit", EXIT_USAGE, "limit %s takes %s (see --help)", subs[sub],
 		                 sub == 1 ? "no WORKFLOW" : "one WORKFLOW");
-	if (sub == 0 && !cli_has(&a, "key-concurrency") && !cli_has(&a, "rate") &&
-	    !cli_has(&a, "key-rate"))
+	if (sub == 0 && !cli_has(&a, "key-concurrency") && !cli_has(&a, "concurrency") &&
+	    !cli_has(&a, "rate") && !cli_has(&a, "key-rate"))
 		return cli_error("limit", EXIT_USAGE,
-		                 "limit set needs --key-concurrency, --rate or --key-rate");
+		                 "limit set needs --key-concurrency, --concurrency, --rate or "
+		                 "--key-rate");
 	cairn_client *c;
 	int code = cli_open("limit", &a, &c);
 	if (code)

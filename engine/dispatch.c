@@ -371,35 +371,48 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"         AND EXISTS (SELECT 1 FROM cairn.limits) GROUP BY 1, 2), "                        \
 	"g AS (SELECT d.*, r.workflow, r.concurrency_key AS ck, r.status AS st, r.claims AS cl, "  \
 	"        r.finished_at IS NOT NULL AS done, f.key_concurrency AS kc, f.key_rate, "         \
-	"        f.key_rate_period_ms, f.rate, f.rate_period_ms, coalesce(fl.n, 0) AS used, "      \
+	"        f.key_rate_period_ms, f.rate, f.rate_period_ms, f.concurrency AS gc, "            \
+	"        coalesce(fl.n, 0) AS used, "                                                      \
 	"        NOT (r.finished_at IS NOT NULL) AND d.first = 0 AS start "                        \
 	"      FROM d JOIN cairn.runs r ON r.id = d.run_id "                                       \
 	"      LEFT JOIN cairn.limits f ON f.workflow = r.workflow "                               \
 	"      LEFT JOIN fl ON fl.workflow = r.workflow AND fl.ck = r.concurrency_key), "          \
 	"s AS (SELECT g.*, done OR ck IS NULL OR kc IS NULL OR used + row_number() OVER ("         \
 	"        PARTITION BY workflow, ck ORDER BY prio DESC, at, first) <= kc AS slot FROM g), " \
+	"gs AS (SELECT w.workflow, cairn.flow_slots(w.workflow, w.n, w.want) AS allowed "          \
+	"       FROM (SELECT workflow, min(gc) AS n, count(*)::int AS want FROM s "                \
+	"             WHERE slot AND NOT done AND gc IS NOT NULL GROUP BY workflow "               \
+	"             ORDER BY workflow) w), "                                                     \
+	"s1 AS (SELECT s.*, gs.allowed IS NULL OR row_number() OVER ( "                            \
+	"         PARTITION BY s.workflow, gs.allowed IS NULL ORDER BY prio DESC, at, first) "     \
+	"         <= gs.allowed AS gok "                                                           \
+	"       FROM s LEFT JOIN gs ON gs.workflow = s.workflow AND s.slot AND NOT s.done), "      \
 	"kr AS (SELECT w.workflow, w.ck, t.* FROM (SELECT workflow, ck, min(key_rate) AS n, "      \
-	"         min(key_rate_period_ms) AS p, count(*)::int AS want FROM s "                     \
-	"         WHERE slot AND start AND ck IS NOT NULL AND key_rate IS NOT NULL "               \
-	"         GROUP BY workflow, ck) w, "                                                      \
+	"         min(key_rate_period_ms) AS p, count(*)::int AS want FROM s1 "                    \
+	"         WHERE slot AND gok AND start AND ck IS NOT NULL AND key_rate IS NOT NULL "       \
+	"         GROUP BY workflow, ck ORDER BY workflow, ck) w, "                                \
 	"       LATERAL cairn.flow_take(w.workflow, w.ck, w.n, w.p, w.want) t), "                  \
-	"s2 AS (SELECT s.*, kr.allowed AS kal, kr.next_at AS knext, kr.step AS kstep, "            \
-	"         row_number() OVER (PARTITION BY s.workflow, s.ck, kr.allowed IS NULL "           \
+	"s2 AS (SELECT s1.*, kr.allowed AS kal, kr.next_at AS knext, kr.step AS kstep, "           \
+	"         row_number() OVER (PARTITION BY s1.workflow, s1.ck, kr.allowed IS NULL "         \
 	"                            ORDER BY prio DESC, at, first) AS krank "                     \
-	"       FROM s LEFT JOIN kr ON kr.workflow = s.workflow AND kr.ck = s.ck "                 \
-	"         AND s.slot AND s.start), "                                                       \
+	"       FROM s1 LEFT JOIN kr ON kr.workflow = s1.workflow AND kr.ck = s1.ck "              \
+	"         AND s1.slot AND s1.gok AND s1.start), "                                          \
 	"wr AS (SELECT w.workflow, t.* FROM (SELECT workflow, min(rate) AS n, "                    \
 	"         min(rate_period_ms) AS p, count(*)::int AS want FROM s2 "                        \
-	"         WHERE slot AND start AND (kal IS NULL OR krank <= kal) AND rate IS NOT NULL "    \
-	"         GROUP BY workflow) w, "                                                          \
+	"         WHERE slot AND gok AND start AND (kal IS NULL OR krank <= kal) "                 \
+	"           AND rate IS NOT NULL GROUP BY workflow ORDER BY workflow) w, "                 \
 	"       LATERAL cairn.flow_take(w.workflow, '', w.n, w.p, w.want) t), "                    \
 	"s3 AS (SELECT s2.*, wr.allowed AS wal, wr.next_at AS wnext, wr.step AS wstep, "           \
 	"         row_number() OVER (PARTITION BY s2.workflow, wr.allowed IS NULL "                \
 	"                            ORDER BY prio DESC, at, first) AS wrank "                     \
-	"       FROM s2 LEFT JOIN wr ON wr.workflow = s2.workflow AND s2.slot AND s2.start "       \
-	"         AND (s2.kal IS NULL OR s2.krank <= s2.kal)), "                                   \
-	"ok AS (SELECT * FROM s3 WHERE slot AND (kal IS NULL OR krank <= kal) "                    \
+	"       FROM s2 LEFT JOIN wr ON wr.workflow = s2.workflow AND s2.slot AND s2.gok "         \
+	"         AND s2.start AND (s2.kal IS NULL OR s2.krank <= s2.kal)), "                      \
+	"ok AS (SELECT * FROM s3 WHERE slot AND gok AND (kal IS NULL OR krank <= kal) "            \
 	"         AND (wal IS NULL OR wrank <= wal)), "                                            \
+	"take AS (INSERT INTO cairn.slots (run_id, workflow, runner_id) "                          \
+	"         SELECT run_id, workflow, $1 FROM ok WHERE gc IS NOT NULL AND NOT done "          \
+	"         ON CONFLICT (run_id) DO UPDATE SET runner_id = EXCLUDED.runner_id, "             \
+	"           taken_at = now()), "                                                           \
 	"park AS (UPDATE cairn.runs r SET held = true, start_at = NULL, updated_at = now() "       \
 	"         FROM s3 WHERE r.id = s3.run_id AND NOT s3.slot AND s3.start "                    \
 	"           AND s3.st = 'pending' AND s3.ids = '{0}' RETURNING r.id), "                    \
@@ -408,7 +421,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"                THEN s3.knext + (s3.krank - s3.kal - 1) * s3.kstep END, "                 \
 	"           CASE WHEN s3.wal IS NOT NULL AND s3.wrank > s3.wal "                           \
 	"                THEN s3.wnext + (s3.wrank - s3.wal - 1) * s3.wstep END) "                 \
-	"         FROM s3 WHERE r.id = s3.run_id AND s3.slot AND s3.start "                        \
+	"         FROM s3 WHERE r.id = s3.run_id AND s3.slot AND s3.gok AND s3.start "             \
 	"           AND ((s3.kal IS NOT NULL AND s3.krank > s3.kal) "                              \
 	"             OR (s3.wal IS NOT NULL AND s3.wrank > s3.wal)) "                             \
 	"         RETURNING r.start_at), "                                                         \
@@ -442,7 +455,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"RETURNING d.mark, d.at, d.first, d.prio, r.id, r.shard_group AS grp, r.shard, d.epoch, "  \
 	"  d.ids::text AS ids, r.workflow, "                                                       \
 	"  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "      \
-	"  r.parent_id, d.ck IS NOT NULL AND d.kc IS NOT NULL AS flow, "                           \
+	"  r.parent_id, (d.ck IS NOT NULL AND d.kc IS NOT NULL) OR d.gc IS NOT NULL AS flow, "     \
 	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
 	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
 	"  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id " \
@@ -681,21 +694,39 @@ static void check_cancels(dispatch *d, PGconn *conn)
  * a commit and the release after it.
  */
 #define FLOW_SWEEP_MS 10000
+/* Slots of fleet-wide limits given back (CTE del): a limit a claim found
+ * full wakes every runner, whose due runs of it may be anywhere. */
+#define FLOW_GIVE_BACK                                                                             \
+	"wk AS (UPDATE cairn.limits SET waiting = false "                                          \
+	"       WHERE workflow IN (SELECT workflow FROM del) AND waiting RETURNING 1), "           \
+	"nt AS (SELECT pg_notify('" CAIRN_WAKE_CHANNEL "', r.id::text) FROM cairn.runners r "      \
+	"       WHERE EXISTS (SELECT 1 FROM wk)) "
+/* $1: runs of limited keys or workflows that ended. */
 static const char SQL_FLOW_RELEASE[] =
-    "SELECT count(*) FROM (SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
+    "WITH del AS (DELETE FROM cairn.slots WHERE run_id = ANY ($1::bigint[]) "
+    "             RETURNING workflow), " FLOW_GIVE_BACK
+    "SELECT (SELECT count(*) FROM nt) * 0 + count(*) "
+    "FROM (SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
     "  WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL) k, "
     "  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))";
+/* $1: this runner, $2: its runs in flight. Also gives back the slots of
+ * this runner's runs no longer in flight and of runners gone. */
 static const char SQL_FLOW_SWEEP[] =
-    "SELECT count(*) FROM (SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
+    "WITH del AS (DELETE FROM cairn.slots s "
+    "  WHERE (s.runner_id = $1 AND s.run_id <> ALL ($2::bigint[])) "
+    "     OR NOT EXISTS (SELECT 1 FROM cairn.runners r JOIN pg_stat_activity a "
+    "                    ON a.pid = r.lease_pid WHERE r.id = s.runner_id) "
+    "  RETURNING workflow), " FLOW_GIVE_BACK "SELECT (SELECT count(*) FROM nt) * 0 + count(*) "
+    "FROM (SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
     "  JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
     "  WHERE l.owner = $1 AND r.held) k, "
     "  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))";
 
-/* Runs sql ($1: arg): how many held runs went, or -1. */
-static int64_t flow_release(dispatch *d, PGconn *conn, const char *sql, const char *arg, buf *err)
+/* Runs sql (n parameters p): how many held runs went, or -1. */
+static int64_t flow_release(dispatch *d, PGconn *conn, const char *sql, int nparams,
+                            const char *const *p, buf *err)
 {
-	const char *p[] = {arg};
-	PGresult *r = db_exec(conn, err, sql, 1, p);
+	PGresult *r = db_exec(conn, err, sql, nparams, p);
 	if (!r) {
 		log_kv(d->env.log, LOG_WARN, "letting held runs go failed (the sweep tries again)",
 		       "error", buf_str(err), NULL);
@@ -715,7 +746,8 @@ static int64_t release_ended(dispatch *d, PGconn *conn, buf *err)
 	pgarr ended = d->ended;
 	d->ended = (pgarr)PGARR_INIT;
 	pthread_mutex_unlock(&d->mu);
-	int64_t n = ended.n ? flow_release(d, conn, SQL_FLOW_RELEASE, pgarr_str(&ended), err) : 0;
+	const char *p[] = {pgarr_str(&ended)};
+	int64_t n = ended.n ? flow_release(d, conn, SQL_FLOW_RELEASE, 1, p, err) : 0;
 	pgarr_free(&ended);
 	return n;
 }
@@ -844,9 +876,13 @@ static void *poller_main(void *arg)
 			atomic_store(&d->claim_wanted, 1);
 		if (clock_mono_ms() >= next_sweep) {
 			char me[24];
-			if (flow_release(d, conn, SQL_FLOW_SWEEP,
-			                 db_i64(me, lease_runner_id(d->env.lease)), &err) > 0)
+			pgarr fl = PGARR_INIT;
+			inflight_ids(d, &fl);
+			const char *p[] = {db_i64(me, lease_runner_id(d->env.lease)),
+			                   pgarr_str(&fl)};
+			if (flow_release(d, conn, SQL_FLOW_SWEEP, 2, p, &err) > 0)
 				atomic_store(&d->claim_wanted, 1);
+			pgarr_free(&fl);
 			next_sweep = clock_mono_ms() + FLOW_SWEEP_MS;
 		}
 		int64_t now = clock_mono_ms();
@@ -885,9 +921,9 @@ static void *poller_main(void *arg)
 				    claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
 				          go_busy, runs, nruns, &next_due, &skipped, &parked, &err);
 				/* After its commit: what it held may go at once. */
+				const char *pk[] = {buf_str(&parked)};
 				if (rc >= 0 && parked.len &&
-				    flow_release(d, conn, SQL_FLOW_RELEASE, buf_str(&parked),
-				                 &err) > 0)
+				    flow_release(d, conn, SQL_FLOW_RELEASE, 1, pk, &err) > 0)
 					again = 1;
 				if (go_busy && rc >= 0)
 					atomic_fetch_add(&d->env.m->poller_busy, 1);
@@ -1169,6 +1205,24 @@ void dispatch_steps(dispatch *d, int64_t *longest_ms, int *overdue)
 		if (ran > *longest_ms)
 			*longest_ms = ran;
 		*overdue += j->step_timeout_ms && ran >= j->step_timeout_ms;
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+void dispatch_flow(dispatch *d, cJSON *object)
+{
+	if (!d || !object)
+		return;
+	pthread_mutex_lock(&d->mu);
+	for (int i = 0; i < d->nfl; i++) {
+		const job *j = d->fl[i].job;
+		if (!j->flow)
+			continue;
+		cJSON *n = cJSON_GetObjectItemCaseSensitive(object, j->workflow);
+		if (n)
+			cJSON_SetNumberValue(n, n->valuedouble + 1);
+		else
+			cJSON_AddNumberToObject(object, j->workflow, 1);
 	}
 	pthread_mutex_unlock(&d->mu);
 }

@@ -61,6 +61,9 @@ int dispatch_executing(dispatch *d);
 void dispatch_stop_end(dispatch *d, int *clean, int *cut);
 /* Appends the in-flight runs (at most 100) to array. */
 void dispatch_status(dispatch *d, struct cJSON *array);
+/* Sets, in object, each workflow with runs in flight under its limits
+ * (cairn limit) to how many: the slots this worker holds. */
+void dispatch_flow(dispatch *d, struct cJSON *object);
 /* Of the steps running now: how long the longest has run, and how many
  * have run past their timeout. */
 void dispatch_steps(dispatch *d, int64_t *longest_ms, int *overdue);

@@ -21,9 +21,10 @@
 
 static const char SQL_LIMIT_SET[] =
     "INSERT INTO cairn.limits (workflow, key_concurrency, rate, rate_period_ms, key_rate, "
-    "                          key_rate_period_ms, updated_at) "
-    "VALUES ($1, $2, $3, $4, $5, $6, now()) "
+    "                          key_rate_period_ms, concurrency, updated_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, now()) "
     "ON CONFLICT (workflow) DO UPDATE SET key_concurrency = EXCLUDED.key_concurrency, "
+    "  concurrency = EXCLUDED.concurrency, "
     "  rate = EXCLUDED.rate, rate_period_ms = EXCLUDED.rate_period_ms, "
     "  key_rate = EXCLUDED.key_rate, key_rate_period_ms = EXCLUDED.key_rate_period_ms, "
     "  updated_at = now()";
@@ -31,7 +32,7 @@ static const char SQL_LIMIT_DELETE[] = "DELETE FROM cairn.limits WHERE workflow 
 static const char SQL_LIMIT_LIST[] =
     "SELECT workflow, coalesce(key_concurrency, 0), coalesce(rate, 0), "
     "  coalesce(rate_period_ms, 0), coalesce(key_rate, 0), coalesce(key_rate_period_ms, 0), "
-    "  (extract(epoch FROM updated_at) * 1000)::bigint "
+    "  (extract(epoch FROM updated_at) * 1000)::bigint, coalesce(concurrency, 0) "
     "FROM cairn.limits ORDER BY workflow";
 /* After a change committed: the held runs with a free slot go, and their
  * owners are woken (idle ones; a busy owner claims again by itself). */
@@ -71,19 +72,24 @@ int cairn_limit_set(cairn_client *c, const cairn_limit *l)
 		return client_invalid(c, "key_concurrency",
 		                      "invalid key_concurrency %d: expected 1 to %d, or 0 for none",
 		                      l->key_concurrency, MAX_CONCURRENCY);
+	if (l->concurrency < 0 || l->concurrency > MAX_CONCURRENCY)
+		return client_invalid(c, "concurrency",
+		                      "invalid concurrency %d: expected 1 to %d, or 0 for none",
+		                      l->concurrency, MAX_CONCURRENCY);
 	int rc = check_rate(c, "rate", l->rate, l->rate_period_ms);
 	if (!rc)
 		rc = check_rate(c, "key_rate", l->key_rate, l->key_rate_period_ms);
 	if (rc)
 		return rc;
-	char kc[24], r[24], rp[24], kr[24], krp[24];
+	char kc[24], r[24], rp[24], kr[24], krp[24], gc[24];
 	const char *p[] = {l->workflow,
 	                   l->key_concurrency ? db_i64(kc, l->key_concurrency) : NULL,
 	                   l->rate ? db_i64(r, l->rate) : NULL,
 	                   l->rate ? db_i64(rp, l->rate_period_ms) : NULL,
 	                   l->key_rate ? db_i64(kr, l->key_rate) : NULL,
-	                   l->key_rate ? db_i64(krp, l->key_rate_period_ms) : NULL};
-	if (db_cmd(c->conn, &c->err, SQL_LIMIT_SET, 6, p) < 0)
+	                   l->key_rate ? db_i64(krp, l->key_rate_period_ms) : NULL,
+	                   l->concurrency ? db_i64(gc, l->concurrency) : NULL};
+	if (db_cmd(c->conn, &c->err, SQL_LIMIT_SET, 7, p) < 0)
 		return client_db_fail(c);
 	return release_all(c, l->workflow);
 }
@@ -128,6 +134,7 @@ int cairn_limit_list(cairn_client *c, cairn_limit **out, size_t *n)
 		l[i].key_rate = db_get_int(r, k, 4);
 		l[i].key_rate_period_ms = db_get_i64(r, k, 5);
 		l[i].updated_unix_ms = db_get_i64(r, k, 6);
+		l[i].concurrency = db_get_int(r, k, 7);
 	}
 	PQclear(r);
 	if (oom) {

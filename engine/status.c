@@ -55,6 +55,19 @@ static void metric(buf *b, const char *name, const char *type, const char *help,
 	           labels ? labels : "", value);
 }
 
+/* s as the value of a Prometheus label (backslash, quote and newline escaped), cut to fit. */
+static const char *label(const char *s, char out[256])
+{
+	size_t n = 0;
+	for (; *s && n + 3 < 256; s++) {
+		if (*s == '\\' || *s == '"' || *s == '\n')
+			out[n++] = '\\';
+		out[n++] = *s == '\n' ? 'n' : *s;
+	}
+	out[n] = 0;
+	return out;
+}
+
 static void metrics_page(cairn_worker *w, http_reply *r)
 {
 	buf *b = &r->body;
@@ -88,7 +101,7 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_flow_held_back_total", "counter",
 	       "Due runs a claim left for a limit (cairn limit): no free slot of their key, or "
 	       "their rate used up.",
-	       NULL, (double)atomic_load(&m->flow_held_back));
+	       NULL, (double)atomic_load(&w->m.flow_held_back));
 	metric(b, "cairn_flow_released_total", "counter",
 	       "Held runs let go because their concurrency key had a free slot.", NULL,
 	       (double)atomic_load(&m->flow_released));
@@ -126,6 +139,15 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       overdue);
 	metric(b, "cairn_step_longest_running_seconds", "gauge",
 	       "How long the longest step running now has run.", NULL, longest / 1000.0);
+	cJSON *slots = cJSON_CreateObject();
+	char lab[256];
+	dispatch_flow(w->dispatch, slots);
+	buf_puts(b, "# HELP cairn_flow_slots_in_use Runs this worker executes under a workflow's "
+	            "limits (cairn limit).\n# TYPE cairn_flow_slots_in_use gauge\n");
+	for (const cJSON *it = slots ? slots->child : NULL; it; it = it->next)
+		buf_printf(b, "cairn_flow_slots_in_use{workflow=\"%s\"} %g\n",
+		           label(it->string, lab), it->valuedouble);
+	cJSON_Delete(slots);
 	metric(b, "cairn_queue_depth", "gauge", "Runs dispatched and waiting for an executor.",
 	       NULL, atomic_load(&m->queue_depth));
 	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"
@@ -188,6 +210,10 @@ static void status_page(cairn_worker *w, http_reply *r)
 	add_config(w, o);
 	shardmap_status(w->map, cJSON_AddArrayToObject(o, "shards"));
 	dispatch_status(w->dispatch, cJSON_AddArrayToObject(o, "in_flight"));
+	cJSON *flow = cJSON_AddObjectToObject(o, "flow");
+	dispatch_flow(w->dispatch, cJSON_AddObjectToObject(flow, "slots_in_use"));
+	cJSON_AddNumberToObject(flow, "held_back_total", (double)atomic_load(&w->m.flow_held_back));
+	cJSON_AddNumberToObject(flow, "released_total", (double)atomic_load(&w->m.flow_released));
 	singletons_status(w->singletons, cJSON_AddArrayToObject(o, "singletons"));
 	cJSON *hist = cJSON_AddArrayToObject(o, "rebalances");
 	if (w->lease)

@@ -257,12 +257,14 @@ typedef struct cairn_run {
  *   key_concurrency  runs of one concurrency key executing at once; a run in
  *                    a durable sleep or waiting for a signal holds no slot;
  *                    runs past the limit wait, pending and held
+ *   concurrency      runs of the workflow executing at once, fleet-wide
  *   rate             starts of the workflow per rate_period_ms, fleet-wide
  *   key_rate         starts of one concurrency key per key_rate_period_ms
  */
 typedef struct cairn_limit {
 	char *workflow; /* cairn_limit_set only reads it */
 	int key_concurrency;
+	int concurrency;
 	int rate;
 	int64_t rate_period_ms;
 	int key_rate;

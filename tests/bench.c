@@ -63,7 +63,7 @@ typedef struct bench {
 	const char *db_url;
 	const char *worker, *plugin, *out, *log_dir, *pgbench;
 	int commits_n, single_n, threads_n, threads_runs, batch_n, stamp_n, noop_n, flow3_n;
-	int fleet_runs, memory_runs, fanout_n;
+	int fleet_runs, memory_runs, fanout_n, flow_n, flow_keys, flow_backlog;
 	int fleet[8], fleet_n;
 	PGconn *pg;
 	long nq; /* statements run on pg */
@@ -87,7 +87,7 @@ typedef struct worker {
 
 static const char SQL_RESET[] =
     "TRUNCATE cairn.messages, cairn.signals, cairn.signal_links, cairn.events, cairn.steps, "
-    "cairn.runs";
+    "cairn.runs, cairn.limits, cairn.rates, cairn.slots";
 static const char SQL_PROGRESS[] =
     "SELECT count(*) FILTER (WHERE finished_at IS NOT NULL),"
     "       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))"
@@ -954,6 +954,107 @@ static void phase_fanout(bench *b, int n)
 	workers_stop(&w, 1);
 }
 
+/* ------------------------------------------------------- flow control */
+
+/* n noop runs keyed prefix-i, concurrency key ckprefix-(i % keys) (or
+ * ckprefix alone when keys is 1), in batches of 5,000; 0 or -1. */
+static int enqueue_keyed(cairn_client *c, const char *prefix, const char *ckprefix, int keys, int n)
+{
+	enum { BATCH = 5000 };
+	cairn_enqueue_opts *o = calloc(BATCH, sizeof *o);
+	cairn_enqueued *out = calloc(BATCH, sizeof *out);
+	char(*k)[32] = calloc(BATCH, sizeof *k), (*ck)[32] = calloc(BATCH, sizeof *ck);
+	int rc = o && out && k && ck ? 0 : -1;
+	for (int i = 0; rc == 0 && i < n; i += BATCH) {
+		int m = n - i < BATCH ? n - i : BATCH;
+		for (int j = 0; j < m; j++) {
+			snprintf(k[j], sizeof k[j], "%s%d", prefix, i + j);
+			if (keys > 1)
+				snprintf(ck[j], sizeof ck[j], "%s%d", ckprefix, (i + j) % keys);
+			else
+				snprintf(ck[j], sizeof ck[j], "%s", ckprefix);
+			o[j] = (cairn_enqueue_opts){
+			    .key = k[j], .input = "{}", .concurrency_key = ck[j]};
+		}
+		if (cairn_enqueue_batch(c, "noop", (size_t)m, o, out) != CAIRN_OK)
+			rc = -1;
+	}
+	free(o);
+	free(out);
+	free(k);
+	free(ck);
+	return rc;
+}
+
+/* Flow control, one worker at concurrency 16 with `noop` limited to one
+ * run per concurrency key at a time:
+ *   (a) BENCH_FLOW_RUNS runs over BENCH_FLOW_KEYS keys, drained: runs/s,
+ *       beside pgbench (every run is held at enqueue but the first of its
+ *       key, and let go when the one before it ends);
+ *   (b) a backlog of BENCH_FLOW_BACKLOG runs of one key, being drained:
+ *       a run of another key, from just before its enqueue to its result
+ *       on the client's clock (five times, the median). */
+static void phase_flow(bench *b)
+{
+	if (b->flow_n <= 0 || reset(b))
+		return;
+	cairn_limit lim = {.workflow = "noop", .key_concurrency = 1};
+	worker w;
+	if (cairn_limit_set(b->c, &lim) != CAIRN_OK ||
+	    enqueue_keyed(b->c, "f-", "k", b->flow_keys, b->flow_n)) {
+		note_error(b, "flow", "cannot set up: %s", cairn_client_errmsg(b->c));
+		return;
+	}
+	worker_start(b, &w, "flow", b->db_url, 16, NULL, NULL);
+	int64_t t0 = worker_ready(&w, 60000, 5);
+	char label[96];
+	snprintf(label, sizeof label, "flow: runs/s, %d keys at key concurrency 1", b->flow_keys);
+	if (t0 < 0)
+		note_error(b, "flow", "the worker did not become ready (log in %s)", b->log_dir);
+	else if (wait_finished(b, "flow", b->pg, &b->nq, "noop", "f-%", b->flow_n, &w, 1, 10) == 0)
+		measure(b, "flow_keyed_runs_per_s", label, "runs/s",
+		        b->flow_n / ((double)(now_ms() - t0) / 1000), b->pgbench_tps, "pgbench TPS",
+		        NONE, 0);
+	if (t0 >= 0 && enqueue_keyed(b->c, "big-", "big", 1, b->flow_backlog) == 0) {
+		double ms[5];
+		int got = 0;
+		sleep_ms(500); /* the backlog is draining */
+		for (int i = 0; i < 5; i++) {
+			char key[32];
+			snprintf(key, sizeof key, "small-%d", i);
+			cairn_enqueue_opts o = {.key = key, .concurrency_key = "small"};
+			cairn_enqueued e;
+			int64_t s0 = now_ns();
+			int rc = cairn_enqueue(b->c, "noop", &o, &e);
+			if (!rc)
+				rc = cairn_run_wait(b->c, e.id, 30000);
+			if (!rc)
+				ms[got++] = (double)(now_ns() - s0) / 1e6;
+			cairn_enqueued_clear(&e);
+		}
+		PGresult *r = qc(b->pg, &b->nq,
+		                 "SELECT count(*) FROM cairn.runs WHERE key LIKE 'big-%' "
+		                 "AND finished_at IS NULL",
+		                 0, NULL);
+		double left = r ? cell(r, 0) : -1;
+		PQclear(r);
+		if (got == 5) {
+			qsort(ms, 5, sizeof ms[0], cmp_double);
+			snprintf(label, sizeof label,
+			         "flow: another key's run behind %d queued, enqueue to result p50",
+			         b->flow_backlog);
+			measure(b, "flow_small_key_ms", label, "ms", ms[2], 0, "", NONE, 0);
+			cJSON_AddNumberToObject(b->extra, "flow_backlog_left", left);
+		} else {
+			note_error(b, "flow", "a run behind the backlog did not finish: %s",
+			           cairn_client_errmsg(b->c));
+		}
+	} else if (t0 >= 0) {
+		note_error(b, "flow", "cannot enqueue the backlog: %s", cairn_client_errmsg(b->c));
+	}
+	workers_stop(&w, 1);
+}
+
 /* ------------------------------------------------------------- 7: fleets */
 
 typedef struct fleet {
@@ -1363,9 +1464,10 @@ static const char USAGE[] =
     "server of its own (`make bench` starts one). Sizes: BENCH_COMMITS (2000),\n"
     "BENCH_SINGLE (1000), BENCH_THREADS (10000), BENCH_BATCH (10000),\n"
     "BENCH_STAMP (300), BENCH_NOOP (20000), BENCH_3STEP (5000), BENCH_FLEET\n"
-    "(1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children);\n"
+    "(1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children),\n"
+    "BENCH_FLOW_RUNS (20000), BENCH_FLOW_KEYS (1000), BENCH_FLOW_BACKLOG (100000);\n"
     "BENCH_MEMORY_RUNS=N runs only the memory phase. BENCH_PHASES\n"
-    "(enqueue,x8,batch,stamp,drain,fanout,fleet) runs\n"
+    "(enqueue,x8,batch,stamp,drain,fanout,flow,fleet) runs\n"
     "only those after the floors. The JSON goes to --out, $BENCH_OUT or\n"
     "bench.json.\n";
 
@@ -1419,6 +1521,9 @@ int main(int argc, char **argv)
 	b.flow3_n = env_int("BENCH_3STEP", 5000);
 	b.fleet_runs = env_int("BENCH_FLEET_RUNS", 1000);
 	b.fanout_n = env_int("BENCH_FANOUT", 1000);
+	b.flow_n = env_int("BENCH_FLOW_RUNS", 20000);
+	b.flow_keys = env_int("BENCH_FLOW_KEYS", 1000);
+	b.flow_backlog = env_int("BENCH_FLOW_BACKLOG", 100000);
 	b.memory_runs = env_int("BENCH_MEMORY_RUNS", 0);
 	parse_fleet(&b, getenv("BENCH_FLEET") ? getenv("BENCH_FLEET") : "1,10,50");
 	b.phases =
@@ -1471,6 +1576,8 @@ int main(int argc, char **argv)
 		}
 		if (wanted(&b, "fanout"))
 			phase_fanout(&b, b.fanout_n);
+		if (wanted(&b, "flow"))
+			phase_flow(&b);
 		for (int i = 0; i < b.fleet_n && wanted(&b, "fleet"); i++)
 			phase_fleet(&b, b.fleet[i]);
 	}

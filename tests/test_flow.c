@@ -34,6 +34,7 @@ static void setup(void)
 TestSuite(flow, .init = setup, .timeout = 180);
 
 static char logs[3][64];
+static int ports[3];
 static void dump(void)
 {
 	for (int i = 0; i < 3; i++)
@@ -50,7 +51,7 @@ static pid_t start_worker(int i, int concurrency)
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	snprintf(conc, sizeof conc, "CAIRN_CONCURRENCY=%d", concurrency);
 	tlog_file(logs[i]);
-	return tworker_start(db, NULL, logs[i], plugins, conc, "CAIRN_POLL_INTERVAL=200ms",
+	return tworker_start(db, &ports[i], logs[i], plugins, conc, "CAIRN_POLL_INTERVAL=200ms",
 	                     "CAIRN_LEASE_TTL=2s", NULL);
 }
 
@@ -84,7 +85,7 @@ static void enqueue_holds(cairn_client *c, const char *p, const char *ck, int pr
 	free(keys);
 }
 
-/* The most runs of one concurrency key whose steps ran at the same moment,
+/* The most runs of one concurrency key (NULL: of any) whose steps ran at the same moment,
  * from the S/E lines of the hold log; a step whose process was killed
  * (no E line) runs until killed_at_us. */
 typedef struct step_span {
@@ -121,8 +122,8 @@ static int max_overlap(PGconn *pg, const char *path, const char *ck, int64_t kil
 		snprintf(sql, sizeof sql,
 		         "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
 		         " AND concurrency_key = '%s'",
-		         sp[i].run, ck);
-		if (tdb_int(pg, sql) != 1)
+		         sp[i].run, ck ? ck : "");
+		if (ck && tdb_int(pg, sql) != 1)
 			continue;
 		step_span s = sp[i];
 		if (s.to < 0) {
@@ -212,6 +213,44 @@ Test(flow, a_key_limit_of_two_holds_on_three_workers_while_the_owner_is_killed_a
 	PQfinish(pg);
 }
 
+Test(flow, a_fleet_wide_concurrency_of_3_holds_for_runs_spread_over_three_workers)
+{
+	PGconn *pg = tdb_connect(db);
+	char hold[64];
+	tlog_file(hold);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--concurrency", "3", NULL), 0);
+	pid_t w[3];
+	for (int i = 0; i < 3; i++)
+		w[i] = start_worker(i, 8);
+	cr_assert(
+	    tdb_wait_at_least(pg, "SELECT count(DISTINCT owner) FROM cairn.shard_leases", 3, 30000),
+	    "the shards never spread over three workers");
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	int64_t t0 = tnow_ms();
+	enqueue_holds(c, "g", NULL, 0, 30, 200, hold);
+	tcheck(dump, twait(all_finished, pg, 60000), "not every run finished");
+	int64_t took = tnow_ms() - t0;
+	int steps;
+	int most = max_overlap(pg, hold, NULL, 0, 0, &steps);
+	int64_t owners = tdb_int(pg, "SELECT count(DISTINCT l.owner) FROM cairn.runs r JOIN "
+	                             "cairn.shard_leases l USING (shard_group, shard)");
+	fprintf(stderr,
+	        "flow: 30 runs of 200 ms at a fleet-wide concurrency of 3 on %" PRId64
+	        " workers: at most %d at once, done in %" PRId64 " ms (2000 ms if always full)\n",
+	        owners, most, took);
+	cr_assert_eq(steps, 30);
+	cr_assert(owners >= 2, "the runs did not spread over workers");
+	cr_assert(most <= 3, "%d runs ran at once", most);
+	cr_assert_eq(most, 3, "the limit was never used in full");
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.slots"), 0,
+	             "slots were not given back");
+	for (int i = 0; i < 3; i++)
+		tworker_stop(w[i], SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}
+
 Test(flow, a_run_in_a_durable_sleep_holds_no_slot_and_held_runs_go_when_the_limit_is_raised)
 {
 	PGconn *pg = tdb_connect(db);
@@ -265,6 +304,14 @@ Test(flow, a_run_in_a_durable_sleep_holds_no_slot_and_held_runs_go_when_the_limi
 	cr_assert(strstr(out, "conc. key  k"), "%s", out);
 	free(out);
 	free(err);
+	/* The worker shows the slot it holds and the run it held back. */
+	char *body = NULL;
+	cr_assert_eq(thttp(ports[0], "GET", "/status", &body, NULL), 200);
+	cr_assert(strstr(body, "\"slots_in_use\":{\"t.hold\":1}"), "%s", body);
+	free(body);
+	cr_assert_eq(thttp(ports[0], "GET", "/metrics", &body, NULL), 200);
+	cr_assert(strstr(body, "cairn_flow_slots_in_use{workflow=\"t.hold\"} 1\n"), "%s", body);
+	free(body);
 	int64_t t0 = tnow_ms();
 	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--key-concurrency", "2", NULL),
 	             0);
@@ -384,7 +431,7 @@ Test(flow, bad_limits_and_options_are_refused_by_name_and_write_nothing)
 	    {{"limit", "set", "w", "--rate", "5"}, "invalid rate \"5\""},
 	    {{"limit", "set", "w", "--rate", "0/s"}, "invalid rate \"0/s\""},
 	    {{"limit", "set", "w", "--key-rate", "5/2d"}, "from 1ms to 1d"},
-	    {{"limit", "set", "w"}, "needs --key-concurrency, --rate or --key-rate"},
+	    {{"limit", "set", "w"}, "needs --key-concurrency, --concurrency, --rate or"},
 	    {{"limit", "set", "bad name!", "--rate", "1/s"}, "workflow"},
 	    {{"limit", "delete", "w"}, "has no limits"},
 	    {{"limit", "frob"}, "unknown subcommand \"frob\""},

@@ -27,11 +27,15 @@ CREATE INDEX runs_start_priority ON cairn.runs (priority DESC, start_at, id)
 CREATE TABLE cairn.limits (
     workflow text PRIMARY KEY CHECK (workflow <> ''),
     key_concurrency integer CHECK (key_concurrency BETWEEN 1 AND 100000),
+    concurrency integer CHECK (concurrency BETWEEN 1 AND 100000),
     rate integer CHECK (rate BETWEEN 1 AND 1000000),
     rate_period_ms bigint CHECK (rate_period_ms BETWEEN 1 AND 86400000),
     key_rate integer CHECK (key_rate BETWEEN 1 AND 1000000),
     key_rate_period_ms bigint CHECK (key_rate_period_ms BETWEEN 1 AND 86400000),
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- A claim found no free slot of `concurrency`: whoever frees one wakes
+    -- every runner (their due runs of the workflow may be anywhere).
+    waiting boolean NOT NULL DEFAULT false,
     CHECK ((rate IS NULL) = (rate_period_ms IS NULL)),
     CHECK ((key_rate IS NULL) = (key_rate_period_ms IS NULL))
 );
@@ -132,5 +136,39 @@ BEGIN
         next_at := now() + step;
         UPDATE cairn.rates SET tat = next_at WHERE workflow = p_workflow AND key = p_key;
     END IF;
+END;
+$$;
+
+-- The slots of the workflows' fleet-wide `concurrency` limits: one row per
+-- run executing under one, with the runner executing it. Taken by the claim
+-- (cairn.flow_slots counts them), given back by that runner when the run
+-- ends or suspends; a slot counts only while its runner's lease connection
+-- lives, so the slots of a worker that died free themselves.
+CREATE TABLE cairn.slots (
+    run_id bigint PRIMARY KEY,
+    workflow text NOT NULL,
+    runner_id bigint NOT NULL,
+    taken_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX slots_workflow ON cairn.slots (workflow);
+
+-- How many of p_want runs of a workflow may execute now under its
+-- `concurrency` limit p_limit. Locks the limit's row until the claim
+-- commits (with the slots it took), so the claims of all workers take the
+-- workflow's slots one after another, each counting the others' (fresh
+-- snapshot, after the lock). A claim left short marks the limit waiting.
+CREATE FUNCTION cairn.flow_slots(p_workflow text, p_limit integer, p_want integer)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_used integer;
+BEGIN
+    PERFORM 1 FROM cairn.limits WHERE workflow = p_workflow FOR UPDATE;
+    SELECT count(*) INTO v_used FROM cairn.slots s JOIN cairn.runners r ON r.id = s.runner_id
+    WHERE s.workflow = p_workflow
+      AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.lease_pid);
+    IF v_used + p_want > p_limit THEN
+        UPDATE cairn.limits SET waiting = true WHERE workflow = p_workflow AND NOT waiting;
+    END IF;
+    RETURN least(p_want, greatest(p_limit - v_used, 0));
 END;
 $$;
