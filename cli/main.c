@@ -19,10 +19,7 @@
 #include "cli.h"
 #include "link.h"
 #include "parse.h"
-
-#define COMMON_HELP                                                                                \
-	"  --db URL          database (default: $DATABASE_URL)\n"                                  \
-	"  -h, --help        show this help\n"
+#include "ui.h"
 
 static const char USAGE[] =
     "usage: cairn [--version] [--help] COMMAND [ARGS]\n"
@@ -42,6 +39,7 @@ static const char USAGE[] =
     "  shards       show the owner and epoch of each shard\n"
     "  schedule     create, list, pause, resume and delete cron schedules\n"
     "  reencrypt    move every stored payload to the current encryption key\n"
+    "  ui           serve the operator console (a web page and a JSON API)\n"
     "\n"
     "RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
     "$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
@@ -1395,13 +1393,21 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int (*fn)(int, char **);
-	} cmds[] = {{"migrate", cmd_migrate}, {"enqueue", cmd_enqueue},
-	            {"signal", cmd_signal},   {"signal-link", cmd_signal_link},
-	            {"cancel", cmd_cancel},   {"retry", cmd_retry},
-	            {"status", cmd_status},   {"result", cmd_result},
-	            {"list", cmd_list},       {"runners", cmd_runners},
-	            {"shards", cmd_shards},   {"reencrypt", cmd_reencrypt},
-	            {"event", cmd_event},     {"schedule", cmd_schedule}};
+	} cmds[] = {{"migrate", cmd_migrate},
+	            {"enqueue", cmd_enqueue},
+	            {"signal", cmd_signal},
+	            {"signal-link", cmd_signal_link},
+	            {"cancel", cmd_cancel},
+	            {"retry", cmd_retry},
+	            {"status", cmd_status},
+	            {"result", cmd_result},
+	            {"list", cmd_list},
+	            {"runners", cmd_runners},
+	            {"shards", cmd_shards},
+	            {"reencrypt", cmd_reencrypt},
+	            {"event", cmd_event},
+	            {"schedule", cmd_schedule},
+	            {"ui", cmd_ui}};
 	if (argc < 2) {
 		fputs(USAGE, stderr);
 		return EXIT_USAGE;
@@ -1421,7 +1427,7 @@ int main(int argc, char **argv)
 	fprintf(stderr,
 	        "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
 	        "signal-link, cancel, retry, status, result, event, list, runners, shards, "
-	        "schedule, reencrypt (see cairn --help)\n",
+	        "schedule, reencrypt, ui (see cairn --help)\n",
 	        argv[1]);
 	return EXIT_USAGE;
 }
