@@ -123,6 +123,8 @@ typedef struct param_check {
 static int check_one(void *arg, const char *name, const char *value)
 {
 	param_check *p = arg;
+	if (!*name) /* "?&a=1": nothing there */
+		return 0;
 	for (const char *const *a = p->allowed; *a; a++)
 		if (strcmp(*a, name) == 0)
 			return 0;

@@ -1045,10 +1045,20 @@ int client_list_params(cairn_client *c, const cairn_list_filter *f, client_list_
 }
 
 /* Custom plans (PQexecParams plans with the values) fold the NULL tests
- * away, so each filter leaves an index scan: the primary key backwards, or
- * runs_status, runs_workflow (0012) or the (workflow, key) key. */
-static const char SQL_RUN_LIST[] =
-    "SELECT " RUN_COLS " FROM cairn.runs WHERE " CLIENT_LIST_WHERE " ORDER BY id DESC LIMIT $8";
+ * away, so each filter leaves an index scan in id order: the primary key
+ * backwards, or runs_status, runs_workflow (0012) or the (workflow, key)
+ * key. A time range is the exception: the planner takes created_at to be
+ * independent of id and would walk the primary key from the newest run down
+ * to the range, so a range is listed in (created_at, id) order, newest
+ * first, from runs_created (0012), the page after before_id starting below
+ * that run's (created_at, id). */
+static const char SQL_RUN_LIST[] = "SELECT " RUN_COLS " FROM cairn.runs WHERE " CLIENT_LIST_WHERE
+                                   "AND ($7::bigint IS NULL OR id < $7) ORDER BY id DESC LIMIT $8";
+static const char SQL_RUN_LIST_RANGE[] =
+    "SELECT " RUN_COLS " FROM cairn.runs WHERE " CLIENT_LIST_WHERE
+    "AND ($7::bigint IS NULL OR (created_at, id) < "
+    "     (SELECT created_at, id FROM cairn.runs WHERE id = $7)) "
+    "ORDER BY created_at DESC, id DESC LIMIT $8";
 
 int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n)
 {
@@ -1059,7 +1069,8 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 	int rc = client_list_params(c, f ? f : &none, &a);
 	if (rc)
 		return rc;
-	PGresult *r = db_exec(c->conn, &c->err, SQL_RUN_LIST, 8, a.p);
+	int range = a.p[4] || a.p[5];
+	PGresult *r = db_exec(c->conn, &c->err, range ? SQL_RUN_LIST_RANGE : SQL_RUN_LIST, 8, a.p);
 	if (!r)
 		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);

@@ -30,7 +30,7 @@ int cairn_run_counts(cairn_client *c, const cairn_list_filter *f,
 	int rc = client_list_params(c, &any, &a);
 	if (rc)
 		return rc;
-	PGresult *r = db_exec(c->conn, &c->err, SQL_COUNTS, 7, a.p);
+	PGresult *r = db_exec(c->conn, &c->err, SQL_COUNTS, 6, a.p);
 	if (!r)
 		return client_db_fail(c);
 	for (int i = 0; i < PQntuples(r); i++)

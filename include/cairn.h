@@ -255,8 +255,9 @@ typedef struct cairn_list_filter {
 } cairn_list_filter;
 
 /*
- * Lists runs, newest (highest id) first, without journals. For the next page
- * pass the last id seen as before_id. Free with cairn_run_list_free().
+ * Lists runs, newest (highest id) first, without journals; with a creation
+ * range, newest by (creation time, id). For the next page pass the last id
+ * seen as before_id. Free with cairn_run_list_free().
  */
 int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n);
 void cairn_run_list_free(cairn_run *runs, size_t n);

@@ -168,6 +168,96 @@ Test(ui, api_names_the_bad_parameter)
 	cJSON_Delete(api_get("/api/run?id=999", 404));
 }
 
+/* The ids of a page of /api/runs, comma-separated, and its next_before. */
+static int64_t page(const char *query, char *ids, size_t n)
+{
+	char path[256];
+	snprintf(path, sizeof path, "/api/runs?%s", query);
+	cJSON *j = api_get(path, 200);
+	const cJSON *r;
+	ids[0] = '\0';
+	cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(j, "runs"))
+	{
+		size_t l = strlen(ids);
+		snprintf(ids + l, n - l, "%s%.0f", l ? "," : "",
+		         cJSON_GetObjectItemCaseSensitive(r, "id")->valuedouble);
+	}
+	const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "next_before");
+	int64_t before = cJSON_IsNumber(next) ? (int64_t)next->valuedouble : 0;
+	cJSON_Delete(j);
+	return before;
+}
+
+Test(ui, api_pages_through_runs_newest_first_by_filter)
+{
+	const char *db = tdb_new_migrated();
+	for (int i = 1; i <= 7; i++) {
+		char key[16], *out;
+		snprintf(key, sizeof key, "k%d", i);
+		cr_assert_eq(
+		    tcli(db, &out, NULL, "enqueue", i % 2 ? "noop" : "sleep", "--key", key, NULL),
+		    0);
+		free(out);
+	}
+	ui_start(db, NULL);
+	char ids[256], q[128];
+	int64_t next = page("limit=3", ids, sizeof ids);
+	cr_assert_str_eq(ids, "7,6,5");
+	snprintf(q, sizeof q, "limit=3&before=%" PRId64, next);
+	next = page(q, ids, sizeof ids);
+	cr_assert_str_eq(ids, "4,3,2");
+	snprintf(q, sizeof q, "limit=3&before=%" PRId64, next);
+	cr_assert_eq(page(q, ids, sizeof ids), 0, "the last page has no next");
+	cr_assert_str_eq(ids, "1");
+	page("workflow=sleep", ids, sizeof ids);
+	cr_assert_str_eq(ids, "6,4,2");
+	/* A key alone finds its run whatever the workflow. */
+	page("key=k4", ids, sizeof ids);
+	cr_assert_str_eq(ids, "4");
+	/* A time range pages the same way, by creation time. */
+	next = page("from=2000-01-01T00:00:00Z&limit=4", ids, sizeof ids);
+	cr_assert_str_eq(ids, "7,6,5,4");
+	snprintf(q, sizeof q, "from=2000-01-01T00:00:00Z&limit=4&before=%" PRId64, next);
+	page(q, ids, sizeof ids);
+	cr_assert_str_eq(ids, "3,2,1");
+	page("to=2000-01-01T00:00:00Z", ids, sizeof ids);
+	cr_assert_str_eq(ids, "");
+	cJSON *j = api_get("/api/runs/counts?workflow=noop", 200);
+	cr_assert_eq(cJSON_GetObjectItemCaseSensitive(j, "total")->valueint, 4);
+	cJSON_Delete(j);
+}
+
+Test(ui, bulk_cancel_touches_the_number_confirmed)
+{
+	const char *db = tdb_new_migrated();
+	for (int i = 1; i <= 3; i++) {
+		char key[16], *out;
+		snprintf(key, sizeof key, "b%d", i);
+		cr_assert_eq(tcli(db, &out, NULL, "enqueue", "noop", "--key", key, NULL), 0);
+		free(out);
+	}
+	ui_start(db, NULL);
+	const char *h[] = {"X-Cairn-Console: 1", NULL};
+	char *body;
+	/* The count the confirmation showed is stale: nothing is touched. */
+	cr_assert_eq(thttp_req(ui_port, "POST",
+	                       "/api/runs/bulk?workflow=noop&action=cancel&expect=2", h, "", &body,
+	                       NULL),
+	             409, "%s", body);
+	cr_assert(strstr(body, "\"count\":3"), "%s", body);
+	free(body);
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_intf(c, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled'"), 0);
+	cr_assert_eq(thttp_req(ui_port, "POST",
+	                       "/api/runs/bulk?workflow=noop&action=cancel&expect=3", h, "", &body,
+	                       NULL),
+	             200, "%s", body);
+	cr_assert(strstr(body, "\"touched\":3"), "%s", body);
+	free(body);
+	cr_assert_eq(tdb_intf(c, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled'"), 3);
+	PQfinish(c);
+}
+
 Test(ui, actions_refuse_cross_site_requests)
 {
 	const char *db = tdb_new_migrated();
