@@ -30,6 +30,7 @@
 #include "cli.h"
 #include "http.h"
 #include "parse.h"
+#include "state.h"
 #include "ui.h"
 
 /* The files of cli/ui/, generated into build/gen/ui_assets.c. */
@@ -106,11 +107,6 @@ static void reply_client(http_reply *r, cairn_client *c, int rc)
 		if (strcmp(map[i].field, field) == 0)
 			field = map[i].param;
 	reply_error(r, status, field, cairn_client_errmsg(c));
-}
-
-static void add_value(cJSON *o, const char *key, const char *json_text)
-{
-	cli_json_add_raw(o, key, json_text);
 }
 
 /* -------------------------------------------------------- query params */
@@ -201,11 +197,6 @@ static int filter_params(const http_request *q, http_reply *r, cairn_list_filter
 
 /* ---------------------------------------------------------------- runs */
 
-static void add_locked(cJSON *o, unsigned locked, const char *key)
-{
-	cli_json_add_locked(o, locked, key);
-}
-
 static cJSON *run_json(const cairn_run *x)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -222,13 +213,13 @@ static cJSON *run_json(const cairn_run *x)
 		cJSON_AddNumberToObject(o, "parent_id", (double)x->parent_id);
 	if (x->code_version)
 		cJSON_AddStringToObject(o, "code_version", x->code_version);
-	add_value(o, "input", x->input);
-	add_value(o, "output", x->output);
+	cli_json_add_raw(o, "input", x->input);
+	cli_json_add_raw(o, "output", x->output);
 	if (x->error)
 		cJSON_AddStringToObject(o, "error", x->error);
 	else
 		cJSON_AddNullToObject(o, "error");
-	add_locked(o, x->locked, x->locked_key);
+	cli_json_add_locked(o, x->locked, x->locked_key);
 	const struct {
 		const char *name;
 		int64_t ms;
@@ -245,8 +236,9 @@ static cJSON *run_json(const cairn_run *x)
 	return o;
 }
 
-static void api_runs(ui *u, const http_request *q, http_reply *r, double t0)
+static void api_runs(ui *u, const http_request *q, http_reply *r)
 {
+	double t0 = now_ms();
 	static const char *const allowed[] = {FILTER_PARAMS, "before", "limit", NULL};
 	cairn_list_filter f;
 	if (check_params(q, r, allowed) || filter_params(q, r, &f))
@@ -268,9 +260,6 @@ static void api_runs(ui *u, const http_request *q, http_reply *r, double t0)
 	reply_json(r, 200, doc);
 }
 
-static const char *const STATUSES[CAIRN_RUN_STATUSES] = {
-    "pending", "running", "sleeping", "waiting", "completed", "failed", "cancelled"};
-
 static void api_counts(ui *u, const http_request *q, http_reply *r)
 {
 	static const char *const allowed[] = {FILTER_PARAMS, NULL};
@@ -284,7 +273,7 @@ static void api_counts(ui *u, const http_request *q, http_reply *r)
 	cJSON *doc = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(doc, "counts");
 	int64_t total = 0;
 	for (int i = 0; i < CAIRN_RUN_STATUSES; i++) {
-		cJSON_AddNumberToObject(o, STATUSES[i], (double)counts[i]);
+		cJSON_AddNumberToObject(o, run_status_name((run_status)i), (double)counts[i]);
 		total += counts[i];
 	}
 	cJSON_AddNumberToObject(doc, "total", (double)total);
@@ -342,7 +331,8 @@ static void api_bulk(ui *u, const http_request *q, http_reply *r)
 		return reply_client(r, u->c, rc);
 	int64_t n = 0;
 	for (int i = 0; i < CAIRN_RUN_STATUSES; i++)
-		if (bulk_applies(retry, i) && (!f.status || strcmp(f.status, STATUSES[i]) == 0))
+		if (bulk_applies(retry, i) &&
+		    (!f.status || strcmp(f.status, run_status_name((run_status)i)) == 0))
 			n += counts[i];
 	char msg[200];
 	if (n != expect) {
@@ -365,8 +355,8 @@ static void api_bulk(ui *u, const http_request *q, http_reply *r)
 	int64_t done = 0, skipped = 0;
 	for (int i = 0; i < CAIRN_RUN_STATUSES; i++)
 		if (bulk_applies(retry, i) && counts[i] &&
-		    (!f.status || strcmp(f.status, STATUSES[i]) == 0))
-			bulk_status(u, f, STATUSES[i], retry, &done, &skipped);
+		    (!f.status || strcmp(f.status, run_status_name((run_status)i)) == 0))
+			bulk_status(u, f, run_status_name((run_status)i), retry, &done, &skipped);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddNumberToObject(o, "touched", (double)done);
 	cJSON_AddNumberToObject(o, "skipped", (double)skipped);
@@ -391,10 +381,10 @@ static cJSON *steps_json(const cairn_run *x)
 			cJSON_AddNumberToObject(o, "finished_at", (double)s->finished_unix_ms);
 		else
 			cJSON_AddNullToObject(o, "finished_at");
-		add_value(o, "output", s->output);
+		cli_json_add_raw(o, "output", s->output);
 		if (s->error)
 			cJSON_AddStringToObject(o, "error", s->error);
-		add_locked(o, s->locked, s->locked_key);
+		cli_json_add_locked(o, s->locked, s->locked_key);
 		cJSON_AddItemToArray(a, o);
 	}
 	return a;
@@ -421,7 +411,7 @@ static int run_extras(ui *u, cJSON *doc, const cairn_run *x)
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddNumberToObject(o, "id", (double)sg[i].id);
 		cJSON_AddStringToObject(o, "name", sg[i].name);
-		add_value(o, "payload", sg[i].payload);
+		cli_json_add_raw(o, "payload", sg[i].payload);
 		if (sg[i].locked)
 			cJSON_AddStringToObject(o, "locked_key", sg[i].locked_key);
 		cJSON_AddNumberToObject(o, "created_at", (double)sg[i].created_unix_ms);
@@ -438,7 +428,7 @@ static int run_extras(ui *u, cJSON *doc, const cairn_run *x)
 	for (size_t i = 0; i < ne; i++) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "key", ev[i].key);
-		add_value(o, "value", ev[i].value);
+		cli_json_add_raw(o, "value", ev[i].value);
 		if (ev[i].locked)
 			cJSON_AddStringToObject(o, "locked_key", ev[i].locked_key);
 		cJSON_AddNumberToObject(o, "updated_at", (double)ev[i].updated_unix_ms);
@@ -504,6 +494,21 @@ static void api_run_action(ui *u, const http_request *q, http_reply *r, const ch
 	cJSON_AddNumberToObject(o, "id", (double)id);
 	cJSON_AddStringToObject(o, "done", action);
 	reply_json(r, 200, o);
+}
+
+static void api_cancel(ui *u, const http_request *q, http_reply *r)
+{
+	api_run_action(u, q, r, "cancel");
+}
+
+static void api_retry(ui *u, const http_request *q, http_reply *r)
+{
+	api_run_action(u, q, r, "retry");
+}
+
+static void api_signal(ui *u, const http_request *q, http_reply *r)
+{
+	api_run_action(u, q, r, "signal");
 }
 
 /* -------------------------------------------------------------- the fleet */
@@ -753,7 +758,6 @@ static void login(const ui *u, const http_request *q, http_reply *r)
 static void handle(void *arg, const http_request *q, http_reply *r)
 {
 	ui *u = arg;
-	double t0 = now_ms();
 	int post = strcmp(q->method, "POST") == 0, get = strcmp(q->method, "GET") == 0;
 	buf_puts(
 	    &r->headers,
@@ -789,11 +793,12 @@ static void handle(void *arg, const http_request *q, http_reply *r)
 	static const struct {
 		const char *path;
 		int post;
-		int kind;
-	} routes[] = {
-	    {"/api/runs", 0, 1},       {"/api/runs/counts", 0, 2}, {"/api/runs/bulk", 1, 3},
-	    {"/api/run", 0, 4},        {"/api/run/cancel", 1, 5},  {"/api/run/retry", 1, 6},
-	    {"/api/run/signal", 1, 7}, {"/api/fleet", 0, 8},       {"/api/stats", 0, 9}};
+		void (*fn)(ui *, const http_request *, http_reply *);
+	} routes[] = {{"/api/runs", 0, api_runs},         {"/api/runs/counts", 0, api_counts},
+	              {"/api/runs/bulk", 1, api_bulk},    {"/api/run", 0, api_run},
+	              {"/api/run/cancel", 1, api_cancel}, {"/api/run/retry", 1, api_retry},
+	              {"/api/run/signal", 1, api_signal}, {"/api/fleet", 0, api_fleet},
+	              {"/api/stats", 0, api_stats}};
 	for (size_t i = 0; api && i < sizeof routes / sizeof routes[0]; i++) {
 		if (strcmp(routes[i].path, path) != 0)
 			continue;
@@ -802,17 +807,7 @@ static void handle(void *arg, const http_request *q, http_reply *r)
 			return reply_error(r, 405, NULL,
 			                   routes[i].post ? "use POST for an action" : "use GET");
 		}
-		switch (routes[i].kind) {
-		case 1: return api_runs(u, q, r, t0);
-		case 2: return api_counts(u, q, r);
-		case 3: return api_bulk(u, q, r);
-		case 4: return api_run(u, q, r);
-		case 5: return api_run_action(u, q, r, "cancel");
-		case 6: return api_run_action(u, q, r, "retry");
-		case 7: return api_run_action(u, q, r, "signal");
-		case 8: return api_fleet(u, q, r);
-		default: return api_stats(u, q, r);
-		}
+		return routes[i].fn(u, q, r);
 	}
 	if (api)
 		return reply_error(r, 404, NULL, "no such endpoint (see README, Console)");

@@ -12,6 +12,10 @@
 
 #include "client.h"
 #include "hash.h"
+#include "state.h"
+
+_Static_assert(CAIRN_RUN_STATUSES == RUN_STATUS_COUNT,
+               "cairn.h and state.h list the same statuses");
 
 static const char SQL_COUNTS[] =
     "SELECT status, count(*) FROM cairn.runs WHERE " CLIENT_LIST_WHERE " GROUP BY status";
@@ -19,8 +23,6 @@ static const char SQL_COUNTS[] =
 int cairn_run_counts(cairn_client *c, const cairn_list_filter *f,
                      int64_t counts[CAIRN_RUN_STATUSES])
 {
-	static const char *const names[CAIRN_RUN_STATUSES] = {
-	    "pending", "running", "sleeping", "waiting", "completed", "failed", "cancelled"};
 	cairn_list_filter any = f ? *f : (cairn_list_filter){0};
 	any.status = NULL;
 	any.before_id = 0;
@@ -35,7 +37,7 @@ int cairn_run_counts(cairn_client *c, const cairn_list_filter *f,
 		return client_db_fail(c);
 	for (int i = 0; i < PQntuples(r); i++)
 		for (int k = 0; k < CAIRN_RUN_STATUSES; k++)
-			if (strcmp(PQgetvalue(r, i, 0), names[k]) == 0)
+			if (strcmp(PQgetvalue(r, i, 0), run_status_name((run_status)k)) == 0)
 				counts[k] = db_get_i64(r, i, 1);
 	PQclear(r);
 	return CAIRN_OK;
