@@ -284,7 +284,7 @@ static void api_counts(ui *u, const http_request *q, http_reply *r)
  * unfinished, retry to the failed and cancelled. */
 static int bulk_applies(int retry, int i)
 {
-	return retry ? i >= 5 : i < 4;
+	return retry ? i == RUN_FAILED || i == RUN_CANCELLED : !run_status_finished((run_status)i);
 }
 
 /* Cancels or retries every run of status of f, a page at a time. */
@@ -831,9 +831,9 @@ static const char HELP[] =
     "  --listen HOST:PORT  address (default 127.0.0.1:8090; port 0 picks one);\n"
     "                      anything but loopback requires a token\n"
     "  --token TOKEN       required as \"Authorization: Bearer TOKEN\" or through\n"
-    "                      the login form (default: $CAIRN_UI_TOKEN)\n" COMMON_HELP
+    "                      the login form (default: $CAIRN_UI_TOKEN)\n" COMMON_HELP "\n"
     "Encrypted values show as \"encrypted (key K)\" unless CAIRN_ENCRYPTION_KEYS\n"
-    "holds K.\n";
+    "(or CAIRN_ENCRYPTION_KEYS_FILE) holds K.\n";
 
 int cmd_ui(int argc, char **argv)
 {

@@ -1016,7 +1016,7 @@ int client_list_params(cairn_client *c, const cairn_list_filter *f, client_list_
 		    c, "limit", "invalid limit %d: expected an integer from 1 to 10000", f->limit);
 	if (f->code_version && parse_check_name("code version", f->code_version, err) < 0)
 		return client_invalid(c, "code_version", "%s", err);
-	if (f->key && parse_check_name("key", f->key, err) < 0)
+	if (f->key && parse_check_key(f->key, err) < 0)
 		return client_invalid(c, "key", "%s", err);
 	if (f->created_from_unix_ms < 0)
 		return client_invalid(c, "created_from_unix_ms",

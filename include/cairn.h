@@ -81,7 +81,8 @@ const char *cairn_client_errmsg(const cairn_client *c);
  * After a call returned CAIRN_EINVAL: the name of the argument or option
  * field that was rejected, spelled as in this header ("workflow", "key",
  * "group", "input", "delay_ms", "at_unix_ms", "max_attempts", "n", "run",
- * "signal", "payload", "status", "limit", "ttl_ms"), so a caller can say which
+ * "signal", "payload", "status", "limit", "ttl_ms", "created_from_unix_ms",
+ * "created_to_unix_ms", "before_id"), so a caller can say which
  * of its own inputs was bad without parsing the message. NULL when the last
  * call did not fail that way or the error concerns no single field. Static
  * storage; meaningful only until the next call on c.
@@ -250,8 +251,8 @@ typedef struct cairn_list_filter {
 	int limit;                /* 0: 50 */
 	const char *key;          /* NULL: any; else exactly this key */
 	int64_t created_from_unix_ms, created_to_unix_ms; /* created in [from, to); 0: open */
-	int64_t
-	    before_id; /* keyset pagination: only runs with id < before_id (0: from the newest) */
+	/* The next page: only runs listed after run before_id (0: from the newest). */
+	int64_t before_id;
 } cairn_list_filter;
 
 /*

@@ -285,6 +285,31 @@ Test(ui, actions_refuse_cross_site_requests)
 	PQfinish(c);
 }
 
+Test(ui, encrypted_values_show_their_key_without_it)
+{
+	const char *db = tdb_new_migrated();
+	char url[1024], *out, *err;
+	snprintf(url, sizeof url, "DATABASE_URL=%s", db);
+	const char *argv[] = {
+	    tbin("cairn"),          "enqueue", "noop", "--key", "secret", "--input",
+	    "{\"card\": \"4242\"}", NULL};
+	const char *env[] = {
+	    url, "CAIRN_ENCRYPTION_KEYS=k1=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", NULL};
+	cr_assert_eq(trun(argv, env, &out, &err), 0, "%s", err);
+	char path[64];
+	snprintf(path, sizeof path, "/api/run?id=%lld", atoll(out));
+	free(out);
+	free(err);
+	ui_start(db, NULL);
+	cJSON *j = api_get(path, 200);
+	char *text = cJSON_PrintUnformatted(j);
+	cr_assert(!strstr(text, "4242"), "the plaintext leaked: %s", text);
+	cr_assert(strstr(text, "\"locked\":[\"input\"]") && strstr(text, "\"locked_key\":\"k1\""),
+	          "%s", text);
+	free(text);
+	cJSON_Delete(j);
+}
+
 Test(ui, a_token_is_required_when_given)
 {
 	const char *db = tdb_new_migrated();
