@@ -60,7 +60,7 @@ endif
 
 ENGINE_SRC := $(wildcard engine/*.c)
 ENGINE_OBJ := $(patsubst engine/%.c,$(OUT)/engine/%.o,$(ENGINE_SRC)) $(OUT)/gen/migrations.o
-CLI_OBJ    := $(patsubst cli/%.c,$(OUT)/cli/%.o,$(wildcard cli/*.c))
+CLI_OBJ    := $(patsubst cli/%.c,$(OUT)/cli/%.o,$(wildcard cli/*.c)) $(OUT)/gen/ui_assets.o
 WORKER_OBJ := $(patsubst workers/%.c,$(OUT)/workers/%.o,$(wildcard workers/*.c))
 TEST_SRC   := $(wildcard tests/test_*.c)
 TEST_BIN   := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRC))
@@ -92,6 +92,15 @@ build/gen/migrations.c: $(wildcard sql/migrations/*.sql) scripts/embed-migration
 	sh scripts/embed-migrations.sh sql/migrations > $@.tmp && mv $@.tmp $@
 
 $(OUT)/gen/migrations.o: build/gen/migrations.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# The console's page, script and style (cli/ui/), embedded in bin/cairn.
+build/gen/ui_assets.c: $(wildcard cli/ui/*) scripts/embed-ui.sh
+	@mkdir -p $(@D)
+	sh scripts/embed-ui.sh cli/ui > $@.tmp && mv $@.tmp $@
+
+$(OUT)/gen/ui_assets.o: build/gen/ui_assets.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 

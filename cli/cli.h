@@ -6,6 +6,10 @@
 
 #include "cairn.h"
 
+#define COMMON_HELP                                                                                \
+	"  --db URL          database (default: $DATABASE_URL)\n"                                  \
+	"  -h, --help        show this help\n"
+
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_NOTFOUND = 3, EXIT_TIMEOUT = 4 };
 
 typedef struct cli_opt {

@@ -19,10 +19,7 @@
 #include "cli.h"
 #include "link.h"
 #include "parse.h"
-
-#define COMMON_HELP                                                                                \
-	"  --db URL          database (default: $DATABASE_URL)\n"                                  \
-	"  -h, --help        show this help\n"
+#include "ui.h"
 
 static const char USAGE[] =
     "usage: cairn [--version] [--help] COMMAND [ARGS]\n"
@@ -43,6 +40,7 @@ static const char USAGE[] =
     "  schedule     create, list, pause, resume and delete cron schedules\n"
     "  limit        flow control: per-key concurrency and rate limits of a workflow\n"
     "  reencrypt    move every stored payload to the current encryption key\n"
+    "  ui           serve the operator console (a web page and a JSON API)\n"
     "\n"
     "RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
     "$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
@@ -1644,7 +1642,7 @@ int main(int argc, char **argv)
 	            {"list", cmd_list},       {"runners", cmd_runners},
 	            {"shards", cmd_shards},   {"reencrypt", cmd_reencrypt},
 	            {"event", cmd_event},     {"schedule", cmd_schedule},
-	            {"limit", cmd_limit}};
+	            {"limit", cmd_limit},     {"ui", cmd_ui}};
 	if (argc < 2) {
 		fputs(USAGE, stderr);
 		return EXIT_USAGE;
@@ -1664,7 +1662,7 @@ int main(int argc, char **argv)
 	fprintf(stderr,
 	        "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
 	        "signal-link, cancel, retry, status, result, event, list, runners, shards, "
-	        "schedule, limit, reencrypt (see cairn --help)\n",
+	        "schedule, limit, reencrypt, ui (see cairn --help)\n",
 	        argv[1]);
 	return EXIT_USAGE;
 }

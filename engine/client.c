@@ -1104,40 +1104,78 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	return CAIRN_OK;
 }
 
-int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n)
+int client_list_params(cairn_client *c, const cairn_list_filter *f, client_list_args *a)
 {
 	char err[PARSE_ERR_MAX];
-	cairn_list_filter none = {0};
-	if (!f)
-		f = &none;
-	*runs = NULL;
-	*n = 0;
+	memset(a, 0, sizeof *a);
 	if (f->workflow && parse_check_name("workflow", f->workflow, err) < 0)
 		return client_invalid(c, "workflow", "%s", err);
 	run_status st;
-	if (f->status) {
-		if (run_status_parse(f->status, &st) < 0)
-			return client_invalid(
-			    c, "status",
-			    "invalid status \"%s\": expected one of pending, running, "
-			    "sleeping, waiting, completed, failed, cancelled",
-			    f->status);
-	}
+	if (f->status && run_status_parse(f->status, &st) < 0)
+		return client_invalid(c, "status",
+		                      "invalid status \"%s\": expected one of pending, running, "
+		                      "sleeping, waiting, completed, failed, cancelled",
+		                      f->status);
 	if (f->limit < 0 || f->limit > 10000)
 		return client_invalid(
 		    c, "limit", "invalid limit %d: expected an integer from 1 to 10000", f->limit);
-	char lim[24];
 	if (f->code_version && parse_check_name("code version", f->code_version, err) < 0)
 		return client_invalid(c, "code_version", "%s", err);
-	const char *p[] = {f->workflow, f->status, db_i64(lim, f->limit ? f->limit : 50),
-	                   f->code_version};
-	PGresult *r = db_exec(
-	    c->conn, &c->err,
-	    "SELECT " RUN_COLS " FROM cairn.runs "
-	    "WHERE ($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2) "
-	    "  AND ($4::text IS NULL OR code_version = $4) "
-	    "ORDER BY id DESC LIMIT $3",
-	    4, p);
+	if (f->key && parse_check_key(f->key, err) < 0)
+		return client_invalid(c, "key", "%s", err);
+	if (f->created_from_unix_ms < 0)
+		return client_invalid(c, "created_from_unix_ms",
+		                      "invalid start of the time range %" PRId64
+		                      ": expected Unix milliseconds, 0 or more",
+		                      f->created_from_unix_ms);
+	if (f->created_to_unix_ms < 0 ||
+	    (f->created_to_unix_ms && f->created_to_unix_ms <= f->created_from_unix_ms))
+		return client_invalid(c, "created_to_unix_ms",
+		                      "invalid end of the time range %" PRId64
+		                      ": expected Unix milliseconds after its start %" PRId64,
+		                      f->created_to_unix_ms, f->created_from_unix_ms);
+	if (f->before_id < 0)
+		return client_invalid(c, "before_id",
+		                      "invalid before_id %" PRId64 ": expected a run id, 1 or more",
+		                      f->before_id);
+	a->p[0] = f->workflow;
+	a->p[1] = f->status;
+	a->p[2] = f->code_version;
+	a->p[3] = f->key;
+	a->p[4] = f->created_from_unix_ms ? db_i64(a->from, f->created_from_unix_ms) : NULL;
+	a->p[5] = f->created_to_unix_ms ? db_i64(a->to, f->created_to_unix_ms) : NULL;
+	a->p[6] = f->before_id ? db_i64(a->before, f->before_id) : NULL;
+	a->p[7] = db_i64(a->limit, f->limit ? f->limit : 50);
+	return CAIRN_OK;
+}
+
+/* Custom plans (PQexecParams plans with the values) fold the NULL tests
+ * away, so each filter leaves an index scan in id order: the primary key
+ * backwards, or runs_status, runs_workflow (0012) or the (workflow, key)
+ * key. A time range is the exception: the planner takes created_at to be
+ * independent of id and would walk the primary key from the newest run down
+ * to the range, so a range is listed in (created_at, id) order, newest
+ * first, from runs_created (0012), the page after before_id starting below
+ * that run's (created_at, id). */
+static const char SQL_RUN_LIST[] = "SELECT " RUN_COLS " FROM cairn.runs WHERE " CLIENT_LIST_WHERE
+                                   "AND ($7::bigint IS NULL OR id < $7) ORDER BY id DESC LIMIT $8";
+static const char SQL_RUN_LIST_RANGE[] =
+    "SELECT " RUN_COLS " FROM cairn.runs WHERE " CLIENT_LIST_WHERE
+    "AND ($7::bigint IS NULL OR (created_at, id) < "
+    "     (SELECT created_at, id FROM cairn.runs WHERE id = $7)) "
+    "ORDER BY created_at DESC, id DESC LIMIT $8";
+
+int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n)
+{
+	cairn_list_filter none = {0};
+	*runs = NULL;
+	*n = 0;
+	client_list_args a;
+	int rc = client_list_params(c, f ? f : &none, &a);
+	if (rc)
+		return rc;
+	int range = a.p[4] || a.p[5];
+	PGresult *r = db_exec(c->conn, &c->err, range ? SQL_RUN_LIST_RANGE : SQL_RUN_LIST, 8, a.p);
 	if (!r)
 		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
@@ -1152,7 +1190,6 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 	}
 	*n = rows;
 	PQclear(r);
-	int rc = CAIRN_OK;
 	for (size_t i = 0; i < rows && !rc; i++)
 		rc = run_unseal(c, &(*runs)[i]);
 	if (rc) {

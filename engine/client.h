@@ -90,4 +90,28 @@ int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqu
  * use is CAIRN_ESTATE ("this link was used already"). */
 int client_signal_once(cairn_client *c, int64_t run_id, const char *name, const char *payload,
                        const char *nonce);
+
+/* The parameters of a run filter (cairn_list_filter), validated, for
+ * CLIENT_LIST_WHERE: $1 workflow, $2 status, $3 code version, $4 key, $5 and
+ * $6 the creation range (Unix ms); then for a page $7 before_id, $8 the
+ * limit. */
+typedef struct client_list_args {
+	const char *p[8];
+	char from[24], to[24], before[24], limit[24];
+} client_list_args;
+/* A key without a workflow is looked up in the (workflow, key) index once
+ * per workflow, the workflows found by a skip scan of runs_workflow: a few
+ * index probes per workflow, however many runs there are. */
+#define CLIENT_WORKFLOWS                                                                           \
+	"WITH RECURSIVE w AS (SELECT min(workflow) AS w FROM cairn.runs UNION ALL "                \
+	"  SELECT (SELECT min(workflow) FROM cairn.runs WHERE workflow > w.w) FROM w "             \
+	"  WHERE w.w IS NOT NULL) SELECT w FROM w WHERE w IS NOT NULL"
+#define CLIENT_LIST_WHERE                                                                          \
+	"($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2) "               \
+	"AND ($3::text IS NULL OR code_version = $3) AND ($4::text IS NULL OR (key = $4 AND "      \
+	"  ($1::text IS NOT NULL OR workflow = ANY (ARRAY(" CLIENT_WORKFLOWS "))))) "              \
+	"AND ($5::bigint IS NULL OR created_at >= to_timestamp($5::bigint / 1000.0)) "             \
+	"AND ($6::bigint IS NULL OR created_at < to_timestamp($6::bigint / 1000.0)) "
+/* Fills a from f, or returns CAIRN_EINVAL naming the field. */
+int client_list_params(cairn_client *c, const cairn_list_filter *f, client_list_args *a);
 #endif

@@ -281,54 +281,17 @@ static int check_http(config *cfg, buf *err)
 	return -CAIRN_EINVAL;
 }
 
-/* Parses HOST:PORT ([v6]:PORT, :PORT for all interfaces) into cfg->http_sa;
- * *wildcard is set when it listens on every interface (:PORT, 0.0.0.0, [::]). */
+/* CAIRN_HTTP_ADDR into cfg->http_sa (parse_listen_addr). */
 static int parse_addr(config *cfg, int *wildcard, buf *err)
 {
-	const char *a = cfg->http_addr;
-	const char *colon = strrchr(a, ':');
-	char host[128];
-	int64_t port;
-	char perr[PARSE_ERR_MAX];
-	if (!colon || (size_t)(colon - a) >= sizeof host ||
-	    parse_int(colon + 1, 0, 65535, &port, perr) < 0)
-		goto bad;
-	memcpy(host, a, (size_t)(colon - a));
-	host[colon - a] = '\0';
-	memset(&cfg->http_sa, 0, sizeof cfg->http_sa);
-	if (host[0] == '[') {
-		size_t hl = strlen(host);
-		if (hl < 3 || host[hl - 1] != ']')
-			goto bad;
-		host[hl - 1] = '\0';
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&cfg->http_sa;
-		if (inet_pton(AF_INET6, host + 1, &s6->sin6_addr) != 1)
-			goto bad;
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons((uint16_t)port);
-		cfg->http_sa_len = sizeof *s6;
-		*wildcard = IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr);
+	if (parse_listen_addr(cfg->http_addr, &cfg->http_sa, &cfg->http_sa_len, wildcard) == 0)
 		return 0;
-	}
-	struct sockaddr_in *s4 = (struct sockaddr_in *)&cfg->http_sa;
-	s4->sin_family = AF_INET;
-	s4->sin_port = htons((uint16_t)port);
-	cfg->http_sa_len = sizeof *s4;
-	if (!host[0] || strcmp(host, "0.0.0.0") == 0)
-		s4->sin_addr.s_addr = htonl(INADDR_ANY);
-	else if (strcmp(host, "localhost") == 0)
-		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	else if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
-		goto bad;
-	*wildcard = s4->sin_addr.s_addr == htonl(INADDR_ANY);
-	return 0;
-bad:
 	buf_reset(err);
 	buf_printf(
 	    err,
 	    "invalid value for CAIRN_HTTP_ADDR: \"%s\": expected HOST:PORT with an IP address "
 	    "(127.0.0.1:8080, [::1]:8080, :8080) and a port from 0 to 65535",
-	    a);
+	    cfg->http_addr);
 	return -CAIRN_EINVAL;
 }
 

@@ -7,6 +7,7 @@
 
 #include <microhttpd.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cairn.h"
 
@@ -33,6 +34,53 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	}
 }
 
+const char *http_header(const http_request *q, const char *name)
+{
+	return MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, name);
+}
+
+const char *http_query(const http_request *q, const char *name)
+{
+	return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+typedef struct query_walk {
+	int (*fn)(void *arg, const char *name, const char *value);
+	void *arg;
+	int rc;
+} query_walk;
+
+static enum MHD_Result query_one(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+	query_walk *w = cls;
+	w->rc = w->fn(w->arg, key, value);
+	return w->rc ? MHD_NO : MHD_YES;
+}
+
+int http_query_each(const http_request *q,
+                    int (*fn)(void *arg, const char *name, const char *value), void *arg)
+{
+	query_walk w = {fn, arg, 0};
+	MHD_get_connection_values(q->conn, MHD_GET_ARGUMENT_KIND, query_one, &w);
+	return w.rc;
+}
+
+/* The handler's extra headers, "Name: value\n" each; consumes h. */
+static void add_headers(struct MHD_Response *resp, buf *h)
+{
+	char *s = h->data;
+	while (s && *s) {
+		char *nl = strchr(s, '\n'), *colon = strchr(s, ':');
+		if (!nl || !colon || colon > nl)
+			break;
+		*nl = *colon = '\0';
+		MHD_add_response_header(resp, s, colon + 2);
+		s = nl + 1;
+	}
+	buf_free(h);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_size, void **con_cls)
@@ -53,19 +101,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		*upload_size = 0;
 		return MHD_YES;
 	}
-	http_reply r = {404, "text/plain; charset=utf-8", NULL, 0, BUF_INIT};
+	http_reply r = {404, "text/plain; charset=utf-8", NULL, 0, BUF_INIT, BUF_INIT};
 	http_request q = {method,
 	                  url,
 	                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
 	                  buf_str(&u->body),
 	                  u->body.len,
-	                  u->too_big || u->body.oom};
+	                  u->too_big || u->body.oom,
+	                  conn};
 	s->handler(s->arg, &q, &r);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(
 	    r.body.len, r.body.data ? r.body.data : (void *)"", MHD_RESPMEM_MUST_COPY);
 	buf_free(&r.body);
-	if (!resp)
+	if (!resp) {
+		buf_free(&r.headers);
 		return MHD_NO;
+	}
+	add_headers(resp, &r.headers);
 	MHD_add_response_header(resp, "Content-Type", r.type);
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
 	if (r.allow)

@@ -2,7 +2,7 @@
  * http.h - a small HTTP server on libmicrohttpd for the worker's endpoints:
  * one handler sees every request and fills a reply. Limits on connections,
  * per-IP connections, memory per connection and idle time keep a slow or
- * hostile client from stalling it. Request bodies are not read.
+ * hostile client from stalling it. Bodies up to HTTP_BODY_MAX are read.
  *
  * Owns: the libmicrohttpd daemon and its internal polling thread.
  */
@@ -21,7 +21,17 @@ typedef struct http_request {
 	const char *body;          /* NUL-terminated; "" when there is none */
 	size_t body_len;
 	int body_too_big; /* the body was larger than HTTP_BODY_MAX */
+	void *conn;       /* the server's, for http_header and http_query */
 } http_request;
+
+/* A request header or query argument by name (case-insensitive for
+ * headers), or NULL; valid during the handler. */
+const char *http_header(const http_request *q, const char *name);
+const char *http_query(const http_request *q, const char *name);
+/* Calls fn for each query argument in order (value NULL for "?a"), until fn
+ * returns non-zero; returns that, or 0. */
+int http_query_each(const http_request *q,
+                    int (*fn)(void *arg, const char *name, const char *value), void *arg);
 
 typedef struct http_reply {
 	unsigned status;   /* 404 unless the handler says otherwise */
@@ -29,6 +39,7 @@ typedef struct http_reply {
 	const char *allow; /* an Allow header (with 405), or NULL */
 	int bearer;        /* with 401: ask for a bearer token (WWW-Authenticate) */
 	buf body;
+	buf headers; /* more response headers, each "Name: value\n" */
 } http_reply;
 
 /* Called on the server's thread for every request. */

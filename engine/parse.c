@@ -5,6 +5,7 @@
  */
 #include "parse.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
@@ -389,4 +390,51 @@ int parse_id_list(const char *s, int64_t *ids, int cap)
 		if (*s++ != ',')
 			return -1;
 	}
+}
+
+int parse_listen_addr(const char *a, struct sockaddr_storage *sa, socklen_t *len, int *wildcard)
+{
+	const char *colon = strrchr(a, ':');
+	char host[128];
+	int64_t port;
+	char perr[PARSE_ERR_MAX];
+	if (!colon || (size_t)(colon - a) >= sizeof host ||
+	    parse_int(colon + 1, 0, 65535, &port, perr) < 0)
+		return -1;
+	memcpy(host, a, (size_t)(colon - a));
+	host[colon - a] = '\0';
+	memset(sa, 0, sizeof *sa);
+	if (host[0] == '[') {
+		size_t hl = strlen(host);
+		if (hl < 3 || host[hl - 1] != ']')
+			return -1;
+		host[hl - 1] = '\0';
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+		if (inet_pton(AF_INET6, host + 1, &s6->sin6_addr) != 1)
+			return -1;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		*len = sizeof *s6;
+		*wildcard = IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr);
+		return 0;
+	}
+	struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+	s4->sin_family = AF_INET;
+	s4->sin_port = htons((uint16_t)port);
+	*len = sizeof *s4;
+	if (!host[0] || strcmp(host, "0.0.0.0") == 0)
+		s4->sin_addr.s_addr = htonl(INADDR_ANY);
+	else if (strcmp(host, "localhost") == 0)
+		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
+		return -1;
+	*wildcard = s4->sin_addr.s_addr == htonl(INADDR_ANY);
+	return 0;
+}
+
+int parse_addr_loopback(const struct sockaddr_storage *sa)
+{
+	if (sa->ss_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
 }

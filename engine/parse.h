@@ -8,6 +8,7 @@
 #define CAIRN_PARSE_H
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "buf.h"
 
@@ -51,4 +52,10 @@ int utf8_valid(const char *s);
 /* Appends s to out with every byte that is not part of a valid UTF-8
  * sequence (a character cut in half, say) replaced by U+FFFD. */
 void utf8_clean(const char *s, buf *out);
+/* HOST:PORT ([v6]:PORT; :PORT or 0.0.0.0 or [::] for every interface;
+ * localhost) into sa: 0, or -1 (the caller names the setting).
+ * *wildcard is set when it listens on every interface. */
+int parse_listen_addr(const char *a, struct sockaddr_storage *sa, socklen_t *len, int *wildcard);
+/* 1 when sa is a loopback address (127.0.0.0/8, ::1). */
+int parse_addr_loopback(const struct sockaddr_storage *sa);
 #endif

@@ -81,7 +81,8 @@ const char *cairn_client_errmsg(const cairn_client *c);
  * After a call returned CAIRN_EINVAL: the name of the argument or option
  * field that was rejected, spelled as in this header ("workflow", "key",
  * "group", "input", "delay_ms", "at_unix_ms", "max_attempts", "n", "run",
- * "signal", "payload", "status", "limit", "ttl_ms"), so a caller can say which
+ * "signal", "payload", "status", "limit", "ttl_ms", "created_from_unix_ms",
+ * "created_to_unix_ms", "before_id"), so a caller can say which
  * of its own inputs was bad without parsing the message. NULL when the last
  * call did not fail that way or the error concerns no single field. Static
  * storage; meaningful only until the next call on c.
@@ -291,9 +292,17 @@ typedef struct cairn_list_filter {
 	const char *status;       /* NULL: any */
 	const char *code_version; /* NULL: any (CAIRN_CODE_VERSION of the worker that started it) */
 	int limit;                /* 0: 50 */
+	const char *key;          /* NULL: any; else exactly this key */
+	int64_t created_from_unix_ms, created_to_unix_ms; /* created in [from, to); 0: open */
+	/* The next page: only runs listed after run before_id (0: from the newest). */
+	int64_t before_id;
 } cairn_list_filter;
 
-/* Lists runs, newest first, without journals. Free with cairn_run_list_free(). */
+/*
+ * Lists runs, newest (highest id) first, without journals; with a creation
+ * range, newest by (creation time, id). For the next page pass the last id
+ * seen as before_id. Free with cairn_run_list_free().
+ */
 int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n);
 void cairn_run_list_free(cairn_run *runs, size_t n);
 
@@ -341,6 +350,72 @@ typedef struct cairn_reencrypt_stats {
 int cairn_reencrypt(cairn_client *c, int batch,
                     void (*progress)(const cairn_reencrypt_stats *s, void *arg), void *arg,
                     cairn_reencrypt_stats *out);
+
+/*
+ * The operator console's reads (`cairn ui`). cairn_run_counts counts the runs
+ * f selects (its status, limit and before_id ignored) per status, in the
+ * order of CAIRN_RUN_STATUSES: pending running sleeping waiting completed
+ * failed cancelled.
+ */
+#define CAIRN_RUN_STATUSES 7
+int cairn_run_counts(cairn_client *c, const cairn_list_filter *f,
+                     int64_t counts[CAIRN_RUN_STATUSES]);
+
+/* A signal sent to a run; consumed_by_seq is the step that took it, or -1
+ * while it waits. */
+typedef struct cairn_signal_info {
+	int64_t id;
+	char *name;
+	char *payload;   /* JSON text; NULL when locked */
+	unsigned locked; /* CAIRN_LOCKED_INPUT when the payload is under a missing key */
+	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	int64_t created_unix_ms;
+	int consumed_by_seq;
+} cairn_signal_info;
+
+/* The run's signals in the order they were sent. Free with cairn_signal_list_free(). */
+int cairn_signal_list(cairn_client *c, int64_t run_id, cairn_signal_info **out, size_t *n);
+void cairn_signal_list_free(cairn_signal_info *s, size_t n);
+
+/* An event a run published (cairn_set_event). */
+typedef struct cairn_event_info {
+	char *key;
+	char *value;     /* JSON text; NULL when locked */
+	unsigned locked; /* CAIRN_LOCKED_OUTPUT when the value is under a missing key */
+	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	int64_t updated_unix_ms;
+} cairn_event_info;
+
+/* The run's events by key. Free with cairn_event_list_free(). */
+int cairn_event_list(cairn_client *c, int64_t run_id, cairn_event_info **out, size_t *n);
+void cairn_event_list_free(cairn_event_info *e, size_t n);
+
+/*
+ * The last hour of work, minute by minute (minute[0] the oldest, each
+ * starting at minute_unix_ms[i]): runs completed and failed, and of the runs
+ * that finished, the percentiles of their wait from due (scheduled) to
+ * start. queue_depth is the number of pending runs now.
+ */
+#define CAIRN_STATS_MINUTES 60
+typedef struct cairn_run_stats {
+	int64_t minute_unix_ms[CAIRN_STATS_MINUTES];
+	int64_t completed[CAIRN_STATS_MINUTES], failed[CAIRN_STATS_MINUTES];
+	double latency_p50_ms, latency_p90_ms, latency_p99_ms;
+	int64_t latency_samples;
+	int64_t queue_depth;
+} cairn_run_stats;
+int cairn_run_stats_get(cairn_client *c, cairn_run_stats *out);
+
+/* A built-in singleton (cairn.health, cairn.janitor, cairn.scheduler) of
+ * group "default": it runs on the owner of its shard. */
+typedef struct cairn_singleton_info {
+	const char *name; /* static */
+	int shard;
+	int64_t owner; /* 0: no runner owns the shard */
+	char *owner_name;
+} cairn_singleton_info;
+int cairn_singleton_list(cairn_client *c, cairn_singleton_info **out, size_t *n);
+void cairn_singleton_list_free(cairn_singleton_info *s, size_t n);
 
 /* ------------------------------------------------------------- schedules */
 

@@ -11,7 +11,8 @@
 set -eu
 
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
-libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer"
+libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer
+xxd chromium chromium-driver"
 
 check=0
 case "${1:-}" in
@@ -25,7 +26,7 @@ case "${1:-}" in
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, Criterion, PostgreSQL and PgBouncer" >&2
+	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, Criterion, PostgreSQL and PgBouncer, xxd, Chromium and its chromedriver" >&2
 	exit 1
 fi
 

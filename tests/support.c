@@ -426,24 +426,32 @@ long thttp(int port, const char *method, const char *path, char **body, char **c
 long thttp_auth(int port, const char *method, const char *path, const char *authorization,
                 char **body, char **ctype)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *headers = NULL;
 	char auth[512];
-	if (authorization) {
-		snprintf(auth, sizeof auth, "Authorization: %s", authorization);
-		headers = curl_slist_append(NULL, auth);
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-	}
-	char url[256];
+	snprintf(auth, sizeof auth, "Authorization: %s", authorization ? authorization : "");
+	const char *headers[] = {authorization ? auth : NULL, NULL};
+	return thttp_req(port, method, path, headers, NULL, body, ctype);
+}
+
+long thttp_req(int port, const char *method, const char *path, const char *const *headers,
+               const char *body, char **resp, char **ctype)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *hl = NULL;
+	for (int i = 0; headers && headers[i]; i++)
+		hl = curl_slist_append(hl, headers[i]);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	char url[512];
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
 	char *b = NULL;
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	if (strcmp(method, "HEAD") == 0)
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	if (body)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 	/* A give-up bound for a worker slowed down by a loaded machine, not a
 	 * measurement: waits retry, so a generous bound costs nothing. */
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 15000L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 60000L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	long status = 0;
@@ -457,9 +465,9 @@ long thttp_auth(int port, const char *method, const char *path, const char *auth
 		*ctype = strdup("");
 	}
 	curl_easy_cleanup(c);
-	curl_slist_free_all(headers);
-	if (body)
-		*body = b ? b : strdup("");
+	curl_slist_free_all(hl);
+	if (resp)
+		*resp = b ? b : strdup("");
 	else
 		free(b);
 	return status;

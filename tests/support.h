@@ -61,6 +61,11 @@ long thttp(int port, const char *method, const char *path, char **body, char **c
 /* thttp with an Authorization header (NULL: none). */
 long thttp_auth(int port, const char *method, const char *path, const char *authorization,
                 char **body, char **ctype);
+/* method path on 127.0.0.1:port with the NULL-terminated "Name: value"
+ * headers (may be NULL) and body (NULL: none); the reply's body and
+ * Content-Type as thttp gives them (either may be NULL). The status or 0. */
+long thttp_req(int port, const char *method, const char *path, const char *const *headers,
+               const char *body, char **resp, char **ctype);
 /* Waits until GET path answers want_status. */
 int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms);
 /* Creates an empty temporary file for a worker log; returns its path in out. */

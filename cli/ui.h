@@ -1,0 +1,6 @@
+/* ui.h - `cairn ui`, the operator console (ui.c). */
+#ifndef CAIRN_UI_H
+#define CAIRN_UI_H
+/* The command: argv after "ui"; returns the exit code. */
+int cmd_ui(int argc, char **argv);
+#endif
