@@ -553,6 +553,8 @@ static cJSON *run_json(const cairn_run *r)
 		cJSON_AddNullToObject(o, "concurrency_key");
 	cJSON_AddNumberToObject(o, "priority", r->priority);
 	cJSON_AddBoolToObject(o, "held", r->held);
+	if (r->waiting_for)
+		cJSON_AddStringToObject(o, "waiting_for", r->waiting_for);
 	cli_json_add_raw(o, "input", r->input);
 	cli_json_add_raw(o, "output", r->output);
 	if (r->error)
@@ -684,6 +686,8 @@ static int cmd_status(int argc, char **argv)
 		       r->held ? ", held: waiting for a slot of its concurrency key" : "",
 		       r->cancel_requested && !r->finished_unix_ms ? ", cancel requested" : "",
 		       r->attempt, r->max_attempts);
+		if (r->waiting_for)
+			printf("  waiting    for %s\n", r->waiting_for);
 		if (r->concurrency_key)
 			printf("  conc. key  %s\n", r->concurrency_key);
 		if (r->priority)

@@ -985,6 +985,7 @@ static void run_clear(cairn_run *run)
 	free(run->error);
 	free(run->code_version);
 	free(run->concurrency_key);
+	free(run->waiting_for);
 	for (size_t i = 0; i < run->nsteps; i++) {
 		cairn_step_info *s = &run->steps[i];
 		free(s->name);
@@ -1033,6 +1034,21 @@ static int read_children(cairn_client *c, cairn_run *run, const char *const *p)
 	return oom ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the children") : CAIRN_OK;
 }
 
+/* Why a pending run ($1) has not started, when a limit is the reason. */
+static const char SQL_WAITING_FOR[] =
+    "SELECT CASE "
+    "  WHEN r.held THEN 'a slot of its concurrency key: ' || l.key_concurrency "
+    "    || ' of its runs execute at once' "
+    "  WHEN l.concurrency IS NOT NULL AND r.start_at <= now() AND (SELECT count(*) "
+    "       FROM cairn.slots s WHERE s.workflow = r.workflow) >= l.concurrency "
+    "    THEN 'a slot of the workflow: ' || l.concurrency || ' of its runs execute at once' "
+    "  WHEN r.start_at > now() AND (l.rate IS NOT NULL OR l.key_rate IS NOT NULL) "
+    "    THEN 'its turn under the rate limit, due at ' "
+    "      || to_char(r.start_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
+    "  END "
+    "FROM cairn.runs r JOIN cairn.limits l ON l.workflow = r.workflow "
+    "WHERE r.id = $1 AND r.status = 'pending'";
+
 int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 {
 	*out = NULL;
@@ -1057,6 +1073,16 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	if (rc) {
 		cairn_run_free(run);
 		return rc;
+	}
+	if (strcmp(run->status, "pending") == 0) {
+		r = db_exec(c->conn, &c->err, SQL_WAITING_FOR, 1, p);
+		if (!r) {
+			cairn_run_free(run);
+			return client_db_fail(c);
+		}
+		if (PQntuples(r) == 1)
+			run->waiting_for = db_get_str(r, 0, 0);
+		PQclear(r);
 	}
 	r = db_exec(c->conn, &c->err,
 	            "SELECT seq, name, kind, status, output::text, error, attempts, " MS(

@@ -249,6 +249,9 @@ typedef struct cairn_run {
 	char *concurrency_key;      /* or NULL */
 	int priority;
 	int held; /* pending, waiting for a slot of its concurrency key */
+	/* Of a pending run that a limit (cairn limit) holds back: what it waits
+	 * for, in words; else NULL. Only from cairn_run_get. */
+	char *waiting_for;
 } cairn_run;
 
 /*

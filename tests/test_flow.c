@@ -302,6 +302,10 @@ Test(flow, a_run_in_a_durable_sleep_holds_no_slot_and_held_runs_go_when_the_limi
 	cr_assert(strstr(out, "pending, held: waiting for a slot of its concurrency key"), "%s",
 	          out);
 	cr_assert(strstr(out, "conc. key  k"), "%s", out);
+	cr_assert(
+	    strstr(out,
+	           "waiting    for a slot of its concurrency key: 1 of its runs execute at once"),
+	    "%s", out);
 	free(out);
 	free(err);
 	/* The worker shows the slot it holds and the run it held back. */
