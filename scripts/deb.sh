@@ -8,6 +8,10 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 version=$1
+for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture; do
+	command -v $tool >/dev/null 2>&1 ||
+		{ echo "cairn: make deb needs $tool (Debian's dpkg-dev); run: make deps" >&2; exit 1; }
+done
 arch=$(dpkg --print-architecture)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null)
 out="$top/build/deb"
