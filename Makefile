@@ -32,7 +32,7 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(SYSTEMD) 2>/dev/null) \
 	$(if $(SYSTEMD),-DCAIRN_HAVE_SYSTEMD)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) $(SYSTEMD) 2>/dev/null)
 VERSION    := $(shell sed -n 's/^\#define CAIRN_VERSION "\(.*\)"/\1/p' include/cairn.h)
-SOMAJOR    := 0
+SOMAJOR    := $(firstword $(subst ., ,$(VERSION)))
 
 # PKG_CFLAGS and PKG_LIBS are computed when this file is parsed, so `test` and
 # `demo` install the dependencies first and then build in a sub-make, which
