@@ -74,10 +74,11 @@ api() {
 	printf '.SH NAME\ncairn \\- the C API of cairn, a durable workflow engine on PostgreSQL\n'
 	printf '.SH SYNOPSIS\n.nf\n.B #include <cairn.h>\n.PP\ncc app.c $(pkg\\-config \\-\\-cflags \\-\\-libs cairn)\ncc app.c $(pkg\\-config \\-\\-cflags \\-\\-libs cairn\\-static)\n.fi\n'
 	printf '.SH DESCRIPTION\n'
-	# The header's opening comment, as paragraphs.
+	# The header's opening comment, as it is written.
 	sed -n '2,/^ \*\//p' "$h" | sed -e '$d' -e 's/^ \* \{0,1\}//' | verbatim
-	# Every declaration with its comment, one subsection per section of the
-	# header ("/* ---- client */"); what precedes the first is "status".
+	# Every declaration with its comment, one section of the page per
+	# section of the header ("/* ---- client */" is CLIENT); what precedes
+	# the first is STATUS CODES.
 	printf '.SH "STATUS CODES"\n'
 	sed -n '/^#define CAIRN_VERSION/,/^#ifdef __cplusplus$/p' "$h" | sed '$d' | esc |
 		awk '/^\/\* \\-\\-\\-/ { name = $NF == "*/" ? $(NF - 1) : $NF
