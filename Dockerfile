@@ -8,7 +8,7 @@ RUN make -j2 && make install PREFIX=/usr/local
 
 FROM debian:12
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        libpq5 libcjson1 libcurl4 libsodium23 libmicrohttpd12 curl ca-certificates \
+        libpq5 libcjson1 libcurl4 libsodium23 libmicrohttpd12 libsystemd0 curl ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --no-create-home --shell /usr/sbin/nologin cairn
 COPY --from=build /usr/local/bin/cairn /usr/local/bin/cairn-worker /usr/local/bin/

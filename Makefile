@@ -13,7 +13,10 @@
 #   make chaos      kill, stop and restart workers and PostgreSQL under load;
 #                   prints runs, completed, poison, lost, re-executed, drain time
 #   make examples   build the example plugins into build/examples/*.so
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (binaries, libcairn.so.0 and
+#                   libcairn.a, cairn.h, pkg-config files, man pages, the
+#                   systemd unit and its environment file)
+#   make deb        a Debian package of the same files in build/deb/
 #   make format     clang-format every C file
 
 PREFIX  ?= /usr/local
@@ -21,8 +24,15 @@ DESTDIR ?=
 CC      ?= cc
 PKGS    := libpq libcjson libcurl libsodium libmicrohttpd
 
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# libsystemd is optional: with its development files (libsystemd-dev) the
+# worker tells systemd when it is ready, feeds its watchdog and says when it
+# stops (engine/notify.c); without them it builds the same, minus that.
+SYSTEMD := $(shell pkg-config --exists libsystemd 2>/dev/null && echo libsystemd)
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(SYSTEMD) 2>/dev/null) \
+	$(if $(SYSTEMD),-DCAIRN_HAVE_SYSTEMD)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) $(SYSTEMD) 2>/dev/null)
+VERSION    := $(shell sed -n 's/^\#define CAIRN_VERSION "\(.*\)"/\1/p' include/cairn.h)
+SOMAJOR    := $(firstword $(subst ., ,$(VERSION)))
 
 # PKG_CFLAGS and PKG_LIBS are computed when this file is parsed, so `test` and
 # `demo` install the dependencies first and then build in a sub-make, which
@@ -69,7 +79,9 @@ TEST_SUPPORT := $(OUT)/tests/support.o $(OUT)/tests/proxy.o
 # Example plugins: shared objects loaded by cairn-worker --plugin. Not linked
 # against libcairn (the worker executable provides cairn_*) and built without
 # sanitizers, so the same .so loads into the release and the sanitizer worker.
-EXAMPLES   := $(patsubst workers/examples/%.c,build/examples/%.so,$(wildcard workers/examples/*.c))
+# embed.c is not a plugin but a program of its own (see tests/test_install.c).
+EXAMPLES   := $(patsubst workers/examples/%.c,build/examples/%.so,\
+	$(filter-out workers/examples/embed.c,$(wildcard workers/examples/*.c)))
 EX_CFLAGS  = -std=c17 -D_GNU_SOURCE $(WARN) -Iinclude $(PKG_CFLAGS) -O2 -g -fPIC -shared
 
 ifneq ($(SAN)$(FUZZ),)
@@ -79,10 +91,15 @@ else
 LIB := lib/libcairn.a
 BIN := bin
 endif
+SOLIB := $(dir $(LIB))libcairn.so.$(VERSION)
+
+# The man pages, generated from the --help texts of the built binaries and
+# from include/cairn.h (scripts/man.sh), so they say what the code does.
+MAN := build/man/cairn.1 build/man/cairn-worker.8 build/man/cairn.3
 
 .PHONY: all test test-build demo bench bench-memory chaos clean install format deps examples \
-	fuzz fuzz-build
-all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB)
+	fuzz fuzz-build deb
+all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB) $(if $(SAN)$(FUZZ),,$(SOLIB) $(MAN))
 
 deps:
 	@sh scripts/deps.sh
@@ -108,9 +125,33 @@ $(OUT)/%.o: %.c $(wildcard include/*.h engine/*.h cli/*.h workers/*.h tests/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
+# The engine's objects go into both libraries, so they are position
+# independent (the executables are PIE anyway).
+$(ENGINE_OBJ): EXTRA_CFLAGS += -fPIC
+
 $(LIB): $(ENGINE_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
+
+# The shared library exports cairn_* only (engine/libcairn.map); the
+# engine's internal modules stay inside it.
+$(SOLIB): $(ENGINE_OBJ) engine/libcairn.map
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libcairn.so.$(SOMAJOR) \
+		-Wl,--version-script=engine/libcairn.map -Wl,--no-undefined \
+		-o $@ $(ENGINE_OBJ) $(LDLIBS)
+	ln -sf $(@F) $(@D)/libcairn.so.$(SOMAJOR)
+	ln -sf libcairn.so.$(SOMAJOR) $(@D)/libcairn.so
+
+build/man/cairn.1: $(BIN)/cairn scripts/man.sh
+	@mkdir -p $(@D)
+	sh scripts/man.sh cli $(BIN)/cairn > $@.tmp && mv $@.tmp $@
+build/man/cairn-worker.8: $(BIN)/cairn-worker scripts/man.sh
+	@mkdir -p $(@D)
+	sh scripts/man.sh worker $(BIN)/cairn-worker > $@.tmp && mv $@.tmp $@
+build/man/cairn.3: include/cairn.h scripts/man.sh
+	@mkdir -p $(@D)
+	sh scripts/man.sh api include/cairn.h > $@.tmp && mv $@.tmp $@
 
 $(BIN)/cairn: $(CLI_OBJ) $(LIB)
 	@mkdir -p $(@D)
@@ -166,8 +207,11 @@ test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUG
 
 # `make test` = dependencies, sanitizer build, then every suite against a
 # private PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh.
+# The release build too: tests/test_install.c installs it, links the
+# embedding example against it and packages it.
 test: deps
 	$(MAKE) SAN=1 test-build
+	$(MAKE) all
 	sh tests/run.sh build/san
 
 demo: deps
@@ -203,14 +247,35 @@ chaos: all build/rel/chaos build/rel/tests/plugin_chaos.so
 clean:
 	rm -rf build bin lib
 
+# LIBDIR and SYSCONFDIR follow PREFIX; the Debian package (make deb) sets
+# PREFIX=/usr, which puts the environment file in /etc.
+LIBDIR      ?= $(PREFIX)/lib
+SYSCONFDIR  ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+PC_SUBST = -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	-e 's|@LIBS_PRIVATE@|$(PKG_LIBS) -pthread -ldl -lm|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
-		$(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include \
+		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
+		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/cairn
 	install -m 755 bin/cairn bin/cairn-worker $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 lib/libcairn.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 lib/libcairn.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(SOLIB)) $(DESTDIR)$(LIBDIR)/libcairn.so.$(SOMAJOR)
+	ln -sf libcairn.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libcairn.so
 	install -m 644 include/cairn.h $(DESTDIR)$(PREFIX)/include/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define CAIRN_VERSION "\(.*\)"/\1/p' include/cairn.h)|g' \
-		cairn.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cairn.pc
+	sed $(PC_SUBST) cairn.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/cairn.pc
+	sed $(PC_SUBST) cairn-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/cairn-static.pc
+	install -m 644 build/man/cairn.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 build/man/cairn.3 $(DESTDIR)$(PREFIX)/share/man/man3/
+	install -m 644 build/man/cairn-worker.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	sed $(PC_SUBST) workers/systemd/cairn-worker.service > $(DESTDIR)$(UNITDIR)/cairn-worker.service
+	install -m 644 workers/systemd/cairn-worker.env $(DESTDIR)$(SYSCONFDIR)/cairn/
+
+# A .deb of `make install PREFIX=/usr`, its Depends computed by dpkg-shlibdeps
+# (scripts/deb.sh); prints the package's path.
+deb: all
+	sh scripts/deb.sh $(VERSION)
 
 format:
 	clang-format -i $(wildcard include/*.h engine/*.[ch] cli/*.[ch] workers/*.[ch] workers/examples/*.[ch] tests/*.[ch])

@@ -35,6 +35,15 @@ static int ready_locked(const cairn_worker *w, const char **reason)
 	return w->db_connected && !w->not_ready[0] && !w->stopping;
 }
 
+int status_ready(cairn_worker *w)
+{
+	const char *why;
+	pthread_mutex_lock(&w->mu);
+	int ready = ready_locked(w, &why);
+	pthread_mutex_unlock(&w->mu);
+	return ready;
+}
+
 static void readyz(cairn_worker *w, http_reply *r)
 {
 	const char *why;

@@ -24,6 +24,7 @@
 
 #include "clock.h"
 #include "db.h"
+#include "notify.h"
 #include "plugin.h"
 
 #define WORKER_STATE_NAME(id, name) [id] = name,
@@ -742,9 +743,13 @@ int cairn_worker_run(cairn_worker *w)
 	}
 	set_state(w, WORKER_RUNNING);
 
-	/* Wait for a signal or a stop request. */
+	/* Wait for a signal or a stop request, telling the service manager (if
+	 * any) when the worker is first ready and, while every loop is alive,
+	 * feeding its watchdog at half the interval it asked for. */
 	struct timespec tick = {0, 100 * 1000000L};
 	const char *why = "stop requested";
+	int told_ready = 0;
+	int64_t dog_ms = notify_watchdog_ms(), next_dog = 0;
 	for (;;) {
 		int sig = sigtimedwait(&sigs, NULL, &tick);
 		if (sig == SIGTERM || sig == SIGINT) {
@@ -753,7 +758,17 @@ int cairn_worker_run(cairn_worker *w)
 		}
 		if (is_stopping(w))
 			break;
+		if (!told_ready && status_ready(w)) {
+			told_ready = 1;
+			if (notify_send("READY=1") > 0)
+				log_kv(&w->log, LOG_INFO, "told the service manager: ready", NULL);
+		}
+		if (dog_ms && clock_mono_ms() >= next_dog && !watchdog_stale(&w->dog)) {
+			notify_send("WATCHDOG=1");
+			next_dog = clock_mono_ms() + dog_ms / 2;
+		}
 	}
+	notify_send("STOPPING=1");
 	log_kv(&w->log, LOG_INFO, "draining", "reason", why, NULL);
 	set_state(w, WORKER_DRAINING);
 

@@ -74,6 +74,8 @@ struct cairn_worker {
 void worker_members_changed(cairn_worker *w, const char *fingerprint);
 /* status.c: the handler of the worker's HTTP endpoint (an http_handler). */
 void status_handle(void *worker, const http_request *q, http_reply *r);
+/* Whether /readyz answers 200 now (status.c). Any thread. */
+int status_ready(cairn_worker *w);
 /* What a POST to path tells this worker (status.c): 0, or -1 for a path
  * that is not one of the wake relay's. */
 int status_poke(cairn_worker *w, const char *path);

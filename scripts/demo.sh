@@ -5,9 +5,12 @@
 # approval signal, approves it through a signed link used once (as an
 # approver's click in an e-mail would), and waits for the result. Stops and removes
 # everything it started, also when a step fails or it is interrupted.
+# CAIRN_DEMO_BIN names the directory of the binaries it runs (default: bin/
+# of this checkout; /usr/bin for an installed package).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-cairn="$top/bin/cairn"
+bin=${CAIRN_DEMO_BIN:-$top/bin}
+cairn="$bin/cairn"
 pgdir=""
 worker=""
 log=$(mktemp /tmp/cairn-demo-worker.XXXXXX)
@@ -71,7 +74,7 @@ port=$((20000 + $$ % 20000))
 CAIRN_SIGNING_KEY=$(head -c 32 /dev/urandom | base64)
 export CAIRN_SIGNING_KEY
 printf '\n$ CAIRN_SIGNING_KEY=$(head -c 32 /dev/urandom | base64) CAIRN_HTTP_ADDR=127.0.0.1:%s cairn-worker 2>%s &\n' "$port" "$log"
-CAIRN_HTTP_ADDR=127.0.0.1:$port "$top/bin/cairn-worker" 2>"$log" &
+CAIRN_HTTP_ADDR=127.0.0.1:$port "$bin/cairn-worker" 2>"$log" &
 worker=$!
 end=$(($(date +%s) + 30))
 until curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do

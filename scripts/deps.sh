@@ -10,9 +10,12 @@
 #   sh scripts/deps.sh --fuzz    also clang and its libFuzzer (`make fuzz`)
 set -eu
 
+# libsystemd-dev is optional for a build (the worker then cannot speak to
+# systemd) but `make test` checks that it does; dpkg-dev builds the .deb
+# (make deb), man-db and groff-base render the man pages.
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
 libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer
-xxd chromium chromium-driver"
+xxd chromium chromium-driver libsystemd-dev dpkg-dev man-db groff-base"
 
 check=0
 case "${1:-}" in

@@ -11,6 +11,7 @@ export CAIRN_SQL_DIR="$top/sql/migrations"
 export CAIRN_TEST_PLUGIN="$top/$out/tests/plugin_test.so"
 export CAIRN_TEST_FLOWS="$top/$out/tests/plugin_flows.so"
 export CAIRN_FUZZ_DIR="$top/tests/fuzz"
+export CAIRN_SRC_DIR="$top"
 
 pgdir=""
 cleanup() {

@@ -11,16 +11,19 @@
 
 #include "builtins.h"
 #include "cairn.h"
+#include "notify.h"
 
 static const char USAGE[] =
     "usage: cairn-worker [--help] [--version] [--check-config] [--NAME VALUE ...]\n"
     "\n"
     "Runs a cairn worker against a shared PostgreSQL: leases shards, executes\n"
     "workflow runs, and serves /healthz, /readyz, /metrics and /status over HTTP.\n"
-    "SIGTERM or SIGINT drains (a second signal exits at once).\n"
+    "SIGTERM or SIGINT drains (a second signal exits at once). Under systemd\n"
+    "(Type=notify) it sends READY=1 once ready, WATCHDOG=1 while its loops are\n"
+    "alive when the unit sets WatchdogSec=, and STOPPING=1 when it drains.\n"
     "\n"
     "  --help            show this help\n"
-    "  --version         print the version\n"
+    "  --version         print the version and whether it speaks to systemd\n"
     "  --check-config    validate the configuration, print it (no secrets), exit\n"
     "\n"
     "Built-in workflows: noop, sleep {\"ms\": N}, http {\"url\": ...}, order (the demo).\n"
@@ -38,7 +41,8 @@ int main(int argc, char **argv)
 			return 0;
 		}
 		if (strcmp(argv[i], "--version") == 0) {
-			printf("cairn-worker %s\n", CAIRN_VERSION);
+			printf("cairn-worker %s (service manager notification: %s)\n",
+			       CAIRN_VERSION, notify_support());
 			return 0;
 		}
 		check |= strcmp(argv[i], "--check-config") == 0;
