@@ -426,6 +426,12 @@ long thttp(int port, const char *method, const char *path, char **body, char **c
 long thttp_auth(int port, const char *method, const char *path, const char *authorization,
                 char **body, char **ctype)
 {
+	return thttp_send(port, method, path, authorization, NULL, body, ctype);
+}
+
+long thttp_send(int port, const char *method, const char *path, const char *authorization,
+                const char *request, char **body, char **ctype)
+{
 	CURL *c = curl_easy_init();
 	struct curl_slist *headers = NULL;
 	char auth[512];
@@ -441,9 +447,15 @@ long thttp_auth(int port, const char *method, const char *path, const char *auth
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	if (strcmp(method, "HEAD") == 0)
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	if (request) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, request);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(request));
+		headers = curl_slist_append(headers, "Content-Type: application/json");
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	}
 	/* A give-up bound for a worker slowed down by a loaded machine, not a
 	 * measurement: waits retry, so a generous bound costs nothing. */
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 15000L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 75000L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	long status = 0;

@@ -61,6 +61,9 @@ long thttp(int port, const char *method, const char *path, char **body, char **c
 /* thttp with an Authorization header (NULL: none). */
 long thttp_auth(int port, const char *method, const char *path, const char *authorization,
                 char **body, char **ctype);
+/* thttp_auth with a request body (NULL: none), sent as application/json. */
+long thttp_send(int port, const char *method, const char *path, const char *authorization,
+                const char *request, char **body, char **ctype);
 /* Waits until GET path answers want_status. */
 int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms);
 /* Creates an empty temporary file for a worker log; returns its path in out. */
