@@ -99,7 +99,8 @@ static char *next_notification(PGconn *c, int64_t timeout_ms)
 
 /* ------------------------------------------------------------- SQL */
 
-TestSuite(sql, .init = setup, .fini = teardown, .timeout = 180);
+/* No per-suite .timeout (Criterion 2.4.1 leaks with it, see test_exec.c). */
+TestSuite(sql, .init = setup, .fini = teardown);
 
 Test(sql, a_rolled_back_enqueue_leaves_no_run_and_wakes_no_worker_a_committed_one_completes)
 {
@@ -183,7 +184,7 @@ Test(sql, enqueue_is_idempotent_by_key_and_names_the_argument_the_value_and_what
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char *msg = sql_error(conn, bad[i].sql);
-		cr_expect(strstr(msg, bad[i].says), "%s says \"%s\", not \"%s\"", bad[i].sql, msg,
+		cr_assert(strstr(msg, bad[i].says), "%s says \"%s\", not \"%s\"", bad[i].sql, msg,
 		          bad[i].says);
 		free(msg);
 	}
@@ -251,7 +252,7 @@ Test(sql, a_login_role_granted_cairn_client_enqueues_but_cannot_touch_the_tables
 	};
 	for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++) {
 		char *msg = sql_error(app, denied[i]);
-		cr_expect(strstr(msg, "permission denied"), "%s: %s", denied[i], msg);
+		cr_assert(strstr(msg, "permission denied"), "%s: %s", denied[i], msg);
 		free(msg);
 	}
 	PQfinish(app);
@@ -290,7 +291,7 @@ static void shards_agree(const char *workflow)
 	PQclear(r);
 }
 
-TestSuite(shards, .init = setup, .fini = teardown, .timeout = 240);
+TestSuite(shards, .init = setup, .fini = teardown);
 
 Test(shards, c_sql_and_http_place_100000_keys_in_the_same_shards)
 {
@@ -368,7 +369,7 @@ Test(shards, c_sql_and_http_place_100000_keys_in_the_same_shards)
 
 /* ------------------------------------------------------------ HTTP */
 
-TestSuite(http_api, .init = setup, .fini = teardown, .timeout = 180);
+TestSuite(http_api, .init = setup, .fini = teardown);
 
 /* The number field name of a JSON reply, or -1. */
 static int64_t json_int(const char *body, const char *name)
@@ -468,9 +469,9 @@ Test(http_api, bad_requests_get_json_errors_naming_the_field_and_write_nothing)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char *body;
 		long st = api(bad[i].method, bad[i].path, bad[i].body, &body);
-		cr_expect_eq(st, bad[i].status, "%s %s %s: %ld %s", bad[i].method, bad[i].path,
+		cr_assert_eq(st, bad[i].status, "%s %s %s: %ld %s", bad[i].method, bad[i].path,
 		             bad[i].body, st, body);
-		cr_expect(strncmp(body, "{\"error\":", 9) == 0 && strstr(body, bad[i].says),
+		cr_assert(strncmp(body, "{\"error\":", 9) == 0 && strstr(body, bad[i].says),
 		          "%s %s %s: %s (wanted %s)", bad[i].method, bad[i].path, bad[i].body, body,
 		          bad[i].says);
 		free(body);
