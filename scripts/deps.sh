@@ -11,7 +11,13 @@
 set -eu
 
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
-libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer"
+libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer
+python3-psycopg"
+# The Node example (workers/examples/node) needs node and npm: Debian's,
+# unless both are installed already (from another source, say).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	PACKAGES="$PACKAGES nodejs npm"
+fi
 
 check=0
 case "${1:-}" in
@@ -25,7 +31,7 @@ case "${1:-}" in
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, Criterion, PostgreSQL and PgBouncer" >&2
+	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, Criterion, PostgreSQL and PgBouncer, psycopg 3 for Python 3, and Node.js with npm" >&2
 	exit 1
 fi
 

@@ -521,3 +521,96 @@ Test(http_api, signal_cancel_and_retry_change_the_run_and_refuse_what_cannot_be_
 	free(body);
 	tworker_stop(w, SIGTERM, 20000);
 }
+
+/* ---------------------------------------------------------- examples */
+
+TestSuite(examples, .init = setup, .fini = teardown);
+
+/* The repository's top directory: $CAIRN_SQL_DIR is TOP/sql/migrations. */
+static const char *top_dir(void)
+{
+	static char top[1024];
+	snprintf(top, sizeof top, "%s/../..", getenv("CAIRN_SQL_DIR"));
+	return top;
+}
+
+/* Runs an example (argv) as a login role granted cairn_client, against a
+ * worker, LISTENing on cairn_wake meanwhile: it rolls back one order and
+ * its run, commits another and waits for its result. Every wake-up sent
+ * must name the committed run: the rolled-back enqueue woke nobody. */
+static void run_example(const char *const *argv, const char *node_path)
+{
+	char role[96], sql[512];
+	snprintf(role, sizeof role, "app_%s", PQdb(conn));
+	snprintf(sql, sizeof sql,
+	         "CREATE ROLE %s LOGIN IN ROLE cairn_client; GRANT CONNECT ON DATABASE %s TO %s; "
+	         "GRANT CREATE ON SCHEMA public TO %s",
+	         role, PQdb(conn), role, role);
+	tdb_exec(conn, sql);
+	pid_t w = worker();
+	worker_owns_all();
+	tdb_exec(conn, "LISTEN cairn_wake");
+	char host[512], pgport[64], dbname[128], user[128], path[1100];
+	snprintf(host, sizeof host, "PGHOST=%s", PQhost(conn));
+	snprintf(pgport, sizeof pgport, "PGPORT=%s", PQport(conn));
+	snprintf(dbname, sizeof dbname, "PGDATABASE=%s", PQdb(conn));
+	snprintf(user, sizeof user, "PGUSER=%s", role);
+	snprintf(path, sizeof path, "NODE_PATH=%s", node_path ? node_path : "");
+	const char *env[] = {"DATABASE_URL", host, pgport, dbname, user, path, NULL};
+	char *out, *err;
+	int rc = trun(argv, env, &out, &err);
+	tcheck(dump_log, rc == 0, "%s exited %d:\n%s\n%s", argv[1], rc, out, err);
+	cr_assert(strstr(out, "rolled back: 0 orders, 0 new runs"), "%s", out);
+	const char *at = strstr(out, ": run ");
+	cr_assert(at && strstr(at, " completed output {"), "%s", out);
+	int64_t id = strtoll(at + 6, NULL, 10);
+	char tail[32];
+	snprintf(tail, sizeof tail, " %" PRId64, id);
+	int wakes = 0;
+	for (char *note; (note = next_notification(conn, wakes ? 0 : DEADLINE)); wakes++) {
+		size_t n = strlen(note), t = strlen(tail);
+		cr_assert(n > t && strcmp(note + n - t, tail) == 0,
+		          "a wake-up \"%s\" that is not of the committed run %" PRId64, note, id);
+		free(note);
+	}
+	cr_assert_gt(wakes, 0, "the committed run woke nobody");
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), 1);
+	free(out);
+	free(err);
+	tworker_stop(w, SIGTERM, 20000);
+	snprintf(sql, sizeof sql, "DROP OWNED BY %s; DROP ROLE %s", role, role);
+	tdb_exec(conn, "DROP TABLE shop_orders");
+	tdb_exec(conn, sql);
+}
+
+Test(examples, the_python_example_rolls_back_then_commits_an_order_and_its_run)
+{
+	char script[1100];
+	snprintf(script, sizeof script, "%s/workers/examples/python/enqueue_order.py", top_dir());
+	const char *argv[] = {"/usr/bin/python3", script, NULL};
+	run_example(argv, NULL);
+}
+
+Test(examples, the_node_example_rolls_back_then_commits_an_order_and_its_run)
+{
+	/* npm ci into the build directory, once per package-lock.json. */
+	char dir[1100], cmd[4096], script[1100], modules[1200];
+	snprintf(dir, sizeof dir, "%s/../node-example", getenv("CAIRN_BIN_DIR"));
+	snprintf(
+	    cmd, sizeof cmd,
+	    "set -e; mkdir -p '%s'; cd '%s'; src='%s/workers/examples/node'; "
+	    "if ! cmp -s \"$src/package-lock.json\" package-lock.json || "
+	    "[ ! -d node_modules/pg ]; then cp \"$src/package.json\" \"$src/package-lock.json\" .; "
+	    "npm ci --no-audit --no-fund; fi",
+	    dir, dir, top_dir());
+	const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+	char *out, *err;
+	int rc = trun(sh, NULL, &out, &err);
+	cr_assert_eq(rc, 0, "npm ci failed:\n%s\n%s", out, err);
+	free(out);
+	free(err);
+	snprintf(script, sizeof script, "%s/workers/examples/node/enqueue_order.js", top_dir());
+	snprintf(modules, sizeof modules, "%s/node_modules", dir);
+	const char *argv[] = {"/usr/bin/env", "node", script, NULL};
+	run_example(argv, modules);
+}

@@ -51,7 +51,7 @@ static int bench3(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 }
 
 static pthread_once_t stamps_once = PTHREAD_ONCE_INIT;
-static int64_t *stamps;  /* NULL when $BENCH_STAMPS is unset or unusable */
+static int64_t *stamps; /* NULL when $BENCH_STAMPS is unset or unusable */
 static size_t stamps_n;
 
 static void stamps_map(void)
