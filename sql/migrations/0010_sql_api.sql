@@ -230,7 +230,12 @@ BEGIN
             delay, run_at));
     END IF;
     v_at := coalesce(run_at, now() + coalesce(delay, interval '0'));
-    v_shard := cairn.shard_of(v_key, cairn.shards_per_group());
+    -- As cairn.shards_per_group(), read here: a call of it costs more than the read.
+    v_shard := cairn.shard_of(v_key, (SELECT value::integer FROM cairn.settings
+                                       WHERE name = 'shards_per_group'));
+    IF v_shard IS NULL THEN
+        PERFORM cairn.shards_per_group(); -- raises: not recorded
+    END IF;
     INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts,
                                  scheduled_at, start_at)
     VALUES (workflow, v_key, shard_group, v_shard, v_input, coalesce(max_attempts, 3),
