@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -613,4 +614,50 @@ Test(examples, the_node_example_rolls_back_then_commits_an_order_and_its_run)
 	snprintf(modules, sizeof modules, "%s/node_modules", dir);
 	const char *argv[] = {"/usr/bin/env", "node", script, NULL};
 	run_example(argv, modules);
+}
+
+typedef struct long_poll {
+	const char *path;
+	long status;
+	char *body;
+	int64_t took_ms;
+} long_poll;
+
+static void *long_poll_main(void *arg)
+{
+	long_poll *p = arg;
+	int64_t t0 = tnow_ms();
+	p->status = api("GET", p->path, NULL, &p->body);
+	p->took_ms = tnow_ms() - t0;
+	return NULL;
+}
+
+Test(http_api, a_long_poll_answers_at_the_end_of_its_wait_and_blocks_no_other_request)
+{
+	pid_t w = worker();
+	char *body;
+	cr_assert_eq(api("POST", "/v1/runs", "{\"workflow\": \"noop\", \"delay\": \"1h\"}", &body), 201,
+	             "%s", body);
+	char path[96];
+	snprintf(path, sizeof path, "/v1/runs/%" PRId64 "?wait=3s", json_int(body, "id"));
+	free(body);
+	long_poll p = {.path = path};
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, long_poll_main, &p), 0);
+	/* While it waits, the worker answers the others. */
+	int64_t t0 = tnow_ms();
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(thttp(port, "GET", "/healthz", NULL, NULL), 200);
+		cr_assert_eq(api("GET", "/v1/runs/1", NULL, &body), 200, "%s", body);
+		free(body);
+	}
+	int64_t others_ms = tnow_ms() - t0;
+	pthread_join(t, NULL);
+	cr_assert_eq(p.status, 200, "%s", p.body);
+	cr_assert(strstr(p.body, "\"status\":\"pending\""), "%s", p.body);
+	cr_assert(p.took_ms >= 2900, "the long poll answered after %" PRId64 " ms", p.took_ms);
+	cr_assert(others_ms < p.took_ms, "the other requests took %" PRId64 " ms, the poll %" PRId64,
+	          others_ms, p.took_ms);
+	free(p.body);
+	tworker_stop(w, SIGTERM, 20000);
 }
