@@ -394,8 +394,18 @@ BEGIN
 END
 $$;
 
--- Nothing of the schema is callable by PUBLIC; cairn_client gets the API.
-REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA cairn FROM PUBLIC;
+-- PUBLIC may call none of these (functions are PUBLIC's by default); the
+-- API is granted to cairn_client below. The functions of other migrations
+-- run with their caller's rights, so a role without table privileges (as
+-- cairn_client) can do nothing through them.
+REVOKE EXECUTE ON FUNCTION cairn.shard_of(text, integer), cairn.shards_per_group(),
+    cairn.shard_of(text), cairn.quoted(text), cairn.invalid(text), cairn.check_name(text, text),
+    cairn.check_key(text), cairn.check_json(text, jsonb),
+    cairn.wake(text, integer, bigint, boolean),
+    cairn.enqueue(text, jsonb, text, interval, timestamptz, integer, text),
+    cairn.run_for_update(bigint), cairn.wrong_state(text, bigint, text),
+    cairn.signal(bigint, text, jsonb), cairn.cancel(bigint), cairn.retry(bigint),
+    cairn.run(bigint) FROM PUBLIC;
 
 -- The role is shared by every database of the server: created once
 -- (concurrent migrations of two databases may race to create it), and, when
