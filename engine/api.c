@@ -221,7 +221,8 @@ static const char SQL_SPLIT[] =
     "       jsonb_typeof($1::jsonb) = 'array' "
     "FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb) = 'array' THEN $1::jsonb "
     "                               ELSE jsonb_build_array($1::jsonb) END) "
-    "     WITH ORDINALITY AS t(e, ord)";
+    "     WITH ORDINALITY AS t(e, ord) "
+    "ORDER BY ord";
 
 enum {
 	SP_ORD,

@@ -651,9 +651,7 @@ static int start_modules(cairn_worker *w)
 		buf_printf(&w->err, "cannot start the worker: %s", cairn_strstatus(-rc));
 		return rc;
 	}
-	if (!rc && !w->api)
-		rc = api_new(w->cfg.database_url, w->cfg.keys, &w->api);
-	if (rc) {
+	if (!w->api && (rc = api_new(w->cfg.database_url, w->cfg.keys, &w->api))) {
 		buf_reset(&w->err);
 		buf_puts(&w->err, "cannot start the worker: out of memory");
 		int clean, cut;
