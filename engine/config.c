@@ -94,7 +94,8 @@ static const setting SETTINGS[] = {
      "comma-separated"},
     {"CAIRN_HTTP_TOKEN", K_STR, OFF(http_token), "", 0, 0,
      "bearer token every page of the endpoint but /healthz and /readyz requires (16 to 256 "
-     "of A-Z a-z 0-9 - . _ ~ + / =); the same on every worker of a fleet"},
+     "of A-Z a-z 0-9 - . _ ~ + / =); the same on every worker of a fleet; unset, the HTTP "
+     "API (/v1/) is off"},
     {"CAIRN_SIGNING_KEY", K_STR, OFF(signing_key), "", 0, 0,
      "base64 of 32 random bytes: the key of signal links (`cairn signal-link`); unset, "
      "POST /signal/TOKEN is off"},

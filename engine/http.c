@@ -1,7 +1,8 @@
 /*
  * http.c - the HTTP server behind the worker's endpoints (see http.h):
- * libmicrohttpd with its own polling thread, every reply built by the
- * handler into a buffer and copied out, never cached.
+ * libmicrohttpd with a thread per connection (so a long-polling request of
+ * the /v1 API blocks only its own), every reply built by the handler into
+ * a buffer and copied out, never cached.
  */
 #include "http.h"
 
@@ -20,8 +21,14 @@ struct http_server {
 /* A request's body as it comes in; freed when the request completes. */
 typedef struct upload {
 	buf body;
+	size_t max;
 	int too_big;
 } upload;
+
+size_t http_body_max(const char *path)
+{
+	return strncmp(path, "/v1/", 4) == 0 ? HTTP_API_BODY_MAX : HTTP_BODY_MAX;
+}
 
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode why)
@@ -90,11 +97,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	if (!u) { /* the headers: the body (if any) follows in more calls */
 		if (!(u = calloc(1, sizeof *u)))
 			return MHD_NO;
+		u->max = http_body_max(url);
 		*con_cls = u;
 		return MHD_YES;
 	}
 	if (*upload_size) {
-		if (u->body.len + *upload_size > HTTP_BODY_MAX)
+		if (u->body.len + *upload_size > u->max)
 			u->too_big = 1;
 		else
 			buf_append(&u->body, upload_data, *upload_size);
@@ -138,8 +146,8 @@ int http_start(const struct sockaddr_storage *sa, http_handler handler, void *ar
 		return -CAIRN_ENOMEM;
 	s->handler = handler;
 	s->arg = arg;
-	s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-	                            (sa->ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+	s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+	                            MHD_USE_AUTO | (sa->ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
 	                        0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
 	                        (const struct sockaddr *)sa, MHD_OPTION_CONNECTION_LIMIT,
 	                        (unsigned)64, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)16,

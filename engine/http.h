@@ -1,10 +1,12 @@
 /*
  * http.h - a small HTTP server on libmicrohttpd for the worker's endpoints:
  * one handler sees every request and fills a reply. Limits on connections,
- * per-IP connections, memory per connection and idle time keep a slow or
- * hostile client from stalling it. Bodies up to HTTP_BODY_MAX are read.
+ * per-IP connections, memory per connection, body size (http_body_max)
+ * and idle time keep a slow or hostile client from stalling it.
  *
- * Owns: the libmicrohttpd daemon and its internal polling thread.
+ * Owns: the libmicrohttpd daemon, its listening thread and one thread per
+ * open connection (at most 64), so a handler that waits (a long poll of
+ * the /v1 API) holds up no other request.
  */
 #ifndef CAIRN_HTTP_H
 #define CAIRN_HTTP_H
@@ -12,18 +14,22 @@
 
 #include "buf.h"
 
-/* The largest request body taken; a larger one is cut off (body_too_big). */
-#define HTTP_BODY_MAX (64 * 1024)
+/* The largest request body taken; a larger one is cut off (body_too_big).
+ * The /v1 API takes a run's input (at most 1 MiB) and its envelope. */
+#define HTTP_BODY_MAX     (64 * 1024)
+#define HTTP_API_BODY_MAX (1024 * 1024 + 64 * 1024)
 
 typedef struct http_request {
 	const char *method, *path;
 	const char *authorization; /* the Authorization header, or NULL */
 	const char *body;          /* NUL-terminated; "" when there is none */
 	size_t body_len;
-	int body_too_big; /* the body was larger than HTTP_BODY_MAX */
+	int body_too_big; /* the body was larger than http_body_max(path) */
 	void *conn;       /* the server's, for http_header and http_query */
 } http_request;
 
+/* The largest body taken for a request to path. */
+size_t http_body_max(const char *path);
 /* A request header or query argument by name (case-insensitive for
  * headers), or NULL; valid during the handler. */
 const char *http_header(const http_request *q, const char *name);

@@ -75,7 +75,12 @@ void route_request(const char *method, const char *path, const char *authorizati
 	for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++)
 		if (strcmp(path, pages[i].path) == 0)
 			page = pages[i].kind;
-	if (strncmp(path, link, sizeof link - 1) == 0) {
+	if (strncmp(path, "/v1", 3) == 0 && (path[3] == '/' || !path[3])) {
+		out->kind = !*http_token                             ? ROUTE_API_OFF
+		            : !authorized(authorization, http_token) ? ROUTE_API_UNAUTHORIZED
+		                                                     : ROUTE_API;
+		out->arg = path + 3;
+	} else if (strncmp(path, link, sizeof link - 1) == 0) {
 		out->kind = ROUTE_SIGNAL;
 		out->arg = path + sizeof link - 1;
 	} else if (page != ROUTE_HEALTHZ && page != ROUTE_READYZ &&

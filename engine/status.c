@@ -1,7 +1,8 @@
 /*
  * status.c - the worker's face to operators (DESIGN section 7): /healthz,
  * /readyz, /metrics (Prometheus text format 0.0.4) and /status (JSON),
- * GET and HEAD; the wake relay's POSTs; and the signal links. route.c
+ * GET and HEAD; the wake relay's POSTs; the signal links; and the /v1 API
+ * (api.c). route.c
  * decides which a request asks for; each page is built from the modules'
  * read APIs (no module's fields are read directly) and never touches the
  * database.
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "client.h"
 #include "clock.h"
 #include "link.h"
@@ -266,26 +268,6 @@ int status_poke(cairn_worker *w, const char *path)
 	return 0;
 }
 
-/* A JSON reply {"error": why} (or, with id, {"run", "signal", "delivered"}). */
-static void json_reply(http_reply *r, unsigned status, const char *why, const link_claims *c)
-{
-	cJSON *o = cJSON_CreateObject();
-	if (why) {
-		cJSON_AddStringToObject(o, "error", why);
-	} else {
-		cJSON_AddNumberToObject(o, "run", (double)c->run_id);
-		cJSON_AddStringToObject(o, "signal", c->signal);
-		cJSON_AddBoolToObject(o, "delivered", 1);
-	}
-	char *text = cJSON_PrintUnformatted(o);
-	cJSON_Delete(o);
-	buf_puts(&r->body, text ? text : "{\"error\": \"out of memory\"}");
-	buf_puts(&r->body, "\n");
-	cJSON_free(text);
-	r->status = text ? status : 500;
-	r->type = "application/json";
-}
-
 /*
  * POST /signal/TOKEN: a signal link (link.h, `cairn signal-link`). The token
  * is the credential: 403 when it is not ours, has expired or names a run
@@ -299,48 +281,41 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
 	link_claims c;
 	if (strcmp(q->method, "POST") != 0) {
 		r->allow = "POST";
-		json_reply(r, 405, "a signal link takes POST with the signal's JSON payload", NULL);
+		api_error(r, 405, "a signal link takes POST with the signal's JSON payload");
 		return;
 	}
 	if (!w->cfg.signing_key[0]) {
-		json_reply(r, 404, "signal links are off here: CAIRN_SIGNING_KEY is not set", NULL);
+		api_error(r, 404, "signal links are off here: CAIRN_SIGNING_KEY is not set");
 		return;
 	}
 	int rc = link_open(w->cfg.link_key, token, clock_unix_ms() / 1000, &c, why, sizeof why);
 	if (rc < 0) {
-		json_reply(r, 403, why, NULL);
+		api_error(r, 403, why);
 		return;
 	}
 	if (q->body_too_big) {
 		snprintf(why, sizeof why, "the body is larger than %d bytes", HTTP_BODY_MAX);
-		json_reply(r, 413, why, NULL);
+		api_error(r, 413, why);
 		return;
 	}
-	const char *payload = q->body_len ? q->body : "null";
-	pthread_mutex_lock(&w->link_mu);
-	if (!w->link_client && cairn_client_open(w->cfg.database_url, &w->link_client)) {
-		cairn_client_free(w->link_client);
-		w->link_client = NULL;
+	cairn_client *cl = api_client_take(w->api, why, sizeof why);
+	if (!cl) {
+		api_error(r, 503, why);
+		return;
 	}
-	if (w->link_client)
-		client_use_keys(w->link_client, w->cfg.keys);
-	rc = w->link_client ? client_signal_once(w->link_client, c.run_id, c.signal, payload,
-	                                         c.nonce[0] ? c.nonce : NULL)
-	                    : CAIRN_EDB;
-	snprintf(why, sizeof why, "%s",
-	         w->link_client ? cairn_client_errmsg(w->link_client)
-	                        : "the database is unreachable");
-	if (rc == CAIRN_EDB && w->link_client) { /* a new connection next time */
-		cairn_client_free(w->link_client);
-		w->link_client = NULL;
-	}
-	pthread_mutex_unlock(&w->link_mu);
-	switch (rc) {
-	case CAIRN_OK: json_reply(r, 202, NULL, &c); break;
-	case CAIRN_ENOTFOUND: json_reply(r, 403, why, NULL); break;
-	case CAIRN_ESTATE: json_reply(r, 409, why, NULL); break;
-	case CAIRN_EINVAL: json_reply(r, 400, why, NULL); break;
-	default: json_reply(r, 503, why, NULL); break;
+	rc = client_signal_once(cl, c.run_id, c.signal, q->body_len ? q->body : "null",
+	                        c.nonce[0] ? c.nonce : NULL);
+	snprintf(why, sizeof why, "%s", cairn_client_errmsg(cl));
+	api_client_give(w->api, cl, rc);
+	if (rc == CAIRN_OK) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "run", (double)c.run_id);
+		cJSON_AddStringToObject(o, "signal", c.signal);
+		cJSON_AddBoolToObject(o, "delivered", 1);
+		api_reply(r, 202, o);
+	} else {
+		/* A run that does not exist is the token's fault: 403, as a bad token. */
+		api_error(r, rc == CAIRN_ENOTFOUND ? 403 : api_status_of(rc), why);
 	}
 }
 
@@ -353,6 +328,16 @@ void status_handle(void *arg, const http_request *q, http_reply *r)
 	route_request(q->method, q->path, q->authorization, w->cfg.http_token, &rt);
 	switch (rt.kind) {
 	case ROUTE_SIGNAL: signal_link(w, q, rt.arg, r); break;
+	case ROUTE_API: api_handle(w->api, q, rt.arg, r); break;
+	case ROUTE_API_OFF:
+		api_error(r, 403, "the HTTP API (/v1) is off: it needs CAIRN_HTTP_TOKEN to be set");
+		break;
+	case ROUTE_API_UNAUTHORIZED:
+		r->bearer = 1;
+		api_error(r, 401,
+		          "the HTTP API needs \"Authorization: Bearer TOKEN\" with the "
+		          "worker's CAIRN_HTTP_TOKEN");
+		break;
 	case ROUTE_UNAUTHORIZED:
 		r->status = 401;
 		r->bearer = 1;

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "clock.h"
 #include "db.h"
 #include "notify.h"
@@ -49,7 +50,6 @@ static int worker_alloc(cairn_worker **out)
 		return -CAIRN_ENOMEM;
 	*out = w;
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_mutex_init(&w->link_mu, NULL);
 	if (clock_cond_init(&w->cv) < 0)
 		return -CAIRN_ENOMEM;
 	w->log = (logger){.level = LOG_INFO, .format = LOG_LOGFMT, .fd = 2};
@@ -193,8 +193,7 @@ void cairn_worker_free(cairn_worker *w)
 	config_free(&w->cfg);
 	buf_free(&w->err);
 	buf_free(&w->cfgtext);
-	cairn_client_free(w->link_client);
-	pthread_mutex_destroy(&w->link_mu);
+	api_free(w->api);
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
 	free(w);
@@ -653,6 +652,14 @@ static int start_modules(cairn_worker *w)
 		buf_printf(&w->err, "cannot start the worker: %s", cairn_strstatus(-rc));
 		return rc;
 	}
+	if (!w->api && (rc = api_new(w->cfg.database_url, w->cfg.keys, &w->api))) {
+		buf_reset(&w->err);
+		buf_puts(&w->err, "cannot start the worker: out of memory");
+		int clean, cut;
+		dispatch_stop_begin(w->dispatch);
+		dispatch_stop_end(w->dispatch, &clean, &cut);
+		return rc;
+	}
 	if (http_start(&w->cfg.http_sa, status_handle, w, &w->http, &w->http_port) < 0) {
 		buf_reset(&w->err);
 		buf_printf(&w->err, "cannot listen on %s (in use, or not an address of this host)",
@@ -796,6 +803,7 @@ int cairn_worker_run(cairn_worker *w)
 		free(sup);
 	}
 	if (clean && !cut && !zombies) {
+		api_stop(w->api);
 		http_stop(w->http);
 		w->http = NULL;
 	}

@@ -54,9 +54,7 @@ struct cairn_worker {
 	metrics m;
 	watchdog dog;
 	maint_env maint;
-	/* The signal links' delivery (status.c): one client, opened on first use. */
-	pthread_mutex_t link_mu;
-	struct cairn_client *link_client;
+	struct api *api; /* the /v1 API; its client pool also delivers signal links */
 
 	pthread_mutex_t mu; /* guards the fields below and signals cv */
 	pthread_cond_t cv;

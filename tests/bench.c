@@ -12,6 +12,9 @@
  *   3 enqueue x8   one-by-one enqueue from 8 threads, a client each: runs/s,
  *                  without a worker and with one running the runs
  *   4 batch        one cairn_enqueue_batch() of 10,000 runs: seconds
+ *   4b sql         the SQL API: cairn.enqueue() one by one from 8 connections,
+ *                  and 10,000 in one INSERT ... SELECT-style statement, each
+ *                  beside the C client's figure of phases 3 and 4
  *   5 stamp        enqueue-to-first-instruction latency, one run every 10 ms
  *                  (the stamp workflow writes the monotonic clock into a
  *                  shared file), beside a bare commit at the same pace
@@ -72,6 +75,8 @@ typedef struct bench {
 	/* floors */
 	double commit_p50_ms, pgbench_tps, insert8_tps;
 	const char *phases; /* BENCH_PHASES: the phases to run, or NULL for all */
+	/* the C client's figures, for the SQL API's to compare with */
+	double c_x8_rps, c_batch_s;
 	/* fleet: transactions per run of the first (smallest) fleet */
 	double fleet_xact_base;
 } bench;
@@ -766,8 +771,8 @@ static void phase_enqueue_threads(bench *b, int with_worker)
 		measure(b, key, "cairn_enqueue, 8 threads, 1 worker running", "runs/s", n / secs,
 		        b->insert8_tps, "INSERT x8 TPS", NONE, 0);
 	else
-		measure(b, key, "cairn_enqueue, 8 threads x 1 client", "runs/s", n / secs,
-		        b->insert8_tps, "INSERT x8 TPS", RATIO_GE, 0.5);
+		measure(b, key, "cairn_enqueue, 8 threads x 1 client", "runs/s",
+		        b->c_x8_rps = n / secs, b->insert8_tps, "INSERT x8 TPS", RATIO_GE, 0.5);
 	if (with_worker && !failed) /* the runs must all have run */
 		wait_finished(b, key, b->pg, &b->nq, "noop", "mw-%", n, &w, 1, 10);
 	if (with_worker)
@@ -784,8 +789,99 @@ static void phase_enqueue_batch(bench *b)
 		return;
 	}
 	double secs = (double)(now_ns() - t0) / 1e9;
+	b->c_batch_s = secs;
 	measure(b, "enqueue_batch_s", "cairn_enqueue_batch of 10,000 runs", "s", secs, 0, "", LE,
 	        0.1);
+}
+
+/* ------------------------------------------------------- 4b: the SQL API */
+
+typedef struct sql_thread {
+	PGconn *pg;
+	pthread_barrier_t *go;
+	int first, n, failed;
+	pthread_t t;
+} sql_thread;
+
+static void *sql_enqueue_thread(void *arg)
+{
+	sql_thread *e = arg;
+	pthread_barrier_wait(e->go);
+	for (int i = 0; i < e->n && !e->failed; i++) {
+		char key[32];
+		snprintf(key, sizeof key, "q-%d", e->first + i);
+		const char *p[] = {key};
+		PGresult *r = PQexecPrepared(e->pg, "enqueue", 1, p, NULL, NULL, 0);
+		e->failed = PQresultStatus(r) != PGRES_TUPLES_OK;
+		if (e->failed)
+			fprintf(stderr, "bench: cairn.enqueue: %s", PQerrorMessage(e->pg));
+		PQclear(r);
+	}
+	return NULL;
+}
+
+/* cairn.enqueue() one by one from 8 connections (an application's
+ * statements, each its own transaction), no worker running; then 10,000
+ * runs in one statement. Each beside the C client's figure, measured here
+ * when phases 3 and 4 did not run. */
+static void phase_sql(bench *b)
+{
+	enum { T = 8 };
+	if (!b->c_x8_rps)
+		phase_enqueue_threads(b, 0);
+	if (!b->c_batch_s)
+		phase_enqueue_batch(b);
+	sql_thread th[T] = {{0}};
+	pthread_barrier_t go;
+	if (reset(b))
+		return;
+	pthread_barrier_init(&go, NULL, T + 1);
+	int failed = 0, per = b->threads_runs / T;
+	for (int i = 0; i < T; i++) {
+		th[i] = (sql_thread){.go = &go, .first = i * per, .n = per};
+		th[i].pg = PQconnectdb(b->db_url);
+		PGresult *r =
+		    PQprepare(th[i].pg, "enqueue",
+		              "SELECT id FROM cairn.enqueue('noop', '{}', key => $1)", 1, NULL);
+		th[i].failed = PQresultStatus(r) != PGRES_COMMAND_OK;
+		if (th[i].failed)
+			note_error(b, "sql_enqueue_x8", "%s", PQerrorMessage(th[i].pg));
+		PQclear(r);
+	}
+	for (int i = 0; i < T; i++)
+		if (pthread_create(&th[i].t, NULL, sql_enqueue_thread, &th[i]) != 0)
+			abort(); /* the barrier would never open */
+	pthread_barrier_wait(&go);
+	int64_t t0 = now_ns();
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i].t, NULL);
+		failed |= th[i].failed;
+		PQfinish(th[i].pg);
+	}
+	double secs = (double)(now_ns() - t0) / 1e9;
+	pthread_barrier_destroy(&go);
+	if (failed)
+		note_error(b, "sql_enqueue_x8", "an enqueue failed");
+	else
+		measure(b, "sql_enqueue_x8_runs_per_s", "cairn.enqueue, 8 connections, one by one",
+		        "runs/s", T * per / secs, b->c_x8_rps, "cairn_enqueue x8", NONE, 0);
+	if (reset(b))
+		return;
+	char n[24];
+	snprintf(n, sizeof n, "%d", b->batch_n);
+	const char *p[] = {n};
+	t0 = now_ns();
+	PGresult *r = qc(b->pg, &b->nq,
+	                 "SELECT count((cairn.enqueue('noop', '{}', key => 'qb-' || g)).id) "
+	                 "FROM generate_series(1, $1::int) g",
+	                 1, p);
+	secs = (double)(now_ns() - t0) / 1e9;
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		note_error(b, "sql_enqueue_batch", "%s", PQerrorMessage(b->pg));
+	else
+		measure(b, "sql_enqueue_batch_s", "cairn.enqueue of 10,000 runs in one statement",
+		        "s", secs, b->c_batch_s, "cairn_enqueue_batch", NONE, 0);
+	PQclear(r);
 }
 
 /* ------------------------------------------- 5: enqueue to first instruction */
@@ -1467,7 +1563,8 @@ static const char USAGE[] =
     "(1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children),\n"
     "BENCH_FLOW_RUNS (20000), BENCH_FLOW_KEYS (1000), BENCH_FLOW_BACKLOG (100000);\n"
     "BENCH_MEMORY_RUNS=N runs only the memory phase. BENCH_PHASES\n"
-    "(enqueue,x8,batch,stamp,drain,fanout,flow,fleet) runs\n"
+    "(enqueue,x8,batch,sql,stamp,drain,fanout,flow,fleet) runs
+"
     "only those after the floors. The JSON goes to --out, $BENCH_OUT or\n"
     "bench.json.\n";
 
@@ -1566,6 +1663,8 @@ int main(int argc, char **argv)
 		}
 		if (wanted(&b, "batch"))
 			phase_enqueue_batch(&b);
+		if (wanted(&b, "sql"))
+			phase_sql(&b);
 		if (wanted(&b, "stamp"))
 			phase_stamp(&b);
 		if (wanted(&b, "drain")) {

@@ -426,10 +426,21 @@ long thttp(int port, const char *method, const char *path, char **body, char **c
 long thttp_auth(int port, const char *method, const char *path, const char *authorization,
                 char **body, char **ctype)
 {
+	return thttp_send(port, method, path, authorization, NULL, body, ctype);
+}
+
+long thttp_send(int port, const char *method, const char *path, const char *authorization,
+                const char *request, char **body, char **ctype)
+{
 	char auth[512];
 	snprintf(auth, sizeof auth, "Authorization: %s", authorization ? authorization : "");
-	const char *headers[] = {authorization ? auth : NULL, NULL};
-	return thttp_req(port, method, path, headers, NULL, body, ctype);
+	const char *headers[3] = {0};
+	int n = 0;
+	if (authorization)
+		headers[n++] = auth;
+	if (request)
+		headers[n++] = "Content-Type: application/json";
+	return thttp_req(port, method, path, headers, request, body, ctype);
 }
 
 long thttp_req(int port, const char *method, const char *path, const char *const *headers,
@@ -447,11 +458,14 @@ long thttp_req(int port, const char *method, const char *path, const char *const
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	if (strcmp(method, "HEAD") == 0)
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-	if (body)
+	if (body) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	}
 	/* A give-up bound for a worker slowed down by a loaded machine, not a
-	 * measurement: waits retry, so a generous bound costs nothing. */
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 60000L);
+	 * measurement: waits retry, so a generous bound costs nothing (a long
+	 * poll of the HTTP API takes up to 60 s). */
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 75000L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	long status = 0;

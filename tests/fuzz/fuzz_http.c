@@ -10,6 +10,7 @@
  * CAIRN_WAKE_RUNS runs, and a token that opens holds claims in range.
  */
 #include <assert.h>
+#include <strings.h>
 
 #include "fuzz.h"
 #include "link.h"
@@ -39,6 +40,11 @@ static void http_signal(const char *token, const char *body)
 		assert(json_depth(payload) <= JSON_MAX_DEPTH);
 }
 
+static int bearer_ok(const char *auth, const char *token)
+{
+	return auth && strncasecmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, token) == 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *s = fuzz_text(data, size);
@@ -50,7 +56,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *auth = strcmp(f[2], "\\N") == 0 ? NULL : f[2];
 	route rt;
 	route_request(method, path, auth, token, &rt);
-	assert((unsigned)rt.kind <= ROUTE_BAD_METHOD);
+	assert((unsigned)rt.kind <= ROUTE_API_UNAUTHORIZED);
+	int api = strncmp(path, "/v1", 3) == 0 && (path[3] == '/' || !path[3]);
+	assert((rt.kind >= ROUTE_API) == api);
+	if (api)
+		assert((rt.kind == ROUTE_API_OFF) == !*token && (rt.kind != ROUTE_API || bearer_ok(auth, token)));
 	int probe = strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
 	int link = strncmp(path, "/signal/", 8) == 0;
 	assert((rt.kind == ROUTE_SIGNAL) == link);
