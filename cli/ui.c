@@ -59,7 +59,8 @@ static double now_ms(void)
 
 typedef struct ui {
 	cairn_client *c;
-	const char *token; /* NULL: no token needed (loopback) */
+	const char *token;  /* NULL: no token needed (loopback) */
+	pthread_mutex_t mu; /* the server runs a thread per connection; c is one session */
 } ui;
 
 /* ------------------------------------------------------------- replies */
@@ -755,9 +756,19 @@ static void login(const ui *u, const http_request *q, http_reply *r)
 	r->status = 303;
 }
 
+static void handle_locked(ui *u, const http_request *q, http_reply *r);
+
+/* One request at a time: they share the console's one client. */
 static void handle(void *arg, const http_request *q, http_reply *r)
 {
 	ui *u = arg;
+	pthread_mutex_lock(&u->mu);
+	handle_locked(u, q, r);
+	pthread_mutex_unlock(&u->mu);
+}
+
+static void handle_locked(ui *u, const http_request *q, http_reply *r)
+{
 	int post = strcmp(q->method, "POST") == 0, get = strcmp(q->method, "GET") == 0;
 	buf_puts(
 	    &r->headers,
@@ -867,7 +878,7 @@ int cmd_ui(int argc, char **argv)
 		return cli_error("ui", EXIT_USAGE,
 		                 "--token: expected 16 to 256 characters without spaces, quotes, "
 		                 "commas, semicolons or backslashes (openssl rand -hex 24)");
-	ui u = {NULL, token};
+	ui u = {.c = NULL, .token = token, .mu = PTHREAD_MUTEX_INITIALIZER};
 	int code = cli_open("ui", &a, &u.c);
 	if (code)
 		return code;

@@ -214,10 +214,12 @@ static const char SQL_SPLIT[] =
     "       e->>'key', jsonb_typeof(e->'key'), e->>'group', jsonb_typeof(e->'group'), "
     "       e->>'delay', jsonb_typeof(e->'delay'), e->>'run_at', jsonb_typeof(e->'run_at'), "
     "       e->>'max_attempts', jsonb_typeof(e->'max_attempts'), "
+    "       e->>'concurrency_key', jsonb_typeof(e->'concurrency_key'), "
+    "       e->>'priority', jsonb_typeof(e->'priority'), "
     "       (SELECT string_agg(k, ', ') FROM jsonb_object_keys(CASE WHEN jsonb_typeof(e) = "
     "          'object' THEN e END) k "
     "        WHERE k NOT IN ('workflow', 'input', 'key', 'group', 'delay', 'run_at', "
-    "                        'max_attempts')), "
+    "                        'max_attempts', 'concurrency_key', 'priority')), "
     "       jsonb_typeof($1::jsonb) = 'array' "
     "FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb) = 'array' THEN $1::jsonb "
     "                               ELSE jsonb_build_array($1::jsonb) END) "
@@ -240,6 +242,10 @@ enum {
 	SP_AT_T,
 	SP_MAXA,
 	SP_MAXA_T,
+	SP_CKEY,
+	SP_CKEY_T,
+	SP_PRIO,
+	SP_PRIO_T,
 	SP_UNKNOWN,
 	SP_ARRAY
 };
@@ -270,13 +276,13 @@ static int run_opts(const PGresult *res, int i, const char **workflow, cairn_enq
 	if (!db_get_bool(res, i, SP_OBJECT)) {
 		snprintf(why, n,
 		         "a run must be a JSON object with workflow and, optionally, input, "
-		         "key, group, delay, run_at, max_attempts");
+		         "key, group, delay, run_at, max_attempts, concurrency_key, priority");
 		return -1;
 	}
 	if (!PQgetisnull(res, i, SP_UNKNOWN)) {
 		snprintf(why, n,
 		         "unknown field %s: expected workflow, input, key, group, delay, "
-		         "run_at, max_attempts",
+		         "run_at, max_attempts, concurrency_key, priority",
 		         PQgetvalue(res, i, SP_UNKNOWN));
 		return -1;
 	}
@@ -287,6 +293,8 @@ static int run_opts(const PGresult *res, int i, const char **workflow, cairn_enq
 	const char *delay = field(res, i, SP_DELAY, 1, "delay", why, n);
 	const char *at = field(res, i, SP_AT, 0, "run_at", why, n);
 	const char *maxa = field(res, i, SP_MAXA, 1, "max_attempts", why, n);
+	o->concurrency_key = field(res, i, SP_CKEY, 0, "concurrency_key", why, n);
+	const char *prio = field(res, i, SP_PRIO, 1, "priority", why, n);
 	if (why[0])
 		return -1;
 	if (!*workflow) {
@@ -302,11 +310,16 @@ static int run_opts(const PGresult *res, int i, const char **workflow, cairn_enq
 		bad = parse_timestamp_ms(at, &o->at_unix_ms, err) < 0 ? "run_at" : NULL;
 	if (!bad && maxa)
 		bad = parse_int(maxa, 1, 1000, &v, err) < 0 ? "max_attempts" : NULL;
+	o->max_attempts = maxa ? (int)v : 0;
+	if (!bad && prio)
+		bad = parse_int(prio, -CAIRN_PRIORITY_MAX, CAIRN_PRIORITY_MAX, &v, err) < 0
+		          ? "priority"
+		          : NULL;
 	if (bad) {
 		snprintf(why, n, "invalid %s: %s", bad, err);
 		return -1;
 	}
-	o->max_attempts = maxa ? (int)v : 0;
+	o->priority = prio ? (int)v : 0;
 	return 0;
 }
 
@@ -359,6 +372,7 @@ static void create_runs(cairn_client *c, const PGresult *res, http_reply *r, int
 		cJSON *e = array ? cJSON_CreateObject() : o;
 		cJSON_AddNumberToObject(e, "id", (double)done[i].id);
 		cJSON_AddBoolToObject(e, "existed", done[i].existed);
+		cJSON_AddBoolToObject(e, "held", done[i].held);
 		cJSON_AddStringToObject(e, "status", done[i].status);
 		if (!array) {
 			add_raw(e, "output", done[i].output);

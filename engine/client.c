@@ -352,7 +352,7 @@ static const char SQL_ENQUEUE_BATCH[] =
 /*
  * Lets go the held runs of keys ($1 workflow, $2 keys) that have free
  * slots, and wakes their owners, in one transaction (cairn.flow_release).
- * Called after every commit that held a run; see migration 0011.
+ * Called after every commit that held a run; see migration 0010.
  */
 #define RELEASE_WAKE                                                                               \
 	"SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || ' ' || r.id)) "               \

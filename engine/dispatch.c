@@ -348,7 +348,7 @@ static void inflight_ids(dispatch *d, pgarr *out)
 #define MSG_START_SQL "0::bigint"
 _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 /*
- * Flow control (migration 0011), over the runs of the due messages and
+ * Flow control (migration 0010), over the runs of the due messages and
  * starts (CTE due, each with its priority):
  *   slot   a run of a key with a key limit executes only while the key's
  *          runs in flight here ($2) and those before it in this claim fit
@@ -686,7 +686,7 @@ static void check_cancels(dispatch *d, PGconn *conn)
 }
 
 /*
- * Held runs (flow control, migration 0011). A claim that held runs, and a
+ * Held runs (flow control, migration 0010). A claim that held runs, and a
  * run of a limited key that ended, are followed by cairn.flow_release for
  * their keys, which lets go as many held runs as the keys have free slots.
  * The sweep does it for every key of this runner's shards that holds runs,

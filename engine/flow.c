@@ -2,7 +2,7 @@
  * flow.c - the client's calls on flow-control limits (cairn.h,
  * `cairn limit`): cairn.limits rows, each change followed by letting go
  * the workflow's held runs that now have a free slot (cairn.flow_release_all,
- * migration 0011), whose owners are woken. What the limits mean is the
+ * migration 0010), whose owners are woken. What the limits mean is the
  * claim's (dispatch.c) and the enqueue's (client.c).
  */
 #include <inttypes.h>

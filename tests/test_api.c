@@ -1,6 +1,6 @@
 /*
  * test_api.c - the front doors other languages use: the SQL functions of
- * migration 0010 (cairn.enqueue and friends, inside the caller's
+ * migration 0011 (cairn.enqueue and friends, inside the caller's
  * transaction), the role cairn_client, the worker's HTTP API under /v1/,
  * and the one shard function the C client, SQL and HTTP share. Workers poll
  * once an hour here, so a run that starts was woken.

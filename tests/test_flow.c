@@ -478,3 +478,62 @@ Test(flow, bad_limits_and_options_are_refused_by_name_and_write_nothing)
 	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.limits"), 0);
 	PQfinish(pg);
 }
+
+Test(flow, the_sql_and_http_front_doors_place_hold_and_prioritize_as_the_client_does)
+{
+	PGconn *pg = tdb_connect(db);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--key-concurrency", "1", NULL),
+	             0);
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	/* No worker: the first run of k is due and takes k's one slot. */
+	enqueue_holds(c, "c", "k", 0, 1, 10, NULL);
+	tdb_exec(pg, "SELECT cairn.enqueue('t.hold', '{}', 'sql-1', concurrency_key => 'k', "
+	             "priority => 5)");
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE key = 'sql-1' AND held "
+	                         "AND priority = 5 AND concurrency_key = 'k' AND shard = "
+	                         "(SELECT shard FROM cairn.runs WHERE key = 'c-0')"),
+	             1, "cairn.enqueue did not place and hold the run as the client does");
+	PGresult *r = PQexec(pg, "SELECT cairn.enqueue('t.hold', priority => 5000)");
+	cr_assert_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
+	cr_assert(strstr(PQresultErrorMessage(r), "invalid priority 5000"), "%s",
+	          PQresultErrorMessage(r));
+	PQclear(r);
+	r = PQexec(pg, "SELECT cairn.enqueue('t.hold', concurrency_key => '')");
+	cr_assert(strstr(PQresultErrorMessage(r), "concurrency_key: key must not be empty"), "%s",
+	          PQresultErrorMessage(r));
+	PQclear(r);
+
+	char plugins[600];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	tlog_file(logs[0]);
+	pid_t w =
+	    tworker_start(db, &ports[0], logs[0], plugins, "CAIRN_HTTP_TOKEN=flow-token-0123456789",
+	                  "CAIRN_POLL_INTERVAL=200ms", NULL);
+	char *body = NULL;
+	long st =
+	    thttp_send(ports[0], "POST", "/v1/runs", "Bearer flow-token-0123456789",
+	               "{\"workflow\": \"t.hold\", \"key\": \"http-1\", \"input\": {\"ms\": 10}, "
+	               "\"concurrency_key\": \"k\", \"priority\": -3}",
+	               &body, NULL);
+	cr_assert_eq(st, 201, "%s", body);
+	free(body);
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE key = 'http-1' AND "
+	                         "priority = -3 AND concurrency_key = 'k' AND shard = "
+	                         "(SELECT shard FROM cairn.runs WHERE key = 'c-0')"),
+	             1);
+	st = thttp_send(ports[0], "POST", "/v1/runs", "Bearer flow-token-0123456789",
+	                "{\"workflow\": \"t.hold\", \"priority\": \"high\"}", &body, NULL);
+	cr_assert_eq(st, 400, "%s", body);
+	cr_assert(strstr(body, "invalid priority"), "%s", body);
+	free(body);
+	/* All three of k run, one at a time, the higher priority first. */
+	tcheck(dump, twait(all_finished, pg, 30000), "k's runs did not finish");
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.runs a, cairn.runs b "
+	                         "WHERE a.key = 'sql-1' AND b.key = 'http-1' "
+	                         "AND a.started_at < b.started_at"),
+	             1, "priority 5 did not start before priority -3");
+	tworker_stop(w, SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}

@@ -1,4 +1,4 @@
--- 0011: flow control. Concurrency keys, per-key and per-workflow limits,
+-- 0010: flow control. Concurrency keys, per-key and per-workflow limits,
 -- rates and priorities.
 --
 -- A run with a concurrency key lives in the shard of its key (the client
@@ -172,3 +172,4 @@ BEGIN
     RETURN least(p_want, greatest(p_limit - v_used, 0));
 END;
 $$;
+

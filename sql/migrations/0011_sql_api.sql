@@ -1,4 +1,4 @@
--- 0010: the SQL API. Any PostgreSQL client enqueues, signals, cancels and
+-- 0011: the SQL API. Any PostgreSQL client enqueues, signals, cancels and
 -- retries runs and reads them with these functions, inside its own
 -- transaction: what they write, and the wake-up they send, take effect only
 -- if that transaction commits.
@@ -203,6 +203,7 @@ $$;
 CREATE FUNCTION cairn.enqueue(workflow text, input jsonb DEFAULT 'null', key text DEFAULT NULL,
     delay interval DEFAULT NULL, run_at timestamptz DEFAULT NULL,
     max_attempts integer DEFAULT NULL, shard_group text DEFAULT 'default',
+    concurrency_key text DEFAULT NULL, priority integer DEFAULT 0,
     OUT id bigint, OUT existed boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
@@ -211,11 +212,24 @@ DECLARE
     v_input jsonb := coalesce(input, 'null');
     v_at timestamptz;
     v_shard integer;
+    v_held boolean;
 BEGIN
     PERFORM cairn.check_name('workflow', workflow);
     PERFORM cairn.check_key(v_key);
     PERFORM cairn.check_name('group', shard_group);
     PERFORM cairn.check_json('input', v_input);
+    IF concurrency_key IS NOT NULL THEN
+        BEGIN
+            PERFORM cairn.check_key(concurrency_key);
+        EXCEPTION WHEN invalid_parameter_value THEN
+            PERFORM cairn.invalid('concurrency_key: ' || SQLERRM);
+        END;
+    END IF;
+    IF priority IS NULL OR priority < -1000 OR priority > 1000 THEN
+        PERFORM cairn.invalid(format(
+            'invalid priority %s: expected an integer from -1000 to 1000 (higher starts first)',
+            coalesce(priority::text, 'NULL')));
+    END IF;
     IF max_attempts IS NOT NULL AND (max_attempts < 1 OR max_attempts > 1000) THEN
         PERFORM cairn.invalid(format('invalid max_attempts %s: expected an integer from 1 to 1000',
                                      max_attempts));
@@ -231,20 +245,29 @@ BEGIN
     END IF;
     v_at := coalesce(run_at, now() + coalesce(delay, interval '0'));
     -- As cairn.shards_per_group(), read here: a call of it costs more than the read.
-    v_shard := cairn.shard_of(v_key, (SELECT value::integer FROM cairn.settings
+    v_shard := cairn.shard_of(coalesce(concurrency_key, v_key), (SELECT value::integer FROM cairn.settings
                                        WHERE name = 'shards_per_group'));
     IF v_shard IS NULL THEN
         PERFORM cairn.shards_per_group(); -- raises: not recorded
     END IF;
+    -- Held when its key's slots look full, as the client's enqueue does; the
+    -- key's lock is not taken inside the caller's transaction (a worker
+    -- would wait for the caller's commit), so a slot freed before this
+    -- commits lets the run go at the owner's next sweep.
+    v_held := concurrency_key IS NOT NULL AND coalesce((
+        SELECT cairn.flow_active(workflow, concurrency_key) >= l.key_concurrency
+        FROM cairn.limits l WHERE l.workflow = enqueue.workflow), false);
     INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts,
-                                 scheduled_at, start_at)
+                                 scheduled_at, start_at, concurrency_key, priority, held)
     VALUES (workflow, v_key, shard_group, v_shard, v_input, coalesce(max_attempts, 3),
-            v_at, v_at)
+            v_at, CASE WHEN v_held THEN NULL ELSE v_at END, concurrency_key, priority, v_held)
     ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING
     RETURNING r.id INTO id;
     IF id IS NOT NULL THEN
         existed := false;
-        PERFORM cairn.wake(shard_group, v_shard, id, false);
+        IF NOT v_held THEN
+            PERFORM cairn.wake(shard_group, v_shard, id, false);
+        END IF;
         RETURN;
     END IF;
     -- In READ COMMITTED this statement sees the run the INSERT waited for.
@@ -327,7 +350,8 @@ BEGIN
     END IF;
     IF r.status = 'pending' AND r.attempt = 0 THEN
         UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', cancel_requested = true,
-               finished_at = now(), updated_at = now(), start_at = NULL
+               finished_at = now(), updated_at = now(), start_at = NULL,
+               held = false
          WHERE id = run;
         DELETE FROM cairn.messages WHERE run_id = run;
         PERFORM pg_notify('cairn_done', run::text);
@@ -402,7 +426,7 @@ REVOKE EXECUTE ON FUNCTION cairn.shard_of(text, integer), cairn.shards_per_group
     cairn.shard_of(text), cairn.quoted(text), cairn.invalid(text), cairn.check_name(text, text),
     cairn.check_key(text), cairn.check_json(text, jsonb),
     cairn.wake(text, integer, bigint, boolean),
-    cairn.enqueue(text, jsonb, text, interval, timestamptz, integer, text),
+    cairn.enqueue(text, jsonb, text, interval, timestamptz, integer, text, text, integer),
     cairn.run_for_update(bigint), cairn.wrong_state(text, bigint, text),
     cairn.signal(bigint, text, jsonb), cairn.cancel(bigint), cairn.retry(bigint),
     cairn.run(bigint) FROM PUBLIC;
@@ -423,7 +447,7 @@ BEGIN
 END
 $$;
 GRANT USAGE ON SCHEMA cairn TO cairn_client;
-GRANT EXECUTE ON FUNCTION cairn.enqueue(text, jsonb, text, interval, timestamptz, integer, text),
+GRANT EXECUTE ON FUNCTION cairn.enqueue(text, jsonb, text, interval, timestamptz, integer, text, text, integer),
     cairn.signal(bigint, text, jsonb), cairn.cancel(bigint), cairn.retry(bigint),
     cairn.run(bigint), cairn.shard_of(text), cairn.shard_of(text, integer),
     cairn.shards_per_group() TO cairn_client;
