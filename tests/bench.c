@@ -1563,8 +1563,7 @@ static const char USAGE[] =
     "(1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children),\n"
     "BENCH_FLOW_RUNS (20000), BENCH_FLOW_KEYS (1000), BENCH_FLOW_BACKLOG (100000);\n"
     "BENCH_MEMORY_RUNS=N runs only the memory phase. BENCH_PHASES\n"
-    "(enqueue,x8,batch,sql,stamp,drain,fanout,flow,fleet) runs
-    "
+    "(enqueue,x8,batch,sql,stamp,drain,fanout,flow,fleet) runs\n"
     "only those after the floors. The JSON goes to --out, $BENCH_OUT or\n"
     "bench.json.\n";
 
