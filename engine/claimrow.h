@@ -42,6 +42,7 @@ enum {
 	CLAIM_FLOW,     /* a run of a concurrency key with a key limit */
 	CLAIM_PARKED,   /* of the claim: the runs it held, "{1,2}"; NULL: none */
 	CLAIM_BACK,     /* of the claim: due runs its limits held back */
+	CLAIM_LIMITS,   /* of the claim: cairn.limits has a row ("t"/"f") */
 	CLAIM_NCOLS
 };
 

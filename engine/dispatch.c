@@ -77,6 +77,7 @@ struct dispatch {
 	int ntargets;
 	pgarr ended; /* runs of limited keys that ended: their keys' held runs may go; under mu */
 	int plan_generic;   /* the poller's session plans generically (SQL_CLAIM_RUNS) */
+	int limited;        /* the last claim saw limits (cairn.limits): claim with them */
 	int clean;          /* executions that reached a durable point while draining */
 	db_settings limits; /* the poller's: read from cairn.settings at each connect */
 };
@@ -425,18 +426,29 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"           AND ((s3.kal IS NOT NULL AND s3.krank > s3.kal) "                              \
 	"             OR (s3.wal IS NOT NULL AND s3.wrank > s3.wal)) "                             \
 	"         RETURNING r.start_at), "                                                         \
-	"fx AS (SELECT (SELECT array_agg(id)::text FROM park) AS parked, "                         \
+	"fx AS (SELECT (SELECT array_agg(id)::text FROM park) AS parked, true AS limited, "        \
 	"         (SELECT count(*) FROM s3) - (SELECT count(*) FROM ok) AS back, "                 \
 	"         (SELECT ceil(extract(epoch FROM min(start_at) - now()) * 1000)::bigint "         \
 	"          FROM push) AS pushed), "
+/* Without limits (cairn.limits is empty): every due run is admitted. A
+ * claim says whether limits exist (fx.limited), and the poller's next
+ * claim is the one with limits from then on: a limit holds from each
+ * worker's first claim after it was set. */
+#define CLAIM_PLAIN                                                                                \
+	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
+	"        min(deliver_at) AS at, min(id) AS first, max(prio) AS prio "                      \
+	"      FROM due GROUP BY run_id), "                                                        \
+	"ok AS (SELECT d.*, r.claims AS cl, r.finished_at IS NOT NULL AS done, NULL::text AS ck, " \
+	"         NULL::int AS kc, NULL::int AS gc FROM d JOIN cairn.runs r ON r.id = d.run_id), " \
+	"fx AS (SELECT NULL::text AS parked, EXISTS (SELECT 1 FROM cairn.limits) AS limited, "     \
+	"         0::bigint AS back, NULL::bigint AS pushed), "
 /* The admitted runs (CTE ok): marked running, with what their executions
  * need. The first $7 runs (the executors idle now) start at once: their
  * execution is counted here instead of by the marker. Not a run that will
  * run alone or is finished: those are marked as they start, or not at all.
  * They come first, so the idle executors take them; then by priority.
  * $8: the poller goes busy (see poller_main): writers stop waking it. */
-#define CLAIM_RUNS                                                                                 \
-	CLAIM_FLOW                                                                                 \
+#define CLAIM_MARK                                                                                 \
 	"n AS (SELECT ok.*, (row_number() OVER (ORDER BY "                                         \
 	"          ok.cl >= $6 - 1 OR ok.done, ok.prio DESC, ok.at, ok.first) <= $7 "              \
 	"        AND ok.cl < $6 - 1 AND NOT ok.done) AS mark FROM ok), "                           \
@@ -481,42 +493,46 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "  \
 	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
 	"  c.last_step, c.journal, c.signals, least(next.ms, fx.pushed), c.mark, c.parent_id, "    \
-	"  c.flow, fx.parked, fx.back "                                                            \
+	"  c.flow, fx.parked, fx.back, fx.limited "                                                \
 	"FROM next CROSS JOIN fx LEFT JOIN c ON true ORDER BY c.mark DESC, c.prio DESC, c.at, "    \
 	"c.first"
 
 /* Due messages and due starts (runs.start_at, message id 0) of this
  * runner's shards, each walked in time order. */
-static const char SQL_CLAIM[] =
-    "WITH due AS (SELECT * FROM ("
-    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio FROM cairn.messages m "
-    "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
-    "   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "
-    "   ORDER BY m.deliver_at, m.id LIMIT $3) "
-    "  UNION ALL "
-    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, 0 FROM cairn.runs r "
-    "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority = 0 "
-    "     AND r.id <> ALL ($2::bigint[]) "
-    "   ORDER BY r.start_at, r.id LIMIT $3) "
-    "  UNION ALL "
-    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority FROM cairn.runs r "
-    "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority <> 0 "
-    "     AND r.id <> ALL ($2::bigint[]) "
-    "   ORDER BY r.priority DESC, r.start_at, r.id LIMIT $3)) u "
-    "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), " CLAIM_RUNS
-    /* The next message or start of this runner's shards that is not yet
-     * due, in ms from now: the poller sleeps until then. */
-    "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
-    "  (SELECT m.deliver_at AS at FROM cairn.messages m JOIN cairn.shard_leases l "
-    "     ON l.shard_group = m.shard_group AND l.shard = m.shard "
-    "   WHERE l.owner = $1 AND m.deliver_at > now() ORDER BY m.deliver_at, m.id LIMIT 1) "
-    "  UNION ALL "
-    "  (SELECT r.start_at FROM cairn.runs r JOIN cairn.shard_leases l "
-    "     ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "   WHERE l.owner = $1 AND r.start_at > now() ORDER BY r.start_at, r.id LIMIT 1)) "
-    "x) " CLAIM_SELECT;
+#define CLAIM_ALL_DUE                                                                              \
+	"WITH due AS (SELECT * FROM ("                                                             \
+	"  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio FROM cairn.messages m "        \
+	"   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "     \
+	"   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "      \
+	"   ORDER BY m.deliver_at, m.id LIMIT $3) "                                                \
+	"  UNION ALL "                                                                             \
+	"  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, 0 FROM cairn.runs r "             \
+	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
+	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority = 0 "                        \
+	"     AND r.id <> ALL ($2::bigint[]) "                                                     \
+	"   ORDER BY r.start_at, r.id LIMIT $3) "                                                  \
+	"  UNION ALL "                                                                             \
+	"  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority FROM cairn.runs r "    \
+	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
+	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority <> 0 "                       \
+	"     AND r.id <> ALL ($2::bigint[]) "                                                     \
+	"   ORDER BY r.priority DESC, r.start_at, r.id LIMIT $3)) u "                              \
+	"  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
+/* The next message or start of this runner's shards that is not yet due,
+ * in ms from now: the poller sleeps until then. */
+#define CLAIM_ALL_NEXT                                                                             \
+	"next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("      \
+	"  (SELECT m.deliver_at AS at FROM cairn.messages m JOIN cairn.shard_leases l "            \
+	"     ON l.shard_group = m.shard_group AND l.shard = m.shard "                             \
+	"   WHERE l.owner = $1 AND m.deliver_at > now() ORDER BY m.deliver_at, m.id LIMIT 1) "     \
+	"  UNION ALL "                                                                             \
+	"  (SELECT r.start_at FROM cairn.runs r JOIN cairn.shard_leases l "                        \
+	"     ON l.shard_group = r.shard_group AND l.shard = r.shard "                             \
+	"   WHERE l.owner = $1 AND r.start_at > now() ORDER BY r.start_at, r.id LIMIT 1)) "        \
+	"x) "
+static const char SQL_CLAIM[] = CLAIM_ALL_DUE CLAIM_FLOW CLAIM_MARK CLAIM_ALL_NEXT CLAIM_SELECT;
+static const char SQL_CLAIM_PLAIN[] =
+    CLAIM_ALL_DUE CLAIM_PLAIN CLAIM_MARK CLAIM_ALL_NEXT CLAIM_SELECT;
 
 /*
  * The claim of a wake-up that named its runs ($9: a run was enqueued,
@@ -524,24 +540,30 @@ static const char SQL_CLAIM[] =
  * same whatever the shards hold, and planned once (generic plan). Its next
  * due time is that of those runs alone.
  */
+#define CLAIM_NAMED_DUE                                                                            \
+	"WITH due AS (SELECT * FROM ("                                                             \
+	"  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio "                              \
+	"   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.messages m ON m.run_id = t.id "          \
+	"   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "     \
+	"   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[])) "     \
+	"  UNION ALL "                                                                             \
+	"  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority "                      \
+	"   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.runs r ON r.id = t.id "                  \
+	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
+	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]))) u "        \
+	"  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
+#define CLAIM_NAMED_NEXT                                                                           \
+	"next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("      \
+	"  SELECT m.deliver_at AS at FROM cairn.messages m "                                       \
+	"  WHERE m.run_id = ANY ($9::bigint[]) AND m.deliver_at > now() "                          \
+	"  UNION ALL "                                                                             \
+	"  SELECT r.start_at FROM cairn.runs r WHERE r.id = ANY ($9::bigint[]) AND r.start_at > "  \
+	"now()) "                                                                                  \
+	"x) "
 static const char SQL_CLAIM_RUNS[] =
-    "WITH due AS (SELECT * FROM ("
-    "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio "
-    "   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.messages m ON m.run_id = t.id "
-    "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "
-    "   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[])) "
-    "  UNION ALL "
-    "  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority "
-    "   FROM unnest($9::bigint[]) AS t(id) JOIN cairn.runs r ON r.id = t.id "
-    "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]))) u "
-    "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), " CLAIM_RUNS
-    "next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("
-    "  SELECT m.deliver_at AS at FROM cairn.messages m "
-    "  WHERE m.run_id = ANY ($9::bigint[]) AND m.deliver_at > now() "
-    "  UNION ALL "
-    "  SELECT r.start_at FROM cairn.runs r WHERE r.id = ANY ($9::bigint[]) AND r.start_at > now()) "
-    "x) " CLAIM_SELECT;
+    CLAIM_NAMED_DUE CLAIM_FLOW CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
+static const char SQL_CLAIM_RUNS_PLAIN[] =
+    CLAIM_NAMED_DUE CLAIM_PLAIN CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
 static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])
@@ -621,8 +643,10 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	int64_t mono = clock_mono_ms();
 	int generic = nruns > 0;
 	const char *plan = generic == d->plan_generic ? NULL : generic ? PLAN_GENERIC : PLAN_CUSTOM;
-	PGresult *r = db_exec_prepared(
-	    conn, err, plan, generic ? "cairn_claim_runs" : "cairn_claim", generic ? 9 : 8, p);
+	static const char *const names[2][2] = {{"cairn_claim_plain", "cairn_claim_runs_plain"},
+	                                        {"cairn_claim", "cairn_claim_runs"}};
+	PGresult *r =
+	    db_exec_prepared(conn, err, plan, names[d->limited][generic], generic ? 9 : 8, p);
 	pgarr_free(&ex);
 	pgarr_free(&want);
 	if (!r)
@@ -641,6 +665,7 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 		if (due >= 0)
 			*next_due_ms = due;
 		if (i == 0) {
+			d->limited = !v[CLAIM_LIMITS] || strcmp(v[CLAIM_LIMITS], "f") != 0;
 			/* Held back by a limit: a run that ends may let them go. */
 			int back = claimrow_held_back(v);
 			*skipped += back;
@@ -791,9 +816,11 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 		return NULL;
 	}
 	int ok = 1;
-	const char *const names[] = {"cairn_claim", "cairn_claim_runs"};
-	const char *const sqls[] = {SQL_CLAIM, SQL_CLAIM_RUNS};
-	for (int i = 0; ok && i < 2; i++) {
+	const char *const names[] = {"cairn_claim", "cairn_claim_runs", "cairn_claim_plain",
+	                             "cairn_claim_runs_plain"};
+	const char *const sqls[] = {SQL_CLAIM, SQL_CLAIM_RUNS, SQL_CLAIM_PLAIN,
+	                            SQL_CLAIM_RUNS_PLAIN};
+	for (int i = 0; ok && i < 4; i++) {
 		PGresult *r = PQprepare(c, names[i], sqls[i], 0, NULL);
 		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		if (!ok) {
@@ -807,6 +834,7 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	 * loses it leaves the messages, which bring the run back; counting
 	 * executions is the marker's. Plans: see claim(). */
 	d->plan_generic = 0;
+	d->limited = 1; /* until a claim says there are none */
 	if (!ok || db_cmd(c, err, PLAN_CUSTOM, 0, NULL) < 0 ||
 	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0) {
 		PQfinish(c);
