@@ -39,7 +39,7 @@ enum {
 	CLAIM_NEXT_DUE, /* ms until the next message is due; NULL: none */
 	CLAIM_MARKED,   /* the claim counted this execution (runs.claims) */
 	CLAIM_PARENT,   /* the run that started it as a child; NULL: none */
-	CLAIM_FLOW,     /* a run of a concurrency key with a key limit */
+	CLAIM_FLOW,     /* a run of a concurrency key or under a fleet-wide limit */
 	CLAIM_PARKED,   /* of the claim: the runs it held, "{1,2}"; NULL: none */
 	CLAIM_BACK,     /* of the claim: due runs its limits held back */
 	CLAIM_LIMITS,   /* of the claim: cairn.limits has a row ("t"/"f") */

@@ -282,15 +282,15 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
 #define START_AT(at, delay)                                                                        \
 	"CASE WHEN " at " IS NOT NULL THEN to_timestamp(" at " / 1000.0) "                         \
 	"ELSE now() + " delay " * interval '1 millisecond' END"
-/* Whether a run of concurrency key ck (NULL: none) is held: its workflow
- * ($1) has a key limit, and the key's active runs (cairn.flow_active, as
+/* Whether a run of concurrency key ck (NULL: none) is held: the key's
+ * active runs (cairn.flow_active, as
  * the statement's snapshot sees them) and those before it in this
- * statement (rank - 1) fill its slots. Only an estimate: an enqueue that
+ * statement (rank - 1) fill its slots (cairn.flow_cap: the workflow's ($1)
+ * key limit, or a fair share). Only an estimate: an enqueue that
  * held releases afterwards, under the key's lock (SQL_RELEASE), and a
  * worker never executes more than the limit whatever is due. */
 #define HELD(ck, rank)                                                                             \
-	"(" ck " IS NOT NULL AND coalesce((SELECT cairn.flow_active($1, " ck ") + " rank           \
-	"  > l.key_concurrency FROM cairn.limits l WHERE l.workflow = $1), false))"
+	"(" ck " IS NOT NULL AND cairn.flow_active($1, " ck ") + " rank " > cairn.flow_cap($1))"
 #define HELD_ONE   HELD("$10::text", "1")
 #define HELD_EACH  HELD("ckey", "rank")
 #define START_ONE  START_AT("$8::bigint", "$7::bigint")

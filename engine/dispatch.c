@@ -438,7 +438,8 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
 	"        min(deliver_at) AS at, min(id) AS first, max(prio) AS prio "                      \
 	"      FROM due GROUP BY run_id), "                                                        \
-	"ok AS (SELECT d.*, r.claims AS cl, r.finished_at IS NOT NULL AS done, NULL::text AS ck, " \
+	"ok AS (SELECT d.*, r.claims AS cl, r.finished_at IS NOT NULL AS done, "                   \
+	"         r.concurrency_key AS ck, "                                                       \
 	"         NULL::int AS kc, NULL::int AS gc FROM d JOIN cairn.runs r ON r.id = d.run_id), " \
 	"fx AS (SELECT NULL::text AS parked, EXISTS (SELECT 1 FROM cairn.limits) AS limited, "     \
 	"         0::bigint AS back, NULL::bigint AS pushed), "
@@ -467,7 +468,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"RETURNING d.mark, d.at, d.first, d.prio, r.id, r.shard_group AS grp, r.shard, d.epoch, "  \
 	"  d.ids::text AS ids, r.workflow, "                                                       \
 	"  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "      \
-	"  r.parent_id, (d.ck IS NOT NULL AND d.kc IS NOT NULL) OR d.gc IS NOT NULL AS flow, "     \
+	"  r.parent_id, d.ck IS NOT NULL OR d.gc IS NOT NULL AS flow, "                            \
 	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
 	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
 	"  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id " \

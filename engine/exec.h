@@ -39,7 +39,7 @@ typedef struct job {
 	int claims;           /* executions started (marked) since the run last made progress and
 	                         not handed over: each one's worker stopped */
 	int marked;           /* the claim counted this execution (it starts at once) */
-	int flow;             /* of a concurrency key with a key limit: its end lets held runs go */
+	int flow;             /* of a concurrency key or a fleet-wide limit: its end frees a slot */
 	char load_error[200]; /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims > poison_after */

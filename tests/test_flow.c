@@ -537,3 +537,37 @@ Test(flow, the_sql_and_http_front_doors_place_hold_and_prioritize_as_the_client_
 	cairn_client_free(c);
 	PQfinish(pg);
 }
+
+Test(flow, without_a_key_limit_a_small_key_still_starts_at_once_behind_a_big_keys_backlog)
+{
+	PGconn *pg = tdb_connect(db);
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	enqueue_holds(c, "big", "big", 0, 2000, 5, NULL);
+	cr_assert_eq(tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE NOT held"), 64,
+	             "a key's fair share is 64 runs due at once");
+	pid_t w = start_worker(0, 4);
+	cr_assert(tdb_wait_at_least(
+	    pg, "SELECT count(*) FROM cairn.runs WHERE finished_at IS NOT NULL", 10, 30000));
+	int64_t t0 = tnow_ms();
+	enqueue_holds(c, "small", "small", 0, 3, 5, NULL);
+	tcheck(dump,
+	       tdb_wait_at_least(pg,
+	                         "SELECT count(*) FROM cairn.runs WHERE key LIKE 'small-%' "
+	                         "AND status = 'completed'",
+	                         3, 10000),
+	       "the small key's runs did not finish");
+	int64_t waited = tnow_ms() - t0;
+	int64_t left = tdb_int(pg, "SELECT count(*) FROM cairn.runs WHERE key LIKE 'big-%' "
+	                           "AND finished_at IS NULL");
+	fprintf(stderr,
+	        "flow: no key limit: the small key's 3 runs finished %" PRId64
+	        " ms after enqueue, with %" PRId64 " of the big key's 2000 still to run\n",
+	        waited, left);
+	cr_assert(left > 1000, "the big key's backlog was nearly gone (%" PRId64 " left)", left);
+	cr_assert(waited < 3000, "the small key waited %" PRId64 " ms", waited);
+	tcheck(dump, twait(all_finished, pg, 60000), "the big key's backlog did not drain");
+	tworker_stop(w, SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}

@@ -67,8 +67,16 @@ LANGUAGE sql STABLE AS $$
       AND NOT held AND (status = 'running' OR (status = 'pending' AND start_at <= now()))
 $$;
 
--- Lets go as many held runs of a key as it has free slots (all of them
--- when the workflow has no key limit); returns their ids. Under the key's
+-- How many runs of one key may be due or executing at once: its key limit,
+-- or, without one, a fair share of 64, so that a key with a backlog has at
+-- most that many due and another key's first run does not wait behind it.
+CREATE FUNCTION cairn.flow_cap(p_workflow text) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT key_concurrency FROM cairn.limits WHERE workflow = p_workflow), 64)
+$$;
+
+-- Lets go as many held runs of a key as it has free slots
+-- (cairn.flow_cap); returns their ids. Under the key's
 -- lock, each statement with a fresh snapshot: a concurrent enqueue that
 -- holds a run and a run of the key that ends are serialized, so no run
 -- stays held while its key has a free slot. Called after every write that
@@ -82,9 +90,8 @@ DECLARE
     v_ids bigint[];
 BEGIN
     PERFORM pg_advisory_xact_lock(cairn.flow_lock(p_workflow, p_key));
-    SELECT key_concurrency INTO v_limit FROM cairn.limits WHERE workflow = p_workflow;
-    v_free := CASE WHEN v_limit IS NULL THEN NULL
-                   ELSE greatest(v_limit - cairn.flow_active(p_workflow, p_key), 0) END;
+    v_limit := cairn.flow_cap(p_workflow);
+    v_free := greatest(v_limit - cairn.flow_active(p_workflow, p_key), 0);
     IF v_free = 0 THEN
         RETURN '{}';
     END IF;

@@ -254,9 +254,8 @@ BEGIN
     -- key's lock is not taken inside the caller's transaction (a worker
     -- would wait for the caller's commit), so a slot freed before this
     -- commits lets the run go at the owner's next sweep.
-    v_held := concurrency_key IS NOT NULL AND coalesce((
-        SELECT cairn.flow_active(workflow, concurrency_key) >= l.key_concurrency
-        FROM cairn.limits l WHERE l.workflow = enqueue.workflow), false);
+    v_held := concurrency_key IS NOT NULL
+        AND cairn.flow_active(workflow, concurrency_key) >= cairn.flow_cap(workflow);
     INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts,
                                  scheduled_at, start_at, concurrency_key, priority, held)
     VALUES (workflow, v_key, shard_group, v_shard, v_input, coalesce(max_attempts, 3),
