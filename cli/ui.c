@@ -214,6 +214,12 @@ static cJSON *run_json(const cairn_run *x)
 		cJSON_AddNumberToObject(o, "parent_id", (double)x->parent_id);
 	if (x->code_version)
 		cJSON_AddStringToObject(o, "code_version", x->code_version);
+	if (x->concurrency_key)
+		cJSON_AddStringToObject(o, "concurrency_key", x->concurrency_key);
+	cJSON_AddNumberToObject(o, "priority", x->priority);
+	cJSON_AddBoolToObject(o, "held", x->held);
+	if (x->waiting_for)
+		cJSON_AddStringToObject(o, "waiting_for", x->waiting_for);
 	cli_json_add_raw(o, "input", x->input);
 	cli_json_add_raw(o, "output", x->output);
 	if (x->error)

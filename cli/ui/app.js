@@ -258,6 +258,9 @@ async function pageRun(id) {
       kv("shard", h("span", {class: "mono"}, r.group + "/" + r.shard)), kv("attempt", r.attempt + " of " + r.max_attempts),
       r.parent_id ? kv("parent", h("a", {href: "#/run/" + r.parent_id, class: "mono"}, r.parent_id)) : null,
       r.code_version ? kv("code version", h("span", {class: "mono"}, r.code_version)) : null,
+      r.concurrency_key ? kv("concurrency key", h("span", {class: "mono"}, r.concurrency_key)) : null,
+      r.priority ? kv("priority", String(r.priority)) : null,
+      r.waiting_for ? kv("waiting for", h("span", {id: "run-waiting"}, r.waiting_for)) : null,
       kv("created", h("span", {class: "mono"}, fmtTime(r.created_at))), kv("started", h("span", {class: "mono"}, fmtTime(r.started_at))),
       kv("finished", h("span", {class: "mono"}, fmtTime(r.finished_at))),
       kv("duration", r.started_at ? fmtDur((r.finished_at || Date.now()) - r.started_at) : "-")));
