@@ -287,7 +287,7 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
  * the statement's snapshot sees them) and those before it in this
  * statement (rank - 1) fill its slots (cairn.flow_cap: the workflow's ($1)
  * key limit, or a fair share). Only an estimate: an enqueue that
- * held releases afterwards, under the key's lock (SQL_RELEASE), and a
+ * held releases afterwards, under the key's lock (client_release), and a
  * worker never executes more than the limit whatever is due. */
 #define HELD(ck, rank)                                                                             \
 	"(" ck " IS NOT NULL AND cairn.flow_active($1, " ck ") + " rank " > cairn.flow_cap($1))"
@@ -350,22 +350,34 @@ static const char SQL_ENQUEUE_BATCH[] =
     "ORDER BY i.ord";
 
 /*
- * Lets go the held runs of keys ($1 workflow, $2 keys) that have free
- * slots, and wakes their owners, in one transaction (cairn.flow_release).
- * Called after every commit that held a run; see migration 0010.
+ * Letting held runs go (migration 0010): cairn.flow_release for some keys,
+ * in one transaction with the wake-up of their owners (idle ones; a busy
+ * owner claims again by itself). Called after every commit that held a run
+ * or freed a slot; see client_release.
  */
 #define RELEASE_WAKE                                                                               \
 	"SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || ' ' || r.id)) "               \
 	"FROM go JOIN cairn.runs r ON r.id = go.id "                                               \
 	"JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "        \
 	"JOIN cairn.runners w ON w.id = l.owner AND w.idle"
-static const char SQL_RELEASE[] =
-    "WITH go AS (SELECT unnest(cairn.flow_release($1, k)) AS id "
-    "            FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) " RELEASE_WAKE;
-/* The same for the key of run $1, after a cancel freed its slot. */
-static const char SQL_RELEASE_RUN[] =
-    "WITH go AS (SELECT unnest(cairn.flow_release(workflow, concurrency_key)) AS id "
-    "            FROM cairn.runs WHERE id = $1 AND concurrency_key IS NOT NULL) " RELEASE_WAKE;
+static const char *const SQL_RELEASE[] = {
+    [CLIENT_RELEASE_KEYS] = "WITH go AS (SELECT unnest(cairn.flow_release($1, k)) AS id "
+                            "  FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) " RELEASE_WAKE,
+    [CLIENT_RELEASE_RUN] =
+        "WITH go AS (SELECT unnest(cairn.flow_release(workflow, concurrency_key)) "
+        "  AS id FROM cairn.runs WHERE id = $1 AND concurrency_key IS NOT NULL) " RELEASE_WAKE,
+    [CLIENT_RELEASE_WORKFLOW] =
+        "WITH go AS (SELECT unnest(cairn.flow_release_all($1)) AS id) " RELEASE_WAKE};
+
+int client_release(cairn_client *c, client_release_of what, const char *const *p)
+{
+	PGresult *r =
+	    db_exec(c->conn, &c->err, SQL_RELEASE[what], what == CLIENT_RELEASE_KEYS ? 2 : 1, p);
+	if (!r)
+		return client_db_fail(c);
+	PQclear(r);
+	return CAIRN_OK;
+}
 
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
@@ -522,17 +534,13 @@ static int run_shard(const cairn_enqueue_opts *o, const char *key, int shards)
 	return hash_shard(o->concurrency_key ? o->concurrency_key : key, shards);
 }
 
-/* After a commit that held runs: SQL_RELEASE for their keys (a text[]). */
+/* After a commit that held runs: client_release of their keys (a text[]). */
 static int release_held(cairn_client *c, const char *workflow, pgarr *keys)
 {
 	if (keys->b.oom)
 		return client_fail(c, CAIRN_ENOMEM, "out of memory releasing held runs");
 	const char *p[] = {workflow, pgarr_str(keys)};
-	PGresult *r = db_exec(c->conn, &c->err, SQL_RELEASE, 2, p);
-	if (!r)
-		return client_db_fail(c);
-	PQclear(r);
-	return CAIRN_OK;
+	return client_release(c, CLIENT_RELEASE_KEYS, p);
 }
 
 static int raced(cairn_client *c)
@@ -680,7 +688,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	rc = raced(c);
 	goto done;
 release:
-	/* The keys of the new runs the batch held (SQL_RELEASE takes each once). */
+	/* The keys of the new runs the batch held (each is released once). */
 	for (size_t i = 0; !rc && i < n; i++)
 		if (out[i].held && !out[i].existed)
 			pgarr_add(&held, opts[i].concurrency_key);
@@ -883,13 +891,7 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
 	int rc = run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL);
-	if (rc)
-		return rc;
-	PGresult *r = db_exec(c->conn, &c->err, SQL_RELEASE_RUN, 1, p);
-	if (!r)
-		return client_db_fail(c);
-	PQclear(r);
-	return CAIRN_OK;
+	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
 }
 
 /* The journal is cut from its first step that is missing or not settled

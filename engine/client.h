@@ -65,6 +65,13 @@ int client_fail(cairn_client *c, int code, const char *fmt, ...)
  * cairn.h) and returns CAIRN_EINVAL. */
 int client_invalid(cairn_client *c, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Lets go the held runs that have free slots and wakes their owners
+ * (migration 0010), after a commit that held a run or freed a slot: of the
+ * keys p[1] (a text[]) of workflow p[0], of the key of run p[0], or of every
+ * key of workflow p[0]. */
+typedef enum { CLIENT_RELEASE_KEYS, CLIENT_RELEASE_RUN, CLIENT_RELEASE_WORKFLOW } client_release_of;
+int client_release(cairn_client *c, client_release_of what, const char *const *p);
+
 /* After a statement failed (c's error set): CAIRN_ESCHEMA when the schema is
  * missing, else CAIRN_EDB. */
 int client_db_fail(cairn_client *c);

@@ -348,6 +348,12 @@ static void inflight_ids(dispatch *d, pgarr *out)
  */
 #define MSG_START_SQL "0::bigint"
 _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
+/* The runs of the due messages and starts (CTE due), one row each. */
+#define CLAIM_GROUP                                                                                \
+	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
+	"        min(deliver_at) AS at, min(id) AS first, max(prio) AS prio "                      \
+	"      FROM due GROUP BY run_id), "
+
 /*
  * Flow control (migration 0010), over the runs of the due messages and
  * starts (CTE due, each with its priority):
@@ -364,9 +370,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * includes those moves.
  */
 #define CLAIM_FLOW                                                                                 \
-	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
-	"        min(deliver_at) AS at, min(id) AS first, max(prio) AS prio "                      \
-	"      FROM due GROUP BY run_id), "                                                        \
+	CLAIM_GROUP                                                                                \
 	"fl AS (SELECT workflow, concurrency_key AS ck, count(*) AS n FROM cairn.runs "            \
 	"       WHERE id = ANY ($2::bigint[]) AND concurrency_key IS NOT NULL "                    \
 	"         AND EXISTS (SELECT 1 FROM cairn.limits) GROUP BY 1, 2), "                        \
@@ -435,9 +439,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * claim is the one with limits from then on: a limit holds from each
  * worker's first claim after it was set. */
 #define CLAIM_PLAIN                                                                                \
-	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
-	"        min(deliver_at) AS at, min(id) AS first, max(prio) AS prio "                      \
-	"      FROM due GROUP BY run_id), "                                                        \
+	CLAIM_GROUP                                                                                \
 	"ok AS (SELECT d.*, r.claims AS cl, r.finished_at IS NOT NULL AS done, "                   \
 	"         r.concurrency_key AS ck, "                                                       \
 	"         NULL::int AS kc, NULL::int AS gc FROM d JOIN cairn.runs r ON r.id = d.run_id), " \
@@ -727,14 +729,18 @@ static void check_cancels(dispatch *d, PGconn *conn)
 	"       WHERE workflow IN (SELECT workflow FROM del) AND waiting RETURNING 1), "           \
 	"nt AS (SELECT pg_notify('" CAIRN_WAKE_CHANNEL "', r.id::text) FROM cairn.runners r "      \
 	"       WHERE EXISTS (SELECT 1 FROM wk)) "
+/* flow_release for each key of the runs keys selects (workflow,
+ * concurrency_key); the count of runs let go. nt is counted so that its
+ * notifications are sent. */
+#define FLOW_LET_GO(keys)                                                                          \
+	"SELECT count(*) + 0 * (SELECT count(*) FROM nt) FROM (" keys ") k, "                      \
+	"  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))"
 /* $1: runs of limited keys or workflows that ended. */
 static const char SQL_FLOW_RELEASE[] =
     "WITH del AS (DELETE FROM cairn.slots WHERE run_id = ANY ($1::bigint[]) "
-    "             RETURNING workflow), " FLOW_GIVE_BACK
-    "SELECT (SELECT count(*) FROM nt) * 0 + count(*) "
-    "FROM (SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
-    "  WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL) k, "
-    "  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))";
+    "             RETURNING workflow), " FLOW_GIVE_BACK FLOW_LET_GO(
+        "SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
+        "WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL");
 /* $1: this runner, $2: its runs in flight. Also gives back the slots of
  * this runner's runs no longer in flight and of runners gone. */
 static const char SQL_FLOW_SWEEP[] =
@@ -742,11 +748,10 @@ static const char SQL_FLOW_SWEEP[] =
     "  WHERE (s.runner_id = $1 AND s.run_id <> ALL ($2::bigint[])) "
     "     OR NOT EXISTS (SELECT 1 FROM cairn.runners r JOIN pg_stat_activity a "
     "                    ON a.pid = r.lease_pid WHERE r.id = s.runner_id) "
-    "  RETURNING workflow), " FLOW_GIVE_BACK "SELECT (SELECT count(*) FROM nt) * 0 + count(*) "
-    "FROM (SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
-    "  JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "  WHERE l.owner = $1 AND r.held) k, "
-    "  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))";
+    "  RETURNING workflow), " FLOW_GIVE_BACK FLOW_LET_GO(
+        "SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
+        "JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
+        "WHERE l.owner = $1 AND r.held");
 
 /* Runs sql (n parameters p): how many held runs went, or -1. */
 static int64_t flow_release(dispatch *d, PGconn *conn, const char *sql, int nparams,

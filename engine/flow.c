@@ -1,8 +1,8 @@
 /*
  * flow.c - the client's calls on flow-control limits (cairn.h,
  * `cairn limit`): cairn.limits rows, each change followed by letting go
- * the workflow's held runs that now have a free slot (cairn.flow_release_all,
- * migration 0010), whose owners are woken. What the limits mean is the
+ * the workflow's held runs that now have a free slot (client_release),
+ * whose owners are woken. What the limits mean is the
  * claim's (dispatch.c) and the enqueue's (client.c).
  */
 #include <inttypes.h>
@@ -34,14 +34,6 @@ static const char SQL_LIMIT_LIST[] =
     "  coalesce(rate_period_ms, 0), coalesce(key_rate, 0), coalesce(key_rate_period_ms, 0), "
     "  (extract(epoch FROM updated_at) * 1000)::bigint, coalesce(concurrency, 0) "
     "FROM cairn.limits ORDER BY workflow";
-/* After a change committed: the held runs with a free slot go, and their
- * owners are woken (idle ones; a busy owner claims again by itself). */
-static const char SQL_LIMIT_RELEASE[] =
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || ' ' || r.id)) "
-    "FROM unnest(cairn.flow_release_all($1)) AS go(id) JOIN cairn.runs r ON r.id = go.id "
-    "JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
-    "JOIN cairn.runners w ON w.id = l.owner AND w.idle";
-
 static int check_rate(cairn_client *c, const char *field, int n, int64_t period_ms)
 {
 	if (n < 0 || n > MAX_RATE || (n && (period_ms < 1 || period_ms > MAX_PERIOD_MS)) ||
@@ -53,14 +45,11 @@ static int check_rate(cairn_client *c, const char *field, int n, int64_t period_
 	return CAIRN_OK;
 }
 
+/* After a change committed: the workflow's held runs with a free slot go. */
 static int release_all(cairn_client *c, const char *workflow)
 {
 	const char *p[] = {workflow};
-	PGresult *r = db_exec(c->conn, &c->err, SQL_LIMIT_RELEASE, 1, p);
-	if (!r)
-		return client_db_fail(c);
-	PQclear(r);
-	return CAIRN_OK;
+	return client_release(c, CLIENT_RELEASE_WORKFLOW, p);
 }
 
 int cairn_limit_set(cairn_client *c, const cairn_limit *l)

@@ -112,7 +112,7 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_flow_held_back_total", "counter",
 	       "Due runs a claim left for a limit (cairn limit): no free slot of their key, or "
 	       "their rate used up.",
-	       NULL, (double)atomic_load(&w->m.flow_held_back));
+	       NULL, (double)atomic_load(&m->flow_held_back));
 	metric(b, "cairn_flow_released_total", "counter",
 	       "Held runs let go because their concurrency key had a free slot.", NULL,
 	       (double)atomic_load(&m->flow_released));
