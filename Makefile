@@ -104,7 +104,8 @@ all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB) $(if $(SAN)$(FUZZ),,$(SOLIB) $(MAN)
 deps:
 	@sh scripts/deps.sh
 
-build/gen/migrations.c: $(wildcard sql/migrations/*.sql) scripts/embed-migrations.sh
+# The folders too: a file removed from them changes their time, not the files'.
+build/gen/migrations.c: sql/migrations $(wildcard sql/migrations/*.sql) scripts/embed-migrations.sh
 	@mkdir -p $(@D)
 	sh scripts/embed-migrations.sh sql/migrations > $@.tmp && mv $@.tmp $@
 
@@ -113,7 +114,7 @@ $(OUT)/gen/migrations.o: build/gen/migrations.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 # The console's page, script and style (cli/ui/), embedded in bin/cairn.
-build/gen/ui_assets.c: $(wildcard cli/ui/*) scripts/embed-ui.sh
+build/gen/ui_assets.c: cli/ui $(wildcard cli/ui/*) scripts/embed-ui.sh
 	@mkdir -p $(@D)
 	sh scripts/embed-ui.sh cli/ui > $@.tmp && mv $@.tmp $@
 

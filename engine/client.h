@@ -23,6 +23,10 @@
 #define CAIRN_WAKE_CANCEL     "/cancel"
 #define CAIRN_WAKE_RUNS       16
 #define CAIRN_MEMBERS_CHANNEL "cairn_members"
+/* The live runners' fingerprint, over a relation of them with columns id
+ * and healthy: the heartbeat's (lease.c) and the relay's (maint.c) must be
+ * the same expression. */
+#define CAIRN_MEMBERS_FP "coalesce(md5(string_agg(id || ':' || healthy, ',' ORDER BY id)), '')"
 #define CAIRN_DONE_CHANNEL    "cairn_done"
 /* A run published an event (payload: its id). */
 #define CAIRN_EVENT_CHANNEL "cairn_event"

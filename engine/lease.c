@@ -108,8 +108,7 @@ static const char SQL_REGISTER[] =
  */
 #define SQL_MEMBERS                                                                                \
 	"live AS (SELECT r.id, r.healthy FROM cairn.runners r WHERE cairn.runner_live(r, $2)), "   \
-	"fp AS (SELECT coalesce(md5(string_agg(id || ':' || healthy, ',' ORDER BY id)), '') "      \
-	"                AS f, "                                                                   \
+	"fp AS (SELECT " CAIRN_MEMBERS_FP " AS f, "                                                \
 	"              count(*) AS n, count(*) FILTER (WHERE id < $1) AS older FROM live) "
 static const char SQL_HEARTBEAT[] =
     "WITH hb AS (UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "

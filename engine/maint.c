@@ -275,20 +275,27 @@ typedef struct relay_state {
 	CURL *h;
 	relay_runner *rs;
 	int n;
+	char members[40]; /* the live runners' fingerprint as last read */
+	char told[40];    /* the fingerprint last posted to the runners */
 } relay_state;
 
-/* Reads the live runners' addresses (wake-ups pending for them are kept). */
+/* The live runners, and their fingerprint (the heartbeat's). */
+static const char SQL_RELAY_LOAD[] =
+    "WITH live AS (SELECT r.id, r.address, r.healthy FROM cairn.runners r "
+    "              WHERE cairn.runner_live(r, $1)) "
+    "SELECT id, address, (SELECT " CAIRN_MEMBERS_FP " FROM live) FROM live ORDER BY id";
+
+/* Reads the live runners' addresses (wake-ups pending for them are kept)
+ * and their fingerprint. */
 static int relay_load(relay_state *r, buf *err)
 {
 	char ttl[24];
 	const char *p[] = {db_i64(ttl, r->env->cfg->runner_ttl_ms)};
-	PGresult *res = db_exec(r->conn, err,
-	                        "SELECT id, address FROM cairn.runners r "
-	                        "WHERE cairn.runner_live(r, $1) ORDER BY id",
-	                        1, p);
+	PGresult *res = db_exec(r->conn, err, SQL_RELAY_LOAD, 1, p);
 	if (!res)
 		return -CAIRN_EDB;
 	int n = PQntuples(res);
+	snprintf(r->members, sizeof r->members, "%s", n ? PQgetvalue(res, 0, 2) : "");
 	relay_runner *rs = calloc((size_t)n + 1, sizeof *rs);
 	for (int i = 0; rs && i < n; i++) {
 		int64_t id = db_get_i64(res, i, 0);
@@ -378,9 +385,16 @@ static void relay_wake(relay_state *r, relay_runner *rr)
 		rr->all = 1; /* kept, for every due run, until the runner answers */
 }
 
-/* Takes the notifications that came in: wake-ups are marked on their runner
- * (an unknown one reloads the addresses once), a membership change is
- * relayed at once. 0 or -CAIRN_EDB. */
+/*
+ * Takes the notifications that came in: wake-ups are marked on their runner
+ * (an unknown one reloads the addresses once). Membership changes are
+ * relayed once for all that came in together, with the fingerprint read
+ * now, and only when it is not the one last posted: a notification's own
+ * fingerprint may be stale by the time it is read (a fleet that is starting
+ * sends one per runner that joins), and a runner told an old one would
+ * rebalance for nothing and, at its next heartbeat, notify the current one
+ * again: with many runners the relay never caught up. 0 or -CAIRN_EDB.
+ */
 static int relay_take(relay_state *r, buf *err)
 {
 	if (!PQconsumeInput(r->conn)) {
@@ -388,18 +402,11 @@ static int relay_take(relay_state *r, buf *err)
 		buf_puts(err, PQerrorMessage(r->conn));
 		return -CAIRN_EDB;
 	}
-	int reloaded = 0;
+	int reloaded = 0, members = 0;
 	PGnotify *nt;
 	while ((nt = PQnotifies(r->conn))) {
 		if (strcmp(nt->relname, CAIRN_MEMBERS_CHANNEL) == 0) {
-			int rc = relay_load(r, err);
-			if (rc) {
-				PQfreemem(nt);
-				return rc;
-			}
-			reloaded = 1;
-			if (strspn(nt->extra, "0123456789abcdef") == strlen(nt->extra))
-				relay_all(r, nt->extra);
+			members = 1;
 		} else {
 			char *end;
 			int64_t id = strtoll(nt->extra, &end, 10);
@@ -425,7 +432,14 @@ static int relay_take(relay_state *r, buf *err)
 		}
 		PQfreemem(nt);
 	}
-	return 0;
+	if (!members)
+		return 0;
+	int rc = relay_load(r, err);
+	if (!rc && strcmp(r->members, r->told) != 0) {
+		snprintf(r->told, sizeof r->told, "%s", r->members);
+		relay_all(r, r->members);
+	}
+	return rc;
 }
 
 /*

@@ -17,6 +17,7 @@ typedef struct metrics {
 	_Atomic uint64_t db_reconnects;
 	_Atomic uint64_t detachments;
 	_Atomic uint64_t rebalances;
+	_Atomic uint64_t members_told; /* membership changes the relay told this worker of */
 	_Atomic uint64_t poller_busy; /* times the poller went busy (writers stopped waking it) */
 	_Atomic uint64_t claims_all;  /* claims of all that is due in the shards */
 	_Atomic uint64_t claims_runs; /* claims of the runs wake-ups named */

@@ -100,6 +100,9 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       shardmap_owned(w->map));
 	metric(b, "cairn_rebalances_total", "counter", "Rebalance rounds that changed ownership.",
 	       NULL, (double)atomic_load(&m->rebalances));
+	metric(b, "cairn_members_told_total", "counter",
+	       "Membership changes the wake relay told this worker of (each hastens a rebalance).",
+	       NULL, (double)atomic_load(&m->members_told));
 	metric(b, "cairn_poller_busy_total", "counter",
 	       "Times the poller went busy: it claims back to back and writers do not wake it.",
 	       NULL, (double)atomic_load(&m->poller_busy));

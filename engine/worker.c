@@ -233,6 +233,7 @@ void worker_members_changed(cairn_worker *w, const char *fingerprint)
 {
 	if (!lease_members_seen(w->lease, fingerprint))
 		return;
+	atomic_fetch_add(&w->m.members_told, 1);
 	pthread_mutex_lock(&w->mu);
 	w->members_changed = 1;
 	w->wake_supervisor = 1;

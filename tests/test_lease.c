@@ -375,6 +375,45 @@ Test(lease, kill_9_with_default_timers_is_noticed_by_a_heartbeat_not_a_rebalance
 	        tnow_ms() - t0, nshards);
 }
 
+typedef struct claimed {
+	int port;
+	double before;
+} claimed;
+
+static int claimed_again(void *arg)
+{
+	claimed *c = arg;
+	return tmetric(c->port, "cairn_claims_total{of=\"shards\"}") > c->before;
+}
+
+/* A fleet that is starting sends a membership notification for each runner
+ * that joins, and by the time the relay reads them most are stale. The relay
+ * tells the runners the membership as it reads it, once: a stale fingerprint
+ * reaches no runner, which would rebalance for nothing and notify again. */
+Test(lease, stale_membership_notifications_reach_no_runner)
+{
+	setup(64);
+	start_three_and_wait(NULL);
+	double told[3];
+	claimed c[3];
+	for (int i = 0; i < 3; i++) {
+		told[i] = tmetric(ws[i].port, "cairn_members_told_total");
+		c[i] = (claimed){ws[i].port, tmetric(ws[i].port, "cairn_claims_total{of=\"shards\"}")};
+		check(told[i] >= 0 && c[i].before >= 0, "worker %d: no metrics", i);
+	}
+	/* Then a wake-up of every runner, in the same transaction: the relay
+	 * reads notifications in order, so a runner that claimed for it was told
+	 * whatever the relay made of the stale ones. */
+	tdb_exec(conn, "SELECT pg_notify('cairn_members', md5(i::text)) FROM generate_series(1, 50) i "
+	               "UNION ALL SELECT pg_notify('cairn_wake', id::text) FROM cairn.runners");
+	for (int i = 0; i < 3; i++) {
+		check(twait(claimed_again, &c[i], 10000), "worker %d never claimed", i);
+		double now = tmetric(ws[i].port, "cairn_members_told_total");
+		check(now == told[i], "worker %d was told of %g membership changes", i,
+		      now - told[i]);
+	}
+}
+
 Test(lease, sigterm_of_one_of_three_exits_zero_deregisters_and_hands_its_shards_over)
 {
 	setup(64);
