@@ -68,6 +68,7 @@ struct dispatch {
 	int idle; /* executors waiting for a job */
 	int exec_stop;
 	_Atomic int stopping;
+	_Atomic int claiming; /* the poller is connected and its first claim there answered */
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
 	/* What a wake-up asks of the poller (see poller_main). */
 	_Atomic int claim_wanted;         /* claim now */
@@ -445,6 +446,26 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"         NULL::int AS kc, NULL::int AS gc FROM d JOIN cairn.runs r ON r.id = d.run_id), " \
 	"fx AS (SELECT NULL::text AS parked, EXISTS (SELECT 1 FROM cairn.limits) AS limited, "     \
 	"         0::bigint AS back, NULL::bigint AS pushed), "
+/* What a claimed run (r, with js.bytes: its journal's size) brings to its
+ * execution: the last step it completed (only when it stopped its workers
+ * before), its journal unless over $4 bytes, its oldest $5 signals. */
+#define CLAIM_RUN_DATA                                                                             \
+	"CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "   \
+	"  AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "               \
+	"END AS last_step, "                                                                       \
+	"CASE WHEN js.bytes <= $4 THEN "                                                           \
+	"(SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, "                  \
+	"   'kind', s.kind, "                                                                      \
+	"   'status', s.status, 'output', s.output::text, 'error', s.error, "                      \
+	"   'attempts', s.attempts::text, "                                                        \
+	"   'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "                   \
+	"   'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text))::text "      \
+	" FROM cairn.steps s WHERE s.run_id = r.id) END AS journal, "                              \
+	"(SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "                    \
+	"   'payload', g.payload::text))::text "                                                   \
+	" FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "                              \
+	"       WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) "   \
+	"AS signals"
 /* The admitted runs (CTE ok): marked running, with what their executions
  * need. The first $7 runs (the executors idle now) start at once: their
  * execution is counted here instead of by the marker. Not a run that will
@@ -473,22 +494,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"  r.parent_id, d.ck IS NOT NULL OR d.gc IS NOT NULL AS flow, "                            \
 	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
 	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
-	"  CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id " \
-	"    AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "             \
-	"  END AS last_step, "                                                                     \
-	"  CASE WHEN js.bytes <= $4 THEN "                                                         \
-	"  (SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, "                \
-	"     'kind', s.kind, "                                                                    \
-	"     'status', s.status, 'output', s.output::text, 'error', s.error, "                    \
-	"     'attempts', s.attempts::text, "                                                      \
-	"     'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "                 \
-	"     'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text))::text "    \
-	"   FROM cairn.steps s WHERE s.run_id = r.id) END AS journal, "                            \
-	"  (SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "                  \
-	"     'payload', g.payload::text))::text "                                                 \
-	"   FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "                            \
-	"         WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) " \
-	"  AS signals), "                                                                          \
+	"  " CLAIM_RUN_DATA "), "                                                                  \
 	"busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle AND $8::bool), "
 /* One row even when nothing was claimed (its run columns NULL); its columns
  * are claimrow.h's CLAIM_*, in that order. */
@@ -567,6 +573,59 @@ static const char SQL_CLAIM_RUNS[] =
     CLAIM_NAMED_DUE CLAIM_FLOW CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
 static const char SQL_CLAIM_RUNS_PLAIN[] =
     CLAIM_NAMED_DUE CLAIM_PLAIN CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
+
+/*
+ * The claim of a wake-up that named its runs when it needs none of the
+ * above (no limits, every run starts at once, the poller does not go busy):
+ * the common claim at low load, where the time from an enqueue to the first
+ * instruction of its run is mostly the claim's. One UPDATE of the named runs
+ * of this runner's shards that have a due start or message, found by id,
+ * each with its due messages, journal and signals, and the next due time of
+ * those runs: one UPDATE with a few joins instead of a chain of a dozen
+ * CTEs, whose executor set-up was most of the claim's cost (measured from
+ * psql: 0.21 ms a claim of one run, against 0.33 ms). The same columns as
+ * CLAIM_SELECT; every run is marked (counted) unless it will run alone or
+ * is finished. $3 bounds the runs, $7 is at least their number and $8 is
+ * false: the poller sends it only then.
+ */
+static const char SQL_CLAIM_ONE[] =
+    "WITH c AS (UPDATE cairn.runs r SET "
+    "  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "
+    "                ELSE r.status END, "
+    "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
+    "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
+    "                    ELSE r.started_at END, "
+    "  claims = r.claims + (r.claims < $6 - 1 AND r.finished_at IS NULL AND $7 > 0)::int, "
+    "  updated_at = now(), held = false "
+    "FROM (SELECT id FROM unnest($9::bigint[]) AS t(id) LIMIT $3) t "
+    "  JOIN cairn.shard_leases l ON l.owner = $1 "
+    "  CROSS JOIN LATERAL (SELECT array_agg(m.id ORDER BY m.id) AS ids FROM cairn.messages m "
+    "                      WHERE m.run_id = t.id AND m.deliver_at <= now()) mq "
+    "  CROSS JOIN LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
+    "                      FROM cairn.steps s WHERE s.run_id = t.id) js "
+    "WHERE r.id = t.id AND t.id <> ALL ($2::bigint[]) AND NOT $8::bool "
+    "  AND l.shard_group = r.shard_group AND l.shard = r.shard "
+    "  AND (r.start_at <= now() OR mq.ids IS NOT NULL) "
+    "RETURNING r.claims > $6 - 1 OR r.finished_at IS NOT NULL AS nomark, r.id, "
+    "  r.shard_group AS grp, r.shard, l.epoch, "
+    "  (CASE WHEN r.start_at <= now() THEN ARRAY[" MSG_START_SQL "] ELSE '{}' END "
+    "   || coalesce(mq.ids, '{}'))::text AS ids, "
+    "  r.workflow, r.status, r.input::text AS input, r.attempt, r.max_attempts, "
+    "  r.cancel_requested, r.parent_id, r.concurrency_key IS NOT NULL AS flow, "
+    "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
+    "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
+    "  " CLAIM_RUN_DATA ") "
+    "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "
+    "  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "
+    "  c.last_step, c.journal, c.signals, "
+    "  (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint FROM ("
+    "     SELECT m.deliver_at AS at FROM cairn.messages m "
+    "     WHERE m.run_id = ANY ($9::bigint[]) AND m.deliver_at > now() "
+    "     UNION ALL SELECT r.start_at FROM cairn.runs r "
+    "     WHERE r.id = ANY ($9::bigint[]) AND r.start_at > now()) x), "
+    "  NOT c.nomark, c.parent_id, c.flow, NULL::text, 0::bigint, "
+    "  EXISTS (SELECT 1 FROM cairn.limits) "
+    "FROM (SELECT 1) one LEFT JOIN c ON true";
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
 static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])
@@ -648,8 +707,10 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	const char *plan = generic == d->plan_generic ? NULL : generic ? PLAN_GENERIC : PLAN_CUSTOM;
 	static const char *const names[2][2] = {{"cairn_claim_plain", "cairn_claim_runs_plain"},
 	                                        {"cairn_claim", "cairn_claim_runs"}};
-	PGresult *r =
-	    db_exec_prepared(conn, err, plan, names[d->limited][generic], generic ? 9 : 8, p);
+	const char *name = names[d->limited][generic];
+	if (generic && !d->limited && !go_busy && nruns <= start_now)
+		name = "cairn_claim_one";
+	PGresult *r = db_exec_prepared(conn, err, plan, name, generic ? 9 : 8, p);
 	pgarr_free(&ex);
 	pgarr_free(&want);
 	if (!r)
@@ -823,10 +884,10 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	}
 	int ok = 1;
 	const char *const names[] = {"cairn_claim", "cairn_claim_runs", "cairn_claim_plain",
-	                             "cairn_claim_runs_plain"};
+	                             "cairn_claim_runs_plain", "cairn_claim_one"};
 	const char *const sqls[] = {SQL_CLAIM, SQL_CLAIM_RUNS, SQL_CLAIM_PLAIN,
-	                            SQL_CLAIM_RUNS_PLAIN};
-	for (int i = 0; ok && i < 4; i++) {
+	                            SQL_CLAIM_RUNS_PLAIN, SQL_CLAIM_ONE};
+	for (int i = 0; ok && i < 5; i++) {
 		PGresult *r = PQprepare(c, names[i], sqls[i], 0, NULL);
 		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		if (!ok) {
@@ -896,6 +957,9 @@ static void *poller_main(void *arg)
 	while (!atomic_load(&d->stopping)) {
 		watch_stamp(d->env.loop);
 		if (!conn && !(conn = connect_poller(d, &err))) {
+			if (failures == 0)
+				log_kv(d->env.log, LOG_WARN, "poller cannot connect; retrying",
+				       "error", buf_str(&err), NULL);
 			busy = 1;
 			cancel |= wait_wake(d, db_backoff_ms(failures++));
 			continue;
@@ -947,7 +1011,10 @@ static void *poller_main(void *arg)
 			limit = room < cfg->poll_batch ? room : cfg->poll_batch;
 			int64_t next_due = -1;
 			int skipped = 0;
-			if (owner && shardmap_owned(d->env.map) > 0 && room > 0) {
+			int owned = shardmap_owned(d->env.map);
+			if (owned == 0)
+				atomic_store(&d->claiming, 1); /* nothing to claim: ready as it is */
+			if (owner && owned > 0 && room > 0) {
 				int64_t t0 = clock_mono_ms();
 				int go_busy = !busy && last_n >= BUSY_AFTER;
 				buf_reset(&parked);
@@ -959,6 +1026,8 @@ static void *poller_main(void *arg)
 				if (rc >= 0 && parked.len &&
 				    flow_release(d, conn, SQL_FLOW_RELEASE, 1, pk, &err) > 0)
 					again = 1;
+				if (rc >= 0)
+					atomic_store(&d->claiming, 1);
 				if (go_busy && rc >= 0)
 					atomic_fetch_add(&d->env.m->poller_busy, 1);
 				if (rc >= 0)
@@ -1014,6 +1083,7 @@ static void *poller_main(void *arg)
 			if (!db_ok(conn)) {
 				PQfinish(conn);
 				conn = NULL;
+				atomic_store(&d->claiming, 0);
 			}
 		}
 		if (again || (want && rc >= 0 && n > 0 && n == limit)) {
@@ -1030,6 +1100,11 @@ static void *poller_main(void *arg)
 	buf_free(&err);
 	buf_free(&parked);
 	return NULL;
+}
+
+int dispatch_claiming(dispatch *d)
+{
+	return d && atomic_load(&d->claiming);
 }
 
 void dispatch_wake(dispatch *d, int cancel)

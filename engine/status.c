@@ -33,8 +33,17 @@ static void healthz(cairn_worker *w, http_reply *r)
 /* Whether the worker is ready; why not in reason. Holds w->mu. */
 static int ready_locked(const cairn_worker *w, const char **reason)
 {
-	*reason = w->not_ready[0] ? w->not_ready : "stopping";
-	return w->db_connected && !w->not_ready[0] && !w->stopping;
+	if (w->not_ready[0])
+		*reason = w->not_ready;
+	else if (w->stopping)
+		*reason = "stopping";
+	else if (!w->db_connected)
+		*reason = "database not connected";
+	else if (!dispatch_claiming(w->dispatch))
+		*reason = "the poller has not claimed yet";
+	else
+		return 1;
+	return 0;
 }
 
 int status_ready(cairn_worker *w)
