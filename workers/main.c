@@ -5,6 +5,8 @@
  * cairn_worker_run(). Everything else lives in libcairn so a user can build
  * the same daemon with their own workflows linked in.
  */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,6 +49,15 @@ int main(int argc, char **argv)
 		}
 		check |= strcmp(argv[i], "--check-config") == 0;
 	}
+	/* A SIGTERM that comes while the worker starts (loading plugins,
+	 * checking the database) waits for cairn_worker_run, which drains at
+	 * once, instead of killing the process by default: every thread the
+	 * worker starts inherits this mask. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	cairn_worker *w;
 	int rc = cairn_worker_new(argc, argv, &w);
 	if (rc) {
