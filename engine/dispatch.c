@@ -439,13 +439,15 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * claim says whether limits exist (fx.limited), and the poller's next
  * claim is the one with limits from then on: a limit holds from each
  * worker's first claim after it was set. */
+#define CLAIM_FX_PLAIN                                                                             \
+	"fx AS (SELECT NULL::text AS parked, EXISTS (SELECT 1 FROM cairn.limits) AS limited, "     \
+	"         0::bigint AS back, NULL::bigint AS pushed), "
 #define CLAIM_PLAIN                                                                                \
 	CLAIM_GROUP                                                                                \
 	"ok AS (SELECT d.*, r.claims AS cl, r.finished_at IS NOT NULL AS done, "                   \
 	"         r.concurrency_key AS ck, "                                                       \
 	"         NULL::int AS kc, NULL::int AS gc FROM d JOIN cairn.runs r ON r.id = d.run_id), " \
-	"fx AS (SELECT NULL::text AS parked, EXISTS (SELECT 1 FROM cairn.limits) AS limited, "     \
-	"         0::bigint AS back, NULL::bigint AS pushed), "
+	CLAIM_FX_PLAIN
 /* What a claimed run (r, with js.bytes: its journal's size) brings to its
  * execution: the last step it completed (only when it stopped its workers
  * before), its journal unless over $4 bytes, its oldest $5 signals. */
@@ -583,9 +585,9 @@ static const char SQL_CLAIM_RUNS_PLAIN[] =
  * each with its due messages, journal and signals, and the next due time of
  * those runs: one UPDATE with a few joins instead of a chain of a dozen
  * CTEs, whose executor set-up was most of the claim's cost (measured from
- * psql: 0.21 ms a claim of one run, against 0.33 ms). The same columns as
- * CLAIM_SELECT; every run is marked (counted) unless it will run alone or
- * is finished. $3 bounds the runs, $7 is at least their number and $8 is
+ * psql: 0.21 ms a claim of one run, against 0.33 ms). It ends as the
+ * others do (CLAIM_NAMED_NEXT, CLAIM_SELECT); every run is marked (counted)
+ * unless it will run alone or is finished. $3 bounds the runs, $7 is at least their number and $8 is
  * false: the poller sends it only then.
  */
 static const char SQL_CLAIM_ONE[] =
@@ -606,26 +608,15 @@ static const char SQL_CLAIM_ONE[] =
     "WHERE r.id = t.id AND t.id <> ALL ($2::bigint[]) AND NOT $8::bool "
     "  AND l.shard_group = r.shard_group AND l.shard = r.shard "
     "  AND (r.start_at <= now() OR mq.ids IS NOT NULL) "
-    "RETURNING r.claims > $6 - 1 OR r.finished_at IS NOT NULL AS nomark, r.id, "
-    "  r.shard_group AS grp, r.shard, l.epoch, "
+    "RETURNING r.claims <= $6 - 1 AND r.finished_at IS NULL AS mark, r.priority AS prio, "
+    "  r.start_at AS at, r.id AS first, r.id, r.shard_group AS grp, r.shard, l.epoch, "
     "  (CASE WHEN r.start_at <= now() THEN ARRAY[" MSG_START_SQL "] ELSE '{}' END "
     "   || coalesce(mq.ids, '{}'))::text AS ids, "
     "  r.workflow, r.status, r.input::text AS input, r.attempt, r.max_attempts, "
     "  r.cancel_requested, r.parent_id, r.concurrency_key IS NOT NULL AS flow, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
-    "  " CLAIM_RUN_DATA ") "
-    "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "
-    "  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "
-    "  c.last_step, c.journal, c.signals, "
-    "  (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint FROM ("
-    "     SELECT m.deliver_at AS at FROM cairn.messages m "
-    "     WHERE m.run_id = ANY ($9::bigint[]) AND m.deliver_at > now() "
-    "     UNION ALL SELECT r.start_at FROM cairn.runs r "
-    "     WHERE r.id = ANY ($9::bigint[]) AND r.start_at > now()) x), "
-    "  NOT c.nomark, c.parent_id, c.flow, NULL::text, 0::bigint, "
-    "  EXISTS (SELECT 1 FROM cairn.limits) "
-    "FROM (SELECT 1) one LEFT JOIN c ON true";
+    "  " CLAIM_RUN_DATA "), " CLAIM_FX_PLAIN CLAIM_NAMED_NEXT CLAIM_SELECT;
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
 static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])

@@ -39,12 +39,11 @@ typedef struct dispatch_env {
 /* Starts the committer, the executors and the poller; 0 or -CAIRN_ENOMEM
  * (nothing left running). */
 int dispatch_start(const dispatch_env *env, dispatch **out);
-/* Makes the poller claim now (the shards got work, or the lease loop took
- * shards); with cancel, also look for cancelled runs in flight. Any thread. */
 /* Whether the poller is connected and a claim there has answered (its
  * statements are prepared and planned): a worker is ready only then. */
 int dispatch_claiming(dispatch *d);
-
+/* Makes the poller claim now (the shards got work, or the lease loop took
+ * shards); with cancel, also look for cancelled runs in flight. Any thread. */
 void dispatch_wake(dispatch *d, int cancel);
 /* The same for a wake-up that names the runs that got work (n > 0): the
  * poller claims only theirs, unless it claims all that is due anyway, or

@@ -434,7 +434,7 @@ static int relay_take(relay_state *r, buf *err)
 	}
 	if (!members)
 		return 0;
-	int rc = relay_load(r, err);
+	int rc = reloaded ? 0 : relay_load(r, err);
 	if (!rc && strcmp(r->members, r->told) != 0) {
 		snprintf(r->told, sizeof r->told, "%s", r->members);
 		relay_all(r, r->members);
