@@ -79,6 +79,8 @@ struct dispatch {
 	pgarr ended; /* runs of limited keys that ended: their keys' held runs may go; under mu */
 	int plan_generic;   /* the poller's session plans generically (SQL_CLAIM_RUNS) */
 	int limited;        /* the last claim saw limits (cairn.limits): claim with them */
+	unsigned warm;      /* claim statements run in this session (bit per name) */
+	int cold_claim;     /* the last claim was its statement's first in the session */
 	int clean;          /* executions that reached a durable point while draining */
 	db_settings limits; /* the poller's: read from cairn.settings at each connect */
 };
@@ -431,7 +433,8 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"           AND ((s3.kal IS NOT NULL AND s3.krank > s3.kal) "                              \
 	"             OR (s3.wal IS NOT NULL AND s3.wrank > s3.wal)) "                             \
 	"         RETURNING r.start_at), "                                                         \
-	"fx AS (SELECT (SELECT array_agg(id)::text FROM park) AS parked, true AS limited, "        \
+	"fx AS (SELECT (SELECT array_agg(id)::text FROM park) AS parked, "                        \
+	"         EXISTS (SELECT 1 FROM cairn.limits) AS limited, "                                \
 	"         (SELECT count(*) FROM s3) - (SELECT count(*) FROM ok) AS back, "                 \
 	"         (SELECT ceil(extract(epoch FROM min(start_at) - now()) * 1000)::bigint "         \
 	"          FROM push) AS pushed), "
@@ -696,11 +699,15 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	int64_t mono = clock_mono_ms();
 	int generic = nruns > 0;
 	const char *plan = generic == d->plan_generic ? NULL : generic ? PLAN_GENERIC : PLAN_CUSTOM;
-	static const char *const names[2][2] = {{"cairn_claim_plain", "cairn_claim_runs_plain"},
-	                                        {"cairn_claim", "cairn_claim_runs"}};
-	const char *name = names[d->limited][generic];
+	static const char *const names[] = {"cairn_claim_plain", "cairn_claim_runs_plain",
+	                                    "cairn_claim", "cairn_claim_runs", "cairn_claim_one"};
+	int which = d->limited * 2 + generic;
 	if (generic && !d->limited && !go_busy && nruns <= start_now)
-		name = "cairn_claim_one";
+		which = 4;
+	const char *name = names[which];
+	/* Its first run in a session plans it and loads the catalog. */
+	d->cold_claim = !(d->warm & 1u << which);
+	d->warm |= 1u << which;
 	PGresult *r = db_exec_prepared(conn, err, plan, name, generic ? 9 : 8, p);
 	pgarr_free(&ex);
 	pgarr_free(&want);
@@ -721,6 +728,7 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 			*next_due_ms = due;
 		if (i == 0) {
 			d->limited = !v[CLAIM_LIMITS] || strcmp(v[CLAIM_LIMITS], "f") != 0;
+			atomic_store(&d->env.m->claim_limits, d->limited);
 			/* Held back by a limit: a run that ends may let them go. */
 			int back = claimrow_held_back(v);
 			*skipped += back;
@@ -893,6 +901,7 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	 * executions is the marker's. Plans: see claim(). */
 	d->plan_generic = 0;
 	d->limited = 1; /* until a claim says there are none */
+	d->warm = 0;
 	if (!ok || db_cmd(c, err, PLAN_CUSTOM, 0, NULL) < 0 ||
 	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0) {
 		PQfinish(c);
@@ -1038,12 +1047,13 @@ static void *poller_main(void *arg)
 						busy = 0, again = 1;
 				}
 				int64_t took = clock_mono_ms() - t0;
-				if (n >= 0 && took > SLOW_CLAIM_MS &&
+				if (n >= 0 && took > SLOW_CLAIM_MS && !d->cold_claim &&
 				    clock_mono_ms() >= next_analyze) {
 					/* A slow claim after a bulk load is the planner
 					 * sorting every due message because its statistics
 					 * still say the table is small; autovacuum would
-					 * take up to a minute to notice. */
+					 * take up to a minute to notice. Not the first run
+					 * of a statement in the session, slow as it plans. */
 					char ms[24];
 					log_kv(d->env.log, LOG_INFO,
 					       "slow claim: refreshing the statistics of "

@@ -674,10 +674,12 @@ int maint_register(registry *reg, const maint_env *env, buf *err)
 	singleton_def scheduler = health;
 	snprintf(scheduler.name, sizeof scheduler.name, "cairn.scheduler");
 	scheduler.fn = scheduler_main;
-	int rc = registry_add_singleton(reg, &health, err);
-	if (!rc)
-		rc = registry_add_singleton(reg, &janitor, err);
+	/* Singletons start in this order: the relay first, since wake-ups
+	 * wait for it (a run enqueued before it listens waits for its poke). */
+	int rc = registry_add_singleton(reg, &relay, err);
 	if (!rc)
 		rc = registry_add_singleton(reg, &scheduler, err);
-	return rc ? rc : registry_add_singleton(reg, &relay, err);
+	if (!rc)
+		rc = registry_add_singleton(reg, &health, err);
+	return rc ? rc : registry_add_singleton(reg, &janitor, err);
 }

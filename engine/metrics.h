@@ -34,6 +34,7 @@ typedef struct metrics {
 	_Atomic uint64_t step_count;
 	_Atomic uint64_t step_sum_us;
 	_Atomic int queue_depth;
+	_Atomic int claim_limits; /* 1 while the poller claims with limits (cairn.limits has rows) */
 } metrics;
 
 /* Counts one executed step that took us microseconds. */

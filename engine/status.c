@@ -112,6 +112,10 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_members_told_total", "counter",
 	       "Membership changes the wake relay told this worker of (each hastens a rebalance).",
 	       NULL, (double)atomic_load(&m->members_told));
+	metric(b, "cairn_poller_limits", "gauge",
+	       "1 while the poller claims with limits (cairn limit): some exist, so each claim "
+	       "applies them; 0 while none exist and claims admit every due run.",
+	       NULL, atomic_load(&m->claim_limits));
 	metric(b, "cairn_poller_busy_total", "counter",
 	       "Times the poller went busy: it claims back to back and writers do not wake it.",
 	       NULL, (double)atomic_load(&m->poller_busy));

@@ -559,6 +559,35 @@ Test(flow, the_sql_and_http_front_doors_place_hold_and_prioritize_as_the_client_
 	PQfinish(pg);
 }
 
+/* Runs t.hold once and waits for it. */
+static void run_once(const char *key)
+{
+	char *out = NULL, *err = NULL;
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "t.hold", "--key", key, "--input",
+	                  "{\"ms\": 1}", "--wait", "--timeout", "20s", NULL),
+	             0, "%s did not run: %s", key, err);
+	free(out);
+	free(err);
+}
+
+Test(flow, the_poller_claims_with_limits_only_while_some_exist)
+{
+	pid_t w = start_worker(0, 2);
+	run_once("before");
+	tcheck(dump, tmetric(ports[0], "cairn_poller_limits") == 0,
+	       "with no limit the poller still claims with limits");
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--key-concurrency", "1", NULL),
+	             0);
+	run_once("with");
+	tcheck(dump, tmetric(ports[0], "cairn_poller_limits") == 1,
+	       "a limit was set but the poller does not claim with limits");
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "delete", "t.hold", NULL), 0);
+	run_once("after");
+	tcheck(dump, tmetric(ports[0], "cairn_poller_limits") == 0,
+	       "the limit is gone but the poller still claims with limits");
+	tworker_stop(w, SIGTERM, 30000);
+}
+
 Test(flow, without_a_key_limit_a_small_key_still_starts_at_once_behind_a_big_keys_backlog)
 {
 	small_key_behind_a_backlog("no key limit", 64);

@@ -429,8 +429,8 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	}
 	cr_assert_geq(epochs, 1, "%s", body);
 	/* The built-ins, in the order they were registered. */
-	static const char *const builtins[] = {"cairn.health", "cairn.janitor", "cairn.scheduler",
-	                                       "cairn.relay"};
+	static const char *const builtins[] = {"cairn.relay", "cairn.scheduler", "cairn.health",
+	                                       "cairn.janitor"};
 	int k = 0;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "singletons"))
 	{
