@@ -713,9 +713,6 @@ static void *committer_main(void *arg)
 	buf err = BUF_INIT;
 	commit *batch[COMMIT_MAX];
 	int failures = 0, n;
-	/* Connected before the first commit comes, so that the first runs do
-	 * not wait for a connection; if this fails, the first commit retries. */
-	conn = connect_committer(k, &err);
 	while ((n = take_batch(k, batch)) > 0) {
 		while (!conn) {
 			conn = connect_committer(k, &err);
