@@ -79,6 +79,17 @@ PGresult *db_exec_prepared(PGconn *c, buf *err, const char *first, const char *n
                            const char *const *params);
 /* db_exec for statements whose result is not needed: 0 or -1. */
 int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
+/*
+ * ANALYZE of tables (a constant list: "cairn.a, cairn.b") unless one of
+ * them was analyzed, by anyone (autovacuum too), in the last within_ms,
+ * under the transaction advisory lock lock_key: of the sessions of a fleet
+ * that ask at once, one analyzes and the others find it done. An ANALYZE
+ * makes every session plan its statements on those tables again, so a
+ * worker never runs one that another just ran. 1: analyzed; 0: analyzed
+ * within the time; -1: another session holds the lock (it is analyzing),
+ * or the database failed.
+ */
+int db_analyze_unless_recent(PGconn *c, int64_t lock_key, const char *tables, int64_t within_ms);
 /* SQLSTATE of the last error copied by db_exec (5 chars) or "". */
 const char *db_last_sqlstate(void);
 

@@ -27,6 +27,7 @@
 #include "pgarr.h"
 
 #define HISTORY 16 /* rebalance rounds kept for /status */
+#define LEASE_STATS_LOCK_KEY 7233373717601141523 /* the migrations' lock + 2 */
 
 /* One rebalance round that changed something. */
 typedef struct round {
@@ -43,6 +44,7 @@ struct lease {
 	_Atomic int64_t runner_id;
 	_Atomic int rebalanced;
 	int pending;        /* the last round wanted shards it could not take yet */
+	int64_t stats_since; /* monotonic ms of a change not seen analyzed yet; 0: none */
 	int watcher;        /* one of the two oldest of several live runners */
 	pthread_mutex_t mu; /* guards the history and members */
 	round history[HISTORY];
@@ -474,10 +476,18 @@ int lease_rebalance(lease *l, int *changed)
 	if (rc)
 		return rc;
 	atomic_store(&l->rebalanced, 1);
+	/* The pollers' claim plans on how many shards each runner owns: keep
+	 * the planner's picture of this small table current. Every runner of a
+	 * fleet that starts changes it, so it is analyzed once for all the
+	 * changes that came before (db_analyze_unless_recent), or again at the
+	 * next round while another runner analyzes it. */
+	if (*changed && !l->stats_since)
+		l->stats_since = clock_mono_ms();
+	if (l->stats_since &&
+	    db_analyze_unless_recent(l->conn, LEASE_STATS_LOCK_KEY, "cairn.shard_leases",
+	                             clock_mono_ms() - l->stats_since + 1) >= 0)
+		l->stats_since = 0;
 	if (*changed) {
-		/* The pollers' claim plans on how many shards each runner owns:
-		 * keep the planner's picture of this small table current. */
-		db_cmd(l->conn, NULL, "ANALYZE cairn.shard_leases", 0, NULL);
 		atomic_fetch_add(&l->env.m->rebalances, 1);
 		char n[24], owned[24];
 		log_kv(l->env.log, LOG_INFO, "rebalanced", "changed", db_i64(n, *changed), "owned",

@@ -612,3 +612,69 @@ Test(worker, settings_of_an_embedded_worker_are_validated_by_name)
 	cairn_worker_free(w);
 	unsetenv("CAIRN_CONCURRENCY");
 }
+
+static char slow_logs[3][64];
+static int slow_ports[3];
+
+/* Each poller has run its claims more than once: none is planned any more. */
+static int every_poller_claimed_thrice(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 3; i++)
+		if (tmetric(slow_ports[i], "cairn_claims_total{of=\"shards\"}") < 3)
+			return 0;
+	return 1;
+}
+
+static int every_poller_saw_a_slow_claim(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 3; i++) {
+		char *s = tfile_read(slow_logs[i]);
+		int seen = s && strstr(s, "slow claim:");
+		free(s);
+		if (!seen)
+			return 0;
+	}
+	return 1;
+}
+
+/* The pollers of a fleet see the same slow claims at the same time; one
+ * ANALYZE serves them all (each used to run its own, and every session then
+ * planned again). */
+Test(worker, pollers_whose_claims_are_slow_together_refresh_the_statistics_once)
+{
+	const char *db = tdb_new_migrated();
+	PGconn *pg = tdb_connect(db), *lk = tdb_connect(db);
+	/* Only the pollers analyze here. */
+	tdb_exec(pg, "ALTER TABLE cairn.runs SET (autovacuum_enabled = false)");
+	tdb_exec(pg, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
+	const char *count = "SELECT analyze_count + autoanalyze_count FROM pg_stat_user_tables "
+	                    "WHERE relid = 'cairn.runs'::regclass";
+	int64_t before = tdb_int(pg, count);
+	pid_t w[3];
+	for (int i = 0; i < 3; i++)
+		w[i] = tworker_start(db, &slow_ports[i], tlog_file(slow_logs[i]),
+		                     "CAIRN_POLL_INTERVAL=100ms", NULL);
+	cr_assert(twait(every_poller_claimed_thrice, NULL, 30000), "the pollers did not claim");
+	/* Every poller's claim waits for the lock for over 50 ms: all slow. */
+	tdb_exec(lk, "BEGIN");
+	tdb_exec(lk, "LOCK TABLE cairn.runs IN SHARE MODE");
+	cr_assert(tdb_wait_at_least(pg,
+	                            "SELECT count(*) FROM pg_stat_activity "
+	                            "WHERE application_name = 'cairn-worker poll' "
+	                            "AND wait_event_type = 'Lock' "
+	                            "AND now() - query_start > interval '50 ms'",
+	                            3, 60000),
+	          "the three pollers never waited for the lock together");
+	tdb_exec(lk, "COMMIT");
+	cr_assert(twait(every_poller_saw_a_slow_claim, NULL, 30000),
+	          "a poller did not see its slow claim");
+	cr_assert_eq(tdb_int(pg, count) - before, 1,
+	             "three slow pollers analyzed cairn.runs %" PRId64 " times",
+	             tdb_int(pg, count) - before);
+	for (int i = 0; i < 3; i++)
+		tworker_stop(w[i], SIGTERM, 30000);
+	PQfinish(lk);
+	PQfinish(pg);
+}
