@@ -288,32 +288,28 @@ int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *param
 	return 0;
 }
 
-static const char SQL_ANALYZED[] =
-    "SELECT pg_try_advisory_xact_lock($1::bigint), EXISTS ("
-    "  SELECT 1 FROM pg_stat_user_tables WHERE relid = ANY ($2::regclass[]) "
-    "    AND greatest(last_analyze, last_autoanalyze) > "
-    "        now() - $3::bigint * interval '1 millisecond')";
+static const char SQL_ANALYZED[] = "SELECT pg_try_advisory_xact_lock($1::bigint), EXISTS ("
+                                   "  SELECT 1 FROM pg_stat_user_tables "
+                                   "  WHERE relid = ANY (string_to_array($2, ', ')::regclass[]) "
+                                   "    AND greatest(last_analyze, last_autoanalyze) > "
+                                   "        now() - $3::bigint * interval '1 millisecond')";
 
 int db_analyze_unless_recent(PGconn *c, int64_t lock_key, const char *tables, int64_t within_ms)
 {
-	buf list = BUF_INIT, sql = BUF_INIT;
-	buf_puts(&list, "{");
-	for (const char *t = tables; *t; t++)
-		if (*t != ' ')
-			buf_append(&list, t, 1);
-	buf_puts(&list, "}");
+	buf sql = BUF_INIT;
 	buf_printf(&sql, "ANALYZE %s", tables);
 	char key[24], ms[24];
-	const char *p[] = {db_i64(key, lock_key), buf_str(&list), db_i64(ms, within_ms)};
+	const char *p[] = {db_i64(key, lock_key), tables, db_i64(ms, within_ms)};
 	PGresult *r = NULL;
 	int rc = -1;
 	if (db_cmd(c, NULL, "BEGIN", 0, NULL) == 0 && (r = db_exec(c, NULL, SQL_ANALYZED, 3, p)) &&
 	    PQntuples(r) == 1 && db_get_bool(r, 0, 0))
-		rc = db_get_bool(r, 0, 1) ? 0 : db_cmd(c, NULL, buf_str(&sql), 0, NULL) == 0 ? 1 : -1;
+		rc = db_get_bool(r, 0, 1)                           ? 0
+		     : db_cmd(c, NULL, buf_str(&sql), 0, NULL) == 0 ? 1
+		                                                    : -1;
 	PQclear(r);
 	if (rc < 0 || db_cmd(c, NULL, "COMMIT", 0, NULL) < 0)
 		db_cmd(c, NULL, "ROLLBACK", 0, NULL);
-	buf_free(&list);
 	buf_free(&sql);
 	return rc;
 }

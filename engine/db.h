@@ -90,6 +90,9 @@ int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *param
  * or the database failed.
  */
 int db_analyze_unless_recent(PGconn *c, int64_t lock_key, const char *tables, int64_t within_ms);
+/* Its lock keys (one-bigint advisory locks; migrate.c's is 7233373717601141521). */
+#define DB_LOCK_ANALYZE_QUEUE  7233373717601141522 /* cairn.messages, cairn.runs */
+#define DB_LOCK_ANALYZE_LEASES 7233373717601141523 /* cairn.shard_leases */
 /* SQLSTATE of the last error copied by db_exec (5 chars) or "". */
 const char *db_last_sqlstate(void);
 

@@ -68,7 +68,7 @@ struct dispatch {
 	int idle; /* executors waiting for a job */
 	int exec_stop;
 	_Atomic int stopping;
-	_Atomic int claiming; /* the poller is connected and its first claim there answered */
+	_Atomic int claiming;    /* the poller is connected and its first claim there answered */
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
 	/* What a wake-up asks of the poller (see poller_main). */
 	_Atomic int claim_wanted;         /* claim now */
@@ -433,7 +433,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"           AND ((s3.kal IS NOT NULL AND s3.krank > s3.kal) "                              \
 	"             OR (s3.wal IS NOT NULL AND s3.wrank > s3.wal)) "                             \
 	"         RETURNING r.start_at), "                                                         \
-	"fx AS (SELECT (SELECT array_agg(id)::text FROM park) AS parked, "                        \
+	"fx AS (SELECT (SELECT array_agg(id)::text FROM park) AS parked, "                         \
 	"         EXISTS (SELECT 1 FROM cairn.limits) AS limited, "                                \
 	"         (SELECT count(*) FROM s3) - (SELECT count(*) FROM ok) AS back, "                 \
 	"         (SELECT ceil(extract(epoch FROM min(start_at) - now()) * 1000)::bigint "         \
@@ -449,8 +449,8 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	CLAIM_GROUP                                                                                \
 	"ok AS (SELECT d.*, r.claims AS cl, r.finished_at IS NOT NULL AS done, "                   \
 	"         r.concurrency_key AS ck, "                                                       \
-	"         NULL::int AS kc, NULL::int AS gc FROM d JOIN cairn.runs r ON r.id = d.run_id), " \
-	CLAIM_FX_PLAIN
+	"         NULL::int AS kc, NULL::int AS gc "                                               \
+	"  FROM d JOIN cairn.runs r ON r.id = d.run_id), " CLAIM_FX_PLAIN
 /* What a claimed run (r, with js.bytes: its journal's size) brings to its
  * execution: the last step it completed (only when it stopped its workers
  * before), its journal unless over $4 bytes, its oldest $5 signals. */
@@ -590,8 +590,8 @@ static const char SQL_CLAIM_RUNS_PLAIN[] =
  * CTEs, whose executor set-up was most of the claim's cost (measured from
  * psql: 0.21 ms a claim of one run, against 0.33 ms). It ends as the
  * others do (CLAIM_NAMED_NEXT, CLAIM_SELECT); every run is marked (counted)
- * unless it will run alone or is finished. $3 bounds the runs, $7 is at least their number and $8 is
- * false: the poller sends it only then.
+ * unless it will run alone or is finished. $3 bounds the runs, $7 is at
+ * least their number and $8 is false: the poller sends it only then.
  */
 static const char SQL_CLAIM_ONE[] =
     "WITH c AS (UPDATE cairn.runs r SET "
@@ -620,6 +620,18 @@ static const char SQL_CLAIM_ONE[] =
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
     "  " CLAIM_RUN_DATA "), " CLAIM_FX_PLAIN CLAIM_NAMED_NEXT CLAIM_SELECT;
+
+/* The claim statements, prepared on every poll connection. claim() takes
+ * the one with limits or without (limited * 2) for all that is due or for
+ * named runs (+ 1), or CLAIM_ONE. */
+enum { CLAIM_LIMITED = 2, CLAIM_NAMED = 1, CLAIM_ONE = 4, CLAIM_STATEMENTS = 5 };
+static const struct {
+	const char *name, *sql;
+} CLAIM_STATEMENT[CLAIM_STATEMENTS] = {{"cairn_claim_plain", SQL_CLAIM_PLAIN},
+                                       {"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN},
+                                       {"cairn_claim", SQL_CLAIM},
+                                       {"cairn_claim_runs", SQL_CLAIM_RUNS},
+                                       {"cairn_claim_one", SQL_CLAIM_ONE}};
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
 static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])
@@ -699,16 +711,14 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	int64_t mono = clock_mono_ms();
 	int generic = nruns > 0;
 	const char *plan = generic == d->plan_generic ? NULL : generic ? PLAN_GENERIC : PLAN_CUSTOM;
-	static const char *const names[] = {"cairn_claim_plain", "cairn_claim_runs_plain",
-	                                    "cairn_claim", "cairn_claim_runs", "cairn_claim_one"};
-	int which = d->limited * 2 + generic;
+	int which = d->limited * CLAIM_LIMITED + generic * CLAIM_NAMED;
 	if (generic && !d->limited && !go_busy && nruns <= start_now)
-		which = 4;
-	const char *name = names[which];
+		which = CLAIM_ONE;
 	/* Its first run in a session plans it and loads the catalog. */
 	d->cold_claim = !(d->warm & 1u << which);
 	d->warm |= 1u << which;
-	PGresult *r = db_exec_prepared(conn, err, plan, name, generic ? 9 : 8, p);
+	PGresult *r =
+	    db_exec_prepared(conn, err, plan, CLAIM_STATEMENT[which].name, generic ? 9 : 8, p);
 	pgarr_free(&ex);
 	pgarr_free(&want);
 	if (!r)
@@ -882,12 +892,9 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 		return NULL;
 	}
 	int ok = 1;
-	const char *const names[] = {"cairn_claim", "cairn_claim_runs", "cairn_claim_plain",
-	                             "cairn_claim_runs_plain", "cairn_claim_one"};
-	const char *const sqls[] = {SQL_CLAIM, SQL_CLAIM_RUNS, SQL_CLAIM_PLAIN,
-	                            SQL_CLAIM_RUNS_PLAIN, SQL_CLAIM_ONE};
-	for (int i = 0; ok && i < 5; i++) {
-		PGresult *r = PQprepare(c, names[i], sqls[i], 0, NULL);
+	for (int i = 0; ok && i < CLAIM_STATEMENTS; i++) {
+		PGresult *r =
+		    PQprepare(c, CLAIM_STATEMENT[i].name, CLAIM_STATEMENT[i].sql, 0, NULL);
 		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		if (!ok) {
 			buf_reset(err);
@@ -949,12 +956,11 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * a minute serves the fleet (db_analyze_unless_recent).
  */
 #define STATS_FRESH_MS 60000
-#define STATS_LOCK_KEY 7233373717601141522 /* the migrations' lock + 1 */
 
 static void refresh_stats(dispatch *d, PGconn *conn, int64_t claim_ms)
 {
 	char ms[24];
-	int rc = db_analyze_unless_recent(conn, STATS_LOCK_KEY, "cairn.messages, cairn.runs",
+	int rc = db_analyze_unless_recent(conn, DB_LOCK_ANALYZE_QUEUE, "cairn.messages, cairn.runs",
 	                                  STATS_FRESH_MS);
 	log_kv(d->env.log, LOG_INFO,
 	       rc > 0    ? "slow claim: refreshed the statistics of cairn.messages and cairn.runs"
@@ -1037,8 +1043,9 @@ static void *poller_main(void *arg)
 			int64_t next_due = -1;
 			int skipped = 0;
 			int owned = shardmap_owned(d->env.map);
+			/* Nothing to claim: ready as it is. */
 			if (owned == 0)
-				atomic_store(&d->claiming, 1); /* nothing to claim: ready as it is */
+				atomic_store(&d->claiming, 1);
 			if (owner && owned > 0 && room > 0) {
 				int64_t t0 = clock_mono_ms();
 				int go_busy = !busy && last_n >= BUSY_AFTER;

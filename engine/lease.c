@@ -27,7 +27,6 @@
 #include "pgarr.h"
 
 #define HISTORY 16 /* rebalance rounds kept for /status */
-#define LEASE_STATS_LOCK_KEY 7233373717601141523 /* the migrations' lock + 2 */
 
 /* One rebalance round that changed something. */
 typedef struct round {
@@ -43,10 +42,10 @@ struct lease {
 	PGconn *conn;
 	_Atomic int64_t runner_id;
 	_Atomic int rebalanced;
-	int pending;        /* the last round wanted shards it could not take yet */
+	int pending;         /* the last round wanted shards it could not take yet */
 	int64_t stats_since; /* monotonic ms of a change not seen analyzed yet; 0: none */
-	int watcher;        /* one of the two oldest of several live runners */
-	pthread_mutex_t mu; /* guards the history and members */
+	int watcher;         /* one of the two oldest of several live runners */
+	pthread_mutex_t mu;  /* guards the history and members */
 	round history[HISTORY];
 	int nhistory;
 	char members[40]; /* the live runners' fingerprint last seen */
@@ -484,7 +483,7 @@ int lease_rebalance(lease *l, int *changed)
 	if (*changed && !l->stats_since)
 		l->stats_since = clock_mono_ms();
 	if (l->stats_since &&
-	    db_analyze_unless_recent(l->conn, LEASE_STATS_LOCK_KEY, "cairn.shard_leases",
+	    db_analyze_unless_recent(l->conn, DB_LOCK_ANALYZE_LEASES, "cairn.shard_leases",
 	                             clock_mono_ms() - l->stats_since + 1) >= 0)
 		l->stats_since = 0;
 	if (*changed) {

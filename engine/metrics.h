@@ -18,9 +18,9 @@ typedef struct metrics {
 	_Atomic uint64_t detachments;
 	_Atomic uint64_t rebalances;
 	_Atomic uint64_t members_told; /* membership changes the relay told this worker of */
-	_Atomic uint64_t poller_busy; /* times the poller went busy (writers stopped waking it) */
-	_Atomic uint64_t claims_all;  /* claims of all that is due in the shards */
-	_Atomic uint64_t claims_runs; /* claims of the runs wake-ups named */
+	_Atomic uint64_t poller_busy;  /* times the poller went busy (writers stopped waking it) */
+	_Atomic uint64_t claims_all;   /* claims of all that is due in the shards */
+	_Atomic uint64_t claims_runs;  /* claims of the runs wake-ups named */
 	_Atomic uint64_t lease_losses;
 	_Atomic uint64_t singleton_restarts;
 	_Atomic uint64_t health_checks;
@@ -34,7 +34,8 @@ typedef struct metrics {
 	_Atomic uint64_t step_count;
 	_Atomic uint64_t step_sum_us;
 	_Atomic int queue_depth;
-	_Atomic int claim_limits; /* 1 while the poller claims with limits (cairn.limits has rows) */
+	/* 1 while the poller claims with limits (cairn.limits has rows). */
+	_Atomic int claim_limits;
 } metrics;
 
 /* Counts one executed step that took us microseconds. */
