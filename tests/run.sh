@@ -32,6 +32,7 @@ fi
 passed=0
 failed=0
 status=0
+failures=$(mktemp)
 for t in "$top/$out"/tests/test_*; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
@@ -39,6 +40,9 @@ for t in "$top/$out"/tests/test_*; do
 	"$t" --jobs 2 --timeout 240 >"$log" 2>&1
 	rc=$?
 	cat "$log"
+	# What failed is repeated at the end, where a log's tail shows it.
+	grep -E '\[(FAIL|----)\]|CRASH|Assertion|ERROR: AddressSanitizer|runtime error:' "$log" |
+		sed "s|^|$name: |" >>"$failures"
 	line=$(grep 'Synthesis:' "$log" | tail -n 1)
 	rm -f "$log"
 	p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
@@ -51,5 +55,10 @@ for t in "$top/$out"/tests/test_*; do
 		echo "tests: $name FAILED (exit $rc)"
 	fi
 done
+if [ -s "$failures" ]; then
+	echo "tests: what failed:"
+	cat "$failures"
+fi
+rm -f "$failures"
 echo "tests: $passed passed, $failed failed"
 exit $status
