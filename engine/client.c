@@ -323,14 +323,14 @@ static const char SQL_ENQUEUED[] =
  * runs are held past its free slots, counted in input order. */
 static const char SQL_ENQUEUE_BATCH[] =
     "WITH input AS ("
-    "  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::jsonb[], $6::int[], "
+    "  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::int[], "
     "                       $7::bigint[], $8::bigint[], $10::text[], $11::int[]) "
     "    WITH ORDINALITY "
     "    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, ckey, prio, ord)), "
     "ins AS ("
     "  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
     "                          scheduled_at, start_at, concurrency_key, priority, held) "
-    "  SELECT $1, key, shard_group, shard, input, max_attempts, at, "
+    "  SELECT $1, key, shard_group, shard, input::jsonb, max_attempts, at, "
     "         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "
     "  FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "
     "        FROM (SELECT *, row_number() OVER (PARTITION BY ckey ORDER BY ord) AS rank "
