@@ -45,6 +45,16 @@ void buf_puts(buf *b, const char *s)
 	buf_append(b, s, strlen(s));
 }
 
+void buf_puts_replacing(buf *b, const char *s, const char *from, const char *to)
+{
+	size_t n = strlen(from);
+	for (const char *hit; (hit = strstr(s, from)); s = hit + n) {
+		buf_append(b, s, (size_t)(hit - s));
+		buf_puts(b, to);
+	}
+	buf_puts(b, s);
+}
+
 void buf_vprintf(buf *b, const char *fmt, va_list ap)
 {
 	va_list cp;

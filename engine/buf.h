@@ -19,6 +19,8 @@ typedef struct buf {
 int buf_reserve(buf *b, size_t extra);
 void buf_append(buf *b, const char *s, size_t n);
 void buf_puts(buf *b, const char *s);
+/* Appends s with every occurrence of from (not empty) replaced by to. */
+void buf_puts_replacing(buf *b, const char *s, const char *from, const char *to);
 void buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_vprintf(buf *b, const char *fmt, va_list ap);
 void buf_reset(buf *b);

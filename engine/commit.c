@@ -619,8 +619,14 @@ static PGconn *connect_committer(committer *k, buf *err)
 {
 	PGconn *c = db_connect(k->env.conninfo,
 	                       k->env.app_name ? k->env.app_name : "cairn-worker commit", err);
+	/* Its statements are planned once (generic plans): PostgreSQL would
+	 * otherwise plan the marks and SQL_DONE again at every batch, their
+	 * generic plan assuming ten ids where a custom one counts them, and
+	 * planning cost more than running them (in a drain of 3-step runs,
+	 * 0.45 ms to plan SQL_DONE against 0.03 ms to run it). */
 	if (c && (db_session_limits(c, k->env.statement_timeout_ms, k->env.statement_timeout_ms / 2,
 	                            err) < 0 ||
+	          db_cmd(c, err, "SET plan_cache_mode = force_generic_plan", 0, NULL) < 0 ||
 	          (k->env.async_commit &&
 	           db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0))) {
 		PQfinish(c);

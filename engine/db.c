@@ -244,39 +244,10 @@ PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n
 	return keep_ok(c, res, 0, err);
 }
 
-PGresult *db_exec_prepared(PGconn *c, buf *err, const char *first, const char *name, int n,
-                           const char *const *params)
+PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const char *const *params)
 {
 	last_sqlstate[0] = '\0';
-	if (!first)
-		return keep_ok(c, PQexecPrepared(c, name, n, params, NULL, NULL, 0), 0, err);
-	if (!PQenterPipelineMode(c)) {
-		if (db_cmd(c, err, first, 0, NULL) < 0)
-			return NULL;
-		return keep_ok(c, PQexecPrepared(c, name, n, params, NULL, NULL, 0), 0, err);
-	}
-	int synced = !(PQsendQueryParams(c, first, 0, NULL, NULL, NULL, NULL, 0) &&
-	               PQsendQueryPrepared(c, name, n, params, NULL, NULL, 0) && PQpipelineSync(c));
-	/* The statement's result, unless the command failed first. */
-	PGresult *res = NULL, *r;
-	while (!synced) {
-		if (!(r = PQgetResult(c))) {
-			if (PQstatus(c) != CONNECTION_OK)
-				break;
-			continue; /* the end of one statement's results */
-		}
-		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
-			synced = 1;
-			PQclear(r);
-		} else if (!res || PQresultStatus(res) != PGRES_FATAL_ERROR) {
-			PQclear(res);
-			res = r;
-		} else {
-			PQclear(r);
-		}
-	}
-	PQexitPipelineMode(c);
-	return keep_ok(c, res, 0, err);
+	return keep_ok(c, PQexecPrepared(c, name, n, params, NULL, NULL, 0), 0, err);
 }
 
 int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params)

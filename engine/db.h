@@ -72,11 +72,8 @@ typedef enum db_send { DB_TEXT, DB_NAMED, DB_PREPARE } db_send;
 PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n,
                        const char *const *params, const db_stmt *then, db_send then_how, int tn,
                        const char *const *tparams, int *then_ok);
-/* The prepared statement name, like db_exec; with first (a command without
- * parameters, such as a SET), that command before it, in the same round
- * trip and the same transaction: one fails if the other does. */
-PGresult *db_exec_prepared(PGconn *c, buf *err, const char *first, const char *name, int n,
-                           const char *const *params);
+/* The prepared statement name, like db_exec. */
+PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const char *const *params);
 /* db_exec for statements whose result is not needed: 0 or -1. */
 int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params);
 /*

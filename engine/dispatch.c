@@ -76,10 +76,9 @@ struct dispatch {
 	_Atomic int64_t due_hint;         /* Unix ms of a message this worker just wrote; 0: none */
 	int64_t targets[CAIRN_WAKE_RUNS]; /* runs wake-ups named, for the next claim; under mu */
 	int ntargets;
-	pgarr ended; /* runs of limited keys that ended: their keys' held runs may go; under mu */
-	int plan_generic;   /* the poller's session plans generically (SQL_CLAIM_RUNS) */
-	int limited;        /* the last claim saw limits (cairn.limits): claim with them */
-	unsigned warm;      /* claim statements run in this session (bit per name) */
+	pgarr ended;   /* runs of limited keys that ended: their keys' held runs may go; under mu */
+	int limited;   /* the last claim saw limits (cairn.limits): claim with them */
+	unsigned warm; /* claim statements run in this session (bit per name) */
 	int cold_claim;     /* the last claim was its statement's first in the session */
 	int clean;          /* executions that reached a durable point while draining */
 	db_settings limits; /* the poller's: read from cairn.settings at each connect */
@@ -512,25 +511,32 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"c.first"
 
 /* Due messages and due starts (runs.start_at, message id 0) of this
- * runner's shards, each walked in time order. */
+ * runner's shards, each walked in time order. Each walk is bounded twice:
+ * by CLAIM_BOUND, a constant (the poll batch, which $3 never exceeds) that
+ * tells the generic plan (see claim()) that it reads few rows whatever the
+ * tables hold, and by $3, which stops it at the runs wanted. */
+#define CLAIM_BOUND "@POLL_BATCH@"
 #define CLAIM_ALL_DUE                                                                              \
 	"WITH due AS (SELECT * FROM ("                                                             \
-	"  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio FROM cairn.messages m "        \
+	"  (SELECT * FROM (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio "               \
+	"   FROM cairn.messages m "                                                                \
 	"   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "     \
 	"   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "      \
-	"   ORDER BY m.deliver_at, m.id LIMIT $3) "                                                \
+	"   ORDER BY m.deliver_at, m.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "                       \
 	"  UNION ALL "                                                                             \
-	"  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, 0 FROM cairn.runs r "             \
+	"  (SELECT * FROM (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, 0 "                \
+	"   FROM cairn.runs r "                                                                    \
 	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
 	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority = 0 "                        \
 	"     AND r.id <> ALL ($2::bigint[]) "                                                     \
-	"   ORDER BY r.start_at, r.id LIMIT $3) "                                                  \
+	"   ORDER BY r.start_at, r.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "                         \
 	"  UNION ALL "                                                                             \
-	"  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority FROM cairn.runs r "    \
+	"  (SELECT * FROM (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority "       \
+	"   FROM cairn.runs r "                                                                    \
 	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
 	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority <> 0 "                       \
 	"     AND r.id <> ALL ($2::bigint[]) "                                                     \
-	"   ORDER BY r.priority DESC, r.start_at, r.id LIMIT $3)) u "                              \
+	"   ORDER BY r.priority DESC, r.start_at, r.id LIMIT " CLAIM_BOUND ") b LIMIT $3)) u "     \
 	"  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
 /* The next message or start of this runner's shards that is not yet due,
  * in ms from now: the poller sleeps until then. */
@@ -670,18 +676,14 @@ static int queue_job(dispatch *d, job *j)
 }
 
 /*
- * Plans. A generic plan of SQL_CLAIM cannot know the LIMIT and sorts every
- * due message, so it is planned with its values each time; SQL_CLAIM_RUNS
- * finds its runs by id, and planning it again would cost more than running
- * it (PostgreSQL makes it again when the tables' statistics change: after
- * autovacuum's ANALYZE, or the poller's own after a slow claim). The
- * session's plan_cache_mode changes only when the claim does, in
- * the claim's own round trip and transaction (a SET alone would be one
- * more transaction each time).
+ * Plans. Every claim runs on a generic plan, made once per session (and
+ * again when the tables' statistics change: after autovacuum's ANALYZE, or
+ * the poller's own after a slow claim). Planned with its values each time,
+ * the claim of all that is due spent longer planning (about 3 ms, its CTEs
+ * joined anew) than running; its generic plan is as good because every walk
+ * of what is due is bounded by a constant (CLAIM_BOUND), so the planner never
+ * expects more rows than the poll batch, however many are due.
  */
-#define PLAN_CUSTOM  "SET plan_cache_mode = force_custom_plan"
-#define PLAN_GENERIC "SET plan_cache_mode = force_generic_plan"
-
 /* Claims up to limit runs, of this runner's shards or (nruns > 0) of those
  * runs only: how many runs the claim returned (at most limit), or
  * -CAIRN_EDB; *next_due_ms is the time until the next message of the
@@ -709,21 +711,18 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	/* The statement's now() is read as it starts: anchor the run's clock
 	 * there too, so it never runs behind the database's. */
 	int64_t mono = clock_mono_ms();
-	int generic = nruns > 0;
-	const char *plan = generic == d->plan_generic ? NULL : generic ? PLAN_GENERIC : PLAN_CUSTOM;
-	int which = d->limited * CLAIM_LIMITED + generic * CLAIM_NAMED;
-	if (generic && !d->limited && !go_busy && nruns <= start_now)
+	int named = nruns > 0;
+	int which = d->limited * CLAIM_LIMITED + named * CLAIM_NAMED;
+	if (named && !d->limited && !go_busy && nruns <= start_now)
 		which = CLAIM_ONE;
 	/* Its first run in a session plans it and loads the catalog. */
 	d->cold_claim = !(d->warm & 1u << which);
 	d->warm |= 1u << which;
-	PGresult *r =
-	    db_exec_prepared(conn, err, plan, CLAIM_STATEMENT[which].name, generic ? 9 : 8, p);
+	PGresult *r = db_exec_prepared(conn, err, CLAIM_STATEMENT[which].name, named ? 9 : 8, p);
 	pgarr_free(&ex);
 	pgarr_free(&want);
 	if (!r)
 		return -CAIRN_EDB;
-	d->plan_generic = generic;
 	int got = 0;
 	*next_due_ms = -1;
 	claimrow_env env = {.map = d->env.map,
@@ -892,13 +891,19 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 		return NULL;
 	}
 	int ok = 1;
+	char bound[24];
+	db_i64(bound, d->env.cfg->poll_batch);
 	for (int i = 0; ok && i < CLAIM_STATEMENTS; i++) {
+		buf sql = BUF_INIT;
+		buf_puts_replacing(&sql, CLAIM_STATEMENT[i].sql, CLAIM_BOUND, bound);
 		PGresult *r =
-		    PQprepare(c, CLAIM_STATEMENT[i].name, CLAIM_STATEMENT[i].sql, 0, NULL);
+		    sql.oom ? NULL : PQprepare(c, CLAIM_STATEMENT[i].name, sql.data, 0, NULL);
+		buf_free(&sql);
 		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 		if (!ok) {
 			buf_reset(err);
-			buf_puts(err, PQresultErrorMessage(r));
+			buf_puts(err, r ? PQresultErrorMessage(r)
+			                : "out of memory preparing the claims");
 		}
 		PQclear(r);
 	}
@@ -906,10 +911,9 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	 * started_at) only describes the run, and a crash of the database that
 	 * loses it leaves the messages, which bring the run back; counting
 	 * executions is the marker's. Plans: see claim(). */
-	d->plan_generic = 0;
 	d->limited = 1; /* until a claim says there are none */
 	d->warm = 0;
-	if (!ok || db_cmd(c, err, PLAN_CUSTOM, 0, NULL) < 0 ||
+	if (!ok || db_cmd(c, err, "SET plan_cache_mode = force_generic_plan", 0, NULL) < 0 ||
 	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0) {
 		PQfinish(c);
 		return NULL;

@@ -218,6 +218,17 @@ Test(buf, grows_and_detaches)
 	free(s);
 }
 
+Test(buf, puts_replacing_replaces_every_occurrence_and_keeps_the_rest)
+{
+	buf b = BUF_INIT;
+	buf_puts(&b, ">");
+	buf_puts_replacing(&b, "LIMIT @N@) x LIMIT @N@;", "@N@", "256");
+	buf_puts_replacing(&b, "none here", "@N@", "256");
+	buf_puts_replacing(&b, "@N@@N@", "@N@", "");
+	cr_assert_str_eq(buf_str(&b), ">LIMIT 256) x LIMIT 256;none here");
+	buf_free(&b);
+}
+
 Test(backoff, zero_policy_takes_the_documented_defaults)
 {
 	cairn_retry_policy p = backoff_policy(NULL);
