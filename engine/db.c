@@ -82,19 +82,26 @@ static const char SQL_LIMITS[] =
     "SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $2, false), "
     "set_config('tcp_keepalives_idle', $3, false), "
     "set_config('tcp_keepalives_interval', $4, false), "
-    "set_config('tcp_keepalives_count', $5, false), set_config('tcp_user_timeout', $6, false)";
+    "set_config('tcp_keepalives_count', $5, false), set_config('tcp_user_timeout', $6, false), "
+    "CASE WHEN $7::bool THEN set_config('plan_cache_mode', 'force_generic_plan', false) END, "
+    "CASE WHEN $8::bool THEN set_config('synchronous_commit', 'off', false) END";
 
-int db_session_limits(PGconn *c, int64_t statement_ms, int64_t lock_ms, buf *err)
+int db_session_limits(PGconn *c, int64_t statement_ms, int64_t lock_ms, int flags, buf *err)
 {
 	/* The server side of the connection gets the same keepalives and user
 	 * timeout, so it drops the session of a vanished client (and with it
 	 * the session's advisory locks) as soon as the client notices. All of
 	 * these read 0 and do nothing on a Unix socket. */
 	char st[24], lk[24];
-	const char *p[] = {db_i64(st, statement_ms),  db_i64(lk, lock_ms),
-	                   STR(DB_KEEPALIVES_IDLE_S), STR(DB_KEEPALIVES_INTERVAL_S),
-	                   STR(DB_KEEPALIVES_COUNT),  STR(DB_TCP_USER_TIMEOUT_MS)};
-	return db_cmd(c, err, SQL_LIMITS, 6, p);
+	const char *p[] = {db_i64(st, statement_ms),
+	                   db_i64(lk, lock_ms),
+	                   STR(DB_KEEPALIVES_IDLE_S),
+	                   STR(DB_KEEPALIVES_INTERVAL_S),
+	                   STR(DB_KEEPALIVES_COUNT),
+	                   STR(DB_TCP_USER_TIMEOUT_MS),
+	                   flags & DB_SESSION_GENERIC_PLANS ? "t" : "f",
+	                   flags & DB_SESSION_NO_DISK_WAIT ? "t" : "f"};
+	return db_cmd(c, err, SQL_LIMITS, 8, p);
 }
 
 void db_set_wait_limit(int64_t ms)
@@ -242,6 +249,41 @@ PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n
 		*then_ok = 0;
 	PQexitPipelineMode(c);
 	return keep_ok(c, res, 0, err);
+}
+
+/* Each PQprepare is a transaction of its own (its Sync ends it): a worker
+ * that prepares its statements as it connects would count one per
+ * statement. */
+int db_prepare(PGconn *c, const db_stmt *s, int n, buf *err)
+{
+	int sent = PQenterPipelineMode(c);
+	for (int i = 0; sent && i < n; i++)
+		sent = PQsendPrepare(c, s[i].name, s[i].sql, 0, NULL);
+	sent = sent && PQpipelineSync(c);
+	const char *why = sent ? NULL : PQerrorMessage(c);
+	for (int synced = !sent; !synced;) {
+		PGresult *r = PQgetResult(c);
+		if (!r && PQstatus(c) != CONNECTION_OK) {
+			why = why ? why : PQerrorMessage(c);
+			break;
+		}
+		if (!r)
+			continue; /* the end of one statement's results */
+		ExecStatusType st = PQresultStatus(r);
+		synced = st == PGRES_PIPELINE_SYNC;
+		if (!synced && st != PGRES_COMMAND_OK && !why) {
+			buf_reset(err);
+			buf_puts(err, PQresultErrorMessage(r));
+			why = buf_str(err);
+		}
+		PQclear(r);
+	}
+	if (why && why != buf_str(err)) {
+		buf_reset(err);
+		buf_puts(err, why);
+	}
+	PQexitPipelineMode(c);
+	return why ? -CAIRN_EDB : 0;
 }
 
 PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const char *const *params)

@@ -27,13 +27,20 @@
 /* Connects (with the TCP settings above and a 5 s connect timeout); on
  * failure returns NULL and puts the reason into err. */
 PGconn *db_connect(const char *conninfo, const char *app_name, buf *err);
+/* What else db_session_limits sets (flags). */
+enum {
+	DB_SESSION_GENERIC_PLANS = 1, /* plan_cache_mode force_generic_plan: each prepared
+	                                 statement is planned once */
+	DB_SESSION_NO_DISK_WAIT = 2,  /* synchronous_commit off */
+};
 /*
- * Sets the session's statement_timeout and lock_timeout (ms; 0 is none) and
- * the server side's keepalives and tcp_user_timeout as above. 0, or
- * -CAIRN_EDB with the reason in err. A statement that hits a timeout fails
- * with SQLSTATE 57014 or 55P03; the connection stays usable.
+ * Sets the session's statement_timeout and lock_timeout (ms; 0 is none),
+ * the server side's keepalives and tcp_user_timeout as above, and what
+ * flags ask for, in one statement. 0, or -CAIRN_EDB with the reason in err.
+ * A statement that hits a timeout fails with SQLSTATE 57014 or 55P03; the
+ * connection stays usable.
  */
-int db_session_limits(PGconn *c, int64_t statement_ms, int64_t lock_ms, buf *err);
+int db_session_limits(PGconn *c, int64_t statement_ms, int64_t lock_ms, int flags, buf *err);
 /*
  * The calling thread's wait limit for db_exec and db_cmd (0, the default:
  * none). A statement with no answer within it fails with "no answer within
@@ -72,6 +79,9 @@ typedef enum db_send { DB_TEXT, DB_NAMED, DB_PREPARE } db_send;
 PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n,
                        const char *const *params, const db_stmt *then, db_send then_how, int tn,
                        const char *const *tparams, int *then_ok);
+/* Prepares the n statements (name, SQL) in one round trip and one
+ * transaction: 0, or -CAIRN_EDB with the first error in err. */
+int db_prepare(PGconn *c, const db_stmt *s, int n, buf *err);
 /* The prepared statement name, like db_exec. */
 PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const char *const *params);
 /* db_exec for statements whose result is not needed: 0 or -1. */

@@ -879,8 +879,13 @@ static int wait_wake(dispatch *d, int64_t ms)
 static PGconn *connect_poller(dispatch *d, buf *err)
 {
 	PGconn *c = db_connect(d->env.cfg->database_url, "cairn-worker poll", err);
+	/* A claim need not wait for the disk: what it writes (running,
+	 * started_at) only describes the run, and a crash of the database that
+	 * loses it leaves the messages, which bring the run back; counting
+	 * executions is the marker's. Plans: see claim(). */
 	if (c && db_session_limits(c, d->env.cfg->statement_timeout_ms,
-	                           d->env.cfg->statement_timeout_ms / 2, err) < 0) {
+	                           d->env.cfg->statement_timeout_ms / 2,
+	                           DB_SESSION_GENERIC_PLANS | DB_SESSION_NO_DISK_WAIT, err) < 0) {
 		PQfinish(c);
 		c = NULL;
 	}
@@ -890,34 +895,29 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 		PQfinish(c);
 		return NULL;
 	}
-	int ok = 1;
 	char bound[24];
 	db_i64(bound, d->env.cfg->poll_batch);
-	for (int i = 0; ok && i < CLAIM_STATEMENTS; i++) {
-		buf sql = BUF_INIT;
-		buf_puts_replacing(&sql, CLAIM_STATEMENT[i].sql, CLAIM_BOUND, bound);
-		PGresult *r =
-		    sql.oom ? NULL : PQprepare(c, CLAIM_STATEMENT[i].name, sql.data, 0, NULL);
-		buf_free(&sql);
-		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-		if (!ok) {
-			buf_reset(err);
-			buf_puts(err, r ? PQresultErrorMessage(r)
-			                : "out of memory preparing the claims");
-		}
-		PQclear(r);
+	buf sql[CLAIM_STATEMENTS] = {BUF_INIT};
+	db_stmt st[CLAIM_STATEMENTS];
+	int oom = 0;
+	for (int i = 0; i < CLAIM_STATEMENTS; i++) {
+		buf_puts_replacing(&sql[i], CLAIM_STATEMENT[i].sql, CLAIM_BOUND, bound);
+		st[i] = (db_stmt){CLAIM_STATEMENT[i].name, buf_str(&sql[i])};
+		oom |= sql[i].oom;
 	}
-	/* A claim need not wait for the disk: what it writes (running,
-	 * started_at) only describes the run, and a crash of the database that
-	 * loses it leaves the messages, which bring the run back; counting
-	 * executions is the marker's. Plans: see claim(). */
-	d->limited = 1; /* until a claim says there are none */
-	d->warm = 0;
-	if (!ok || db_cmd(c, err, "SET plan_cache_mode = force_generic_plan", 0, NULL) < 0 ||
-	    db_cmd(c, err, "SET synchronous_commit = off", 0, NULL) < 0) {
+	int rc = oom ? -CAIRN_ENOMEM : db_prepare(c, st, CLAIM_STATEMENTS, err);
+	for (int i = 0; i < CLAIM_STATEMENTS; i++)
+		buf_free(&sql[i]);
+	if (rc) {
+		if (oom) {
+			buf_reset(err);
+			buf_puts(err, "out of memory preparing the claims");
+		}
 		PQfinish(c);
 		return NULL;
 	}
+	d->limited = 1; /* until a claim says there are none */
+	d->warm = 0;
 	return c;
 }
 

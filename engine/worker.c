@@ -354,9 +354,9 @@ static int connect_lease(supervisor *s, int *failures, int *logged_down)
 	/* Its writes (heartbeats, leases) need not wait for the disk: a crash
 	 * of the database ends every session and so every lease anyway, and an
 	 * epoch bump is durable before any commit fenced by it is. */
-	if (s->conn && (db_session_limits(s->conn, w->cfg.runner_ttl_ms / 2,
-	                                  w->cfg.runner_ttl_ms / 4, &err) < 0 ||
-	                db_cmd(s->conn, &err, "SET synchronous_commit = off", 0, NULL) < 0)) {
+	if (s->conn &&
+	    db_session_limits(s->conn, w->cfg.runner_ttl_ms / 2, w->cfg.runner_ttl_ms / 4,
+	                      DB_SESSION_NO_DISK_WAIT, &err) < 0) {
 		PQfinish(s->conn);
 		s->conn = NULL;
 	}

@@ -136,7 +136,8 @@ static void option_is(PGconn *c, const char *keyword, const char *want)
 
 /* db_connect is the one place connections are opened (client, CLI and
  * worker alike): keepalives and a user timeout, which the URL may override;
- * db_session_limits puts the worker's timeouts on the session. */
+ * db_session_limits puts the worker's timeouts (and what its flags ask
+ * for) on the session. */
 Test(conn, every_connection_sets_keepalives_and_a_user_timeout_that_the_url_may_override)
 {
 	const char *db = tdb_new();
@@ -148,10 +149,19 @@ Test(conn, every_connection_sets_keepalives_and_a_user_timeout_that_the_url_may_
 	option_is(c, "keepalives_interval", "2");
 	option_is(c, "keepalives_count", "3");
 	option_is(c, "tcp_user_timeout", "10000");
-	cr_assert_eq(db_session_limits(c, 1500, 700, &err), 0, "%s", buf_str(&err));
-	char *st = tdb_str(c, "SELECT current_setting('statement_timeout') || ' ' || "
-	                      "current_setting('lock_timeout')");
-	cr_assert_str_eq(st, "1500ms 700ms");
+	const char *show = "SELECT current_setting('statement_timeout') || ' ' || "
+	                   "current_setting('lock_timeout') || ' ' || "
+	                   "current_setting('plan_cache_mode') || ' ' || "
+	                   "current_setting('synchronous_commit')";
+	cr_assert_eq(db_session_limits(c, 1500, 700, 0, &err), 0, "%s", buf_str(&err));
+	char *st = tdb_str(c, show);
+	cr_assert_str_eq(st, "1500ms 700ms auto on");
+	free(st);
+	cr_assert_eq(db_session_limits(c, 1500, 700,
+	                               DB_SESSION_GENERIC_PLANS | DB_SESSION_NO_DISK_WAIT, &err),
+	             0, "%s", buf_str(&err));
+	st = tdb_str(c, show);
+	cr_assert_str_eq(st, "1500ms 700ms force_generic_plan off");
 	free(st);
 	PQfinish(c);
 
@@ -162,6 +172,48 @@ Test(conn, every_connection_sets_keepalives_and_a_user_timeout_that_the_url_may_
 	option_is(c, "keepalives_idle", "30");
 	option_is(c, "tcp_user_timeout", "2500");
 	option_is(c, "keepalives_count", "3");
+	PQfinish(c);
+	buf_free(&err);
+}
+
+/* db_prepare: the statements of a connection that starts are prepared in
+ * one transaction (each PQprepare would be one), and a statement the
+ * server refuses says why and leaves the connection usable. */
+Test(conn, db_prepare_prepares_every_statement_in_one_transaction_and_reports_a_refused_one)
+{
+	const char *db = tdb_new();
+	buf err = BUF_INIT;
+	PGconn *c = db_connect(db, "test", &err);
+	cr_assert(c, "%s", buf_str(&err));
+	/* The database's transactions, this session's flushed to the count
+	 * first (the read itself is one more); the fewest of three tries, as
+	 * autovacuum may add its own. */
+	const char *count = "SELECT xact_commit FROM pg_stat_database "
+	                    "WHERE datname = current_database()";
+	int64_t fewest = INT64_MAX;
+	for (int t = 0; t < 3; t++) {
+		char name[3][32];
+		db_stmt ok[3];
+		for (int i = 0; i < 3; i++) {
+			snprintf(name[i], sizeof name[i], "s%d_%d", t, i);
+			ok[i] = (db_stmt){name[i], "SELECT $1::int + 1"};
+		}
+		PQclear(PQexec(c, "SELECT pg_stat_force_next_flush()"));
+		int64_t before = tdb_int(c, count);
+		cr_assert_eq(db_prepare(c, ok, 3, &err), 0, "%s", buf_str(&err));
+		PQclear(PQexec(c, "SELECT pg_stat_force_next_flush()"));
+		int64_t took = tdb_int(c, count) - before - 2; /* the read and the flush */
+		fewest = took < fewest ? took : fewest;
+	}
+	cr_assert_eq(fewest, 1, "preparing 3 statements took %" PRId64 " transactions", fewest);
+	const char *p[] = {"41"};
+	PGresult *r = PQexecPrepared(c, "s0_2", 1, p, NULL, NULL, 0);
+	cr_assert_str_eq(PQgetvalue(r, 0, 0), "42");
+	PQclear(r);
+	const db_stmt bad[] = {{"four", "SELECT 4"}, {"five", "SELECT FROM no_such_table"}};
+	cr_assert_lt(db_prepare(c, bad, 2, &err), 0);
+	cr_assert(strstr(buf_str(&err), "no_such_table"), "%s", buf_str(&err));
+	cr_assert_eq(db_cmd(c, &err, "SELECT 1", 0, NULL), 0, "%s", buf_str(&err));
 	PQfinish(c);
 	buf_free(&err);
 }
