@@ -100,10 +100,21 @@ static void want_claim(dispatch *d)
 
 /* A queue slot or a run in flight was freed: worth a claim only when the
  * last claim may have left due messages behind (it was limited by the
- * queue's room, or it skipped runs in flight). */
+ * queue's room, or it skipped runs in flight), and then only once the
+ * queue is down to half, or an executor waits for work. Every claim walks
+ * past the runs in flight (their starts stay due until their final
+ * commit): a claim for each freed slot paid that walk for a run or two. */
+static int refill_due(dispatch *d)
+{
+	pthread_mutex_lock(&d->mu);
+	int due = d->qlen * 2 <= d->qcap || d->idle > d->qlen;
+	pthread_mutex_unlock(&d->mu);
+	return due;
+}
+
 static void freed(dispatch *d)
 {
-	if (atomic_load(&d->recheck))
+	if (atomic_load(&d->recheck) && refill_due(d))
 		want_claim(d);
 }
 
@@ -926,13 +937,16 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * write's wake-up (the relay's POST /wake) or by the lease loop after it
  * took shards (claim_wanted); when the next message of its shards is due
  * (each claim says when), or one this worker just wrote (due_hint: a
- * sleep, a retry's backoff); at once again while a claim came back full;
- * when a run ends or a queue slot frees only if the last claim may have
- * left due messages behind (recheck: it was cut short by the queue's room,
- * or it skipped runs in flight, whose messages wait for them to end); and,
- * as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after the last
- * claim of all. So an idle worker with a run to do claims once for it, not
- * again when it takes it and when it ends.
+ * sleep, a retry's backoff); again while a claim came back full; when a
+ * run ends or a queue slot frees only if the last claim may have left due
+ * messages behind (recheck: it came back full, was cut short by the
+ * queue's room, or skipped runs in flight, whose messages wait for them to
+ * end); and, as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after
+ * the last claim of all. So an idle worker with a run to do claims once
+ * for it, not again when it takes it and when it ends. A backlog is
+ * claimed in batches: the claims that follow a full one wait until the
+ * queue is down to half or an executor has nothing to do (refill_due), as
+ * each claim walks past every run in flight.
  *
  * Named runs: a wake-up that names its runs (dispatch_wake_runs) is claimed
  * with SQL_CLAIM_RUNS, of those runs alone, when nothing else asks for a
@@ -1114,9 +1128,14 @@ static void *poller_main(void *arg)
 				atomic_store(&d->claiming, 0);
 			}
 		}
-		if (again || (want && rc >= 0 && n > 0 && n == limit)) {
+		/* A full claim: more may be due. Claim again at once while the
+		 * queue is down to half (see freed), else as it gets there. */
+		int full = want && rc >= 0 && n > 0 && n == limit;
+		if (full)
+			atomic_store(&d->recheck, 1);
+		if (again || (full && refill_due(d))) {
 			atomic_store(&d->claim_wanted, 1);
-			continue; /* more may be due: claim again at once */
+			continue;
 		}
 		/* Sleep until woken, the next message is due, or the fallback poll. */
 		int64_t until = fallback_at;

@@ -897,6 +897,44 @@ Test(exec, concurrent_signals_are_each_consumed_once_in_order_one_execution_at_a
 
 #define SPREAD_RUNS 1000
 
+/* A backlog is claimed in batches: with its queue full, the poller claims
+ * again once half of the queue has run, not for each run that ends (every
+ * claim walks past the runs in flight). */
+Test(exec, a_backlog_is_claimed_in_batches_not_once_per_finished_run)
+{
+	enum { RUNS = 1000 };
+	env e;
+	setup(&e);
+	cairn_enqueue_opts *o = calloc(RUNS, sizeof *o);
+	cairn_enqueued *ids = calloc(RUNS, sizeof *ids);
+	for (int i = 0; i < RUNS; i++)
+		o[i].input = "{\"ms\": 10}";
+	cr_assert_eq(cairn_enqueue_batch(e.cl, "t.hold", RUNS, o, ids), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	free(o);
+	free(ids);
+	wk w;
+	char plugins[1100];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	/* No fallback polls: only the claims the drain asks for count. */
+	w.pid = tworker_start(e.db, &w.port, tlog_file(w.log), "CAIRN_POLL_INTERVAL=1h",
+	                      "CAIRN_POLL_BATCH=64", plugins, NULL);
+	live_add(w.pid);
+	cr_assert(tdb_wait_at_least(e.c,
+	                            "SELECT count(*) FROM cairn.runs WHERE status = 'completed'",
+	                            RUNS, 120000),
+	          "the backlog did not drain");
+	double claims = tmetric(w.port, "cairn_claims_total{of=\"shards\"}");
+	fprintf(stderr, "exec: %d runs of 10 ms at concurrency 16 took %.0f claims\n", RUNS,
+	        claims);
+	/* A queue of 64 refilled at half: a claim per 32 runs, and at the end,
+	 * when nothing is left but runs in flight, one per run that ends (its
+	 * messages may have come while it ran). Before: one per run or two. */
+	cr_assert(claims > 0 && claims <= RUNS / 6, "%d runs took %.0f claims", RUNS, claims);
+	wk_stop(&w);
+	teardown(&e);
+}
+
 Test(exec, a_thousand_runs_on_three_workers_survive_a_kill_and_are_journaled_once)
 {
 	env e;
