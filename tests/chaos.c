@@ -413,6 +413,15 @@ static void worker_spawn(chaos *c, int i)
 		struct rlimit nocore = {0, 0};
 		setrlimit(RLIMIT_CORE, &nocore); /* poison runs abort() */
 		signal(SIGPIPE, SIG_DFL);
+		/* A SIGTERM sent before cairn-worker's main blocks it (while the
+		 * loader and the sanitizers start) would end it undrained, as it
+		 * would any program: blocked from here, it waits for main, which
+		 * drains on it. The mask survives exec. */
+		sigset_t term;
+		sigemptyset(&term);
+		sigaddset(&term, SIGTERM);
+		sigaddset(&term, SIGINT);
+		sigprocmask(SIG_BLOCK, &term, NULL);
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0) {
 			dprintf(fd, "=== chaos: worker %d started as pid %d\n", i, (int)getpid());
