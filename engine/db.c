@@ -256,34 +256,32 @@ PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n
  * statement. */
 int db_prepare(PGconn *c, const db_stmt *s, int n, buf *err)
 {
+	last_sqlstate[0] = '\0';
 	int sent = PQenterPipelineMode(c);
 	for (int i = 0; sent && i < n; i++)
 		sent = PQsendPrepare(c, s[i].name, s[i].sql, 0, NULL);
-	sent = sent && PQpipelineSync(c);
-	const char *why = sent ? NULL : PQerrorMessage(c);
-	for (int synced = !sent; !synced;) {
+	int failed = !(sent && PQpipelineSync(c));
+	if (failed)
+		keep_ok(c, NULL, 0, err);
+	/* The first failure's message; the statements after it are skipped. */
+	for (int synced = failed; !synced;) {
 		PGresult *r = PQgetResult(c);
 		if (!r && PQstatus(c) != CONNECTION_OK) {
-			why = why ? why : PQerrorMessage(c);
+			if (!failed)
+				keep_ok(c, NULL, 0, err);
+			failed = 1;
 			break;
 		}
 		if (!r)
 			continue; /* the end of one statement's results */
-		ExecStatusType st = PQresultStatus(r);
-		synced = st == PGRES_PIPELINE_SYNC;
-		if (!synced && st != PGRES_COMMAND_OK && !why) {
-			buf_reset(err);
-			buf_puts(err, PQresultErrorMessage(r));
-			why = buf_str(err);
-		}
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC)
+			synced = 1;
+		else if (!failed && !(r = keep_ok(c, r, 0, err)))
+			failed = 1;
 		PQclear(r);
 	}
-	if (why && why != buf_str(err)) {
-		buf_reset(err);
-		buf_puts(err, why);
-	}
 	PQexitPipelineMode(c);
-	return why ? -CAIRN_EDB : 0;
+	return failed ? -CAIRN_EDB : 0;
 }
 
 PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const char *const *params)

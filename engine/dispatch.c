@@ -104,17 +104,15 @@ static void want_claim(dispatch *d)
  * queue is down to half, or an executor waits for work. Every claim walks
  * past the runs in flight (their starts stay due until their final
  * commit): a claim for each freed slot paid that walk for a run or two. */
-static int refill_due(dispatch *d)
+static int refill_due_locked(const dispatch *d)
 {
-	pthread_mutex_lock(&d->mu);
-	int due = d->qlen * 2 <= d->qcap || d->idle > d->qlen;
-	pthread_mutex_unlock(&d->mu);
-	return due;
+	return d->qlen * 2 <= d->qcap || d->idle > d->qlen;
 }
 
-static void freed(dispatch *d)
+/* refill: refill_due_locked, read while the caller held mu. */
+static void freed(dispatch *d, int refill)
 {
-	if (atomic_load(&d->recheck) && refill_due(d))
+	if (refill && atomic_load(&d->recheck))
 		want_claim(d);
 }
 
@@ -142,6 +140,7 @@ static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 		}
 	if (j->flow)
 		pgarr_add_i64(&d->ended, j->run_id);
+	int refill = refill_due_locked(d);
 	pthread_mutex_unlock(&d->mu);
 	shardmap_run_end(d->env.map, j->group, j->shard);
 	int flow = j->flow;
@@ -154,7 +153,7 @@ static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 	}
 	if (next_at_ms)
 		due_at(d, next_at_ms);
-	freed(d);
+	freed(d, refill);
 }
 
 static void job_done(dispatch *d, job *j)
@@ -315,8 +314,9 @@ static void *executor_main(void *arg)
 			d->executing++;
 			d->solo |= solo;
 		}
+		int refill = refill_due_locked(d);
 		pthread_mutex_unlock(&d->mu);
-		freed(d); /* a slot in the queue */
+		freed(d, refill); /* a slot in the queue */
 		if (stale || (!j->marked && mark_started(d, j) < 0)) {
 			if (!stale)
 				end_turn(d, solo, 0);
@@ -642,13 +642,12 @@ static const char SQL_CLAIM_ONE[] =
  * the one with limits or without (limited * 2) for all that is due or for
  * named runs (+ 1), or CLAIM_ONE. */
 enum { CLAIM_LIMITED = 2, CLAIM_NAMED = 1, CLAIM_ONE = 4, CLAIM_STATEMENTS = 5 };
-static const struct {
-	const char *name, *sql;
-} CLAIM_STATEMENT[CLAIM_STATEMENTS] = {{"cairn_claim_plain", SQL_CLAIM_PLAIN},
-                                       {"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN},
-                                       {"cairn_claim", SQL_CLAIM},
-                                       {"cairn_claim_runs", SQL_CLAIM_RUNS},
-                                       {"cairn_claim_one", SQL_CLAIM_ONE}};
+static const db_stmt CLAIM_STATEMENT[CLAIM_STATEMENTS] = {
+    {"cairn_claim_plain", SQL_CLAIM_PLAIN},
+    {"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN},
+    {"cairn_claim", SQL_CLAIM},
+    {"cairn_claim_runs", SQL_CLAIM_RUNS},
+    {"cairn_claim_one", SQL_CLAIM_ONE}};
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
 static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])
@@ -945,8 +944,8 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * the last claim of all. So an idle worker with a run to do claims once
  * for it, not again when it takes it and when it ends. A backlog is
  * claimed in batches: the claims that follow a full one wait until the
- * queue is down to half or an executor has nothing to do (refill_due), as
- * each claim walks past every run in flight.
+ * queue is down to half or an executor has nothing to do
+ * (refill_due_locked), as each claim walks past every run in flight.
  *
  * Named runs: a wake-up that names its runs (dispatch_wake_runs) is claimed
  * with SQL_CLAIM_RUNS, of those runs alone, when nothing else asks for a
@@ -1130,10 +1129,14 @@ static void *poller_main(void *arg)
 		}
 		/* A full claim: more may be due. Claim again at once while the
 		 * queue is down to half (see freed), else as it gets there. */
-		int full = want && rc >= 0 && n > 0 && n == limit;
-		if (full)
+		int full = want && rc >= 0 && n > 0 && n == limit, refill = 0;
+		if (full) {
 			atomic_store(&d->recheck, 1);
-		if (again || (full && refill_due(d))) {
+			pthread_mutex_lock(&d->mu);
+			refill = refill_due_locked(d);
+			pthread_mutex_unlock(&d->mu);
+		}
+		if (again || refill) {
 			atomic_store(&d->claim_wanted, 1);
 			continue;
 		}
