@@ -200,9 +200,12 @@ static int mark_started(dispatch *d, job *j)
 	return rc;
 }
 
-/* The committer wrote (or gave up on) an execution's final commit. */
+/* The committer wrote (or gave up on) an execution's final commit. A
+ * message that came for the run while it ran, and that the commit did not
+ * take, brings it back with a claim of that run. */
 static void on_final(void *arg, commit *c)
 {
+	int64_t run = c->run.id;
 	int settled = 0;
 	int64_t next_at = 0;
 	if (c->ok)
@@ -217,8 +220,11 @@ static void on_final(void *arg, commit *c)
 			break;
 		default: break; /* a hand-over: its messages stay */
 		}
+	int more = settled && c->more_due;
 	job_end(arg, c->tag, settled, next_at);
 	commit_free(c);
+	if (more)
+		dispatch_wake_runs(arg, 0, &run, 1);
 }
 
 /* ------------------------------------------------------------- executors */
@@ -326,6 +332,9 @@ static void *executor_main(void *arg)
 		commit *c = exec_job(&d->exec, j);
 		end_turn(d, solo, 1);
 		if (c) {
+			pthread_mutex_lock(&d->mu);
+			j->ending = 1;
+			pthread_mutex_unlock(&d->mu);
 			c->tag = j;
 			committer_submit_final(d->commit, c);
 		} else {
@@ -337,13 +346,21 @@ static void *executor_main(void *arg)
 
 /* ---------------------------------------------------------------- poller */
 
-/* The ids of the runs in flight here, as an array literal. */
-static void inflight_ids(dispatch *d, pgarr *out)
+/* The ids of the runs in flight here, as an array literal; how many of
+ * them are ending and among the n runs named (when n is 0: ending). */
+static int inflight_ids(dispatch *d, pgarr *out, const int64_t *named, int n)
 {
+	int among = 0;
 	pthread_mutex_lock(&d->mu);
-	for (int i = 0; i < d->nfl; i++)
+	for (int i = 0; i < d->nfl; i++) {
 		pgarr_add_i64(out, d->fl[i].run_id);
+		int k = 0;
+		while (k < n && named[k] != d->fl[i].run_id)
+			k++;
+		among += d->fl[i].job->ending && (n == 0 || k < n);
+	}
 	pthread_mutex_unlock(&d->mu);
+	return among;
 }
 
 /*
@@ -704,10 +721,15 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
                  buf *err)
 {
 	pgarr ex = PGARR_INIT, want = PGARR_INIT;
-	inflight_ids(d, &ex);
+	/* The runs in flight that this claim passes (of those named, when it
+	 * names runs) and that may have a due message no one will claim for
+	 * them: those whose final commit has gone out, which might not have
+	 * seen it. The final commit of the others comes after this claim's
+	 * read and sees every message this claim could pass, and says
+	 * whether one is left (on_final). */
+	*skipped = inflight_ids(d, &ex, runs, nruns);
 	for (int i = 0; i < nruns; i++)
 		pgarr_add_i64(&want, runs[i]);
-	*skipped = (int)ex.n;
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
 	const char *p[] = {db_i64(me, owner),
 	                   pgarr_str(&ex),
@@ -775,7 +797,7 @@ static const char SQL_CANCELLED[] =
 static void check_cancels(dispatch *d, PGconn *conn)
 {
 	pgarr ids = PGARR_INIT;
-	inflight_ids(d, &ids);
+	inflight_ids(d, &ids, NULL, 0);
 	if (ids.n == 0)
 		return;
 	const char *p[] = {pgarr_str(&ids)};
@@ -939,10 +961,13 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * sleep, a retry's backoff); again while a claim came back full; when a
  * run ends or a queue slot frees only if the last claim may have left due
  * messages behind (recheck: it came back full, was cut short by the
- * queue's room, or skipped runs in flight, whose messages wait for them to
- * end); and, as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after
- * the last claim of all. So an idle worker with a run to do claims once
- * for it, not again when it takes it and when it ends. A backlog is
+ * queue's room, or passed runs in flight that may have a message no one
+ * else brings back, see claim()); and, as a fallback for a lost wake-up,
+ * CAIRN_POLL_INTERVAL after the last claim of all. A message that came
+ * for a run while it ran is found by the run's final commit, which asks
+ * for a claim of that run (on_final). So an idle worker with a run to do
+ * claims once for it, not again when it takes it and when it ends, nor
+ * when another run ends while a long one is in flight. A backlog is
  * claimed in batches: the claims that follow a full one wait until the
  * queue is down to half or an executor has nothing to do
  * (refill_due_locked), as each claim walks past every run in flight.
@@ -1023,7 +1048,7 @@ static void *poller_main(void *arg)
 		if (clock_mono_ms() >= next_sweep) {
 			char me[24];
 			pgarr fl = PGARR_INIT;
-			inflight_ids(d, &fl);
+			inflight_ids(d, &fl, NULL, 0);
 			const char *p[] = {db_i64(me, lease_runner_id(d->env.lease)),
 			                   pgarr_str(&fl)};
 			if (flow_release(d, conn, SQL_FLOW_SWEEP, 2, p, &err) > 0)
