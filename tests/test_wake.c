@@ -256,18 +256,31 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 #define CLAIMS_OF_SHARDS "cairn_claims_total{of=\"shards\"}"
 #define CLAIMS_OF_RUNS   "cairn_claims_total{of=\"runs\"}"
 
-/* A run's wake-up names it, and the idle owner claims that run alone,
- * never looking through its shards; nor does a run it claimed so look
- * through them as it ends, though another run was in flight (a claim of
- * named runs passes only those of them in flight). */
-Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
+/* Worker a runs the test workflows, owns every shard and relays, and
+ * executes *run (of workflow, with input), whose step wrote to table. */
+static pid_t flows_worker_executing(const char *workflow, const char *input, const char *table,
+                                    int64_t *run)
 {
 	pid_t a = flows_worker(log_a);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
-	int64_t held = enqueue("t.stubborn", "{\"until_flag\": true}", 0);
-	tcheck(dump_logs, tdb_wait_at_least(conn, "SELECT count(*) FROM t_attempts", 1, DEADLINE),
-	       "the held run never started");
+	*run = enqueue(workflow, input, 0);
+	char sql[64];
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
+	tcheck(dump_logs, tdb_wait_at_least(conn, sql, 1, DEADLINE), "%s never began its step",
+	       workflow);
+	return a;
+}
+
+/* A run's wake-up names it, and the idle owner claims that run alone,
+ * never looking through its shards; nor does a run's end make it look
+ * through them, though a long run is in flight all along (a claim that
+ * passes a run in flight does not count it as left behind). */
+Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
+{
+	int64_t held;
+	pid_t a =
+	    flows_worker_executing("t.stubborn", "{\"until_flag\": true}", "t_attempts", &held);
 	double shards0 = tmetric(port_a, CLAIMS_OF_SHARDS), runs0 = tmetric(port_a, CLAIMS_OF_RUNS);
 	cr_assert(shards0 >= 1 && runs0 >= 0, "no claim metrics: %g %g", shards0, runs0);
 	for (int i = 0; i < 10; i++) {
@@ -293,19 +306,18 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
  * run's final commit finds it and the owner claims the run again. */
 Test(wake, a_signal_sent_while_its_run_executes_is_claimed_when_the_execution_ends)
 {
-	pid_t a = flows_worker(log_a);
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
-	int64_t run = enqueue("t.await", "{\"gate\": true, \"name\": \"go\"}", 0);
-	tcheck(dump_logs, tdb_wait_at_least(conn, "SELECT count(*) FROM t_counter", 1, DEADLINE),
-	       "the gate step never started");
+	int64_t run;
+	pid_t a = flows_worker_executing("t.await", "{\"gate\": true, \"name\": \"go\"}",
+	                                 "t_counter", &run);
 	tdb_exec(conn, "UPDATE cairn.runners SET idle = false");
 	cr_assert_eq(cairn_signal(client, run, "go", "{\"n\": 1}"), CAIRN_OK, "%s",
 	             cairn_client_errmsg(client));
 	set_flag(run); /* the gate opens; the execution awaits "go", which it did not load */
 	all_completed(1, "a run signalled while it executed");
-	cr_assert_eq(tdb_intf(conn, "SELECT (output->'payload'->>'n')::int FROM cairn.runs "
-	                            "WHERE id = %" PRId64, run),
+	cr_assert_eq(tdb_intf(conn,
+	                      "SELECT (output->'payload'->>'n')::int FROM cairn.runs "
+	                      "WHERE id = %" PRId64,
+	                      run),
 	             1, "the run did not get the signal's payload");
 	tworker_stop(a, SIGTERM, 30000);
 }
