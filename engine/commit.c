@@ -222,12 +222,7 @@ static const char SQL_COMMIT[] =
     "    AS x(r, k, v, q) "
     "  WHERE x.r IN (SELECT run_id FROM ok) ORDER BY x.r, x.k, x.q DESC "
     "  ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = now()) "
-    /* Messages of the run due now that this commit neither deleted nor
-     * deferred (they came while it ran): the poller claims the run again. */
-    "SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM upd), "
-    "  EXISTS (SELECT 1 FROM cairn.messages m WHERE m.run_id = ok.run_id "
-    "    AND m.deliver_at <= now() AND m.id <> ALL (:del_msg::bigint[]) "
-    "    AND m.id <> ALL (:defer_msg::bigint[]) AND ok.run_id <> ALL (:del_run::bigint[])) "
+    "SELECT ok.run_id, r.cancel_requested, (SELECT count(*) FROM upd) "
     "FROM ok JOIN cairn.runs r ON r.id = ok.run_id";
 
 /* Tells `cairn wait` and the like that runs finished ($1) and that runs
@@ -483,20 +478,17 @@ static const char SQL_MARK[] =
     "RETURNING id, cancel_requested";
 
 /* Marks the commits whose runs the statement's rows name (id,
- * cancel_requested and, from a commit, more_due in column 3) as written;
- * the others as refused. */
+ * cancel_requested) as written; the others as refused. */
 static void settle_rows(commit *const *batch, int n, const PGresult *r)
 {
 	for (int i = 0; i < n; i++)
 		batch[i]->ok = 0;
-	int more = PQnfields(r) > 3;
 	for (int row = 0; row < PQntuples(r); row++) {
 		int64_t id = db_get_i64(r, row, 0);
 		for (int i = 0; i < n; i++)
 			if (batch[i]->run.id == id) {
 				batch[i]->ok = 1;
 				batch[i]->cancel_requested = db_get_bool(r, row, 1);
-				batch[i]->more_due = more && db_get_bool(r, row, 3);
 			}
 	}
 }

@@ -85,7 +85,6 @@ typedef struct commit {
 	/* Filled by the committer. */
 	int ok;               /* written (the fence held) */
 	int cancel_requested; /* the run was cancelled meanwhile */
-	int more_due;         /* the run has due messages this commit did not take */
 	int done;
 	int final; /* submitted with committer_submit_final */
 	void *tag; /* the submitter's, handed back by on_final */

@@ -200,12 +200,9 @@ static int mark_started(dispatch *d, job *j)
 	return rc;
 }
 
-/* The committer wrote (or gave up on) an execution's final commit. A
- * message that came for the run while it ran, and that the commit did not
- * take, brings it back with a claim of that run. */
+/* The committer wrote (or gave up on) an execution's final commit. */
 static void on_final(void *arg, commit *c)
 {
-	int64_t run = c->run.id;
 	int settled = 0;
 	int64_t next_at = 0;
 	if (c->ok)
@@ -220,11 +217,8 @@ static void on_final(void *arg, commit *c)
 			break;
 		default: break; /* a hand-over: its messages stay */
 		}
-	int more = settled && c->more_due;
 	job_end(arg, c->tag, settled, next_at);
 	commit_free(c);
-	if (more)
-		dispatch_wake_runs(arg, 0, &run, 1);
 }
 
 /* ------------------------------------------------------------- executors */
@@ -332,9 +326,6 @@ static void *executor_main(void *arg)
 		commit *c = exec_job(&d->exec, j);
 		end_turn(d, solo, 1);
 		if (c) {
-			pthread_mutex_lock(&d->mu);
-			j->ending = 1;
-			pthread_mutex_unlock(&d->mu);
 			c->tag = j;
 			committer_submit_final(d->commit, c);
 		} else {
@@ -347,7 +338,7 @@ static void *executor_main(void *arg)
 /* ---------------------------------------------------------------- poller */
 
 /* The ids of the runs in flight here, as an array literal; how many of
- * them are ending and among the n runs named (when n is 0: ending). */
+ * them are among the n runs named (all of them when n is 0). */
 static int inflight_ids(dispatch *d, pgarr *out, const int64_t *named, int n)
 {
 	int among = 0;
@@ -357,7 +348,7 @@ static int inflight_ids(dispatch *d, pgarr *out, const int64_t *named, int n)
 		int k = 0;
 		while (k < n && named[k] != d->fl[i].run_id)
 			k++;
-		among += d->fl[i].job->ending && (n == 0 || k < n);
+		among += n == 0 || k < n;
 	}
 	pthread_mutex_unlock(&d->mu);
 	return among;
@@ -721,12 +712,9 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
                  buf *err)
 {
 	pgarr ex = PGARR_INIT, want = PGARR_INIT;
-	/* The runs in flight that this claim passes (of those named, when it
-	 * names runs) and that may have a due message no one will claim for
-	 * them: those whose final commit has gone out, which might not have
-	 * seen it. The final commit of the others comes after this claim's
-	 * read and sees every message this claim could pass, and says
-	 * whether one is left (on_final). */
+	/* Runs in flight keep their messages due until their final commit: a
+	 * claim of all that is due passes every one of them, a claim of named
+	 * runs only those named (it looks at no other run). */
 	*skipped = inflight_ids(d, &ex, runs, nruns);
 	for (int i = 0; i < nruns; i++)
 		pgarr_add_i64(&want, runs[i]);
@@ -961,13 +949,10 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * sleep, a retry's backoff); again while a claim came back full; when a
  * run ends or a queue slot frees only if the last claim may have left due
  * messages behind (recheck: it came back full, was cut short by the
- * queue's room, or passed runs in flight that may have a message no one
- * else brings back, see claim()); and, as a fallback for a lost wake-up,
- * CAIRN_POLL_INTERVAL after the last claim of all. A message that came
- * for a run while it ran is found by the run's final commit, which asks
- * for a claim of that run (on_final). So an idle worker with a run to do
- * claims once for it, not again when it takes it and when it ends, nor
- * when another run ends while a long one is in flight. A backlog is
+ * queue's room, or skipped runs in flight, whose messages wait for them to
+ * end: a claim of named runs skips only those of them in flight); and, as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after
+ * the last claim of all. So an idle worker with a run to do claims once
+ * for it, not again when it takes it and when it ends. A backlog is
  * claimed in batches: the claims that follow a full one wait until the
  * queue is down to half or an executor has nothing to do
  * (refill_due_locked), as each claim walks past every run in flight.

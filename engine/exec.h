@@ -44,10 +44,6 @@ typedef struct job {
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims > poison_after */
 	int64_t *msgs;   /* claimed message ids */
-	/* Its final commit was handed to the committer (under the poller's
-	 * lock): a claim that passes it now may pass a message its commit
-	 * did not see (see claim() in dispatch.c). */
-	int ending;
 	/* The step running now (exec_env.step_state; read under the poller's
 	 * lock): its name ("" when none), since when and its timeout. */
 	char step[129];

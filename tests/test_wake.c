@@ -59,26 +59,12 @@ static pid_t worker(const char *log, const char *concurrency)
 	                     concurrency, NULL);
 }
 
-/* A worker that runs the test workflows (plugin_flows.c), and their tables. */
 static pid_t flows_worker(const char *log)
 {
-	tdb_exec(conn, "CREATE TABLE IF NOT EXISTS t_attempts (run_id bigint NOT NULL, "
-	               "  at timestamptz NOT NULL);"
-	               "CREATE TABLE IF NOT EXISTS t_counter (run_id bigint PRIMARY KEY, "
-	               "  n integer NOT NULL);"
-	               "CREATE TABLE IF NOT EXISTS t_flags (run_id bigint NOT NULL)");
 	static char plugins[512];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	return tworker_start(db, log == log_a ? &port_a : NULL, log, "CAIRN_POLL_INTERVAL=1h",
-	                     "CAIRN_CONCURRENCY=4", plugins, NULL);
-}
-
-/* Lets the step of run that waits for its flag (t_flags) go on. */
-static void set_flag(int64_t run)
-{
-	char sql[80];
-	snprintf(sql, sizeof sql, "INSERT INTO t_flags (run_id) VALUES (%" PRId64 ")", run);
-	tdb_exec(conn, sql);
+	return tworker_start(db, NULL, log, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
+	                     plugins, NULL);
 }
 
 /* The worker logging to log runs the wake relay (cairn.relay). */
@@ -157,6 +143,8 @@ Test(wake, a_burst_against_an_idle_worker_starts_without_a_poll)
 
 Test(wake, a_burst_against_a_busy_worker_starts_without_a_poll)
 {
+	tdb_exec(conn, "CREATE TABLE t_attempts (run_id bigint NOT NULL, at timestamptz NOT NULL);"
+	               "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL)");
 	pid_t a = flows_worker(log_a);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
@@ -256,46 +244,30 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 #define CLAIMS_OF_SHARDS "cairn_claims_total{of=\"shards\"}"
 #define CLAIMS_OF_RUNS   "cairn_claims_total{of=\"runs\"}"
 
-/* Worker a runs the test workflows, owns every shard and relays, and
- * executes *run (of workflow, with input), whose step wrote to table. */
-static pid_t flows_worker_executing(const char *workflow, const char *input, const char *table,
-                                    int64_t *run)
-{
-	pid_t a = flows_worker(log_a);
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
-	*run = enqueue(workflow, input, 0);
-	char sql[64];
-	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
-	tcheck(dump_logs, tdb_wait_at_least(conn, sql, 1, DEADLINE), "%s never began its step",
-	       workflow);
-	return a;
-}
-
-/* A run's wake-up names it, and the idle owner claims that run alone,
- * never looking through its shards; nor does a run's end make it look
- * through them, though a long run is in flight all along (a claim that
- * passes a run in flight does not count it as left behind). */
 Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 {
-	int64_t held;
-	pid_t a =
-	    flows_worker_executing("t.stubborn", "{\"until_flag\": true}", "t_attempts", &held);
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	enqueue("noop", "{}", 0);
+	all_completed(1, "first run");
 	double shards0 = tmetric(port_a, CLAIMS_OF_SHARDS), runs0 = tmetric(port_a, CLAIMS_OF_RUNS);
 	cr_assert(shards0 >= 1 && runs0 >= 0, "no claim metrics: %g %g", shards0, runs0);
+	/* One by one: each enqueue's wake-up names its run, and the idle owner
+	 * claims that run alone, never looking through its shards, nor again
+	 * when the run before, which may still be in flight, ends (a claim of
+	 * named runs passes no other run). */
 	for (int i = 0; i < 10; i++) {
 		enqueue("noop", "{}", 0);
-		all_completed(1 + i, "a run named by its wake-up");
+		all_completed(2 + i, "a run named by its wake-up");
 	}
-	set_flag(held);
-	all_completed(11, "the held run");
 	double shards1 = tmetric(port_a, CLAIMS_OF_SHARDS), runs1 = tmetric(port_a, CLAIMS_OF_RUNS);
 	fprintf(stderr, "test_wake: claims of shards %g -> %g, of runs %g -> %g\n", shards0,
 	        shards1, runs0, runs1);
 	tcheck(dump_logs, runs1 - runs0 >= 10, "%g claims of named runs for 10 runs",
 	       runs1 - runs0);
-	/* One claim of the shards may still have been on its way when the held
-	 * run started (the relay pokes every runner as it starts). */
+	/* One claim of the shards may still have been on its way when the first
+	 * run ended (the relay pokes every runner as it starts). */
 	tcheck(dump_logs, shards1 - shards0 <= 1, "%g claims of all shards for 10 named runs",
 	       shards1 - shards0);
 	tworker_stop(a, SIGTERM, 30000);
@@ -330,27 +302,6 @@ Test(wake, a_runner_that_joins_makes_the_owner_give_up_shards_without_a_claim)
 	tcheck(dump_logs, after == before, "worker a claimed all its shards %g times as b joined",
 	       after - before);
 	tworker_stop(b, SIGTERM, 30000);
-	tworker_stop(a, SIGTERM, 30000);
-}
-
-/* A signal that comes while its run executes, with no wake-up (its owner
- * is busy, so the sender wakes no one), is not seen by that execution: the
- * run's final commit finds it and the owner claims the run again. */
-Test(wake, a_signal_sent_while_its_run_executes_is_claimed_when_the_execution_ends)
-{
-	int64_t run;
-	pid_t a = flows_worker_executing("t.await", "{\"gate\": true, \"name\": \"go\"}",
-	                                 "t_counter", &run);
-	tdb_exec(conn, "UPDATE cairn.runners SET idle = false");
-	cr_assert_eq(cairn_signal(client, run, "go", "{\"n\": 1}"), CAIRN_OK, "%s",
-	             cairn_client_errmsg(client));
-	set_flag(run); /* the gate opens; the execution awaits "go", which it did not load */
-	all_completed(1, "a run signalled while it executed");
-	cr_assert_eq(tdb_intf(conn,
-	                      "SELECT (output->'payload'->>'n')::int FROM cairn.runs "
-	                      "WHERE id = %" PRId64,
-	                      run),
-	             1, "the run did not get the signal's payload");
 	tworker_stop(a, SIGTERM, 30000);
 }
 
