@@ -363,7 +363,7 @@ static int live_runners(lease *l, int gi, assign_runner **out, int *n, int *me, 
 	return *out ? 0 : -CAIRN_ENOMEM;
 }
 
-static int rebalance_group(lease *l, int gi, int *changed, int *acquired, buf *err)
+static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 {
 	shardmap *map = l->env.map;
 	int shards = shardmap_shards(map), nlive = 0, me = -1;
@@ -399,7 +399,6 @@ static int rebalance_group(lease *l, int gi, int *changed, int *acquired, buf *e
 		l->pending |= !rc && rec.acquired < k;
 		shard_ranges(rec.acquired_shards, sizeof rec.acquired_shards, lst, rec.acquired);
 		*changed += rec.acquired;
-		*acquired += rec.acquired;
 	}
 	if (rec.acquired || rec.released) {
 		rec.why = me < 0                      ? "this runner is not live yet"
@@ -461,15 +460,15 @@ static void terminate_stale(lease *l)
 	buf_free(&err);
 }
 
-int lease_rebalance(lease *l, int *changed, int *acquired)
+int lease_rebalance(lease *l, int *changed)
 {
 	buf err = BUF_INIT;
 	int rc = 0;
-	*changed = *acquired = 0;
+	*changed = 0;
 	l->pending = 0;
 	terminate_stale(l);
 	for (int i = 0; i < shardmap_ngroups(l->env.map) && !rc; i++)
-		rc = rebalance_group(l, i, changed, acquired, &err);
+		rc = rebalance_group(l, i, changed, &err);
 	if (rc)
 		log_kv(l->env.log, LOG_WARN, "rebalance failed", "error", buf_str(&err), NULL);
 	buf_free(&err);

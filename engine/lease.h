@@ -62,9 +62,8 @@ int lease_members_seen(lease *l, const char *fingerprint);
 int64_t lease_beat_interval(const lease *l);
 /* The last rebalance wanted shards that were still held by another runner. */
 int lease_pending(const lease *l);
-/* One rebalance round: 0 with *changed (shards released or acquired) and
- * *acquired set, or -CAIRN_EDB. */
-int lease_rebalance(lease *l, int *changed, int *acquired);
+/* One rebalance round: 0 with *changed set, or -CAIRN_EDB. */
+int lease_rebalance(lease *l, int *changed);
 /* Releases every shard and deregisters (clean shutdown). */
 void lease_release_all(lease *l);
 /* Appends the last rebalance rounds that changed something, newest first. */

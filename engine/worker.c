@@ -470,7 +470,7 @@ static int lease_round_detached(supervisor *s)
 			s->next_rebalance = soon;
 	}
 	if (now >= s->next_rebalance) {
-		int changed = 0, acquired = 0, rc = lease_rebalance(w->lease, &changed, &acquired);
+		int changed = 0, rc = lease_rebalance(w->lease, &changed);
 		/* A round that keeps failing (a statement or lock timeout each
 		 * time) holds shards it cannot release: detach as for heartbeats. */
 		if (rc && (!db_ok(s->conn) || ++s->rb_failures >= w->cfg.detach_after)) {
@@ -480,7 +480,7 @@ static int lease_round_detached(supervisor *s)
 		}
 		if (!rc)
 			s->rb_failures = 0;
-		if (acquired)
+		if (changed)
 			dispatch_wake(w->dispatch, 0); /* claim what the new shards hold */
 		s->last_rebalance = clock_mono_ms();
 		s->next_rebalance = s->last_rebalance + (rc ? w->cfg.heartbeat_interval_ms

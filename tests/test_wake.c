@@ -273,38 +273,6 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 	tworker_stop(a, SIGTERM, 30000);
 }
 
-/* A runner that joins takes shards from the owner; the owner gives them up
- * without a claim of all that is due (it took nothing that could hold
- * work), and the membership change it is told of asks for none either. */
-Test(wake, a_runner_that_joins_makes_the_owner_give_up_shards_without_a_claim)
-{
-	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "worker a never owned every shard");
-	relay_started(log_a);
-	/* One by one, so that the poller never goes busy: the first may be
-	 * claimed by the relay's first poke, and its own wake-up then asks for
-	 * one more claim; the second's claim comes after that one. */
-	for (int i = 1; i <= 2; i++) {
-		enqueue("noop", "{}", 0);
-		all_completed(i, "before the join");
-	}
-	double before = tmetric(port_a, CLAIMS_OF_SHARDS);
-	pid_t b = worker(log_b, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(two_owners, NULL, DEADLINE), "the shards never settled on both");
-	/* A claim already asked for comes before the claims of these runs. */
-	for (int i = 3; i <= 12; i++) {
-		enqueue("noop", "{}", 0);
-		all_completed(i, "after the join");
-	}
-	double after = tmetric(port_a, CLAIMS_OF_SHARDS);
-	fprintf(stderr, "test_wake: worker a's claims of all its shards: %g -> %g over the join\n",
-	        before, after);
-	tcheck(dump_logs, after == before, "worker a claimed all its shards %g times as b joined",
-	       after - before);
-	tworker_stop(b, SIGTERM, 30000);
-	tworker_stop(a, SIGTERM, 30000);
-}
-
 Test(wake, a_durable_sleep_ends_when_due_and_a_delayed_run_starts_when_due)
 {
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
