@@ -346,16 +346,17 @@ static int relay_post(relay_state *r, relay_runner *rr, const char *path)
 	return 0;
 }
 
-/* Tells every runner the membership's fingerprint fp; they rebalance, and
- * a runner that takes shards claims what they hold itself. No claim of
- * all that is due here: with a fleet starting, that was a claim and a look
- * at cancelled runs on every runner for each one that joined. */
-static void relay_members(relay_state *r, const char *fp)
+/* Pokes every runner: the membership (when fp is set), and a claim. */
+static void relay_all(relay_state *r, const char *fp)
 {
 	char path[64];
-	snprintf(path, sizeof path, "/members/%s", fp);
-	for (int i = 0; i < r->n; i++)
-		relay_post(r, &r->rs[i], path);
+	snprintf(path, sizeof path, "/members/%s", fp ? fp : "");
+	for (int i = 0; i < r->n; i++) {
+		if (fp)
+			relay_post(r, &r->rs[i], path);
+		r->rs[i].wake = 2;
+		r->rs[i].all = 1;
+	}
 }
 
 /* A wake-up for rr: for run (0: for every due run), and with cancel, to
@@ -436,7 +437,7 @@ static int relay_take(relay_state *r, buf *err)
 	int rc = reloaded ? 0 : relay_load(r, err);
 	if (!rc && strcmp(r->members, r->told) != 0) {
 		snprintf(r->told, sizeof r->told, "%s", r->members);
-		relay_members(r, r->members);
+		relay_all(r, r->members);
 	}
 	return rc;
 }
@@ -463,11 +464,8 @@ static int relay_main(cairn_singleton *s, void *arg)
 	if (!rc && (db_cmd(r.conn, &err, "LISTEN " CAIRN_WAKE_CHANNEL, 0, NULL) < 0 ||
 	            db_cmd(r.conn, &err, "LISTEN " CAIRN_MEMBERS_CHANNEL, 0, NULL) < 0))
 		rc = -CAIRN_EDB;
-	/* A wake-up sent while no relay listened: every runner claims all
-	 * that is due, and looks at its runs in flight for a cancel. */
 	if (!rc && !(rc = relay_load(&r, &err)))
-		for (int i = 0; i < r.n; i++)
-			relay_mark(&r.rs[i], 1, 0);
+		relay_all(&r, NULL);
 	while (!rc && !cairn_singleton_cancelled(s)) {
 		for (int i = 0; i < r.n; i++) {
 			if (r.rs[i].wake)
