@@ -950,9 +950,10 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * run ends or a queue slot frees only if the last claim may have left due
  * messages behind (recheck: it came back full, was cut short by the
  * queue's room, or skipped runs in flight, whose messages wait for them to
- * end: a claim of named runs skips only those of them in flight); and, as a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after
- * the last claim of all. So an idle worker with a run to do claims once
- * for it, not again when it takes it and when it ends. A backlog is
+ * end: a claim of named runs skips only those of them in flight); and, as
+ * a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after the last claim
+ * of all. So an idle worker with a run to do claims once for it, not again
+ * when it takes it and when it ends. A backlog is
  * claimed in batches: the claims that follow a full one wait until the
  * queue is down to half or an executor has nothing to do
  * (refill_due_locked), as each claim walks past every run in flight.
