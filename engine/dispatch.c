@@ -953,10 +953,10 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * end: a claim of named runs skips only those of them in flight); and, as
  * a fallback for a lost wake-up, CAIRN_POLL_INTERVAL after the last claim
  * of all. So an idle worker with a run to do claims once for it, not again
- * when it takes it and when it ends. A backlog is
- * claimed in batches: the claims that follow a full one wait until the
- * queue is down to half or an executor has nothing to do
- * (refill_due_locked), as each claim walks past every run in flight.
+ * when it takes it and when it ends. A backlog is claimed in batches: the
+ * claims that follow a full one wait until the queue is down to half or an
+ * executor has nothing to do (refill_due_locked), as each claim walks past
+ * every run in flight.
  *
  * Named runs: a wake-up that names its runs (dispatch_wake_runs) is claimed
  * with SQL_CLAIM_RUNS, of those runs alone, when nothing else asks for a
@@ -1057,7 +1057,7 @@ static void *poller_main(void *arg)
 		if (want)
 			nruns = 0;
 		int targeted = nruns > 0;
-		int rc = 0, n = 0, limit = 0, again = 0;
+		int rc = 0, n = 0, limit = 0, again = 0, full = 0;
 		if (want || targeted) {
 			int64_t owner = lease_runner_id(d->env.lease);
 			pthread_mutex_lock(&d->mu);
@@ -1115,10 +1115,12 @@ static void *poller_main(void *arg)
 					next_analyze = clock_mono_ms() + STATS_FRESH_MS;
 				}
 			}
-			/* A claim of named runs says nothing of the others: it
+			/* A full claim of all that is due: more may be due. A
+			 * claim of named runs says nothing of the others: it
 			 * only adds to what the last full claim left behind and
 			 * to when something is due next. */
-			int left = busy || room == 0 || skipped > 0 ||
+			full = want && rc >= 0 && n > 0 && n == limit;
+			int left = busy || room == 0 || skipped > 0 || full ||
 			           (rc >= 0 && n == limit && limit == room);
 			if (!targeted || left)
 				atomic_store(&d->recheck, left);
@@ -1138,11 +1140,10 @@ static void *poller_main(void *arg)
 				atomic_store(&d->claiming, 0);
 			}
 		}
-		/* A full claim: more may be due. Claim again at once while the
-		 * queue is down to half (see freed), else as it gets there. */
-		int full = want && rc >= 0 && n > 0 && n == limit, refill = 0;
+		/* After a full claim, claim again at once while the queue is
+		 * down to half (see freed), else as it gets there. */
+		int refill = 0;
 		if (full) {
-			atomic_store(&d->recheck, 1);
 			pthread_mutex_lock(&d->mu);
 			refill = refill_due_locked(d);
 			pthread_mutex_unlock(&d->mu);
