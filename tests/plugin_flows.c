@@ -5,8 +5,9 @@
  *
  *   t.replay   {"mode": "split"}: step "count" bumps t_counter, then step
  *              "block" waits for a row in t_flags; {"mode": "same"}: one step
- *              "count_block" bumps and then waits. Shows which steps re-run
- *              after a crash (t_counter counts executions of the bump).
+ *              "count_block" bumps and then waits (with {"deaf": true} deaf
+ *              to cairn_should_stop). Shows which steps re-run after a crash
+ *              (t_counter counts executions of the bump).
  *   t.await    with {"gate": true} first step "gate", which bumps t_counter
  *              (the run is now before its await) and waits for a row in
  *              t_flags; then awaits signal name with timeout_ms;
@@ -140,14 +141,14 @@ static int bump(cairn_ctx *ctx, int64_t *n)
 	return CAIRN_OK;
 }
 
-/* Waits for the run's flag; gives up (retryably) when the run must stop. */
-static int wait_flag(cairn_ctx *ctx)
+/* Waits for a row in t_flags; a stop interrupts it unless it is deaf. */
+static int wait_flag(cairn_ctx *ctx, int deaf)
 {
 	for (;;) {
 		int f = flag_set(cairn_ctx_run_id(ctx));
 		if (f > 0)
 			return CAIRN_OK;
-		if (cairn_should_stop(ctx))
+		if (!deaf && cairn_should_stop(ctx))
 			return cairn_retryable(ctx, "block: the run is stopping");
 		nap_ms(BLOCK_POLL_MS);
 	}
@@ -163,7 +164,7 @@ static int step_count(cairn_ctx *ctx, void *arg, cJSON **result)
 
 static int step_block(cairn_ctx *ctx, void *arg, cJSON **result)
 {
-	CAIRN_TRY(wait_flag(ctx));
+	CAIRN_TRY(wait_flag(ctx, 0));
 	*result = cJSON_CreateTrue();
 	return CAIRN_OK;
 }
@@ -172,7 +173,7 @@ static int step_count_block(cairn_ctx *ctx, void *arg, cJSON **result)
 {
 	int64_t n;
 	CAIRN_TRY(bump(ctx, &n));
-	CAIRN_TRY(wait_flag(ctx));
+	CAIRN_TRY(wait_flag(ctx, arg != NULL));
 	*result = cJSON_CreateNumber((double)n);
 	return CAIRN_OK;
 }
@@ -181,9 +182,10 @@ static int wf_replay(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
 	const cJSON *mode = field(input, "mode");
 	int same = cJSON_IsString(mode) && strcmp(mode->valuestring, "same") == 0;
+	void *deaf = cJSON_IsTrue(field(input, "deaf")) ? (void *)input : NULL;
 	cJSON *count, *ok;
 	if (same) {
-		CAIRN_TRY(cairn_step(ctx, "count_block", step_count_block, NULL, &count));
+		CAIRN_TRY(cairn_step(ctx, "count_block", step_count_block, deaf, &count));
 	} else {
 		CAIRN_TRY(cairn_step(ctx, "count", step_count, NULL, &count));
 		CAIRN_TRY(cairn_step(ctx, "block", step_block, NULL, &ok));

@@ -268,7 +268,10 @@ static int wait_log(wk *w, const char *text, int64_t timeout_ms)
  * Fencing in the engine itself: worker X is frozen (SIGSTOP) while it runs a
  * step, its lease connection is terminated so Y takes the shard (epoch + 1)
  * and completes the run; when X wakes up and finishes its stale execution,
- * its commit is refused by the fence and the run keeps Y's result.
+ * its commit is refused by the fence and the run keeps Y's result. The step
+ * is deaf to cairn_should_stop: a step that gave up when X noticed its lost
+ * lease (or, with the two workers just started, when X began handing the
+ * shard to Y) would never reach the fence.
  */
 Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 {
@@ -277,7 +280,7 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	wk w[2];
 	wk_start(&w[0], e.db, NULL);
 	wk_start(&w[1], e.db, NULL);
-	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\"}", 0);
+	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\", \"deaf\": true}", 0);
 	cr_assert(wait_num(&e, 1, 20000,
 	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
 	          "step count_block never ran");
