@@ -188,9 +188,12 @@ static const char SQL_COMMIT[] =
     "  AND r.claims > 1 AND r.id IN (SELECT run_id FROM ok)), "
     /* A hand-over gives its mark back unfenced, as the mark was made: it is
      * a count, not a result, and a drain that released the shard before
-     * this commit must not leave its stop counted against the run. */
+     * this commit must not leave its stop counted against the run. So does
+     * any other end of an execution that the fence refused: the execution
+     * ended here, it did not stop its worker. */
     "unc AS (UPDATE cairn.runs r SET claims = greatest(r.claims - 1, 0) "
-    "  WHERE r.id = ANY (:unclaim_run::bigint[])), "
+    "  WHERE r.id = ANY (:unclaim_run::bigint[]) "
+    "     OR (r.id = ANY (:refund_run::bigint[]) AND r.id NOT IN (SELECT run_id FROM ok))), "
 
     "dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
     "    attempts = m.attempts + 1 "
@@ -350,6 +353,13 @@ static void add_child_end(commit_params *p, const commit *c)
 	cJSON_Delete(err);
 }
 
+/* Whether a commit's own write gives its execution's count back, fenced or
+ * not: a hand-over (an execution's final JOURNAL, or UNCLAIM). */
+static int gives_count_back(const commit *c)
+{
+	return c->outcome == COMMIT_UNCLAIM || (c->outcome == COMMIT_JOURNAL && c->final);
+}
+
 static void encode_one(commit_params *p, const commit *c)
 {
 	pgarr *s = p->slot;
@@ -424,6 +434,9 @@ static void encode_one(commit_params *p, const commit *c)
 	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
 	case COMMIT_MARK: break; /* written by write_marks */
 	}
+	/* Its count comes back if the fence refuses the rest (see unc). */
+	if (c->final && !gives_count_back(c))
+		pgarr_add_i64(&s[SLOT_refund_run], c->run.id);
 }
 
 int commit_encode(commit *const *batch, int n, const seal_keys *keys, const char *code_version,
@@ -463,6 +476,8 @@ struct committer {
 	pthread_cond_t done_cv; /* a commit is done */
 	commit *head, *tail;
 	int stop;
+	int64_t *refund; /* runs whose final writes were lost: their counts to give back */
+	int nrefund, caprefund;
 };
 
 /* The failure of one statement: whether the values were at fault. */
@@ -648,10 +663,13 @@ static PGconn *connect_committer(committer *k, buf *err)
 	return c;
 }
 
-/* Marks a batch done: wakes waiting executors, hands final commits back.
- * A waited-for commit belongs to its executor again once it is done (it may
- * be freed at once), so the final ones are picked out before. */
-static void settle(committer *k, commit **batch, int n)
+static void give_refunds(committer *k, PGconn **conn, buf *err);
+
+/* Marks a batch done: wakes waiting executors, gives back the counts of
+ * lost final writes, hands final commits back. A waited-for commit belongs
+ * to its executor again once it is done (it may be freed at once), so the
+ * final ones are picked out before. */
+static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 {
 	commit *finals[COMMIT_MAX];
 	int nfinal = 0;
@@ -663,6 +681,7 @@ static void settle(committer *k, commit **batch, int n)
 			batch[i]->done = 1;
 	pthread_cond_broadcast(&k->done_cv);
 	pthread_mutex_unlock(&k->mu);
+	give_refunds(k, conn, err);
 	for (int i = 0; i < nfinal; i++) {
 		commit *c = finals[i];
 		c->done = 1;
@@ -700,6 +719,63 @@ static int take_batch(committer *k, commit **batch)
 		k->tail = NULL;
 	pthread_mutex_unlock(&k->mu);
 	return n;
+}
+
+/*
+ * A final write that failed wrote nothing: not the count of its execution
+ * either, which only a crash of the worker should leave behind (see
+ * CAIRN_POISON_AFTER). An execution that ended here while the database
+ * restarted, or the commit connection broke, gives its count back once
+ * the database answers again, before its run leaves the in-flight set
+ * (and is claimed again, so that a count of a new execution is not taken).
+ * A write whose commit went through but whose answer was lost (the
+ * database stopped in between) gives its count back twice: the run counts
+ * a stop too few, never one too many.
+ */
+static const char SQL_REFUND[] =
+    "UPDATE cairn.runs SET claims = greatest(claims - 1, 0) WHERE id = ANY ($1::bigint[])";
+
+/* Keeps the final writes of batch, which failed, for give_refunds. */
+static void keep_refunds(committer *k, commit *const *batch, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (!batch[i]->final)
+			continue;
+		if (k->nrefund == k->caprefund) {
+			int cap = k->caprefund ? k->caprefund * 2 : COMMIT_MAX;
+			int64_t *g = realloc(k->refund, (size_t)cap * sizeof *g);
+			if (!g)
+				return; /* the run counts a stop too many, as before */
+			k->refund = g;
+			k->caprefund = cap;
+		}
+		k->refund[k->nrefund++] = batch[i]->run.id;
+	}
+}
+
+/* Gives the kept counts back on conn, connecting once if needed; keeps them
+ * while the database does not answer. */
+static void give_refunds(committer *k, PGconn **conn, buf *err)
+{
+	if (k->nrefund == 0)
+		return;
+	if (!*conn || !db_ok(*conn)) {
+		PQfinish(*conn);
+		*conn = connect_committer(k, err);
+		if (!*conn)
+			return;
+	}
+	pgarr ids = PGARR_INIT;
+	for (int i = 0; i < k->nrefund; i++)
+		pgarr_add_i64(&ids, k->refund[i]);
+	const char *p[] = {pgarr_str(&ids)};
+	int rc = ids.b.oom ? -1 : db_cmd(*conn, err, SQL_REFUND, 1, p);
+	pgarr_free(&ids);
+	if (rc < 0 && db_ok(*conn))
+		log_kv(k->env.log, LOG_WARN, "cannot give back the counts of lost final writes",
+		       "error", buf_str(err), NULL);
+	if (rc == 0 || db_ok(*conn))
+		k->nrefund = 0;
 }
 
 static void *committer_main(void *arg)
@@ -743,6 +819,7 @@ static void *committer_main(void *arg)
 					       "commit failed; the run will be retried", "error",
 					       buf_str(&err), NULL);
 					batch[i]->ok = 0;
+					keep_refunds(k, &batch[i], 1);
 				}
 			}
 		} else if (rc < 0) {
@@ -750,6 +827,7 @@ static void *committer_main(void *arg)
 			       "error", buf_str(&err), NULL);
 			for (int i = 0; i < n; i++)
 				batch[i]->ok = 0;
+			keep_refunds(k, batch, n);
 			if (conn && !db_ok(conn)) {
 				PQfinish(conn);
 				conn = NULL;
@@ -761,10 +839,11 @@ static void *committer_main(void *arg)
 		 * is a round trip of its own, which no run needs to wait for. */
 		tellings t;
 		collect_tellings(batch, n, &t);
-		settle(k, batch, n);
+		settle(k, batch, n, &conn, &err);
 		notify_done(conn, &t);
 	}
 	PQfinish(conn);
+	free(k->refund);
 	buf_free(&err);
 	return NULL;
 }

@@ -117,7 +117,7 @@ void commit_truncate(commit *c, int from);
 	X(sig_id) X(sig_seq)                                                        \
 	X(reset_run) X(reset_from)                                                  \
 	X(defer_msg) X(defer_at)                                                    \
-	X(prog_run) X(unclaim_run)                                                  \
+	X(prog_run) X(unclaim_run) X(refund_run)                                    \
 	X(kid_run) X(kid_parent) X(kid_name) X(kid_payload)                         \
 	X(can_run)                                                                  \
 	X(ev_run) X(ev_key) X(ev_value) X(ev_seq)

@@ -335,6 +335,96 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	teardown(&e);
 }
 
+/* The run's count of executions since its last progress (runs.claims). */
+static int64_t claims_of(env *e, int64_t id)
+{
+	return num(e, "SELECT claims FROM cairn.runs WHERE id = %" PRId64, id);
+}
+
+/*
+ * An execution whose end the fence refused ended in its worker: it did not
+ * stop it, so it gives its count back (CAIRN_POISON_AFTER counts stops).
+ * Worker X is frozen in a step while its lease connection is cut and the
+ * shard moves on (a new epoch, and no owner: as after another worker took
+ * it and left); X then stays detached (a long re-attach window), so nothing
+ * runs the run again while its count is read.
+ */
+Test(exec, an_execution_the_fence_refused_gives_its_count_back)
+{
+	env e;
+	setup(&e);
+	wk x;
+	wk_start(&x, e.db, "CAIRN_REATTACH_WINDOW=10m");
+	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\", \"deaf\": true}", 0);
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+	          "step count_block never ran");
+	cr_assert_eq(claims_of(&e, id), 1, "the execution was not counted");
+	cr_assert_eq(kill(x.pid, SIGSTOP), 0);
+	num(&e,
+	    "SELECT count(pg_terminate_backend(lease_pid)) FROM cairn.runners WHERE name LIKE "
+	    "'%%:%d'",
+	    (int)x.pid);
+	num(&e,
+	    "WITH u AS (UPDATE cairn.shard_leases l SET owner = NULL, epoch = l.epoch + 1 "
+	    "FROM cairn.runs r "
+	    "WHERE r.id = %" PRId64 " AND l.shard_group = r.shard_group AND l.shard = r.shard "
+	    "RETURNING 1) SELECT count(*) FROM u",
+	    id);
+	set_flag(&e, id);
+	cr_assert_eq(kill(x.pid, SIGCONT), 0);
+	cr_assert(wait_log(&x, "refused by the fence", 20000), "the stale write was not refused");
+	cr_assert_eq(claims_of(&e, id), 0, "the refused execution still counts as a stop");
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                     " AND finished_at IS NULL",
+	                 id),
+	             1, "the refused write finished the run");
+	wk_kill(&x);
+	teardown(&e);
+}
+
+/*
+ * A final write lost with the commit connection wrote nothing, not even the
+ * count of its execution given back: the worker gives it back as soon as
+ * the database answers, before the run is claimed again. The run's row is
+ * locked, so its final write waits, and the test cuts that connection. With
+ * CAIRN_POISON_AFTER=1, a count left behind would fail the run as poison at
+ * its next claim; given back, the run executes again and completes.
+ */
+Test(exec, a_final_write_lost_with_its_connection_does_not_count_as_a_stop)
+{
+	env e;
+	setup(&e);
+	wk x;
+	wk_start(&x, e.db, "CAIRN_POISON_AFTER=1");
+	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\", \"deaf\": true}", 0);
+	cr_assert(wait_num(&e, 1, 20000,
+	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+	          "step count_block never ran");
+	PGconn *lock = tdb_connect(e.db);
+	char sql[160];
+	snprintf(sql, sizeof sql, "SELECT id FROM cairn.runs WHERE id = %" PRId64 " FOR UPDATE",
+	         id);
+	tdb_exec(lock, "BEGIN");
+	tdb_exec(lock, sql);
+	set_flag(&e, id);
+	const char *waiting = "FROM pg_stat_activity WHERE datname = current_database() "
+	                      "AND application_name = 'cairn-worker commit' "
+	                      "AND wait_event_type = 'Lock'";
+	cr_assert(wait_num(&e, 1, 20000, "SELECT count(*) %s", waiting),
+	          "the final write never waited for the row");
+	cr_assert_eq(num(&e, "SELECT count(pg_terminate_backend(pid)) %s", waiting), 1);
+	tdb_exec(lock, "ROLLBACK");
+	PQfinish(lock);
+	cairn_run *r = finished(&e, id, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cairn_run_free(r);
+	cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 2,
+	             "the lost write held the step's result: the step runs again");
+	wk_stop(&x);
+	teardown(&e);
+}
+
 /* ------------------------------------------------------------- results */
 
 Test(exec, cli_waits_for_results_and_exits_by_outcome)
