@@ -478,6 +478,9 @@ struct committer {
 	int stop;
 	int64_t *refund; /* runs whose final writes were lost: their counts to give back */
 	int nrefund, caprefund;
+	int failures;    /* connects that failed in a row */
+	int64_t pid;     /* the server process of the commit connection */
+	int64_t old_pid; /* that of a connection that broke with a write in flight; 0: none */
 };
 
 /* The failure of one statement: whether the values were at fault. */
@@ -630,10 +633,20 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 	buf_free(&why);
 }
 
+static void stamp(committer *k)
+{
+	if (k->env.loop)
+		watch_stamp(k->env.loop);
+}
+
+static const char *committer_name(const committer *k)
+{
+	return k->env.app_name ? k->env.app_name : "cairn-worker commit";
+}
+
 static PGconn *connect_committer(committer *k, buf *err)
 {
-	PGconn *c = db_connect(k->env.conninfo,
-	                       k->env.app_name ? k->env.app_name : "cairn-worker commit", err);
+	PGconn *c = db_connect(k->env.conninfo, committer_name(k), err);
 	/* Its statements are planned once (generic plans): PostgreSQL would
 	 * otherwise plan the marks and SQL_DONE again at every batch, their
 	 * generic plan assuming ten ids where a custom one counts them, and
@@ -656,19 +669,94 @@ static PGconn *connect_committer(committer *k, buf *err)
 	if (!rc)
 		rc = db_prepare(c, st, 2, err);
 	buf_free(&sql);
-	if (rc) {
+	/* Its server process, to end it should the connection break with a
+	 * write in flight (end_old_session). */
+	PGresult *r = rc ? NULL : db_exec(c, err, "SELECT pg_backend_pid()", 0, NULL);
+	if (!r) {
 		PQfinish(c);
 		return NULL;
 	}
+	k->pid = db_get_i64(r, 0, 0);
+	PQclear(r);
 	return c;
+}
+
+/* Connects, retrying with backoff (stamping the watch: waiting for the
+ * database is not being stuck) until it can; NULL once stopping after a
+ * few failures. */
+static PGconn *connect_retrying(committer *k, buf *err)
+{
+	for (;;) {
+		PGconn *conn = connect_committer(k, err);
+		if (conn) {
+			k->failures = 0;
+			return conn;
+		}
+		log_kv(k->env.log, LOG_WARN, "committer cannot connect; retrying", "error",
+		       buf_str(err), NULL);
+		for (int64_t until = clock_mono_ms() + db_backoff_ms(k->failures++);
+		     clock_mono_ms() < until;) {
+			stamp(k);
+			int64_t left = until - clock_mono_ms(), slice = 100;
+			usleep((useconds_t)((left < slice ? left : slice) * 1000));
+		}
+		pthread_mutex_lock(&k->mu);
+		int stopping = k->stop;
+		pthread_mutex_unlock(&k->mu);
+		if (stopping && k->failures > 3)
+			return NULL;
+	}
+}
+
+/*
+ * A write whose connection broke in flight (a statement timeout, a reset)
+ * may still reach the server later: held in a network buffer, or waiting
+ * for a lock. Landing after the worker took it for lost and ran the run
+ * again, it would write a step's result or the run's end beside those of
+ * the new execution, and the run and its journal would disagree. So before
+ * the runs of such a write leave the in-flight set, the committer ends the
+ * old session on the server and waits until its process is gone: what it
+ * wrote is then there for the next claim to see, and nothing of it can come
+ * later. (A worker that stops while the database is unreachable cannot; it
+ * exits, its leases end, and the next owner's epoch fences the old session
+ * out.)
+ */
+static const char SQL_END_SESSION[] =
+    "SELECT coalesce(bool_and(pg_terminate_backend(pid, 1000)), true) FROM pg_stat_activity "
+    "WHERE pid = $1 AND pid <> pg_backend_pid() AND application_name = $2 "
+    "  AND datname = current_database()";
+
+static void end_old_session(committer *k, PGconn **conn, buf *err)
+{
+	while (k->old_pid) {
+		if (!*conn && !(*conn = connect_retrying(k, err)))
+			return;
+		char pid[24];
+		const char *p[] = {db_i64(pid, k->old_pid), committer_name(k)};
+		PGresult *r = db_exec(*conn, err, SQL_END_SESSION, 2, p);
+		if (r && db_get_bool(r, 0, 0))
+			k->old_pid = 0;
+		else if (!r && db_ok(*conn)) {
+			log_kv(k->env.log, LOG_ERROR, "cannot end the broken commit session", "error",
+			       buf_str(err), NULL);
+			k->old_pid = 0;
+		}
+		PQclear(r);
+		if (!db_ok(*conn)) {
+			PQfinish(*conn);
+			*conn = NULL;
+		}
+		stamp(k);
+	}
 }
 
 static void give_refunds(committer *k, PGconn **conn, buf *err);
 
-/* Marks a batch done: wakes waiting executors, gives back the counts of
- * lost final writes, hands final commits back. A waited-for commit belongs
- * to its executor again once it is done (it may be freed at once), so the
- * final ones are picked out before. */
+/* Marks a batch done: wakes waiting executors, ends the session of a
+ * broken connection and gives back the counts of lost final writes, hands
+ * final commits back (their runs may then be claimed again). A waited-for
+ * commit belongs to its executor again once it is done (it may be freed at
+ * once), so the final ones are picked out before. */
 static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 {
 	commit *finals[COMMIT_MAX];
@@ -681,6 +769,7 @@ static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 			batch[i]->done = 1;
 	pthread_cond_broadcast(&k->done_cv);
 	pthread_mutex_unlock(&k->mu);
+	end_old_session(k, conn, err);
 	give_refunds(k, conn, err);
 	for (int i = 0; i < nfinal; i++) {
 		commit *c = finals[i];
@@ -691,12 +780,6 @@ static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 			       "final write refused by the fence: the shard moved", NULL);
 		k->env.on_final(k->env.arg, c);
 	}
-}
-
-static void stamp(committer *k)
-{
-	if (k->env.loop)
-		watch_stamp(k->env.loop);
 }
 
 /* Takes up to COMMIT_MAX queued commits; 0 when stopping with none left.
@@ -784,27 +867,10 @@ static void *committer_main(void *arg)
 	PGconn *conn = NULL;
 	buf err = BUF_INIT;
 	commit *batch[COMMIT_MAX];
-	int failures = 0, n;
+	int n;
 	while ((n = take_batch(k, batch)) > 0) {
-		while (!conn) {
-			conn = connect_committer(k, &err);
-			if (conn)
-				break;
-			log_kv(k->env.log, LOG_WARN, "committer cannot connect; retrying", "error",
-			       buf_str(&err), NULL);
-			/* Waiting for the database is not being stuck: stamp. */
-			for (int64_t until = clock_mono_ms() + db_backoff_ms(failures++);
-			     clock_mono_ms() < until;) {
-				stamp(k);
-				int64_t left = until - clock_mono_ms(), slice = 100;
-				usleep((useconds_t)((left < slice ? left : slice) * 1000));
-			}
-			pthread_mutex_lock(&k->mu);
-			int stopping = k->stop;
-			pthread_mutex_unlock(&k->mu);
-			if (stopping && failures > 3)
-				break;
-		}
+		if (!conn)
+			conn = connect_retrying(k, &err);
 		int rc = conn ? write_batch(k, conn, batch, n, &err) : BATCH_DB;
 		if (rc < 0 && conn && db_ok(conn)) {
 			/* One bad commit must not sink the others: write them one by
@@ -828,12 +894,11 @@ static void *committer_main(void *arg)
 			for (int i = 0; i < n; i++)
 				batch[i]->ok = 0;
 			keep_refunds(k, batch, n);
-			if (conn && !db_ok(conn)) {
-				PQfinish(conn);
-				conn = NULL;
-			}
-		} else {
-			failures = 0;
+		}
+		if (conn && !db_ok(conn)) {
+			k->old_pid = k->pid; /* a write may be in flight: see end_old_session */
+			PQfinish(conn);
+			conn = NULL;
 		}
 		/* Waiters are told after the executors go on: the notification
 		 * is a round trip of its own, which no run needs to wait for. */

@@ -273,15 +273,30 @@ void tproxy_thaw(tproxy *p)
 	pthread_mutex_unlock(&p->mu);
 }
 
+/* Whether c's startup packet contains match (NULL: every connection). Holds p->mu. */
+static int matches_locked(const tconn *c, const char *match)
+{
+	return !match ||
+	       (c->nstartup && memmem(c->startup, c->nstartup, match, strlen(match)) != NULL);
+}
+
 int tproxy_count(tproxy *p, const char *match)
 {
 	int n = 0;
 	pthread_mutex_lock(&p->mu);
 	for (tconn *c = p->conns; c; c = c->next)
-		n += !match ||
-		     (c->nstartup && memmem(c->startup, c->nstartup, match, strlen(match)) != NULL);
+		n += matches_locked(c, match);
 	pthread_mutex_unlock(&p->mu);
 	return n;
+}
+
+void tproxy_cut(tproxy *p, const char *match)
+{
+	pthread_mutex_lock(&p->mu);
+	for (tconn *c = p->conns; c; c = c->next)
+		if (matches_locked(c, match))
+			shutdown(c->cfd, SHUT_RDWR);
+	pthread_mutex_unlock(&p->mu);
 }
 
 void tproxy_stop(tproxy *p)

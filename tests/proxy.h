@@ -27,6 +27,13 @@ void tproxy_freeze(tproxy *p, const char *match);
 void tproxy_thaw(tproxy *p);
 /* Connections accepted so far whose startup packet contains match (NULL: all). */
 int tproxy_count(tproxy *p, const char *match);
+/*
+ * Cuts those connections on the client's side only: the client sees its
+ * connection closed at once, while the server sees the end only when it
+ * next reads (a statement waiting for a lock goes on), as when a connection
+ * breaks between the two.
+ */
+void tproxy_cut(tproxy *p, const char *match);
 /* Closes every connection and the listener and joins the threads. */
 void tproxy_stop(tproxy *p);
 #endif

@@ -7,6 +7,7 @@
  * proxy, every other connection goes direct. Every wait is a condition
  * polled with a deadline; the measured times are printed.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -410,6 +411,78 @@ Test(conn, healthz_fails_while_the_commit_connection_is_frozen_and_recovers_afte
 	       "200 again %" PRId64 " ms after the thaw",
 	       failed, done_frozen, recovered);
 	cairn_client_free(cl);
+	PQfinish(c);
+}
+
+/*
+ * A write whose connection broke can still land later: its statement goes
+ * on in the server until it next reads from the connection. Here the run's
+ * end waits for the lock of its shard's lease row (the test holds it) when
+ * its connection is cut between worker and server. The worker ends that
+ * old session before it lets the run go (to be claimed again), so the late
+ * end cannot land beside the end of a second execution: the run's output
+ * and its journal agree. Before, the run executed again, and once the lock
+ * went, both ends landed, each with its own count.
+ */
+Test(conn, a_write_that_lands_after_its_connection_broke_cannot_contradict_the_journal)
+{
+	const char *db = tdb_new_migrated_shards(SHARDS);
+	PGconn *c = tdb_connect(db);
+	tdb_exec(c, "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL);"
+	            "CREATE TABLE t_flags (run_id bigint NOT NULL);");
+	proxy = tproxy_start(db);
+	start(0, tproxy_conninfo(proxy), NULL);
+	cairn_client *cl;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	/* A first run opens the commit connection. */
+	cairn_enqueue_opts o = {.input = "{}"};
+	cairn_enqueued e;
+	cr_assert_eq(cairn_enqueue(cl, "noop", &o, &e), CAIRN_OK, "%s", cairn_client_errmsg(cl));
+	cr_assert_eq(cairn_run_wait(cl, e.id, 20000), CAIRN_OK, "the first run did not finish");
+	check(tproxy_count(proxy, "cairn-worker commit") >= 1, "the commit connection is not proxied");
+	o.input = "{\"mode\": \"same\", \"deaf\": true}";
+	cr_assert_eq(cairn_enqueue(cl, "t.replay", &o, &e), CAIRN_OK, "%s", cairn_client_errmsg(cl));
+	check(tdb_wait_at_leastf(c, 1, 20000, "SELECT count(*) FROM t_counter WHERE run_id = %" PRId64,
+	                         e.id),
+	      "the step never ran");
+	char sql[256];
+	tdb_exec(c, "BEGIN");
+	snprintf(sql, sizeof sql,
+	         "SELECT 1 FROM cairn.shard_leases l JOIN cairn.runs r ON l.shard_group = "
+	         "r.shard_group AND l.shard = r.shard WHERE r.id = %" PRId64 " FOR UPDATE OF l",
+	         e.id);
+	tdb_exec(c, sql);
+	PGconn *f = tdb_connect(db);
+	snprintf(sql, sizeof sql, "INSERT INTO t_flags (run_id) VALUES (%" PRId64 ")", e.id);
+	tdb_exec(f, sql);
+	const char *waiting = "FROM pg_stat_activity WHERE datname = current_database() "
+	                      "AND application_name = 'cairn-worker commit' "
+	                      "AND wait_event_type = 'Lock'";
+	check(tdb_wait_at_leastf(f, 1, 20000, "SELECT count(*) %s", waiting),
+	      "the run's end never waited for the lease row");
+	tproxy_cut(proxy, "cairn-worker commit");
+	/* Let the lock go once the run executed again, or the worker ended
+	 * the old session and waits (its claim of the run is held back). */
+	tdb_wait_at_leastf(f, 2, 5000, "SELECT n FROM t_counter WHERE run_id = %" PRId64, e.id);
+	tdb_exec(c, "COMMIT");
+	cr_assert_eq(cairn_run_wait(cl, e.id, 30000), CAIRN_OK, "the run did not finish");
+	cairn_run *r;
+	cr_assert_eq(cairn_run_get(cl, e.id, &r), CAIRN_OK, "%s", cairn_client_errmsg(cl));
+	check(strcmp(r->status, "completed") == 0, "%s: %s", r->status, r->error ? r->error : "");
+	check(r->nsteps == 1 && r->output, "%d steps", r->nsteps);
+	cJSON *out = cJSON_Parse(r->output);
+	const cJSON *count = cJSON_GetObjectItemCaseSensitive(out, "count");
+	check(cJSON_IsNumber(count) && count->valuedouble == atof(r->steps[0].output),
+	      "the run's output %s contradicts its journal (step count_block: %s)", r->output,
+	      r->steps[0].output);
+	report("an end cut off while it waited for a lock: the step ran %" PRId64
+	       " times, output %s, journal %s",
+	       tdb_intf(f, "SELECT n FROM t_counter WHERE run_id = %" PRId64, e.id), r->output,
+	       r->steps[0].output);
+	cJSON_Delete(out);
+	cairn_run_free(r);
+	cairn_client_free(cl);
+	PQfinish(f);
 	PQfinish(c);
 }
 
