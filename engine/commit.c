@@ -737,8 +737,8 @@ static void end_old_session(committer *k, PGconn **conn, buf *err)
 		if (r && db_get_bool(r, 0, 0))
 			k->old_pid = 0;
 		else if (!r && db_ok(*conn)) {
-			log_kv(k->env.log, LOG_ERROR, "cannot end the broken commit session", "error",
-			       buf_str(err), NULL);
+			log_kv(k->env.log, LOG_ERROR, "cannot end the broken commit session",
+			       "error", buf_str(err), NULL);
 			k->old_pid = 0;
 		}
 		PQclear(r);

@@ -24,6 +24,10 @@
 
 #define TTL_MS 2000
 #define SHARDS 16
+/* The tables t.replay writes (see plugin_flows.c). */
+#define REPLAY_TABLES                                                                              \
+	"CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL);"                  \
+	"CREATE TABLE t_flags (run_id bigint NOT NULL);"
 
 typedef struct wk {
 	pid_t pid;
@@ -256,8 +260,7 @@ Test(conn, a_frozen_worker_loses_its_shards_to_the_healthy_one_within_the_ttl_an
 {
 	const char *db = tdb_new_migrated_shards(SHARDS);
 	PGconn *c = tdb_connect(db);
-	tdb_exec(c, "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL);"
-	            "CREATE TABLE t_flags (run_id bigint NOT NULL);");
+	tdb_exec(c, REPLAY_TABLES);
 	proxy = tproxy_start(db);
 	start(0, tproxy_conninfo(proxy), NULL); /* A */
 	start(1, db, NULL);                     /* B */
@@ -428,8 +431,7 @@ Test(conn, a_write_that_lands_after_its_connection_broke_cannot_contradict_the_j
 {
 	const char *db = tdb_new_migrated_shards(SHARDS);
 	PGconn *c = tdb_connect(db);
-	tdb_exec(c, "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL);"
-	            "CREATE TABLE t_flags (run_id bigint NOT NULL);");
+	tdb_exec(c, REPLAY_TABLES);
 	proxy = tproxy_start(db);
 	start(0, tproxy_conninfo(proxy), NULL);
 	cairn_client *cl;
@@ -439,11 +441,13 @@ Test(conn, a_write_that_lands_after_its_connection_broke_cannot_contradict_the_j
 	cairn_enqueued e;
 	cr_assert_eq(cairn_enqueue(cl, "noop", &o, &e), CAIRN_OK, "%s", cairn_client_errmsg(cl));
 	cr_assert_eq(cairn_run_wait(cl, e.id, 20000), CAIRN_OK, "the first run did not finish");
-	check(tproxy_count(proxy, "cairn-worker commit") >= 1, "the commit connection is not proxied");
+	check(tproxy_count(proxy, "cairn-worker commit") >= 1,
+	      "the commit connection is not proxied");
 	o.input = "{\"mode\": \"same\", \"deaf\": true}";
-	cr_assert_eq(cairn_enqueue(cl, "t.replay", &o, &e), CAIRN_OK, "%s", cairn_client_errmsg(cl));
-	check(tdb_wait_at_leastf(c, 1, 20000, "SELECT count(*) FROM t_counter WHERE run_id = %" PRId64,
-	                         e.id),
+	cr_assert_eq(cairn_enqueue(cl, "t.replay", &o, &e), CAIRN_OK, "%s",
+	             cairn_client_errmsg(cl));
+	check(tdb_wait_at_leastf(c, 1, 20000,
+	                         "SELECT count(*) FROM t_counter WHERE run_id = %" PRId64, e.id),
 	      "the step never ran");
 	char sql[256];
 	tdb_exec(c, "BEGIN");

@@ -264,6 +264,17 @@ static int wait_log(wk *w, const char *text, int64_t timeout_ms)
 	return tfile_wait(w->log, text, timeout_ms);
 }
 
+/* Enqueues a t.replay whose one step, deaf to cairn_should_stop, waits for
+ * the run's flag; returns once the step runs. */
+static int64_t enqueue_blocked(env *e)
+{
+	int64_t id = enqueue(e, "t.replay", "{\"mode\": \"same\", \"deaf\": true}", 0);
+	cr_assert(wait_num(e, 1, 20000,
+	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+	          "step count_block never ran");
+	return id;
+}
+
 /*
  * Fencing in the engine itself: worker X is frozen (SIGSTOP) while it runs a
  * step, its lease connection is terminated so Y takes the shard (epoch + 1)
@@ -280,10 +291,7 @@ Test(exec, a_worker_that_lost_its_lease_cannot_write_the_run_it_was_executing)
 	wk w[2];
 	wk_start(&w[0], e.db, NULL);
 	wk_start(&w[1], e.db, NULL);
-	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\", \"deaf\": true}", 0);
-	cr_assert(wait_num(&e, 1, 20000,
-	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
-	          "step count_block never ran");
+	int64_t id = enqueue_blocked(&e);
 	/* Which worker is executing it: the owner of the run's shard. */
 	int64_t owner_pid =
 	    num(&e,
@@ -355,10 +363,7 @@ Test(exec, an_execution_the_fence_refused_gives_its_count_back)
 	setup(&e);
 	wk x;
 	wk_start(&x, e.db, "CAIRN_REATTACH_WINDOW=10m");
-	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\", \"deaf\": true}", 0);
-	cr_assert(wait_num(&e, 1, 20000,
-	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
-	          "step count_block never ran");
+	int64_t id = enqueue_blocked(&e);
 	cr_assert_eq(claims_of(&e, id), 1, "the execution was not counted");
 	cr_assert_eq(kill(x.pid, SIGSTOP), 0);
 	num(&e,
@@ -375,8 +380,9 @@ Test(exec, an_execution_the_fence_refused_gives_its_count_back)
 	cr_assert_eq(kill(x.pid, SIGCONT), 0);
 	cr_assert(wait_log(&x, "refused by the fence", 20000), "the stale write was not refused");
 	cr_assert_eq(claims_of(&e, id), 0, "the refused execution still counts as a stop");
-	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
-	                     " AND finished_at IS NULL",
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                 " AND finished_at IS NULL",
 	                 id),
 	             1, "the refused write finished the run");
 	wk_kill(&x);
@@ -397,10 +403,7 @@ Test(exec, a_final_write_lost_with_its_connection_does_not_count_as_a_stop)
 	setup(&e);
 	wk x;
 	wk_start(&x, e.db, "CAIRN_POISON_AFTER=1");
-	int64_t id = enqueue(&e, "t.replay", "{\"mode\": \"same\", \"deaf\": true}", 0);
-	cr_assert(wait_num(&e, 1, 20000,
-	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
-	          "step count_block never ran");
+	int64_t id = enqueue_blocked(&e);
 	PGconn *lock = tdb_connect(e.db);
 	char sql[160];
 	snprintf(sql, sizeof sql, "SELECT id FROM cairn.runs WHERE id = %" PRId64 " FOR UPDATE",
