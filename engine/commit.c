@@ -478,7 +478,7 @@ struct committer {
 	int stop;
 	int64_t *refund; /* runs whose final writes were lost: their counts to give back */
 	int nrefund, caprefund;
-	int failures;    /* connects that failed in a row */
+	int failures;    /* failed connects since the last write that succeeded */
 	int64_t pid;     /* the server process of the commit connection */
 	int64_t old_pid; /* that of a connection that broke with a write in flight; 0: none */
 };
@@ -683,15 +683,13 @@ static PGconn *connect_committer(committer *k, buf *err)
 
 /* Connects, retrying with backoff (stamping the watch: waiting for the
  * database is not being stuck) until it can; NULL once stopping after a
- * few failures. */
+ * few failures. The backoff grows until a write succeeds. */
 static PGconn *connect_retrying(committer *k, buf *err)
 {
 	for (;;) {
 		PGconn *conn = connect_committer(k, err);
-		if (conn) {
-			k->failures = 0;
+		if (conn)
 			return conn;
-		}
 		log_kv(k->env.log, LOG_WARN, "committer cannot connect; retrying", "error",
 		       buf_str(err), NULL);
 		for (int64_t until = clock_mono_ms() + db_backoff_ms(k->failures++);
@@ -894,6 +892,8 @@ static void *committer_main(void *arg)
 			for (int i = 0; i < n; i++)
 				batch[i]->ok = 0;
 			keep_refunds(k, batch, n);
+		} else {
+			k->failures = 0;
 		}
 		if (conn && !db_ok(conn)) {
 			k->old_pid = k->pid; /* a write may be in flight: see end_old_session */
