@@ -809,9 +809,10 @@ static int take_batch(committer *k, commit **batch)
  * restarted, or the commit connection broke, gives its count back once
  * the database answers again, before its run leaves the in-flight set
  * (and is claimed again, so that a count of a new execution is not taken).
- * A write whose commit went through but whose answer was lost (the
+ * A hand-over whose commit went through but whose answer was lost (the
  * database stopped in between) gives its count back twice: the run counts
- * a stop too few, never one too many.
+ * a stop too few, never one too many. (Any other end that went through
+ * reset the count to 0, which stays 0.)
  */
 static const char SQL_REFUND[] =
     "UPDATE cairn.runs SET claims = greatest(claims - 1, 0) WHERE id = ANY ($1::bigint[])";
