@@ -671,13 +671,12 @@ static PGconn *connect_committer(committer *k, buf *err)
 	buf_free(&sql);
 	/* Its server process, to end it should the connection break with a
 	 * write in flight (end_old_session). */
-	PGresult *r = rc ? NULL : db_exec(c, err, "SELECT pg_backend_pid()", 0, NULL);
-	if (!r) {
+	if (!rc && (k->pid = db_server_pid(c, err)) < 0)
+		rc = -CAIRN_EDB;
+	if (rc) {
 		PQfinish(c);
 		return NULL;
 	}
-	k->pid = db_get_i64(r, 0, 0);
-	PQclear(r);
 	return c;
 }
 
@@ -748,7 +747,7 @@ static void end_old_session(committer *k, PGconn **conn, buf *err)
 	}
 }
 
-static void give_refunds(committer *k, PGconn **conn, buf *err);
+static void give_refunds(committer *k, PGconn *conn, buf *err);
 
 /* Marks a batch done: wakes waiting executors, ends the session of a
  * broken connection and gives back the counts of lost final writes, hands
@@ -768,7 +767,7 @@ static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 	pthread_cond_broadcast(&k->done_cv);
 	pthread_mutex_unlock(&k->mu);
 	end_old_session(k, conn, err);
-	give_refunds(k, conn, err);
+	give_refunds(k, *conn, err);
 	for (int i = 0; i < nfinal; i++) {
 		commit *c = finals[i];
 		c->done = 1;
@@ -835,28 +834,22 @@ static void keep_refunds(committer *k, commit *const *batch, int n)
 	}
 }
 
-/* Gives the kept counts back on conn, connecting once if needed; keeps them
- * while the database does not answer. */
-static void give_refunds(committer *k, PGconn **conn, buf *err)
+/* Gives the kept counts back on conn (end_old_session connected it after a
+ * break); keeps them while there is no connection. */
+static void give_refunds(committer *k, PGconn *conn, buf *err)
 {
-	if (k->nrefund == 0)
+	if (k->nrefund == 0 || !conn || !db_ok(conn))
 		return;
-	if (!*conn || !db_ok(*conn)) {
-		PQfinish(*conn);
-		*conn = connect_committer(k, err);
-		if (!*conn)
-			return;
-	}
 	pgarr ids = PGARR_INIT;
 	for (int i = 0; i < k->nrefund; i++)
 		pgarr_add_i64(&ids, k->refund[i]);
 	const char *p[] = {pgarr_str(&ids)};
-	int rc = ids.b.oom ? -1 : db_cmd(*conn, err, SQL_REFUND, 1, p);
+	int rc = ids.b.oom ? -1 : db_cmd(conn, err, SQL_REFUND, 1, p);
 	pgarr_free(&ids);
-	if (rc < 0 && db_ok(*conn))
+	if (rc < 0 && db_ok(conn))
 		log_kv(k->env.log, LOG_WARN, "cannot give back the counts of lost final writes",
 		       "error", buf_str(err), NULL);
-	if (rc == 0 || db_ok(*conn))
+	if (rc == 0 || db_ok(conn))
 		k->nrefund = 0;
 }
 

@@ -409,8 +409,7 @@ int64_t db_backoff_ms(int failures)
 	return backoff_reconnect_ms(failures, 15000, randombytes_uniform(1000000) / 1e6);
 }
 
-/* pg_backend_pid() on c, or -1 (the error in err). */
-static int64_t server_pid(PGconn *c, buf *err)
+int64_t db_server_pid(PGconn *c, buf *err)
 {
 	PGresult *r = db_exec(c, err, "SELECT pg_backend_pid()", 0, NULL);
 	if (!r)
@@ -422,7 +421,7 @@ static int64_t server_pid(PGconn *c, buf *err)
 
 int db_behind_pooler(PGconn *c, buf *err)
 {
-	int64_t pid = server_pid(c, err);
+	int64_t pid = db_server_pid(c, err);
 	if (pid < 0)
 		return -CAIRN_EDB;
 	return pid != PQbackendPID(c);
@@ -449,7 +448,7 @@ static int pool_check_rounds(PGconn *a, PGconn *b, int64_t *seen, buf *err)
 {
 	int64_t first = -1;
 	for (int i = 0; i < POOL_CHECK_ROUNDS; i++) {
-		int64_t p1 = server_pid(a, err);
+		int64_t p1 = db_server_pid(a, err);
 		if (p1 < 0)
 			return -CAIRN_EDB;
 		if (first < 0)
@@ -467,8 +466,8 @@ static int pool_check_rounds(PGconn *a, PGconn *b, int64_t *seen, buf *err)
 			}
 			return -CAIRN_EDB;
 		}
-		int64_t p2 = server_pid(b, err);
-		int64_t p3 = p2 < 0 ? -1 : server_pid(a, err);
+		int64_t p2 = db_server_pid(b, err);
+		int64_t p3 = p2 < 0 ? -1 : db_server_pid(a, err);
 		if (p3 < 0 && p2 >= 0 && pooler && !db_ok(a) && db_ok(b)) {
 			seen[0] = p1, seen[1] = p2, seen[2] = -1, seen[3] = first;
 			return 3;

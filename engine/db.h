@@ -136,6 +136,9 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err);
  * exponential backoff (100 ms up to 15 s) with full jitter. */
 int64_t db_backoff_ms(int failures);
 
+/* pg_backend_pid() on c: its server process, also behind a pooler; or -1
+ * (the error in err). */
+int64_t db_server_pid(PGconn *c, buf *err);
 /*
  * 1 when c reaches its server through a pooler (the backend key libpq got
  * is not the server's pg_backend_pid(): PgBouncer hands out its own), 0

@@ -58,13 +58,17 @@ struct tproxy {
 	tconn *conns;
 };
 
+/* Whether c's startup packet contains match (NULL: every connection). Holds p->mu. */
+static int matches_locked(const tconn *c, const char *match)
+{
+	return !match ||
+	       (c->nstartup && memmem(c->startup, c->nstartup, match, strlen(match)) != NULL);
+}
+
 /* Whether c is frozen. Holds p->mu. */
 static int frozen_locked(tproxy *p, tconn *c)
 {
-	if (p->frozen_all)
-		return 1;
-	return p->match[0] && c->nstartup &&
-	       memmem(c->startup, c->nstartup, p->match, strlen(p->match)) != NULL;
+	return p->frozen_all || (p->match[0] && matches_locked(c, p->match));
 }
 
 /* Waits while c is frozen; 0 when the proxy is stopping. */
@@ -271,13 +275,6 @@ void tproxy_thaw(tproxy *p)
 	p->match[0] = '\0';
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
-}
-
-/* Whether c's startup packet contains match (NULL: every connection). Holds p->mu. */
-static int matches_locked(const tconn *c, const char *match)
-{
-	return !match ||
-	       (c->nstartup && memmem(c->startup, c->nstartup, match, strlen(match)) != NULL);
 }
 
 int tproxy_count(tproxy *p, const char *match)
