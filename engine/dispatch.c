@@ -369,9 +369,12 @@ static int inflight_ids(dispatch *d, pgarr *out, const int64_t *named, int n)
  */
 #define MSG_START_SQL "0::bigint"
 _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
-/* The runs of the due messages and starts (CTE due), one row each. */
+/* The runs of the due messages and starts (CTE due), one row each. The ids
+ * are aggregated in no particular order (nothing reads them in order): on
+ * PostgreSQL 15 an ordered aggregate sorts every group on its own, which
+ * took a fifth of a claim of 130 runs. */
 #define CLAIM_GROUP                                                                                \
-	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id ORDER BY id) AS ids, "             \
+	"d AS (SELECT run_id, max(epoch) AS epoch, array_agg(id) AS ids, "                         \
 	"        min(deliver_at) AS at, min(id) AS first, max(prio) AS prio "                      \
 	"      FROM due GROUP BY run_id), "
 
@@ -471,12 +474,13 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"  FROM d JOIN cairn.runs r ON r.id = d.run_id), " CLAIM_FX_PLAIN
 /* What a claimed run (r, with js.bytes: its journal's size) brings to its
  * execution: the last step it completed (only when it stopped its workers
- * before), its journal unless over $4 bytes, its oldest $5 signals. */
+ * before), its journal unless over $4 bytes (none at all, without a query,
+ * for a run that has no steps yet), its oldest $5 signals. */
 #define CLAIM_RUN_DATA                                                                             \
 	"CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "   \
 	"  AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "               \
 	"END AS last_step, "                                                                       \
-	"CASE WHEN js.bytes <= $4 THEN "                                                           \
+	"CASE WHEN js.bytes > 0 AND js.bytes <= $4 THEN "                                          \
 	"(SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, "                  \
 	"   'kind', s.kind, "                                                                      \
 	"   'status', s.status, 'output', s.output::text, 'error', s.error, "                      \
@@ -629,7 +633,7 @@ static const char SQL_CLAIM_ONE[] =
     "  updated_at = now(), held = false "
     "FROM (SELECT id FROM unnest($9::bigint[]) AS t(id) LIMIT $3) t "
     "  JOIN cairn.shard_leases l ON l.owner = $1 "
-    "  CROSS JOIN LATERAL (SELECT array_agg(m.id ORDER BY m.id) AS ids FROM cairn.messages m "
+    "  CROSS JOIN LATERAL (SELECT array_agg(m.id) AS ids FROM cairn.messages m "
     "                      WHERE m.run_id = t.id AND m.deliver_at <= now()) mq "
     "  CROSS JOIN LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
     "                      FROM cairn.steps s WHERE s.run_id = t.id) js "

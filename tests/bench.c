@@ -1057,7 +1057,7 @@ static void phase_stamp(bench *b)
 out:
 	workers_stop(&w, w.pid > 0);
 	if (slot != MAP_FAILED)
-		munmap(slot, (size_t)n * 8);
+		munmap(slot, (size_t)all * 8);
 	unlink(path);
 	free(sent);
 	free(ms);
