@@ -128,6 +128,11 @@ void commit_truncate(commit *c, int from)
 
 /* -------------------------------------------------------------- encoding */
 
+/* An execution's count given back (runs.claims, see CAIRN_POISON_AFTER):
+ * by a hand-over or a refused end (SQL_COMMIT, unc), by a lost one
+ * (SQL_REFUND). */
+#define GIVE_COUNT_BACK "claims = greatest(claims - 1, 0)"
+
 static const char SQL_COMMIT[] =
     "WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "
     "                                :b_owner::bigint[], :b_epoch::bigint[]) "
@@ -191,7 +196,7 @@ static const char SQL_COMMIT[] =
      * this commit must not leave its stop counted against the run. So does
      * any other end of an execution that the fence refused: the execution
      * ended here, it did not stop its worker. */
-    "unc AS (UPDATE cairn.runs r SET claims = greatest(r.claims - 1, 0) "
+    "unc AS (UPDATE cairn.runs r SET " GIVE_COUNT_BACK " "
     "  WHERE r.id = ANY (:unclaim_run::bigint[]) "
     "     OR (r.id = ANY (:refund_run::bigint[]) AND r.id NOT IN (SELECT run_id FROM ok))), "
 
@@ -814,7 +819,7 @@ static int take_batch(committer *k, commit **batch)
  * reset the count to 0, which stays 0.)
  */
 static const char SQL_REFUND[] =
-    "UPDATE cairn.runs SET claims = greatest(claims - 1, 0) WHERE id = ANY ($1::bigint[])";
+    "UPDATE cairn.runs SET " GIVE_COUNT_BACK " WHERE id = ANY ($1::bigint[])";
 
 /* Keeps the final writes of batch, which failed, for give_refunds. */
 static void keep_refunds(committer *k, commit *const *batch, int n)

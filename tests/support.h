@@ -118,6 +118,12 @@ void tpgbouncer_admin(tpgbouncer *b, const char *command);
 /* Kills it, waits for it and removes its directory; a second call does nothing. */
 void tpgbouncer_stop(tpgbouncer *b);
 
+/* The FROM and WHERE of the worker commit sessions of the current database
+ * that wait for a lock: SELECT count(*) TDB_COMMIT_WAITING. */
+#define TDB_COMMIT_WAITING                                                                         \
+	"FROM pg_stat_activity WHERE datname = current_database() "                                \
+	"AND application_name = 'cairn-worker commit' AND wait_event_type = 'Lock'"
+
 /* cr_assert(cond, ...) that first calls dump(), which prints what explains a
  * failure (the workers' logs, say). */
 #define tcheck(dump, cond, ...)                                                                    \

@@ -459,10 +459,7 @@ Test(conn, a_write_that_lands_after_its_connection_broke_cannot_contradict_the_j
 	PGconn *f = tdb_connect(db);
 	snprintf(sql, sizeof sql, "INSERT INTO t_flags (run_id) VALUES (%" PRId64 ")", e.id);
 	tdb_exec(f, sql);
-	const char *waiting = "FROM pg_stat_activity WHERE datname = current_database() "
-	                      "AND application_name = 'cairn-worker commit' "
-	                      "AND wait_event_type = 'Lock'";
-	check(tdb_wait_at_leastf(f, 1, 20000, "SELECT count(*) %s", waiting),
+	check(tdb_wait_at_leastf(f, 1, 20000, "SELECT count(*) " TDB_COMMIT_WAITING),
 	      "the run's end never waited for the lease row");
 	tproxy_cut(proxy, "cairn-worker commit");
 	/* Let the lock go once the run executed again, or the worker ended

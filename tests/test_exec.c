@@ -411,12 +411,9 @@ Test(exec, a_final_write_lost_with_its_connection_does_not_count_as_a_stop)
 	tdb_exec(lock, "BEGIN");
 	tdb_exec(lock, sql);
 	set_flag(&e, id);
-	const char *waiting = "FROM pg_stat_activity WHERE datname = current_database() "
-	                      "AND application_name = 'cairn-worker commit' "
-	                      "AND wait_event_type = 'Lock'";
-	cr_assert(wait_num(&e, 1, 20000, "SELECT count(*) %s", waiting),
+	cr_assert(wait_num(&e, 1, 20000, "SELECT count(*) " TDB_COMMIT_WAITING),
 	          "the final write never waited for the row");
-	cr_assert_eq(num(&e, "SELECT count(pg_terminate_backend(pid)) %s", waiting), 1);
+	cr_assert_eq(num(&e, "SELECT count(pg_terminate_backend(pid)) " TDB_COMMIT_WAITING), 1);
 	tdb_exec(lock, "ROLLBACK");
 	PQfinish(lock);
 	cairn_run *r = finished(&e, id, 30000);

@@ -108,12 +108,8 @@ Test(faults, a_commit_that_waited_for_an_epoch_bump_is_fenced_out_and_writes_not
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, commit_thread, &w), 0);
 	/* The commit must wait for the lease row rather than read its snapshot. */
-	cr_assert(
-	    tdb_wait_at_least(c,
-	                      "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-	                      "'cairn-worker commit' AND wait_event_type = 'Lock'",
-	                      1, 20000),
-	    "the commit did not wait for the lease row: it read a snapshot");
+	cr_assert(tdb_wait_at_least(c, "SELECT count(*) " TDB_COMMIT_WAITING, 1, 20000),
+	          "the commit did not wait for the lease row: it read a snapshot");
 	tdb_exec(bump, "COMMIT");
 	pthread_join(t, NULL);
 	cr_assert_eq(w.rc, -CAIRN_ESTOP, "the commit passed a fence that had moved");
