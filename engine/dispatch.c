@@ -133,6 +133,10 @@ static void due_at(dispatch *d, int64_t at_ms)
 static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 {
 	pthread_mutex_lock(&d->mu);
+	if (j->solo) {
+		d->solo = 0; /* its end is written: the others may start */
+		pthread_cond_broadcast(&d->turn_cv);
+	}
 	for (int i = 0; i < d->nfl; i++)
 		if (d->fl[i].run_id == j->run_id) {
 			d->fl[i] = d->fl[--d->nfl];
@@ -239,15 +243,18 @@ static void give_back(dispatch *d, job *j)
 }
 
 /*
- * A run whose workers stopped while running it more than once (within one
- * stop of CAIRN_POISON_AFTER) runs alone: it waits until nothing else
- * executes here, and nothing starts beside it. If it is what kills workers,
- * it takes no innocent run with it, so only the culprit reaches the limit. A
- * single stop (a node lost, a deploy cut short) does not slow a run down.
- * Isolation waits at most SOLO_WAIT_MS either way (a long step of another
- * run, or of the solo run itself, must not stall the worker): past that the
- * run goes on beside the others. Holds d->mu; returns at once when the
- * dispatcher stops. Returns whether the run executes alone.
+ * A run whose worker stopped while running it (runs.claims > 0) runs
+ * alone until it makes progress: it waits until nothing else executes
+ * here, and nothing starts beside it until its final write is done. A stop
+ * counts against every run executing at the time, and the first one cannot
+ * tell the culprit from the others; every further stop is the lone run's
+ * own. So an innocent run reaches CAIRN_POISON_AFTER only if its worker is
+ * killed from outside while it runs alone, again and again, and a culprit
+ * takes innocent runs down with it once at most. Isolation waits at most
+ * SOLO_WAIT_MS either way (a long step of another run, or of the solo run
+ * itself, must not stall the worker): past that the run goes on beside
+ * the others. Holds d->mu; returns at once when the dispatcher stops.
+ * Returns whether the run executes alone.
  */
 static int wait_turn_locked(dispatch *d, int solo)
 {
@@ -275,13 +282,14 @@ static int wait_turn_locked(dispatch *d, int solo)
 	return 0;
 }
 
-/* An execution ended (or did not start after all). */
-static void end_turn(dispatch *d, int solo, int ran)
+/* An execution ended (or did not start after all). A solo run's turn ends
+ * with its job (job_end), once its final write is done: a worker that
+ * stops before that counts the stop against it, so nothing may run beside
+ * it until then. */
+static void end_turn(dispatch *d, int ran)
 {
 	pthread_mutex_lock(&d->mu);
 	d->executing--;
-	if (solo)
-		d->solo = 0;
 	if (ran && atomic_load(&d->stopping))
 		d->clean++;
 	pthread_cond_broadcast(&d->turn_cv);
@@ -307,24 +315,27 @@ static void *executor_main(void *arg)
 			d->qtail = NULL;
 		d->qlen--;
 		atomic_store(&d->env.m->queue_depth, d->qlen);
-		int solo = j->claims > 0 && j->claims >= d->env.cfg->poison_after - 1;
+		/* A run that will fail as poison runs none of its code: it need
+		 * not wait for a turn alone. */
+		int solo = j->claims > 0 && j->claims < d->env.cfg->poison_after;
 		solo = wait_turn_locked(d, solo);
 		int stale = exec_must_stop(d, j);
 		if (!stale) {
 			d->executing++;
 			d->solo |= solo;
+			j->solo = solo;
 		}
 		int refill = refill_due_locked(d);
 		pthread_mutex_unlock(&d->mu);
 		freed(d, refill); /* a slot in the queue */
 		if (stale || (!j->marked && mark_started(d, j) < 0)) {
 			if (!stale)
-				end_turn(d, solo, 0);
+				end_turn(d, 0);
 			give_back(d, j); /* not started: its messages stay for the next owner */
 			continue;
 		}
 		commit *c = exec_job(&d->exec, j);
-		end_turn(d, solo, 1);
+		end_turn(d, 1);
 		if (c) {
 			c->tag = j;
 			committer_submit_final(d->commit, c);
@@ -501,8 +512,8 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * $8: the poller goes busy (see poller_main): writers stop waking it. */
 #define CLAIM_MARK                                                                                 \
 	"n AS (SELECT ok.*, (row_number() OVER (ORDER BY "                                         \
-	"          ok.cl >= $6 - 1 OR ok.done, ok.prio DESC, ok.at, ok.first) <= $7 "              \
-	"        AND ok.cl < $6 - 1 AND NOT ok.done) AS mark FROM ok), "                           \
+	"          ok.cl > 0 OR ok.done, ok.prio DESC, ok.at, ok.first) <= $7 "                    \
+	"        AND ok.cl = 0 AND NOT ok.done) AS mark FROM ok), "                                \
 	"c AS (UPDATE cairn.runs r SET "                                                           \
 	"  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "      \
 	"                ELSE r.status END, "                                                      \
@@ -619,8 +630,11 @@ static const char SQL_CLAIM_RUNS_PLAIN[] =
  * CTEs, whose executor set-up was most of the claim's cost (measured from
  * psql: 0.21 ms a claim of one run, against 0.33 ms). It ends as the
  * others do (CLAIM_NAMED_NEXT, CLAIM_SELECT); every run is marked (counted)
- * unless it will run alone or is finished. $3 bounds the runs, $7 is at
- * least their number and $8 is false: the poller sends it only then.
+ * unless it will run alone or is finished. Whether it is comes from the row
+ * as it was (o): RETURNING sees only the new one, where a run counted here
+ * and one that stopped its worker once look the same. $3 bounds the runs,
+ * $7 is at least their number and $8 is false: the poller sends it only
+ * then.
  */
 static const char SQL_CLAIM_ONE[] =
     "WITH c AS (UPDATE cairn.runs r SET "
@@ -629,10 +643,12 @@ static const char SQL_CLAIM_ONE[] =
     "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) ELSE r.attempt END, "
     "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "
     "                    ELSE r.started_at END, "
-    "  claims = r.claims + (r.claims < $6 - 1 AND r.finished_at IS NULL AND $7 > 0)::int, "
+    "  claims = r.claims + o.mark::int, "
     "  updated_at = now(), held = false "
     "FROM (SELECT id FROM unnest($9::bigint[]) AS t(id) LIMIT $3) t "
     "  JOIN cairn.shard_leases l ON l.owner = $1 "
+    "  CROSS JOIN LATERAL (SELECT o.claims = 0 AND o.finished_at IS NULL AND $7 > 0 AS mark "
+    "                      FROM cairn.runs o WHERE o.id = t.id) o "
     "  CROSS JOIN LATERAL (SELECT array_agg(m.id) AS ids FROM cairn.messages m "
     "                      WHERE m.run_id = t.id AND m.deliver_at <= now()) mq "
     "  CROSS JOIN LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
@@ -640,7 +656,7 @@ static const char SQL_CLAIM_ONE[] =
     "WHERE r.id = t.id AND t.id <> ALL ($2::bigint[]) AND NOT $8::bool "
     "  AND l.shard_group = r.shard_group AND l.shard = r.shard "
     "  AND (r.start_at <= now() OR mq.ids IS NOT NULL) "
-    "RETURNING r.claims <= $6 - 1 AND r.finished_at IS NULL AS mark, r.priority AS prio, "
+    "RETURNING o.mark, r.priority AS prio, "
     "  r.start_at AS at, r.id AS first, r.id, r.shard_group AS grp, r.shard, l.epoch, "
     "  (CASE WHEN r.start_at <= now() THEN ARRAY[" MSG_START_SQL "] ELSE '{}' END "
     "   || coalesce(mq.ids, '{}'))::text AS ids, "

@@ -39,10 +39,11 @@ typedef struct job {
 	int claims;           /* executions started (marked) since the run last made progress and
 	                         not handed over: each one's worker stopped */
 	int marked;           /* the claim counted this execution (it starts at once) */
+	int solo;             /* executes alone: nothing starts beside it till its end is written */
 	int flow;             /* of a concurrency key or a fleet-wide limit: its end frees a slot */
 	char load_error[200]; /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
-	char *last_step; /* the last durable step's name, read only when claims > poison_after */
+	char *last_step; /* the last durable step's name, read only when claims >= poison_after */
 	int64_t *msgs;   /* claimed message ids */
 	/* The step running now (exec_env.step_state; read under the poller's
 	 * lock): its name ("" when none), since when and its timeout. */

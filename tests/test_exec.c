@@ -1216,40 +1216,61 @@ static int exited_within(pid_t pid, int64_t timeout_ms)
 	return 0;
 }
 
+#define RUN_FAILED_SQL                                                                             \
+	"SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = 'failed'"
+
+/* Starts a worker with the test flows that notices a dead one quickly; its
+ * log goes to log (tlog_file). */
+static pid_t flows_worker(env *e, char log[64])
+{
+	char plugins[1100];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	int port;
+	pid_t pid =
+	    tworker_start(e->db, &port, tlog_file(log), "CAIRN_POLL_INTERVAL=100ms",
+	                  "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
+	                  "CAIRN_RUNNER_TTL=2s", plugins, NULL);
+	live_add(pid);
+	return pid;
+}
+
+/* Until run id has failed, starts a worker each time the one before died
+ * (*pid: the one running, or 0); returns how many died. The last one is
+ * left running in *pid, its log in log. */
+static int workers_until_failed(env *e, int64_t id, pid_t *pid, char log[64])
+{
+	int crashes = 0;
+	while (num(e, RUN_FAILED_SQL, id) == 0) {
+		cr_assert_lt(crashes, 10, "the run kept crashing workers: never failed as poison");
+		if (!*pid)
+			*pid = flows_worker(e, log);
+		int64_t until = tnow_ms() + 30000;
+		while (alive(*pid) && num(e, RUN_FAILED_SQL, id) == 0 && tnow_ms() < until) {
+			struct timespec ts = {0, 20 * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+		if (num(e, RUN_FAILED_SQL, id) == 0) {
+			cr_assert(exited_within(*pid, 1000),
+			          "the worker neither crashed nor failed the run");
+			live_del(*pid);
+			unlink(log);
+			*pid = 0;
+			crashes++;
+		}
+	}
+	return crashes;
+}
+
 Test(exec, a_run_that_crashes_its_worker_fails_as_poison_and_cairn_retry_re_drives_it)
 {
 	env e;
 	setup(&e);
 	int64_t id = enqueue(&e, "t.crash", NULL, 0);
-	char plugins[1100], log[64];
-	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	const char *failed =
-	    "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = 'failed'";
-	int crashes = 0;
+	char log[64];
 	pid_t pid = 0;
 	/* Each worker that claims the run dies; the one after the third stop
 	 * fails the run instead of running it. */
-	while (num(&e, failed, id) == 0) {
-		cr_assert_lt(crashes, 10, "the run kept crashing workers: never failed as poison");
-		int port;
-		pid = tworker_start(e.db, &port, tlog_file(log), "CAIRN_POLL_INTERVAL=100ms",
-		                    "CAIRN_HEARTBEAT_INTERVAL=200ms",
-		                    "CAIRN_REBALANCE_INTERVAL=200ms", "CAIRN_RUNNER_TTL=2s",
-		                    plugins, NULL);
-		live_add(pid);
-		int64_t until = tnow_ms() + 30000;
-		while (alive(pid) && num(&e, failed, id) == 0 && tnow_ms() < until) {
-			struct timespec ts = {0, 20 * 1000000L};
-			nanosleep(&ts, NULL);
-		}
-		if (num(&e, failed, id) == 0) {
-			cr_assert(exited_within(pid, 1000),
-			          "the worker neither crashed nor failed the run");
-			live_del(pid);
-			unlink(log);
-			crashes++;
-		}
-	}
+	int crashes = workers_until_failed(&e, id, &pid, log);
 	report("poison run: %d workers crashed before it failed", crashes);
 	cr_assert_eq(crashes, 3, "%d crashes before the run failed (CAIRN_POISON_AFTER is 3)",
 	             crashes);
@@ -1266,6 +1287,44 @@ Test(exec, a_run_that_crashes_its_worker_fails_as_poison_and_cairn_retry_re_driv
 	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
 	cr_assert_eq(step_named(r, "before")->attempts, 1, "a journaled step ran again");
 	cairn_run_free(r);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
+	live_del(pid);
+	unlink(log);
+	teardown(&e);
+}
+
+/*
+ * A crash stops every run executing beside the culprit, and counts against
+ * each; from then on a run that stopped its worker runs alone, so the
+ * culprit's next crashes are its own. Run inn's step (3 s) is executing
+ * when the poison run crashes the first worker; on the next workers both
+ * have stopped once, and each runs alone: inn completes on its second
+ * execution, and the culprit fails after its third crash. (Run beside the
+ * culprit again, inn would be stopped again: a third execution, and a
+ * second count towards CAIRN_POISON_AFTER.)
+ */
+Test(exec, after_a_crash_the_runs_it_stopped_run_alone_and_the_culprit_takes_them_down_once_at_most)
+{
+	env e;
+	setup(&e);
+	char log[64];
+	pid_t pid = flows_worker(&e, log);
+	int64_t inn = enqueue(&e, "t.stubborn", "{\"ms\": 3000}", 0);
+	cr_assert(
+	    wait_num(&e, 1, 20000, "SELECT count(*) FROM t_attempts WHERE run_id = %" PRId64, inn),
+	    "the innocent run's step never started");
+	int64_t bad = enqueue(&e, "t.crash", NULL, 0);
+	int crashes = workers_until_failed(&e, bad, &pid, log);
+	cairn_run *r = finished(&e, inn, 30000);
+	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
+	cairn_run_free(r);
+	int64_t execs = num(&e, "SELECT count(*) FROM t_attempts WHERE run_id = %" PRId64, inn);
+	report("innocent run: %" PRId64 " executions; poison run: %d crashes", execs, crashes);
+	cr_assert_eq(execs, 2,
+	             "the innocent run executed %" PRId64 " times: 2 expected (the one the first "
+	             "crash stopped, then one alone)",
+	             execs);
+	cr_assert_eq(crashes, 3, "%d crashes before the poison run failed", crashes);
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
 	live_del(pid);
 	unlink(log);
