@@ -3,6 +3,7 @@
  * are built on, called directly. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,6 +561,57 @@ Test(client_api, enqueue_of_an_existing_run_returns_its_status_and_result)
 		cr_assert(!out[i].output && !out[i].error, "batch result %d has a result", i);
 	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs"), 3);
 	cairn_client_free(c);
+}
+
+/* Runs of cairn.runs read by sequential scans in this database, once every
+ * other session in it has ended (a session's counts reach the statistics
+ * as it ends). */
+static int64_t runs_seq_read(PGconn *pg)
+{
+	cr_assert(
+	    tdb_wait_at_least(pg,
+	                      "SELECT (count(*) = 0)::int FROM pg_stat_activity "
+	                      "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+	                      1, 10000),
+	    "another session of the test database did not end");
+	return tdb_int(pg, "SELECT seq_tup_read FROM pg_stat_user_tables "
+	                   "WHERE relid = 'cairn.runs'::regclass");
+}
+
+/* A batch that names existing runs finds each by its key: with 100,000 runs
+ * of the workflow, it must not read them all (a join the planner made of the
+ * lookup once hashed every one). */
+Test(client_api, a_batch_finds_existing_runs_by_key_without_reading_every_run_of_the_workflow)
+{
+	enum { OLD = 100000, N = 1000 };
+	const char *db = tdb_new_migrated();
+	PGconn *pg = tdb_connect(db);
+	tdb_exec(pg, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, status, "
+	             "                        finished_at) "
+	             "SELECT 'order', 'old-' || g, 'default', g % 64, '{}', 'completed', now() "
+	             "FROM generate_series(1, 100000) g");
+	tdb_exec(pg, "ANALYZE cairn.runs");
+	int64_t before = runs_seq_read(pg);
+	static cairn_enqueue_opts o[N];
+	static char keys[N][24];
+	static cairn_enqueued out[N];
+	for (int i = 0; i < N; i++) {
+		/* Every other one exists. */
+		snprintf(keys[i], sizeof keys[i], i % 2 ? "new-%d" : "old-%d", i + 1);
+		o[i] = (cairn_enqueue_opts){.key = keys[i]};
+	}
+	cairn_client *c = client(db);
+	cr_assert_eq(cairn_enqueue_batch(c, "order", N, o, out), CAIRN_OK, "%s",
+	             cairn_client_errmsg(c));
+	cairn_client_free(c);
+	for (int i = 0; i < N; i++) {
+		cr_assert_eq(out[i].existed, i % 2 == 0, "%s", keys[i]);
+		cr_assert_str_eq(out[i].status, i % 2 ? "pending" : "completed", "%s", keys[i]);
+	}
+	int64_t read = runs_seq_read(pg) - before;
+	cr_assert_lt(read, OLD, "the batch read %" PRId64 " runs in sequential scans", read);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs"), OLD + N / 2);
+	PQfinish(pg);
 }
 
 /* ------------------------------------------- idempotent start in the CLI */
