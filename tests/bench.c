@@ -24,6 +24,7 @@
  *   8 memory       (BENCH_MEMORY_RUNS=N, alone) N noop runs through one
  *                  worker, its VmRSS every 50,000 runs
  *
+ * Every phase starts from emptied tables and a CHECKPOINT (see reset).
  * It prints a table (measure, value, floor, ratio, goal, met?) and writes
  * JSON; it reports and never asserts on a number: exit 0, or 3 when a phase
  * could not be measured, 1 or 2 when it cannot run at all.
@@ -75,6 +76,7 @@ typedef struct bench {
 	/* floors */
 	double commit_p50_ms, pgbench_tps, insert8_tps;
 	const char *phases; /* BENCH_PHASES: the phases to run, or NULL for all */
+	int no_checkpoint;  /* the server refused CHECKPOINT (see reset) */
 	/* the C client's figures, for the SQL API's to compare with */
 	double c_x8_rps, c_batch_s;
 	/* fleet: transactions per run of the first (smallest) fleet */
@@ -257,12 +259,24 @@ static int exec_ok(PGconn *pg, const char *sql)
 
 /* Empties cairn's tables between phases; a phase that cannot start clean
  * is not measured (noted, so the bench exits 3). */
+/* Empties cairn's tables and checkpoints, so that every phase (and the
+ * floor it is compared with) starts from the same state instead of the
+ * dirty pages and WAL of the phases before it. A server that refuses
+ * CHECKPOINT (BENCH_DATABASE_URL of a role without pg_checkpoint) is told
+ * once, and the phases run without it. */
 static int reset(bench *b)
 {
 	int rc = exec_ok(b->pg, SQL_RESET);
-	if (rc)
+	if (rc) {
 		note_error(b, "reset", "cannot empty cairn's tables: %s", PQerrorMessage(b->pg));
-	return rc;
+		return rc;
+	}
+	if (!b->no_checkpoint && exec_ok(b->pg, "CHECKPOINT")) {
+		fprintf(stderr, "bench: CHECKPOINT refused, phases start without one: %s",
+		        PQerrorMessage(b->pg));
+		b->no_checkpoint = 1;
+	}
+	return 0;
 }
 
 static double cell(PGresult *r, int col)
