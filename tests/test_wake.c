@@ -273,6 +273,66 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 	tworker_stop(a, SIGTERM, 30000);
 }
 
+/* Entries of the index of messages by time (messages_deliver) read so far
+ * in this database, once every worker session in it has ended (a session's
+ * counts reach the statistics as it ends). */
+static int64_t deliver_index_reads(void)
+{
+	tcheck(dump_logs,
+	       tdb_wait_at_least(conn,
+	                         "SELECT (count(*) = 0)::int FROM pg_stat_activity "
+	                         "WHERE datname = current_database() "
+	                         "AND application_name LIKE 'cairn-worker%'",
+	                         1, DEADLINE),
+	       "a worker session of the test database did not end");
+	return tdb_int(conn, "SELECT idx_tup_read FROM pg_stat_user_indexes "
+	                     "WHERE indexrelid = 'cairn.messages_deliver'::regclass");
+}
+
+/*
+ * A claim of named runs finds their messages by run, whatever is due
+ * elsewhere. 20,000 messages of runs of a group nobody serves are due, and
+ * the statistics (taken while every message was in the future, and not
+ * refreshed: autovacuum is off for cairn.messages) say almost none are: a
+ * claim that looked for the named runs' due messages by time walked all of
+ * them, for every run it claimed. The claims of all that is due (at the
+ * worker's start) walk them by design, a few times.
+ */
+Test(wake, a_claim_of_named_runs_finds_their_messages_by_run_whatever_is_due_elsewhere)
+{
+	enum { ELSEWHERE = 20000, RUNS = 20 };
+	tdb_exec(conn, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
+	tdb_exec(conn, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, status, "
+	               "                        attempt) "
+	               "SELECT 'noop', 'elsewhere-' || g, 'elsewhere', g % 64, '{}', 'sleeping', 1 "
+	               "FROM generate_series(1, 20000) g");
+	/* A wake-up each, tomorrow, seen by ANALYZE; then a signal each, due. */
+	tdb_exec(conn, "INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
+	               "SELECT id, shard_group, shard, 'wake', now() + interval '1 day' "
+	               "FROM cairn.runs WHERE shard_group = 'elsewhere'");
+	tdb_exec(conn, "ANALYZE cairn.messages");
+	tdb_exec(conn, "INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
+	               "SELECT id, shard_group, shard, 'signal', now() - interval '1 second' "
+	               "FROM cairn.runs WHERE shard_group = 'elsewhere'");
+	int64_t before = deliver_index_reads();
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	for (int i = 0; i < RUNS; i++) {
+		enqueue("noop", "{}", 0);
+		all_completed(1 + i, "a run named by its wake-up");
+	}
+	tworker_stop(a, SIGTERM, 30000);
+	int64_t read = deliver_index_reads() - before;
+	fprintf(stderr,
+	        "test_wake: %d runs claimed by name read %" PRId64 " entries of messages_deliver\n",
+	        RUNS, read);
+	tcheck(dump_logs, read < (int64_t)ELSEWHERE * RUNS / 2,
+	       "%d claims of named runs read %" PRId64
+	       " entries of messages_deliver: they walked the messages due elsewhere",
+	       RUNS, read);
+}
+
 Test(wake, a_durable_sleep_ends_when_due_and_a_delayed_run_starts_when_due)
 {
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
