@@ -58,7 +58,8 @@ struct dispatch {
 	pthread_mutex_t mu;
 	pthread_cond_t job_cv;  /* queue has a job, or stop */
 	pthread_cond_t turn_cv; /* an execution ended: a solo run may start, or others after it */
-	int solo;               /* a run that stopped its worker before is executing, alone */
+	int solo;               /* a run that stopped its worker before executes alone, or its end
+	                           is not written yet */
 	int solo_waiting;       /* such runs waiting for the others to end */
 	job *qhead, *qtail;
 	int qlen, qcap;
