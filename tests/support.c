@@ -631,6 +631,20 @@ int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_
 	return twait(sql_at_least, &w, timeout_ms);
 }
 
+int64_t tdb_stat_after_sessions(PGconn *c, const char *app, const char *stat_sql,
+                                int64_t timeout_ms)
+{
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "SELECT (count(*) = 0)::int FROM pg_stat_activity WHERE datname = "
+	         "current_database() AND pid <> pg_backend_pid() AND application_name LIKE '%s'",
+	         app ? app : "%");
+	if (!tdb_wait_at_least(c, sql, 1, timeout_ms))
+		return -1;
+	tdb_exec(c, "SELECT pg_stat_force_next_flush()");
+	return tdb_int(c, stat_sql);
+}
+
 int64_t tdb_intf(PGconn *c, const char *fmt, ...)
 {
 	char sql[4096];

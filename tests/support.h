@@ -92,6 +92,13 @@ const char *tflows_path(void);
 /* Polls the number sql returns (tdb_int) every 10 ms until it is at least want;
  * 1 if it got there within timeout_ms, else 0. */
 int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_ms);
+/* A counter of the statistics views (stat_sql, e.g. a seq_tup_read of
+ * pg_stat_user_tables) once the other sessions of c's database whose
+ * application_name is LIKE app (every other one when app is NULL) have
+ * ended, and c's own counts are flushed: a session's counts reach the views
+ * as it ends. -1 when they did not end within timeout_ms. */
+int64_t tdb_stat_after_sessions(PGconn *c, const char *app, const char *stat_sql,
+                                int64_t timeout_ms);
 /* tdb_int and tdb_wait_at_least with the SQL built printf-style. */
 int64_t tdb_intf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)

@@ -563,19 +563,16 @@ Test(client_api, enqueue_of_an_existing_run_returns_its_status_and_result)
 	cairn_client_free(c);
 }
 
-/* Runs of cairn.runs read by sequential scans in this database, once every
- * other session in it has ended (a session's counts reach the statistics
- * as it ends). */
+/* Runs of cairn.runs read by sequential scans in this database, once the
+ * other sessions in it have ended. */
 static int64_t runs_seq_read(PGconn *pg)
 {
-	cr_assert(
-	    tdb_wait_at_least(pg,
-	                      "SELECT (count(*) = 0)::int FROM pg_stat_activity "
-	                      "WHERE datname = current_database() AND pid <> pg_backend_pid()",
-	                      1, 10000),
-	    "another session of the test database did not end");
-	return tdb_int(pg, "SELECT seq_tup_read FROM pg_stat_user_tables "
-	                   "WHERE relid = 'cairn.runs'::regclass");
+	int64_t n = tdb_stat_after_sessions(pg, NULL,
+	                                    "SELECT seq_tup_read FROM pg_stat_user_tables "
+	                                    "WHERE relid = 'cairn.runs'::regclass",
+	                                    10000);
+	cr_assert(n >= 0, "another session of the test database did not end");
+	return n;
 }
 
 /* A batch that names existing runs finds each by its key: with 100,000 runs

@@ -274,19 +274,15 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 }
 
 /* Entries of the index of messages by time (messages_deliver) read so far
- * in this database, once every worker session in it has ended (a session's
- * counts reach the statistics as it ends). */
+ * in this database, once every worker session in it has ended. */
 static int64_t deliver_index_reads(void)
 {
-	tcheck(dump_logs,
-	       tdb_wait_at_least(conn,
-	                         "SELECT (count(*) = 0)::int FROM pg_stat_activity "
-	                         "WHERE datname = current_database() "
-	                         "AND application_name LIKE 'cairn-worker%'",
-	                         1, DEADLINE),
-	       "a worker session of the test database did not end");
-	return tdb_int(conn, "SELECT idx_tup_read FROM pg_stat_user_indexes "
-	                     "WHERE indexrelid = 'cairn.messages_deliver'::regclass");
+	int64_t n = tdb_stat_after_sessions(conn, "cairn-worker%",
+	                                    "SELECT idx_tup_read FROM pg_stat_user_indexes "
+	                                    "WHERE indexrelid = 'cairn.messages_deliver'::regclass",
+	                                    DEADLINE);
+	tcheck(dump_logs, n >= 0, "a worker session of the test database did not end");
+	return n;
 }
 
 /*

@@ -529,6 +529,47 @@ Test(worker, janitor_deletes_old_finished_runs_and_health_checker_removes_dead_r
 	close(ghost_fd);
 }
 
+/* Deleting a run deletes its signals (the foreign key), found by run: the
+ * janitor deletes 1,000 old runs beside 20,000 consumed signals of runs it
+ * keeps without reading them (each deleted run read the whole table when
+ * only the unconsumed signals were indexed by run). */
+Test(worker, the_janitor_deletes_old_runs_and_their_signals_without_reading_every_signal)
+{
+	enum { OLD = 1000, KEPT = 20000 };
+	const char *db = tdb_new_migrated_shards(64);
+	PGconn *c = tdb_connect(db);
+	tdb_exec(
+	    c,
+	    "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, input, "
+	    "                        finished_at) "
+	    "SELECT 'noop', CASE WHEN g <= 1000 THEN 'old-' ELSE 'kept-' END || g, "
+	    "       'default', g % 64, 'completed', 'null', "
+	    "       now() - CASE WHEN g <= 1000 THEN interval '2 days' ELSE interval '1 hour' END "
+	    "FROM generate_series(1, 21000) g");
+	tdb_exec(c, "INSERT INTO cairn.signals (run_id, name, payload, consumed_by_seq) "
+	            "SELECT id, 'approval', '{}', 0 FROM cairn.runs");
+	tdb_exec(c, "ANALYZE cairn.signals");
+	const char *read = "SELECT seq_tup_read FROM pg_stat_user_tables "
+	                   "WHERE relid = 'cairn.signals'::regclass";
+	int64_t before = tdb_stat_after_sessions(c, NULL, read, 10000);
+	pid_t pid = tworker_start(db, NULL, NULL, "CAIRN_RETENTION=1d", NULL);
+	cr_assert(tdb_wait_at_least(c,
+	                            "SELECT 1000 - count(*) FROM cairn.runs WHERE key LIKE 'old-%'",
+	                            OLD, 60000),
+	          "the janitor did not delete the old runs");
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
+	int64_t after = tdb_stat_after_sessions(c, NULL, read, 10000);
+	cr_assert(before >= 0 && after >= 0, "a session of the test database did not end");
+	fprintf(stderr,
+	        "test_worker: deleting %d runs read %" PRId64 " signals in sequential scans\n", OLD,
+	        after - before);
+	cr_assert_lt(after - before, KEPT, "deleting %d runs read %" PRId64 " signals", OLD,
+	             after - before);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals"), KEPT,
+	             "the old runs' signals were not deleted, or the kept ones were");
+	PQfinish(c);
+}
+
 /* ------------------------------------------------------------- embedded */
 
 static int embedded_echo(cairn_ctx *ctx, const cJSON *input, cJSON **output)
