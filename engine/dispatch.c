@@ -601,7 +601,7 @@ static const char SQL_CLAIM_PLAIN[] =
  * index by time (messages_deliver, runs_start) through every message due in
  * the database for each run it claimed (test_wake: 20,000 entries a claim).
  * Hence the MATERIALIZED CTEs, and the FILTERs of the aggregates in
- * CLAIM_NAMED_NEXT and CLAIM_ONE: a time test there is no index condition.
+ * CLAIM_NEXT_OF and CLAIM_ONE: a time test there is no index condition.
  */
 #define CLAIM_NAMED_DUE                                                                            \
 	"WITH nm AS MATERIALIZED (SELECT m.id, m.run_id, m.shard_group, m.shard, m.deliver_at "    \
@@ -617,12 +617,15 @@ static const char SQL_CLAIM_PLAIN[] =
 	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
 	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]))) u "        \
 	"  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
-#define CLAIM_NAMED_NEXT                                                                           \
+/* The next due time of the named runs, from their messages m and runs r:
+ * those of the CTEs above for SQL_CLAIM_RUNS, read again by run for
+ * SQL_CLAIM_ONE (which has no CTE). */
+#define CLAIM_NEXT_OF(m, r)                                                                        \
 	"next AS (SELECT (extract(epoch FROM least("                                               \
-	"  (SELECT min(m.deliver_at) FILTER (WHERE m.deliver_at > now()) FROM cairn.messages m "   \
-	"   WHERE m.run_id = ANY ($9::bigint[])), "                                                \
-	"  (SELECT min(r.start_at) FILTER (WHERE r.start_at > now()) FROM cairn.runs r "           \
-	"   WHERE r.id = ANY ($9::bigint[]))) - now()) * 1000)::bigint AS ms) "
+	"  (SELECT min(m.deliver_at) FILTER (WHERE m.deliver_at > now()) FROM " m "), "            \
+	"  (SELECT min(r.start_at) FILTER (WHERE r.start_at > now()) FROM " r ")) - now()) "       \
+	"  * 1000)::bigint AS ms) "
+#define CLAIM_NAMED_NEXT CLAIM_NEXT_OF("nm m", "nr r")
 static const char SQL_CLAIM_RUNS[] =
     CLAIM_NAMED_DUE CLAIM_FLOW CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
 static const char SQL_CLAIM_RUNS_PLAIN[] =
@@ -638,7 +641,7 @@ static const char SQL_CLAIM_RUNS_PLAIN[] =
  * those runs: one UPDATE with a few joins instead of a chain of a dozen
  * CTEs, whose executor set-up was most of the claim's cost (measured from
  * psql: 0.21 ms a claim of one run, against 0.33 ms). It ends as the
- * others do (CLAIM_NAMED_NEXT, CLAIM_SELECT); every run is marked (counted)
+ * others do (CLAIM_NEXT_OF, CLAIM_SELECT); every run is marked (counted)
  * unless it will run alone or is finished. Whether it is comes from the row
  * as it was (o): RETURNING sees only the new one, where a run counted here
  * and one that stopped its worker once look the same. $3 bounds the runs,
@@ -673,7 +676,9 @@ static const char SQL_CLAIM_ONE[] =
     "  r.cancel_requested, r.parent_id, r.concurrency_key IS NOT NULL AS flow, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
-    "  " CLAIM_RUN_DATA "), " CLAIM_FX_PLAIN CLAIM_NAMED_NEXT CLAIM_SELECT;
+    "  " CLAIM_RUN_DATA
+    "), " CLAIM_FX_PLAIN CLAIM_NEXT_OF("cairn.messages m WHERE m.run_id = ANY ($9::bigint[])",
+                                       "cairn.runs r WHERE r.id = ANY ($9::bigint[])") CLAIM_SELECT;
 
 /* The claim statements, prepared on every poll connection. claim() takes
  * the one with limits or without (limited * 2) for all that is due or for

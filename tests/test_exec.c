@@ -89,9 +89,10 @@ static void kill_live(void)
  * tests/run.sh's --timeout bounds every test instead. */
 TestSuite(exec, .fini = kill_live);
 
-/* Starts a worker with quick polls and takeovers and the test plugin; waits
- * until it is ready. extra is one more NAME=value setting or NULL. */
-static void wk_start(wk *w, const char *db, const char *extra)
+/* Starts a worker with quick polls and takeovers and the test plugin,
+ * without waiting for it (it may crash at its first claim). extra is one
+ * more NAME=value setting or NULL. */
+static void wk_spawn(wk *w, const char *db, const char *extra)
 {
 	char plugins[1100];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
@@ -100,6 +101,12 @@ static void wk_start(wk *w, const char *db, const char *extra)
 	                       "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
 	                       "CAIRN_RUNNER_TTL=2s", plugins, extra, NULL);
 	live_add(w->pid);
+}
+
+/* wk_spawn, and waits until the worker is ready. */
+static void wk_start(wk *w, const char *db, const char *extra)
+{
+	wk_spawn(w, db, extra);
 	cr_assert(thttp_wait(w->port, "/readyz", 200, 20000),
 	          "worker never became ready; log in %s", w->log);
 }
@@ -1219,42 +1226,27 @@ static int exited_within(pid_t pid, int64_t timeout_ms)
 #define RUN_FAILED_SQL                                                                             \
 	"SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = 'failed'"
 
-/* Starts a worker with the test flows that notices a dead one quickly; its
- * log goes to log (tlog_file). */
-static pid_t flows_worker(env *e, char log[64])
-{
-	char plugins[1100];
-	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	int port;
-	pid_t pid =
-	    tworker_start(e->db, &port, tlog_file(log), "CAIRN_POLL_INTERVAL=100ms",
-	                  "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
-	                  "CAIRN_RUNNER_TTL=2s", plugins, NULL);
-	live_add(pid);
-	return pid;
-}
-
 /* Until run id has failed, starts a worker each time the one before died
- * (*pid: the one running, or 0); returns how many died. The last one is
- * left running in *pid, its log in log. */
-static int workers_until_failed(env *e, int64_t id, pid_t *pid, char log[64])
+ * (w->pid: the one running, or 0); returns how many died. The last one is
+ * left running in w. */
+static int workers_until_failed(env *e, int64_t id, wk *w)
 {
 	int crashes = 0;
 	while (num(e, RUN_FAILED_SQL, id) == 0) {
 		cr_assert_lt(crashes, 10, "the run kept crashing workers: never failed as poison");
-		if (!*pid)
-			*pid = flows_worker(e, log);
+		if (!w->pid)
+			wk_spawn(w, e->db, NULL);
 		int64_t until = tnow_ms() + 30000;
-		while (alive(*pid) && num(e, RUN_FAILED_SQL, id) == 0 && tnow_ms() < until) {
+		while (alive(w->pid) && num(e, RUN_FAILED_SQL, id) == 0 && tnow_ms() < until) {
 			struct timespec ts = {0, 20 * 1000000L};
 			nanosleep(&ts, NULL);
 		}
 		if (num(e, RUN_FAILED_SQL, id) == 0) {
-			cr_assert(exited_within(*pid, 1000),
+			cr_assert(exited_within(w->pid, 1000),
 			          "the worker neither crashed nor failed the run");
-			live_del(*pid);
-			unlink(log);
-			*pid = 0;
+			live_del(w->pid);
+			unlink(w->log);
+			w->pid = 0;
 			crashes++;
 		}
 	}
@@ -1266,11 +1258,10 @@ Test(exec, a_run_that_crashes_its_worker_fails_as_poison_and_cairn_retry_re_driv
 	env e;
 	setup(&e);
 	int64_t id = enqueue(&e, "t.crash", NULL, 0);
-	char log[64];
-	pid_t pid = 0;
+	wk w = {0};
 	/* Each worker that claims the run dies; the one after the third stop
 	 * fails the run instead of running it. */
-	int crashes = workers_until_failed(&e, id, &pid, log);
+	int crashes = workers_until_failed(&e, id, &w);
 	report("poison run: %d workers crashed before it failed", crashes);
 	cr_assert_eq(crashes, 3, "%d crashes before the run failed (CAIRN_POISON_AFTER is 3)",
 	             crashes);
@@ -1287,9 +1278,7 @@ Test(exec, a_run_that_crashes_its_worker_fails_as_poison_and_cairn_retry_re_driv
 	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
 	cr_assert_eq(step_named(r, "before")->attempts, 1, "a journaled step ran again");
 	cairn_run_free(r);
-	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
-	live_del(pid);
-	unlink(log);
+	wk_stop(&w);
 	teardown(&e);
 }
 
@@ -1307,14 +1296,14 @@ Test(exec, after_a_crash_the_runs_it_stopped_run_alone_and_the_culprit_takes_the
 {
 	env e;
 	setup(&e);
-	char log[64];
-	pid_t pid = flows_worker(&e, log);
+	wk w = {0};
+	wk_spawn(&w, e.db, NULL);
 	int64_t inn = enqueue(&e, "t.stubborn", "{\"ms\": 3000}", 0);
 	cr_assert(
 	    wait_num(&e, 1, 20000, "SELECT count(*) FROM t_attempts WHERE run_id = %" PRId64, inn),
 	    "the innocent run's step never started");
 	int64_t bad = enqueue(&e, "t.crash", NULL, 0);
-	int crashes = workers_until_failed(&e, bad, &pid, log);
+	int crashes = workers_until_failed(&e, bad, &w);
 	cairn_run *r = finished(&e, inn, 30000);
 	cr_assert_str_eq(r->status, "completed", "%s: %s", r->status, r->error ? r->error : "");
 	cairn_run_free(r);
@@ -1325,9 +1314,7 @@ Test(exec, after_a_crash_the_runs_it_stopped_run_alone_and_the_culprit_takes_the
 	             "crash stopped, then one alone)",
 	             execs);
 	cr_assert_eq(crashes, 3, "%d crashes before the poison run failed", crashes);
-	cr_assert_eq(tworker_stop(pid, SIGTERM, 15000), 0);
-	live_del(pid);
-	unlink(log);
+	wk_stop(&w);
 	teardown(&e);
 }
 

@@ -298,10 +298,12 @@ Test(wake, a_claim_of_named_runs_finds_their_messages_by_run_whatever_is_due_els
 {
 	enum { ELSEWHERE = 20000, RUNS = 40 };
 	tdb_exec(conn, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
-	tdb_exec(conn, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, status, "
-	               "                        attempt) "
-	               "SELECT 'noop', 'elsewhere-' || g, 'elsewhere', g % 64, '{}', 'sleeping', 1 "
-	               "FROM generate_series(1, 20000) g");
+	tdb_intf(conn,
+	         "WITH i AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, "
+	         "                                   status, attempt) "
+	         "  SELECT 'noop', 'elsewhere-' || g, 'elsewhere', g %% 64, '{}', 'sleeping', 1 "
+	         "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
+	         ELSEWHERE);
 	/* A wake-up each, tomorrow, seen by ANALYZE; then a signal each, due. */
 	tdb_exec(conn, "INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
 	               "SELECT id, shard_group, shard, 'wake', now() + interval '1 day' "

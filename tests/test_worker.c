@@ -538,14 +538,14 @@ Test(worker, the_janitor_deletes_old_runs_and_their_signals_without_reading_ever
 	enum { OLD = 1000, KEPT = 20000 };
 	const char *db = tdb_new_migrated_shards(64);
 	PGconn *c = tdb_connect(db);
-	tdb_exec(
-	    c,
-	    "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, input, "
-	    "                        finished_at) "
-	    "SELECT 'noop', CASE WHEN g <= 1000 THEN 'old-' ELSE 'kept-' END || g, "
-	    "       'default', g % 64, 'completed', 'null', "
-	    "       now() - CASE WHEN g <= 1000 THEN interval '2 days' ELSE interval '1 hour' END "
-	    "FROM generate_series(1, 21000) g");
+	tdb_intf(c,
+	         "WITH i AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, "
+	         "                                   input, finished_at) "
+	         "  SELECT 'noop', CASE WHEN g <= %d THEN 'old-' ELSE 'kept-' END || g, "
+	         "         'default', g %% 64, 'completed', 'null', now() - CASE WHEN g <= %d "
+	         "         THEN interval '2 days' ELSE interval '1 hour' END "
+	         "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
+	         OLD, OLD, OLD + KEPT);
 	tdb_exec(c, "INSERT INTO cairn.signals (run_id, name, payload, consumed_by_seq) "
 	            "SELECT id, 'approval', '{}', 0 FROM cairn.runs");
 	tdb_exec(c, "ANALYZE cairn.signals");
@@ -553,9 +553,9 @@ Test(worker, the_janitor_deletes_old_runs_and_their_signals_without_reading_ever
 	                   "WHERE relid = 'cairn.signals'::regclass";
 	int64_t before = tdb_stat_after_sessions(c, NULL, read, 10000);
 	pid_t pid = tworker_start(db, NULL, NULL, "CAIRN_RETENTION=1d", NULL);
-	cr_assert(tdb_wait_at_least(c,
-	                            "SELECT 1000 - count(*) FROM cairn.runs WHERE key LIKE 'old-%'",
-	                            OLD, 60000),
+	cr_assert(tdb_wait_at_leastf(c, OLD, 60000,
+	                             "SELECT %d - count(*) FROM cairn.runs WHERE key LIKE 'old-%%'",
+	                             OLD),
 	          "the janitor did not delete the old runs");
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
 	int64_t after = tdb_stat_after_sessions(c, NULL, read, 10000);
