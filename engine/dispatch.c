@@ -80,9 +80,11 @@ struct dispatch {
 	pgarr ended;   /* runs of limited keys that ended: their keys' held runs may go; under mu */
 	int limited;   /* the last claim saw limits (cairn.limits): claim with them */
 	unsigned warm; /* claim statements run in this session (bit per name) */
-	int cold_claim;     /* the last claim was its statement's first in the session */
-	int clean;          /* executions that reached a durable point while draining */
-	db_settings limits; /* the poller's: read from cairn.settings at each connect */
+	int64_t newest_claimed; /* the highest run id claimed here: a named run above it is
+	                           most likely new (see claim()) */
+	int cold_claim;         /* the last claim was its statement's first in the session */
+	int clean;              /* executions that reached a durable point while draining */
+	db_settings limits;     /* the poller's: read from cairn.settings at each connect */
 };
 
 static void wake_poller(dispatch *d)
@@ -680,16 +682,56 @@ static const char SQL_CLAIM_ONE[] =
     "), " CLAIM_FX_PLAIN CLAIM_NEXT_OF("cairn.messages m WHERE m.run_id = ANY ($9::bigint[])",
                                        "cairn.runs r WHERE r.id = ANY ($9::bigint[])") CLAIM_SELECT;
 
+/*
+ * The claim of a new run, where SQL_CLAIM_ONE would claim one run: a run
+ * that is pending, never executed (claims 0), due by its start alone, with
+ * no message, no step and no signal waiting, which is what an enqueue's
+ * wake-up names. It needs none of what SQL_CLAIM_ONE reads besides the run
+ * (journal, signals, messages, the next due time): a short UPDATE, which
+ * does for such a run what SQL_CLAIM_ONE does, and returns the same
+ * columns. Its executor set-up is a fraction of SQL_CLAIM_ONE's, and at low
+ * load that set-up is paid cold (the backend slept since the last run): in
+ * 12 pairs of alternated bench runs, the time from an enqueue to the run's
+ * first instruction (p50) was shorter in 11, by 0.28 ms at the median (from
+ * -0.11 to 0.38 ms). Any other run comes back as the empty row, and the
+ * poller claims it with SQL_CLAIM_ONE. $1 owner, $2 the runs in flight, $3
+ * idle executors, $4 the run.
+ */
+static const char SQL_CLAIM_NEW[] =
+    "WITH c AS (UPDATE cairn.runs r SET status = 'running', "
+    "  attempt = greatest(r.attempt, 1), started_at = coalesce(r.started_at, now()), "
+    "  claims = ($3 > 0)::int, updated_at = now(), held = false "
+    "FROM cairn.shard_leases l "
+    "WHERE r.id = $4 AND r.id <> ALL ($2::bigint[]) AND l.owner = $1 "
+    "  AND l.shard_group = r.shard_group AND l.shard = r.shard "
+    "  AND r.status = 'pending' AND r.claims = 0 AND r.start_at <= now() "
+    "  AND NOT EXISTS (SELECT 1 FROM cairn.messages m WHERE m.run_id = r.id) "
+    "  AND NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = r.id) "
+    "  AND NOT EXISTS (SELECT 1 FROM cairn.signals g WHERE g.run_id = r.id "
+    "                  AND g.consumed_by_seq IS NULL) "
+    "RETURNING r.id, r.shard_group AS grp, r.shard, l.epoch, "
+    "  (ARRAY[" MSG_START_SQL "])::text AS ids, r.workflow, r.status, "
+    "  r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "
+    "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
+    "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, $3 > 0 AS mark, "
+    "  r.parent_id, r.concurrency_key IS NOT NULL AS flow) "
+    "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, "
+    "  c.input, c.attempt, c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, "
+    "  c.claims, 0::bigint, NULL::text, NULL::text, NULL::text, NULL::bigint, c.mark, "
+    "  c.parent_id, c.flow, NULL::text, 0::bigint, EXISTS (SELECT 1 FROM cairn.limits) "
+    "FROM (SELECT 1) x LEFT JOIN c ON true";
+
 /* The claim statements, prepared on every poll connection. claim() takes
  * the one with limits or without (limited * 2) for all that is due or for
- * named runs (+ 1), or CLAIM_ONE. */
-enum { CLAIM_LIMITED = 2, CLAIM_NAMED = 1, CLAIM_ONE = 4, CLAIM_STATEMENTS = 5 };
+ * named runs (+ 1), or CLAIM_ONE, or CLAIM_NEW before it. */
+enum { CLAIM_LIMITED = 2, CLAIM_NAMED = 1, CLAIM_ONE = 4, CLAIM_NEW = 5, CLAIM_STATEMENTS = 6 };
 static const db_stmt CLAIM_STATEMENT[CLAIM_STATEMENTS] = {
     {"cairn_claim_plain", SQL_CLAIM_PLAIN},
     {"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN},
     {"cairn_claim", SQL_CLAIM},
     {"cairn_claim_runs", SQL_CLAIM_RUNS},
-    {"cairn_claim_one", SQL_CLAIM_ONE}};
+    {"cairn_claim_one", SQL_CLAIM_ONE},
+    {"cairn_claim_new", SQL_CLAIM_NEW}};
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
 static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])
@@ -725,6 +767,16 @@ static int queue_job(dispatch *d, job *j)
 	pthread_cond_signal(&d->job_cv);
 	pthread_mutex_unlock(&d->mu);
 	return 0;
+}
+
+/* Runs claim statement which (n parameters p); its result, or NULL. */
+static PGresult *claim_exec(dispatch *d, PGconn *conn, int which, int n, const char *const *p,
+                            buf *err)
+{
+	/* Its first run in a session plans it and loads the catalog. */
+	d->cold_claim |= !(d->warm & 1u << which);
+	d->warm |= 1u << which;
+	return db_exec_prepared(conn, err, CLAIM_STATEMENT[which].name, n, p);
 }
 
 /*
@@ -769,10 +821,26 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	int which = d->limited * CLAIM_LIMITED + named * CLAIM_NAMED;
 	if (named && !d->limited && !go_busy && nruns <= start_now)
 		which = CLAIM_ONE;
-	/* Its first run in a session plans it and loads the catalog. */
-	d->cold_claim = !(d->warm & 1u << which);
-	d->warm |= 1u << which;
-	PGresult *r = db_exec_prepared(conn, err, CLAIM_STATEMENT[which].name, named ? 9 : 8, p);
+	d->cold_claim = 0;
+	PGresult *r = NULL;
+	/* A run newer than every run claimed here is most likely new (run ids
+	 * grow): CLAIM_NEW first. A run it does not take costs it a statement. */
+	if (which == CLAIM_ONE && nruns == 1 && runs[0] > d->newest_claimed) {
+		char run[24];
+		const char *pn[] = {p[0], p[1], p[6], db_i64(run, runs[0])};
+		if (!(r = claim_exec(d, conn, CLAIM_NEW, 4, pn, err)))
+			goto sent;
+		if (!PQgetisnull(r, 0, CLAIM_ID)) {
+			atomic_fetch_add(&d->env.m->claims_new_run, 1);
+		} else {
+			PQclear(r);
+			r = NULL;
+			mono = clock_mono_ms();
+		}
+	}
+	if (!r)
+		r = claim_exec(d, conn, which, named ? 9 : 8, p, err);
+sent:
 	pgarr_free(&ex);
 	pgarr_free(&want);
 	if (!r)
@@ -802,6 +870,9 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 		if (!v[CLAIM_ID])
 			continue; /* nothing claimed: the row only says when to look again */
 		got++;
+		int64_t id = strtoll(v[CLAIM_ID], NULL, 10);
+		if (id > d->newest_claimed)
+			d->newest_claimed = id;
 		/* A row not ours or refused: its messages bring the run back. */
 		job *j;
 		if (claimrow_decode(&env, v, &j) == 0 && queue_job(d, j) < 0)

@@ -125,6 +125,10 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	           "cairn_claims_total{of=\"shards\"} %" PRIu64 "\n"
 	           "cairn_claims_total{of=\"runs\"} %" PRIu64 "\n",
 	           (uint64_t)atomic_load(&m->claims_all), (uint64_t)atomic_load(&m->claims_runs));
+	metric(b, "cairn_claims_new_run_total", "counter",
+	       "Of the claims of runs a wake-up named, those of a new run (pending, never "
+	       "executed, nothing journaled or waiting for it), made with one short statement.",
+	       NULL, (double)atomic_load(&m->claims_new_run));
 	metric(b, "cairn_flow_held_back_total", "counter",
 	       "Due runs a claim left for a limit (cairn limit): no free slot of their key, or "
 	       "their rate used up.",

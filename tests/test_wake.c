@@ -6,8 +6,9 @@
  * goes busy (writers stop waking it) and idle again while enqueuers race it,
  * and one in the middle of a hand-over (the wake relay may move with its shard: a relay that
  * starts pokes every runner); a wake-up that names its run, claimed by id;
- * a durable sleep that ends when it is due; a worker that learns of a
- * delayed run from its enqueue.
+ * a new run claimed by a short statement of its own, and one that a signal
+ * waits for by the full claim; a durable sleep that ends when it is due; a
+ * worker that learns of a delayed run from its enqueue.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -63,8 +64,8 @@ static pid_t flows_worker(const char *log)
 {
 	static char plugins[512];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	return tworker_start(db, NULL, log, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
-	                     plugins, NULL);
+	return tworker_start(db, log == log_a ? &port_a : NULL, log, "CAIRN_POLL_INTERVAL=1h",
+	                     "CAIRN_CONCURRENCY=4", plugins, NULL);
 }
 
 /* The worker logging to log runs the wake relay (cairn.relay). */
@@ -243,6 +244,7 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 
 #define CLAIMS_OF_SHARDS "cairn_claims_total{of=\"shards\"}"
 #define CLAIMS_OF_RUNS   "cairn_claims_total{of=\"runs\"}"
+#define CLAIMS_OF_NEW    "cairn_claims_new_run_total"
 
 Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 {
@@ -270,6 +272,70 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 	 * run ended (the relay pokes every runner as it starts). */
 	tcheck(dump_logs, shards1 - shards0 <= 1, "%g claims of all shards for 10 named runs",
 	       shards1 - shards0);
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+/*
+ * The claim of a named run that is new (pending, never executed, nothing
+ * journaled or waiting for it) is a short statement of its own. A run that
+ * is not new when a wake-up names it goes to the claim that reads its
+ * journal, messages and signals: here a due run with a signal and its
+ * message waiting, written as cairn_signal writes them, before its owner is
+ * woken by name (as cairn.enqueue wakes it). It gets its signal.
+ */
+Test(wake, a_new_run_takes_the_short_claim_and_a_run_with_a_signal_waiting_the_full_one)
+{
+	enum { NEW = 5 };
+	pid_t a = flows_worker(log_a);
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	/* The first wake-up may come to the relay with the next one's (a
+	 * wake-up that names two runs is claimed by the full claim). */
+	for (int i = 0; i < 2; i++) {
+		enqueue("noop", "{}", 0);
+		all_completed(1 + i, "a first run");
+	}
+	double new0 = tmetric(port_a, CLAIMS_OF_NEW), runs0 = tmetric(port_a, CLAIMS_OF_RUNS),
+	       shards0 = tmetric(port_a, CLAIMS_OF_SHARDS);
+	for (int i = 0; i < NEW; i++) {
+		enqueue("noop", "{}", 0);
+		all_completed(3 + i, "a new run");
+	}
+	double new1 = tmetric(port_a, CLAIMS_OF_NEW), runs1 = tmetric(port_a, CLAIMS_OF_RUNS),
+	       shards1 = tmetric(port_a, CLAIMS_OF_SHARDS);
+	/* The claim of the shards that the relay's first poke may still make
+	 * can take a run before its wake-up is claimed (as above). */
+	tcheck(dump_logs,
+	       runs1 - runs0 == NEW && shards1 - shards0 <= 1 &&
+	           new1 - new0 >= NEW - (shards1 - shards0),
+	       "%d new runs named one by one: %g claims of new runs, %g of named runs, %g of "
+	       "the shards",
+	       NEW, new1 - new0, runs1 - runs0, shards1 - shards0);
+	int64_t id = tdb_int(
+	    conn, "WITH r AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, "
+	          "                                start_at) "
+	          "  VALUES ('t.signals', 'waited', 'default', cairn.shard_of('waited'), "
+	          "          '{\"n\": 1}', now()) RETURNING id, shard_group, shard), "
+	          "g AS (INSERT INTO cairn.signals (run_id, name, payload) "
+	          "      SELECT id, 's', '{\"v\": 7}' FROM r), "
+	          "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+	          "      SELECT id, shard_group, shard, 'signal' FROM r) "
+	          "SELECT id FROM r");
+	tdb_intf(conn,
+	         "SELECT count(cairn.wake(shard_group, shard, id, false)) FROM cairn.runs "
+	         "WHERE id = %" PRId64,
+	         id);
+	all_completed(3 + NEW, "a run with a signal waiting");
+	tcheck(dump_logs,
+	       tdb_intf(conn,
+	                "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                " AND output = '[{\"v\": 7}]'",
+	                id) == 1,
+	       "the run did not return its signal");
+	double new2 = tmetric(port_a, CLAIMS_OF_NEW), runs2 = tmetric(port_a, CLAIMS_OF_RUNS);
+	tcheck(dump_logs, new2 == new1 && runs2 - runs1 == 1,
+	       "the run with a signal waiting: %g claims of new runs, %g of named runs",
+	       new2 - new1, runs2 - runs1);
 	tworker_stop(a, SIGTERM, 30000);
 }
 
