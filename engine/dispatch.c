@@ -688,14 +688,15 @@ static const char SQL_CLAIM_ONE[] =
  * no message, no step and no signal waiting, which is what an enqueue's
  * wake-up names. It needs none of what SQL_CLAIM_ONE reads besides the run
  * (journal, signals, messages, the next due time): a short UPDATE, which
- * does for such a run what SQL_CLAIM_ONE does, and returns the same
- * columns. Its executor set-up is a fraction of SQL_CLAIM_ONE's, and at low
- * load that set-up is paid cold (the backend slept since the last run): in
- * 12 pairs of alternated bench runs, the time from an enqueue to the run's
- * first instruction (p50) was shorter in 11, by 0.28 ms at the median (from
- * -0.11 to 0.38 ms). Any other run comes back as the empty row, and the
- * poller claims it with SQL_CLAIM_ONE. $1 owner, $2 the runs in flight, $3
- * idle executors, $4 the run.
+ * does for such a run what SQL_CLAIM_ONE does and ends as it does
+ * (CLAIM_FX_PLAIN, CLAIM_SELECT), with no next due time: a run it claims is
+ * in flight. Its executor set-up is a fraction of SQL_CLAIM_ONE's, and at
+ * low load that set-up is paid cold (the backend slept since the last run):
+ * in 12 pairs of alternated bench runs, the time from an enqueue to the
+ * run's first instruction (p50) was shorter in 11, by 0.28 ms at the median
+ * (from -0.11 to 0.38 ms). Any other run comes back as the empty row, and
+ * the poller claims it with SQL_CLAIM_ONE. $1 owner, $2 the runs in flight,
+ * $3 idle executors, $4 the run.
  */
 static const char SQL_CLAIM_NEW[] =
     "WITH c AS (UPDATE cairn.runs r SET status = 'running', "
@@ -709,17 +710,14 @@ static const char SQL_CLAIM_NEW[] =
     "  AND NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = r.id) "
     "  AND NOT EXISTS (SELECT 1 FROM cairn.signals g WHERE g.run_id = r.id "
     "                  AND g.consumed_by_seq IS NULL) "
-    "RETURNING r.id, r.shard_group AS grp, r.shard, l.epoch, "
-    "  (ARRAY[" MSG_START_SQL "])::text AS ids, r.workflow, r.status, "
-    "  r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "
+    "RETURNING $3 > 0 AS mark, r.priority AS prio, r.start_at AS at, r.id AS first, r.id, "
+    "  r.shard_group AS grp, r.shard, l.epoch, (ARRAY[" MSG_START_SQL "])::text AS ids, "
+    "  r.workflow, r.status, r.input::text AS input, r.attempt, r.max_attempts, "
+    "  r.cancel_requested, r.parent_id, r.concurrency_key IS NOT NULL AS flow, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
-    "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, $3 > 0 AS mark, "
-    "  r.parent_id, r.concurrency_key IS NOT NULL AS flow) "
-    "SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, "
-    "  c.input, c.attempt, c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, "
-    "  c.claims, 0::bigint, NULL::text, NULL::text, NULL::text, NULL::bigint, c.mark, "
-    "  c.parent_id, c.flow, NULL::text, 0::bigint, EXISTS (SELECT 1 FROM cairn.limits) "
-    "FROM (SELECT 1) x LEFT JOIN c ON true";
+    "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, 0::bigint AS bytes, "
+    "  NULL::text AS last_step, NULL::text AS journal, NULL::text AS signals), " CLAIM_FX_PLAIN
+    "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
 
 /* The claim statements, prepared on every poll connection. claim() takes
  * the one with limits or without (limited * 2) for all that is due or for
@@ -870,12 +868,13 @@ sent:
 		if (!v[CLAIM_ID])
 			continue; /* nothing claimed: the row only says when to look again */
 		got++;
-		int64_t id = strtoll(v[CLAIM_ID], NULL, 10);
-		if (id > d->newest_claimed)
-			d->newest_claimed = id;
 		/* A row not ours or refused: its messages bring the run back. */
 		job *j;
-		if (claimrow_decode(&env, v, &j) == 0 && queue_job(d, j) < 0)
+		if (claimrow_decode(&env, v, &j) < 0)
+			continue;
+		if (j->run_id > d->newest_claimed)
+			d->newest_claimed = j->run_id;
+		if (queue_job(d, j) < 0)
 			job_free(j);
 	}
 	PQclear(r);

@@ -257,13 +257,12 @@ static int exec_ok(PGconn *pg, const char *sql)
 	return r ? 0 : -1;
 }
 
-/* Empties cairn's tables between phases; a phase that cannot start clean
- * is not measured (noted, so the bench exits 3). */
 /* Empties cairn's tables and checkpoints, so that every phase (and the
  * floor it is compared with) starts from the same state instead of the
- * dirty pages and WAL of the phases before it. A server that refuses
- * CHECKPOINT (BENCH_DATABASE_URL of a role without pg_checkpoint) is told
- * once, and the phases run without it. */
+ * dirty pages and WAL of the phases before it; a phase that cannot start
+ * clean is not measured (noted, so the bench exits 3). A server that
+ * refuses CHECKPOINT (BENCH_DATABASE_URL of a role without pg_checkpoint)
+ * is told once, and the phases run without it. */
 static int reset(bench *b)
 {
 	int rc = exec_ok(b->pg, SQL_RESET);
@@ -528,7 +527,8 @@ static int wait_finished(bench *b, const char *phase, PGconn *pg, long *count, c
 		if (ended >= 0 && ended < n && !worker_dead(&ws[0])) {
 			int64_t t = now_ms();
 			if (t - last_print >= 5000) {
-				fprintf(stderr, "bench: %s: %ld of %d runs ended\n", phase, ended, n);
+				fprintf(stderr, "bench: %s: %ld of %d runs ended\n", phase, ended,
+				        n);
 				last_print = t;
 			}
 			if (ended != done)
@@ -1043,7 +1043,8 @@ static void phase_stamp(bench *b)
 	int64_t end = now_ms() + 30000;
 	int seen = 0;
 	while (seen < all && now_ms() < end && !worker_dead(&w)) {
-		for (seen = 0; seen < all && __atomic_load_n(&slot[seen], __ATOMIC_ACQUIRE); seen++) {
+		for (seen = 0; seen < all && __atomic_load_n(&slot[seen], __ATOMIC_ACQUIRE);
+		     seen++) {
 		}
 		if (seen < all)
 			sleep_ms(5);
