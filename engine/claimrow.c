@@ -64,6 +64,20 @@ static int msgs_col(const char *text, int64_t **out)
 	return k == -1 ? -CAIRN_EINVAL : k;
 }
 
+void claimrow_left_of(const shardmap *map, const char *const *v, claimrow_left *out)
+{
+	int64_t shard = 0;
+	*out = (claimrow_left){.group = -1};
+	if (int_col(v, CLAIM_ID, 1, INT64_MAX, &out->run_id) < 0)
+		out->run_id = 0;
+	if (v[CLAIM_GROUP] && int_col(v, CLAIM_SHARD, 0, INT_MAX, &shard) == 0) {
+		out->group = shardmap_group_index(map, v[CLAIM_GROUP]);
+		out->shard = (int)shard;
+	}
+	if (bool_col(v, CLAIM_MARKED, &out->marked) < 0)
+		out->marked = 0;
+}
+
 int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 {
 	*out = NULL;

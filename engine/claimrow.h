@@ -63,6 +63,15 @@ typedef struct claimrow_env {
  */
 int claimrow_decode(const claimrow_env *env, const char *const *values, job **out);
 
+/* What a row claimrow_decode refused leaves to undo: its run (0: the id is
+ * unreadable), where the run is (group -1: not served here) and whether
+ * the claim counted its execution (runs.claims). */
+typedef struct claimrow_left {
+	int64_t run_id;
+	int group, shard, marked;
+} claimrow_left;
+void claimrow_left_of(const shardmap *map, const char *const *values, claimrow_left *out);
+
 /* The row's CLAIM_NEXT_DUE: ms until the next message is due, or -1 when
  * none is (NULL) or the value is not a number of ms in range. */
 int64_t claimrow_next_due_ms(const char *const *values);

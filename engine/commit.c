@@ -128,11 +128,6 @@ void commit_truncate(commit *c, int from)
 
 /* -------------------------------------------------------------- encoding */
 
-/* An execution's count given back (runs.claims, see CAIRN_POISON_AFTER):
- * by a hand-over or a refused end (SQL_COMMIT, unc), by a lost one
- * (SQL_REFUND). */
-#define GIVE_COUNT_BACK "claims = greatest(claims - 1, 0)"
-
 static const char SQL_COMMIT[] =
     "WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "
     "                                :b_owner::bigint[], :b_epoch::bigint[]) "

@@ -22,6 +22,11 @@
 #include "state.h"
 #include "watchdog.h"
 
+/* An execution's count given back (runs.claims, see CAIRN_POISON_AFTER):
+ * by a hand-over or a refused end (SQL_COMMIT, unc), by a lost one
+ * (SQL_REFUND), by a claim that did not execute (dispatch.c, SQL_UNCLAIM). */
+#define GIVE_COUNT_BACK "claims = greatest(claims - 1, 0)"
+
 /* One journal row to insert or update. */
 typedef struct jrow {
 	int seq;

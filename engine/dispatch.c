@@ -83,8 +83,11 @@ struct dispatch {
 	int64_t newest_claimed; /* the highest run id claimed here: a named run above it is
 	                           most likely new (see claim()) */
 	int cold_claim;         /* the last claim was its statement's first in the session */
-	int clean;              /* executions that reached a durable point while draining */
-	db_settings limits;     /* the poller's: read from cairn.settings at each connect */
+	claimrow_left *going;   /* the poller's: runs claimed here whose shard was being handed
+	                           over, kept out of its claims while it is (see claim()) */
+	int ngoing, capgoing;
+	int clean;          /* executions that reached a durable point while draining */
+	db_settings limits; /* the poller's: read from cairn.settings at each connect */
 };
 
 static void wake_poller(dispatch *d)
@@ -777,6 +780,55 @@ static PGresult *claim_exec(dispatch *d, PGconn *conn, int which, int n, const c
 	return db_exec_prepared(conn, err, CLAIM_STATEMENT[which].name, n, p);
 }
 
+static void unclaim(dispatch *d, PGconn *conn, int64_t owner, pgarr *runs, pgarr *marked);
+
+/* Adds to ex the runs kept out of the claims (d->going) whose shard is still
+ * being handed over, and forgets the others. */
+static void keep_out_going(dispatch *d, pgarr *ex)
+{
+	int k = 0;
+	for (int i = 0; i < d->ngoing; i++)
+		if (shardmap_going(d->env.map, d->going[i].group, d->going[i].shard)) {
+			pgarr_add_i64(ex, d->going[i].run_id);
+			d->going[k++] = d->going[i];
+		}
+	d->ngoing = k;
+}
+
+/*
+ * A row claimrow_decode refused (or whose job could not be queued) is a run
+ * claimed here that does not execute here: mostly one of a shard this
+ * runner is handing over (the lease loop marks it going, then waits for
+ * its runs in flight before it unlocks it, and the database names this
+ * runner its owner until then). What the claim wrote that counts is undone
+ * (unclaim): the execution it counted, the slot of a fleet-wide limit it
+ * took (for up to FLOW_SWEEP_MS otherwise, with the limit one run short
+ * everywhere). Its messages stay for the next owner, and while the shard
+ * is going the run is kept out of the claims, which would take it again
+ * at once.
+ */
+static void refuse_row(dispatch *d, const char *const *v, pgarr *refused, pgarr *marked)
+{
+	claimrow_left left;
+	claimrow_left_of(d->env.map, v, &left);
+	if (!left.run_id)
+		return;
+	pgarr_add_i64(refused, left.run_id);
+	if (left.marked)
+		pgarr_add_i64(marked, left.run_id);
+	if (!shardmap_going(d->env.map, left.group, left.shard))
+		return;
+	if (d->ngoing == d->capgoing) {
+		int cap = d->capgoing ? d->capgoing * 2 : 16;
+		claimrow_left *g = realloc(d->going, (size_t)cap * sizeof *g);
+		if (!g)
+			return; /* claimed again, and given back again */
+		d->going = g;
+		d->capgoing = cap;
+	}
+	d->going[d->ngoing++] = left;
+}
+
 /*
  * Plans. Every claim runs on a generic plan, made once per session (and
  * again when the tables' statistics change: after autovacuum's ANALYZE, or
@@ -800,6 +852,7 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	 * claim of all that is due passes every one of them, a claim of named
 	 * runs only those named (it looks at no other run). */
 	*skipped = inflight_ids(d, &ex, runs, nruns);
+	keep_out_going(d, &ex);
 	for (int i = 0; i < nruns; i++)
 		pgarr_add_i64(&want, runs[i]);
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
@@ -844,6 +897,7 @@ sent:
 	if (!r)
 		return -CAIRN_EDB;
 	int got = 0;
+	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
 	*next_due_ms = -1;
 	claimrow_env env = {.map = d->env.map,
 	                    .owner = owner,
@@ -868,16 +922,23 @@ sent:
 		if (!v[CLAIM_ID])
 			continue; /* nothing claimed: the row only says when to look again */
 		got++;
-		/* A row not ours or refused: its messages bring the run back. */
 		job *j;
-		if (claimrow_decode(&env, v, &j) < 0)
+		if (claimrow_decode(&env, v, &j) < 0) {
+			refuse_row(d, v, &refused, &marked);
 			continue;
+		}
 		if (j->run_id > d->newest_claimed)
 			d->newest_claimed = j->run_id;
-		if (queue_job(d, j) < 0)
+		if (queue_job(d, j) < 0) {
 			job_free(j);
+			refuse_row(d, v, &refused, &marked);
+		}
 	}
 	PQclear(r);
+	if (refused.n)
+		unclaim(d, conn, owner, &refused, &marked);
+	pgarr_free(&refused);
+	pgarr_free(&marked);
 	return got;
 }
 
@@ -915,36 +976,38 @@ static void check_cancels(dispatch *d, PGconn *conn)
  * a commit and the release after it.
  */
 #define FLOW_SWEEP_MS 10000
-/* Slots of fleet-wide limits given back (CTE del): a limit a claim found
- * full wakes every runner, whose due runs of it may be anywhere. */
-#define FLOW_GIVE_BACK                                                                             \
-	"wk AS (UPDATE cairn.limits SET waiting = false "                                          \
-	"       WHERE workflow IN (SELECT workflow FROM del) AND waiting RETURNING 1), "           \
-	"nt AS (SELECT pg_notify('" CAIRN_WAKE_CHANNEL "', r.id::text) FROM cairn.runners r "      \
-	"       WHERE EXISTS (SELECT 1 FROM wk)) "
+/* The slots of fleet-wide limits given back (CTE gb) by
+ * cairn.flow_give_back (migration 0014) with its arguments args, the runs
+ * and the runners that took their slots (bigint[] each, pairwise): a limit
+ * a claim found full wakes every runner, whose due runs of it may be
+ * anywhere. */
+#define FLOW_GIVE_BACK(args) "gb AS (SELECT count(*) AS n FROM cairn.flow_give_back(" args ")) "
+/* The arguments of FLOW_GIVE_BACK for runs (bigint[]) of one runner. */
+#define FLOW_OF_RUNNER(runs, runner)                                                               \
+	runs ", array_fill(" runner "::bigint, ARRAY[cardinality(" runs ")])"
 /* flow_release for each key of the runs keys selects (workflow,
- * concurrency_key); the count of runs let go. nt is counted so that its
- * notifications are sent. */
+ * concurrency_key); the count of runs let go. gb is counted so that it
+ * runs. */
 #define FLOW_LET_GO(keys)                                                                          \
-	"SELECT count(*) + 0 * (SELECT count(*) FROM nt) FROM (" keys ") k, "                      \
+	"SELECT count(*) + 0 * (SELECT n FROM gb) FROM (" keys ") k, "                             \
 	"  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))"
-/* $1: runs of limited keys or workflows that ended. */
-static const char SQL_FLOW_RELEASE[] =
-    "WITH del AS (DELETE FROM cairn.slots WHERE run_id = ANY ($1::bigint[]) "
-    "             RETURNING workflow), " FLOW_GIVE_BACK FLOW_LET_GO(
-        "SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
-        "WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL");
+/* $1: runs of limited keys or workflows that ended here, $2: this runner
+ * (a run handed over may hold a slot of the worker that took it since). */
+static const char SQL_FLOW_RELEASE[] = "WITH " FLOW_GIVE_BACK(FLOW_OF_RUNNER("$1::bigint[]", "$2"))
+    FLOW_LET_GO("SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
+                "WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL");
 /* $1: this runner, $2: its runs in flight. Also gives back the slots of
  * this runner's runs no longer in flight and of runners gone. */
 static const char SQL_FLOW_SWEEP[] =
-    "WITH del AS (DELETE FROM cairn.slots s "
+    "WITH old AS (SELECT s.run_id, s.runner_id FROM cairn.slots s "
     "  WHERE (s.runner_id = $1 AND s.run_id <> ALL ($2::bigint[])) "
     "     OR NOT EXISTS (SELECT 1 FROM cairn.runners r JOIN pg_stat_activity a "
-    "                    ON a.pid = r.lease_pid WHERE r.id = s.runner_id) "
-    "  RETURNING workflow), " FLOW_GIVE_BACK FLOW_LET_GO(
-        "SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
-        "JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
-        "WHERE l.owner = $1 AND r.held");
+    "                    ON a.pid = r.lease_pid WHERE r.id = s.runner_id)), " FLOW_GIVE_BACK(
+        "(SELECT array_agg(run_id) FROM old), (SELECT array_agg(runner_id) FROM old)")
+        FLOW_LET_GO(
+            "SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
+            "JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
+            "WHERE l.owner = $1 AND r.held");
 
 /* Runs sql (n parameters p): how many held runs went, or -1. */
 static int64_t flow_release(dispatch *d, PGconn *conn, const char *sql, int nparams,
@@ -970,10 +1033,37 @@ static int64_t release_ended(dispatch *d, PGconn *conn, buf *err)
 	pgarr ended = d->ended;
 	d->ended = (pgarr)PGARR_INIT;
 	pthread_mutex_unlock(&d->mu);
-	const char *p[] = {pgarr_str(&ended)};
-	int64_t n = ended.n ? flow_release(d, conn, SQL_FLOW_RELEASE, 1, p, err) : 0;
+	char me[24];
+	const char *p[] = {pgarr_str(&ended), db_i64(me, lease_runner_id(d->env.lease))};
+	int64_t n = ended.n ? flow_release(d, conn, SQL_FLOW_RELEASE, 2, p, err) : 0;
 	pgarr_free(&ended);
 	return n;
+}
+
+/* Runs claimed here that will not execute here (refuse_row): $2, those
+ * whose execution the claim counted, give the count back; $1, their slots
+ * of fleet-wide limits taken by this runner $3 are given back (a worker
+ * that took a run since has its own). The claim's count and this one are
+ * the runner's own, so their order with the next owner's writes does not
+ * matter. */
+static const char SQL_UNCLAIM[] =
+    "WITH un AS (UPDATE cairn.runs SET " GIVE_COUNT_BACK " WHERE id = ANY ($2::bigint[]) "
+    "            RETURNING 1), " FLOW_GIVE_BACK(
+        FLOW_OF_RUNNER("$1::bigint[]", "$3")) "SELECT n FROM gb";
+
+static void unclaim(dispatch *d, PGconn *conn, int64_t owner, pgarr *runs, pgarr *marked)
+{
+	char me[24];
+	buf err = BUF_INIT;
+	const char *p[] = {pgarr_str(runs), pgarr_str(marked), db_i64(me, owner)};
+	if (db_cmd(conn, &err, SQL_UNCLAIM, 3, p) == 0)
+		atomic_fetch_add(&d->env.m->claims_given_back, (uint64_t)runs->n);
+	else
+		log_kv(d->env.log, LOG_WARN,
+		       "cannot give back what a claim took for runs that do not execute here (the "
+		       "flow sweep gives their slots back)",
+		       "error", buf_str(&err), NULL);
+	buf_free(&err);
 }
 
 /* Takes the runs wake-ups named since the last claim into runs; how many. */
@@ -1186,9 +1276,10 @@ static void *poller_main(void *arg)
 				    claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
 				          go_busy, runs, nruns, &next_due, &skipped, &parked, &err);
 				/* After its commit: what it held may go at once. */
-				const char *pk[] = {buf_str(&parked)};
+				char me[24];
+				const char *pk[] = {buf_str(&parked), db_i64(me, owner)};
 				if (rc >= 0 && parked.len &&
-				    flow_release(d, conn, SQL_FLOW_RELEASE, 1, pk, &err) > 0)
+				    flow_release(d, conn, SQL_FLOW_RELEASE, 2, pk, &err) > 0)
 					again = 1;
 				if (rc >= 0)
 					atomic_store(&d->claiming, 1);
@@ -1205,8 +1296,7 @@ static void *poller_main(void *arg)
 				if (busy && rc > 0 && n < room)
 					again = 1;
 				if (busy && rc == 0) {
-					char me[24];
-					const char *p[] = {db_i64(me, owner)};
+					const char *p[] = {me};
 					if (db_cmd(conn, &err, SQL_IDLE, 1, p) == 0)
 						busy = 0, again = 1;
 				}
@@ -1455,6 +1545,7 @@ void dispatch_free(dispatch *d)
 	committer_free(d->marks);
 	free(d->execs);
 	free(d->fl);
+	free(d->going);
 	pgarr_free(&d->ended);
 	if (d->wake_fd >= 0)
 		close(d->wake_fd);

@@ -21,7 +21,8 @@ typedef struct metrics {
 	_Atomic uint64_t poller_busy;  /* times the poller went busy (writers stopped waking it) */
 	_Atomic uint64_t claims_all;   /* claims of all that is due in the shards */
 	_Atomic uint64_t claims_runs;  /* claims of the runs wake-ups named */
-	_Atomic uint64_t claims_new_run; /* of those, of a new run (CLAIM_NEW in dispatch.c) */
+	_Atomic uint64_t claims_new_run;    /* of those, of a new run (CLAIM_NEW in dispatch.c) */
+	_Atomic uint64_t claims_given_back; /* runs claimed that did not execute here (unclaim) */
 	_Atomic uint64_t lease_losses;
 	_Atomic uint64_t singleton_restarts;
 	_Atomic uint64_t health_checks;

@@ -150,6 +150,12 @@ int shardmap_held(const shardmap *m, int g, int s)
 	return gr && atomic_load(&gr->epoch[s]) != 0;
 }
 
+int shardmap_going(const shardmap *m, int g, int s)
+{
+	shard_group *gr = at(m, g, s);
+	return gr && atomic_load(&gr->going[s]) && atomic_load(&gr->epoch[s]) != 0;
+}
+
 int shardmap_owned(const shardmap *m)
 {
 	return atomic_load(&((shardmap *)m)->owned);

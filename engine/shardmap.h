@@ -35,6 +35,8 @@ int shardmap_group_index(const shardmap *m, const char *name); /* -1 if not serv
 int64_t shardmap_epoch(const shardmap *m, int group, int shard);
 /* Held by this runner (locked), released or not; for the lease loop. */
 int shardmap_held(const shardmap *m, int group, int shard);
+/* Held and being released (between shardmap_releasing and _released). */
+int shardmap_going(const shardmap *m, int group, int shard);
 /* Shards held, over every group. */
 int shardmap_owned(const shardmap *m);
 

@@ -129,6 +129,10 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       "Of the claims of runs a wake-up named, those of a new run (pending, never "
 	       "executed, nothing journaled or waiting for it), made with one short statement.",
 	       NULL, (double)atomic_load(&m->claims_new_run));
+	metric(b, "cairn_claims_given_back_total", "counter",
+	       "Runs a claim took that did not execute here, mostly of a shard being handed over: "
+	       "the execution the claim counted and the slot it took were given back.",
+	       NULL, (double)atomic_load(&m->claims_given_back));
 	metric(b, "cairn_flow_held_back_total", "counter",
 	       "Due runs a claim left for a limit (cairn limit): no free slot of their key, or "
 	       "their rate used up.",

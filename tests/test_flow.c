@@ -3,6 +3,10 @@
  * start and end times of real runs on real workers: t.hold writes a line
  * when its step starts and when it ends (CLOCK_MONOTONIC, shared by every
  * process on the machine), and the claim records started_at.
+ *   - a run claimed on a shard its worker is handing over gives back the
+ *     slot of a fleet-wide limit its claim took, at once;
+ *   - a slot given back while a claim finds its limit full wakes the
+ *     runners;
  *   - a key limit of 2 holds across three workers while the owner of the
  *     keys is killed with -9 and another takes its shards over;
  *   - a run in a durable sleep holds no slot; held runs show as held and go
@@ -20,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "cairn.h"
 #include "support.h"
@@ -258,6 +264,195 @@ Test(flow, a_fleet_wide_concurrency_of_3_holds_for_runs_spread_over_three_worker
 		tworker_stop(w[i], SIGTERM, 30000);
 	cairn_client_free(c);
 	PQfinish(pg);
+}
+
+/* Worker 0 (runner *arg) is handing shards over: its /status counts fewer
+ * shards than the database says it owns (a shard being released is not
+ * counted, and stays its own until its runs in flight end). */
+typedef struct handing {
+	PGconn *pg;
+	int64_t runner;
+} handing;
+
+static int handing_over(void *arg)
+{
+	const handing *h = arg;
+	char *body = NULL;
+	if (thttp(ports[0], "GET", "/status", &body, NULL) != 200) {
+		free(body);
+		return 0;
+	}
+	cJSON *j = cJSON_Parse(body);
+	free(body);
+	cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
+	cJSON *count = cJSON_GetObjectItem(g, "count");
+	int counted = cJSON_IsNumber(count) ? count->valueint : -1;
+	cJSON_Delete(j);
+	return counted >= 0 &&
+	       counted < tdb_intf(h->pg,
+	                          "SELECT count(*) FROM cairn.shard_leases WHERE owner = %" PRId64,
+	                          h->runner);
+}
+
+/*
+ * A run claimed on a shard its worker is handing over does not execute
+ * there, and gives back the slot of a fleet-wide limit its claim took.
+ * Worker 0 owns every shard and runs 24 runs of t.slow (8 s) on most of
+ * them; worker 1 joins, and worker 0 hands half its shards over, keeping
+ * each until its t.slow runs end. 24 runs of t.hold (a limit of 1 at once,
+ * fleet-wide) are enqueued meanwhile: worker 0 claims those of the shards
+ * it is handing over too (the database names it their owner), and must
+ * give their slot back at once, or the one slot stays taken by a run that
+ * does not execute, and the runs of the shards it keeps wait behind it
+ * until the hand-over ends. They finish before the first t.slow run does;
+ * and each run is given back once at most while its shard is going.
+ */
+Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_once)
+{
+	PGconn *pg = tdb_connect(db);
+	tdb_exec(pg, "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL)");
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--concurrency", "1", NULL), 0);
+	pid_t w[2];
+	w[0] = start_worker(0, 64);
+	cr_assert(tdb_wait_at_least(pg,
+	                            "SELECT count(*) FROM cairn.shard_leases WHERE owner IS "
+	                            "NOT NULL",
+	                            16, 30000),
+	          "worker 0 never owned every shard");
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	enum { SLOW = 24, HOLDS = 24 };
+	cairn_enqueue_opts o[SLOW];
+	cairn_enqueued out[SLOW];
+	char keys[SLOW][24];
+	for (int i = 0; i < SLOW; i++) {
+		snprintf(keys[i], sizeof keys[i], "slow-%d", i);
+		o[i] = (cairn_enqueue_opts){.key = keys[i], .input = "{\"ms\": 8000}"};
+	}
+	cr_assert_eq(cairn_enqueue_batch(c, "t.slow", SLOW, o, out), 0, "%s",
+	             cairn_client_errmsg(c));
+	tcheck(dump, tdb_wait_at_least(pg, "SELECT count(*) FROM t_counter", SLOW, 30000),
+	       "the t.slow runs did not all start");
+	handing h = {
+	    pg, tdb_intf(pg, "SELECT id FROM cairn.runners WHERE name LIKE '%%:%d'", (int)w[0])};
+	w[1] = start_worker(1, 8);
+	tcheck(dump, twait(handing_over, &h, 30000), "worker 0 never began a hand-over");
+	char hold[64];
+	tlog_file(hold);
+	enqueue_holds(c, "h", NULL, 0, HOLDS, 10, hold);
+	tcheck(dump, twait(all_finished, pg, 60000), "not every run finished");
+	double given_back = tmetric(ports[0], "cairn_claims_given_back_total");
+	int64_t late = tdb_intf(pg,
+	                        "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
+	                        "USING (shard_group, shard) WHERE r.workflow = 't.hold' "
+	                        "AND l.owner = %" PRId64 " AND r.finished_at > (SELECT "
+	                        "min(finished_at) FROM cairn.runs WHERE workflow = 't.slow')",
+	                        h.runner);
+	int64_t kept = tdb_intf(pg,
+	                        "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
+	                        "USING (shard_group, shard) WHERE r.workflow = 't.hold' "
+	                        "AND l.owner = %" PRId64,
+	                        h.runner);
+	int64_t ahead_ms =
+	    tdb_intf(pg,
+	             "SELECT (extract(epoch FROM (SELECT min(finished_at) FROM cairn.runs "
+	             "WHERE workflow = 't.slow') - max(r.finished_at)) * 1000)::bigint "
+	             "FROM cairn.runs r JOIN cairn.shard_leases l USING (shard_group, shard) "
+	             "WHERE r.workflow = 't.hold' AND l.owner = %" PRId64,
+	             h.runner);
+	fprintf(stderr,
+	        "flow: worker 0 gave back %.0f runs claimed on shards it was handing over; %" PRId64
+	        " of the %" PRId64 " runs of the shards it kept finished after the first t.slow "
+	        "(the last %" PRId64 " ms before it)\n",
+	        given_back, late, kept, ahead_ms);
+	cr_assert_geq(given_back, 1, "no run was claimed on a shard being handed over");
+	cr_assert_leq(given_back, HOLDS, "runs were given back again and again");
+	cr_assert_gt(kept, 0, "worker 0 kept no shard with a run of t.hold");
+	cr_assert_eq(late, 0,
+	             "runs of the shards worker 0 kept waited for the hand-over: the slot of a run "
+	             "it did not execute stayed taken");
+	cr_assert(twait(slots_given_back, pg, 5000), "slots were not given back");
+	for (int i = 0; i < 2; i++)
+		tworker_stop(w[i], SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}
+
+/* c waits for a lock. */
+static int waits_for_lock(void *arg)
+{
+	PGconn **c = arg;
+	return tdb_intf(c[0],
+	                "SELECT count(*) FROM pg_stat_activity WHERE pid = %d AND "
+	                "wait_event_type = 'Lock'",
+	                PQbackendPID(c[1])) == 1;
+}
+
+/* c has a notification on the wake channel for the runner (payload). */
+typedef struct heard {
+	PGconn *c;
+	const char *payload;
+	int got;
+} heard;
+
+static int hears(void *arg)
+{
+	heard *h = arg;
+	PQconsumeInput(h->c);
+	for (PGnotify *n; (n = PQnotifies(h->c)); PQfreemem(n))
+		h->got |=
+		    strcmp(n->relname, "cairn_wake") == 0 && strcmp(n->extra, h->payload) == 0;
+	return h->got;
+}
+
+/*
+ * A slot given back while a claim finds its limit full is not lost: the
+ * claim (cairn.flow_slots) counts the slot, marks the limit waiting and
+ * commits after the give-back began; the give-back (cairn.flow_give_back)
+ * waits for the limit's lock, then sees the mark, clears it and wakes the
+ * runners. Had it read the mark without the lock, it would have found none,
+ * and the free slot would have waited for a poll.
+ */
+Test(flow, a_slot_given_back_while_a_claim_finds_the_limit_full_wakes_the_runners)
+{
+	PGconn *claim = tdb_connect(db), *give = tdb_connect(db), *listen = tdb_connect(db);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--concurrency", "1", NULL), 0);
+	int64_t runner = tdb_intf(listen,
+	                          "INSERT INTO cairn.runners (name, address, version, groups, "
+	                          "lease_pid) VALUES ('test:1', 'x', 'x', '{default}', %d) "
+	                          "RETURNING id",
+	                          PQbackendPID(listen));
+	tdb_exec(listen, "LISTEN cairn_wake");
+	char sql[256], payload[24];
+	snprintf(payload, sizeof payload, "%" PRId64, runner);
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.slots (run_id, workflow, runner_id) "
+	         "VALUES (1, 't.hold', %" PRId64 ")",
+	         runner);
+	tdb_exec(listen, sql);
+	tdb_exec(claim, "BEGIN");
+	cr_assert_eq(tdb_int(claim, "SELECT cairn.flow_slots('t.hold', 1, 1)"), 0,
+	             "the claim found a free slot");
+	snprintf(sql, sizeof sql,
+	         "SELECT count(*) FROM cairn.flow_give_back('{1}', '{%" PRId64 "}')", runner);
+	cr_assert(PQsendQuery(give, sql));
+	PGconn *pair[] = {listen, give};
+	cr_assert(twait(waits_for_lock, pair, 10000),
+	          "the give-back did not wait for the claim's lock on the limit");
+	tdb_exec(claim, "COMMIT");
+	PGresult *r = PQgetResult(give);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQresultErrorMessage(r));
+	cr_assert_str_eq(PQgetvalue(r, 0, 0), "1", "the slot was not given back");
+	PQclear(r);
+	while ((r = PQgetResult(give)))
+		PQclear(r);
+	cr_assert_eq(tdb_int(listen, "SELECT count(*) FROM cairn.limits WHERE waiting"), 0,
+	             "the limit still says a claim waits");
+	heard h = {listen, payload, 0};
+	cr_assert(twait(hears, &h, 10000), "the runners were not woken");
+	PQfinish(claim);
+	PQfinish(give);
+	PQfinish(listen);
 }
 
 Test(flow, a_run_in_a_durable_sleep_holds_no_slot_and_held_runs_go_when_the_limit_is_raised)
