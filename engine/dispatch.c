@@ -1033,9 +1033,11 @@ static int64_t release_ended(dispatch *d, PGconn *conn, buf *err)
 	pgarr ended = d->ended;
 	d->ended = (pgarr)PGARR_INIT;
 	pthread_mutex_unlock(&d->mu);
+	if (!ended.n)
+		return 0;
 	char me[24];
 	const char *p[] = {pgarr_str(&ended), db_i64(me, lease_runner_id(d->env.lease))};
-	int64_t n = ended.n ? flow_release(d, conn, SQL_FLOW_RELEASE, 2, p, err) : 0;
+	int64_t n = flow_release(d, conn, SQL_FLOW_RELEASE, 2, p, err);
 	pgarr_free(&ended);
 	return n;
 }
@@ -1046,10 +1048,9 @@ static int64_t release_ended(dispatch *d, PGconn *conn, buf *err)
  * that took a run since has its own). The claim's count and this one are
  * the runner's own, so their order with the next owner's writes does not
  * matter. */
-static const char SQL_UNCLAIM[] =
-    "WITH un AS (UPDATE cairn.runs SET " GIVE_COUNT_BACK " WHERE id = ANY ($2::bigint[]) "
-    "            RETURNING 1), " FLOW_GIVE_BACK(
-        FLOW_OF_RUNNER("$1::bigint[]", "$3")) "SELECT n FROM gb";
+static const char SQL_UNCLAIM[] = "WITH un AS (UPDATE cairn.runs SET " GIVE_COUNT_BACK
+                                  " WHERE id = ANY ($2::bigint[])), " FLOW_GIVE_BACK(
+                                      FLOW_OF_RUNNER("$1::bigint[]", "$3")) "SELECT n FROM gb";
 
 static void unclaim(dispatch *d, PGconn *conn, int64_t owner, pgarr *runs, pgarr *marked)
 {

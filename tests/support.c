@@ -645,6 +645,26 @@ int64_t tdb_stat_after_sessions(PGconn *c, const char *app, const char *stat_sql
 	return tdb_int(c, stat_sql);
 }
 
+/* The next notification on c within timeout_ms (caller frees its payload), or NULL. */
+char *tdb_next_notification(PGconn *c, int64_t timeout_ms)
+{
+	int64_t deadline = tnow_ms() + timeout_ms;
+	for (;;) {
+		PQconsumeInput(c);
+		PGnotify *n = PQnotifies(c);
+		if (n) {
+			char *p = strdup(n->extra);
+			PQfreemem(n);
+			return p;
+		}
+		int64_t left = deadline - tnow_ms();
+		if (left <= 0)
+			return NULL;
+		struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+		poll(&pfd, 1, (int)(left > 100 ? 100 : left));
+	}
+}
+
 int64_t tdb_intf(PGconn *c, const char *fmt, ...)
 {
 	char sql[4096];

@@ -99,6 +99,9 @@ int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_
  * as it ends. -1 when they did not end within timeout_ms. */
 int64_t tdb_stat_after_sessions(PGconn *c, const char *app, const char *stat_sql,
                                 int64_t timeout_ms);
+/* The payload of the next notification on c (LISTEN) within timeout_ms
+ * (caller frees), or NULL. */
+char *tdb_next_notification(PGconn *c, int64_t timeout_ms);
 /* tdb_int and tdb_wait_at_least with the SQL built printf-style. */
 int64_t tdb_intf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)

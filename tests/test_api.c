@@ -8,7 +8,6 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,26 +77,6 @@ static char *sql_error(PGconn *c, const char *sql)
 	return msg;
 }
 
-/* The next notification on c within timeout_ms (caller frees its payload), or NULL. */
-static char *next_notification(PGconn *c, int64_t timeout_ms)
-{
-	int64_t deadline = tnow_ms() + timeout_ms;
-	for (;;) {
-		PQconsumeInput(c);
-		PGnotify *n = PQnotifies(c);
-		if (n) {
-			char *p = strdup(n->extra);
-			PQfreemem(n);
-			return p;
-		}
-		int64_t left = deadline - tnow_ms();
-		if (left <= 0)
-			return NULL;
-		struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
-		poll(&pfd, 1, (int)(left > 100 ? 100 : left));
-	}
-}
-
 /* ------------------------------------------------------------- SQL */
 
 /* No per-suite .timeout (Criterion 2.4.1 leaks with it, see test_exec.c). */
@@ -126,7 +105,7 @@ Test(sql, a_rolled_back_enqueue_leaves_no_run_and_wakes_no_worker_a_committed_on
 	tdb_exec(conn, "COMMIT");
 	int64_t id = tdb_int(conn, "SELECT run_id FROM orders WHERE item = 'lamp'");
 	cr_assert_gt(id, 0);
-	char *note = next_notification(listener, DEADLINE);
+	char *note = tdb_next_notification(listener, DEADLINE);
 	cr_assert(note, "the committed enqueue sent no wake-up");
 	int64_t owner = tdb_intf(conn,
 	                         "SELECT l.owner FROM cairn.runs r JOIN cairn.shard_leases l "
@@ -164,7 +143,7 @@ Test(sql, one_statement_enqueueing_200_runs_wakes_its_owner_twice_at_most_and_al
 	                         200, DEADLINE),
 	       "not every run completed");
 	int wakes = 0;
-	for (char *note; (note = next_notification(listener, 0)); wakes++)
+	for (char *note; (note = tdb_next_notification(listener, 0)); wakes++)
 		free(note);
 	cr_assert(wakes >= 1 && wakes <= 2, "%d wake-ups for one owner", wakes);
 	PQfinish(listener);
@@ -589,7 +568,7 @@ static void run_example(const char *const *argv, const char *node_path)
 	char tail[32];
 	snprintf(tail, sizeof tail, " %" PRId64, id);
 	int wakes = 0;
-	for (char *note; (note = next_notification(conn, wakes ? 0 : DEADLINE)); wakes++) {
+	for (char *note; (note = tdb_next_notification(conn, wakes ? 0 : DEADLINE)); wakes++) {
 		size_t n = strlen(note), t = strlen(tail);
 		cr_assert(n > t && strcmp(note + n - t, tail) == 0,
 		          "a wake-up \"%s\" that is not of the committed run %" PRId64, note, id);

@@ -342,24 +342,21 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	enqueue_holds(c, "h", NULL, 0, HOLDS, 10, hold);
 	tcheck(dump, twait(all_finished, pg, 60000), "not every run finished");
 	double given_back = tmetric(ports[0], "cairn_claims_given_back_total");
-	int64_t late = tdb_intf(pg,
-	                        "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
-	                        "USING (shard_group, shard) WHERE r.workflow = 't.hold' "
-	                        "AND l.owner = %" PRId64 " AND r.finished_at > (SELECT "
-	                        "min(finished_at) FROM cairn.runs WHERE workflow = 't.slow')",
-	                        h.runner);
-	int64_t kept = tdb_intf(pg,
-	                        "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
-	                        "USING (shard_group, shard) WHERE r.workflow = 't.hold' "
-	                        "AND l.owner = %" PRId64,
-	                        h.runner);
-	int64_t ahead_ms =
-	    tdb_intf(pg,
-	             "SELECT (extract(epoch FROM (SELECT min(finished_at) FROM cairn.runs "
-	             "WHERE workflow = 't.slow') - max(r.finished_at)) * 1000)::bigint "
-	             "FROM cairn.runs r JOIN cairn.shard_leases l USING (shard_group, shard) "
-	             "WHERE r.workflow = 't.hold' AND l.owner = %" PRId64,
-	             h.runner);
+	/* The runs of t.hold of the shards worker 0 kept, and when the first
+	 * t.slow run finished. */
+#define KEPT                                                                                       \
+	" FROM cairn.runs r JOIN cairn.shard_leases l USING (shard_group, shard) "                 \
+	"WHERE r.workflow = 't.hold' AND l.owner = %" PRId64
+#define FIRST_SLOW "(SELECT min(finished_at) FROM cairn.runs WHERE workflow = 't.slow')"
+	int64_t late =
+	    tdb_intf(pg, "SELECT count(*)" KEPT " AND r.finished_at > " FIRST_SLOW, h.runner);
+	int64_t kept = tdb_intf(pg, "SELECT count(*)" KEPT, h.runner);
+	int64_t ahead_ms = tdb_intf(pg,
+	                            "SELECT (extract(epoch FROM " FIRST_SLOW
+	                            " - max(r.finished_at)) * 1000)::bigint" KEPT,
+	                            h.runner);
+#undef KEPT
+#undef FIRST_SLOW
 	fprintf(stderr,
 	        "flow: worker 0 gave back %.0f runs claimed on shards it was handing over; %" PRId64
 	        " of the %" PRId64 " runs of the shards it kept finished after the first t.slow "
@@ -386,23 +383,6 @@ static int waits_for_lock(void *arg)
 	                "SELECT count(*) FROM pg_stat_activity WHERE pid = %d AND "
 	                "wait_event_type = 'Lock'",
 	                PQbackendPID(c[1])) == 1;
-}
-
-/* c has a notification on the wake channel for the runner (payload). */
-typedef struct heard {
-	PGconn *c;
-	const char *payload;
-	int got;
-} heard;
-
-static int hears(void *arg)
-{
-	heard *h = arg;
-	PQconsumeInput(h->c);
-	for (PGnotify *n; (n = PQnotifies(h->c)); PQfreemem(n))
-		h->got |=
-		    strcmp(n->relname, "cairn_wake") == 0 && strcmp(n->extra, h->payload) == 0;
-	return h->got;
 }
 
 /*
@@ -448,8 +428,9 @@ Test(flow, a_slot_given_back_while_a_claim_finds_the_limit_full_wakes_the_runner
 		PQclear(r);
 	cr_assert_eq(tdb_int(listen, "SELECT count(*) FROM cairn.limits WHERE waiting"), 0,
 	             "the limit still says a claim waits");
-	heard h = {listen, payload, 0};
-	cr_assert(twait(hears, &h, 10000), "the runners were not woken");
+	char *note = tdb_next_notification(listen, 10000);
+	cr_assert(note && strcmp(note, payload) == 0, "the runners were not woken");
+	free(note);
 	PQfinish(claim);
 	PQfinish(give);
 	PQfinish(listen);
