@@ -355,15 +355,14 @@ static const char SQL_ENQUEUE_BATCH[] =
 
 /*
  * Letting held runs go (migration 0010): cairn.flow_release for some keys,
- * in one transaction with the wake-up of their owners (idle ones; a busy
- * owner claims again by itself). Called after every commit that held a run
- * or freed a slot; see client_release.
+ * in one transaction with the wake-up of their owners (cairn.wake, migration
+ * 0015: idle ones; a busy owner claims again by itself, and does not go idle
+ * before this commits). Called after every commit that held a run or freed a
+ * slot; see client_release.
  */
 #define RELEASE_WAKE                                                                               \
-	"SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || ' ' || r.id)) "               \
-	"FROM go JOIN cairn.runs r ON r.id = go.id "                                               \
-	"JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "        \
-	"JOIN cairn.runners w ON w.id = l.owner AND w.idle"
+	"SELECT count(cairn.wake(r.shard_group, r.shard, r.id, false)) "                           \
+	"FROM go JOIN cairn.runs r ON r.id = go.id"
 static const char *const SQL_RELEASE[] = {
     [CLIENT_RELEASE_KEYS] = "WITH go AS (SELECT unnest(cairn.flow_release($1, k)) AS id "
                             "  FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) " RELEASE_WAKE,

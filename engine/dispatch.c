@@ -75,6 +75,7 @@ struct dispatch {
 	_Atomic int claim_wanted;         /* claim now */
 	_Atomic int recheck;              /* the last claim may have left due messages behind */
 	_Atomic int64_t due_hint;         /* Unix ms of a message this worker just wrote; 0: none */
+	_Atomic int took_shards;          /* shards were taken: busy until it may go idle */
 	int64_t targets[CAIRN_WAKE_RUNS]; /* runs wake-ups named, for the next claim; under mu */
 	int ntargets;
 	pgarr ended;   /* runs of limited keys that ended: their keys' held runs may go; under mu */
@@ -1164,10 +1165,16 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * notification, no relay hop, no commit on PostgreSQL's notify lock). A busy
  * poller claims again as soon as it has room, until a claim finds nothing;
  * then it commits idle = true and claims once more before it sleeps. A
- * writer that saw idle = false read it before that commit, so its own
- * commit came before it too, and that last claim finds what it wrote. The
- * poller starts busy, and is busy again after any failure: the flag may
- * have been left false.
+ * writer that saw idle = false after its commit (the C client's enqueue)
+ * read it before that idle commit, so that last claim finds what it wrote.
+ * A writer that reads it before its own commit (cairn.wake, inside the
+ * transaction of the SQL API's calls) holds a wake lock of the run's shard
+ * until it commits, and the poller goes idle only if it can take the wake
+ * locks of all its shards (cairn.go_idle, migration 0015): while it cannot,
+ * it stays busy and claims again after IDLE_RETRY_MIN_MS, doubling up to
+ * IDLE_RETRY_MAX_MS. The poller starts busy, is busy again after any
+ * failure (the flag may have been left false), and after the lease loop
+ * took shards (a writer may have read their previous owner).
  */
 #define BUSY_AFTER 2
 /*
@@ -1194,7 +1201,20 @@ static void refresh_stats(dispatch *d, PGconn *conn, int64_t claim_ms)
 	       "claim_ms", db_i64(ms, claim_ms), NULL);
 }
 
-static const char SQL_IDLE[] = "UPDATE cairn.runners SET idle = true WHERE id = $1 AND NOT idle";
+static const char SQL_IDLE[] = "SELECT cairn.go_idle($1)";
+#define IDLE_RETRY_MIN_MS 2  /* a writer holds a wake lock: claim again after this, */
+#define IDLE_RETRY_MAX_MS 64 /* doubling up to this while it does */
+
+/* Sets this runner idle (cairn.go_idle, migration 0015) unless a writer
+ * that may have read it busy has yet to commit: 1 idle, 0 still busy, -1. */
+static int go_idle(PGconn *conn, const char *me, buf *err)
+{
+	const char *p[] = {me};
+	PGresult *r = db_exec(conn, err, SQL_IDLE, 1, p);
+	int rc = r && PQntuples(r) == 1 ? db_get_bool(r, 0, 0) : -1;
+	PQclear(r);
+	return rc;
+}
 
 static void *poller_main(void *arg)
 {
@@ -1207,6 +1227,7 @@ static void *poller_main(void *arg)
 	buf parked = BUF_INIT;
 	int64_t due_at_mono = -1, fallback_at = 0; /* monotonic ms; -1: nothing due */
 	int busy = 1, last_n = 0;
+	int64_t idle_retry_ms = 0; /* busy only because a writer held a wake lock: claim after */
 	atomic_store(&d->claim_wanted, 1);
 	while (!atomic_load(&d->stopping)) {
 		watch_stamp(d->env.loop);
@@ -1237,6 +1258,8 @@ static void *poller_main(void *arg)
 			pgarr_free(&fl);
 			next_sweep = clock_mono_ms() + FLOW_SWEEP_MS;
 		}
+		if (atomic_exchange(&d->took_shards, 0))
+			busy = 1;
 		int64_t now = clock_mono_ms();
 		int64_t hint = atomic_exchange(&d->due_hint, 0);
 		if (hint) {
@@ -1296,10 +1319,19 @@ static void *poller_main(void *arg)
 				 * (and one more claim) when this one found nothing. */
 				if (busy && rc > 0 && n < room)
 					again = 1;
+				if (rc != 0)
+					idle_retry_ms = 0;
 				if (busy && rc == 0) {
-					const char *p[] = {me};
-					if (db_cmd(conn, &err, SQL_IDLE, 1, p) == 0)
-						busy = 0, again = 1;
+					int idle = go_idle(conn, me, &err);
+					if (idle > 0) {
+						busy = 0, again = 1, idle_retry_ms = 0;
+					} else if (idle == 0) {
+						atomic_fetch_add(&d->env.m->idle_deferred, 1);
+						idle_retry_ms = idle_retry_ms ? idle_retry_ms * 2
+						                              : IDLE_RETRY_MIN_MS;
+						if (idle_retry_ms > IDLE_RETRY_MAX_MS)
+							idle_retry_ms = IDLE_RETRY_MAX_MS;
+					}
 				}
 				int64_t took = clock_mono_ms() - t0;
 				/* Not the first run of a statement in the session,
@@ -1326,6 +1358,9 @@ static void *poller_main(void *arg)
 				due_at_mono = now + 1000; /* look again soon */
 			else if (!targeted || (at >= 0 && (due_at_mono < 0 || at < due_at_mono)))
 				due_at_mono = at;
+			if (busy && idle_retry_ms &&
+			    (due_at_mono < 0 || now + idle_retry_ms < due_at_mono))
+				due_at_mono = now + idle_retry_ms;
 		}
 		if (rc < 0) {
 			log_kv(d->env.log, LOG_WARN, "poll failed", "error", buf_str(&err), NULL);
@@ -1362,6 +1397,14 @@ static void *poller_main(void *arg)
 int dispatch_claiming(dispatch *d)
 {
 	return d && atomic_load(&d->claiming);
+}
+
+void dispatch_shards_taken(dispatch *d)
+{
+	if (!d)
+		return;
+	atomic_store(&d->took_shards, 1);
+	want_claim(d);
 }
 
 void dispatch_wake(dispatch *d, int cancel)

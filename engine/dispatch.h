@@ -45,6 +45,9 @@ int dispatch_claiming(dispatch *d);
 /* Makes the poller claim now (the shards got work, or the lease loop took
  * shards); with cancel, also look for cancelled runs in flight. Any thread. */
 void dispatch_wake(dispatch *d, int cancel);
+/* The lease loop took (or gave up) shards: claim now, and stay busy until
+ * the poller may go idle (see poller_main). Any thread. */
+void dispatch_shards_taken(dispatch *d);
 /* The same for a wake-up that names the runs that got work (n > 0): the
  * poller claims only theirs, unless it claims all that is due anyway, or
  * more runs were named than it keeps (CAIRN_WAKE_RUNS). */

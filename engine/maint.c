@@ -509,7 +509,8 @@ static const char SQL_SCHEDULES_DUE[] =
 /* One round of one schedule ($1 name, $2 its next_at as read: a copy that
  * moved it since writes nothing): next_at to $3, the runs of the fires
  * ($4 keys, $5 shards, $6 due times, Unix ms) inserted, each key once ever,
- * counted, and their owners woken. */
+ * counted, and their owners woken (cairn.wake, migration 0015: inside this
+ * transaction, under the shards' wake locks). */
 static const char SQL_SCHEDULE_FIRE[] =
     "WITH s AS (UPDATE cairn.schedules SET next_at = to_timestamp($3::bigint / 1000.0), "
     "    last_at = coalesce(to_timestamp((SELECT max(d) FROM unnest($6::bigint[]) d) / 1000.0), "
@@ -522,9 +523,7 @@ static const char SQL_SCHEDULE_FIRE[] =
     "  FROM s, unnest($4::text[], $5::int[], $6::bigint[]) AS x(k, sh, d) "
     "  ON CONFLICT (workflow, key) DO NOTHING RETURNING r.id, r.shard_group, r.shard) "
     "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), "
-    "  (SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || ' ' || ins.id)) FROM ins "
-    "   JOIN cairn.shard_leases l ON l.shard_group = ins.shard_group AND l.shard = ins.shard "
-    "   JOIN cairn.runners w ON w.id = l.owner AND w.idle)";
+    "  (SELECT count(cairn.wake(ins.shard_group, ins.shard, ins.id, false)) FROM ins)";
 
 /* Fires what is due of the schedule in row i of r: 0 or -CAIRN_EDB. */
 static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int shards, buf *err)

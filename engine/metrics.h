@@ -17,10 +17,11 @@ typedef struct metrics {
 	_Atomic uint64_t db_reconnects;
 	_Atomic uint64_t detachments;
 	_Atomic uint64_t rebalances;
-	_Atomic uint64_t members_told; /* membership changes the relay told this worker of */
-	_Atomic uint64_t poller_busy;  /* times the poller went busy (writers stopped waking it) */
-	_Atomic uint64_t claims_all;   /* claims of all that is due in the shards */
-	_Atomic uint64_t claims_runs;  /* claims of the runs wake-ups named */
+	_Atomic uint64_t members_told;  /* membership changes the relay told this worker of */
+	_Atomic uint64_t poller_busy;   /* times the poller went busy (writers stopped waking it) */
+	_Atomic uint64_t idle_deferred; /* times it stayed busy: a writer held a wake lock */
+	_Atomic uint64_t claims_all;    /* claims of all that is due in the shards */
+	_Atomic uint64_t claims_runs;   /* claims of the runs wake-ups named */
 	_Atomic uint64_t claims_new_run;    /* of those, of a new run (CLAIM_NEW in dispatch.c) */
 	_Atomic uint64_t claims_given_back; /* runs claimed that did not execute here (unclaim) */
 	_Atomic uint64_t lease_losses;

@@ -119,6 +119,10 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_poller_busy_total", "counter",
 	       "Times the poller went busy: it claims back to back and writers do not wake it.",
 	       NULL, (double)atomic_load(&m->poller_busy));
+	metric(b, "cairn_poller_idle_deferred_total", "counter",
+	       "Times the busy poller could not go idle yet: a writer that may have read it busy "
+	       "had not committed, so it claimed again a moment later.",
+	       NULL, (double)atomic_load(&m->idle_deferred));
 	buf_printf(b,
 	           "# HELP cairn_claims_total Claims the poller made: of all that is due in its "
 	           "shards, or of the runs a wake-up named.\n# TYPE cairn_claims_total counter\n"

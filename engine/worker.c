@@ -481,7 +481,7 @@ static int lease_round_detached(supervisor *s)
 		if (!rc)
 			s->rb_failures = 0;
 		if (changed)
-			dispatch_wake(w->dispatch, 0); /* claim what the new shards hold */
+			dispatch_shards_taken(w->dispatch); /* claim what the new shards hold */
 		s->last_rebalance = clock_mono_ms();
 		s->next_rebalance = s->last_rebalance + (rc ? w->cfg.heartbeat_interval_ms
 		                                         : changed || lease_pending(w->lease)

@@ -5,7 +5,8 @@
  * Bursts of enqueues against an idle worker, a busy one, one whose poller
  * goes busy (writers stop waking it) and idle again while enqueuers race it,
  * and one in the middle of a hand-over (the wake relay may move with its shard: a relay that
- * starts pokes every runner); a wake-up that names its run, claimed by id;
+ * starts pokes every runner); an SQL API enqueue that read its owner busy and
+ * commits after the owner has nothing left to claim; a wake-up that names its run, claimed by id;
  * a new run claimed by a short statement of its own, and one that a signal
  * waits for by the full claim; a durable sleep that ends when it is due; a
  * worker that learns of a delayed run from its enqueue.
@@ -239,6 +240,67 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 	        n - 50);
 	all_completed(n, "hand-over");
 	tworker_stop(b, SIGTERM, 30000);
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+#define HOLD_RUNS 80
+
+/* Whether the HOLD_RUNS t.hold runs have completed and the poller, with
+ * nothing left to claim, went idle or was kept from it (a writer held a
+ * wake lock). */
+static int burst_over(void *arg)
+{
+	(void)arg;
+	return tdb_int(conn, "SELECT count(*) FROM cairn.runs WHERE workflow = 't.hold' "
+	                     "AND status = 'completed'") == HOLD_RUNS &&
+	       (tdb_int(conn, "SELECT count(*) FROM cairn.runners WHERE idle") == 1 ||
+	        tmetric(port_a, "cairn_poller_idle_deferred_total") >= 1);
+}
+
+/*
+ * The SQL API wakes a run's owner inside the caller's transaction, so it
+ * reads runners.idle before that transaction commits. Here it reads false:
+ * the poller is busy with a burst (a poll batch of 2 keeps it claiming), and
+ * the wake-up is skipped. The caller commits only after the burst is over,
+ * when the poller has nothing left to claim and would sleep: it must not go
+ * idle before that commit (it cannot take the shard's wake lock the caller
+ * holds), so it claims again and the run starts.
+ */
+Test(wake, an_sql_enqueue_that_read_its_owner_busy_starts_after_a_late_commit_without_a_poll)
+{
+	static char plugins[512];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	pid_t a = tworker_start(db, &port_a, log_a, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
+	                        "CAIRN_POLL_BATCH=2", plugins, NULL);
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	PGconn *tx = tdb_connect(db);
+	for (int i = 0; i < HOLD_RUNS; i++)
+		enqueue("t.hold", "{\"ms\": 25}", 0);
+	tdb_exec(tx, "BEGIN");
+	tcheck(
+	    dump_logs,
+	    tdb_wait_at_least(tx, "SELECT count(*) FROM cairn.runners WHERE NOT idle", 1, DEADLINE),
+	    "the poller never went busy");
+	int64_t id = tdb_int(tx, "SELECT id FROM cairn.enqueue('noop')");
+	cr_assert_eq(tdb_int(tx, "SELECT (coalesce(current_setting('cairn.woken', true), '') "
+	                         "<> '')::int"),
+	             0,
+	             "the enqueue woke the poller (it went idle first): the race was not set up");
+	tcheck(dump_logs, twait(burst_over, NULL, DEADLINE),
+	       "the burst of t.hold runs never ended");
+	tdb_exec(tx, "COMMIT");
+	int ok = tdb_wait_at_leastf(
+	    conn, 1, DEADLINE,
+	    "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = 'completed'", id);
+	double deferred = tmetric(port_a, "cairn_poller_idle_deferred_total");
+	fprintf(stderr, "test_wake: the poller was kept from going idle %.0f times\n", deferred);
+	tcheck(dump_logs, ok,
+	       "a run enqueued through the SQL API while its owner was busy, committed after "
+	       "the owner had nothing left to claim, did not start within %d ms (poll: 1 h)",
+	       DEADLINE);
+	cr_assert_geq(deferred, 1, "the poller went idle while the enqueue was not committed");
+	PQfinish(tx);
 	tworker_stop(a, SIGTERM, 30000);
 }
 
