@@ -6,7 +6,8 @@
  * goes busy (writers stop waking it) and idle again while enqueuers race it,
  * and one in the middle of a hand-over (the wake relay may move with its shard: a relay that
  * starts pokes every runner); an SQL API enqueue that read its owner busy and
- * commits after the owner has nothing left to claim; a wake-up that names its run, claimed by id;
+ * commits after the owner has nothing left to claim, there or on the worker
+ * that took its shard meanwhile; a wake-up that names its run, claimed by id;
  * a new run claimed by a short statement of its own, and one that a signal
  * waits for by the full claim; a durable sleep that ends when it is due; a
  * worker that learns of a delayed run from its enqueue.
@@ -245,16 +246,91 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 
 #define HOLD_RUNS 80
 
-/* Whether the HOLD_RUNS t.hold runs have completed and the poller, with
+/* Whether every t.hold run has completed and worker a's poller, with
  * nothing left to claim, went idle or was kept from it (a writer held a
  * wake lock). */
 static int burst_over(void *arg)
 {
 	(void)arg;
 	return tdb_int(conn, "SELECT count(*) FROM cairn.runs WHERE workflow = 't.hold' "
-	                     "AND status = 'completed'") == HOLD_RUNS &&
-	       (tdb_int(conn, "SELECT count(*) FROM cairn.runners WHERE idle") == 1 ||
+	                     "AND status <> 'completed'") == 0 &&
+	       (tdb_int(conn, "SELECT count(*) FROM cairn.runners WHERE idle") >= 1 ||
 	        tmetric(port_a, "cairn_poller_idle_deferred_total") >= 1);
+}
+
+/* A worker of the flows plugin whose poller claims 2 runs at a time, so a
+ * burst keeps it busy (claiming back to back) for a while. */
+static pid_t holding_worker(const char *log, int *port)
+{
+	static char plugins[512];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	return tworker_start(db, port, log, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
+	                     "CAIRN_POLL_BATCH=2", plugins, NULL);
+}
+
+/* HOLD_RUNS t.hold runs of 25 ms, back to back, with keys of the shards
+ * runner owns (any shard when runner is 0). */
+static void hold_burst(int64_t runner)
+{
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "SELECT string_agg(k, ' ') FROM (SELECT 'hold-' || g AS k "
+	         "  FROM generate_series(1, 10000) g, cairn.shard_leases l "
+	         "  WHERE l.shard_group = 'default' AND l.shard = cairn.shard_of('hold-' || g) "
+	         "    AND (l.owner = %" PRId64 " OR %" PRId64 " = 0) ORDER BY g LIMIT %d) x",
+	         runner, runner, HOLD_RUNS);
+	char *keys = tdb_str(conn, sql);
+	int n = 0;
+	for (char *save = NULL, *k = strtok_r(keys, " ", &save); k;
+	     k = strtok_r(NULL, " ", &save)) {
+		cairn_enqueue_opts o = {.input = "{\"ms\": 25}", .key = k};
+		cairn_enqueued e;
+		cr_assert_eq(cairn_enqueue(client, "t.hold", &o, &e), CAIRN_OK, "%s",
+		             cairn_client_errmsg(client));
+		cairn_enqueued_clear(&e);
+		n++;
+	}
+	free(keys);
+	cr_assert_eq(n, HOLD_RUNS, "only %d keys of the runner's shards", n);
+}
+
+/* In the open transaction tx, once runner (0: any) is busy: a run enqueued
+ * through the SQL API with a key of the shards runner owns, which must
+ * have woken nobody (its owner read busy); its id. */
+static int64_t sql_enqueue_unwoken(PGconn *tx, int64_t runner)
+{
+	tcheck(dump_logs,
+	       tdb_wait_at_leastf(tx, 1, DEADLINE,
+	                          "SELECT count(*) FROM cairn.runners WHERE NOT idle AND "
+	                          "(id = %" PRId64 " OR %" PRId64 " = 0)",
+	                          runner, runner),
+	       "the poller never went busy");
+	int64_t id =
+	    tdb_intf(tx,
+	             "SELECT (cairn.enqueue('noop', key => k)).id FROM (SELECT 'late-' || g AS k "
+	             "  FROM generate_series(1, 1000) g) x, cairn.shard_leases l "
+	             "WHERE l.shard_group = 'default' AND l.shard = cairn.shard_of(x.k) "
+	             "  AND (l.owner = %" PRId64 " OR %" PRId64 " = 0) LIMIT 1",
+	             runner, runner);
+	cr_assert_eq(tdb_int(tx, "SELECT (coalesce(current_setting('cairn.woken', true), '') "
+	                         "<> '')::int"),
+	             0,
+	             "the enqueue woke the poller (it went idle first): the race was not set up");
+	return id;
+}
+
+/* Commits tx; the run id must then start without a poll. */
+static void committed_run_starts(PGconn *tx, int64_t id, const char *what)
+{
+	tdb_exec(tx, "COMMIT");
+	tcheck(dump_logs,
+	       tdb_wait_at_leastf(conn, 1, DEADLINE,
+	                          "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                          " AND status = 'completed'",
+	                          id),
+	       "%s: a run enqueued through the SQL API while its owner was busy, committed "
+	       "late, did not start within %d ms (poll: 1 h)",
+	       what, DEADLINE);
 }
 
 /*
@@ -268,40 +344,70 @@ static int burst_over(void *arg)
  */
 Test(wake, an_sql_enqueue_that_read_its_owner_busy_starts_after_a_late_commit_without_a_poll)
 {
-	static char plugins[512];
-	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	pid_t a = tworker_start(db, &port_a, log_a, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
-	                        "CAIRN_POLL_BATCH=2", plugins, NULL);
+	pid_t a = holding_worker(log_a, &port_a);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
 	PGconn *tx = tdb_connect(db);
-	for (int i = 0; i < HOLD_RUNS; i++)
-		enqueue("t.hold", "{\"ms\": 25}", 0);
+	hold_burst(0);
 	tdb_exec(tx, "BEGIN");
-	tcheck(
-	    dump_logs,
-	    tdb_wait_at_least(tx, "SELECT count(*) FROM cairn.runners WHERE NOT idle", 1, DEADLINE),
-	    "the poller never went busy");
-	int64_t id = tdb_int(tx, "SELECT id FROM cairn.enqueue('noop')");
-	cr_assert_eq(tdb_int(tx, "SELECT (coalesce(current_setting('cairn.woken', true), '') "
-	                         "<> '')::int"),
-	             0,
-	             "the enqueue woke the poller (it went idle first): the race was not set up");
+	int64_t id = sql_enqueue_unwoken(tx, 0);
 	tcheck(dump_logs, twait(burst_over, NULL, DEADLINE),
 	       "the burst of t.hold runs never ended");
-	tdb_exec(tx, "COMMIT");
-	int ok = tdb_wait_at_leastf(
-	    conn, 1, DEADLINE,
-	    "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = 'completed'", id);
+	committed_run_starts(tx, id, "one worker");
 	double deferred = tmetric(port_a, "cairn_poller_idle_deferred_total");
 	fprintf(stderr, "test_wake: the poller was kept from going idle %.0f times\n", deferred);
-	tcheck(dump_logs, ok,
-	       "a run enqueued through the SQL API while its owner was busy, committed after "
-	       "the owner had nothing left to claim, did not start within %d ms (poll: 1 h)",
-	       DEADLINE);
 	cr_assert_geq(deferred, 1, "the poller went idle while the enqueue was not committed");
 	PQfinish(tx);
 	tworker_stop(a, SIGTERM, 30000);
+}
+
+static int port_b;
+
+/* Worker b owns every shard, and its poller has tried to go idle since. */
+static int b_took_all_and_tried_idle(void *arg)
+{
+	(void)arg;
+	return owned_by(1) &&
+	       tdb_intf(conn, "SELECT count(*) FROM cairn.shard_leases WHERE owner = %" PRId64,
+	                *(int64_t *)arg) == SHARDS &&
+	       tmetric(port_b, "cairn_poller_idle_deferred_total") >= 1;
+}
+
+/*
+ * The same race across a hand-over: the enqueue reads the shard's owner, a,
+ * busy, and skips the wake-up; a then leaves, and b, idle all along, takes
+ * the shard and claims before the enqueue commits. b must not sleep on it:
+ * a worker that took shards is busy until it can take their wake locks.
+ */
+Test(wake, an_sql_enqueue_that_read_the_old_owner_busy_starts_on_the_new_one_without_a_poll)
+{
+	pid_t a = holding_worker(log_a, &port_a);
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "worker a never owned every shard");
+	relay_started(log_a);
+	int64_t ra = tdb_int(conn, "SELECT id FROM cairn.runners");
+	pid_t b = holding_worker(log_b, &port_b);
+	tcheck(dump_logs, twait(two_owners, NULL, DEADLINE), "the shards never settled on both");
+	int64_t rb = tdb_intf(conn, "SELECT id FROM cairn.runners WHERE id <> %" PRId64, ra);
+	tcheck(
+	    dump_logs,
+	    tdb_wait_at_least(conn, "SELECT count(*) FROM cairn.runners WHERE idle", 2, DEADLINE),
+	    "the workers never went idle");
+	PGconn *tx = tdb_connect(db);
+	hold_burst(ra); /* a is busy, b idle */
+	tdb_exec(tx, "BEGIN");
+	int64_t id = sql_enqueue_unwoken(tx, ra);
+	tcheck(dump_logs,
+	       tdb_wait_at_least(conn,
+	                         "SELECT count(*) FROM cairn.runs WHERE workflow = 't.hold' "
+	                         "AND status = 'completed'",
+	                         HOLD_RUNS, DEADLINE),
+	       "the burst of t.hold runs never ended");
+	tworker_stop(a, SIGTERM, 30000);
+	tcheck(dump_logs, twait(b_took_all_and_tried_idle, &rb, DEADLINE),
+	       "worker b never took a's shards, or never tried to go idle after it did");
+	committed_run_starts(tx, id, "hand-over");
+	PQfinish(tx);
+	tworker_stop(b, SIGTERM, 30000);
 }
 
 #define CLAIMS_OF_SHARDS "cairn_claims_total{of=\"shards\"}"

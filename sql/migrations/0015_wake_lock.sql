@@ -79,4 +79,9 @@ BEGIN
 END
 $$;
 
-REVOKE EXECUTE ON FUNCTION cairn.wake_lock(text, integer), cairn.go_idle(bigint) FROM PUBLIC;
+-- The C client's release of held runs and the scheduler now call cairn.wake
+-- with their own rights, which need not be the migrating user's. It runs
+-- with its caller's rights (the SQL API's functions call it as theirs), so a
+-- role that may not read cairn.shard_leases and cairn.runners gets nothing
+-- from it but a permission error.
+GRANT EXECUTE ON FUNCTION cairn.wake(text, integer, bigint, boolean) TO PUBLIC;
