@@ -1170,7 +1170,7 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * A writer that reads it before its own commit (cairn.wake, inside the
  * transaction of the SQL API's calls) holds a wake lock of the run's shard
  * until it commits, and the poller goes idle only if it can take the wake
- * locks of all its shards (cairn.go_idle, migration 0015): while it cannot,
+ * locks of its groups (cairn.go_idle, migration 0015): while it cannot,
  * it stays busy and claims again after IDLE_RETRY_MIN_MS, doubling up to
  * IDLE_RETRY_MAX_MS. The poller starts busy, is busy again after any
  * failure (the flag may have been left false), and after the lease loop

@@ -42,8 +42,8 @@ int dispatch_start(const dispatch_env *env, dispatch **out);
 /* Whether the poller is connected and a claim there has answered (its
  * statements are prepared and planned): a worker is ready only then. */
 int dispatch_claiming(dispatch *d);
-/* Makes the poller claim now (the shards got work, or the lease loop took
- * shards); with cancel, also look for cancelled runs in flight. Any thread. */
+/* Makes the poller claim now (the shards got work); with cancel, also look
+ * for cancelled runs in flight. Any thread. */
 void dispatch_wake(dispatch *d, int cancel);
 /* The lease loop took (or gave up) shards: claim now, and stay busy until
  * the poller may go idle (see poller_main). Any thread. */

@@ -13,7 +13,7 @@
 -- Now such a writer first takes a shared transaction lock on the shard's
 -- wake lock (one of 64 per group), and reads the owner only then, in a
 -- statement of its own, so with a snapshot taken after the lock. An owner
--- goes idle only if it can take the wake locks of all its shards at once
+-- goes idle only if it can take the wake locks of its groups at once
 -- (cairn.go_idle, which waits for nothing): while a writer holds one, it
 -- stays busy and claims again a moment later, and the writer's commit has
 -- ended the wait. A worker that takes a shard is busy until the same test
