@@ -1206,13 +1206,22 @@ static const char SQL_IDLE[] = "SELECT cairn.go_idle($1)";
 #define IDLE_RETRY_MAX_MS 64 /* doubling up to this while it does */
 
 /* Sets this runner idle (cairn.go_idle, migration 0015) unless a writer
- * that may have read it busy has yet to commit: 1 idle, 0 still busy, -1. */
-static int go_idle(PGconn *conn, const char *me, buf *err)
+ * that may have read it busy has yet to commit; then *retry_ms says when to
+ * claim again (0 once idle). 1 idle, 0 still busy, -1. */
+static int go_idle(dispatch *d, PGconn *conn, const char *me, int64_t *retry_ms, buf *err)
 {
 	const char *p[] = {me};
 	PGresult *r = db_exec(conn, err, SQL_IDLE, 1, p);
 	int rc = r && PQntuples(r) == 1 ? db_get_bool(r, 0, 0) : -1;
 	PQclear(r);
+	if (rc > 0) {
+		*retry_ms = 0;
+	} else if (rc == 0) {
+		atomic_fetch_add(&d->env.m->idle_deferred, 1);
+		*retry_ms = *retry_ms ? *retry_ms * 2 : IDLE_RETRY_MIN_MS;
+		if (*retry_ms > IDLE_RETRY_MAX_MS)
+			*retry_ms = IDLE_RETRY_MAX_MS;
+	}
 	return rc;
 }
 
@@ -1321,18 +1330,9 @@ static void *poller_main(void *arg)
 					again = 1;
 				if (rc != 0)
 					idle_retry_ms = 0;
-				if (busy && rc == 0) {
-					int idle = go_idle(conn, me, &err);
-					if (idle > 0) {
-						busy = 0, again = 1, idle_retry_ms = 0;
-					} else if (idle == 0) {
-						atomic_fetch_add(&d->env.m->idle_deferred, 1);
-						idle_retry_ms = idle_retry_ms ? idle_retry_ms * 2
-						                              : IDLE_RETRY_MIN_MS;
-						if (idle_retry_ms > IDLE_RETRY_MAX_MS)
-							idle_retry_ms = IDLE_RETRY_MAX_MS;
-					}
-				}
+				if (busy && rc == 0 &&
+				    go_idle(d, conn, me, &idle_retry_ms, &err) > 0)
+					busy = 0, again = 1;
 				int64_t took = clock_mono_ms() - t0;
 				/* Not the first run of a statement in the session,
 				 * slow as it plans. */

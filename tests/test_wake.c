@@ -54,7 +54,7 @@ static void dump_logs(void)
 	free(b);
 }
 
-static int port_a;
+static int port_a, port_b;
 
 static pid_t worker(const char *log, const char *concurrency)
 {
@@ -62,12 +62,18 @@ static pid_t worker(const char *log, const char *concurrency)
 	                     concurrency, NULL);
 }
 
-static pid_t flows_worker(const char *log)
+/* A worker of the flows plugin, with the setting extra (or none). */
+static pid_t flows_worker_with(const char *log, const char *extra)
 {
 	static char plugins[512];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	return tworker_start(db, log == log_a ? &port_a : NULL, log, "CAIRN_POLL_INTERVAL=1h",
-	                     "CAIRN_CONCURRENCY=4", plugins, NULL);
+	return tworker_start(db, log == log_a ? &port_a : &port_b, log, "CAIRN_POLL_INTERVAL=1h",
+	                     "CAIRN_CONCURRENCY=4", plugins, extra, NULL);
+}
+
+static pid_t flows_worker(const char *log)
+{
+	return flows_worker_with(log, NULL);
 }
 
 /* The worker logging to log runs the wake relay (cairn.relay). */
@@ -246,26 +252,28 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 
 #define HOLD_RUNS 80
 
-/* Whether every t.hold run has completed and worker a's poller, with
- * nothing left to claim, went idle or was kept from it (a writer held a
- * wake lock). */
-static int burst_over(void *arg)
+/* Whether every t.hold run has completed. */
+static int holds_ended(void *arg)
 {
 	(void)arg;
 	return tdb_int(conn, "SELECT count(*) FROM cairn.runs WHERE workflow = 't.hold' "
-	                     "AND status <> 'completed'") == 0 &&
+	                     "AND status <> 'completed'") == 0;
+}
+
+/* Whether the t.hold runs have ended and worker a's poller, with nothing
+ * left to claim, went idle or was kept from it (a writer held a wake lock). */
+static int burst_over(void *arg)
+{
+	return holds_ended(arg) &&
 	       (tdb_int(conn, "SELECT count(*) FROM cairn.runners WHERE idle") >= 1 ||
 	        tmetric(port_a, "cairn_poller_idle_deferred_total") >= 1);
 }
 
 /* A worker of the flows plugin whose poller claims 2 runs at a time, so a
  * burst keeps it busy (claiming back to back) for a while. */
-static pid_t holding_worker(const char *log, int *port)
+static pid_t holding_worker(const char *log)
 {
-	static char plugins[512];
-	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	return tworker_start(db, port, log, "CAIRN_POLL_INTERVAL=1h", "CAIRN_CONCURRENCY=4",
-	                     "CAIRN_POLL_BATCH=2", plugins, NULL);
+	return flows_worker_with(log, "CAIRN_POLL_BATCH=2");
 }
 
 /* HOLD_RUNS t.hold runs of 25 ms, back to back, with keys of the shards
@@ -344,7 +352,7 @@ static void committed_run_starts(PGconn *tx, int64_t id, const char *what)
  */
 Test(wake, an_sql_enqueue_that_read_its_owner_busy_starts_after_a_late_commit_without_a_poll)
 {
-	pid_t a = holding_worker(log_a, &port_a);
+	pid_t a = holding_worker(log_a);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
 	PGconn *tx = tdb_connect(db);
@@ -361,14 +369,11 @@ Test(wake, an_sql_enqueue_that_read_its_owner_busy_starts_after_a_late_commit_wi
 	tworker_stop(a, SIGTERM, 30000);
 }
 
-static int port_b;
-
-/* Worker b owns every shard, and its poller has tried to go idle since. */
+/* Worker b (runner *arg) owns every shard, and its poller has tried to go
+ * idle since. */
 static int b_took_all_and_tried_idle(void *arg)
 {
-	(void)arg;
-	return owned_by(1) &&
-	       tdb_intf(conn, "SELECT count(*) FROM cairn.shard_leases WHERE owner = %" PRId64,
+	return tdb_intf(conn, "SELECT count(*) FROM cairn.shard_leases WHERE owner = %" PRId64,
 	                *(int64_t *)arg) == SHARDS &&
 	       tmetric(port_b, "cairn_poller_idle_deferred_total") >= 1;
 }
@@ -381,11 +386,11 @@ static int b_took_all_and_tried_idle(void *arg)
  */
 Test(wake, an_sql_enqueue_that_read_the_old_owner_busy_starts_on_the_new_one_without_a_poll)
 {
-	pid_t a = holding_worker(log_a, &port_a);
+	pid_t a = holding_worker(log_a);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "worker a never owned every shard");
 	relay_started(log_a);
 	int64_t ra = tdb_int(conn, "SELECT id FROM cairn.runners");
-	pid_t b = holding_worker(log_b, &port_b);
+	pid_t b = holding_worker(log_b);
 	tcheck(dump_logs, twait(two_owners, NULL, DEADLINE), "the shards never settled on both");
 	int64_t rb = tdb_intf(conn, "SELECT id FROM cairn.runners WHERE id <> %" PRId64, ra);
 	tcheck(
@@ -396,11 +401,7 @@ Test(wake, an_sql_enqueue_that_read_the_old_owner_busy_starts_on_the_new_one_wit
 	hold_burst(ra); /* a is busy, b idle */
 	tdb_exec(tx, "BEGIN");
 	int64_t id = sql_enqueue_unwoken(tx, ra);
-	tcheck(dump_logs,
-	       tdb_wait_at_least(conn,
-	                         "SELECT count(*) FROM cairn.runs WHERE workflow = 't.hold' "
-	                         "AND status = 'completed'",
-	                         HOLD_RUNS, DEADLINE),
+	tcheck(dump_logs, twait(holds_ended, NULL, DEADLINE),
 	       "the burst of t.hold runs never ended");
 	tworker_stop(a, SIGTERM, 30000);
 	tcheck(dump_logs, twait(b_took_all_and_tried_idle, &rb, DEADLINE),
