@@ -23,7 +23,7 @@
 #include "watchdog.h"
 
 /* An execution's count given back (runs.claims, see CAIRN_POISON_AFTER):
- * by a hand-over or a refused end (SQL_COMMIT, unc), by a lost one
+ * by a hand-over or a refused end (the commit statement's unc), by a lost one
  * (SQL_REFUND), by a claim that did not execute (dispatch.c, SQL_UNCLAIM). */
 #define GIVE_COUNT_BACK "claims = greatest(claims - 1, 0)"
 
@@ -141,9 +141,21 @@ typedef struct commit_params {
 	const char *values[COMMIT_NSLOTS]; /* for PQexecPrepared; owned by slot[] */
 } commit_params;
 
-/* The statement with $n for every slot, as the committer prepares it:
+/*
+ * The statement is written in parts (the journal's insert, the run's update,
+ * the messages' deletion, ...), each reading its own slots; a batch needs
+ * only the parts whose slots it fills. A set of parts is a bit mask.
+ */
+#define COMMIT_NPARTS 12
+#define COMMIT_ALL_PARTS ((1u << COMMIT_NPARTS) - 1)
+/* The parts whose slots p fills. */
+unsigned commit_parts(const commit_params *p);
+/* The statement of a set of parts with $n for their slots, in slot order:
  * 0, or the error of sqlparam_bind. */
-int commit_statement(buf *sql, buf *err);
+int commit_statement(unsigned parts, buf *sql, buf *err);
+/* The values of p for the statement of parts, in its $n order: their
+ * number. */
+int commit_values(const commit_params *p, unsigned parts, const char *values[COMMIT_NSLOTS]);
 /* Encodes a batch, outputs and errors sealed with keys (NULL: plaintext),
  * code_version (NULL: none) for the runs it updates that have none:
  * 0 or -CAIRN_ENOMEM. Free with commit_params_free. */

@@ -651,16 +651,76 @@ Test(commit, a_suspend_without_a_wake_time_adds_no_message)
 	commit_free(s);
 }
 
-Test(commit, the_statement_binds_every_named_slot)
+/* The highest $n of sql. */
+static int highest_param(const char *sql)
 {
-	buf sql = BUF_INIT, err = BUF_INIT;
-	cr_assert_eq(commit_statement(&sql, &err), 0, "%s", buf_str(&err));
-	char last[8];
-	snprintf(last, sizeof last, "$%d", COMMIT_NSLOTS);
-	cr_assert(strstr(buf_str(&sql), last));
-	cr_assert_null(strstr(buf_str(&sql), " :"), "an unbound :name is left");
-	buf_free(&sql);
+	int hi = 0;
+	for (const char *q = strchr(sql, '$'); q; q = strchr(q + 1, '$'))
+		if (atoi(q + 1) > hi)
+			hi = atoi(q + 1);
+	return hi;
+}
+
+Test(commit, every_set_of_parts_binds_exactly_the_slots_it_is_given)
+{
+	commit_params p = {0};
+	for (int i = 0; i < COMMIT_NSLOTS; i++)
+		p.values[i] = COMMIT_SLOT_NAMES[i];
+	for (unsigned parts = 0; parts <= COMMIT_ALL_PARTS; parts++) {
+		buf sql = BUF_INIT, err = BUF_INIT;
+		cr_assert_eq(commit_statement(parts, &sql, &err), 0, "parts %x: %s", parts,
+		             buf_str(&err));
+		cr_assert_null(strstr(buf_str(&sql), " :"), "parts %x: an unbound :name", parts);
+		const char *values[COMMIT_NSLOTS];
+		int n = commit_values(&p, parts, values);
+		cr_assert_eq(highest_param(buf_str(&sql)), n, "parts %x", parts);
+		cr_assert_str_eq(values[0], "b_run");
+		buf_free(&sql);
+		buf_free(&err);
+	}
+	const char *all[COMMIT_NSLOTS];
+	cr_assert_eq(commit_values(&p, COMMIT_ALL_PARTS, all), COMMIT_NSLOTS);
+	for (int i = 0; i < COMMIT_NSLOTS; i++)
+		cr_assert_str_eq(all[i], COMMIT_SLOT_NAMES[i], "every slot once, in order");
+}
+
+/* The statement a batch of c alone needs. */
+static void statement_of(commit *c, buf *sql)
+{
+	commit_params p;
+	buf err = BUF_INIT;
+	cr_assert_eq(commit_encode(&c, 1, NULL, NULL, &p), 0);
+	cr_assert_eq(commit_statement(commit_parts(&p), sql, &err), 0, "%s", buf_str(&err));
+	commit_params_free(&p);
 	buf_free(&err);
+}
+
+Test(commit, a_batch_sets_up_only_the_writes_it_makes)
+{
+	jrow r = {.seq = 1, .name = "s", .kind = KIND_STEP, .status = STEP_COMPLETED};
+	commit *flush = made(COMMIT_JOURNAL);
+	cr_assert_eq(commit_add_row(flush, &r), 0);
+	buf sql = BUF_INIT;
+	statement_of(flush, &sql);
+	cr_assert(strstr(buf_str(&sql), "ins AS (") && strstr(buf_str(&sql), "prog AS ("), "%s",
+	          buf_str(&sql));
+	cr_assert_null(strstr(buf_str(&sql), "upd AS ("));
+	cr_assert_null(strstr(buf_str(&sql), "delm AS ("));
+	cr_assert_null(strstr(buf_str(&sql), "unc AS ("));
+
+	commit *end = made(COMMIT_FINISH);
+	end->status = RUN_COMPLETED;
+	end->final = 1;
+	buf_reset(&sql);
+	statement_of(end, &sql);
+	cr_assert(strstr(buf_str(&sql), "upd AS (") && strstr(buf_str(&sql), "delm AS (") &&
+	              strstr(buf_str(&sql), "unc AS ("),
+	          "%s", buf_str(&sql));
+	cr_assert_null(strstr(buf_str(&sql), "ins AS ("));
+	cr_assert_null(strstr(buf_str(&sql), "kid AS ("));
+	buf_free(&sql);
+	commit_free(flush);
+	commit_free(end);
 }
 
 Test(sqlparam, names_become_numbers_casts_and_quotes_stay)
