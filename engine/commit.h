@@ -146,7 +146,7 @@ typedef struct commit_params {
  * the messages' deletion, ...), each reading its own slots; a batch needs
  * only the parts whose slots it fills. A set of parts is a bit mask.
  */
-#define COMMIT_NPARTS 12
+#define COMMIT_NPARTS    12
 #define COMMIT_ALL_PARTS ((1u << COMMIT_NPARTS) - 1)
 /* The parts whose slots p fills. */
 unsigned commit_parts(const commit_params *p);
