@@ -796,11 +796,12 @@ static PGconn *connect_committer(committer *k, buf *err)
 	}
 	if (!c)
 		return NULL;
-	/* The commit statements are prepared as batches need them
-	 * (prepare_parts); SQL_DONE after every batch that finished runs. */
+	/* SQL_DONE after batches that finished runs; the marker's SQL_MARK.
+	 * The commit statements are prepared as batches need them
+	 * (prepare_parts). */
 	memset(k->prepared, 0, sizeof k->prepared);
-	const db_stmt st[] = {{"cairn_mark", SQL_MARK}, {"cairn_done", SQL_DONE}};
-	int rc = db_prepare(c, st, 2, err);
+	const db_stmt st[] = {{"cairn_done", SQL_DONE}, {"cairn_mark", SQL_MARK}};
+	int rc = db_prepare(c, st, k->env.async_commit ? 2 : 1, err);
 	/* Its server process, to end it should the connection break with a
 	 * write in flight (end_old_session). */
 	if (!rc && (k->pid = db_server_pid(c, err)) < 0)
