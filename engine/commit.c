@@ -1004,6 +1004,12 @@ static void *committer_main(void *arg)
 	int n, telling = 0;
 	tellings told = TELLINGS_INIT; /* of written batches, not yet sent */
 	int64_t told_since = 0;        /* when the oldest of them was written */
+	/* Connected before the first commit comes (as the README counts a
+	 * worker's connections), once: else each worker of a fleet pays for
+	 * its connection, settings and prepared statements (three transactions)
+	 * within its first run's commit. Failing, the first batch connects,
+	 * retrying; a committer with nothing to write stops at once. */
+	conn = connect_committer(k, &err);
 	while ((n = take_batch(k, batch)) > 0) {
 		notify_collect(conn, &telling);
 		if (!conn)
