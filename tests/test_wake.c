@@ -435,11 +435,14 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 	double shards1 = tmetric(port_a, CLAIMS_OF_SHARDS), runs1 = tmetric(port_a, CLAIMS_OF_RUNS);
 	fprintf(stderr, "test_wake: claims of shards %g -> %g, of runs %g -> %g\n", shards0,
 	        shards1, runs0, runs1);
-	tcheck(dump_logs, runs1 - runs0 >= 10, "%g claims of named runs for 10 runs",
-	       runs1 - runs0);
 	/* One claim of the shards may still have been on its way when the first
-	 * run ended (the relay pokes every runner as it starts). */
+	 * run ended (the relay pokes every runner as it starts), and it may
+	 * have found the run enqueued just before it: that run's wake-up then
+	 * finds it in flight. Every other run is claimed by name. */
 	tcheck(dump_logs, shards1 - shards0 <= 1, "%g claims of all shards for 10 named runs",
+	       shards1 - shards0);
+	tcheck(dump_logs, runs1 - runs0 >= 10 - (shards1 - shards0),
+	       "%g claims of named runs for 10 runs (and %g of all shards)", runs1 - runs0,
 	       shards1 - shards0);
 	tworker_stop(a, SIGTERM, 30000);
 }
