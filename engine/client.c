@@ -323,9 +323,10 @@ static const char SQL_ENQUEUED[] =
  * Many runs: one row per input, in order, with the columns above. A key's
  * runs are held past its free slots, counted in input order (rank: the
  * run's place among the batch's runs of its key). A batch without keys
- * holds nothing and needs no rank: ENQUEUE_BATCH skips the window that
- * counts it, which sorts the batch twice (on 10,000 runs from psql, a
- * median of 203 ms against 242 ms, five runs each). Existing runs are
+ * holds nothing and needs no rank: SQL_ENQUEUE_BATCH skips the window
+ * that counts it (SQL_ENQUEUE_BATCH_KEYED), which sorts the batch twice (on
+ * 10,000 runs from psql, a median of 203 ms against 242 ms, five runs
+ * each). Existing runs are
  * looked up one key at a time, and only for keys the insert skipped: a join
  * on workflow alone would read every run of it. The LIMIT keeps it so:
  * without one the planner pulls the subquery up into a join, and with many
