@@ -326,12 +326,13 @@ static const char SQL_ENQUEUED[] =
  * holds nothing and needs no rank: SQL_ENQUEUE_BATCH skips the window
  * that counts it (SQL_ENQUEUE_BATCH_KEYED), which sorts the batch twice (on
  * 10,000 runs from psql, a median of 203 ms against 242 ms, five runs
- * each). Existing runs are
- * looked up one key at a time, and only for keys the insert skipped: a join
- * on workflow alone would read every run of it. The LIMIT keeps it so:
- * without one the planner pulls the subquery up into a join, and with many
- * runs of the workflow it hashed them all (measured: 393 ms for 1,000 runs
- * among 500,000 of their workflow, 28 ms with it).
+ * each).
+ *
+ * Existing runs are looked up one key at a time, and only for keys the
+ * insert skipped: a join on workflow alone would read every run of it. The
+ * LIMIT keeps it so: without one the planner pulls the subquery up into a
+ * join, and with many runs of the workflow it hashed them all (measured:
+ * 393 ms for 1,000 runs among 500,000 of their workflow, 28 ms with it).
  */
 #define ENQUEUE_BATCH(rank)                                                                        \
 	"WITH input AS ("                                                                          \

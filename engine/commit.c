@@ -683,6 +683,13 @@ static void notify_collect(PGconn *conn, int *pending)
 	*pending = 0;
 }
 
+/* Sends SQL_DONE for t (and empties t), and waits for its answer. */
+static void notify_done(PGconn *conn, tellings *t)
+{
+	int sent = notify_send(conn, t);
+	notify_collect(conn, &sent);
+}
+
 /* Prepares the statement of parts on conn unless it is: 0, or BATCH_DB. */
 static int prepare_parts(committer *k, PGconn *conn, unsigned parts, const char *name, buf *err)
 {
@@ -763,8 +770,7 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 		tellings t = TELLINGS_INIT;
 		f.ok = 1;
 		collect_tellings(&one, 1, &t);
-		int sent = notify_send(conn, &t);
-		notify_collect(conn, &sent);
+		notify_done(conn, &t);
 	}
 	buf_free(&why);
 }
@@ -1058,8 +1064,7 @@ static void *committer_main(void *arg)
 		}
 	}
 	notify_collect(conn, &telling);
-	if (notify_send(conn, &told))
-		notify_collect(conn, &(int){1});
+	notify_done(conn, &told);
 	PQfinish(conn);
 	free(k->refund);
 	buf_free(&err);
