@@ -802,12 +802,14 @@ static PGconn *connect_committer(committer *k, buf *err)
 	}
 	if (!c)
 		return NULL;
-	/* SQL_DONE after batches that finished runs; the marker's SQL_MARK.
-	 * The commit statements are prepared as batches need them
-	 * (prepare_parts). */
+	/* The marker (the committer whose commits do not wait for the disk)
+	 * sends only SQL_MARK, and finishes no run; the commit connection sends
+	 * SQL_DONE after batches that finished runs, and the commit statements,
+	 * prepared as batches need them (prepare_parts). */
 	memset(k->prepared, 0, sizeof k->prepared);
-	const db_stmt st[] = {{"cairn_done", SQL_DONE}, {"cairn_mark", SQL_MARK}};
-	int rc = db_prepare(c, st, k->env.async_commit ? 2 : 1, err);
+	const db_stmt st = k->env.async_commit ? (db_stmt){"cairn_mark", SQL_MARK}
+	                                       : (db_stmt){"cairn_done", SQL_DONE};
+	int rc = db_prepare(c, &st, 1, err);
 	/* Its server process, to end it should the connection break with a
 	 * write in flight (end_old_session). */
 	if (!rc && (k->pid = db_server_pid(c, err)) < 0)

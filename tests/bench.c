@@ -153,19 +153,25 @@ static void note_error(bench *b, const char *phase, const char *fmt, ...)
 	cJSON_AddStringToObject(b->errors, phase, msg);
 }
 
-static int env_int(const char *name, int def)
+/* $name as an integer from lo to hi; def when unset or anything else. */
+static int env_int_in(const char *name, int def, long lo, long hi)
 {
 	const char *v = getenv(name);
 	if (!v || !*v)
 		return def;
 	char *end;
 	long n = strtol(v, &end, 10);
-	if (*end || n < 0 || n > 100000000) {
-		fprintf(stderr, "bench: %s=\"%s\" is not a count from 0 to 100000000; using %d\n",
-		        name, v, def);
+	if (*end || n < lo || n > hi) {
+		fprintf(stderr, "bench: %s=\"%s\" is not an integer from %ld to %ld; using %d\n",
+		        name, v, lo, hi, def);
 		return def;
 	}
 	return (int)n;
+}
+
+static int env_int(const char *name, int def)
+{
+	return env_int_in(name, def, 0, 100000000);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1743,13 +1749,7 @@ int main(int argc, char **argv)
 	b.stamp_n = env_int("BENCH_STAMP", 300);
 	b.noop_n = env_int("BENCH_NOOP", 20000);
 	b.flow3_n = env_int("BENCH_3STEP", 5000);
-	b.drain_concurrency = env_int("BENCH_DRAIN_CONCURRENCY", DRAIN_CONCURRENCY);
-	if (b.drain_concurrency < 1 || b.drain_concurrency > 1024) {
-		fprintf(stderr,
-		        "bench: BENCH_DRAIN_CONCURRENCY=%d is not from 1 to 1024; using %d\n",
-		        b.drain_concurrency, DRAIN_CONCURRENCY);
-		b.drain_concurrency = DRAIN_CONCURRENCY;
-	}
+	b.drain_concurrency = env_int_in("BENCH_DRAIN_CONCURRENCY", DRAIN_CONCURRENCY, 1, 1024);
 	b.fleet_runs = env_int("BENCH_FLEET_RUNS", 1000);
 	b.fanout_n = env_int("BENCH_FANOUT", 1000);
 	b.flow_n = env_int("BENCH_FLOW_RUNS", 20000);
