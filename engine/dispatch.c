@@ -308,10 +308,10 @@ static void *executor_main(void *arg)
 	dispatch *d = arg;
 	for (;;) {
 		pthread_mutex_lock(&d->mu);
-		d->idle++;
+		atomic_store(&d->env.m->executors_idle, ++d->idle);
 		while (!d->qhead && !d->exec_stop)
 			pthread_cond_wait(&d->job_cv, &d->mu);
-		d->idle--;
+		atomic_store(&d->env.m->executors_idle, --d->idle);
 		job *j = d->qhead;
 		if (!j) {
 			pthread_mutex_unlock(&d->mu);

@@ -415,35 +415,81 @@ Test(wake, an_sql_enqueue_that_read_the_old_owner_busy_starts_on_the_new_one_wit
 #define CLAIMS_OF_RUNS   "cairn_claims_total{of=\"runs\"}"
 #define CLAIMS_OF_NEW    "cairn_claims_new_run_total"
 
+/* Worker a's claims so far: of all that is due, of named runs, of new runs. */
+typedef struct claims {
+	double shards, runs, new_runs;
+} claims;
+
+static claims claims_of_a(void)
+{
+	return (claims){tmetric(port_a, CLAIMS_OF_SHARDS), tmetric(port_a, CLAIMS_OF_RUNS),
+	                tmetric(port_a, CLAIMS_OF_NEW)};
+}
+
+static claims claims_since(claims c0)
+{
+	claims c = claims_of_a();
+	return (claims){c.shards - c0.shards, c.runs - c0.runs, c.new_runs - c0.new_runs};
+}
+
+/* Every one of worker a's 4 executors waits for a run: the last run's end
+ * is done with, and the next run's claim sees them idle. */
+static int executors_idle(void *arg)
+{
+	(void)arg;
+	return tmetric(port_a, "cairn_executors_idle") == 4;
+}
+
+/* Enqueues `n` noops one by one, each once the one before completed and
+ * worker a's executors are idle again: the claims they cost. *done counts
+ * the runs completed. */
+static claims one_by_one(int n, int64_t *done, const char *what)
+{
+	claims c0 = claims_of_a();
+	for (int i = 0; i < n; i++) {
+		enqueue("noop", "{}", 0);
+		all_completed(++*done, what);
+		tcheck(dump_logs, twait(executors_idle, NULL, DEADLINE),
+		       "%s: worker a's executors never went idle", what);
+	}
+	return claims_since(c0);
+}
+
+/*
+ * Runs one by one until two in a row were each claimed by name alone, with
+ * the short claim of a new run. Until then the worker's start may still be
+ * claiming all that is due: the relay pokes it as it starts, and that claim
+ * may take a run whose wake-up then finds it in flight; a claim that passed
+ * a run in flight claims all again when the run ends (a wake-up may have
+ * come for it meanwhile), and that claim may pass the next run. After two
+ * clean runs nothing is left of it: a claim wanted at the end of the first
+ * would have shown in the second. The runs completed.
+ */
+static int64_t settle_a(void)
+{
+	int64_t done = 0;
+	for (int clean = 0; clean < 2;) {
+		claims c = one_by_one(1, &done, "settling");
+		clean = c.shards == 0 && c.runs == 1 && c.new_runs == 1 ? clean + 1 : 0;
+		tcheck(dump_logs, done < 20, "20 runs one by one and the claims never settled");
+	}
+	return done;
+}
+
+/* Once settled, every run of an idle owner is claimed by its wake-up,
+ * which names it: by id, never looking through the owner's shards. */
 Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 {
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
-	enqueue("noop", "{}", 0);
-	all_completed(1, "first run");
-	double shards0 = tmetric(port_a, CLAIMS_OF_SHARDS), runs0 = tmetric(port_a, CLAIMS_OF_RUNS);
-	cr_assert(shards0 >= 1 && runs0 >= 0, "no claim metrics: %g %g", shards0, runs0);
-	/* One by one: each enqueue's wake-up names its run, and the idle owner
-	 * claims that run alone, never looking through its shards, nor again
-	 * when the run before, which may still be in flight, ends (a claim of
-	 * named runs passes no other run). */
-	for (int i = 0; i < 10; i++) {
-		enqueue("noop", "{}", 0);
-		all_completed(2 + i, "a run named by its wake-up");
-	}
-	double shards1 = tmetric(port_a, CLAIMS_OF_SHARDS), runs1 = tmetric(port_a, CLAIMS_OF_RUNS);
-	fprintf(stderr, "test_wake: claims of shards %g -> %g, of runs %g -> %g\n", shards0,
-	        shards1, runs0, runs1);
-	/* One claim of the shards may still have been on its way when the first
-	 * run ended (the relay pokes every runner as it starts), and it may
-	 * have found the run enqueued just before it: that run's wake-up then
-	 * finds it in flight. Every other run is claimed by name. */
-	tcheck(dump_logs, shards1 - shards0 <= 1, "%g claims of all shards for 10 named runs",
-	       shards1 - shards0);
-	tcheck(dump_logs, runs1 - runs0 >= 10 - (shards1 - shards0),
-	       "%g claims of named runs for 10 runs (and %g of all shards)", runs1 - runs0,
-	       shards1 - shards0);
+	int64_t done = settle_a();
+	claims c = one_by_one(10, &done, "a run named by its wake-up");
+	fprintf(stderr, "test_wake: 10 runs: %g claims of shards, %g of named runs\n", c.shards,
+	        c.runs);
+	tcheck(dump_logs, c.shards == 0 && c.runs == 10,
+	       "10 runs named one by one: %g claims of named runs, %g of all shards", c.runs,
+	       c.shards);
 	tworker_stop(a, SIGTERM, 30000);
 }
 
@@ -461,28 +507,13 @@ Test(wake, a_new_run_takes_the_short_claim_and_a_run_with_a_signal_waiting_the_f
 	pid_t a = flows_worker(log_a);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
-	/* The first wake-up may come to the relay with the next one's (a
-	 * wake-up that names two runs is claimed by the full claim). */
-	for (int i = 0; i < 2; i++) {
-		enqueue("noop", "{}", 0);
-		all_completed(1 + i, "a first run");
-	}
-	double new0 = tmetric(port_a, CLAIMS_OF_NEW), runs0 = tmetric(port_a, CLAIMS_OF_RUNS),
-	       shards0 = tmetric(port_a, CLAIMS_OF_SHARDS);
-	for (int i = 0; i < NEW; i++) {
-		enqueue("noop", "{}", 0);
-		all_completed(3 + i, "a new run");
-	}
-	double new1 = tmetric(port_a, CLAIMS_OF_NEW), runs1 = tmetric(port_a, CLAIMS_OF_RUNS),
-	       shards1 = tmetric(port_a, CLAIMS_OF_SHARDS);
-	/* The claim of the shards that the relay's first poke may still make
-	 * can take a run before its wake-up is claimed (as above). */
-	tcheck(dump_logs,
-	       runs1 - runs0 == NEW && shards1 - shards0 <= 1 &&
-	           new1 - new0 >= NEW - (shards1 - shards0),
+	int64_t done = settle_a();
+	claims c = one_by_one(NEW, &done, "a new run");
+	tcheck(dump_logs, c.runs == NEW && c.new_runs == NEW && c.shards == 0,
 	       "%d new runs named one by one: %g claims of new runs, %g of named runs, %g of "
 	       "the shards",
-	       NEW, new1 - new0, runs1 - runs0, shards1 - shards0);
+	       NEW, c.new_runs, c.runs, c.shards);
+	claims c1 = claims_of_a();
 	int64_t id = tdb_int(
 	    conn, "WITH r AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, "
 	          "                                start_at) "
@@ -497,17 +528,17 @@ Test(wake, a_new_run_takes_the_short_claim_and_a_run_with_a_signal_waiting_the_f
 	         "SELECT count(cairn.wake(shard_group, shard, id, false)) FROM cairn.runs "
 	         "WHERE id = %" PRId64,
 	         id);
-	all_completed(3 + NEW, "a run with a signal waiting");
+	all_completed(done + 1, "a run with a signal waiting");
 	tcheck(dump_logs,
 	       tdb_intf(conn,
 	                "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
 	                " AND output = '[{\"v\": 7}]'",
 	                id) == 1,
 	       "the run did not return its signal");
-	double new2 = tmetric(port_a, CLAIMS_OF_NEW), runs2 = tmetric(port_a, CLAIMS_OF_RUNS);
-	tcheck(dump_logs, new2 == new1 && runs2 - runs1 == 1,
+	claims s1 = claims_since(c1);
+	tcheck(dump_logs, s1.new_runs == 0 && s1.runs == 1,
 	       "the run with a signal waiting: %g claims of new runs, %g of named runs",
-	       new2 - new1, runs2 - runs1);
+	       s1.new_runs, s1.runs);
 	tworker_stop(a, SIGTERM, 30000);
 }
 

@@ -37,7 +37,7 @@ Test(worker, endpoints_answer_with_status_type_and_content)
 	    "cairn_build_info",           "cairn_uptime_seconds",    "cairn_db_connected",
 	    "cairn_db_reconnects_total",  "cairn_shards_owned",      "cairn_runs_started_total",
 	    "cairn_runs_completed_total", "cairn_runs_failed_total", "cairn_step_duration_seconds",
-	    "cairn_queue_depth",          "cairn_detachments_total"};
+	    "cairn_queue_depth",          "cairn_detachments_total", "cairn_executors_idle"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		char help[128], type[128];
 		snprintf(help, sizeof help, "# HELP %s ", names[i]);
