@@ -121,7 +121,7 @@ int cairn_client_keys_from_env(cairn_client *c);
 
 /* Options of cairn_enqueue(); zero-initialise and set what you need. */
 typedef struct cairn_enqueue_opts {
-	const char *key;    /* idempotency key; NULL generates a unique one */
+	const char *key;    /* idempotency key; NULL: a UUIDv7 in hex */
 	const char *input;  /* JSON text; NULL means null */
 	int64_t delay_ms;   /* start no earlier than now + delay_ms (0: now) */
 	int64_t at_unix_ms; /* or: start no earlier than this time (0: unset);

@@ -2,8 +2,9 @@
  * test_api.c - the front doors other languages use: the SQL functions of
  * migration 0011 (cairn.enqueue and friends, inside the caller's
  * transaction), the role cairn_client, the worker's HTTP API under /v1/,
- * and the one shard function the C client, SQL and HTTP share. Workers poll
- * once an hour here, so a run that starts was woken.
+ * the one shard function the C client, SQL and HTTP share, and the keys
+ * the C client and SQL make for runs without one. Workers poll once an hour
+ * here, so a run that starts was woken.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cairn.h"
 #include "hash.h"
@@ -365,6 +367,68 @@ Test(shards, c_sql_and_http_place_100000_keys_in_the_same_shards)
 	free(out);
 	free(names);
 	tworker_stop(w, SIGTERM, 20000);
+}
+
+/* --------------------------------------------------------------- keys */
+
+TestSuite(keys, .init = setup, .fini = teardown);
+
+static int64_t wall_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Returns once the wall clock has moved to its next millisecond. */
+static void next_ms(void)
+{
+	for (int64_t t = wall_ms(); wall_ms() == t;)
+		;
+}
+
+/* A UUIDv7 as 32 hex digits: 48 bits of Unix ms, version 7, variant 10. */
+#define UUIDV7_HEX "'^[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}$'"
+
+/* The C client (one run, and a batch) and cairn.enqueue give a run without
+ * a key a UUIDv7: its time is the enqueue's, and a key made in a later
+ * millisecond sorts after the ones before it. */
+Test(keys, a_run_without_a_key_gets_a_uuidv7_so_later_keys_sort_after_earlier_ones)
+{
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cairn_enqueue_opts o[3] = {{.input = "{}"}, {.input = "{}"}, {.input = "{}"}};
+	cairn_enqueued e[3];
+	enum { ROUNDS = 3, RUNS = ROUNDS * 5 };
+	for (int round = 0; round < ROUNDS; round++) {
+		next_ms();
+		cr_assert_eq(cairn_enqueue(c, "keys", &o[0], &e[0]), CAIRN_OK, "%s",
+		             cairn_client_errmsg(c));
+		cairn_enqueued_clear(&e[0]);
+		next_ms();
+		cr_assert_eq(cairn_enqueue_batch(c, "keys", 3, o, e), CAIRN_OK, "%s",
+		             cairn_client_errmsg(c));
+		for (int i = 0; i < 3; i++)
+			cairn_enqueued_clear(&e[i]);
+		next_ms();
+		tdb_exec(conn, "SELECT cairn.enqueue('keys')");
+	}
+	cairn_client_free(c);
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs WHERE key ~ " UUIDV7_HEX), RUNS,
+	             "a generated key is not a UUIDv7 in hex");
+	cr_assert_eq(
+	    tdb_int(conn, "SELECT count(*) FROM cairn.runs WHERE abs(('x' || lpad(left(key, 12), "
+	                  "16, '0'))::bit(64)::bigint - extract(epoch FROM created_at) * 1000) "
+	                  "< 60000"),
+	    RUNS, "a generated key's time is not its run's");
+	/* In the order of the enqueues (run ids), each of the 9 calls in a
+	 * millisecond of its own: the times never go back, and 9 at least. */
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM (SELECT left(key, 12) AS t, "
+	                           "lag(left(key, 12)) OVER (ORDER BY id) AS before "
+	                           "FROM cairn.runs) x WHERE t < before"),
+	             0, "a key made later sorts before an earlier one");
+	cr_assert_geq(tdb_int(conn, "SELECT count(DISTINCT left(key, 12)) FROM cairn.runs"),
+	              3 * ROUNDS);
 }
 
 /* ------------------------------------------------------------ HTTP */
