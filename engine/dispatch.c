@@ -308,10 +308,10 @@ static void *executor_main(void *arg)
 	dispatch *d = arg;
 	for (;;) {
 		pthread_mutex_lock(&d->mu);
-		atomic_store(&d->env.m->executors_idle, ++d->idle);
+		d->idle++;
 		while (!d->qhead && !d->exec_stop)
 			pthread_cond_wait(&d->job_cv, &d->mu);
-		atomic_store(&d->env.m->executors_idle, --d->idle);
+		d->idle--;
 		job *j = d->qhead;
 		if (!j) {
 			pthread_mutex_unlock(&d->mu);
@@ -1556,6 +1556,16 @@ int dispatch_executing(dispatch *d)
 		return 0;
 	pthread_mutex_lock(&d->mu);
 	int n = d->executing;
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
+int dispatch_executors_idle(dispatch *d)
+{
+	if (!d)
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	int n = d->idle;
 	pthread_mutex_unlock(&d->mu);
 	return n;
 }

@@ -65,6 +65,8 @@ void dispatch_drop_queued(dispatch *d, int group);
 void dispatch_stop_begin(dispatch *d);
 int dispatch_executing(dispatch *d);
 void dispatch_stop_end(dispatch *d, int *clean, int *cut);
+/* Executors waiting for a run. */
+int dispatch_executors_idle(dispatch *d);
 /* Appends the in-flight runs (at most 100) to array. */
 void dispatch_status(dispatch *d, struct cJSON *array);
 /* Sets, in object, each workflow with runs in flight under its limits

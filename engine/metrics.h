@@ -37,7 +37,6 @@ typedef struct metrics {
 	_Atomic uint64_t step_count;
 	_Atomic uint64_t step_sum_us;
 	_Atomic int queue_depth;
-	_Atomic int executors_idle; /* executors waiting for a run */
 	/* 1 while the poller claims with limits (cairn.limits has rows). */
 	_Atomic int claim_limits;
 } metrics;

@@ -191,7 +191,7 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       NULL, atomic_load(&m->queue_depth));
 	metric(b, "cairn_executors_idle", "gauge",
 	       "Executors waiting for a run (CAIRN_CONCURRENCY in all).", NULL,
-	       atomic_load(&m->executors_idle));
+	       dispatch_executors_idle(w->dispatch));
 	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"
 	            "# TYPE cairn_step_duration_seconds histogram\n");
 	for (int i = 0; i < METRICS_STEP_BUCKETS; i++)

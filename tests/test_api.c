@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cairn.h"
+#include "clock.h"
 #include "hash.h"
 #include "pgarr.h"
 #include "support.h"
@@ -373,17 +373,10 @@ Test(shards, c_sql_and_http_place_100000_keys_in_the_same_shards)
 
 TestSuite(keys, .init = setup, .fini = teardown);
 
-static int64_t wall_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_REALTIME, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* Returns once the wall clock has moved to its next millisecond. */
 static void next_ms(void)
 {
-	for (int64_t t = wall_ms(); wall_ms() == t;)
+	for (int64_t t = clock_unix_ms(); clock_unix_ms() == t;)
 		;
 }
 
