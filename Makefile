@@ -175,6 +175,12 @@ $(OUT)/bench: $(OUT)/tests/bench.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+# What enqueues the bench's runs when it compares builds (BENCH_BASELINE);
+# scripts/bench.sh compiles the same file against the older build too.
+$(OUT)/bench_load: $(OUT)/tests/bench_load.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
 # The chaos driver (`make chaos`, and short in test_chaos.c); not a Criterion suite.
 $(OUT)/chaos: $(OUT)/tests/chaos.o $(LIB)
 	@mkdir -p $(@D)
@@ -219,10 +225,10 @@ demo: deps
 	$(MAKE) all
 	sh scripts/demo.sh
 
-bench: all examples build/rel/bench
+bench: all examples build/rel/bench build/rel/bench_load
 	sh scripts/bench.sh
 
-bench-memory: all examples build/rel/bench
+bench-memory: all examples build/rel/bench build/rel/bench_load
 	BENCH_MEMORY_RUNS=$${BENCH_MEMORY_RUNS:-1000000} sh scripts/bench.sh
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c), each run for FUZZ_SECONDS on a

@@ -8,6 +8,9 @@
 # and the memory phase. The bench empties cairn.runs between phases and
 # creates and drops databases of its own on the server, so it never uses
 # $DATABASE_URL: set BENCH_DATABASE_URL to point it at a server of its own.
+# BENCH_BASELINE=COMMIT builds that commit once into build/baseline/SHA
+# (git archive, its own `make all examples`, and tests/bench_load.c compiled
+# against its library) and reports the throughput figures as ratios to it.
 # Stops and removes everything it started, also when interrupted.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,12 +28,41 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
+# The older build to compare with, built once per commit.
+set --
+if [ -n "${BENCH_BASELINE:-}" ]; then
+	sha=$(git -C "$top" rev-parse --verify --quiet "$BENCH_BASELINE^{commit}") || {
+		echo "bench: BENCH_BASELINE=\"$BENCH_BASELINE\": not a commit of this repository" >&2
+		exit 2
+	}
+	base="$top/build/baseline/$sha"
+	if [ ! -f "$base/.built" ]; then
+		echo "bench: building $BENCH_BASELINE ($sha) in $base"
+		rm -rf "$base"
+		mkdir -p "$base/build/rel"
+		git -C "$top" archive "$sha" | tar -x -C "$base"
+		libs=$(pkg-config --libs libpq libcjson libcurl libsodium libmicrohttpd)
+		pkg-config --exists libsystemd 2>/dev/null && libs="$libs $(pkg-config --libs libsystemd)"
+		# shellcheck disable=SC2086
+		if ! make -C "$base" -j2 all examples >"$base/build.log" 2>&1 ||
+			! cc -std=c17 -D_GNU_SOURCE -O2 -pthread -I"$base/include" \
+				$(pkg-config --cflags libpq libcjson) -o "$base/build/rel/bench_load" \
+				"$top/tests/bench_load.c" "$base/lib/libcairn.a" $libs -ldl -lm \
+				>>"$base/build.log" 2>&1; then
+			echo "bench: cannot build $BENCH_BASELINE; see $base/build.log" >&2
+			exit 2
+		fi
+		touch "$base/.built"
+	fi
+	set -- --baseline "$base" --baseline-name "$(git -C "$top" rev-parse --short "$sha")"
+fi
+
 if [ -n "${BENCH_DATABASE_URL:-}" ]; then
 	DATABASE_URL=$BENCH_DATABASE_URL
 	echo "bench: using BENCH_DATABASE_URL (its runs are deleted)"
 else
 	pgdir=$(mktemp -d /tmp/cairn-bench-pg.XXXXXX)
-	DATABASE_URL=$(PG_FSYNC=${PG_FSYNC:-on} sh "$top/tests/pg.sh" start "$pgdir")
+	DATABASE_URL=$(PG_FSYNC=${PG_FSYNC:-on} PG_STATEMENTS=1 sh "$top/tests/pg.sh" start "$pgdir")
 	echo "bench: private PostgreSQL in $pgdir (fsync=${PG_FSYNC:-on})"
 fi
 export DATABASE_URL
@@ -39,7 +71,8 @@ export DATABASE_URL
 rc=0
 pgbench=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)/pgbench
 "$top/build/rel/bench" --worker "$top/bin/cairn-worker" --pgbench "$pgbench" \
-	--plugin "$top/build/examples/bench_flows.so" --out "$out" --logs "$logs" || rc=$?
+	--plugin "$top/build/examples/bench_flows.so" --cli "$top/bin/cairn" \
+	--load "$top/build/rel/bench_load" --out "$out" --logs "$logs" "$@" || rc=$?
 if [ "$rc" -eq 3 ]; then
 	echo "bench: some phases were not measured; the worker logs stay in $logs"
 	exit 0

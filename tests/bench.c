@@ -18,10 +18,15 @@
  *   5 stamp        enqueue-to-first-instruction latency, one run every 10 ms
  *                  (the stamp workflow writes the monotonic clock into a
  *                  shared file), beside a bare commit at the same pace
- *   6 drain        noop and bench3 backlogs drained by one worker: runs/s
+ *   6 drain        noop and bench3 backlogs drained by one worker on a fresh
+ *                  database: runs/s, transactions and statements per run
  *   7 fleet        1, 10, 50 workers on a fresh database: settle time, idle
  *                  transactions/s, transactions per run, settle after kill -9
- *   8 memory       (BENCH_MEMORY_RUNS=N, alone) N noop runs through one
+ *   8 plan         a bulk enqueue into fresh tables drained with and without
+ *                  an ANALYZE before the worker starts
+ *   9 baseline     (--baseline DIR, BENCH_BASELINE) the drains and the x8
+ *                  enqueue against an older build's, alternating
+ *  10 memory       (BENCH_MEMORY_RUNS=N, alone) N noop runs through one
  *                  worker, its VmRSS every 50,000 runs
  *
  * Every phase starts from emptied tables and a CHECKPOINT (see reset).
@@ -63,9 +68,20 @@
  * complete 10 s later. */
 #define STATS_LAG_MS 11000
 
+/* A build of cairn that the bench drives: its CLI, its worker, its
+ * bench_flows plugin and bench_load (tests/bench_load.c compiled against
+ * it). The bench's own build is "current"; the one BENCH_BASELINE names
+ * (scripts/bench.sh builds it) is compared with it, alternating. */
+typedef struct side {
+	const char *name, *cli, *worker, *plugin, *load;
+} side;
+
 typedef struct bench {
 	const char *db_url;
-	const char *worker, *plugin, *out, *log_dir, *pgbench;
+	const char *out, *log_dir, *pgbench;
+	side cur, base; /* base.worker is NULL without a baseline */
+	int ab_rounds, ab_noop_n, ab_3step_n, ab_x8_n;
+	int have_statements; /* pg_stat_statements is loaded and created */
 	int commits_n, single_n, threads_n, threads_runs, batch_n, stamp_n, noop_n, flow3_n;
 	int drain_concurrency; /* BENCH_DRAIN_CONCURRENCY: the drains' worker's */
 	int fleet_runs, memory_runs, fanout_n, flow_n, flow_keys, flow_backlog;
@@ -377,10 +393,10 @@ static pid_t spawn(char *const argv[], const char *log, int out_fd, char *const 
 	_exit(127);
 }
 
-/* Starts cairn-worker on url at concurrency, with extra environment
- * (name, value pairs) if any; w->pid < 0 when fork failed. */
-static void worker_start(bench *b, worker *w, const char *name, const char *url, int concurrency,
-                         const char *extra_name, const char *extra_value)
+/* Starts side s's cairn-worker on url at concurrency, with extra
+ * environment (name, value pairs) if any; w->pid < 0 when fork failed. */
+static void worker_start_of(bench *b, const side *s, worker *w, const char *name, const char *url,
+                            int concurrency, const char *extra_name, const char *extra_value)
 {
 	char conc[16];
 	snprintf(w->log, sizeof w->log, "%s/worker-%s.log", b->log_dir, name);
@@ -393,12 +409,21 @@ static void worker_start(bench *b, worker *w, const char *name, const char *url,
 	                     "CAIRN_CONCURRENCY",
 	                     conc,
 	                     "CAIRN_PLUGINS",
-	                     (char *)b->plugin,
+	                     (char *)s->plugin,
 	                     (char *)extra_name,
 	                     (char *)extra_value,
 	                     NULL};
-	char *const argv[] = {(char *)b->worker, NULL};
+	char *const argv[] = {(char *)s->worker, NULL};
+	/* Not the last worker's start line under the same name. */
+	unlink(w->log);
 	w->pid = spawn(argv, w->log, -1, env);
+}
+
+/* worker_start_of the bench's own build. */
+static void worker_start(bench *b, worker *w, const char *name, const char *url, int concurrency,
+                         const char *extra_name, const char *extra_value)
+{
+	worker_start_of(b, &b->cur, w, name, url, concurrency, extra_name, extra_value);
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *arg)
@@ -667,13 +692,14 @@ static void phase_floor_commit(bench *b)
 	free(ms);
 }
 
-/* Runs argv, its output into buf; the exit status, or -1. */
-static int run_capture(char *const argv[], char *buf, size_t size)
+/* Runs argv with extra environment env (name, value pairs, or NULL), its
+ * output into buf; the exit status, or -1. */
+static int run_capture_env(char *const argv[], char *const env[], char *buf, size_t size)
 {
 	int p[2];
 	if (pipe(p))
 		return -1;
-	pid_t pid = spawn(argv, NULL, p[1], NULL);
+	pid_t pid = spawn(argv, NULL, p[1], env);
 	close(p[1]);
 	size_t len = 0;
 	ssize_t k;
@@ -690,6 +716,11 @@ static int run_capture(char *const argv[], char *buf, size_t size)
 	if (pid < 0 || waitpid(pid, &st, 0) != pid)
 		return -1;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run_capture(char *const argv[], char *buf, size_t size)
+{
+	return run_capture_env(argv, NULL, buf, size);
 }
 
 /* pgbench on url with args (NULL-terminated, after the program); its TPS,
@@ -1095,6 +1126,174 @@ out:
  * without a goal. */
 #define DRAIN_CONCURRENCY 16
 
+static const char SQL_DB_XACTS[] =
+    "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1";
+static const char SQL_DB_SESSIONS[] =
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()";
+static const char SQL_STMT_RESET[] =
+    "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = $1), 0)";
+static const char SQL_STMT_SUM[] =
+    "SELECT coalesce(sum(s.calls), 0), coalesce(sum(s.total_exec_time + s.total_plan_time), 0)"
+    "  FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1";
+static const char SQL_STMT_TOP[] =
+    "SELECT s.calls, round((s.total_exec_time + s.total_plan_time)::numeric, 1),"
+    "       left(regexp_replace(s.query, '[[:space:]]+', ' ', 'g'), 160)"
+    "  FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1"
+    " ORDER BY s.calls DESC, s.total_exec_time DESC LIMIT 10";
+
+/* One drain on a database of its own (see drain_fresh). */
+typedef struct drain {
+	double start_rps; /* runs/s from the worker's start, on the client's clock */
+	double ready_rps; /* runs/s from its /readyz 200 */
+	double xacts;     /* the database's transactions per run while the worker ran */
+	double stmts;     /* statements per run (pg_stat_statements), -1 without it */
+	double server_ms; /* their planning and execution time per run, ms, or -1 */
+	cJSON *top;       /* the most frequent statements, or NULL */
+} drain;
+
+/* The database's transactions once every session but the bench's has
+ * ended: a backend reports its counters as it exits, before it leaves
+ * pg_stat_activity. -1 after 30 s. */
+static double db_xacts_settled(bench *b, const char *db)
+{
+	const char *p[] = {db};
+	for (int64_t end = now_ms() + 30000; now_ms() < end; sleep_ms(20)) {
+		PGresult *r = q(b, SQL_DB_SESSIONS, 1, p);
+		long left = r ? (long)cell(r, 0) : -1;
+		PQclear(r);
+		if (left != 0)
+			continue;
+		r = q(b, SQL_DB_XACTS, 1, p);
+		double x = r ? cell(r, 0) : -1;
+		PQclear(r);
+		return x;
+	}
+	return -1;
+}
+
+/* Runs side s's program argv (its CLI or bench_load) on url; its output in
+ * out, 0 or -1 (noted under phase). */
+static int side_run(bench *b, const char *phase, const char *url, char *const argv[], char *out,
+                    size_t size)
+{
+	char *const env[] = {"DATABASE_URL", (char *)url, NULL};
+	if (run_capture_env(argv, env, out, size) == 0)
+		return 0;
+	note_error(b, phase, "%s %s failed: %.300s", argv[0], argv[1], out);
+	return -1;
+}
+
+/* A new database db on the bench's server, migrated by side s's CLI; its
+ * URL, or NULL (noted under phase). */
+static char *side_db(bench *b, const side *s, const char *phase, const char *db)
+{
+	char out[4096];
+	char *url = db_create(b, db, 0);
+	char *const argv[] = {(char *)s->cli, "migrate", NULL};
+	if (!url)
+		note_error(b, phase, "cannot create the database %s", db);
+	else if (side_run(b, phase, url, argv, out, sizeof out))
+		free(url), url = NULL;
+	return url;
+}
+
+/* Drains n runs of workflow with side s's worker at concurrency conc on a
+ * new database db, migrated and filled by s's own CLI and bench_load (in
+ * batches, as a bulk enqueue does) into fresh tables, then ANALYZEd if
+ * analyze: what a new deployment sees. The worker starts after a
+ * CHECKPOINT; the drain ends when the client sees every run finished. Its
+ * transactions and statements are the database's while the worker ran,
+ * less the bench's own progress queries. 0, or -1 (noted under phase). */
+static int drain_fresh(bench *b, const side *s, const char *phase, const char *db,
+                       const char *workflow, int n, int conc, int analyze, drain *d)
+{
+	char out[4096], count[16];
+	*d = (drain){.stmts = -1, .server_ms = -1};
+	snprintf(count, sizeof count, "%d", n);
+	char *url = side_db(b, s, phase, db);
+	char *const load[] = {(char *)s->load, "batch", (char *)workflow, count, "t-", NULL};
+	const char *p[] = {db};
+	PGconn *pg = NULL;
+	int rc = -1;
+	if (!url || side_run(b, phase, url, load, out, sizeof out))
+		goto out;
+	if (!(pg = connect_url(url)) || (analyze && exec_ok(pg, "ANALYZE")))
+		goto out;
+	if (!b->no_checkpoint)
+		exec_ok(b->pg, "CHECKPOINT");
+	PQfinish(pg);
+	pg = NULL;
+	if (b->have_statements)
+		PQclear(q(b, SQL_STMT_RESET, 1, p));
+	double x0 = db_xacts_settled(b, db);
+	worker w;
+	long polls = 0;
+	char name[64];
+	snprintf(name, sizeof name, "%s-%s-%s", phase, s->name, workflow);
+	int64_t t0 = now_ms();
+	worker_start_of(b, s, &w, name, url, conc, NULL, NULL);
+	int64_t t1 = worker_ready(&w, 60000, 5);
+	if (t1 < 0)
+		note_error(b, phase, "the worker did not become ready (log in %s)", b->log_dir);
+	else if ((pg = connect_url(url)) &&
+	         wait_finished(b, phase, pg, &polls, workflow, "t-%", n, &w, 1, 10) == 0)
+		rc = 0;
+	int64_t t2 = now_ms();
+	PQfinish(pg);
+	pg = NULL;
+	workers_stop(&w, 1);
+	if (rc)
+		goto out;
+	d->start_rps = n / ((double)(t2 - t0) / 1000);
+	d->ready_rps = n / ((double)(t2 - t1) / 1000);
+	d->xacts = (db_xacts_settled(b, db) - x0 - (double)polls) / n;
+	PGresult *r = b->have_statements ? q(b, SQL_STMT_SUM, 1, p) : NULL;
+	if (r) {
+		d->stmts = (cell(r, 0) - (double)polls) / n;
+		d->server_ms = cell(r, 1) / n;
+	}
+	PQclear(r);
+	r = b->have_statements ? q(b, SQL_STMT_TOP, 1, p) : NULL;
+	for (int i = 0; r && i < PQntuples(r); i++) {
+		cJSON *row = cJSON_CreateObject();
+		cJSON_AddNumberToObject(row, "per_run", strtod(PQgetvalue(r, i, 0), NULL) / n);
+		cJSON_AddNumberToObject(row, "ms", strtod(PQgetvalue(r, i, 1), NULL));
+		cJSON_AddStringToObject(row, "query", PQgetvalue(r, i, 2));
+		if (!d->top)
+			d->top = cJSON_CreateArray();
+		cJSON_AddItemToArray(d->top, row);
+	}
+	PQclear(r);
+out:
+	PQfinish(pg);
+	free(url);
+	db_drop(b, db);
+	return rc;
+}
+
+/* The per-run cost of a drain, as measures under key_xacts_per_run etc.,
+ * beside floor's (the baseline's) when floor is not NULL. */
+static void measure_cost(bench *b, const char *key, const char *what, const drain *d,
+                         const drain *floor, const char *floor_is)
+{
+	char k[96], label[96];
+	snprintf(k, sizeof k, "%s_xacts_per_run", key);
+	snprintf(label, sizeof label, "%s: transactions/run", what);
+	measure(b, k, label, "xacts", d->xacts, floor ? floor->xacts : 0, floor_is, NONE, 0);
+	if (d->stmts < 0)
+		return;
+	snprintf(k, sizeof k, "%s_statements_per_run", key);
+	snprintf(label, sizeof label, "%s: statements/run", what);
+	measure(b, k, label, "stmts", d->stmts, floor && floor->stmts >= 0 ? floor->stmts : 0,
+	        floor_is, NONE, 0);
+	snprintf(k, sizeof k, "%s_server_ms_per_run", key);
+	snprintf(label, sizeof label, "%s: server ms/run", what);
+	measure(b, k, label, "ms", d->server_ms,
+	        floor && floor->server_ms >= 0 ? floor->server_ms : 0, floor_is, NONE, 0);
+}
+
+/* A drain of the bench's own build, its rate from /readyz (what the goals
+ * were set on) beside pgbench, and its per-run cost. */
 static void phase_drain(bench *b, const char *workflow, int n, const char *name, const char *what,
                         double target)
 {
@@ -1102,22 +1301,164 @@ static void phase_drain(bench *b, const char *workflow, int n, const char *name,
 	int conc = b->drain_concurrency;
 	snprintf(key, sizeof key, conc == DRAIN_CONCURRENCY ? "%s" : "%s_c%d", name, conc);
 	snprintf(label, sizeof label, "%s runs/s, 1 worker x%d", what, conc);
-	if (n <= 0 || reset(b))
+	drain d;
+	if (n <= 0 || drain_fresh(b, &b->cur, key, "bench_drain", workflow, n, conc, 0, &d))
 		return;
-	if (enqueue_batched(b->c, workflow, 0, n, 5000, "t-")) {
-		note_error(b, key, "cannot enqueue the backlog: %s", cairn_client_errmsg(b->c));
-		return;
+	measure(b, key, label, "runs/s", d.ready_rps, b->pgbench_tps, "pgbench TPS",
+	        conc == DRAIN_CONCURRENCY ? RATIO_GE : NONE, target);
+	snprintf(label, sizeof label, "%s drain", what);
+	measure_cost(b, workflow, label, &d, NULL, "");
+	if (d.top)
+		cJSON_AddItemToObject(b->extra, key, d.top);
+}
+
+static int cmp_drain_start(const void *x, const void *y)
+{
+	double a = ((const drain *)x)->start_rps, c = ((const drain *)y)->start_rps;
+	return (a > c) - (a < c);
+}
+
+/* The round with the median rate of the rounds in d (sorted by it). */
+static drain *drain_median(drain *d, int n)
+{
+	qsort(d, (size_t)n, sizeof *d, cmp_drain_start);
+	return &d[n / 2];
+}
+
+static void drains_free(drain *d, int n)
+{
+	for (int i = 0; i < n; i++)
+		cJSON_Delete(d[i].top);
+}
+
+/* The rounds of one workload, the two builds alternating (current first in
+ * odd rounds): each drains on a fresh database. The medians go in as
+ * measures, the current build's beside the baseline's as its floor. */
+static void baseline_drain(bench *b, const char *workflow, int n, const char *key, const char *what)
+{
+	enum { MAX_ROUNDS = 15 };
+	drain cur[MAX_ROUNDS], base[MAX_ROUNDS];
+	int rounds = b->ab_rounds < MAX_ROUNDS ? b->ab_rounds : MAX_ROUNDS, done = 0;
+	cJSON *each = cJSON_AddArrayToObject(b->extra, key);
+	for (; done < rounds; done++) {
+		const side *order[2] = {&b->cur, &b->base};
+		drain *into[2] = {&cur[done], &base[done]};
+		int first = done % 2; /* 0: current first */
+		if (drain_fresh(b, order[first], key, "bench_ab", workflow, n, DRAIN_CONCURRENCY, 0,
+		                into[first]) ||
+		    drain_fresh(b, order[!first], key, "bench_ab", workflow, n, DRAIN_CONCURRENCY,
+		                0, into[!first])) {
+			cJSON_Delete(into[first]->top);
+			break;
+		}
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddNumberToObject(r, "current_runs_per_s", cur[done].start_rps);
+		cJSON_AddNumberToObject(r, "baseline_runs_per_s", base[done].start_rps);
+		cJSON_AddNumberToObject(r, "current_ready_runs_per_s", cur[done].ready_rps);
+		cJSON_AddNumberToObject(r, "baseline_ready_runs_per_s", base[done].ready_rps);
+		cJSON_AddItemToArray(each, r);
+		fprintf(stderr, "bench: %s round %d: current %.0f, %s %.0f runs/s\n", key, done + 1,
+		        cur[done].start_rps, b->base.name, base[done].start_rps);
 	}
-	worker w;
-	worker_start(b, &w, workflow, b->db_url, conc, NULL, NULL);
-	int64_t t0 = worker_ready(&w, 60000, 5);
-	if (t0 < 0)
-		note_error(b, key, "the worker did not become ready (log in %s)", b->log_dir);
-	else if (wait_finished(b, key, b->pg, &b->nq, workflow, "t-%", n, &w, 1, 10) == 0)
-		measure(b, key, label, "runs/s", n / ((double)(now_ms() - t0) / 1000),
-		        b->pgbench_tps, "pgbench TPS", conc == DRAIN_CONCURRENCY ? RATIO_GE : NONE,
-		        target);
-	workers_stop(&w, 1);
+	if (done == rounds) {
+		char label[96];
+		drain *c = drain_median(cur, rounds), *f = drain_median(base, rounds);
+		snprintf(label, sizeof label, "%s runs/s vs %s (median of %d)", what, b->base.name,
+		         rounds);
+		measure(b, key, label, "runs/s", c->start_rps, f->start_rps, b->base.name, RATIO_GE,
+		        0.9);
+		measure_cost(b, key, what, c, f, b->base.name);
+		char k[96];
+		snprintf(k, sizeof k, "%s_top_current", key);
+		if (c->top)
+			cJSON_AddItemToObject(b->extra, k, cJSON_Duplicate(c->top, 1));
+		snprintf(k, sizeof k, "%s_top_baseline", key);
+		if (f->top)
+			cJSON_AddItemToObject(b->extra, k, cJSON_Duplicate(f->top, 1));
+	}
+	drains_free(cur, done);
+	drains_free(base, done);
+}
+
+/* One-by-one enqueue from 8 clients into a fresh database, no worker:
+ * runs/s, or -1 (noted under key). */
+static double x8_fresh(bench *b, const side *s, const char *key, int n)
+{
+	char out[4096], count[16];
+	snprintf(count, sizeof count, "%d", n);
+	char *url = side_db(b, s, key, "bench_ab");
+	char *const load[] = {(char *)s->load, "one", "noop", count, "x-", "8", NULL};
+	double rps = -1;
+	if (url && !b->no_checkpoint)
+		exec_ok(b->pg, "CHECKPOINT");
+	if (url && side_run(b, key, url, load, out, sizeof out) == 0)
+		rps = strtod(out, NULL);
+	free(url);
+	db_drop(b, "bench_ab");
+	return rps;
+}
+
+/* BENCH_BASELINE: the throughput figures of the bench's own build against
+ * an older build's, alternating on this server, each as a ratio; a ratio
+ * under 0.9 shows as a goal not met. */
+static void phase_baseline(bench *b)
+{
+	if (!b->base.worker)
+		return;
+	baseline_drain(b, "noop", b->ab_noop_n, "baseline_noop", "noop drain");
+	baseline_drain(b, "bench3", b->ab_3step_n, "baseline_bench3", "3-step drain");
+	enum { MAX_ROUNDS = 15 };
+	double cur[MAX_ROUNDS], base[MAX_ROUNDS];
+	int rounds = b->ab_rounds < MAX_ROUNDS ? b->ab_rounds : MAX_ROUNDS;
+	for (int i = 0; i < rounds; i++) {
+		int first = i % 2;
+		double *into[2] = {&cur[i], &base[i]};
+		const side *order[2] = {&b->cur, &b->base};
+		*into[first] = x8_fresh(b, order[first], "baseline_x8", b->ab_x8_n);
+		*into[!first] = x8_fresh(b, order[!first], "baseline_x8", b->ab_x8_n);
+		if (cur[i] < 0 || base[i] < 0)
+			return;
+	}
+	char label[96];
+	snprintf(label, sizeof label, "enqueue x8 runs/s vs %s (median of %d)", b->base.name,
+	         rounds);
+	measure(b, "baseline_x8", label, "runs/s", quantile(cur, rounds, 0.5),
+	        quantile(base, rounds, 0.5), b->base.name, RATIO_GE, 0.9);
+}
+
+/* The planner's luck: the bench's own build drains a bulk enqueue into
+ * fresh tables with and without an ANALYZE just before the worker starts,
+ * alternating; the medians should differ by at most 10%. */
+static void phase_plan(bench *b)
+{
+	enum { MAX_ROUNDS = 15 };
+	drain with[MAX_ROUNDS], without[MAX_ROUNDS];
+	int rounds = b->ab_rounds < MAX_ROUNDS ? b->ab_rounds : MAX_ROUNDS, done = 0;
+	cJSON *each = cJSON_AddArrayToObject(b->extra, "plan_noop");
+	for (; done < rounds; done++) {
+		drain *into[2] = {&without[done], &with[done]};
+		int first = done % 2; /* 0: without first */
+		if (drain_fresh(b, &b->cur, "plan_noop", "bench_plan", "noop", b->ab_noop_n,
+		                DRAIN_CONCURRENCY, first == 1, into[first]) ||
+		    drain_fresh(b, &b->cur, "plan_noop", "bench_plan", "noop", b->ab_noop_n,
+		                DRAIN_CONCURRENCY, first == 0, into[!first])) {
+			cJSON_Delete(into[first]->top);
+			break;
+		}
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddNumberToObject(r, "without_analyze_runs_per_s", without[done].start_rps);
+		cJSON_AddNumberToObject(r, "with_analyze_runs_per_s", with[done].start_rps);
+		cJSON_AddItemToArray(each, r);
+		fprintf(stderr, "bench: plan round %d: without ANALYZE %.0f, with %.0f runs/s\n",
+		        done + 1, without[done].start_rps, with[done].start_rps);
+	}
+	if (done == rounds) {
+		drain *n = drain_median(without, rounds), *a = drain_median(with, rounds);
+		measure(b, "plan_noop", "noop drain without ANALYZE / with", "runs/s", n->start_rps,
+		        a->start_rps, "with ANALYZE", RATIO_GE, 0.9);
+	}
+	drains_free(with, done);
+	drains_free(without, done);
 }
 
 /* ---------------------------------------------------------- fan-out */
@@ -1684,7 +2025,9 @@ static void parse_fleet(bench *b, const char *s)
 }
 
 static const char USAGE[] =
-    "usage: bench [--worker PATH] [--plugin PATH] [--pgbench PATH] [--out FILE] [--logs DIR]\n"
+    "usage: bench [--worker PATH] [--plugin PATH] [--cli PATH] [--load PATH]\n"
+    "             [--baseline DIR [--baseline-name NAME]] [--pgbench PATH] [--out FILE]\n"
+    "             [--logs DIR]\n"
     "\n"
     "Measures cairn as a client sees it, beside floors measured on the same\n"
     "server (a bare INSERT commit loop, pgbench simple-update), against\n"
@@ -1696,10 +2039,35 @@ static const char USAGE[] =
     "BENCH_DRAIN_CONCURRENCY (16, the drains' worker: their goals hold at 16),\n"
     "BENCH_FLEET (1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children),\n"
     "BENCH_FLOW_RUNS (20000), BENCH_FLOW_KEYS (1000), BENCH_FLOW_BACKLOG (100000);\n"
-    "BENCH_MEMORY_RUNS=N runs only the memory phase. BENCH_PHASES\n"
-    "(enqueue,x8,batch,sql,stamp,drain,fanout,flow,fleet) runs\n"
-    "only those after the floors. The JSON goes to --out, $BENCH_OUT or\n"
-    "bench.json.\n";
+    "BENCH_MEMORY_RUNS=N runs only the memory phase. --baseline DIR (a built\n"
+    "tree of an older commit) compares the drains and the x8 enqueue with it,\n"
+    "alternating: BENCH_BASELINE_ROUNDS (3), BENCH_BASELINE_NOOP (10000),\n"
+    "BENCH_BASELINE_3STEP (5000), BENCH_BASELINE_X8 (10000); the plan phase\n"
+    "drains as many noop runs with and without an ANALYZE, as many rounds.\n"
+    "BENCH_PHASES (enqueue,x8,batch,sql,stamp,drain,plan,baseline,fanout,flow,\n"
+    "fleet) runs only those after the floors. The JSON goes to --out,\n"
+    "$BENCH_OUT or bench.json.\n";
+
+/* The side of a built tree dir (scripts/bench.sh builds BENCH_BASELINE's);
+ * 0, or -1 when dir is too long. */
+static int side_of(side *s, const char *dir, const char *name)
+{
+	static char paths[4][4096];
+	const char *rel[] = {"bin/cairn", "bin/cairn-worker", "build/examples/bench_flows.so",
+	                     "build/rel/bench_load"};
+	for (int i = 0; i < 4; i++)
+		if (snprintf(paths[i], sizeof paths[i], "%s/%s", dir, rel[i]) >=
+		    (int)sizeof paths[i]) {
+			fprintf(stderr, "bench: --baseline %s: too long\n", dir);
+			return -1;
+		}
+	*s = (side){.name = name,
+	            .cli = paths[0],
+	            .worker = paths[1],
+	            .plugin = paths[2],
+	            .load = paths[3]};
+	return 0;
+}
 
 static const char *default_pgbench(void)
 {
@@ -1714,17 +2082,29 @@ static const char *default_pgbench(void)
 int main(int argc, char **argv)
 {
 	bench b = {
-	    .worker = "bin/cairn-worker",
-	    .plugin = "build/examples/bench_flows.so",
+	    .cur = {.name = "current",
+	            .cli = "bin/cairn",
+	            .worker = "bin/cairn-worker",
+	            .plugin = "build/examples/bench_flows.so",
+	            .load = "build/rel/bench_load"},
 	    .out = getenv("BENCH_OUT") && *getenv("BENCH_OUT") ? getenv("BENCH_OUT") : "bench.json",
 	    .log_dir = ".",
 	};
+	const char *baseline = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char **slot = NULL;
 		if (strcmp(argv[i], "--worker") == 0)
-			slot = &b.worker;
+			slot = &b.cur.worker;
 		else if (strcmp(argv[i], "--plugin") == 0)
-			slot = &b.plugin;
+			slot = &b.cur.plugin;
+		else if (strcmp(argv[i], "--cli") == 0)
+			slot = &b.cur.cli;
+		else if (strcmp(argv[i], "--load") == 0)
+			slot = &b.cur.load;
+		else if (strcmp(argv[i], "--baseline") == 0)
+			slot = &baseline;
+		else if (strcmp(argv[i], "--baseline-name") == 0)
+			slot = &b.base.name;
 		else if (strcmp(argv[i], "--pgbench") == 0)
 			slot = &b.pgbench;
 		else if (strcmp(argv[i], "--out") == 0)
@@ -1764,11 +2144,22 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench: DATABASE_URL is not set\n");
 		return 2;
 	}
-	if (access(b.worker, X_OK) != 0) {
-		fprintf(stderr, "bench: --worker %s is not an executable: %s\n", b.worker,
-		        strerror(errno));
+	if (baseline && side_of(&b.base, baseline, b.base.name ? b.base.name : "baseline"))
 		return 2;
+	const side *sides[] = {&b.cur, b.base.worker ? &b.base : NULL};
+	for (int i = 0; i < 2 && sides[i]; i++) {
+		const char *progs[] = {sides[i]->cli, sides[i]->worker, sides[i]->load};
+		for (int k = 0; k < 3; k++)
+			if (access(progs[k], X_OK) != 0) {
+				fprintf(stderr, "bench: %s: %s is not an executable: %s\n",
+				        sides[i]->name, progs[k], strerror(errno));
+				return 2;
+			}
 	}
+	b.ab_rounds = env_int_in("BENCH_BASELINE_ROUNDS", 3, 1, 15);
+	b.ab_noop_n = env_int("BENCH_BASELINE_NOOP", 10000);
+	b.ab_3step_n = env_int("BENCH_BASELINE_3STEP", 5000);
+	b.ab_x8_n = env_int("BENCH_BASELINE_X8", 10000);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	b.pg = connect_url(b.db_url);
 	if (!b.pg)
@@ -1779,6 +2170,12 @@ int main(int argc, char **argv)
 		PQfinish(b.pg);
 		return 1;
 	}
+	b.have_statements =
+	    exec_ok(b.pg, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements") == 0 &&
+	    exec_ok(b.pg, "SELECT 1 FROM pg_stat_statements LIMIT 1") == 0;
+	if (!b.have_statements)
+		fprintf(stderr, "bench: pg_stat_statements is not loaded: statements per run are "
+		                "not measured\n");
 	b.measures = cJSON_CreateArray();
 	b.errors = cJSON_CreateObject();
 	b.extra = cJSON_CreateObject();
@@ -1811,6 +2208,10 @@ int main(int argc, char **argv)
 			phase_flow(&b);
 		for (int i = 0; i < b.fleet_n && wanted(&b, "fleet"); i++)
 			phase_fleet(&b, b.fleet[i]);
+		if (wanted(&b, "plan"))
+			phase_plan(&b);
+		if (wanted(&b, "baseline"))
+			phase_baseline(&b);
 	}
 	reset(&b);
 

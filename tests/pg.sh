@@ -8,7 +8,8 @@
 #
 # Durability is off by default (fsync=off, full_page_writes=off): the tests
 # need speed, not crash safety. PG_FSYNC=on keeps PostgreSQL's durable
-# defaults, which is what a benchmark has to measure.
+# defaults, which is what a benchmark has to measure. PG_STATEMENTS=1 loads
+# pg_stat_statements, which the benchmark reads its statements per run from.
 set -eu
 cmd=$1
 dir=$2
@@ -40,12 +41,14 @@ start)
 	off) durability="-c fsync=off -c full_page_writes=off" ;;
 	*) echo "pg.sh: PG_FSYNC=\"$PG_FSYNC\": expected on or off" >&2; exit 2 ;;
 	esac
+	preload=""
+	[ "${PG_STATEMENTS:-0}" = 1 ] && preload="-c shared_preload_libraries=pg_stat_statements"
 	# Tests start many workers; each holds a lease connection and advisory
 	# locks on every shard it owns.
 	as_user "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
 		-o "-c listen_addresses='' -k $dir -p 5432 $durability \
 		    -c max_connections=400 -c max_locks_per_transaction=256 \
-		    -c shared_buffers=256MB" >/dev/null ||
+		    -c shared_buffers=256MB $preload" >/dev/null ||
 		{ cat "$dir/server.log" >&2; exit 1; }
 	echo "postgresql:///postgres?host=$dir&port=5432&user=cairn"
 	;;
