@@ -108,6 +108,9 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	          int_col(v, CLAIM_SCHEDULED, TS_MIN_MS, TS_MAX_MS, &j->scheduled_ms) < 0 ||
 	          int_col(v, CLAIM_NOW, TS_MIN_MS, TS_MAX_MS, &j->db_now_ms) < 0 ||
 	          bool_col(v, CLAIM_MARKED, &marked) < 0 ||
+	          /* only a run its claim counted waits counted */
+	          (v[CLAIM_QUEUED] &&
+	           (!marked || int_col(v, CLAIM_QUEUED, 1, INT64_MAX, &j->queued_seq) < 0)) ||
 	          /* a marked execution is counted in runs.claims already */
 	          int_col(v, CLAIM_CLAIMS, marked, INT_MAX, &claims) < 0 ||
 	          int_col(v, CLAIM_JOURNAL_BYTES, 0, INT64_MAX, &bytes) < 0 ||

@@ -43,6 +43,8 @@ enum {
 	CLAIM_PARKED,   /* of the claim: the runs it held, "{1,2}"; NULL: none */
 	CLAIM_BACK,     /* of the claim: due runs its limits held back */
 	CLAIM_LIMITS,   /* of the claim: cairn.limits has a row ("t"/"f") */
+	CLAIM_QUEUED,   /* counted by the claim, it waits in the queue: its runs.queued_seq;
+	                   NULL: it starts at once, or was not counted */
 	CLAIM_NCOLS
 };
 

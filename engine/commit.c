@@ -512,7 +512,9 @@ static void encode_one(commit_params *p, const commit *c)
 	}
 	case COMMIT_DISCARD: add_claimed(&s[SLOT_del_msg], c); break;
 	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
-	case COMMIT_MARK: break; /* written by write_marks */
+	case COMMIT_MARK:
+	case COMMIT_START:
+	case COMMIT_UNQUEUE: break; /* written by write_marks */
 	}
 	/* Its count comes back if the fence refuses the rest (see unc). */
 	if (c->final && !gives_count_back(c))
@@ -572,10 +574,23 @@ enum { BATCH_DB = -CAIRN_EDB, BATCH_VALUES = -CAIRN_EINVAL };
 
 /* Writes one batch: 0, BATCH_VALUES when the database refused the values
  * themselves (data exception, program limit), BATCH_DB otherwise. */
-/* Execution marks: one small statement for the whole batch. A mark is a
- * count, not a result: it needs no fence (every write of the execution that
- * follows is fenced). */
+/*
+ * The marker's statement, one for the whole batch. $1: executions that
+ * start, counted (COMMIT_MARK). A mark is a count, not a result: it needs
+ * no fence (every write of the execution that follows is fenced). $2, $3:
+ * runners whose queued runs up to a runs.queued_seq start (COMMIT_START):
+ * one UPDATE of each runner's row, whatever the number of runs. $4, $5:
+ * queued runs that will not start here, by run and runner (COMMIT_UNQUEUE):
+ * their counts given back, unless another runner's claim counted the run
+ * since (queued_by); no longer numbered, so that no later START counts them.
+ */
 static const char SQL_MARK[] =
+    "WITH s AS (UPDATE cairn.runners w SET started_upto = greatest(w.started_upto, x.upto) "
+    "      FROM (SELECT rn, max(upto) AS upto FROM unnest($2::bigint[], $3::bigint[]) "
+    "            AS x(rn, upto) GROUP BY rn) x WHERE w.id = x.rn), "
+    "u AS (UPDATE cairn.runs r SET " GIVE_COUNT_BACK ", queued_by = NULL "
+    "      FROM unnest($4::bigint[], $5::bigint[]) AS u(run, rn) "
+    "      WHERE r.id = u.run AND r.queued_by = u.rn) "
     "UPDATE cairn.runs SET claims = claims + 1 WHERE id = ANY ($1::bigint[]) "
     "RETURNING id, cancel_requested";
 
@@ -597,18 +612,40 @@ static void settle_rows(commit *const *batch, int n, const PGresult *r)
 
 static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 {
-	pgarr ids = PGARR_INIT;
-	for (int i = 0; i < n; i++)
-		pgarr_add_i64(&ids, batch[i]->run.id);
-	const char *p[] = {pgarr_str(&ids)};
-	PGresult *r = ids.b.oom ? NULL : PQexecPrepared(conn, "cairn_mark", 1, p, NULL, NULL, 0);
-	pgarr_free(&ids);
+	enum { MARKS, START_RUNNER, START_UPTO, UNQUEUE_RUN, UNQUEUE_RUNNER, NARR };
+	pgarr a[NARR] = {PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT};
+	for (int i = 0; i < n; i++) {
+		const commit *c = batch[i];
+		if (c->outcome == COMMIT_MARK) {
+			pgarr_add_i64(&a[MARKS], c->run.id);
+		} else if (c->outcome == COMMIT_START) {
+			pgarr_add_i64(&a[START_RUNNER], c->run.owner);
+			pgarr_add_i64(&a[START_UPTO], c->upto);
+		} else {
+			pgarr_add_i64(&a[UNQUEUE_RUN], c->run.id);
+			pgarr_add_i64(&a[UNQUEUE_RUNNER], c->run.owner);
+		}
+	}
+	const char *p[NARR];
+	int oom = 0;
+	for (int i = 0; i < NARR; i++) {
+		p[i] = pgarr_str(&a[i]);
+		oom |= a[i].b.oom;
+	}
+	PGresult *r = oom ? NULL : PQexecPrepared(conn, "cairn_mark", NARR, p, NULL, NULL, 0);
+	for (int i = 0; i < NARR; i++)
+		pgarr_free(&a[i]);
 	int rc = PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : BATCH_DB;
 	if (rc) {
 		buf_reset(err);
 		buf_puts(err, r ? PQresultErrorMessage(r) : "out of memory encoding marks");
 	} else {
+		/* A mark holds when its run is still there; the rest when the
+		 * statement does. */
 		settle_rows(batch, n, r);
+		for (int i = 0; i < n; i++)
+			if (batch[i]->outcome != COMMIT_MARK)
+				batch[i]->ok = 1;
 	}
 	PQclear(r);
 	return rc;
@@ -711,7 +748,7 @@ static int prepare_parts(committer *k, PGconn *conn, unsigned parts, const char 
 
 static int write_batch(committer *k, PGconn *conn, commit *const *batch, int n, buf *err)
 {
-	if (n > 0 && batch[0]->outcome == COMMIT_MARK)
+	if (k->env.async_commit)
 		return write_marks(conn, batch, n, err); /* the marker takes nothing else */
 	commit_params p;
 	if (commit_encode(batch, n, k->env.keys, k->env.code_version, &p) < 0) {
@@ -913,7 +950,7 @@ static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 		commit *c = finals[i];
 		c->done = 1;
 		if (!c->ok && c->outcome != COMMIT_JOURNAL && c->outcome != COMMIT_DISCARD &&
-		    c->outcome != COMMIT_UNCLAIM && c->outcome != COMMIT_MARK)
+		    c->outcome != COMMIT_UNCLAIM && c->outcome != COMMIT_UNQUEUE)
 			log_kv(k->env.log, LOG_WARN,
 			       "final write refused by the fence: the shard moved", NULL);
 		k->env.on_final(k->env.arg, c);
@@ -970,7 +1007,9 @@ static const char SQL_REFUND[] =
 static void keep_refunds(committer *k, commit *const *batch, int n)
 {
 	for (int i = 0; i < n; i++) {
-		if (!batch[i]->final)
+		/* Not an UNQUEUE: its run, still numbered, counts as never
+		 * counted. */
+		if (!batch[i]->final || batch[i]->outcome == COMMIT_UNQUEUE)
 			continue;
 		if (k->nrefund == k->caprefund) {
 			int cap = k->caprefund ? k->caprefund * 2 : COMMIT_MAX;
@@ -1107,15 +1146,25 @@ static void enqueue(committer *k, commit *c)
 	pthread_mutex_unlock(&k->mu);
 }
 
-int committer_wait(committer *k, commit *c)
+void committer_send(committer *k, commit *c)
 {
 	c->final = 0;
 	enqueue(k, c);
+}
+
+int committer_await(committer *k, commit *c)
+{
 	pthread_mutex_lock(&k->mu);
 	while (!c->done)
 		pthread_cond_wait(&k->done_cv, &k->mu);
 	pthread_mutex_unlock(&k->mu);
 	return c->ok ? 0 : -CAIRN_ESTOP;
+}
+
+int committer_wait(committer *k, commit *c)
+{
+	committer_send(k, c);
+	return committer_await(k, c);
 }
 
 void committer_submit_final(committer *k, commit *c)

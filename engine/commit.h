@@ -55,6 +55,10 @@ typedef enum commit_outcome {
 	COMMIT_DISCARD, /* a late message for a finished run: delete the claimed messages */
 	COMMIT_MARK,    /* an execution starts: count it (runs.claims) before any code of the
 	                   run runs, so a run that keeps killing its worker is recognised */
+	/* On the marker too, of runs a claim counted while they wait in the
+	 * queue (migration 0018): */
+	COMMIT_START,   /* the runner's queued runs up to `upto` start: their counts hold */
+	COMMIT_UNQUEUE, /* a queued run will not start here: its count given back */
 	COMMIT_UNCLAIM, /* an execution handed over with nothing new: its mark is given
 	                   back; the messages stay */
 } commit_outcome;
@@ -80,6 +84,7 @@ typedef struct commit {
 	char *error;       /* FINISH, RETRY, DEFER: a message, or NULL */
 	int attempt;       /* the run's attempt once written */
 	int64_t at_ms;     /* SUSPEND, RETRY, DEFER: Unix ms */
+	int64_t upto;      /* START: a runs.queued_seq */
 	int retry_from;    /* RETRY: the journal is cut from this seq on */
 	jrow *rows;
 	int nrows, caprows;
@@ -192,6 +197,11 @@ int committer_start(const committer_env *env, committer **out);
 /* Writes c and waits: 0 once written, -CAIRN_ESTOP when the fence or the
  * database refused it (the run must stop). Sets c->cancel_requested. */
 int committer_wait(committer *k, commit *c);
+/* committer_wait in two halves: send c, then (from any thread, once) wait
+ * for it and get what committer_wait returns; c is the sender's again once
+ * committer_await returned. */
+void committer_send(committer *k, commit *c);
+int committer_await(committer *k, commit *c);
 /* Hands over the final commit of an execution; on_final gets it back. */
 void committer_submit_final(committer *k, commit *c);
 /* Writes what is queued, then joins the thread. */

@@ -38,7 +38,11 @@ typedef struct job {
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
 	int claims;           /* executions started (marked) since the run last made progress and
 	                         not handed over: each one's worker stopped */
-	int marked;           /* the claim counted this execution (it starts at once) */
+	int marked;           /* this execution is counted (runs.claims): by its claim, or by
+	                         its mark as it starts (dispatch.c, mark_started) */
+	int64_t queued_seq;   /* counted by its claim while it waits in the queue, as number
+	                         runs.queued_seq (0: not queued): its count void until its
+	                         runner's started_upto reaches it (0018, start_queued) */
 	int solo;             /* executes alone: nothing starts beside it till its end is written */
 	int flow;             /* of a concurrency key or a fleet-wide limit: its end frees a slot */
 	char load_error[200]; /* why the journal or signals did not come, or "" */

@@ -1318,6 +1318,109 @@ Test(exec, after_a_crash_the_runs_it_stopped_run_alone_and_the_culprit_takes_the
 	teardown(&e);
 }
 
+/* A t.replay run of priority 10 (a claim gives it the executor before the
+ * runs due with it) whose deaf step will wait for its flag. */
+static int64_t enqueue_blocking_first(env *e)
+{
+	cairn_enqueue_opts o = {.input = "{\"mode\": \"same\", \"deaf\": true}", .priority = 10};
+	cairn_enqueued r;
+	cr_assert_eq(cairn_enqueue(e->cl, "t.replay", &o, &r), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e->cl));
+	return r.id;
+}
+
+static void wait_blocked(env *e, int64_t id)
+{
+	cr_assert(wait_num(e, 1, 20000,
+	                   "SELECT coalesce(max(n), 0) FROM t_counter WHERE run_id = %" PRId64, id),
+	          "step count_block never ran");
+}
+
+/*
+ * A claim counts the runs that wait in the worker's queue too (migration
+ * 0018), and such a count holds only once the worker has written, before
+ * the run starts, that it did: a run that crashes its worker after waiting
+ * in the queue is counted like one that started at once. At concurrency 1
+ * a blocked run of higher priority takes the executor, so the crashing run
+ * waits in the queue each time; then the blocked run is let go.
+ */
+Test(exec, a_run_that_crashes_its_worker_after_waiting_in_the_queue_fails_as_poison)
+{
+	env e;
+	setup(&e);
+	int64_t bad = enqueue(&e, "t.crash", NULL, 0);
+	int crashes = 0;
+	while (num(&e, RUN_FAILED_SQL, bad) == 0) {
+		cr_assert_lt(crashes, 10, "the run kept crashing workers: never failed as poison");
+		/* Both due as the worker starts: its first claim takes them
+		 * together, the blocked run first. */
+		int64_t blk = enqueue_blocking_first(&e);
+		wk w;
+		wk_spawn(&w, e.db, "CAIRN_CONCURRENCY=1");
+		wait_blocked(&e, blk);
+		if (crashes == 0)
+			cr_assert_eq(num(&e,
+			                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+			                 " AND queued_by IS NOT NULL",
+			                 bad),
+			             1, "the crashing run did not wait in the queue counted");
+		set_flag(&e, blk);
+		int64_t until = tnow_ms() + 30000;
+		while (alive(w.pid) && num(&e, RUN_FAILED_SQL, bad) == 0 && tnow_ms() < until) {
+			struct timespec ts = {0, 20 * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+		if (num(&e, RUN_FAILED_SQL, bad) == 0) {
+			cr_assert(exited_within(w.pid, 1000),
+			          "the worker neither crashed nor failed the run");
+			live_del(w.pid);
+			unlink(w.log);
+			crashes++;
+		} else {
+			wk_stop(&w);
+		}
+	}
+	report("a run that waited in the queue: %d crashes before it failed as poison", crashes);
+	cr_assert_eq(crashes, 3, "%d crashes before the poison run failed", crashes);
+	teardown(&e);
+}
+
+/*
+ * The runs that only waited in the queue of a worker that crashed are not
+ * counted against: the next worker, with CAIRN_POISON_AFTER=1, fails the
+ * run that was executing as poison and completes the five that waited.
+ */
+Test(exec, runs_that_only_waited_in_the_queue_of_a_crashed_worker_are_not_counted)
+{
+	env e;
+	setup(&e);
+	wk a, b;
+	wk_start(&a, e.db, "CAIRN_CONCURRENCY=1");
+	int64_t blk = enqueue_blocking_first(&e);
+	wait_blocked(&e, blk);
+	int64_t waiting[5];
+	for (int i = 0; i < 5; i++)
+		waiting[i] = enqueue(&e, "noop", "{}", 0);
+	cr_assert(wait_num(&e, 5, 20000,
+	                   "SELECT count(*) FROM cairn.runs WHERE id BETWEEN %" PRId64
+	                   " AND %" PRId64 " AND queued_by IS NOT NULL AND claims = 1",
+	                   waiting[0], waiting[4]),
+	          "the five runs were not claimed into the queue");
+	wk_kill(&a);
+	wk_start(&b, e.db, "CAIRN_POISON_AFTER=1");
+	cairn_run *r = finished(&e, blk, 30000);
+	cr_assert_str_eq(r->status, "failed", "the executing run was not counted: %s", r->status);
+	cairn_run_free(r);
+	for (int i = 0; i < 5; i++) {
+		r = finished(&e, waiting[i], 30000);
+		cr_assert_str_eq(r->status, "completed", "run %d that only waited: %s: %s", i,
+		                 r->status, r->error ? r->error : "");
+		cairn_run_free(r);
+	}
+	wk_stop(&b);
+	teardown(&e);
+}
+
 Test(exec, a_step_interrupted_by_a_drain_spends_no_attempt_and_completes_on_the_next_worker)
 {
 	env e;
@@ -1591,6 +1694,7 @@ Test(exec, an_event_is_read_as_it_changes_woken_by_notification)
 	cr_assert_eq(cairn_event_get(e.cl, id, "progress", 20000, NULL, &v), CAIRN_OK, "%s",
 	             cairn_client_errmsg(e.cl));
 	cr_assert_eq(jnum(v, "pct"), 50, "%s", v);
+	free(v);
 	cr_assert_eq(cairn_event_get(e.cl, id, "nothing", 0, NULL, &v), CAIRN_ENOTFOUND);
 	cr_assert_eq(cairn_signal(e.cl, id, "go", NULL), CAIRN_OK);
 	int64_t t0 = tnow_ms();

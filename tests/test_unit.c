@@ -607,7 +607,8 @@ static void claim_row(const char *v[CLAIM_NCOLS])
 	                                             [CLAIM_CLAIMS] = "1",
 	                                             [CLAIM_JOURNAL_BYTES] = "0",
 	                                             [CLAIM_MARKED] = "t",
-	                                             [CLAIM_FLOW] = "f"};
+	                                             [CLAIM_FLOW] = "f",
+	                                             [CLAIM_QUEUED] = "9"};
 	memcpy(v, row, sizeof row);
 }
 
@@ -629,6 +630,7 @@ Test(claimrow, a_claimed_row_decodes_into_the_job_of_its_run)
 	cr_assert(j->attempt == 1 && j->max_attempts == 3 && !j->cancel_requested);
 	cr_assert(j->scheduled_ms == 1764763292000 && j->db_now_ms == 1764763292417);
 	cr_assert(j->marked && j->claims == 0, "the claim's own count is not an earlier stop");
+	cr_assert_eq(j->queued_seq, 9, "counted by its claim, it waits in the queue");
 	cr_assert(!j->journal && !j->signals && !j->last_step && !j->load_error[0]);
 	job_free(j);
 	v[CLAIM_JOURNAL_BYTES] = "101";
@@ -675,6 +677,9 @@ Test(claimrow, a_row_the_claim_cannot_write_or_of_another_lease_is_refused)
 	    {CLAIM_NOW, "", -CAIRN_EINVAL},
 	    {CLAIM_CLAIMS, "0", -CAIRN_EINVAL}, /* marked, so counted at least once */
 	    {CLAIM_MARKED, NULL, -CAIRN_EINVAL},
+	    {CLAIM_MARKED, "f", -CAIRN_EINVAL}, /* queued, so counted by its claim */
+	    {CLAIM_QUEUED, "0", -CAIRN_EINVAL},
+	    {CLAIM_QUEUED, "t", -CAIRN_EINVAL},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		const char *v[CLAIM_NCOLS];

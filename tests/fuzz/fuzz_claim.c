@@ -50,6 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		assert((unsigned)j->status < RUN_STATUS_COUNT);
 		assert(j->attempt >= 0 && j->max_attempts >= 1 && j->claims >= 0);
 		assert(j->marked == 0 || j->marked == 1);
+		assert(j->queued_seq >= 0 && (j->queued_seq == 0 || j->marked));
 		assert(j->cancel_requested == 0 || j->cancel_requested == 1);
 		assert(strcmp(j->workflow, v[CLAIM_WORKFLOW]) == 0 &&
 		       strcmp(j->input, v[CLAIM_INPUT]) == 0);
