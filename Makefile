@@ -2,7 +2,8 @@
 #
 #   make            build bin/cairn, bin/cairn-worker and lib/libcairn.a
 #   make test       install missing Debian packages, build with ASan/UBSan,
-#                   run every test against a private PostgreSQL
+#                   run every test against a private PostgreSQL, and every
+#                   libFuzzer target for FUZZ_TEST_SECONDS (20) each
 #   make demo       install missing Debian packages, build, run a demo
 #                   workflow end to end
 #   make deps       install missing Debian packages (scripts/deps.sh)
@@ -114,6 +115,9 @@ $(OUT)/gen/migrations.o: build/gen/migrations.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 # The console's page, script and style (cli/ui/), embedded in bin/cairn.
+# No rule makes the folder: without this one, make's built-in rule would
+# link cli/ui.c into cli/ui whenever that file is the newer.
+cli/ui: ;
 build/gen/ui_assets.c: cli/ui $(wildcard cli/ui/*) scripts/embed-ui.sh
 	@mkdir -p $(@D)
 	sh scripts/embed-ui.sh cli/ui > $@.tmp && mv $@.tmp $@
@@ -212,13 +216,17 @@ $(CHAOS_PLUGIN): tests/plugin_chaos.c tests/plugin_conn.h include/cairn.h
 test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN) $(TEST_FLOWS) \
 	$(OUT)/chaos $(CHAOS_PLUGIN)
 
-# `make test` = dependencies, sanitizer build, then every suite against a
-# private PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh.
+# `make test` = dependencies (clang too, for the fuzz targets), sanitizer
+# build, then every suite against a private PostgreSQL (or $DATABASE_URL)
+# started and stopped by tests/run.sh, and every fuzz target for
+# FUZZ_TEST_SECONDS (20) each.
 # The release build too: tests/test_install.c installs it, links the
 # embedding example against it and packages it.
-test: deps
+test:
+	@sh scripts/deps.sh --fuzz
 	$(MAKE) SAN=1 test-build
 	$(MAKE) all
+	$(MAKE) FUZZ=1 fuzz-build
 	sh tests/run.sh build/san
 
 demo: deps

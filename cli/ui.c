@@ -28,6 +28,7 @@
 
 #include "cairn.h"
 #include "cli.h"
+#include "form.h"
 #include "http.h"
 #include "parse.h"
 #include "state.h"
@@ -691,13 +692,9 @@ static int authorized(const ui *u, const http_request *q)
 	if (a && strncasecmp(a, "Bearer ", 7) == 0 && strlen(a + 7) == tl &&
 	    sodium_memcmp(a + 7, u->token, tl) == 0)
 		return 1;
-	for (const char *c = http_header(q, "Cookie"); c && (c = strstr(c, COOKIE "="));) {
-		c += sizeof COOKIE;
-		size_t vl = strcspn(c, "; ");
-		if (vl == tl && sodium_memcmp(c, u->token, tl) == 0)
-			return 1;
-	}
-	return 0;
+	size_t vl;
+	const char *c = form_cookie(http_header(q, "Cookie"), COOKIE, &vl);
+	return c && vl == tl && sodium_memcmp(c, u->token, tl) == 0;
 }
 
 /* The cross-site defence of a POST: NULL, or why it is refused. */
@@ -738,20 +735,10 @@ static void serve_asset(http_reply *r, const char *name)
 /* POST /login with token=T (a form): sets the cookie when T is right. */
 static void login(const ui *u, const http_request *q, http_reply *r)
 {
-	const char *t = strncmp(q->body, "token=", 6) == 0 ? q->body + 6 : "";
 	char tok[512];
-	size_t n = 0;
-	for (; *t && *t != '&' && n + 1 < sizeof tok; t++) {
-		unsigned hex;
-		if (*t == '%' && sscanf(t + 1, "%2x", &hex) == 1) {
-			tok[n++] = (char)hex;
-			t += 2;
-		} else {
-			tok[n++] = *t == '+' ? ' ' : *t;
-		}
-	}
-	tok[n] = '\0';
-	if (!u->token || n != strlen(u->token) || sodium_memcmp(tok, u->token, n) != 0) {
+	int n = form_value(q->body, "token", tok, sizeof tok);
+	if (!u->token || n < 0 || (size_t)n != strlen(u->token) ||
+	    sodium_memcmp(tok, u->token, (size_t)n) != 0) {
 		r->status = 401;
 		buf_puts(&r->body, "wrong token\n");
 		return;

@@ -1105,7 +1105,8 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 		cairn_run_free(run);
 		return rc;
 	}
-	if (strcmp(run->status, "pending") == 0) {
+	run_status st;
+	if (run_status_parse(run->status, &st) == 0 && st == RUN_PENDING) {
 		r = db_exec(c->conn, &c->err, SQL_WAITING_FOR, 1, p);
 		if (!r) {
 			cairn_run_free(run);

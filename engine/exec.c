@@ -685,7 +685,9 @@ int cairn_child_wait(cairn_ctx *ctx, int64_t child, int64_t timeout_ms, cJSON **
 		return rc;
 	const cJSON *st = cJSON_GetObjectItemCaseSensitive(outcome, "status");
 	const cJSON *err = cJSON_GetObjectItemCaseSensitive(outcome, "error");
-	if (cJSON_IsString(st) && strcmp(st->valuestring, "completed") == 0) {
+	run_status status;
+	if (cJSON_IsString(st) && run_status_parse(st->valuestring, &status) == 0 &&
+	    status == RUN_COMPLETED) {
 		if (output)
 			*output = cJSON_GetObjectItemCaseSensitive(outcome, "output");
 		return CAIRN_OK;

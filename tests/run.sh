@@ -1,8 +1,9 @@
 #!/bin/sh
 # run.sh BUILD_DIR - runs every Criterion suite in BUILD_DIR/tests against a
 # private PostgreSQL (or $DATABASE_URL when set: each test then creates and
-# drops its own database there). The private cluster is stopped and removed
-# on exit, whether the tests pass, fail or are interrupted.
+# drops its own database there), then every libFuzzer target built in
+# build/fuzz for FUZZ_TEST_SECONDS (20) each. The private cluster is stopped
+# and removed on exit, whether the tests pass, fail or are interrupted.
 set -u
 out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,6 +54,22 @@ for t in "$top/$out"/tests/test_*; do
 		status=1
 		[ -z "$line" ] && failed=$((failed + 1))
 		echo "tests: $name FAILED (exit $rc)"
+	fi
+done
+# Every libFuzzer target (make fuzz-build) for a short while, each a test:
+# a harness that no longer builds, or an oracle that no longer holds, fails
+# here and not only in a long `make fuzz`.
+secs=${FUZZ_TEST_SECONDS:-20}
+for f in "$top"/build/fuzz/fuzz_*; do
+	[ -x "$f" ] || continue
+	name=$(basename "$f")
+	if FUZZ_SECONDS=$secs sh "$top/scripts/fuzz.sh" "$f"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+		status=1
+		echo "tests: $name FAILED (its input is in build/fuzz/artifacts)"
+		echo "$name: found a problem in ${secs}s (see build/fuzz/$(echo "$name" | sed 's/^fuzz_//').log)" >>"$failures"
 	fi
 done
 if [ -s "$failures" ]; then

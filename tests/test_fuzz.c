@@ -27,6 +27,9 @@
 #define LLVMFuzzerTestOneInput fuzz_http_input
 #include "fuzz/fuzz_http.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_form_input
+#include "fuzz/fuzz_form.c"
+#undef LLVMFuzzerTestOneInput
 
 /* Feeds every file of DIR/{seeds,regress}/name to fn; how many. */
 static int replay(const char *name, int (*fn)(const uint8_t *, size_t))
@@ -81,4 +84,9 @@ Test(fuzz, claimed_row_decoding_takes_every_seed_and_regression_input)
 Test(fuzz, http_routing_takes_every_seed_and_regression_input)
 {
 	cr_assert_gt(replay("http", fuzz_http_input), 0);
+}
+
+Test(fuzz, console_form_and_cookie_decoding_takes_every_seed_and_regression_input)
+{
+	cr_assert_gt(replay("form", fuzz_form_input), 0);
 }

@@ -13,6 +13,7 @@
 #include "cairn.h"
 #include "claimrow.h"
 #include "cron.h"
+#include "form.h"
 #include "hash.h"
 #include "link.h"
 #include "netpolicy.h"
@@ -794,4 +795,32 @@ Test(cron, a_bad_expression_is_refused_naming_the_field)
 		cr_assert_eq(cron_parse(bad[i][0], &c, err, sizeof err), -1, "%s", bad[i][0]);
 		cr_assert(strstr(err, bad[i][1]), "%s: %s", bad[i][0], err);
 	}
+}
+
+/* ------------------------------------------------------------------ form */
+
+Test(form, a_field_is_decoded_and_a_cut_escape_refused)
+{
+	char out[16];
+	cr_assert_eq(form_value("a=1&token=x%2By+z&b=2", "token", out, sizeof out), 5);
+	cr_assert_str_eq(out, "x+y z");
+	cr_assert_eq(form_value("token=%4", "token", out, sizeof out), -2);
+	cr_assert_eq(form_value("token=%", "token", out, sizeof out), -2);
+	cr_assert_eq(form_value("token=%g0", "token", out, sizeof out), -2);
+	cr_assert_eq(form_value("tokens=1", "token", out, sizeof out), -1);
+	cr_assert_eq(form_value("token=0123456789abcdef", "token", out, sizeof out), -2,
+	             "longer than the buffer");
+	cr_assert_eq(form_value("token=", "token", out, sizeof out), 0);
+	cr_assert_str_eq(out, "");
+}
+
+Test(form, a_cookie_counts_only_under_its_own_name)
+{
+	size_t n = 0;
+	const char *v = form_cookie("xcairn_ui=bad; cairn_ui=good ; y=1", "cairn_ui", &n);
+	cr_assert(v && n == 4 && strncmp(v, "good", 4) == 0, "%.*s", (int)n, v ? v : "");
+	cr_assert_null(form_cookie("xcairn_ui=bad", "cairn_ui", &n));
+	cr_assert_null(form_cookie(NULL, "cairn_ui", &n));
+	v = form_cookie("cairn_ui=", "cairn_ui", &n);
+	cr_assert(v && n == 0);
 }

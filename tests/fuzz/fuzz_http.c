@@ -60,7 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int api = strncmp(path, "/v1", 3) == 0 && (path[3] == '/' || !path[3]);
 	assert((rt.kind >= ROUTE_API) == api);
 	if (api)
-		assert((rt.kind == ROUTE_API_OFF) == !*token && (rt.kind != ROUTE_API || bearer_ok(auth, token)));
+		assert((rt.kind == ROUTE_API_OFF) == !*token &&
+		       (rt.kind != ROUTE_API || bearer_ok(auth, token)));
 	int probe = strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
 	int link = strncmp(path, "/signal/", 8) == 0;
 	assert((rt.kind == ROUTE_SIGNAL) == link);
@@ -68,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!*token || probe || link || bearer)
 		assert(rt.kind != ROUTE_UNAUTHORIZED);
 	else if (!auth)
-		assert(rt.kind == ROUTE_UNAUTHORIZED);
+		assert(rt.kind == (api ? ROUTE_API_UNAUTHORIZED : ROUTE_UNAUTHORIZED));
 	if (rt.kind == ROUTE_WAKE || rt.kind == ROUTE_MEMBERS || rt.kind == ROUTE_BAD_POST)
 		assert(strcmp(method, "POST") == 0);
 	if (rt.kind >= ROUTE_HEALTHZ && rt.kind <= ROUTE_STATUS)
