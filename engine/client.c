@@ -97,7 +97,7 @@ int cairn_client_open(const char *conninfo, cairn_client **out)
 	if (!conninfo)
 		conninfo = getenv("DATABASE_URL");
 	if (!conninfo || !*conninfo)
-		return client_fail(c, CAIRN_EDB,
+		return client_fail(c, CAIRN_EINVAL,
 		                   "no database given: set DATABASE_URL or pass --db URL");
 	c->conn = db_connect(conninfo, "cairn", &c->err);
 	return c->conn ? CAIRN_OK : CAIRN_EDB;

@@ -299,9 +299,25 @@ static int unstarted(dispatch *d, const job *j)
 	return u;
 }
 
+/* A run that failed for good says so once, when its end is written, with
+ * what an operator looks for. Its error is stored sealed when keys are
+ * set: then the log says where to read it instead. */
+static void log_failed(const dispatch *d, const commit *c)
+{
+	const job *j = c->tag;
+	char run[24], attempt[24];
+	const char *error = d->env.cfg->keys ? "(sealed at rest: cairn status shows it)"
+	                    : c->error       ? c->error
+	                                     : "";
+	log_kv(d->env.log, LOG_WARN, "run failed", "run", db_i64(run, c->run.id), "workflow",
+	       j->workflow, "attempt", db_i64(attempt, c->attempt), "error", error, NULL);
+}
+
 /* The committer wrote (or gave up on) an execution's final commit. */
 static void on_final(void *arg, commit *c)
 {
+	if (c->ok && c->outcome == COMMIT_FINISH && c->status == RUN_FAILED)
+		log_failed(arg, c);
 	int settled = 0;
 	int64_t next_at = 0;
 	if (c->ok)

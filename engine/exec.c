@@ -994,8 +994,6 @@ static commit *poisoned(const exec_env *env, job *j, commit *c)
 	finish(c, RUN_FAILED, buf_str(&msg));
 	buf_free(&msg);
 	atomic_fetch_add(&env->m->runs_failed, 1);
-	log_kv(env->log, LOG_WARN, "failed a run that kept stopping its workers", "workflow",
-	       j->workflow, NULL);
 	return c;
 }
 
@@ -1015,8 +1013,6 @@ static commit *unknown_workflow(const exec_env *env, job *j, commit *c)
 		           j->workflow, env->unknown_workflow_timeout_ms);
 		finish(c, RUN_FAILED, buf_str(&msg));
 		atomic_fetch_add(&env->m->runs_failed, 1);
-		log_kv(env->log, LOG_WARN, "failed a run of an unknown workflow", "workflow",
-		       j->workflow, NULL);
 	} else {
 		int64_t left = env->unknown_workflow_timeout_ms - age;
 		buf_printf(&msg, "waiting for a worker that has workflow \"%s\" registered",

@@ -19,9 +19,26 @@
 
 #define ERR(...) (snprintf(err, PARSE_ERR_MAX, __VA_ARGS__), -CAIRN_EINVAL)
 
+/* The unit at *p, its length in *len: ms per unit, or 0 for none. */
+static int64_t duration_unit(const char *p, int *len)
+{
+	static const struct {
+		const char *name;
+		int64_t ms;
+	} units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+		size_t n = strlen(units[i].name);
+		if (strncmp(p, units[i].name, n) == 0) {
+			*len = (int)n;
+			return units[i].ms;
+		}
+	}
+	return 0;
+}
+
 int parse_duration_ms(const char *s, int64_t *out, char *err)
 {
-	const char *accepted = "expected a duration like 500ms, 2s, 1m, 1h or 7d";
+	const char *accepted = "expected a duration like 500ms, 2s, 1m, 1.5h or 7d";
 	if (!s || !*s)
 		return ERR("empty duration: %s", accepted);
 	if (strcmp(s, "0") == 0) {
@@ -33,35 +50,44 @@ int parse_duration_ms(const char *s, int64_t *out, char *err)
 	while (*p) {
 		if (!isdigit((unsigned char)*p))
 			return ERR("invalid duration \"%s\": %s", s, accepted);
-		int64_t n = 0;
+		int64_t n = 0, frac = 0, scale = 1;
 		while (isdigit((unsigned char)*p)) {
 			if (n > INT64_MAX / 10 - 10)
 				return ERR("duration \"%s\" is too large", s);
 			n = n * 10 + (*p++ - '0');
 		}
-		int64_t unit;
-		if (strncmp(p, "ms", 2) == 0) {
-			unit = 1;
-			p += 2;
-		} else if (*p == 's') {
-			unit = 1000;
+		/* A decimal fraction: at most 6 digits, and a whole number of
+		 * milliseconds once multiplied by its unit. */
+		if (*p == '.') {
 			p++;
-		} else if (*p == 'm') {
-			unit = 60000;
-			p++;
-		} else if (*p == 'h') {
-			unit = 3600000;
-			p++;
-		} else if (*p == 'd') {
-			unit = 86400000;
-			p++;
-		} else {
+			if (!isdigit((unsigned char)*p))
+				return ERR(
+				    "invalid duration \"%s\": a digit must follow the decimal "
+				    "point; %s",
+				    s, accepted);
+			while (isdigit((unsigned char)*p)) {
+				if (scale == 1000000)
+					return ERR(
+					    "invalid duration \"%s\": at most 6 decimals; %s", s,
+					    accepted);
+				frac = frac * 10 + (*p++ - '0');
+				scale *= 10;
+			}
+		}
+		int len;
+		int64_t unit = duration_unit(p, &len);
+		if (!unit)
 			return ERR("invalid duration \"%s\": missing or unknown unit; %s", s,
 			           accepted);
-		}
-		if (n > (INT64_MAX - total) / unit)
+		p += len;
+		if (frac * unit % scale != 0)
+			return ERR(
+			    "invalid duration \"%s\": not a whole number of milliseconds; %s", s,
+			    accepted);
+		if (n > (INT64_MAX - total) / unit ||
+		    frac * unit / scale > INT64_MAX - total - n * unit)
 			return ERR("duration \"%s\" is too large", s);
-		total += n * unit;
+		total += n * unit + frac * unit / scale;
 	}
 	*out = total;
 	return 0;

@@ -67,9 +67,11 @@ typedef struct cairn_client cairn_client;
 
 /*
  * Opens a client on the database named by conninfo (a libpq connection string
- * or URL; NULL means $DATABASE_URL). On CAIRN_OK or CAIRN_EDB *out is set to a
- * handle the caller frees with cairn_client_free(); on CAIRN_EDB its errmsg
- * says why the connection failed. *out is NULL only on CAIRN_ENOMEM.
+ * or URL; NULL means $DATABASE_URL). On CAIRN_OK, CAIRN_EDB or CAIRN_EINVAL
+ * *out is set to a handle the caller frees with cairn_client_free(); on
+ * CAIRN_EDB its errmsg says why the connection failed, on CAIRN_EINVAL that
+ * no database was given (conninfo NULL and $DATABASE_URL unset or empty).
+ * *out is NULL only on CAIRN_ENOMEM.
  */
 int cairn_client_open(const char *conninfo, cairn_client **out);
 void cairn_client_free(cairn_client *c);

@@ -389,7 +389,8 @@ Test(cli, help_describes_every_command_and_exit_codes)
 	cr_assert_eq(tcli(NULL, NULL, &err, "frobnicate", NULL), 2);
 	cr_assert(strstr(err, "unknown command \"frobnicate\""), "%s", err);
 	free(err);
-	cr_assert_eq(tcli(NULL, NULL, &err, "list", NULL), 1);
+	/* No database is a usage error too, naming the setting. */
+	cr_assert_eq(tcli(NULL, NULL, &err, "list", NULL), 2);
 	cr_assert(strstr(err, "DATABASE_URL"), "%s", err);
 	free(err);
 }
@@ -402,6 +403,23 @@ Test(cli, db_flag_overrides_environment)
 	             "%s", err);
 	free(out);
 	free(err);
+}
+
+/* A duration may have decimals, when they make whole milliseconds. */
+Test(cli, a_delay_may_have_decimals)
+{
+	char *out, *err;
+	const char *db = tdb_new_migrated();
+	cr_assert_eq(
+	    tcli(db, &out, &err, "enqueue", "noop", "--key", "later", "--delay", "1.5h", NULL), 0,
+	    "%s", err);
+	free(out);
+	free(err);
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT round(extract(epoch FROM start_at - created_at) / 60) "
+	                        "FROM cairn.runs WHERE key = 'later'"),
+	             90);
+	PQfinish(c);
 }
 
 /* ------------------------------------------------ the client API directly */

@@ -849,6 +849,11 @@ Test(exec, a_step_that_used_up_its_attempts_fails_the_run_without_running_again)
 	             execs, r->attempt, r->error ? r->error : "(null)");
 	cr_assert_eq(r->attempt, 1, "the run was re-driven after its step had failed for good");
 	cairn_run_free(r);
+	/* One log line says so, with what an operator looks for. */
+	char line[160];
+	snprintf(line, sizeof line,
+	         "msg=\"run failed\" run=%" PRId64 " workflow=t.flaky attempt=1 error=", id);
+	cr_assert(wait_log(&a, line, 5000), "no \"%s\" in %s", line, a.log);
 	wk_stop(&a);
 	teardown(&e);
 }
@@ -1116,6 +1121,11 @@ Test(exec, a_workflow_nobody_registered_fails_after_the_timeout_naming_it)
 	       age);
 	cr_assert_geq(age, 2000);
 	cairn_run_free(r);
+	char line[160];
+	snprintf(line, sizeof line,
+	         "msg=\"run failed\" run=%" PRId64 " workflow=t.nobody attempt=1 error=\"workflow",
+	         id);
+	cr_assert(wait_log(&a, line, 5000), "no \"%s\" in %s", line, a.log);
 	wk_stop(&a);
 	teardown(&e);
 }

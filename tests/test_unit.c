@@ -72,13 +72,32 @@ Test(parse, duration_accepts_documented_forms)
 	cr_assert_eq(v, 7 * 86400000LL);
 	cr_assert_eq(parse_duration_ms("0", &v, err), 0);
 	cr_assert_eq(v, 0);
+	/* Decimals, when they make whole milliseconds. */
+	cr_assert_eq(parse_duration_ms("1.5h", &v, err), 0, "%s", err);
+	cr_assert_eq(v, 5400000);
+	cr_assert_eq(parse_duration_ms("0.25s", &v, err), 0, "%s", err);
+	cr_assert_eq(v, 250);
+	cr_assert_eq(parse_duration_ms("1.5m30s", &v, err), 0, "%s", err);
+	cr_assert_eq(v, 120000);
 }
 
 Test(parse, duration_rejects_bad_values_naming_them)
 {
 	char err[PARSE_ERR_MAX];
 	int64_t v;
-	const char *bad[] = {"", "abc", "10", "5x", "-1s", "1.5s", "s", "99999999999999999999d"};
+	const char *bad[] = {"",
+	                     "abc",
+	                     "10",
+	                     "5x",
+	                     "-1s",
+	                     "1.s",
+	                     "1.5",
+	                     "0.5ms",
+	                     "0.0001s",
+	                     "1.1234567h",
+	                     "s",
+	                     ".5s",
+	                     "99999999999999999999d"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		cr_assert_eq(parse_duration_ms(bad[i], &v, err), -1, "accepted \"%s\"", bad[i]);
 		if (*bad[i] && strlen(bad[i]) < 10)
@@ -87,6 +106,8 @@ Test(parse, duration_rejects_bad_values_naming_them)
 	}
 	parse_duration_ms("abc", &v, err);
 	cr_assert(strstr(err, "500ms"), "error does not say what is accepted: %s", err);
+	parse_duration_ms("0.5ms", &v, err);
+	cr_assert(strstr(err, "not a whole number of milliseconds"), "%s", err);
 }
 
 Test(parse, size_accepts_units_and_rejects_garbage)

@@ -28,10 +28,13 @@ static const char USAGE[] =
     "  --version         print the version and whether it speaks to systemd\n"
     "  --check-config    validate the configuration, print it (no secrets), exit\n"
     "\n"
+    "Exit codes: 0 drained, 1 a runtime error (the database, a cut-off second\n"
+    "signal), 2 a configuration error (a bad setting, a plugin that does not load).\n"
+    "\n"
     "Built-in workflows: noop, sleep {\"ms\": N}, http {\"url\": ...}, order (the demo).\n"
     "\n"
     "Settings come from the environment, overridden by the flag beside each;\n"
-    "durations take 500ms, 2s, 1m, 1h, 7d:\n";
+    "durations take 500ms, 2s, 1m, 1.5h, 7d:\n";
 
 int main(int argc, char **argv)
 {
@@ -87,5 +90,7 @@ int main(int argc, char **argv)
 		_exit(rc == CAIRN_EINTR ? 1 : 0);
 	cairn_worker_free(w);
 	builtins_shutdown();
-	return rc ? 1 : 0;
+	/* A setting that cannot work (a plugin that does not load, say) is
+	 * exit 2: the systemd unit does not restart it (RestartPreventExitStatus). */
+	return rc == CAIRN_EINVAL ? 2 : rc ? 1 : 0;
 }
