@@ -1146,25 +1146,15 @@ static void enqueue(committer *k, commit *c)
 	pthread_mutex_unlock(&k->mu);
 }
 
-void committer_send(committer *k, commit *c)
+int committer_wait(committer *k, commit *c)
 {
 	c->final = 0;
 	enqueue(k, c);
-}
-
-int committer_await(committer *k, commit *c)
-{
 	pthread_mutex_lock(&k->mu);
 	while (!c->done)
 		pthread_cond_wait(&k->done_cv, &k->mu);
 	pthread_mutex_unlock(&k->mu);
 	return c->ok ? 0 : -CAIRN_ESTOP;
-}
-
-int committer_wait(committer *k, commit *c)
-{
-	committer_send(k, c);
-	return committer_await(k, c);
 }
 
 void committer_submit_final(committer *k, commit *c)

@@ -197,11 +197,6 @@ int committer_start(const committer_env *env, committer **out);
 /* Writes c and waits: 0 once written, -CAIRN_ESTOP when the fence or the
  * database refused it (the run must stop). Sets c->cancel_requested. */
 int committer_wait(committer *k, commit *c);
-/* committer_wait in two halves: send c, then (from any thread, once) wait
- * for it and get what committer_wait returns; c is the sender's again once
- * committer_await returned. */
-void committer_send(committer *k, commit *c);
-int committer_await(committer *k, commit *c);
 /* Hands over the final commit of an execution; on_final gets it back. */
 void committer_submit_final(committer *k, commit *c);
 /* Writes what is queued, then joins the thread. */
