@@ -6,6 +6,7 @@
  * the command's argument.
  */
 #include "cli.h"
+#include "client.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -162,6 +163,13 @@ int cli_open(const char *cmd, const cli_args *a, cairn_client **c)
 	}
 	if (maxs)
 		cairn_client_set_max_payload(*c, max);
+	/* `cairn migrate` refuses such a database itself. */
+	int applied = strcmp(cmd, "migrate") != 0 ? migrate_applied_version(*c) : 0;
+	if (applied > migrate_newest_version())
+		fprintf(stderr,
+		        "cairn %s: warning: the database's schema is at migration %04d, newer than "
+		        "this cairn, which knows migrations up to %04d\n",
+		        cmd, applied, migrate_newest_version());
 	if ((rc = cairn_client_keys_from_env(*c))) {
 		int code = cli_error(cmd, EXIT_USAGE, "%s", cairn_client_errmsg(*c));
 		cairn_client_free(*c);

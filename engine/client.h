@@ -9,6 +9,11 @@
 #include "db.h"
 #include "seal.h"
 
+/* The newest migration this build embeds (migrate.c). */
+int migrate_newest_version(void);
+/* The newest migration applied to c's database (0: none, or no schema). */
+int migrate_applied_version(cairn_client *c);
+
 #define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define CAIRN_DEFAULT_GROUP       "default"
 #define CAIRN_DEFAULT_SHARDS      4096
@@ -26,8 +31,8 @@
 /* The live runners' fingerprint, over a relation of them with columns id
  * and healthy: the heartbeat's (lease.c) and the relay's (maint.c) must be
  * the same expression. */
-#define CAIRN_MEMBERS_FP "coalesce(md5(string_agg(id || ':' || healthy, ',' ORDER BY id)), '')"
-#define CAIRN_DONE_CHANNEL    "cairn_done"
+#define CAIRN_MEMBERS_FP   "coalesce(md5(string_agg(id || ':' || healthy, ',' ORDER BY id)), '')"
+#define CAIRN_DONE_CHANNEL "cairn_done"
 /* A run published an event (payload: its id). */
 #define CAIRN_EVENT_CHANNEL "cairn_event"
 

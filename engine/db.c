@@ -372,7 +372,9 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 	PGresult *r = db_exec(c, err,
 	                      "SELECT name, value FROM cairn.settings WHERE name IN "
 	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes') "
-	                      "UNION ALL SELECT 'backend_pid', pg_backend_pid()::text",
+	                      "UNION ALL SELECT 'backend_pid', pg_backend_pid()::text "
+	                      "UNION ALL SELECT 'schema_version', coalesce(max(version), 0)::text "
+	                      "FROM cairn.schema_migrations",
 	                      0, NULL);
 	if (!r) {
 		const char *st = db_last_sqlstate();
@@ -393,6 +395,8 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 			out->max_journal_bytes = v;
 		else if (strcmp(name, "backend_pid") == 0)
 			out->pooled = v != PQbackendPID(c); /* as db_behind_pooler */
+		else if (strcmp(name, "schema_version") == 0)
+			out->schema_version = (int)v;
 	}
 	PQclear(r);
 	if (out->shards <= 0) {

@@ -122,6 +122,7 @@ typedef struct db_settings {
 	int max_pending_signals;   /* unconsumed signals one run may hold */
 	int64_t max_journal_bytes; /* stored size of one run's journal */
 	int pooled;                /* the connection reaches its server through a pooler */
+	int schema_version;        /* the newest migration applied (schema_migrations) */
 } db_settings;
 
 /*

@@ -50,6 +50,27 @@ static void migrations_free(migration *m, size_t n)
 	free(m);
 }
 
+int migrate_newest_version(void)
+{
+	int newest = 0;
+	for (size_t i = 0; i < cairn_embedded_migrations_count; i++) {
+		int v = atoi(cairn_embedded_migrations[i].file); /* "0018_name.sql" */
+		if (v > newest)
+			newest = v;
+	}
+	return newest;
+}
+
+int migrate_applied_version(cairn_client *c)
+{
+	PGresult *r =
+	    db_exec(c->conn, NULL, "SELECT coalesce(max(version), 0) FROM cairn.schema_migrations",
+	            0, NULL);
+	int v = r && PQntuples(r) == 1 ? db_get_int(r, 0, 0) : 0;
+	PQclear(r);
+	return v;
+}
+
 static int cmp_version(const void *a, const void *b)
 {
 	return ((const migration *)a)->version - ((const migration *)b)->version;

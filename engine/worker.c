@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "client.h"
 #include "clock.h"
 #include "db.h"
 #include "notify.h"
@@ -261,8 +262,8 @@ static int is_stopping(cairn_worker *w)
 }
 
 /* Checks the schema and the shard count: 0 ready, -CAIRN_ESCHEMA not ready
- * yet (not migrated), -CAIRN_EINVAL fatal (a shard count mismatch),
- * -CAIRN_EDB. */
+ * yet (not migrated), -CAIRN_EINVAL fatal (a shard count mismatch, a schema
+ * newer than this build), -CAIRN_EDB. */
 static int check_schema(cairn_worker *w, PGconn *c)
 {
 	buf err = BUF_INIT;
@@ -276,6 +277,14 @@ static int check_schema(cairn_worker *w, PGconn *c)
 		           "CAIRN_SHARDS is %d but the database records shards_per_group = %d: "
 		           "a shard count cannot change once runs are stored",
 		           w->cfg.shards, shards);
+		rc = -CAIRN_EINVAL;
+	} else if (!rc && st.schema_version > migrate_newest_version()) {
+		buf_reset(&w->err);
+		buf_printf(&w->err,
+		           "the database's schema is at migration %04d, newer than this "
+		           "cairn-worker, which knows migrations up to %04d: run the version of "
+		           "cairn that migrated it",
+		           st.schema_version, migrate_newest_version());
 		rc = -CAIRN_EINVAL;
 	} else if (!rc && shardmap_set_shards(w->map, shards) < 0) {
 		buf_reset(&w->err);

@@ -282,12 +282,38 @@ Test(worker, shard_count_mismatch_stops_with_a_clear_error)
 	tlog_file(log);
 	pid_t pid = tworker_spawn(db, log, "CAIRN_SHARDS=64", NULL);
 	int rc = tworker_stop(pid, 0, 30000);
-	cr_assert_eq(rc, 1, "exit %d", rc);
+	cr_assert_eq(rc, 2, "exit %d: a configuration error", rc);
 	char *text = tfile_take(log);
 	cr_assert(
 	    strstr(text, "CAIRN_SHARDS is 64 but the database records shards_per_group = 4096"),
 	    "%s", text);
 	free(text);
+}
+
+/* A database migrated by a newer cairn: the worker refuses to start (exit
+ * 2), naming both versions; the CLI works and warns. */
+Test(worker, a_schema_newer_than_the_binary_stops_the_worker_and_the_cli_warns)
+{
+	const char *db = tdb_new_migrated();
+	PGconn *c = tdb_connect(db);
+	tdb_exec(c, "INSERT INTO cairn.schema_migrations (version, name, checksum) "
+	            "VALUES (9999, 'from_the_future', repeat('0', 64))");
+	PQfinish(c);
+	char log[64];
+	tlog_file(log);
+	pid_t pid = tworker_spawn(db, log, NULL);
+	int rc = tworker_stop(pid, 0, 30000);
+	char *text = tfile_take(log);
+	cr_assert_eq(rc, 2, "exit %d:\n%s", rc, text);
+	cr_assert(strstr(text, "the database's schema is at migration 9999, newer than this "
+	                       "cairn-worker, which knows migrations up to 00"),
+	          "%s", text);
+	free(text);
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "list", NULL), 0, "%s", err);
+	cr_assert(strstr(err, "warning: the database's schema is at migration 9999"), "%s", err);
+	free(out);
+	free(err);
 }
 
 static int run_worker_cmd(char **out, char **err, const char *env, const char *arg)

@@ -29,7 +29,8 @@ static const char USAGE[] =
     "  --check-config    validate the configuration, print it (no secrets), exit\n"
     "\n"
     "Exit codes: 0 drained, 1 a runtime error (the database, a cut-off second\n"
-    "signal), 2 a configuration error (a bad setting, a plugin that does not load).\n"
+    "signal), 2 a configuration error (a bad setting, a plugin that does not load,\n"
+    "a shard count or a schema that does not match the database's).\n"
     "\n"
     "Built-in workflows: noop, sleep {\"ms\": N}, http {\"url\": ...}, order (the demo).\n"
     "\n"
@@ -92,5 +93,5 @@ int main(int argc, char **argv)
 	builtins_shutdown();
 	/* A setting that cannot work (a plugin that does not load, say) is
 	 * exit 2: the systemd unit does not restart it (RestartPreventExitStatus). */
-	return rc == CAIRN_EINVAL ? 2 : rc ? 1 : 0;
+	return rc == CAIRN_EINVAL || rc == CAIRN_ESCHEMA ? 2 : rc ? 1 : 0;
 }
