@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cairn.h"
+#include "db.h"
 #include "log.h"
 #include "netpolicy.h"
 #include "parse.h"
@@ -420,8 +421,8 @@ static int finish(config *cfg, buf *err)
 		size_t pl = perr ? strlen(perr) : 0;
 		while (pl && perr[pl - 1] == '\n')
 			perr[--pl] = '\0';
-		buf_printf(err, "invalid value for DATABASE_URL: %s",
-		           perr ? perr : "out of memory");
+		buf_puts(err, "invalid value for DATABASE_URL: ");
+		db_scrub(cfg->database_url, perr ? perr : "out of memory", err);
 		PQfreemem(perr);
 		return -CAIRN_EINVAL;
 	}

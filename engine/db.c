@@ -36,6 +36,116 @@ static void notice_ignore(void *arg, const PGresult *res)
 #define STR_(x) #x
 #define STR(x)  STR_(x)
 
+/* Adds s[n] = the first len bytes of v unless empty; the new count. */
+static int add_one(char **s, int n, int max, const char *v, size_t len)
+{
+	if (len && n < max && (s[n] = strndup(v, len)))
+		n++;
+	return n;
+}
+
+/* Adds to s the secret that begins at v (a URL's or a query's value up to
+ * one of the stop bytes, or a key=value's, quoted or not): as it stands in
+ * the text, unescaped, and percent-decoded as far as it decodes (libpq's
+ * messages quote each). At most max in all. */
+static int add_secret(char **s, int n, int max, const char *v, const char *stop, int quoted)
+{
+	size_t len = 0;
+	buf plain = BUF_INIT;
+	if (quoted && *v == '\'') {
+		for (v++; v[len] && v[len] != '\''; len++) {
+			if (v[len] == '\\' && v[len + 1])
+				len++;
+			buf_append(&plain, &v[len], 1);
+		}
+	} else {
+		len = strcspn(v, stop);
+		buf_append(&plain, v, len);
+	}
+	int first = n;
+	n = add_one(s, n, max, v, len);
+	if (!plain.oom && strcmp(buf_str(&plain), n > first ? s[first] : "") != 0)
+		n = add_one(s, n, max, buf_str(&plain), plain.len);
+	buf dec = BUF_INIT;
+	for (const char *p = buf_str(&plain); *p; p++) {
+		unsigned x;
+		if (*p == '%' && p[1] && p[2] && sscanf(p + 1, "%2x", &x) == 1 && x) {
+			char ch = (char)x;
+			buf_append(&dec, &ch, 1);
+			p += 2;
+		} else {
+			buf_append(&dec, p, 1);
+		}
+	}
+	if (!dec.oom && strcmp(buf_str(&dec), buf_str(&plain)) != 0)
+		n = add_one(s, n, max, buf_str(&dec), dec.len);
+	buf_free(&dec);
+	buf_free(&plain);
+	return n;
+}
+
+/* The passwords in conninfo, a URL or key=value pairs however malformed:
+ * the URL's userinfo after its ':', and every password= or sslpassword=
+ * value (of the URL's query or of a pair). */
+static int conninfo_secrets(const char *conninfo, char **s, int max)
+{
+	int n = 0;
+	const char *sep = strstr(conninfo, "://");
+	if (sep && (strncmp(conninfo, "postgresql://", 13) == 0 ||
+	            strncmp(conninfo, "postgres://", 11) == 0)) {
+		const char *auth = sep + 3, *end = auth + strcspn(auth, "/?#");
+		const char *at = NULL;
+		for (const char *p = auth; p < end; p++)
+			if (*p == '@')
+				at = p;
+		const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+		if (colon) {
+			char *pw = strndup(colon + 1, (size_t)(at - colon - 1));
+			if (pw)
+				n = add_secret(s, n, max, pw, "", 0);
+			free(pw);
+		}
+	}
+	static const char *const keys[] = {"password", "sslpassword"};
+	for (size_t k = 0; k < 2; k++)
+		for (const char *p = conninfo; (p = strstr(p, keys[k]));) {
+			int starts = p == conninfo || strchr(" \t?&", p[-1]);
+			p += strlen(keys[k]);
+			const char *v = p + strspn(p, " \t");
+			if (!starts || *v != '=')
+				continue;
+			v++;
+			v += sep ? 0 : strspn(v, " \t");
+			n = add_secret(s, n, max, v, sep ? "&#" : " \t", !sep);
+		}
+	s[n] = NULL;
+	return n;
+}
+
+void db_scrub(const char *conninfo, const char *msg, buf *out)
+{
+	char *s[17];
+	int n = conninfo ? conninfo_secrets(conninfo, s, 16) : 0;
+	buf text = BUF_INIT;
+	buf_puts(&text, msg);
+	for (int i = 0; i < n; i++) {
+		buf next = BUF_INIT;
+		const char *t = buf_str(&text), *hit;
+		size_t sl = strlen(s[i]);
+		while ((hit = strstr(t, s[i]))) {
+			buf_append(&next, t, (size_t)(hit - t));
+			buf_puts(&next, "****");
+			t = hit + sl;
+		}
+		buf_puts(&next, t);
+		buf_free(&text);
+		text = next;
+		free(s[i]);
+	}
+	buf_puts(out, buf_str(&text));
+	buf_free(&text);
+}
+
 PGconn *db_connect(const char *conninfo, const char *app_name, buf *err)
 {
 	/* Keywords are applied in order and the last one wins: the TCP settings
@@ -69,7 +179,9 @@ PGconn *db_connect(const char *conninfo, const char *app_name, buf *err)
 				n--;
 			buf_reset(err); /* this failure's message, not the ones before it */
 			buf_puts(err, "cannot connect to the database: ");
-			buf_append(err, m, n);
+			char *line = strndup(m, n);
+			db_scrub(conninfo, line ? line : "out of memory", err);
+			free(line);
 		}
 		PQfinish(c);
 		return NULL;

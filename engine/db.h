@@ -133,6 +133,11 @@ typedef struct db_settings {
  */
 int db_read_settings(PGconn *c, db_settings *out, buf *err);
 
+/* Appends msg to out without the passwords of conninfo (a URL's userinfo,
+ * password= and sslpassword=, raw and percent-decoded), each replaced by
+ * ****: libpq's messages quote a conninfo it cannot parse whole. */
+void db_scrub(const char *conninfo, const char *msg, buf *out);
+
 /* The wait before reconnecting after `failures` failed attempts: capped
  * exponential backoff (100 ms up to 15 s) with full jitter. */
 int64_t db_backoff_ms(int failures);

@@ -405,6 +405,22 @@ Test(cli, db_flag_overrides_environment)
 	free(err);
 }
 
+/* A connection string libpq cannot parse is quoted in its message: the
+ * CLI shows it without the password. */
+Test(cli, a_malformed_database_url_is_shown_without_its_password)
+{
+	const char *urls[] = {"postgresql://u:SECRETPW6@[::1:5432/cairn",
+	                      "postgresql://u:SECRET%zzPW@h/db",
+	                      "host=h password=SECRETKV bogus=1"};
+	for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+		char *out, *err;
+		cr_assert_eq(tcli(NULL, &out, &err, "list", "--db", urls[i], NULL), 1, "%s", err);
+		cr_assert(!strstr(err, "SECRET") && !strstr(out, "SECRET"), "%s", err);
+		free(out);
+		free(err);
+	}
+}
+
 /* A duration may have decimals, when they make whole milliseconds. */
 Test(cli, a_delay_may_have_decimals)
 {

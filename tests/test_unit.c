@@ -13,6 +13,7 @@
 #include "cairn.h"
 #include "claimrow.h"
 #include "cron.h"
+#include "db.h"
 #include "form.h"
 #include "hash.h"
 #include "link.h"
@@ -844,4 +845,40 @@ Test(form, a_cookie_counts_only_under_its_own_name)
 	cr_assert_null(form_cookie(NULL, "cairn_ui", &n));
 	v = form_cookie("cairn_ui=", "cairn_ui", &n);
 	cr_assert(v && n == 0);
+}
+
+/* ------------------------------------------------------- secrets of a URL */
+
+/* Ten malformed connection strings, each with a password that contains
+ * SECRET: libpq's message for each, and the string itself, lose it. */
+static const char *const malformed_urls[] = {
+    "postgresql://u:SECRETPW6@[::1:5432/cairn",
+    "postgresql://u:SECRET%zzPW@h/db",
+    "postgresql://u:SECRET%00PW@h/db",
+    "postgres://u:SECRET%41B@h:99999999/db",
+    "postgresql://u:SECRETPW@h/db?password=SECRET2&bogus=1",
+    "postgresql://u@h/db?sslpassword=SECRETQ%zz",
+    "host=h password=SECRETKV bogus=1",
+    "host=h password='SECRET \\' KV2",
+    "host=h sslpassword = SECRETSSL port=abc = x",
+    "postgres://u:SECRETX@@h/db?x",
+};
+
+Test(db, a_malformed_connection_string_never_shows_its_password)
+{
+	for (size_t i = 0; i < sizeof malformed_urls / sizeof *malformed_urls; i++) {
+		const char *u = malformed_urls[i];
+		char *perr = NULL;
+		PQconninfoOption *o = PQconninfoParse(u, &perr);
+		PQconninfoFree(o);
+		buf msg = BUF_INIT, out = BUF_INIT;
+		buf_printf(&msg, "%s | \"%s\"", perr ? perr : "(parsed)", u);
+		PQfreemem(perr);
+		db_scrub(u, buf_str(&msg), &out);
+		cr_assert(!strstr(buf_str(&out), "SECRET"), "%s\nbecame\n%s", buf_str(&msg),
+		          buf_str(&out));
+		cr_assert(strstr(buf_str(&out), "****"), "%s", buf_str(&out));
+		buf_free(&msg);
+		buf_free(&out);
+	}
 }
