@@ -163,8 +163,9 @@ int cli_open(const char *cmd, const cli_args *a, cairn_client **c)
 	}
 	if (maxs)
 		cairn_client_set_max_payload(*c, max);
-	/* `cairn migrate` refuses such a database itself. */
-	int applied = strcmp(cmd, "migrate") != 0 ? migrate_applied_version(*c) : 0;
+	/* `cairn migrate` refuses such a database itself. The settings read
+	 * here serve the command's own calls too. */
+	int applied = strcmp(cmd, "migrate") != 0 ? client_schema_version(*c) : 0;
 	if (applied > migrate_newest_version())
 		fprintf(stderr,
 		        "cairn %s: warning: the database's schema is at migration %04d, newer than "

@@ -228,6 +228,12 @@ int client_shards(cairn_client *c, int *shards)
 	return CAIRN_OK;
 }
 
+int client_schema_version(cairn_client *c)
+{
+	int shards;
+	return client_shards(c, &shards) == CAIRN_OK ? c->settings.schema_version : 0;
+}
+
 /* ---------------------------------------------------------------- enqueue */
 
 /*

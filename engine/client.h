@@ -11,8 +11,9 @@
 
 /* The newest migration this build embeds (migrate.c). */
 int migrate_newest_version(void);
-/* The newest migration applied to c's database (0: none, or no schema). */
-int migrate_applied_version(cairn_client *c);
+/* The newest migration applied to c's database, read with its settings
+ * (client_shards); 0 when they cannot be read (no schema). */
+int client_schema_version(cairn_client *c);
 
 #define CAIRN_DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define CAIRN_DEFAULT_GROUP       "default"

@@ -61,16 +61,6 @@ int migrate_newest_version(void)
 	return newest;
 }
 
-int migrate_applied_version(cairn_client *c)
-{
-	PGresult *r =
-	    db_exec(c->conn, NULL, "SELECT coalesce(max(version), 0) FROM cairn.schema_migrations",
-	            0, NULL);
-	int v = r && PQntuples(r) == 1 ? db_get_int(r, 0, 0) : 0;
-	PQclear(r);
-	return v;
-}
-
 static int cmp_version(const void *a, const void *b)
 {
 	return ((const migration *)a)->version - ((const migration *)b)->version;
