@@ -4,6 +4,8 @@
 # drops its own database there), then every libFuzzer target built in
 # build/fuzz for FUZZ_TEST_SECONDS (20) each. The private cluster is stopped
 # and removed on exit, whether the tests pass, fail or are interrupted.
+# ONLY="test_http fuzz_form" runs just the suites and fuzz targets it names
+# (a quicker loop while working on one part; `make test` runs them all).
 set -u
 out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +32,12 @@ else
 	echo "tests: using DATABASE_URL (each test makes its own database)"
 fi
 
+selected() {
+	[ -z "${ONLY:-}" ] && return 0
+	case " $ONLY " in *" $1 "*) return 0 ;; esac
+	return 1
+}
+
 passed=0
 failed=0
 status=0
@@ -37,6 +45,7 @@ failures=$(mktemp)
 for t in "$top/$out"/tests/test_*; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
+	selected "$name" || continue
 	log=$(mktemp)
 	"$t" --jobs 2 --timeout 240 >"$log" 2>&1
 	rc=$?
@@ -63,6 +72,7 @@ secs=${FUZZ_TEST_SECONDS:-20}
 for f in "$top"/build/fuzz/fuzz_*; do
 	[ -x "$f" ] || continue
 	name=$(basename "$f")
+	selected "$name" || continue
 	if FUZZ_SECONDS=$secs sh "$top/scripts/fuzz.sh" "$f"; then
 		passed=$((passed + 1))
 	else
