@@ -45,6 +45,7 @@ enum {
 	CLAIM_LIMITS,   /* of the claim: cairn.limits has a row ("t"/"f") */
 	CLAIM_QUEUED,   /* counted by the claim, it waits in the queue: its runs.queued_seq;
 	                   NULL: it starts at once, or was not counted */
+	CLAIM_PRIORITY, /* runs.priority (-1000 to 1000): its place in the worker's queue */
 	CLAIM_NCOLS
 };
 

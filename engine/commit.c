@@ -514,6 +514,7 @@ static void encode_one(commit_params *p, const commit *c)
 	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
 	case COMMIT_MARK:
 	case COMMIT_START:
+	case COMMIT_START_RUN:
 	case COMMIT_UNQUEUE: break; /* written by write_marks */
 	}
 	/* Its count comes back if the fence refuses the rest (see unc). */
@@ -580,16 +581,19 @@ enum { BATCH_DB = -CAIRN_EDB, BATCH_VALUES = -CAIRN_EINVAL };
  * no fence (every write of the execution that follows is fenced). $2, $3:
  * runners whose queued runs up to a runs.queued_seq start (COMMIT_START):
  * one UPDATE of each runner's row, whatever the number of runs. $4, $5:
- * queued runs that will not start here, by run and runner (COMMIT_UNQUEUE):
- * their counts given back, unless another runner's claim counted the run
- * since (queued_by); no longer numbered, so that no later START counts them.
+ * queued runs no longer numbered, by run and runner, unless another
+ * runner's claim counted the run since (queued_by): $6 true, one that will
+ * not start here (COMMIT_UNQUEUE), its count given back, so that no later
+ * START counts it; false, one that starts on its own (COMMIT_START_RUN),
+ * its count holding.
  */
 static const char SQL_MARK[] =
     "WITH s AS (UPDATE cairn.runners w SET started_upto = greatest(w.started_upto, x.upto) "
     "      FROM (SELECT rn, max(upto) AS upto FROM unnest($2::bigint[], $3::bigint[]) "
     "            AS x(rn, upto) GROUP BY rn) x WHERE w.id = x.rn), "
-    "u AS (UPDATE cairn.runs r SET " GIVE_COUNT_BACK ", queued_by = NULL "
-    "      FROM unnest($4::bigint[], $5::bigint[]) AS u(run, rn) "
+    "u AS (UPDATE cairn.runs r SET claims = CASE WHEN u.back THEN greatest(r.claims - 1, 0) "
+    "        ELSE r.claims END, queued_by = NULL "
+    "      FROM unnest($4::bigint[], $5::bigint[], $6::boolean[]) AS u(run, rn, back) "
     "      WHERE r.id = u.run AND r.queued_by = u.rn) "
     "UPDATE cairn.runs SET claims = claims + 1 WHERE id = ANY ($1::bigint[]) "
     "RETURNING id, cancel_requested";
@@ -612,8 +616,8 @@ static void settle_rows(commit *const *batch, int n, const PGresult *r)
 
 static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 {
-	enum { MARKS, START_RUNNER, START_UPTO, UNQUEUE_RUN, UNQUEUE_RUNNER, NARR };
-	pgarr a[NARR] = {PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT};
+	enum { MARKS, START_RUNNER, START_UPTO, UNQUEUE_RUN, UNQUEUE_RUNNER, UNQUEUE_BACK, NARR };
+	pgarr a[NARR] = {PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT};
 	for (int i = 0; i < n; i++) {
 		const commit *c = batch[i];
 		if (c->outcome == COMMIT_MARK) {
@@ -624,6 +628,7 @@ static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 		} else {
 			pgarr_add_i64(&a[UNQUEUE_RUN], c->run.id);
 			pgarr_add_i64(&a[UNQUEUE_RUNNER], c->run.owner);
+			pgarr_add(&a[UNQUEUE_BACK], c->outcome == COMMIT_UNQUEUE ? "t" : "f");
 		}
 	}
 	const char *p[NARR];

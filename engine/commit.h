@@ -58,6 +58,8 @@ typedef enum commit_outcome {
 	/* On the marker too, of runs a claim counted while they wait in the
 	 * queue (migration 0018): */
 	COMMIT_START,   /* the runner's queued runs up to `upto` start: their counts hold */
+	COMMIT_START_RUN, /* this queued run starts ahead of runs numbered before it: its count
+	                     holds, no longer numbered */
 	COMMIT_UNQUEUE, /* a queued run will not start here: its count given back */
 	COMMIT_UNCLAIM, /* an execution handed over with nothing new: its mark is given
 	                   back; the messages stay */

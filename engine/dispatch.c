@@ -229,6 +229,37 @@ static int started_locked(const dispatch *d, const job *j)
 }
 
 /*
+ * The number a START for j raises its runner's started_upto to: that of j
+ * and of the queued runs of its runner that are not started and are among
+ * the next w to start (the window), but none as high as that of a run
+ * behind the window, which would count as started with them. The queue is
+ * in priority order and the numbers in claim order: a run of a higher
+ * priority, claimed later, goes ahead of runs numbered before it, and
+ * when j is one (a run behind the window has a lower number) 0: j starts
+ * on its own (COMMIT_START_RUN). Holds d->mu.
+ */
+static int64_t start_window_locked(const dispatch *d, const job *j, int w)
+{
+	int64_t behind = INT64_MAX;
+	int k = 1;
+	for (const job *q = d->qhead; q; q = q->next)
+		if (q->queued_seq && q->owner == j->owner && !started_locked(d, q) && k++ >= w &&
+		    q->queued_seq < behind)
+			behind = q->queued_seq;
+	if (j->queued_seq > behind)
+		return 0;
+	int64_t upto = j->queued_seq;
+	k = 1;
+	for (const job *q = d->qhead; q && k < w; q = q->next)
+		if (q->queued_seq && q->owner == j->owner && !started_locked(d, q)) {
+			if (q->queued_seq > upto && q->queued_seq < behind)
+				upto = q->queued_seq;
+			k++;
+		}
+	return upto;
+}
+
+/*
  * A queued run (counted by its claim, runs.queued_seq above its runner's
  * started_upto) starts only once started_upto reached it: until then its
  * count is void, and a run that killed its worker would never fail as
@@ -260,26 +291,21 @@ static int start_queued(dispatch *d, job *j)
 	int w = ahead < d->nexec ? d->nexec : ahead > d->qcap ? d->qcap : (int)ahead;
 	d->taken_then = d->taken;
 	d->start_then_ms = now;
-	int64_t upto = j->queued_seq;
-	int k = 1;
-	for (const job *q = d->qhead; q && k < w; q = q->next)
-		if (q->queued_seq && q->owner == j->owner) {
-			if (q->queued_seq > upto)
-				upto = q->queued_seq;
-			k++;
-		}
+	int64_t upto = start_window_locked(d, j, w);
 	d->starting = 1;
 	pthread_mutex_unlock(&d->mu);
 	commit *c = job_commit(j);
 	int rc = -CAIRN_ESTOP;
 	if (c) {
-		c->outcome = COMMIT_START;
+		c->outcome = upto ? COMMIT_START : COMMIT_START_RUN;
 		c->upto = upto;
 		rc = committer_wait(d->marks, c);
 		commit_free(c);
 	}
 	pthread_mutex_lock(&d->mu);
-	if (rc == 0 && (j->owner != d->upto_runner || upto > d->upto)) {
+	if (rc == 0 && !upto)
+		j->queued_seq = 0; /* no longer numbered: started */
+	if (rc == 0 && upto && (j->owner != d->upto_runner || upto > d->upto)) {
 		d->upto_runner = j->owner;
 		d->upto = upto;
 	}
@@ -667,7 +693,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "                        \
 	"           FROM cairn.steps s WHERE s.run_id = d.run_id) js "                             \
 	"WHERE r.id = d.run_id "                                                                   \
-	"RETURNING d.mark, r.queued_seq AS queued, d.at, d.first, d.prio, r.id, "                  \
+	"RETURNING d.mark, r.queued_seq AS queued, d.at, d.first, d.prio, r.priority, r.id, "      \
 	"  r.shard_group AS grp, r.shard, d.epoch, "                                               \
 	"  d.ids::text AS ids, r.workflow, "                                                       \
 	"  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "      \
@@ -682,7 +708,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "  \
 	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
 	"  c.last_step, c.journal, c.signals, least(next.ms, fx.pushed), c.mark, c.parent_id, "    \
-	"  c.flow, fx.parked, fx.back, fx.limited, c.queued "                                      \
+	"  c.flow, fx.parked, fx.back, fx.limited, c.queued, c.priority "                          \
 	"FROM next CROSS JOIN fx LEFT JOIN c ON true "                                             \
 	"ORDER BY c.mark DESC, c.queued NULLS FIRST, c.prio DESC, c.at, c.first"
 
@@ -810,7 +836,7 @@ static const char SQL_CLAIM_ONE[] =
     "WHERE r.id = t.id AND t.id <> ALL ($2::bigint[]) AND NOT $8::bool "
     "  AND l.shard_group = r.shard_group AND l.shard = r.shard "
     "  AND (r.start_at <= now() OR mq.ids IS NOT NULL) "
-    "RETURNING o.mark, NULL::bigint AS queued, r.priority AS prio, "
+    "RETURNING o.mark, NULL::bigint AS queued, r.priority AS prio, r.priority, "
     "  r.start_at AS at, r.id AS first, r.id, r.shard_group AS grp, r.shard, l.epoch, "
     "  (CASE WHEN r.start_at <= now() THEN ARRAY[" MSG_START_SQL "] ELSE '{}' END "
     "   || coalesce(mq.ids, '{}'))::text AS ids, "
@@ -850,8 +876,8 @@ static const char SQL_CLAIM_NEW[] =
     "  AND NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = r.id) "
     "  AND NOT EXISTS (SELECT 1 FROM cairn.signals g WHERE g.run_id = r.id "
     "                  AND g.consumed_by_seq IS NULL) "
-    "RETURNING $3 > 0 AS mark, NULL::bigint AS queued, r.priority AS prio, r.start_at AS at, "
-    "  r.id AS first, r.id, "
+    "RETURNING $3 > 0 AS mark, NULL::bigint AS queued, r.priority AS prio, r.priority, "
+    "  r.start_at AS at, r.id AS first, r.id, "
     "  r.shard_group AS grp, r.shard, l.epoch, (ARRAY[" MSG_START_SQL "])::text AS ids, "
     "  r.workflow, r.status, r.input::text AS input, r.attempt, r.max_attempts, "
     "  r.cancel_requested, r.parent_id, r.concurrency_key IS NOT NULL AS flow, "
@@ -879,6 +905,24 @@ static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS]
 		values[c] = PQgetisnull(r, i, c) ? NULL : PQgetvalue(r, i, c);
 }
 
+/* Puts j on the queue, which is in priority order, then first in, first
+ * out: behind every job of its priority or a higher one. Most often at the
+ * tail (every run of priority 0, or a claim's runs, which come in priority
+ * order); a run claimed later than runs of a lower priority goes ahead of
+ * them (start_queued keeps their counts void). Holds d->mu. */
+static void enqueue_locked(dispatch *d, job *j)
+{
+	job **pp = &d->qhead;
+	if (d->qtail && d->qtail->priority >= j->priority)
+		pp = &d->qtail->next;
+	while (*pp && (*pp)->priority >= j->priority)
+		pp = &(*pp)->next;
+	j->next = *pp;
+	*pp = j;
+	if (!j->next)
+		d->qtail = j;
+}
+
 /* Puts j in flight and on the queue: 0, or -CAIRN_ENOMEM (j not taken). */
 static int queue_job(dispatch *d, job *j)
 {
@@ -895,12 +939,7 @@ static int queue_job(dispatch *d, job *j)
 	}
 	d->fl[d->nfl++] = (flight){.run_id = j->run_id, .job = j, .since_unix_ms = clock_unix_ms()};
 	shardmap_run_begin(d->env.map, j->group, j->shard);
-	j->next = NULL;
-	if (d->qtail)
-		d->qtail->next = j;
-	else
-		d->qhead = j;
-	d->qtail = j;
+	enqueue_locked(d, j);
 	d->qlen++;
 	atomic_store(&d->env.m->queue_depth, d->qlen);
 	pthread_cond_signal(&d->job_cv);

@@ -45,6 +45,7 @@ typedef struct job {
 	                         runner's started_upto reaches it (0018, start_queued) */
 	int solo;             /* executes alone: nothing starts beside it till its end is written */
 	int flow;             /* of a concurrency key or a fleet-wide limit: its end frees a slot */
+	int priority;         /* runs.priority: the queue is in its order, then first in first out */
 	char load_error[200]; /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims >= poison_after */

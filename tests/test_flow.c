@@ -12,7 +12,8 @@
  *   - a run in a durable sleep holds no slot; held runs show as held and go
  *     when the limit is raised;
  *   - a 5/s rate spreads 50 runs over at least 9 s, fleet-wide;
- *   - high-priority runs enqueued behind a backlog start first;
+ *   - high-priority runs enqueued behind a backlog start first, and
+ *     overtake a backlog already in the worker's queue;
  *   - a small key starts at once while a big key's backlog drains;
  *   - bad limits and options are refused by name.
  */
@@ -568,6 +569,104 @@ Test(flow, high_priority_runs_enqueued_behind_a_backlog_start_first)
 	             before);
 	cr_assert_eq(after, 0, "%" PRId64 " runs of priority 0 started after priority -5 did",
 	             after);
+	tworker_stop(w, SIGTERM, 30000);
+	cairn_client_free(c);
+	PQfinish(pg);
+}
+
+/* The runs whose step started, in the order they started, from the S lines
+ * of the hold log of one executor: their ids in order[], how many. */
+static int start_order(const char *path, int64_t *order, int cap)
+{
+	char *text = tfile_read(path);
+	cr_assert(text, "no hold log");
+	int n = 0;
+	for (char *line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
+		int64_t run, pid, t;
+		char k;
+		if (sscanf(line, "%c %" SCNd64 " %" SCNd64 " %" SCNd64, &k, &run, &pid, &t) == 4 &&
+		    k == 'S')
+			order[n++] = run;
+	}
+	free(text);
+	return n;
+}
+
+typedef struct hold_log {
+	const char *path;
+	int want;
+} hold_log;
+
+static int started_at_least(void *arg)
+{
+	const hold_log *h = arg;
+	int64_t order[512];
+	return start_order(h->path, order, 512) >= h->want;
+}
+
+/* Priority orders the worker's queue, not only its claims: runs of
+ * priority 10 claimed while a backlog of priority 0 waits in the worker's
+ * queue execute next, ahead of it. Told by when each run's first
+ * instruction runs (its step's S line), on one executor. And as they
+ * overtake, the queued runs' counts stay void (start_queued): the START of
+ * a run that overtook must not count the backlog it overtook as started,
+ * which a worker's crash would then count against each of them. */
+Test(flow, a_high_priority_run_claimed_later_overtakes_the_runs_queued_in_its_worker)
+{
+	PGconn *pg = tdb_connect(db);
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	char hold[64];
+	tlog_file(hold);
+	pid_t w = start_worker(0, 1);
+	cr_assert(tdb_wait_at_least(pg, "SELECT count(*) FROM cairn.shard_leases", 16, 30000),
+	          "the worker did not take the shards");
+	enum { LOW = 60, HIGH = 5 };
+	enqueue_holds(c, "low", NULL, 0, LOW, 100, hold);
+	/* The backlog is claimed: in the worker's queue, one executing. */
+	tcheck(dump,
+	       tdb_wait_at_least(pg,
+	                         "SELECT count(*) FROM cairn.runs WHERE key LIKE 'low-%' "
+	                         "AND status <> 'pending'",
+	                         LOW, 30000),
+	       "the worker did not claim the backlog");
+	hold_log h = {hold, 1};
+	tcheck(dump, twait(started_at_least, &h, 30000), "no run started");
+	int64_t before[512];
+	int started = start_order(hold, before, 512);
+	cr_assert_lt(started, LOW / 3, "the backlog drained before the test could queue behind it");
+	enqueue_holds(c, "high", NULL, 10, HIGH, 1, hold);
+	h.want = started + HIGH + LOW / 3;
+	tcheck(dump, twait(started_at_least, &h, 60000), "the runs did not start");
+	/* Queued lows counted as started although not finished: those a
+	 * START covered, at most the window of one executor and the run
+	 * executing, never the backlog the highs overtook. */
+	int64_t counted = tdb_int(pg, "SELECT count(*) FROM cairn.runs r "
+	                              "JOIN cairn.runners w ON w.id = r.queued_by "
+	                              "WHERE r.key LIKE 'low-%' AND r.finished_at IS NULL "
+	                              "AND r.queued_seq <= w.started_upto");
+	tcheck(dump, twait(all_finished, pg, 60000), "the runs did not finish");
+	int64_t order[512];
+	int n = start_order(hold, order, 512);
+	cr_assert_eq(n, LOW + HIGH, "%d step starts", n);
+	/* Lows that started after the highs were enqueued and before the last
+	 * high did: the one executing and those taken while the highs were
+	 * being claimed. Queued first in, first out, all of the backlog. */
+	int last_high = -1, lows_between = 0;
+	for (int i = started; i < n; i++)
+		if (tdb_intf(pg, "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+		             " AND key LIKE 'high-%%'", order[i]) == 1)
+			last_high = i;
+	for (int i = started; i < last_high; i++)
+		lows_between += tdb_intf(pg, "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+		                         " AND key LIKE 'low-%%'", order[i]) == 1;
+	fprintf(stderr,
+	        "flow: %d runs had started when the highs came; %d lows started before the "
+	        "last high (of %d queued); %" PRId64 " queued lows counted as started\n",
+	        started, lows_between, LOW - started, counted);
+	cr_assert_lt(lows_between, 10, "%d runs of priority 0 queued before them started first",
+	             lows_between);
+	cr_assert_leq(counted, 4, "%" PRId64 " queued runs count as started", counted);
 	tworker_stop(w, SIGTERM, 30000);
 	cairn_client_free(c);
 	PQfinish(pg);

@@ -631,7 +631,8 @@ static void claim_row(const char *v[CLAIM_NCOLS])
 	                                             [CLAIM_JOURNAL_BYTES] = "0",
 	                                             [CLAIM_MARKED] = "t",
 	                                             [CLAIM_FLOW] = "f",
-	                                             [CLAIM_QUEUED] = "9"};
+	                                             [CLAIM_QUEUED] = "9",
+	                                             [CLAIM_PRIORITY] = "-7"};
 	memcpy(v, row, sizeof row);
 }
 
@@ -654,6 +655,7 @@ Test(claimrow, a_claimed_row_decodes_into_the_job_of_its_run)
 	cr_assert(j->scheduled_ms == 1764763292000 && j->db_now_ms == 1764763292417);
 	cr_assert(j->marked && j->claims == 0, "the claim's own count is not an earlier stop");
 	cr_assert_eq(j->queued_seq, 9, "counted by its claim, it waits in the queue");
+	cr_assert_eq(j->priority, -7);
 	cr_assert(!j->journal && !j->signals && !j->last_step && !j->load_error[0]);
 	job_free(j);
 	v[CLAIM_JOURNAL_BYTES] = "101";
@@ -703,6 +705,8 @@ Test(claimrow, a_row_the_claim_cannot_write_or_of_another_lease_is_refused)
 	    {CLAIM_MARKED, "f", -CAIRN_EINVAL}, /* queued, so counted by its claim */
 	    {CLAIM_QUEUED, "0", -CAIRN_EINVAL},
 	    {CLAIM_QUEUED, "t", -CAIRN_EINVAL},
+	    {CLAIM_PRIORITY, NULL, -CAIRN_EINVAL},
+	    {CLAIM_PRIORITY, "1001", -CAIRN_EINVAL},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		const char *v[CLAIM_NCOLS];
