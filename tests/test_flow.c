@@ -52,14 +52,21 @@ static void dump(void)
 		}
 }
 
-static pid_t start_worker(int i, int concurrency)
+/* Worker i, whose leases last ttl (a lease TTL setting). */
+static pid_t start_worker_ttl(int i, int concurrency, const char *ttl)
 {
-	char plugins[600], conc[40];
+	char plugins[600], conc[40], lease[40];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	snprintf(conc, sizeof conc, "CAIRN_CONCURRENCY=%d", concurrency);
+	snprintf(lease, sizeof lease, "CAIRN_LEASE_TTL=%s", ttl);
 	tlog_file(logs[i]);
 	return tworker_start(db, &ports[i], logs[i], plugins, conc, "CAIRN_POLL_INTERVAL=200ms",
-	                     "CAIRN_LEASE_TTL=2s", NULL);
+	                     lease, NULL);
+}
+
+static pid_t start_worker(int i, int concurrency)
+{
+	return start_worker_ttl(i, concurrency, "2s");
 }
 
 /* n workers at concurrency 8, once the shards are spread over all of them. */
@@ -295,18 +302,48 @@ static int handing_over(void *arg)
 	                          h->runner);
 }
 
+/* The shards worker 0 counts as its own (its /status "owned", ranges
+ * like "0-3,7"): not those it is handing over. 1 in kept[s] for each. */
+static void kept_shards(int kept[16])
+{
+	char *body = NULL;
+	cr_assert_eq(thttp(ports[0], "GET", "/status", &body, NULL), 200);
+	cJSON *j = cJSON_Parse(body);
+	free(body);
+	cJSON *owned = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0),
+	                                   "owned");
+	cr_assert(cJSON_IsString(owned), "no owned shards in /status");
+	memset(kept, 0, 16 * sizeof *kept);
+	for (const char *p = owned->valuestring; *p;) {
+		char *end;
+		long from = strtol(p, &end, 10), to = from;
+		if (*end == '-')
+			to = strtol(end + 1, &end, 10);
+		for (long k = from; k <= to && k >= 0 && k < 16; k++)
+			kept[k] = 1;
+		p = *end == ',' ? end + 1 : end;
+		if (end == p && *p)
+			break;
+	}
+	cJSON_Delete(j);
+}
+
 /*
  * A run claimed on a shard its worker is handing over does not execute
  * there, and gives back the slot of a fleet-wide limit its claim took.
  * Worker 0 owns every shard and runs 24 runs of t.slow (8 s) on most of
- * them; worker 1 joins, and worker 0 hands half its shards over, keeping
- * each until its t.slow runs end. 24 runs of t.hold (a limit of 1 at once,
- * fleet-wide) are enqueued meanwhile: worker 0 claims those of the shards
- * it is handing over too (the database names it their owner), and must
- * give their slot back at once, or the one slot stays taken by a run that
- * does not execute, and the runs of the shards it keeps wait behind it
- * until the hand-over ends. They finish before the first t.slow run does;
- * and each run is given back once at most while its shard is going.
+ * them; worker 1 joins, and worker 0 hands some of its shards over, keeping
+ * each until its t.slow runs end. Runs of t.hold (a limit of 1 at once,
+ * fleet-wide) are enqueued meanwhile, half of them on shards worker 0
+ * keeps and half on shards it is handing over (their keys chosen by
+ * cairn.shard_of once the split is known, so that the test holds whatever
+ * the split): worker 0 claims those of the shards it is handing over too
+ * (the database names it their owner), and must give their slot back at
+ * once, or the one slot stays taken by a run that does not execute, and
+ * the runs of the shards it keeps wait behind it until the hand-over ends.
+ * They finish before the first t.slow run does; and each run is given back
+ * once at most while its shard is going. Leases of 10 s: on a loaded
+ * machine a lease of 2 s can lapse, and the split with it.
  */
 Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_once)
 {
@@ -314,7 +351,7 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	tdb_exec(pg, "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL)");
 	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--concurrency", "1", NULL), 0);
 	pid_t w[2];
-	w[0] = start_worker(0, 64);
+	w[0] = start_worker_ttl(0, 64, "10s");
 	cr_assert(tdb_wait_at_least(pg,
 	                            "SELECT count(*) FROM cairn.shard_leases WHERE owner IS "
 	                            "NOT NULL",
@@ -322,7 +359,7 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	          "worker 0 never owned every shard");
 	cairn_client *c;
 	cr_assert_eq(cairn_client_open(db, &c), 0);
-	enum { SLOW = 24, HOLDS = 24 };
+	enum { SLOW = 24, HALF = 12 };
 	cairn_enqueue_opts o[SLOW];
 	cairn_enqueued out[SLOW];
 	char keys[SLOW][24];
@@ -336,36 +373,64 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	       "the t.slow runs did not all start");
 	handing h = {
 	    pg, tdb_intf(pg, "SELECT id FROM cairn.runners WHERE name LIKE '%%:%d'", (int)w[0])};
-	w[1] = start_worker(1, 8);
+	w[1] = start_worker_ttl(1, 8, "10s");
 	tcheck(dump, twait(handing_over, &h, 30000), "worker 0 never began a hand-over");
-	char hold[64];
+	/* Keys of HALF runs on shards worker 0 keeps, and of HALF on shards it
+	 * is handing over (its own in the database, not in its /status). */
+	int kept[16];
+	kept_shards(kept);
+	char hold[64], input[128], list[2][400] = {"{", "{"};
 	tlog_file(hold);
-	enqueue_holds(c, "h", NULL, 0, HOLDS, 10, hold);
+	snprintf(input, sizeof input, "{\"ms\": 10, \"log\": \"%s\"}", hold);
+	cairn_enqueue_opts ho[2 * HALF];
+	char hkeys[2 * HALF][24];
+	int n[2] = {0, 0};
+	for (int i = 0; i < 10000 && n[0] + n[1] < 2 * HALF; i++) {
+		char key[24];
+		snprintf(key, sizeof key, "h-%d", i);
+		int shard = (int)tdb_intf(pg, "SELECT cairn.shard_of('%s')", key);
+		int keeps = kept[shard];
+		if (n[keeps] == HALF ||
+		    (!keeps && tdb_intf(pg,
+		                        "SELECT count(*) FROM cairn.shard_leases WHERE shard = %d "
+		                        "AND owner = %" PRId64,
+		                        shard, h.runner) != 1))
+			continue;
+		int k = n[0] + n[1];
+		snprintf(hkeys[k], sizeof hkeys[k], "%s", key);
+		ho[k] = (cairn_enqueue_opts){.key = hkeys[k], .input = input};
+		snprintf(list[keeps] + strlen(list[keeps]), sizeof list[keeps] - strlen(list[keeps]),
+		         "%s%d", n[keeps] ? "," : "", shard);
+		n[keeps]++;
+	}
+	strcat(list[0], "}");
+	strcat(list[1], "}");
+	tcheck(dump, n[0] == HALF && n[1] == HALF,
+	       "worker 0 keeps %d and hands over %d shards with keys for runs", n[1], n[0]);
+	cairn_enqueued hout[2 * HALF];
+	cr_assert_eq(cairn_enqueue_batch(c, "t.hold", 2 * HALF, ho, hout), 0, "%s",
+	             cairn_client_errmsg(c));
 	tcheck(dump, twait(all_finished, pg, 60000), "not every run finished");
 	double given_back = tmetric(ports[0], "cairn_claims_given_back_total");
 	/* The runs of t.hold of the shards worker 0 kept, and when the first
 	 * t.slow run finished. */
-#define KEPT                                                                                       \
-	" FROM cairn.runs r JOIN cairn.shard_leases l USING (shard_group, shard) "                 \
-	"WHERE r.workflow = 't.hold' AND l.owner = %" PRId64
+#define KEPT " FROM cairn.runs r WHERE r.workflow = 't.hold' AND r.shard = ANY ('%s'::int[])"
 #define FIRST_SLOW "(SELECT min(finished_at) FROM cairn.runs WHERE workflow = 't.slow')"
 	int64_t late =
-	    tdb_intf(pg, "SELECT count(*)" KEPT " AND r.finished_at > " FIRST_SLOW, h.runner);
-	int64_t kept = tdb_intf(pg, "SELECT count(*)" KEPT, h.runner);
+	    tdb_intf(pg, "SELECT count(*)" KEPT " AND r.finished_at > " FIRST_SLOW, list[1]);
 	int64_t ahead_ms = tdb_intf(pg,
 	                            "SELECT (extract(epoch FROM " FIRST_SLOW
 	                            " - max(r.finished_at)) * 1000)::bigint" KEPT,
-	                            h.runner);
+	                            list[1]);
 #undef KEPT
 #undef FIRST_SLOW
 	fprintf(stderr,
 	        "flow: worker 0 gave back %.0f runs claimed on shards it was handing over; %" PRId64
-	        " of the %" PRId64 " runs of the shards it kept finished after the first t.slow "
+	        " of the %d runs of the shards it kept finished after the first t.slow "
 	        "(the last %" PRId64 " ms before it)\n",
-	        given_back, late, kept, ahead_ms);
+	        given_back, late, HALF, ahead_ms);
 	cr_assert_geq(given_back, 1, "no run was claimed on a shard being handed over");
-	cr_assert_leq(given_back, HOLDS, "runs were given back again and again");
-	cr_assert_gt(kept, 0, "worker 0 kept no shard with a run of t.hold");
+	cr_assert_leq(given_back, 2 * HALF, "runs were given back again and again");
 	cr_assert_eq(late, 0,
 	             "runs of the shards worker 0 kept waited for the hand-over: the slot of a run "
 	             "it did not execute stayed taken");
