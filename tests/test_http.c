@@ -167,6 +167,41 @@ Test(http, loopback_and_link_local_addresses_are_refused_by_default_naming_addre
 	cr_assert_eq(seen(), 0, "the server was reached %d times", seen());
 }
 
+Test(http, documentation_addresses_are_refused_naming_address_and_rule_unless_allowed)
+{
+	/* The IANA registries' other blocks, documentation among them, are
+	 * refused as loopback is: before a connection, with the rule named,
+	 * directly and after a redirect from a host the allow list names. */
+	worker("CAIRN_HTTP_ALLOW=localhost", NULL, NULL);
+	cairn_run *r = run_http("{\"url\": \"http://192.0.2.2/seen\", \"timeout_ms\": 2000}");
+	assert_refused(r, "192.0.2.2", "documentation address (192.0.2.0/24, RFC 5737)");
+	cairn_run_free(r);
+	r = run_http("{\"url\": \"http://[2001:db8::2]/seen\", \"timeout_ms\": 2000}");
+	assert_refused(r, "2001:db8::2", "documentation address (2001:db8::/32, RFC 3849)");
+	cairn_run_free(r);
+	char in[512];
+	snprintf(in, sizeof in,
+	         "{\"url\": \"http://localhost:%d/to?u=http://203.0.113.9:%d/seen\", "
+	         "\"timeout_ms\": 2000}",
+	         server_port, server_port);
+	r = run_http(in);
+	assert_refused(r, "203.0.113.9", "documentation address (203.0.113.0/24, RFC 5737)");
+	cairn_run_free(r);
+	tworker_stop(worker_pid, SIGTERM, 30000);
+
+	/* Named in CAIRN_HTTP_ALLOW, the block is tried: the run fails on the
+	 * connection (nothing answers there), not on the policy. */
+	worker("CAIRN_HTTP_ALLOW=192.0.2.0/24", NULL, NULL);
+	r = run_http(
+	    "{\"url\": \"http://192.0.2.2/seen\", \"timeout_ms\": 1000, \"max_attempts\": 1}");
+	cr_assert_str_eq(r->status, "failed", "%s: %s", r->status, r->output ? r->output : "");
+	cr_assert(r->error && strstr(r->error, "192.0.2.2") &&
+	              !strstr(r->error, "refused to connect"),
+	          "the allowed block was refused: %s", r->error ? r->error : "(none)");
+	cairn_run_free(r);
+	cr_assert_eq(seen(), 0, "the server was reached %d times", seen());
+}
+
 Test(http, an_allowed_host_that_redirects_to_a_refused_address_is_stopped_at_connect)
 {
 	/* localhost is allowed by name, 127.0.0.1 is not: the redirect's

@@ -333,7 +333,9 @@ Test(parse, text_cut_inside_a_character_becomes_valid_utf8)
 	buf_free(&b);
 }
 
-/* Why p refuses the address text (IPv4 or IPv6), or NULL. */
+/* Why p refuses the address text (IPv4 or IPv6), or NULL; the reason stays
+ * in why_text until the next call. */
+static char why_text[NETPOLICY_WHY_MAX];
 static const char *refuses(const netpolicy *p, const char *addr)
 {
 	struct sockaddr_storage ss = {0};
@@ -345,7 +347,16 @@ static const char *refuses(const netpolicy *p, const char *addr)
 		ss.ss_family = AF_INET6;
 	else
 		cr_assert_fail("not an address: %s", addr);
-	return netpolicy_refuses(p, (struct sockaddr *)&ss);
+	return netpolicy_refuses(p, (struct sockaddr *)&ss, why_text, sizeof why_text);
+}
+
+/* An allow list of one entry. */
+static netpolicy *allowing(const char *list)
+{
+	netpolicy *p;
+	char err[512];
+	cr_assert_eq(netpolicy_parse(list, &p, err, sizeof err), 0, "%s: %s", list, err);
+	return p;
 }
 
 Test(netpolicy, refuses_every_address_that_is_not_public_unicast_and_names_why)
@@ -374,7 +385,9 @@ Test(netpolicy, refuses_every_address_that_is_not_public_unicast_and_names_why)
 	    {"::ffff:10.0.0.1", "private"},
 	    {"64:ff9b::a9fe:a9fe", "link-local"},
 	    {"2002:7f00:1::", "loopback"},
-	    {"::127.0.0.1", "reserved"},
+	    {"::127.0.0.1", "loopback"},
+	    {"192.0.2.2", "documentation"},
+	    {"2001:db8::1", "documentation"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const char *why = refuses(NULL, cases[i][0]);
@@ -385,7 +398,173 @@ Test(netpolicy, refuses_every_address_that_is_not_public_unicast_and_names_why)
 	                                     "100.128.0.1",   "2606:4700::1", "::ffff:8.8.8.8",
 	                                     "2002:808:808::"};
 	for (size_t i = 0; i < sizeof public / sizeof public[0]; i++)
-		cr_assert_null(refuses(NULL, public[i]), "%s was refused", public[i]);
+		cr_assert_null(refuses(NULL, public[i]), "%s was refused: %s", public[i], why_text);
+}
+
+/*
+ * Every block the policy refuses, as the IANA IPv4 and IPv6 Special-Purpose
+ * Address Registries write it (and multicast, reserved, site-local), with
+ * the first and the last address its own row judges (where a more specific
+ * row holds the block's edge, the nearest address it leaves) and its RFC.
+ */
+static const struct {
+	const char *block, *first, *last, *rfc;
+} REFUSED_BLOCKS[] = {
+    {"0.0.0.0/8", "0.0.0.1", "0.255.255.255", "RFC 791"},
+    {"0.0.0.0/32", "0.0.0.0", "0.0.0.0", "RFC 1122"},
+    {"10.0.0.0/8", "10.0.0.0", "10.255.255.255", "RFC 1918"},
+    {"100.64.0.0/10", "100.64.0.0", "100.127.255.255", "RFC 6598"},
+    {"127.0.0.0/8", "127.0.0.0", "127.255.255.255", "RFC 1122"},
+    {"169.254.0.0/16", "169.254.0.0", "169.254.255.255", "RFC 3927"},
+    {"172.16.0.0/12", "172.16.0.0", "172.31.255.255", "RFC 1918"},
+    {"192.0.0.0/24", "192.0.0.11", "192.0.0.255", "RFC 6890"},
+    {"192.0.0.0/29", "192.0.0.0", "192.0.0.7", "RFC 7335"},
+    {"192.0.0.8/32", "192.0.0.8", "192.0.0.8", "RFC 7600"},
+    {"192.0.0.170/32", "192.0.0.170", "192.0.0.170", "RFC 8880"},
+    {"192.0.0.171/32", "192.0.0.171", "192.0.0.171", "RFC 8880"},
+    {"192.0.2.0/24", "192.0.2.0", "192.0.2.255", "RFC 5737"},
+    {"192.88.99.0/24", "192.88.99.0", "192.88.99.255", "RFC 7526"},
+    {"192.88.99.2/32", "192.88.99.2", "192.88.99.2", "RFC 6751"},
+    {"192.168.0.0/16", "192.168.0.0", "192.168.255.255", "RFC 1918"},
+    {"198.18.0.0/15", "198.18.0.0", "198.19.255.255", "RFC 2544"},
+    {"198.51.100.0/24", "198.51.100.0", "198.51.100.255", "RFC 5737"},
+    {"203.0.113.0/24", "203.0.113.0", "203.0.113.255", "RFC 5737"},
+    {"224.0.0.0/4", "224.0.0.0", "239.255.255.255", "RFC 5771"},
+    {"240.0.0.0/4", "240.0.0.0", "255.255.255.254", "RFC 1112"},
+    {"255.255.255.255/32", "255.255.255.255", "255.255.255.255", "RFC 919"},
+    {"::/128", "::", "::", "RFC 4291"},
+    {"::1/128", "::1", "::1", "RFC 4291"},
+    {"64:ff9b:1::/48", "64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", "RFC 8215"},
+    {"100::/64", "100::", "100::ffff:ffff:ffff:ffff", "RFC 6666"},
+    {"100:0:0:1::/64", "100:0:0:1::", "100:0:0:1:ffff:ffff:ffff:ffff", "RFC 9780"},
+    {"2001::/23", "2001:1::", "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 2928"},
+    {"2001::/32", "2001::", "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 4380"},
+    {"2001:2::/48", "2001:2::", "2001:2:0:ffff:ffff:ffff:ffff:ffff", "RFC 5180"},
+    {"2001:10::/28", "2001:10::", "2001:1f:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 4843"},
+    {"2001:db8::/32", "2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 3849"},
+    {"3fff::/20", "3fff::", "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 9637"},
+    {"5f00::/16", "5f00::", "5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 9602"},
+    {"fc00::/7", "fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 4193"},
+    {"fe80::/10", "fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 4291"},
+    {"fec0::/10", "fec0::", "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 3879"},
+    {"ff00::/8", "ff00::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "RFC 4291"},
+};
+
+Test(netpolicy, refuses_every_block_of_the_special_purpose_registries_not_globally_reachable)
+{
+	for (size_t i = 0; i < sizeof REFUSED_BLOCKS / sizeof REFUSED_BLOCKS[0]; i++) {
+		const char *ends[] = {REFUSED_BLOCKS[i].first, REFUSED_BLOCKS[i].last};
+		for (int e = 0; e < 2; e++) {
+			const char *why = refuses(NULL, ends[e]);
+			cr_expect(why && strstr(why, REFUSED_BLOCKS[i].block) &&
+			              strstr(why, REFUSED_BLOCKS[i].rfc),
+			          "%s (%s, %s): %s", ends[e], REFUSED_BLOCKS[i].block,
+			          REFUSED_BLOCKS[i].rfc, why ? why : "allowed");
+		}
+	}
+}
+
+Test(netpolicy, an_allow_list_naming_a_refused_block_lets_its_addresses_through)
+{
+	for (size_t i = 0; i < sizeof REFUSED_BLOCKS / sizeof REFUSED_BLOCKS[0]; i++) {
+		netpolicy *p = allowing(REFUSED_BLOCKS[i].block);
+		cr_expect_null(refuses(p, REFUSED_BLOCKS[i].first), "%s allowed, %s: %s",
+		               REFUSED_BLOCKS[i].block, REFUSED_BLOCKS[i].first, why_text);
+		cr_expect_null(refuses(p, REFUSED_BLOCKS[i].last), "%s allowed, %s: %s",
+		               REFUSED_BLOCKS[i].block, REFUSED_BLOCKS[i].last, why_text);
+		netpolicy_free(p);
+	}
+}
+
+Test(netpolicy, keeps_the_registries_global_exceptions_and_public_addresses_beside_refused_blocks)
+{
+	static const char *const public[] = {
+	    /* globally reachable inside refused blocks: first and last */
+	    "192.0.0.9", "192.0.0.10", "2001:1::1", "2001:1::2", "2001:1::3",
+	    "2001:3::", "2001:3:ffff:ffff:ffff:ffff:ffff:ffff",
+	    "2001:4:112::", "2001:4:112:ffff:ffff:ffff:ffff:ffff",
+	    "2001:20::", "2001:2f:ffff:ffff:ffff:ffff:ffff:ffff",
+	    "2001:30::", "2001:3f:ffff:ffff:ffff:ffff:ffff:ffff",
+	    /* the registries' other globally reachable blocks */
+	    "192.31.196.1", "192.52.193.1", "192.175.48.1", "2620:4f:8000::1",
+	    /* public addresses just outside refused blocks */
+	    "1.0.0.0", "9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0",
+	    "126.255.255.255", "128.0.0.0", "169.253.255.255", "169.255.0.0", "172.15.255.255",
+	    "172.32.0.0", "191.255.255.255", "192.0.1.0", "192.0.1.255", "192.0.3.0",
+	    "192.88.98.255", "192.88.100.0", "192.167.255.255", "192.169.0.0", "198.17.255.255",
+	    "198.20.0.0", "198.51.99.255", "198.51.101.0", "203.0.112.255", "203.0.114.0",
+	    "223.255.255.255", "2001:200::", "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff",
+	    "2001:db9::", "2003::", "3ffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+	    "3fff:1000::", "2606:4700::1", "2a00:1450:4001::1"};
+	for (size_t i = 0; i < sizeof public / sizeof public[0]; i++)
+		cr_expect_null(refuses(NULL, public[i]), "%s was refused: %s", public[i], why_text);
+}
+
+Test(netpolicy, judges_mapped_compatible_nat64_and_6to4_addresses_by_the_ipv4_they_carry)
+{
+	/* The address, the block that carries an IPv4 address ("" when the
+	 * address is written IPv4-mapped: it is that IPv4 address), the IPv4
+	 * address and the rule that refuses it. */
+	static const char *const carried[][4] = {
+	    {"::ffff:127.0.0.1", "", "127.0.0.1", "127.0.0.0/8"},
+	    {"::ffff:192.0.2.1", "", "192.0.2.1", "192.0.2.0/24"},
+	    {"::127.0.0.1", "::/96", "127.0.0.1", "127.0.0.0/8"},
+	    {"::2", "::/96", "0.0.0.2", "0.0.0.0/8"},
+	    {"64:ff9b::127.0.0.1", "64:ff9b::/96", "127.0.0.1", "127.0.0.0/8"},
+	    {"64:ff9b::a9fe:a9fe", "64:ff9b::/96", "169.254.169.254", "169.254.0.0/16"},
+	    {"64:ff9b::198.51.100.7", "64:ff9b::/96", "198.51.100.7", "198.51.100.0/24"},
+	    {"2002:7f00:1::", "2002::/16", "127.0.0.1", "127.0.0.0/8"},
+	    {"2002:7f00:1:ffff:ffff:ffff:ffff:ffff", "2002::/16", "127.0.0.1", "127.0.0.0/8"},
+	    {"2002:a00:1::", "2002::/16", "10.0.0.1", "10.0.0.0/8"},
+	    {"2002:c000:201::1", "2002::/16", "192.0.2.1", "192.0.2.0/24"},
+	};
+	for (size_t i = 0; i < sizeof carried / sizeof carried[0]; i++) {
+		const char *why = refuses(NULL, carried[i][0]);
+		cr_expect(why && strstr(why, carried[i][1]) && strstr(why, carried[i][3]) &&
+		              (!carried[i][1][0] || strstr(why, carried[i][2])),
+		          "%s carries %s (%s): %s", carried[i][0], carried[i][2], carried[i][3],
+		          why ? why : "allowed");
+	}
+	/* Carrying a public IPv4 address, or one of the registry's global
+	 * exceptions, they are public. */
+	static const char *const public[] = {
+	    "::ffff:8.8.8.8",  "::8.8.8.8",      "64:ff9b::8.8.8.8",
+	    "64:ff9b::c000:9", "2002:808:808::", "2002:808:808:ffff:ffff:ffff:ffff:ffff",
+	    "2002:c000:a::1",
+	};
+	for (size_t i = 0; i < sizeof public / sizeof public[0]; i++)
+		cr_expect_null(refuses(NULL, public[i]), "%s was refused: %s", public[i], why_text);
+}
+
+Test(netpolicy, refuses_teredo_whatever_it_carries_unless_the_allow_list_names_it)
+{
+	/* RFC 4380's example (server 65.54.227.120, client 192.0.2.45), and
+	 * one whose server and client are both public (8.8.8.8, 1.1.1.1). */
+	static const char *const teredo[] = {"2001:0:4136:e378:8000:63bf:3fff:fdd2",
+	                                     "2001:0:808:808:0:0:fefe:fefe"};
+	netpolicy *p = allowing("2001::/32");
+	for (size_t i = 0; i < sizeof teredo / sizeof teredo[0]; i++) {
+		const char *why = refuses(NULL, teredo[i]);
+		cr_expect(why && strstr(why, "Teredo") && strstr(why, "2001::/32"), "%s: %s",
+		          teredo[i], why ? why : "allowed");
+		cr_expect_null(refuses(p, teredo[i]), "%s: %s", teredo[i], why_text);
+	}
+	netpolicy_free(p);
+}
+
+Test(netpolicy, an_ipv4_entry_opens_its_mapped_form_but_not_the_forms_that_tunnel_it)
+{
+	netpolicy *p = allowing("127.0.0.1");
+	cr_assert_null(refuses(p, "127.0.0.1"));
+	cr_assert_null(refuses(p, "::ffff:127.0.0.1"), "the mapped form is the same address");
+	cr_assert_not_null(refuses(p, "2002:7f00:1::"), "6to4 must be named itself");
+	cr_assert_not_null(refuses(p, "64:ff9b::7f00:1"), "NAT64 must be named itself");
+	cr_assert_not_null(refuses(p, "::127.0.0.1"), "IPv4-compatible must be named itself");
+	netpolicy_free(p);
+	p = allowing("2002:7f00:1::/48, 64:ff9b::7f00:1");
+	cr_assert_null(refuses(p, "2002:7f00:1::5"));
+	cr_assert_null(refuses(p, "64:ff9b::7f00:1"));
+	netpolicy_free(p);
 }
 
 Test(netpolicy, an_allow_list_opens_addresses_cidrs_and_host_names)

@@ -53,6 +53,7 @@
 #define HTTP_ATTEMPTS_DEFAULT   5
 #define HTTP_ATTEMPTS_MAX       20
 #define HTTP_REDIRECTS_MAX      5
+#define HTTP_REFUSED_MAX        (128 + NETPOLICY_WHY_MAX) /* "HOST is why" */
 
 #define ORDER_ITEM_MAX            200
 #define ORDER_APPROVAL_TIMEOUT_MS (3600 * 1000)
@@ -225,8 +226,8 @@ typedef struct http_req {
 typedef struct http_resp {
 	cairn_ctx *ctx;
 	const http_env *env;
-	int check;         /* refuse addresses CAIRN_HTTP_ALLOW does not open */
-	char refused[160]; /* the address refused, and why; "" none */
+	int check;                      /* refuse addresses CAIRN_HTTP_ALLOW does not open */
+	char refused[HTTP_REFUSED_MAX]; /* the address refused, and why; "" none */
 	buf body;
 	int body_too_big;
 	cJSON *headers;
@@ -511,8 +512,9 @@ static int curl_permanent(CURLcode c)
 static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
 	http_resp *resp = arg;
+	char rule[NETPOLICY_WHY_MAX];
 	const char *why = resp->check && purpose == CURLSOCKTYPE_IPCXN
-	                      ? netpolicy_refuses(resp->env->allow, &a->addr)
+	                      ? netpolicy_refuses(resp->env->allow, &a->addr, rule, sizeof rule)
 	                      : NULL;
 	if (!why)
 		return socket(a->family, a->socktype, a->protocol);
@@ -557,12 +559,13 @@ static int must_check(http_resp *resp, const char *host)
 	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
 	const char *why = NULL;
+	char rule[NETPOLICY_WHY_MAX];
 	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
 		ss.ss_family = AF_INET;
-		why = netpolicy_refuses(env->allow, (struct sockaddr *)&ss);
+		why = netpolicy_refuses(env->allow, (struct sockaddr *)&ss, rule, sizeof rule);
 	} else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
 		ss.ss_family = AF_INET6;
-		why = netpolicy_refuses(env->allow, (struct sockaddr *)&ss);
+		why = netpolicy_refuses(env->allow, (struct sockaddr *)&ss, rule, sizeof rule);
 	} else {
 		size_t n = strlen(host);
 		if (strcasecmp(host, "localhost") == 0 ||
