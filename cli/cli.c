@@ -180,27 +180,18 @@ int cli_open(const char *cmd, const cli_args *a, cairn_client **c)
 	return 0;
 }
 
-const char *cli_shown(const char *v, unsigned locked, unsigned bit, const char *key, char *out)
+const char *cli_shown(const char *v, cli_lock l, unsigned bit, char *out)
 {
-	if (!(locked & bit))
+	char why[CAIRN_UNREADABLE_MAX];
+	if (!cairn_unreadable_why(l.locked, l.unauthentic, l.locked_key, l.unauthentic_key, bit,
+	                          why, sizeof why, NULL))
 		return v;
-	snprintf(out, CLI_SHOWN_MAX, "encrypted (key %s)", key);
+	snprintf(out, CLI_SHOWN_MAX, "unreadable: %s", why);
 	return out;
 }
 
-void cli_json_add_locked(cJSON *obj, unsigned locked, const char *key)
+void cli_json_add_unreadable(cJSON *obj, cli_lock l, const char *const names[3])
 {
-	static const struct {
-		unsigned bit;
-		const char *name;
-	} f[] = {{CAIRN_LOCKED_INPUT, "input"},
-	         {CAIRN_LOCKED_OUTPUT, "output"},
-	         {CAIRN_LOCKED_ERROR, "error"}};
-	if (!locked)
-		return;
-	cJSON *a = cJSON_AddArrayToObject(obj, "locked");
-	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-		if (locked & f[i].bit)
-			cJSON_AddItemToArray(a, cJSON_CreateString(f[i].name));
-	cJSON_AddStringToObject(obj, "locked_key", key);
+	client_json_unreadable(obj, l.locked, l.unauthentic, l.locked_key, l.unauthentic_key,
+	                       names);
 }

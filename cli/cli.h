@@ -59,13 +59,22 @@ void cli_print_json(cJSON *doc);
 const char *cli_time(int64_t ms, char out[32]);
 /* Adds text JSON as a value (or null) under key. */
 void cli_json_add_raw(cJSON *obj, const char *key, const char *json_text);
-/* v, or "encrypted (key K)" when bit is set in locked: the client lacks
- * the key K the value is encrypted with. out: CLI_SHOWN_MAX bytes. */
-#define CLI_SHOWN_MAX 64
-const char *cli_shown(const char *v, unsigned locked, unsigned bit, const char *key, char *out);
-/* For --json: with fields the client could not decrypt (null in the
- * document), "locked": ["input", ...] and "locked_key": K. */
-void cli_json_add_locked(cJSON *obj, unsigned locked, const char *key);
+/* What of a record (cairn.h: cairn_run, cairn_step_info ...) did not
+ * open: its locked and unauthentic bits and their keys. */
+typedef struct cli_lock {
+	unsigned locked, unauthentic;
+	const char *locked_key, *unauthentic_key;
+} cli_lock;
+#define CLI_LOCK(rec)                                                                              \
+	((cli_lock){(rec)->locked, (rec)->unauthentic, (rec)->locked_key, (rec)->unauthentic_key})
+/* The field of bit as text: v, or "unreadable: " and why when it did not
+ * open (its key is not configured, or it does not authenticate under it).
+ * out: CLI_SHOWN_MAX bytes. */
+#define CLI_SHOWN_MAX (CAIRN_UNREADABLE_MAX + 16)
+const char *cli_shown(const char *v, cli_lock l, unsigned bit, char *out);
+/* For --json: the fields that did not open are null in the document, and
+ * "unreadable" says which and why (client_json_unreadable; names as there). */
+void cli_json_add_unreadable(cJSON *obj, cli_lock l, const char *const names[3]);
 /* Opens the client from --db / $DATABASE_URL, $CAIRN_MAX_PAYLOAD and the
  * encryption keys ($CAIRN_ENCRYPTION_KEYS or $CAIRN_ENCRYPTION_KEYS_FILE). */
 int cli_open(const char *cmd, const cli_args *a, cairn_client **c);

@@ -172,7 +172,7 @@ static int read_input(const char *cmd, const char *arg, const char **text, char 
 
 static int print_result(const char *cmd, cairn_client *c, int64_t id, int json);
 static int print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
-                         const char *error, unsigned locked, const char *key, int json);
+                         const char *error, cli_lock l, int json);
 
 static int finished(const char *status)
 {
@@ -282,7 +282,7 @@ static int cmd_enqueue(int argc, char **argv)
 			        res.status);
 		if (res.existed && finished(res.status)) {
 			code = print_outcome("enqueue", res.id, res.status, res.output, res.error,
-			                     res.locked, res.locked_key, json);
+			                     CLI_LOCK(&res), json);
 		} else {
 			rc = cairn_run_wait(c, res.id, timeout_ms);
 			code = rc ? cli_fail("enqueue", c, rc, NULL)
@@ -299,29 +299,29 @@ static int cmd_enqueue(int argc, char **argv)
 			cJSON_AddStringToObject(d, "error", res.error);
 		else
 			cJSON_AddNullToObject(d, "error");
-		cli_json_add_locked(d, res.locked, res.locked_key);
+		cli_json_add_unreadable(d, CLI_LOCK(&res), NULL);
 		cli_print_json(d);
 	} else {
 		char shown[CLI_SHOWN_MAX];
 		printf("%" PRId64 "\n", res.id);
 		if (res.existed && strcmp(res.status, "completed") == 0)
-			fprintf(stderr,
-			        "run %" PRId64 " already existed for %s with this key: status "
-			        "completed, output %s\n",
-			        res.id, workflow,
-			        res.output || res.locked
-			            ? cli_shown(res.output, res.locked, CAIRN_LOCKED_OUTPUT,
-			                        res.locked_key, shown)
-			            : "null");
+			fprintf(
+			    stderr,
+			    "run %" PRId64 " already existed for %s with this key: status "
+			    "completed, output %s\n",
+			    res.id, workflow,
+			    res.output || (res.locked & CAIRN_LOCKED_OUTPUT)
+			        ? cli_shown(res.output, CLI_LOCK(&res), CAIRN_LOCKED_OUTPUT, shown)
+			        : "null");
 		else if (res.existed && finished(res.status))
-			fprintf(stderr,
-			        "run %" PRId64 " already existed for %s with this key: status %s, "
-			        "error: %s\n",
-			        res.id, workflow, res.status,
-			        res.error || res.locked
-			            ? cli_shown(res.error, res.locked, CAIRN_LOCKED_ERROR,
-			                        res.locked_key, shown)
-			            : "none recorded");
+			fprintf(
+			    stderr,
+			    "run %" PRId64 " already existed for %s with this key: status %s, "
+			    "error: %s\n",
+			    res.id, workflow, res.status,
+			    res.error || (res.locked & CAIRN_LOCKED_ERROR)
+			        ? cli_shown(res.error, CLI_LOCK(&res), CAIRN_LOCKED_ERROR, shown)
+			        : "none recorded");
 		else if (res.existed)
 			fprintf(stderr,
 			        "run %" PRId64 " already existed for %s with this key: status %s\n",
@@ -561,7 +561,7 @@ static cJSON *run_json(const cairn_run *r)
 		cJSON_AddStringToObject(o, "error", r->error);
 	else
 		cJSON_AddNullToObject(o, "error");
-	cli_json_add_locked(o, r->locked, r->locked_key);
+	cli_json_add_unreadable(o, CLI_LOCK(r), NULL);
 	if (r->code_version)
 		cJSON_AddStringToObject(o, "code_version", r->code_version);
 	else
@@ -599,10 +599,9 @@ static void print_journal_text(const cairn_run *r)
 		unsigned err = CAIRN_LOCKED_ERROR, out = CAIRN_LOCKED_OUTPUT;
 		printf("  %-4d %-20s %-7s %-10s %-8d %-9s %s%s\n", s->seq, s->name, s->kind,
 		       s->status, s->attempts, dur, s->error || (s->locked & err) ? "error: " : "",
-		       s->error || (s->locked & err)
-		           ? cli_shown(s->error, s->locked, err, s->locked_key, shown)
+		       s->error || (s->locked & err) ? cli_shown(s->error, CLI_LOCK(s), err, shown)
 		       : s->output || (s->locked & out)
-		           ? cli_shown(s->output, s->locked, out, s->locked_key, shown)
+		           ? cli_shown(s->output, CLI_LOCK(s), out, shown)
 		           : "-");
 	}
 }
@@ -613,7 +612,10 @@ static int cmd_status(int argc, char **argv)
 	    "usage: cairn status RUN [--json]\n"
 	    "\n"
 	    "Shows RUN: workflow, key, shard, status, attempts, timestamps, input,\n"
-	    "output or error, its parent and children, and its journal so far.\n"
+	    "output or error, its parent and children, and its journal so far. A value\n"
+	    "that does not open (its key is not configured, or it does not authenticate\n"
+	    "under it) shows as unreadable, and why (--json: null, named in\n"
+	    "\"unreadable\"); the rest of the run reads as usual, and it exits 0.\n"
 	    "\n"
 	    "  --json            print one JSON document\n" COMMON_HELP;
 	cli_opt opts[] = {{"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
@@ -662,7 +664,7 @@ static int cmd_status(int argc, char **argv)
 				cJSON_AddStringToObject(so, "error", s->error);
 			else
 				cJSON_AddNullToObject(so, "error");
-			cli_json_add_locked(so, s->locked, s->locked_key);
+			cli_json_add_unreadable(so, CLI_LOCK(s), NULL);
 			cJSON_AddStringToObject(so, "started_at", cli_time(s->started_unix_ms, t));
 			if (s->finished_unix_ms) {
 				cJSON_AddStringToObject(so, "finished_at",
@@ -698,15 +700,14 @@ static int cmd_status(int argc, char **argv)
 		printf("  updated    %s\n", cli_time(r->updated_unix_ms, t));
 		printf("  finished   %s\n", cli_time(r->finished_unix_ms, t));
 		char shown[CLI_SHOWN_MAX];
-		const char *key = r->locked_key;
 		printf("  input      %s\n",
-		       cli_shown(r->input, r->locked, CAIRN_LOCKED_INPUT, key, shown));
+		       cli_shown(r->input, CLI_LOCK(r), CAIRN_LOCKED_INPUT, shown));
 		if (r->output || (r->locked & CAIRN_LOCKED_OUTPUT))
 			printf("  output     %s\n",
-			       cli_shown(r->output, r->locked, CAIRN_LOCKED_OUTPUT, key, shown));
+			       cli_shown(r->output, CLI_LOCK(r), CAIRN_LOCKED_OUTPUT, shown));
 		if (r->error || (r->locked & CAIRN_LOCKED_ERROR))
 			printf("  error      %s\n",
-			       cli_shown(r->error, r->locked, CAIRN_LOCKED_ERROR, key, shown));
+			       cli_shown(r->error, CLI_LOCK(r), CAIRN_LOCKED_ERROR, shown));
 		if (r->code_version)
 			printf("  code       %s\n", r->code_version);
 		if (r->parent_id)
@@ -724,7 +725,7 @@ static int cmd_status(int argc, char **argv)
 /* Prints a run's outcome: a completed run's output (exit 0), a failed or
  * cancelled run's error (exit 1), or that it has not finished (exit 4). */
 static int print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
-                         const char *error, unsigned locked, const char *key, int json)
+                         const char *error, cli_lock l, int json)
 {
 	int done = finished(status), ok = strcmp(status, "completed") == 0;
 	char shown[CLI_SHOWN_MAX];
@@ -737,23 +738,21 @@ static int print_outcome(const char *cmd, int64_t id, const char *status, const 
 			cJSON_AddStringToObject(o, "error", error);
 		else
 			cJSON_AddNullToObject(o, "error");
-		cli_json_add_locked(o, locked, key);
+		cli_json_add_unreadable(o, l, NULL);
 		cli_print_json(o);
-	} else if (ok && !(locked & CAIRN_LOCKED_OUTPUT)) {
+	} else if (ok && !(l.locked & CAIRN_LOCKED_OUTPUT)) {
 		printf("%s\n", output ? output : "null");
 	}
 	if (!done)
 		return cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s",
 		                 id, status);
-	if (ok && (locked & CAIRN_LOCKED_OUTPUT))
-		return cli_error(cmd, EXIT_RUNTIME,
-		                 "run %" PRId64 " completed; its output is encrypted (key %s), "
-		                 "which is not among CAIRN_ENCRYPTION_KEYS",
-		                 id, key);
+	if (ok && (l.locked & CAIRN_LOCKED_OUTPUT))
+		return cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " completed; its output is %s",
+		                 id, cli_shown(output, l, CAIRN_LOCKED_OUTPUT, shown));
 	if (!ok)
 		return cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " %s: %s", id, status,
-		                 error || (locked & CAIRN_LOCKED_ERROR)
-		                     ? cli_shown(error, locked, CAIRN_LOCKED_ERROR, key, shown)
+		                 error || (l.locked & CAIRN_LOCKED_ERROR)
+		                     ? cli_shown(error, l, CAIRN_LOCKED_ERROR, shown)
 		                     : "no error recorded");
 	return EXIT_OK;
 }
@@ -765,8 +764,7 @@ static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 	int rc = cairn_run_get(c, id, &r);
 	if (rc)
 		return cli_fail(cmd, c, rc, NULL);
-	int code =
-	    print_outcome(cmd, id, r->status, r->output, r->error, r->locked, r->locked_key, json);
+	int code = print_outcome(cmd, id, r->status, r->output, r->error, CLI_LOCK(r), json);
 	cairn_run_free(r);
 	return code;
 }
@@ -1550,6 +1548,25 @@ static int cmd_limit(int argc, char **argv)
 
 /* ------------------------------------------------------------- reencrypt */
 
+/* Adds name: the items of list (separated by sep) as an array of strings. */
+static void add_list(cJSON *o, const char *name, const char *list, const char *sep)
+{
+	cJSON *a = cJSON_AddArrayToObject(o, name);
+	for (const char *p = list; *p;) {
+		const char *end = strstr(p, sep);
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		cJSON *item = cJSON_CreateString("");
+		if (item && n) {
+			char *v = strndup(p, n);
+			if (v)
+				cJSON_SetValuestring(item, v);
+			free(v);
+		}
+		cJSON_AddItemToArray(a, item);
+		p += n + (end ? strlen(sep) : 0);
+	}
+}
+
 /* The progress bar, redrawn on stderr after every batch (only on a terminal). */
 static void show_progress(const cairn_reencrypt_stats *s, void *arg)
 {
@@ -1574,7 +1591,9 @@ static int cmd_reencrypt(int argc, char **argv)
 	    "Keep the older keys listed after it until this reports nothing left under\n"
 	    "them. Workers may run meanwhile: a value one writes during the pass is never\n"
 	    "overwritten. A progress bar is drawn on a terminal. Exits 1 when values were\n"
-	    "left under keys it does not have or do not decrypt.\n"
+	    "left: under keys it does not have (add them), or under keys it has but not\n"
+	    "authenticating (other key bytes, or altered): each kind is counted and named\n"
+	    "apart, with what to do.\n"
 	    "\n"
 	    "  --batch N         rows per transaction (1-100000; default 500)\n"
 	    "  --json            print the counts as JSON\n" COMMON_HELP;
@@ -1612,20 +1631,41 @@ static int cmd_reencrypt(int argc, char **argv)
 		cJSON_AddNumberToObject(o, "missing_key", (double)s.missing_key);
 		cJSON_AddNumberToObject(o, "unreadable", (double)s.unreadable);
 		cJSON_AddNumberToObject(o, "changed_rows", (double)s.changed);
+		add_list(o, "missing_keys", s.missing_keys, ",");
+		add_list(o, "unreadable_keys", s.unreadable_keys, ",");
+		add_list(o, "unreadable_values", s.unreadable_at, ", ");
 		cli_print_json(o);
 	} else {
 		printf("%" PRId64 " rows: %" PRId64 " values re-encrypted, %" PRId64
 		       " already under the current key, %" PRId64
-		       " under keys not configured, %" PRId64 " that do not decrypt; %" PRId64
-		       " rows changed meanwhile\n",
-		       s.rows_done, s.rewritten, s.current, s.missing_key, s.unreadable, s.changed);
+		       " under keys not configured%s%s%s, %" PRId64
+		       " that do not authenticate%s%s%s; %" PRId64 " rows changed meanwhile\n",
+		       s.rows_done, s.rewritten, s.current, s.missing_key,
+		       *s.missing_keys ? " (" : "", s.missing_keys, *s.missing_keys ? ")" : "",
+		       s.unreadable, *s.unreadable_keys ? " (under " : "", s.unreadable_keys,
+		       *s.unreadable_keys ? ")" : "", s.changed);
 	}
-	if (!rc && (s.missing_key || s.unreadable))
-		code = cli_error("reencrypt", EXIT_RUNTIME,
-		                 "%" PRId64 " values were left as they are: add their keys to "
-		                 "CAIRN_ENCRYPTION_KEYS (after the current one) and run it again",
-		                 s.missing_key + s.unreadable);
-	else if (!rc && s.changed)
+	if (!rc && s.missing_key)
+		code = cli_error(
+		    "reencrypt", EXIT_RUNTIME,
+		    "%" PRId64 " %s under keys that are not configured (%s): add them to "
+		    "CAIRN_ENCRYPTION_KEYS (after the current one) and run it again; "
+		    "those values are left as they are",
+		    s.missing_key, s.missing_key == 1 ? "value is" : "values are", s.missing_keys);
+	if (!rc && s.unreadable)
+		code = cli_error(
+		    "reencrypt", EXIT_RUNTIME,
+		    "%" PRId64
+		    " %s not authenticate under keys that are configured (%s): %s. Either "
+		    "a key's bytes differ from the ones they were written with (check that each of "
+		    "those ids holds the same bytes as where the values were written: an id must "
+		    "never be reused for another key), or they were altered in the database "
+		    "(restore them from a backup). Those values are left as they are; `cairn "
+		    "status` shows their runs with the field unreadable",
+		    s.unreadable, s.unreadable == 1 ? "value does" : "values do",
+		    *s.unreadable_keys ? s.unreadable_keys : "none named: malformed",
+		    s.unreadable_at);
+	if (!rc && s.changed && !s.missing_key && !s.unreadable)
 		fprintf(stderr,
 		        "%" PRId64 " rows were written by a worker during the pass: run it again "
 		        "to check them\n",

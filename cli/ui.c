@@ -227,7 +227,7 @@ static cJSON *run_json(const cairn_run *x)
 		cJSON_AddStringToObject(o, "error", x->error);
 	else
 		cJSON_AddNullToObject(o, "error");
-	cli_json_add_locked(o, x->locked, x->locked_key);
+	cli_json_add_unreadable(o, CLI_LOCK(x), NULL);
 	const struct {
 		const char *name;
 		int64_t ms;
@@ -392,11 +392,15 @@ static cJSON *steps_json(const cairn_run *x)
 		cli_json_add_raw(o, "output", s->output);
 		if (s->error)
 			cJSON_AddStringToObject(o, "error", s->error);
-		cli_json_add_locked(o, s->locked, s->locked_key);
+		cli_json_add_unreadable(o, CLI_LOCK(s), NULL);
 		cJSON_AddItemToArray(a, o);
 	}
 	return a;
 }
+
+/* The names of the fields of signals and events, by bit (cairn.h). */
+static const char *const PAYLOAD[3] = {"payload", NULL, NULL};
+static const char *const VALUE[3] = {NULL, "value", NULL};
 
 static int run_extras(ui *u, cJSON *doc, const cairn_run *x)
 {
@@ -420,8 +424,7 @@ static int run_extras(ui *u, cJSON *doc, const cairn_run *x)
 		cJSON_AddNumberToObject(o, "id", (double)sg[i].id);
 		cJSON_AddStringToObject(o, "name", sg[i].name);
 		cli_json_add_raw(o, "payload", sg[i].payload);
-		if (sg[i].locked)
-			cJSON_AddStringToObject(o, "locked_key", sg[i].locked_key);
+		cli_json_add_unreadable(o, CLI_LOCK(&sg[i]), PAYLOAD);
 		cJSON_AddNumberToObject(o, "created_at", (double)sg[i].created_unix_ms);
 		if (sg[i].consumed_by_seq >= 0)
 			cJSON_AddNumberToObject(o, "consumed_by_seq", sg[i].consumed_by_seq);
@@ -437,8 +440,7 @@ static int run_extras(ui *u, cJSON *doc, const cairn_run *x)
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "key", ev[i].key);
 		cli_json_add_raw(o, "value", ev[i].value);
-		if (ev[i].locked)
-			cJSON_AddStringToObject(o, "locked_key", ev[i].locked_key);
+		cli_json_add_unreadable(o, CLI_LOCK(&ev[i]), VALUE);
 		cJSON_AddNumberToObject(o, "updated_at", (double)ev[i].updated_unix_ms);
 		cJSON_AddItemToArray(a, o);
 	}
@@ -836,8 +838,9 @@ static const char HELP[] =
     "                      anything but loopback requires a token\n"
     "  --token TOKEN       required as \"Authorization: Bearer TOKEN\" or through\n"
     "                      the login form (default: $CAIRN_UI_TOKEN)\n" COMMON_HELP "\n"
-    "Encrypted values show as \"encrypted (key K)\" unless CAIRN_ENCRYPTION_KEYS\n"
-    "(or CAIRN_ENCRYPTION_KEYS_FILE) holds K.\n";
+    "Encrypted values that do not open show as \"unreadable\" and why: their key\n"
+    "is not in CAIRN_ENCRYPTION_KEYS (or CAIRN_ENCRYPTION_KEYS_FILE), or they do\n"
+    "not authenticate under it.\n";
 
 int cmd_ui(int argc, char **argv)
 {

@@ -195,8 +195,7 @@ static cJSON *run_json(const cairn_run *run)
 	add_raw(o, "input", run->input);
 	add_raw(o, "output", run->output);
 	add_str(o, "error", run->error);
-	if (run->locked)
-		cJSON_AddStringToObject(o, "locked_key", run->locked_key);
+	CLIENT_JSON_UNREADABLE(o, run, NULL);
 	add_ms(o, "created_unix_ms", run->created_unix_ms);
 	add_ms(o, "started_unix_ms", run->started_unix_ms);
 	add_ms(o, "finished_unix_ms", run->finished_unix_ms);
@@ -377,6 +376,7 @@ static void create_runs(cairn_client *c, const PGresult *res, http_reply *r, int
 		if (!array) {
 			add_raw(e, "output", done[i].output);
 			add_str(e, "error", done[i].error);
+			CLIENT_JSON_UNREADABLE(e, &done[i], NULL);
 		} else {
 			cJSON_AddItemToArray(list, e);
 		}

@@ -165,32 +165,56 @@ int cairn_client_keys_from_env(cairn_client *c)
 	return take_keys(c, rc, k);
 }
 
-int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, unsigned *locked,
-                  char *key, const char *what)
+int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, client_lock l,
+                  const char *what)
 {
 	if (!*v || !seal_is_sealed(f, *v, NULL))
 		return CAIRN_OK;
 	buf plain = BUF_INIT;
 	char id[SEAL_ID_MAX + 1];
 	int rc = seal_open(c->keys, f, *v, &plain, id);
-	if (rc == 0 || rc == SEAL_NOKEY) {
-		free(*v);
-		*v = rc == 0 ? buf_detach(&plain) : NULL;
-		if (rc == 0 && !*v)
-			return client_fail(c, CAIRN_ENOMEM, "out of memory decrypting %s", what);
-		if (rc) {
-			*locked |= bit;
-			memcpy(key, id, sizeof id);
-		}
-		return CAIRN_OK;
+	if (rc == -CAIRN_ENOMEM) {
+		buf_free(&plain);
+		return client_fail(c, CAIRN_ENOMEM, "out of memory decrypting %s", what);
 	}
-	buf why = BUF_INIT;
-	seal_explain(rc, id, &why);
-	rc = client_fail(c, rc == -CAIRN_ENOMEM ? CAIRN_ENOMEM : CAIRN_EDB, "%s: %s", what,
-	                 buf_str(&why));
-	buf_free(&why);
+	free(*v);
+	*v = rc == 0 ? buf_detach(&plain) : NULL;
+	if (rc == 0)
+		return *v ? CAIRN_OK
+		          : client_fail(c, CAIRN_ENOMEM, "out of memory decrypting %s", what);
+	/* One value that does not open hides only itself: the record reads. */
 	buf_free(&plain);
-	return rc;
+	*l.locked |= bit;
+	if (rc == SEAL_NOKEY) {
+		memcpy(l.locked_key, id, sizeof id);
+	} else {
+		*l.unauthentic |= bit;
+		memcpy(l.unauthentic_key, id, sizeof id);
+	}
+	return CAIRN_OK;
+}
+
+void client_json_unreadable(cJSON *obj, unsigned locked, unsigned unauthentic,
+                            const char *locked_key, const char *unauthentic_key,
+                            const char *const names[3])
+{
+	static const char *const fields[3] = {"input", "output", "error"};
+	if (!locked)
+		return;
+	cJSON *u = cJSON_AddObjectToObject(obj, "unreadable");
+	for (unsigned i = 0; i < 3; i++) {
+		char why[CAIRN_UNREADABLE_MAX];
+		const char *key = NULL, *name = (names ? names : fields)[i];
+		const char *cause =
+		    cairn_unreadable_why(locked, unauthentic, locked_key, unauthentic_key, 1u << i,
+		                         why, sizeof why, &key);
+		if (!cause || !name)
+			continue;
+		cJSON *o = cJSON_AddObjectToObject(u, name);
+		cJSON_AddStringToObject(o, "key", key);
+		cJSON_AddStringToObject(o, "cause", cause);
+		cJSON_AddStringToObject(o, "reason", why);
+	}
 }
 
 /* What is written for value (JSON text or a message) in a field f: the
@@ -552,11 +576,11 @@ static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued 
 	int rc = CAIRN_OK;
 	for (size_t i = 0; i < n && !rc; i++) {
 		cairn_enqueued *e = &out[i];
-		rc = client_unseal(c, SEAL_RUN_OUTPUT, &e->output, CAIRN_LOCKED_OUTPUT, &e->locked,
-		                   e->locked_key, "the run's output");
+		rc = client_unseal(c, SEAL_RUN_OUTPUT, &e->output, CAIRN_LOCKED_OUTPUT,
+		                   CLIENT_LOCK(e), "the run's output");
 		if (!rc)
 			rc = client_unseal(c, SEAL_RUN_ERROR, &e->error, CAIRN_LOCKED_ERROR,
-			                   &e->locked, e->locked_key, "the run's error");
+			                   CLIENT_LOCK(e), "the run's error");
 	}
 	return rc;
 }
@@ -1000,14 +1024,14 @@ static void run_from_row(cairn_run *run, const PGresult *r, int i)
 /* Decrypts what run_from_row read. */
 static int run_unseal(cairn_client *c, cairn_run *run)
 {
-	int rc = client_unseal(c, SEAL_RUN_INPUT, &run->input, CAIRN_LOCKED_INPUT, &run->locked,
-	                       run->locked_key, "the run's input");
+	int rc = client_unseal(c, SEAL_RUN_INPUT, &run->input, CAIRN_LOCKED_INPUT, CLIENT_LOCK(run),
+	                       "the run's input");
 	if (!rc)
 		rc = client_unseal(c, SEAL_RUN_OUTPUT, &run->output, CAIRN_LOCKED_OUTPUT,
-		                   &run->locked, run->locked_key, "the run's output");
+		                   CLIENT_LOCK(run), "the run's output");
 	if (!rc)
-		rc = client_unseal(c, SEAL_RUN_ERROR, &run->error, CAIRN_LOCKED_ERROR, &run->locked,
-		                   run->locked_key, "the run's error");
+		rc = client_unseal(c, SEAL_RUN_ERROR, &run->error, CAIRN_LOCKED_ERROR,
+		                   CLIENT_LOCK(run), "the run's error");
 	return rc;
 }
 
@@ -1152,10 +1176,10 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 		s->finished_unix_ms = db_get_i64(r, i, 8);
 		if (!rc)
 			rc = client_unseal(c, SEAL_STEP_OUTPUT, &s->output, CAIRN_LOCKED_OUTPUT,
-			                   &s->locked, s->locked_key, "a step's output");
+			                   CLIENT_LOCK(s), "a step's output");
 		if (!rc)
 			rc = client_unseal(c, SEAL_STEP_ERROR, &s->error, CAIRN_LOCKED_ERROR,
-			                   &s->locked, s->locked_key, "a step's error");
+			                   CLIENT_LOCK(s), "a step's error");
 	}
 	PQclear(r);
 	if (!rc)
@@ -1397,15 +1421,15 @@ static int event_there(cairn_client *c, void *arg)
 		return -client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", a->run);
 	if (null)
 		return 0;
-	unsigned locked = 0;
-	char key[SEAL_ID_MAX + 1];
-	int rc = v ? client_unseal(c, SEAL_EVENT_VALUE, &v, 1, &locked, key, "the event's value")
+	cairn_event_info e = {0};
+	int rc = v ? client_unseal(c, SEAL_EVENT_VALUE, &v, CAIRN_LOCKED_OUTPUT, CLIENT_LOCK(&e),
+	                           "the event's value")
 	           : client_fail(c, CAIRN_ENOMEM, "out of memory reading the event");
-	if (!rc && locked)
+	char why[CAIRN_UNREADABLE_MAX];
+	if (!rc && CAIRN_UNREADABLE_WHY(&e, CAIRN_LOCKED_OUTPUT, why, sizeof why))
 		rc = client_fail(c, CAIRN_ESTATE,
-		                 "event \"%s\" of run %" PRId64 " is encrypted (key %s), which is "
-		                 "not among CAIRN_ENCRYPTION_KEYS",
-		                 a->key, a->run, key);
+		                 "event \"%s\" of run %" PRId64 " is unreadable: %s", a->key,
+		                 a->run, why);
 	if (rc) {
 		free(v);
 		return -rc;

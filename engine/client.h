@@ -88,12 +88,36 @@ int client_db_fail(cairn_client *c);
 /* Makes c seal and open with k, which the caller keeps until c is freed
  * (the worker's own clients share its configuration's keys). */
 void client_use_keys(cairn_client *c, const seal_keys *k);
-/* Replaces *v, as read from a field f, by its plaintext: 0. A value under a
- * key c lacks becomes NULL, with bit set in *locked and the key in key
- * (SEAL_ID_MAX + 1 bytes); one that does not decrypt is CAIRN_EDB, the
- * message naming what; CAIRN_ENOMEM. */
-int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, unsigned *locked,
-                  char *key, const char *what);
+/* Where client_unseal marks a field of a record (cairn.h) it cannot open:
+ * the record's locked and unauthentic bits and their keys (SEAL_ID_MAX + 1
+ * bytes each). */
+typedef struct client_lock {
+	unsigned *locked, *unauthentic;
+	char *locked_key, *unauthentic_key;
+} client_lock;
+#define CLIENT_LOCK(rec)                                                                           \
+	((client_lock){&(rec)->locked, &(rec)->unauthentic, (rec)->locked_key,                     \
+	               (rec)->unauthentic_key})
+/* Replaces *v, as read from a field f, by its plaintext: 0. A value that
+ * does not open becomes NULL, and 0 too, so that the rest of its record
+ * still reads: under a key c lacks, with bit set in *l.locked and the key
+ * in l.locked_key; under a key c has but failing to authenticate (other
+ * key bytes, or altered) or malformed, in *l.unauthentic and
+ * l.unauthentic_key as well. CAIRN_ENOMEM (the message naming what). */
+int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, client_lock l,
+                  const char *what);
+/* Adds "unreadable": {NAME: {"key": K, "cause": C, "reason": R}, ...} to
+ * obj for the fields of a record that did not open (nothing when none), C
+ * and R as cairn_unreadable_why gives them, names[i] naming the field of
+ * bit 1 << i (NULL: input, output, error). The one shape of every JSON
+ * document that shows a record (README, Security). */
+struct cJSON;
+void client_json_unreadable(struct cJSON *obj, unsigned locked, unsigned unauthentic,
+                            const char *locked_key, const char *unauthentic_key,
+                            const char *const names[3]);
+#define CLIENT_JSON_UNREADABLE(obj, rec, names)                                                    \
+	client_json_unreadable(obj, (rec)->locked, (rec)->unauthentic, (rec)->locked_key,          \
+	                       (rec)->unauthentic_key, names)
 /* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
 /* What client_signal_once says of a nonce used before. */

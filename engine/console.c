@@ -3,8 +3,8 @@
  * status for a filter, a run's signals and events, the last hour of work
  * minute by minute, and where the built-in singletons run. Each call is one
  * parameterised statement on the client's connection; values stored
- * encrypted are opened with the client's keys or reported as locked, as
- * cairn_run_get does. Owns nothing beyond what it returns.
+ * encrypted are opened with the client's keys or reported as unreadable
+ * (locked), as cairn_run_get does. Owns nothing beyond what it returns.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -83,7 +83,7 @@ int cairn_signal_list(cairn_client *c, int64_t run_id, cairn_signal_info **out, 
 		rc = !x->name || !x->payload
 		         ? client_fail(c, CAIRN_ENOMEM, "out of memory reading signals")
 		         : client_unseal(c, SEAL_SIGNAL_PAYLOAD, &x->payload, CAIRN_LOCKED_INPUT,
-		                         &x->locked, x->locked_key, "a signal's payload");
+		                         CLIENT_LOCK(x), "a signal's payload");
 	}
 	PQclear(r);
 	if (rc) {
@@ -124,7 +124,7 @@ int cairn_event_list(cairn_client *c, int64_t run_id, cairn_event_info **out, si
 		rc = !x->key || !x->value
 		         ? client_fail(c, CAIRN_ENOMEM, "out of memory reading events")
 		         : client_unseal(c, SEAL_EVENT_VALUE, &x->value, CAIRN_LOCKED_OUTPUT,
-		                         &x->locked, x->locked_key, "an event's value");
+		                         CLIENT_LOCK(x), "an event's value");
 	}
 	PQclear(r);
 	if (rc) {

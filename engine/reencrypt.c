@@ -4,7 +4,10 @@
  * plaintext or sealed under an older key with the client's current key
  * (seal.h). Each write compares the row's values with what was read, so a
  * value a worker wrote meanwhile is never overwritten: that row is counted
- * as changed and left for the next pass.
+ * as changed and left for the next pass. Every value is opened, those under
+ * the current key too; one that does not open is left as it is and counted
+ * by why: its key is missing, or it does not authenticate under a key the
+ * client has (with where it is, for the operator).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,6 +31,7 @@ typedef struct table {
 	const char *first[2]; /* the key before every row's */
 	int nkeys, nvalues;
 	seal_field fields[MAX_VALUES];
+	const char *noun, *names[MAX_VALUES]; /* a row and its values, for messages */
 	const char *select, *update;
 } table;
 
@@ -37,6 +41,8 @@ static const table TABLES[] = {
      1,
      3,
      {SEAL_RUN_INPUT, SEAL_RUN_OUTPUT, SEAL_RUN_ERROR},
+     "run",
+     {"input", "output", "error"},
      "SELECT id, input::text, output::text, error FROM cairn.runs "
      "WHERE id > $1 ORDER BY id LIMIT $2",
      "UPDATE cairn.runs r SET input = u.ni::jsonb, output = u.no::jsonb, error = u.ne "
@@ -51,6 +57,8 @@ static const table TABLES[] = {
      2,
      2,
      {SEAL_STEP_OUTPUT, SEAL_STEP_ERROR},
+     "step",
+     {"output", "error"},
      "SELECT run_id, seq, output::text, error FROM cairn.steps "
      "WHERE (run_id, seq) > ($1, $2) ORDER BY run_id, seq LIMIT $3",
      "UPDATE cairn.steps s SET output = u.no::jsonb, error = u.ne "
@@ -64,6 +72,8 @@ static const table TABLES[] = {
      1,
      1,
      {SEAL_SIGNAL_PAYLOAD},
+     "signal",
+     {"payload"},
      "SELECT id, payload::text FROM cairn.signals WHERE id > $1 ORDER BY id LIMIT $2",
      "UPDATE cairn.signals g SET payload = u.np::jsonb "
      "FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, op, np) "
@@ -73,6 +83,8 @@ static const table TABLES[] = {
      1,
      1,
      {SEAL_RUN_INPUT},
+     "schedule",
+     {"input"},
      "SELECT name, input::text FROM cairn.schedules WHERE name > $1 ORDER BY name LIMIT $2",
      "UPDATE cairn.schedules s SET input = u.ni::jsonb "
      "FROM unnest($1::text[], $2::text[], $3::text[]) AS u(name, oi, ni) "
@@ -82,6 +94,8 @@ static const table TABLES[] = {
      2,
      1,
      {SEAL_EVENT_VALUE},
+     "event",
+     {"value"},
      "SELECT run_id, key, value::text FROM cairn.events "
      "WHERE (run_id, key) > ($1, $2) ORDER BY run_id, key LIMIT $3",
      "UPDATE cairn.events e SET value = u.nv::jsonb "
@@ -110,22 +124,68 @@ static void rewrite_free(rewrite *w)
 /*
  * What value v (read from a field f) becomes under the current key: 0 with
  * the new text in out, 1 when it stays (NULL, or already current), or the
- * stat it counts toward when it cannot be opened.
+ * stat it counts toward when it cannot be opened, its key id in id:
+ * MISSING when the client lacks the key, UNREADABLE when it has a key of
+ * that id but the value does not authenticate under it (or is malformed).
  */
 enum { KEEP = 1, MISSING = 2, UNREADABLE = 3 };
-static int rewrite_value(const cairn_client *c, seal_field f, const char *v, buf *out)
+static int rewrite_value(const cairn_client *c, seal_field f, const char *v, buf *out,
+                         char id[SEAL_ID_MAX + 1])
 {
-	char id[SEAL_ID_MAX + 1];
-	if (!v || (seal_is_sealed(f, v, id) && strcmp(id, seal_key_id(c->keys, 0)) == 0))
+	if (!v)
 		return KEEP;
+	/* A value under the current key is opened too: one that does not
+	 * authenticate (the key id reused for other bytes) is found here. */
 	buf plain = BUF_INIT;
 	int rc = seal_open(c->keys, f, v, &plain, id);
+	if (rc == 0 && strcmp(id, seal_key_id(c->keys, 0)) == 0) {
+		buf_free(&plain);
+		return KEEP;
+	}
 	if (rc >= 0) {
 		buf_reset(out);
 		rc = seal_value(c->keys, f, rc == 0 ? buf_str(&plain) : v, out);
 	}
 	buf_free(&plain);
 	return rc == SEAL_NOKEY ? MISSING : rc == -CAIRN_EINVAL ? UNREADABLE : rc;
+}
+
+/* Adds item to the list (CAIRN_REENCRYPT_LIST_MAX bytes, items separated
+ * by sep) unless it is there; a list that is full ends with "...". */
+static void list_add(char *list, const char *sep, const char *item)
+{
+	size_t len = strlen(list), n = strlen(item), s = strlen(sep);
+	for (const char *p = list; *p;) {
+		const char *end = strstr(p, sep);
+		size_t m = end ? (size_t)(end - p) : strlen(p);
+		if (m == n && strncmp(p, item, n) == 0)
+			return;
+		p += m + (end ? s : 0);
+	}
+	if (len >= 3 && strcmp(list + len - 3, "...") == 0)
+		return;
+	if (len + s + n + s + 3 < CAIRN_REENCRYPT_LIST_MAX)
+		snprintf(list + len, CAIRN_REENCRYPT_LIST_MAX - len, "%s%s", len ? sep : "", item);
+	else
+		snprintf(list + len, CAIRN_REENCRYPT_LIST_MAX - len, "%s...", len ? sep : "");
+}
+
+/* Counts a value of row i of r (column v of t) left as it is. */
+static void count_left(const table *t, const PGresult *r, int i, int v, int what, const char *id,
+                       cairn_reencrypt_stats *s)
+{
+	if (what == MISSING) {
+		s->missing_key++;
+		list_add(s->missing_keys, ",", id);
+		return;
+	}
+	s->unreadable++;
+	if (*id) /* else malformed, naming no key */
+		list_add(s->unreadable_keys, ",", id);
+	char at[200];
+	snprintf(at, sizeof at, "%s %s%s%s %s", t->noun, PQgetvalue(r, i, 0),
+	         t->nkeys == 2 ? "/" : "", t->nkeys == 2 ? PQgetvalue(r, i, 1) : "", t->names[v]);
+	list_add(s->unreadable_at, ", ", at);
 }
 
 /* Plans the rewrite of the rows of r into w, counting into s: 0 or
@@ -142,13 +202,14 @@ static int plan(const cairn_client *c, const table *t, const PGresult *r, rewrit
 		for (int v = 0; v < t->nvalues && !rc; v++) {
 			int col = t->nkeys + v;
 			old[v] = now[v] = PQgetisnull(r, i, col) ? NULL : PQgetvalue(r, i, col);
-			int what = rewrite_value(c, t->fields[v], old[v], &next);
+			char id[SEAL_ID_MAX + 1] = "";
+			int what = rewrite_value(c, t->fields[v], old[v], &next, id);
 			if (what == 0 && !(now[v] = fresh[v] = buf_detach(&next)))
 				rc = -CAIRN_ENOMEM;
 			change |= what == 0;
 			s->current += what == KEEP && old[v];
-			s->missing_key += what == MISSING;
-			s->unreadable += what == UNREADABLE;
+			if (what == MISSING || what == UNREADABLE)
+				count_left(t, r, i, v, what, id, s);
 			rc = what < 0 ? what : rc;
 		}
 		if (change && !rc) {

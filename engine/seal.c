@@ -351,3 +351,31 @@ void seal_explain(int rc, const char *id, buf *out)
 	else
 		buf_puts(out, "it starts with \"" SEAL_PREFIX "\" but is no encrypted value");
 }
+
+/* Why a field is unreadable, by cause: one table for every output. */
+static const struct {
+	const char *cause, *format;
+} UNREADABLE[] = {
+    {"missing_key",
+     "it is encrypted with key \"%s\", which is not configured (CAIRN_ENCRYPTION_KEYS)"},
+    {"not_authentic",
+     "it does not authenticate under key \"%s\", which is configured: the key's bytes "
+     "differ from the ones it was written with, or the stored value was altered"},
+};
+
+const char *cairn_unreadable_why(unsigned locked, unsigned unauthentic, const char *locked_key,
+                                 const char *unauthentic_key, unsigned bit, char *out, size_t n,
+                                 const char **key)
+{
+	if (n)
+		out[0] = '\0';
+	if (!(locked & bit))
+		return NULL;
+	int forged = (unauthentic & bit) != 0;
+	const char *id = forged ? unauthentic_key : locked_key;
+	if (key)
+		*key = id;
+	if (n)
+		snprintf(out, n, UNREADABLE[forged].format, id);
+	return UNREADABLE[forged].cause;
+}

@@ -113,13 +113,36 @@ int cairn_client_set_keys(cairn_client *c, const char *spec);
 int cairn_client_keys_from_env(cairn_client *c);
 
 /*
- * A field the client could not decrypt (its key is not among the client's)
- * is NULL, its bit is set in `locked` and `locked_key` names the key
- * (NUL-terminated), so that a caller can say "encrypted (key K)".
+ * A field the client could not decrypt is NULL and its bit is set in
+ * `locked`; the rest of the record reads as usual. Either the key the value
+ * names is not among the client's (`locked_key` names it), or that key is
+ * configured but the value does not authenticate under it: the key's bytes
+ * differ from the ones it was written with (an id reused for another key),
+ * or the stored value was altered. Such a field's bit is set in
+ * `unauthentic` too, and `unauthentic_key` names its key. (Keys are
+ * NUL-terminated; of several fields under different keys of one kind, the
+ * last one's is named.) cairn_unreadable_why() says which, in words.
  */
 #define CAIRN_LOCKED_INPUT  1u
 #define CAIRN_LOCKED_OUTPUT 2u
 #define CAIRN_LOCKED_ERROR  4u
+
+/*
+ * Why the field of bit is unreadable, given a record's locked, unauthentic,
+ * locked_key and unauthentic_key: its cause, "missing_key" or
+ * "not_authentic", with the reason in words in out (n bytes;
+ * CAIRN_UNREADABLE_MAX is enough), e.g. `it is encrypted with key "k1",
+ * which is not configured (CAIRN_ENCRYPTION_KEYS)`. NULL, with out "",
+ * when bit is not set in locked. The key it names is *key.
+ */
+#define CAIRN_UNREADABLE_MAX 320
+const char *cairn_unreadable_why(unsigned locked, unsigned unauthentic, const char *locked_key,
+                                 const char *unauthentic_key, unsigned bit, char *out, size_t n,
+                                 const char **key);
+/* cairn_unreadable_why of record rec (a cairn_run *, cairn_step_info * ...). */
+#define CAIRN_UNREADABLE_WHY(rec, bit, out, n)                                                     \
+	cairn_unreadable_why((rec)->locked, (rec)->unauthentic, (rec)->locked_key,                 \
+	                     (rec)->unauthentic_key, bit, out, n, NULL)
 
 /* Options of cairn_enqueue(); zero-initialise and set what you need. */
 typedef struct cairn_enqueue_opts {
@@ -158,6 +181,8 @@ typedef struct cairn_enqueued {
 	char *error;     /* see above; or NULL */
 	unsigned locked; /* CAIRN_LOCKED_OUTPUT, CAIRN_LOCKED_ERROR */
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	unsigned unauthentic; /* of locked: those that do not authenticate */
+	char unauthentic_key[CAIRN_KEY_ID_MAX + 1];
 	int held; /* pending, waiting for a slot of its concurrency key */
 } cairn_enqueued;
 
@@ -220,6 +245,8 @@ typedef struct cairn_step_info {
 	int64_t started_unix_ms, finished_unix_ms; /* 0 when unset */
 	unsigned locked;                           /* CAIRN_LOCKED_OUTPUT, CAIRN_LOCKED_ERROR */
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	unsigned unauthentic; /* of locked: those that do not authenticate */
+	char unauthentic_key[CAIRN_KEY_ID_MAX + 1];
 } cairn_step_info;
 
 /* A run's child (cairn_child_start). */
@@ -242,6 +269,8 @@ typedef struct cairn_run {
 	char *error;     /* or NULL */
 	unsigned locked; /* CAIRN_LOCKED_INPUT, _OUTPUT, _ERROR (input is then NULL too) */
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	unsigned unauthentic; /* of locked: those that do not authenticate */
+	char unauthentic_key[CAIRN_KEY_ID_MAX + 1];
 	int64_t created_unix_ms, scheduled_unix_ms, started_unix_ms, updated_unix_ms,
 	    finished_unix_ms; /* 0 when unset */
 	size_t nsteps;
@@ -331,15 +360,24 @@ int cairn_event_get(cairn_client *c, int64_t run_id, const char *key, int64_t ti
                     const char *changed_from, char **value);
 
 /* What cairn_reencrypt() did, as it goes. */
+#define CAIRN_REENCRYPT_LIST_MAX 256
 typedef struct cairn_reencrypt_stats {
 	int64_t rows_total;  /* rows of runs, steps, signals, events and schedules at the start */
 	int64_t rows_done;   /* rows looked at so far */
 	int64_t rewritten;   /* values now under the current key (plaintext ones included) */
 	int64_t current;     /* values that already were */
 	int64_t missing_key; /* values under a key the client lacks: left as they are */
-	int64_t unreadable;  /* values that do not decrypt (altered): left as they are */
+	int64_t unreadable;  /* values under a key the client has that do not authenticate
+	                        under it (other key bytes, or altered): left as they are */
 	int64_t changed;     /* rows a worker wrote while they were being rewritten: left
 	                        for the next pass */
+	/* The ids of the keys of the missing_key values and of the unreadable
+	 * ones ("k1,k3"), and where the first unreadable values are ("run 42
+	 * input, step 42/0 output, ..."); NUL-terminated, "..." ending a list
+	 * cut short. */
+	char missing_keys[CAIRN_REENCRYPT_LIST_MAX];
+	char unreadable_keys[CAIRN_REENCRYPT_LIST_MAX];
+	char unreadable_at[CAIRN_REENCRYPT_LIST_MAX];
 } cairn_reencrypt_stats;
 
 /*
@@ -372,8 +410,10 @@ typedef struct cairn_signal_info {
 	int64_t id;
 	char *name;
 	char *payload;   /* JSON text; NULL when locked */
-	unsigned locked; /* CAIRN_LOCKED_INPUT when the payload is under a missing key */
+	unsigned locked; /* CAIRN_LOCKED_INPUT when the payload does not open */
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	unsigned unauthentic; /* CAIRN_LOCKED_INPUT when it does not authenticate */
+	char unauthentic_key[CAIRN_KEY_ID_MAX + 1];
 	int64_t created_unix_ms;
 	int consumed_by_seq;
 } cairn_signal_info;
@@ -386,8 +426,10 @@ void cairn_signal_list_free(cairn_signal_info *s, size_t n);
 typedef struct cairn_event_info {
 	char *key;
 	char *value;     /* JSON text; NULL when locked */
-	unsigned locked; /* CAIRN_LOCKED_OUTPUT when the value is under a missing key */
+	unsigned locked; /* CAIRN_LOCKED_OUTPUT when the value does not open */
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
+	unsigned unauthentic; /* CAIRN_LOCKED_OUTPUT when it does not authenticate */
+	char unauthentic_key[CAIRN_KEY_ID_MAX + 1];
 	int64_t updated_unix_ms;
 } cairn_event_info;
 

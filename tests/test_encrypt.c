@@ -1,12 +1,14 @@
 /*
  * test_encrypt.c - payloads encrypted at rest (CAIRN_ENCRYPTION_KEYS): a
  * run's input, output, step results and signal payloads are stored sealed
- * (a pg_dump of the database holds none of them); a client without the key
- * sees "encrypted (key K)"; a worker without it leaves the run alone until
+ * (a pg_dump of the database holds none of them); a client without the key,
+ * or with other bytes under its id, sees that one field unreadable and
+ * why, the rest of the run as usual; a worker without it leaves the run alone until
  * one with it takes over; `cairn reencrypt` moves everything to a new key;
  * bad keys are refused without being shown. Against real workers running
  * the `order` demo, which waits for its approval.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -146,6 +148,7 @@ Test(encryption, a_dump_of_the_database_holds_no_plaintext_of_an_encrypted_run)
 	cairn_client *blind = client_with(NULL);
 	cr_assert_eq(cairn_run_get(blind, id, &r), CAIRN_OK, "%s", cairn_client_errmsg(blind));
 	cr_assert_eq(r->locked, CAIRN_LOCKED_INPUT | CAIRN_LOCKED_OUTPUT);
+	cr_assert_eq(r->unauthentic, 0);
 	cr_assert_str_eq(r->locked_key, "k1");
 	cr_assert_null(r->input);
 	cr_assert_null(r->output);
@@ -154,11 +157,14 @@ Test(encryption, a_dump_of_the_database_holds_no_plaintext_of_an_encrypted_run)
 	char ref[32], *out = NULL, *err = NULL;
 	snprintf(ref, sizeof ref, "%" PRId64, id);
 	cr_assert_eq(cli_keys(NULL, &out, &err, "status", ref, NULL), 0, "%s", err);
-	cr_assert(strstr(out, "input      encrypted (key k1)") && !strstr(out, SECRET), "%s", out);
+	cr_assert(strstr(out, "input      unreadable: it is encrypted with key \"k1\", which is "
+	                      "not configured") &&
+	              !strstr(out, SECRET),
+	          "%s", out);
 	free(out);
 	free(err);
 	cr_assert_eq(cli_keys(NULL, &out, &err, "result", ref, NULL), 1);
-	cr_assert(strstr(err, "encrypted (key k1)"), "%s", err);
+	cr_assert(strstr(err, "encrypted with key \"k1\""), "%s", err);
 	free(out);
 	free(err);
 	cr_assert_eq(cli_keys(KEYS1, &out, &err, "result", ref, NULL), 0, "%s", err);
@@ -342,6 +348,235 @@ Test(encryption, bad_keys_are_refused_by_name_and_never_shown)
 	cr_assert(strstr(out, "CAIRN_ENCRYPTION_KEYS=k2,k1 (keys not shown)") &&
 	              !strstr(out, "q8RzO2m0"),
 	          "%s", out);
+	free(out);
+	free(err);
+}
+
+/* ------------------------------------------------ values that do not open */
+
+/* K2's bytes under the id k1: the right id, the wrong key. */
+#define WRONG1 "k1=" K2
+
+/* `cairn ARGS...` (up to four) with CAIRN_ENCRYPTION_KEYS=keys: exit code. */
+static int cli4(const char *keys, char **out, char **err, const char *a, const char *b,
+                const char *c, const char *d)
+{
+	char dburl[2200], k[256];
+	snprintf(dburl, sizeof dburl, "DATABASE_URL=%s", db);
+	snprintf(k, sizeof k, "CAIRN_ENCRYPTION_KEYS=%s", keys);
+	const char *argv[] = {tbin("cairn"), a, b, c, d, NULL};
+	const char *env[] = {dburl, k, "CAIRN_ENCRYPTION_KEYS_FILE", NULL};
+	return trun(argv, env, out, err);
+}
+
+/* The line of text that holds needle (caller frees), failing the test if none. */
+static char *line_of(const char *text, const char *needle)
+{
+	const char *p = strstr(text, needle);
+	cr_assert(p, "no \"%s\" in %s", needle, text);
+	while (p > text && p[-1] != '\n')
+		p--;
+	return strndup(p, strcspn(p, "\n"));
+}
+
+/* The object of --json output (caller deletes), failing the test if none. */
+static cJSON *parsed(const char *out)
+{
+	cJSON *j = cJSON_Parse(out);
+	cr_assert(j, "not JSON: %s", out);
+	return j;
+}
+
+/* o.unreadable.field: its cause, checked to come with key and a reason. */
+static const char *unreadable_cause(const cJSON *o, const char *field, const char *key)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(o, "unreadable"), field);
+	char *text = cJSON_PrintUnformatted(o);
+	cr_assert(cJSON_IsObject(f), "no unreadable.%s in %s", field, text);
+	const cJSON *k = cJSON_GetObjectItemCaseSensitive(f, "key");
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(f, "cause");
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(f, "reason");
+	cr_assert(cJSON_IsString(k) && strcmp(k->valuestring, key) == 0, "%s", text);
+	cr_assert(cJSON_IsString(r) && strstr(r->valuestring, key), "%s", text);
+	cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, field)), "%s", text);
+	free(text);
+	return cJSON_IsString(c) ? c->valuestring : "";
+}
+
+/* The run of a `cairn list --json` whose id is id. */
+static const cJSON *listed(const cJSON *list, int64_t id)
+{
+	const cJSON *r;
+	cJSON_ArrayForEach(r, list)
+	{
+		const cJSON *i = cJSON_GetObjectItemCaseSensitive(r, "id");
+		if (cJSON_IsNumber(i) && (int64_t)i->valuedouble == id)
+			return r;
+	}
+	cr_assert_fail("run %" PRId64 " is not in the list", id);
+	return NULL;
+}
+
+Test(encryption, a_run_whose_input_does_not_open_is_shown_with_that_field_unreadable_and_why)
+{
+	cairn_client *c = client_with(KEYS1);
+	int64_t id = enqueue_order(c);
+	cairn_client_free(c);
+	char ref[32], *out = NULL, *err = NULL;
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+
+	/* The right id, other bytes: the run is there, its input is not. */
+	cr_assert_eq(cli4(WRONG1, &out, &err, "status", ref, NULL, NULL), 0, "%s", err);
+	cr_assert(strstr(out, "workflow   order") && strstr(out, "status     pending"), "%s", out);
+	cr_assert(strstr(out, "input      unreadable: it does not authenticate under key \"k1\""),
+	          "%s", out);
+	cr_assert(!strstr(out, "not configured") && !strstr(out, SECRET), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(cli4(WRONG1, &out, &err, "status", ref, "--json", NULL), 0, "%s", err);
+	cJSON *j = parsed(out);
+	cr_assert_str_eq(unreadable_cause(j, "input", "k1"), "not_authentic");
+	cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "status")->valuestring, "pending");
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+	cr_assert_eq(cli4(WRONG1, &out, &err, "list", "--json", NULL, NULL), 0, "%s", err);
+	j = parsed(out);
+	cr_assert_str_eq(unreadable_cause(listed(j, id), "input", "k1"), "not_authentic");
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+
+	/* The right key, the stored value altered: the same. */
+	PGconn *pg = tdb_connect(db);
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "UPDATE cairn.runs SET input = to_jsonb(overlay(input #>> '{}' placing "
+	         "CASE WHEN substr(input #>> '{}', 30, 1) = 'A' THEN 'B' ELSE 'A' END "
+	         "FROM 30 FOR 1)) WHERE id = %" PRId64,
+	         id);
+	tdb_exec(pg, sql);
+	PQfinish(pg);
+	cr_assert_eq(cli4(KEYS1, &out, &err, "status", ref, "--json", NULL), 0, "%s", err);
+	j = parsed(out);
+	cr_assert_str_eq(unreadable_cause(j, "input", "k1"), "not_authentic");
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+
+	/* Without the key at all: the same shape, another cause. */
+	cr_assert_eq(cli4("k2=" K2, &out, &err, "status", ref, NULL, NULL), 0, "%s", err);
+	cr_assert(strstr(out, "input      unreadable: it is encrypted with key \"k1\", which is "
+	                      "not configured"),
+	          "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(cli4("k2=" K2, &out, &err, "list", "--json", NULL, NULL), 0, "%s", err);
+	j = parsed(out);
+	cr_assert_str_eq(unreadable_cause(listed(j, id), "input", "k1"), "missing_key");
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+}
+
+/* The token of the worker's HTTP API (/v1/). */
+#define API_TOKEN "encrypt-test-token-0123456789"
+
+Test(encryption, each_field_that_does_not_open_says_why_in_status_and_the_http_api)
+{
+	/* The client writes the input and the approval under k1, the worker
+	 * the output and the step results under k2. */
+	pid_t w = worker_with("CAIRN_ENCRYPTION_KEYS=" KEYS21);
+	cairn_client *c = client_with(KEYS1);
+	int64_t id = completed_order(c);
+	cairn_client_free(c);
+	tworker_stop(w, SIGTERM, 30000);
+
+	/* Read with k2's id on K1's bytes and no k1: the input's key is
+	 * missing, the output and the steps' results do not authenticate. */
+	const char *keys = "k2=" K1;
+	char ref[32], *out = NULL, *err = NULL;
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+	cr_assert_eq(cli4(keys, &out, &err, "status", ref, "--json", NULL), 0, "%s", err);
+	cJSON *j = parsed(out);
+	cr_assert_str_eq(unreadable_cause(j, "input", "k1"), "missing_key");
+	cr_assert_str_eq(unreadable_cause(j, "output", "k2"), "not_authentic");
+	cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "status")->valuestring, "completed");
+	const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "journal");
+	cr_assert_geq(cJSON_GetArraySize(steps), 3);
+	cr_assert_str_eq(unreadable_cause(cJSON_GetArrayItem(steps, 0), "output", "k2"),
+	                 "not_authentic");
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+	cr_assert_eq(cli4(keys, &out, &err, "status", ref, NULL, NULL), 0, "%s", err);
+	cr_assert(strstr(out, "input      unreadable: it is encrypted with key \"k1\", which is "
+	                      "not configured") &&
+	              strstr(out, "output     unreadable: it does not authenticate under key "
+	                          "\"k2\"") &&
+	              strstr(out, "charge") && !strstr(out, SECRET),
+	          "%s", out);
+	free(out);
+	free(err);
+
+	/* GET /v1/runs/ID of a worker with those keys: the same document. */
+	w = tworker_start(db, &port, worker_log, "CAIRN_ENCRYPTION_KEYS=k2=" K1,
+	                  "CAIRN_HTTP_TOKEN=" API_TOKEN, "CAIRN_POLL_INTERVAL=100ms", NULL);
+	char path[64];
+	snprintf(path, sizeof path, "/v1/runs/%" PRId64, id);
+	char *body = NULL;
+	long st = thttp_auth(port, "GET", path, "Bearer " API_TOKEN, &body, NULL);
+	cr_assert_eq(st, 200, "GET %s: %ld %s", path, st, body);
+	j = parsed(body);
+	cr_assert_str_eq(unreadable_cause(j, "input", "k1"), "missing_key");
+	cr_assert_str_eq(unreadable_cause(j, "output", "k2"), "not_authentic");
+	cr_assert(!strstr(body, SECRET), "%s", body);
+	cJSON_Delete(j);
+	free(body);
+	tworker_stop(w, SIGTERM, 30000);
+}
+
+Test(encryption, reencrypt_tells_values_under_a_missing_key_from_values_that_do_not_authenticate)
+{
+	/* One run under k1, one under k3; reencrypt holds k1 with other bytes
+	 * and no k3. */
+	cairn_client *c1 = client_with(KEYS1);
+	int64_t wrong = enqueue_order(c1);
+	cairn_client_free(c1);
+	cairn_client *c3 = client_with("k3=" K1);
+	enqueue_order(c3);
+	cairn_client_free(c3);
+	const char *keys = "k2=" K2 ",k1=" K2;
+	char *out = NULL, *err = NULL;
+	cr_assert_eq(cli4(keys, &out, &err, "reencrypt", NULL, NULL, NULL), 1, "%s", err);
+	cr_assert(strstr(out, "1 under keys not configured (k3)") &&
+	              strstr(out, "1 that do not authenticate (under k1)"),
+	          "%s", out);
+	/* Each gets its own advice: add k3; k1 is there, so check its bytes. */
+	char want[128];
+	snprintf(want, sizeof want, "run %" PRId64 " input", wrong);
+	cr_assert(strstr(err, "1 value is under keys that are not configured (k3): add them"), "%s",
+	          err);
+	cr_assert(strstr(err, "1 value does not authenticate under keys that are configured "
+	                      "(k1)") &&
+	              strstr(err, want) && strstr(err, "same bytes"),
+	          "%s", err);
+	char *line = line_of(err, "does not authenticate");
+	cr_assert(!strstr(line, "add"), "adding a key that is there does not help: %s", line);
+	free(line);
+	free(out);
+	free(err);
+	cr_assert_eq(cli4(keys, &out, &err, "reencrypt", "--json", NULL, NULL), 1, "%s", err);
+	cJSON *j = parsed(out);
+	cr_assert_eq(cJSON_GetObjectItemCaseSensitive(j, "missing_key")->valuedouble, 1);
+	cr_assert_eq(cJSON_GetObjectItemCaseSensitive(j, "unreadable")->valuedouble, 1);
+	char *text = cJSON_PrintUnformatted(j);
+	cr_assert(strstr(text, "\"missing_keys\":[\"k3\"]") &&
+	              strstr(text, "\"unreadable_keys\":[\"k1\"]") && strstr(text, want),
+	          "%s", text);
+	free(text);
+	cJSON_Delete(j);
 	free(out);
 	free(err);
 }

@@ -304,7 +304,9 @@ Test(ui, encrypted_values_show_their_key_without_it)
 	cJSON *j = api_get(path, 200);
 	char *text = cJSON_PrintUnformatted(j);
 	cr_assert(!strstr(text, "4242"), "the plaintext leaked: %s", text);
-	cr_assert(strstr(text, "\"locked\":[\"input\"]") && strstr(text, "\"locked_key\":\"k1\""),
+	cr_assert(strstr(text, "\"input\":null") &&
+	              strstr(text, "\"unreadable\":{\"input\":{\"key\":\"k1\",\"cause\":"
+	                           "\"missing_key\""),
 	          "%s", text);
 	free(text);
 	cJSON_Delete(j);
@@ -627,4 +629,86 @@ Test(ui, fleet_page_shows_runners_and_the_shard_grid, .timeout = 180)
 	free(cell);
 	screenshot("console-fleet.png");
 	PQfinish(c);
+}
+
+/* The cause of o.unreadable.field (with its key and reason checked), the
+ * field itself null. */
+static const char *unreadable_cause(const cJSON *o, const char *field, const char *key)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(o, "unreadable"), field);
+	char *text = cJSON_PrintUnformatted(o);
+	cr_assert(cJSON_IsObject(f), "no unreadable.%s in %s", field, text);
+	cr_assert_str_eq(jstr(f, "key"), key, "%s", text);
+	cr_assert(strstr(jstr(f, "reason"), key), "%s", text);
+	cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, field)), "%s", text);
+	free(text);
+	return jstr(f, "cause");
+}
+
+Test(ui, a_value_that_does_not_open_is_marked_unreadable_on_the_run_page_and_in_the_list,
+     .timeout = 180)
+{
+	const char *db = tdb_new_migrated();
+	char url[1024], *out, *err;
+	snprintf(url, sizeof url, "DATABASE_URL=%s", db);
+	const char *env[] = {
+	    url, "CAIRN_ENCRYPTION_KEYS=k1=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", NULL};
+	const char *mk[] = {
+	    tbin("cairn"),          "enqueue", "order", "--key", "sealed", "--input",
+	    "{\"card\": \"4242\"}", NULL};
+	cr_assert_eq(trun(mk, env, &out, &err), 0, "%s", err);
+	int64_t id = atoll(out);
+	free(out);
+	free(err);
+	char ref[32];
+	snprintf(ref, sizeof ref, "%" PRId64, id);
+	const char *sig[] = {tbin("cairn"),        "signal", ref, "approval", "--input",
+	                     "{\"by\": \"4242\"}", NULL};
+	cr_assert_eq(trun(sig, env, &out, &err), 0, "%s", err);
+	free(out);
+	free(err);
+	/* The console has key k1, but other bytes. */
+	setenv("CAIRN_ENCRYPTION_KEYS", "k1=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", 1);
+	ui_start(db, NULL);
+	unsetenv("CAIRN_ENCRYPTION_KEYS");
+	char path[64];
+	snprintf(path, sizeof path, "/api/run?id=%" PRId64, id);
+	cJSON *j = api_get(path, 200);
+	cr_assert_str_eq(unreadable_cause(j, "input", "k1"), "not_authentic");
+	const cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "signals"), 0);
+	cr_assert(s, "no signal");
+	cr_assert_str_eq(unreadable_cause(s, "payload", "k1"), "not_authentic");
+	cJSON_Delete(j);
+	j = api_get("/api/runs", 200);
+	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(j, "runs"), *r;
+	const cJSON *row = NULL;
+	cJSON_ArrayForEach(
+	    r, runs) if ((int64_t)cJSON_GetObjectItemCaseSensitive(r, "id")->valuedouble == id)
+	    row = r;
+	cr_assert(row, "run %" PRId64 " is not in the list", id);
+	cr_assert_str_eq(unreadable_cause(row, "input", "k1"), "not_authentic");
+	cJSON_Delete(j);
+
+	/* The page says it, in words. */
+	browser_start();
+	char hash[64];
+	snprintf(hash, sizeof hash, "#/run/%" PRId64, id);
+	go(hash);
+	ready("run");
+	char *io = text_of("#run-io");
+	tcheck(dump_ui, strstr(io, "unreadable") && strstr(io, "does not authenticate under key"),
+	       "%s", io);
+	cr_assert(!strstr(io, "4242"), "%s", io);
+	free(io);
+	char *sg = text_of("#signals");
+	cr_assert(strstr(sg, "approval") && strstr(sg, "does not authenticate"), "%s", sg);
+	free(sg);
+	go("#/runs");
+	ready("runs");
+	char css[64];
+	snprintf(css, sizeof css, "tr.run[data-id='%" PRId64 "']", id);
+	char *line = text_of(css);
+	cr_assert(strstr(line, "sealed"), "%s", line);
+	free(line);
 }

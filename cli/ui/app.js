@@ -50,8 +50,11 @@ function fmtDur(ms) {
 }
 const badge = st => h("span", {class: "badge s-" + st}, st);
 const json = v => JSON.stringify(v, null, 2);
+/* A field that did not open (null, named in "unreadable"): why, in words. */
+const unreadable = (obj, field) => obj.unreadable && obj.unreadable[field] ?
+  h("div", {class: "locked", title: obj.unreadable[field].cause}, "unreadable: " + obj.unreadable[field].reason) : null;
 function value(obj, field, label) {
-  if (obj.locked && obj.locked.includes(field)) return h("div", {class: "locked"}, "encrypted (key " + obj.locked_key + ")");
+  if (unreadable(obj, field)) return unreadable(obj, field);
   if (obj[field] === null || obj[field] === undefined) return h("span", {class: "muted"}, "null");
   return h("pre", {class: label === "error" ? "err" : ""}, typeof obj[field] === "string" && label === "error" ? obj[field] : json(obj[field]));
 }
@@ -264,9 +267,10 @@ async function pageRun(id) {
       kv("created", h("span", {class: "mono"}, fmtTime(r.created_at))), kv("started", h("span", {class: "mono"}, fmtTime(r.started_at))),
       kv("finished", h("span", {class: "mono"}, fmtTime(r.finished_at))),
       kv("duration", r.started_at ? fmtDur((r.finished_at || Date.now()) - r.started_at) : "-")));
-  const io = h("div", {class: "row"}, h("div", {class: "card"}, h("h3", {}, "Input"), value(r, "input")),
-    h("div", {class: "card"}, h("h3", {}, r.error !== null || (r.locked && r.locked.includes("error")) ? "Error" : "Output"),
-      r.error !== null || (r.locked && r.locked.includes("error")) ? value(r, "error", "error") : value(r, "output")));
+  const failed = r.error !== null || unreadable(r, "error");
+  const io = h("div", {class: "row", id: "run-io"}, h("div", {class: "card"}, h("h3", {}, "Input"), value(r, "input")),
+    h("div", {class: "card"}, h("h3", {}, failed ? "Error" : "Output"),
+      failed ? value(r, "error", "error") : value(r, "output")));
   show(head, io, timeline(r), h("div", {class: "row"}, signals(r), children(r), events(r)));
   document.body.dataset.ready = "run";
   if (!finished) every(3000, () => { if (document.getElementById("modal").hidden) route(); });
@@ -289,8 +293,8 @@ function timeline(r) {
         title: fmtTime(x.started_at) + " → " + fmtTime(x.finished_at)})),
       h("span", {class: "mono"}, badge(x.status), " ", fmtDur(x.finished_at ? x.finished_at - x.started_at : null), x.attempts > 1 ? " ×" + x.attempts : ""),
       h("div", {class: "detail"}, x.error ? h("pre", {class: "err"}, x.error) :
-        x.locked ? h("div", {class: "locked"}, "encrypted (key " + x.locked_key + ")") :
-        x.output !== null ? h("code", {class: "result", title: json(x.output)}, "→ " + JSON.stringify(x.output)) : null));
+        unreadable(x, "error") || unreadable(x, "output") ||
+        (x.output !== null ? h("code", {class: "result", title: json(x.output)}, "→ " + JSON.stringify(x.output)) : null)));
   });
   return h("div", {class: "card"}, h("h3", {}, "Journal (" + steps.length + " step" + (steps.length === 1 ? "" : "s") + ", " + fmtDur(span) + ")"),
     steps.length ? h("ol", {class: "timeline", id: "timeline"}, items) : h("p", {class: "muted"}, "no steps journaled yet"));
@@ -300,7 +304,7 @@ function signals(r) {
     h("tr", {}, h("th", {}, "name"), h("th", {}, "sent"), h("th", {}, "state"), h("th", {}, "payload")),
     r.signals.map(g => h("tr", {}, h("td", {class: "mono"}, g.name), h("td", {class: "mono"}, fmtTime(g.created_at)),
       h("td", {}, g.consumed_by_seq === null ? badge("waiting") : "taken by #" + g.consumed_by_seq),
-      h("td", {}, g.locked_key ? h("span", {class: "locked"}, "encrypted (key " + g.locked_key + ")") : h("code", {}, JSON.stringify(g.payload)))))) :
+      h("td", {}, unreadable(g, "payload") || h("code", {}, JSON.stringify(g.payload)))))) :
     h("p", {class: "muted"}, "none received"));
 }
 function children(r) {
@@ -311,7 +315,7 @@ function children(r) {
 function events(r) {
   return h("div", {class: "card", id: "events"}, h("h3", {}, "Events"), r.events.length ? h("table", {},
     r.events.map(e => h("tr", {}, h("td", {class: "mono"}, e.key),
-      h("td", {}, e.locked_key ? h("span", {class: "locked"}, "encrypted (key " + e.locked_key + ")") : h("code", {}, JSON.stringify(e.value))),
+      h("td", {}, unreadable(e, "value") || h("code", {}, JSON.stringify(e.value))),
       h("td", {class: "mono muted"}, fmtTime(e.updated_at))))) :
     h("p", {class: "muted"}, "none published"));
 }
