@@ -15,8 +15,9 @@
 #                   prints runs, completed, poison, lost, re-executed, drain time
 #   make examples   build the example plugins into build/examples/*.so
 #   make install    PREFIX=/usr/local DESTDIR= (binaries, libcairn.so.0 and
-#                   libcairn.a, cairn.h, pkg-config files, man pages, the
-#                   systemd unit and its environment file)
+#                   libcairn.a, cairn.h, pkg-config files, man pages, bash
+#                   and zsh completion, the systemd unit and its environment
+#                   file)
 #   make deb        a Debian package of the same files in build/deb/
 #   make format     clang-format every C file
 
@@ -97,10 +98,13 @@ SOLIB := $(dir $(LIB))libcairn.so.$(VERSION)
 # The man pages, generated from the --help texts of the built binaries and
 # from include/cairn.h (scripts/man.sh), so they say what the code does.
 MAN := build/man/cairn.1 build/man/cairn-worker.8 build/man/cairn.3
+# The shell completion scripts, printed by the built cairn from its command
+# table (cairn completion bash|zsh).
+COMPLETION := build/completion/cairn build/completion/_cairn
 
 .PHONY: all test test-build demo bench bench-memory chaos clean install format deps examples \
 	fuzz fuzz-build deb
-all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB) $(if $(SAN)$(FUZZ),,$(SOLIB) $(MAN))
+all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB) $(if $(SAN)$(FUZZ),,$(SOLIB) $(MAN) $(COMPLETION))
 
 deps:
 	@sh scripts/deps.sh
@@ -157,6 +161,13 @@ build/man/cairn-worker.8: $(BIN)/cairn-worker scripts/man.sh
 build/man/cairn.3: include/cairn.h scripts/man.sh
 	@mkdir -p $(@D)
 	sh scripts/man.sh api include/cairn.h > $@.tmp && mv $@.tmp $@
+
+build/completion/cairn: $(BIN)/cairn
+	@mkdir -p $(@D)
+	$(BIN)/cairn completion bash > $@.tmp && mv $@.tmp $@
+build/completion/_cairn: $(BIN)/cairn
+	@mkdir -p $(@D)
+	$(BIN)/cairn completion zsh > $@.tmp && mv $@.tmp $@
 
 $(BIN)/cairn: $(CLI_OBJ) $(LIB)
 	@mkdir -p $(@D)
@@ -272,7 +283,9 @@ PC_SUBST = -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSIO
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
-		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/cairn
+		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/cairn \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions
 	install -m 755 bin/cairn bin/cairn-worker $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 lib/libcairn.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/
@@ -284,6 +297,8 @@ install: all
 	install -m 644 build/man/cairn.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 build/man/cairn.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 644 build/man/cairn-worker.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 644 build/completion/cairn $(DESTDIR)$(PREFIX)/share/bash-completion/completions/
+	install -m 644 build/completion/_cairn $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/
 	sed $(PC_SUBST) workers/systemd/cairn-worker.service > $(DESTDIR)$(UNITDIR)/cairn-worker.service
 	install -m 644 workers/systemd/cairn-worker.env $(DESTDIR)$(SYSCONFDIR)/cairn/
 

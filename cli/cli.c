@@ -51,11 +51,14 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_args *a)
 			                 "unknown option \"%s\" (see cairn %s --help)", arg, cmd);
 		const char *name = arg + 2, *eq = strchr(name, '=');
 		size_t len = eq ? (size_t)(eq - name) : strlen(name);
-		cli_opt *o = NULL;
-		for (int k = 0; k < a->nopts; k++)
+		const cli_opt *o = NULL;
+		const char **value = NULL;
+		for (int k = 0; k < CLI_OPTS_MAX && a->opts[k].name; k++)
 			if (strlen(a->opts[k].name) == len &&
-			    strncmp(a->opts[k].name, name, len) == 0)
+			    strncmp(a->opts[k].name, name, len) == 0) {
 				o = &a->opts[k];
+				value = &a->value[k];
+			}
 		if (!o)
 			return cli_error(cmd, EXIT_USAGE,
 			                 "unknown option \"%.*s\" (see cairn %s --help)",
@@ -64,11 +67,11 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_args *a)
 			if (eq)
 				return cli_error(cmd, EXIT_USAGE, "option --%s takes no value",
 				                 o->name);
-			o->value = "";
+			*value = "";
 		} else if (eq) {
-			o->value = eq + 1;
+			*value = eq + 1;
 		} else if (i + 1 < argc) {
-			o->value = argv[++i];
+			*value = argv[++i];
 		} else {
 			return cli_error(cmd, EXIT_USAGE, "option --%s needs a value", o->name);
 		}
@@ -78,9 +81,9 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_args *a)
 
 const char *cli_get(const cli_args *a, const char *name)
 {
-	for (int k = 0; k < a->nopts; k++)
+	for (int k = 0; k < CLI_OPTS_MAX && a->opts[k].name; k++)
 		if (strcmp(a->opts[k].name, name) == 0)
-			return a->opts[k].value;
+			return a->value[k];
 	return NULL;
 }
 

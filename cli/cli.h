@@ -12,18 +12,34 @@
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_NOTFOUND = 3, EXIT_TIMEOUT = 4 };
 
+/* One option of a command: its name without the leading "--", and whether
+ * it takes a value. Each command has one table of them, ended by {NULL}:
+ * the parser, `cairn completion` and the test that compares them with the
+ * command's --help all read it. */
 typedef struct cli_opt {
-	const char *name; /* without the leading "--" */
+	const char *name;
 	int has_arg;
-	const char *value; /* set by cli_parse: the argument, or "" for a flag */
 } cli_opt;
 
+#define CLI_OPTS_MAX 16
+
 typedef struct cli_args {
-	cli_opt *opts;
-	int nopts;
+	const cli_opt *opts;             /* the command's table */
+	const char *value[CLI_OPTS_MAX]; /* by index in opts: set by cli_parse to the
+	                                  * argument, or "" for a flag; NULL if absent */
 	const char *pos[8];
 	int npos;
 } cli_args;
+
+/* A command of cairn. One table of them (main.c) is what main dispatches
+ * on, what `cairn --help` lists and what `cairn completion` completes. */
+typedef struct cli_cmd {
+	const char *name;
+	const char *summary; /* its line in `cairn --help` */
+	int (*fn)(int argc, char **argv);
+	const cli_opt *opts;
+	const char *const *subs; /* its subcommands, ended by NULL; or NULL */
+} cli_cmd;
 
 /* Parses argv (after the command name). Returns 0, or EXIT_USAGE after printing why. */
 int cli_parse(const char *cmd, int argc, char **argv, cli_args *a);
@@ -78,4 +94,8 @@ void cli_json_add_unreadable(cJSON *obj, cli_lock l, const char *const names[3])
 /* Opens the client from --db / $DATABASE_URL, $CAIRN_MAX_PAYLOAD and the
  * encryption keys ($CAIRN_ENCRYPTION_KEYS or $CAIRN_ENCRYPTION_KEYS_FILE). */
 int cli_open(const char *cmd, const cli_args *a, cairn_client **c);
+/* Prints the completion script of shell ("bash" or "zsh") for the n
+ * commands of cmds on stdout: 0, or -1 for a shell it does not know
+ * (complete.c). */
+int cli_completion(const char *shell, const cli_cmd *cmds, size_t n);
 #endif

@@ -17,33 +17,22 @@
 
 #include "cairn.h"
 #include "cli.h"
+#include "client.h"
 #include "link.h"
 #include "parse.h"
+#include "state.h"
 #include "ui.h"
 
-static const char USAGE[] =
-    "usage: cairn [--version] [--help] COMMAND [ARGS]\n"
-    "\n"
-    "cairn is a durable workflow engine on PostgreSQL. Commands:\n"
-    "  migrate      apply the database schema (--status lists migrations)\n"
-    "  enqueue      start a run of a workflow\n"
-    "  signal       send a signal to a run\n"
-    "  signal-link  print a signed URL that sends a signal to a run when POSTed\n"
-    "  cancel       cancel a run\n"
-    "  retry        re-drive a failed or cancelled run\n"
-    "  status       show a run and its journal\n"
-    "  result       print a run's output (--wait to wait for it)\n"
-    "  event        print an event a run published (--wait to wait for it)\n"
-    "  list         list runs\n"
-    "  runners      list the registered runners and whether they are live\n"
-    "  shards       show the owner and epoch of each shard\n"
-    "  schedule     create, list, pause, resume and delete cron schedules\n"
-    "  limit        flow control: per-key concurrency and rate limits of a workflow\n"
-    "  reencrypt    move every stored payload to the current encryption key\n"
-    "  ui           serve the operator console (a web page and a JSON API)\n"
+/* `cairn --help`: this, one line per command of CMDS (at the end of the
+ * file), then USAGE_TAIL. */
+static const char USAGE_HEAD[] = "usage: cairn [--version] [--help] COMMAND [ARGS]\n"
+                                 "\n"
+                                 "cairn is a durable workflow engine on PostgreSQL. Commands:\n";
+static const char USAGE_TAIL[] =
     "\n"
     "RUN is a numeric id or WORKFLOW/KEY. Every command takes --db URL (default\n"
-    "$DATABASE_URL); read commands take --json. `cairn COMMAND --help` for details.\n"
+    "$DATABASE_URL); read commands take --json, and so do migrate, signal, cancel\n"
+    "and retry. `cairn COMMAND --help` for details.\n"
     "\n"
     "Exit codes: 0 success, 1 runtime error, 2 usage error, 3 not found, 4 timeout.\n"
     "Environment: DATABASE_URL, CAIRN_MAX_PAYLOAD (largest input or payload,\n"
@@ -51,6 +40,9 @@ static const char USAGE[] =
     "encrypt inputs and payloads and decrypt what is read: ID=BASE64,...).\n";
 
 /* --------------------------------------------------------------- migrate */
+
+static const cli_opt MIGRATE_OPTS[] = {{"status", 0}, {"dir", 1},  {"shards", 1}, {"json", 0},
+                                       {"db", 1},     {"help", 0}, {NULL, 0}};
 
 static int cmd_migrate(int argc, char **argv)
 {
@@ -66,10 +58,12 @@ static int cmd_migrate(int argc, char **argv)
 	    "                    built into cairn\n"
 	    "  --shards N        shards per group (1-65536; default 4096), recorded on\n"
 	    "                    a fresh database; must match the recorded value after\n"
-	    "  --json            with --status: print JSON\n" COMMON_HELP;
-	cli_opt opts[] = {{"status", 0, 0}, {"dir", 1, 0}, {"shards", 1, 0},
-	                  {"json", 0, 0},   {"db", 1, 0},  {"help", 0, 0}};
-	cli_args a = {opts, 6, {0}, 0};
+	    "  --json            print {\"applied\": [versions this run applied],\n"
+	    "                    \"version_before\", \"version_after\"} (the newest applied\n"
+	    "                    migration before and after; 0: none); with --status,\n"
+	    "                    an array of {\"version\", \"name\", \"checksum\",\n"
+	    "                    \"applied\", \"applied_at\", \"changed\"}\n" COMMON_HELP;
+	cli_args a = {MIGRATE_OPTS, {0}, {0}, 0};
 	if (cli_parse("migrate", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -121,13 +115,23 @@ static int cmd_migrate(int argc, char **argv)
 		if (!rc)
 			cairn_migration_list_free(m, n);
 	} else {
-		int applied;
-		if ((rc = cairn_migrate(c, dir, (int)shards, &applied)))
+		migrate_report m;
+		if ((rc = migrate_apply(c, dir, (int)shards, &m))) {
 			code = cli_fail("migrate", c, rc, NULL);
-		else if (applied)
-			printf("applied %d migration%s\n", applied, applied == 1 ? "" : "s");
-		else
+		} else if (cli_has(&a, "json")) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON *v = cJSON_AddArrayToObject(o, "applied");
+			for (size_t i = 0; i < m.n; i++)
+				cJSON_AddItemToArray(v, cJSON_CreateNumber(m.versions[i]));
+			cJSON_AddNumberToObject(o, "version_before", m.before);
+			cJSON_AddNumberToObject(o, "version_after", m.after);
+			cli_print_json(o);
+		} else if (m.n) {
+			printf("applied %zu migration%s\n", m.n, m.n == 1 ? "" : "s");
+		} else {
 			printf("schema is up to date\n");
+		}
+		migrate_report_clear(&m);
 	}
 	cairn_client_free(c);
 	return code;
@@ -180,6 +184,12 @@ static int finished(const char *status)
 	       strcmp(status, "cancelled") == 0;
 }
 
+static const cli_opt ENQUEUE_OPTS[] = {
+    {"key", 1},          {"input", 1}, {"delay", 1}, {"at", 1},
+    {"max-attempts", 1}, {"group", 1}, {"wait", 0},  {"timeout", 1},
+    {"json", 0},         {"db", 1},    {"help", 0},  {"concurrency-key", 1},
+    {"priority", 1},     {NULL, 0}};
+
 static int cmd_enqueue(int argc, char **argv)
 {
 	static const char help[] =
@@ -212,12 +222,7 @@ static int cmd_enqueue(int argc, char **argv)
 	    "                    \"error\"} (held: waiting for a slot of its concurrency key;\n"
 	    "                    output and error: of an existing finished run, else\n"
 	    "                    null; with --wait: the result)\n" COMMON_HELP;
-	cli_opt opts[] = {{"key", 1, 0},     {"input", 1, 0},        {"delay", 1, 0},
-	                  {"at", 1, 0},      {"max-attempts", 1, 0}, {"group", 1, 0},
-	                  {"wait", 0, 0},    {"timeout", 1, 0},      {"json", 0, 0},
-	                  {"db", 1, 0},      {"help", 0, 0},         {"concurrency-key", 1, 0},
-	                  {"priority", 1, 0}};
-	cli_args a = {opts, 13, {0}, 0};
+	cli_args a = {ENQUEUE_OPTS, {0}, {0}, 0};
 	if (cli_parse("enqueue", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -351,17 +356,22 @@ static int open_and_resolve(const char *cmd, const cli_args *a, cairn_client **c
 	return code;
 }
 
+static const cli_opt SIGNAL_OPTS[] = {{"input", 1}, {"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
 static int cmd_signal(int argc, char **argv)
 {
 	static const char help[] =
-	    "usage: cairn signal RUN NAME [--input JSON | --input @FILE]\n"
+	    "usage: cairn signal RUN NAME [--input JSON | --input @FILE] [--json]\n"
 	    "\n"
 	    "Sends signal NAME to RUN. The signal is buffered until the run awaits it.\n"
 	    "\n"
 	    "  --input JSON      the signal's payload as JSON text, or @FILE (default "
-	    "null)\n" COMMON_HELP;
-	cli_opt opts[] = {{"input", 1, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 3, {0}, 0};
+	    "null)\n"
+	    "  --json            print {\"id\", \"signal\", \"delivered\"}: delivered is true\n"
+	    "                    when the run was waiting for NAME (it is woken to take\n"
+	    "                    it), false when the signal is buffered until it awaits\n"
+	    "                    NAME\n" COMMON_HELP;
+	cli_args a = {SIGNAL_OPTS, {0}, {0}, 0};
 	if (cli_parse("signal", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -378,11 +388,19 @@ static int cmd_signal(int argc, char **argv)
 	if (!code) {
 		static const cli_field fields[] = {
 		    {"signal", "NAME", NULL}, {"payload", "--input", NULL}, {NULL, NULL, NULL}};
-		int rc = cairn_signal(c, id, a.pos[1], payload);
-		if (rc)
+		int delivered;
+		int rc = client_signal_outcome(c, id, a.pos[1], payload, &delivered);
+		if (rc) {
 			code = cli_fail("signal", c, rc, fields);
-		else
+		} else if (cli_has(&a, "json")) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "id", (double)id);
+			cJSON_AddStringToObject(o, "signal", a.pos[1]);
+			cJSON_AddBoolToObject(o, "delivered", delivered);
+			cli_print_json(o);
+		} else {
 			printf("signal %s sent to run %" PRId64 "\n", a.pos[1], id);
+		}
 	}
 	free(owned);
 	cairn_client_free(c);
@@ -425,6 +443,9 @@ static int link_base(cairn_client *c, char *out, size_t n)
 	return EXIT_OK;
 }
 
+static const cli_opt SIGNAL_LINK_OPTS[] = {
+    {"ttl", 1}, {"once", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
 static int cmd_signal_link(int argc, char **argv)
 {
 	static const char help[] =
@@ -440,8 +461,7 @@ static int cmd_signal_link(int argc, char **argv)
 	    "\n"
 	    "  --ttl DURATION    how long the link works (default 24h, at most 365d)\n"
 	    "  --once            the link works once; another POST gets 409\n" COMMON_HELP;
-	cli_opt opts[] = {{"ttl", 1, 0}, {"once", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 4, {0}, 0};
+	cli_args a = {SIGNAL_LINK_OPTS, {0}, {0}, 0};
 	if (cli_parse("signal-link", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -487,11 +507,18 @@ static int cmd_signal_link(int argc, char **argv)
 	return code;
 }
 
+static const cli_opt RUN_ACTION_OPTS[] = {{"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
+#define RUN_ACTION_HELP                                                                            \
+	"  --json            print {\"id\", \"status\"}: the run's status right after\n"           \
+	"                    the command\n" COMMON_HELP
+
+/* cancel and retry: fn acts on the run and puts its status after into
+ * status (CLIENT_OUTCOME_MAX bytes). */
 static int cmd_run_action(int argc, char **argv, const char *cmd, const char *help,
-                          int (*fn)(cairn_client *, int64_t), const char *done)
+                          int (*fn)(cairn_client *, int64_t, char *), const char *done)
 {
-	cli_opt opts[] = {{"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 2, {0}, 0};
+	cli_args a = {RUN_ACTION_OPTS, {0}, {0}, 0};
 	if (cli_parse(cmd, argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -502,34 +529,52 @@ static int cmd_run_action(int argc, char **argv, const char *cmd, const char *he
 	int64_t id;
 	int code = open_and_resolve(cmd, &a, &c, &id);
 	if (!code) {
-		int rc = fn(c, id);
-		if (rc)
+		char status[CLIENT_OUTCOME_MAX] = "";
+		int rc = fn(c, id, status);
+		if (rc) {
 			code = cli_fail(cmd, c, rc, NULL);
-		else
+		} else if (cli_has(&a, "json")) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "id", (double)id);
+			cJSON_AddStringToObject(o, "status", status);
+			cli_print_json(o);
+		} else {
 			printf("run %" PRId64 " %s\n", id, done);
+		}
 	}
 	cairn_client_free(c);
 	return code;
+}
+
+/* A retried run is pending again: the statement sets it so. */
+static int retry_outcome(cairn_client *c, int64_t id, char *status)
+{
+	int rc = cairn_retry(c, id);
+	if (!rc)
+		snprintf(status, CLIENT_OUTCOME_MAX, "%s", run_status_name(RUN_PENDING));
+	return rc;
 }
 
 static int cmd_cancel(int argc, char **argv)
 {
 	return cmd_run_action(
 	    argc, argv, "cancel",
-	    "usage: cairn cancel RUN\n\n"
-	    "Cancels RUN. A run that has not started ends cancelled at once; a\n"
-	    "started one ends cancelled at its next durable call.\n\n" COMMON_HELP,
-	    cairn_cancel, "cancel requested");
+	    "usage: cairn cancel RUN [--json]\n\n"
+	    "Cancels RUN. A run that has not started ends cancelled at once (status\n"
+	    "cancelled); a started one ends cancelled at its next durable call, and\n"
+	    "keeps its status until then.\n\n" RUN_ACTION_HELP,
+	    client_cancel_outcome, "cancel requested");
 }
 
 static int cmd_retry(int argc, char **argv)
 {
 	return cmd_run_action(
 	    argc, argv, "retry",
-	    "usage: cairn retry RUN\n\n"
-	    "Re-drives a failed or cancelled RUN with a fresh attempt count. Its\n"
-	    "completed steps are replayed from the journal, not run again.\n\n" COMMON_HELP,
-	    cairn_retry, "re-driven");
+	    "usage: cairn retry RUN [--json]\n\n"
+	    "Re-drives a failed or cancelled RUN with a fresh attempt count (status\n"
+	    "pending). Its completed steps are replayed from the journal, not run\n"
+	    "again.\n\n" RUN_ACTION_HELP,
+	    retry_outcome, "re-driven");
 }
 
 /* -------------------------------------------------------------- reading */
@@ -606,6 +651,8 @@ static void print_journal_text(const cairn_run *r)
 	}
 }
 
+static const cli_opt STATUS_OPTS[] = {{"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
 static int cmd_status(int argc, char **argv)
 {
 	static const char help[] =
@@ -618,8 +665,7 @@ static int cmd_status(int argc, char **argv)
 	    "\"unreadable\"); the rest of the run reads as usual, and it exits 0.\n"
 	    "\n"
 	    "  --json            print one JSON document\n" COMMON_HELP;
-	cli_opt opts[] = {{"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 3, {0}, 0};
+	cli_args a = {STATUS_OPTS, {0}, {0}, 0};
 	if (cli_parse("status", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -769,6 +815,9 @@ static int print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 	return code;
 }
 
+static const cli_opt RESULT_OPTS[] = {{"wait", 0}, {"timeout", 1}, {"json", 0},
+                                      {"db", 1},   {"help", 0},    {NULL, 0}};
+
 static int cmd_result(int argc, char **argv)
 {
 	static const char help[] =
@@ -781,9 +830,7 @@ static int cmd_result(int argc, char **argv)
 	    "  --wait            wait until the run finishes\n"
 	    "  --timeout D       with --wait: give up after D (default 30s)\n"
 	    "  --json            print {\"id\", \"status\", \"output\", \"error\"}\n" COMMON_HELP;
-	cli_opt opts[] = {
-	    {"wait", 0, 0}, {"timeout", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 5, {0}, 0};
+	cli_args a = {RESULT_OPTS, {0}, {0}, 0};
 	if (cli_parse("result", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -807,6 +854,10 @@ static int cmd_result(int argc, char **argv)
 	return code;
 }
 
+static const cli_opt LIST_OPTS[] = {{"workflow", 1},     {"status", 1}, {"limit", 1},
+                                    {"json", 0},         {"db", 1},     {"help", 0},
+                                    {"code-version", 1}, {NULL, 0}};
+
 static int cmd_list(int argc, char **argv)
 {
 	static const char help[] =
@@ -821,10 +872,7 @@ static int cmd_list(int argc, char **argv)
 	    "                    waiting, completed, failed or cancelled\n"
 	    "  --limit N         at most N runs (1-10000; default 50)\n"
 	    "  --json            print a JSON array\n" COMMON_HELP;
-	cli_opt opts[] = {{"workflow", 1, 0},    {"status", 1, 0}, {"limit", 1, 0},
-	                  {"json", 0, 0},        {"db", 1, 0},     {"help", 0, 0},
-	                  {"code-version", 1, 0}};
-	cli_args a = {opts, 7, {0}, 0};
+	cli_args a = {LIST_OPTS, {0}, {0}, 0};
 	if (cli_parse("list", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -903,6 +951,8 @@ static cJSON *groups_json(const char *groups)
 	return arr;
 }
 
+static const cli_opt RUNNERS_OPTS[] = {{"ttl", 1}, {"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
 static int cmd_runners(int argc, char **argv)
 {
 	static const char help[] =
@@ -917,8 +967,7 @@ static int cmd_runners(int argc, char **argv)
 	    "  --ttl DURATION    heartbeat age after which a runner is not live\n"
 	    "                    (1ms-365d; default 10s, as CAIRN_RUNNER_TTL)\n"
 	    "  --json            print a JSON array\n" COMMON_HELP;
-	cli_opt opts[] = {{"ttl", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 4, {0}, 0};
+	cli_args a = {RUNNERS_OPTS, {0}, {0}, 0};
 	if (cli_parse("runners", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -1014,6 +1063,8 @@ static size_t summarize(const cairn_shard_info *s, size_t n, owner_count **out)
 	return k;
 }
 
+static const cli_opt SHARDS_OPTS[] = {{"group", 1}, {"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
 static int cmd_shards(int argc, char **argv)
 {
 	static const char help[] =
@@ -1025,8 +1076,7 @@ static int cmd_shards(int argc, char **argv)
 	    "\n"
 	    "  --group G         only shards of group G\n"
 	    "  --json            print {\"shards\": [...], \"summary\": [...]}\n" COMMON_HELP;
-	cli_opt opts[] = {{"group", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 4, {0}, 0};
+	cli_args a = {SHARDS_OPTS, {0}, {0}, 0};
 	if (cli_parse("shards", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -1114,6 +1164,10 @@ static int cmd_shards(int argc, char **argv)
 	return code;
 }
 
+static const cli_opt EVENT_OPTS[] = {{"wait", 0}, {"timeout", 1}, {"changed-from", 1},
+                                     {"json", 0}, {"db", 1},      {"help", 0},
+                                     {NULL, 0}};
+
 static int cmd_event(int argc, char **argv)
 {
 	static const char help[] =
@@ -1128,9 +1182,7 @@ static int cmd_event(int argc, char **argv)
 	    "  --changed-from J  with --wait: wait for a value other than J (to follow\n"
 	    "                    progress: pass the value printed last)\n"
 	    "  --json            print {\"run\", \"key\", \"value\"}\n" COMMON_HELP;
-	cli_opt opts[] = {{"wait", 0, 0}, {"timeout", 1, 0}, {"changed-from", 1, 0},
-	                  {"json", 0, 0}, {"db", 1, 0},      {"help", 0, 0}};
-	cli_args a = {opts, 6, {0}, 0};
+	cli_args a = {EVENT_OPTS, {0}, {0}, 0};
 	if (cli_parse("event", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -1245,17 +1297,19 @@ static int schedule_list(cairn_client *c, int json)
 	return EXIT_OK;
 }
 
+static const char *const SCHEDULE_SUBS[] = {"create", "list", "pause", "resume", "delete", NULL};
+static const cli_opt SCHEDULE_OPTS[] = {{"cron", 1},  {"workflow", 1}, {"tz", 1},      {"input", 1},
+                                        {"group", 1}, {"overlap", 1},  {"catchup", 1}, {"json", 0},
+                                        {"db", 1},    {"help", 0},     {NULL, 0}};
+
 static int cmd_schedule(int argc, char **argv)
 {
-	cli_opt opts[] = {{"cron", 1, 0},  {"workflow", 1, 0}, {"tz", 1, 0},      {"input", 1, 0},
-	                  {"group", 1, 0}, {"overlap", 1, 0},  {"catchup", 1, 0}, {"json", 0, 0},
-	                  {"db", 1, 0},    {"help", 0, 0}};
-	cli_args a = {opts, 10, {0}, 0};
+	cli_args a = {SCHEDULE_OPTS, {0}, {0}, 0};
 	if (cli_parse("schedule", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
 		return fputs(SCHEDULE_HELP, stdout), EXIT_OK;
-	static const char *const subs[] = {"create", "list", "pause", "resume", "delete"};
+	const char *const *subs = SCHEDULE_SUBS;
 	int sub = -1;
 	for (int i = 0; a.npos && i < 5; i++)
 		if (strcmp(a.pos[0], subs[i]) == 0)
@@ -1484,21 +1538,19 @@ static int limit_set(cairn_client *c, const cli_args *a, const char *workflow, c
 	return rc ? cli_fail("limit", c, rc, fields) : EXIT_OK;
 }
 
+static const char *const LIMIT_SUBS[] = {"set", "list", "delete", NULL};
+static const cli_opt LIMIT_OPTS[] = {
+    {"key-concurrency", 1}, {"rate", 1}, {"key-rate", 1}, {"json", 0}, {"db", 1}, {"help", 0},
+    {"concurrency", 1},     {NULL, 0}};
+
 static int cmd_limit(int argc, char **argv)
 {
-	cli_opt opts[] = {{"key-concurrency", 1, 0},
-	                  {"rate", 1, 0},
-	                  {"key-rate", 1, 0},
-	                  {"json", 0, 0},
-	                  {"db", 1, 0},
-	                  {"help", 0, 0},
-	                  {"concurrency", 1, 0}};
-	cli_args a = {opts, 7, {0}, 0};
+	cli_args a = {LIMIT_OPTS, {0}, {0}, 0};
 	if (cli_parse("limit", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
 		return fputs(LIMIT_HELP, stdout), EXIT_OK;
-	static const char *const subs[] = {"set", "list", "delete"};
+	const char *const *subs = LIMIT_SUBS;
 	int sub = -1;
 	for (int i = 0; a.npos && i < 3; i++)
 		if (strcmp(a.pos[0], subs[i]) == 0)
@@ -1579,6 +1631,9 @@ static void show_progress(const cairn_reencrypt_stats *s, void *arg)
 	fflush(stderr);
 }
 
+static const cli_opt REENCRYPT_OPTS[] = {
+    {"batch", 1}, {"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
 static int cmd_reencrypt(int argc, char **argv)
 {
 	static const char help[] =
@@ -1597,8 +1652,7 @@ static int cmd_reencrypt(int argc, char **argv)
 	    "\n"
 	    "  --batch N         rows per transaction (1-100000; default 500)\n"
 	    "  --json            print the counts as JSON\n" COMMON_HELP;
-	cli_opt opts[] = {{"batch", 1, 0}, {"json", 0, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 4, {0}, 0};
+	cli_args a = {REENCRYPT_OPTS, {0}, {0}, 0};
 	if (cli_parse("reencrypt", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))
@@ -1674,39 +1728,99 @@ static int cmd_reencrypt(int argc, char **argv)
 	return code;
 }
 
+/* ------------------------------------------------------------ completion */
+
+static int cmd_completion(int argc, char **argv);
+
+static const char *const COMPLETION_SUBS[] = {"bash", "zsh", NULL};
+static const cli_opt COMPLETION_OPTS[] = {{"help", 0}, {NULL, 0}};
+
+/* Every command, in the order `cairn --help` lists them. */
+static const cli_cmd CMDS[] = {
+    {"migrate", "apply the database schema (--status lists migrations)", cmd_migrate, MIGRATE_OPTS,
+     NULL},
+    {"enqueue", "start a run of a workflow", cmd_enqueue, ENQUEUE_OPTS, NULL},
+    {"signal", "send a signal to a run", cmd_signal, SIGNAL_OPTS, NULL},
+    {"signal-link", "print a signed URL that sends a signal to a run when POSTed", cmd_signal_link,
+     SIGNAL_LINK_OPTS, NULL},
+    {"cancel", "cancel a run", cmd_cancel, RUN_ACTION_OPTS, NULL},
+    {"retry", "re-drive a failed or cancelled run", cmd_retry, RUN_ACTION_OPTS, NULL},
+    {"status", "show a run and its journal", cmd_status, STATUS_OPTS, NULL},
+    {"result", "print a run's output (--wait to wait for it)", cmd_result, RESULT_OPTS, NULL},
+    {"event", "print an event a run published (--wait to wait for it)", cmd_event, EVENT_OPTS,
+     NULL},
+    {"list", "list runs", cmd_list, LIST_OPTS, NULL},
+    {"runners", "list the registered runners and whether they are live", cmd_runners, RUNNERS_OPTS,
+     NULL},
+    {"shards", "show the owner and epoch of each shard", cmd_shards, SHARDS_OPTS, NULL},
+    {"schedule", "create, list, pause, resume and delete cron schedules", cmd_schedule,
+     SCHEDULE_OPTS, SCHEDULE_SUBS},
+    {"limit", "flow control: per-key concurrency and rate limits of a workflow", cmd_limit,
+     LIMIT_OPTS, LIMIT_SUBS},
+    {"reencrypt", "move every stored payload to the current encryption key", cmd_reencrypt,
+     REENCRYPT_OPTS, NULL},
+    {"ui", "serve the operator console (a web page and a JSON API)", cmd_ui, UI_OPTS, NULL},
+    {"completion", "print the bash or zsh completion script", cmd_completion, COMPLETION_OPTS,
+     COMPLETION_SUBS},
+};
+#define NCMDS (sizeof CMDS / sizeof *CMDS)
+
+static int cmd_completion(int argc, char **argv)
+{
+	static const char help[] =
+	    "usage: cairn completion bash|zsh\n"
+	    "\n"
+	    "Prints the completion script of the shell, made from the same tables of\n"
+	    "commands and options that `cairn --help` and the commands read. The\n"
+	    "package and `make install` put them where bash-completion and zsh find\n"
+	    "them; for a shell of your own:\n"
+	    "\n"
+	    "  bash  source <(cairn completion bash)     (in ~/.bashrc)\n"
+	    "  zsh   cairn completion zsh > ~/.zfunc/_cairn, with ~/.zfunc in $fpath\n"
+	    "        before compinit\n"
+	    "\n"
+	    "  -h, --help        show this help\n";
+	cli_args a = {COMPLETION_OPTS, {0}, {0}, 0};
+	if (cli_parse("completion", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 1 || cli_completion(a.pos[0], CMDS, NCMDS) < 0)
+		return cli_error("completion", EXIT_USAGE, "%s%s%s: expected bash or zsh",
+		                 a.npos ? "unknown shell \"" : "missing shell",
+		                 a.npos ? a.pos[0] : "", a.npos ? "\"" : "");
+	return EXIT_OK;
+}
+
+static void print_usage(FILE *f)
+{
+	fputs(USAGE_HEAD, f);
+	for (size_t i = 0; i < NCMDS; i++)
+		fprintf(f, "  %-12s %s\n", CMDS[i].name, CMDS[i].summary);
+	fputs(USAGE_TAIL, f);
+}
+
 int main(int argc, char **argv)
 {
-	static const struct {
-		const char *name;
-		int (*fn)(int, char **);
-	} cmds[] = {{"migrate", cmd_migrate}, {"enqueue", cmd_enqueue},
-	            {"signal", cmd_signal},   {"signal-link", cmd_signal_link},
-	            {"cancel", cmd_cancel},   {"retry", cmd_retry},
-	            {"status", cmd_status},   {"result", cmd_result},
-	            {"list", cmd_list},       {"runners", cmd_runners},
-	            {"shards", cmd_shards},   {"reencrypt", cmd_reencrypt},
-	            {"event", cmd_event},     {"schedule", cmd_schedule},
-	            {"limit", cmd_limit},     {"ui", cmd_ui}};
 	if (argc < 2) {
-		fputs(USAGE, stderr);
+		print_usage(stderr);
 		return EXIT_USAGE;
 	}
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
-		fputs(USAGE, stdout);
+		print_usage(stdout);
 		return EXIT_OK;
 	}
 	if (strcmp(argv[1], "--version") == 0) {
 		printf("cairn %s\n", CAIRN_VERSION);
 		return EXIT_OK;
 	}
-	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
-		if (strcmp(argv[1], cmds[i].name) == 0)
-			return cmds[i].fn(argc - 2, argv + 2);
-	fprintf(stderr,
-	        "cairn: unknown command \"%s\"; expected one of migrate, enqueue, signal, "
-	        "signal-link, cancel, retry, status, result, event, list, runners, shards, "
-	        "schedule, limit, reencrypt, ui (see cairn --help)\n",
-	        argv[1]);
+	for (size_t i = 0; i < NCMDS; i++)
+		if (strcmp(argv[1], CMDS[i].name) == 0)
+			return CMDS[i].fn(argc - 2, argv + 2);
+	fprintf(stderr, "cairn: unknown command \"%s\"; expected one of ", argv[1]);
+	for (size_t i = 0; i < NCMDS; i++)
+		fprintf(stderr, "%s%s", i ? ", " : "", CMDS[i].name);
+	fputs(" (see cairn --help)\n", stderr);
 	return EXIT_USAGE;
 }

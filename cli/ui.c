@@ -842,10 +842,11 @@ static const char HELP[] =
     "is not in CAIRN_ENCRYPTION_KEYS (or CAIRN_ENCRYPTION_KEYS_FILE), or they do\n"
     "not authenticate under it.\n";
 
+const cli_opt UI_OPTS[] = {{"listen", 1}, {"token", 1}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
 int cmd_ui(int argc, char **argv)
 {
-	cli_opt opts[] = {{"listen", 1, 0}, {"token", 1, 0}, {"db", 1, 0}, {"help", 0, 0}};
-	cli_args a = {opts, 4, {0}, 0};
+	cli_args a = {UI_OPTS, {0}, {0}, 0};
 	if (cli_parse("ui", argc, argv, &a))
 		return EXIT_USAGE;
 	if (cli_has(&a, "help"))

@@ -870,13 +870,21 @@ static const char SQL_SIGNAL[] =
     "            WHEN done THEN 'it has already finished' "
     "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; the "
     "limit (max_pending_signals in cairn.settings) is ' || $4 "
-    "            ELSE '" CLIENT_NONCE_USED "' END "
+    "            ELSE '" CLIENT_NONCE_USED "' END, "
+    /* Sent to a run that awaits it: the message wakes the run to take it. */
+    "       CASE WHEN EXISTS (SELECT 1 FROM s) AND EXISTS (SELECT 1 FROM cairn.steps "
+    "                  WHERE run_id = $1 AND kind = 'signal' AND status = 'waiting' "
+    "                    AND name = $2) "
+    "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END "
     "FROM r";
 
-/* Runs a statement whose first row's first column is "run already finished",
- * then wakes the run's owner with the payload wake. */
+/* Runs a statement whose first row's first column is "run already finished"
+ * (its third, if any, why the run refused), then wakes the run's owner with
+ * the payload wake. outcome (CLIENT_OUTCOME_MAX bytes; may be NULL) gets
+ * the fourth column: what the write did. */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
-                         const char *const *params, const char *verb, const char *wake)
+                         const char *const *params, const char *verb, const char *wake,
+                         char *outcome)
 {
 	char ids[32];
 	snprintf(ids, sizeof ids, "{%" PRId64 "}", run_id);
@@ -892,17 +900,37 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 		rc =
 		    client_fail(c, CAIRN_ESTATE, "cannot %s run %" PRId64 ": %s", verb, run_id,
 		                PQnfields(r) > 2 ? PQgetvalue(r, 0, 2) : "it has already finished");
+	else if (outcome && PQnfields(r) > 3)
+		snprintf(outcome, CLIENT_OUTCOME_MAX, "%s", PQgetvalue(r, 0, 3));
 	PQclear(r);
 	return rc;
 }
 
+static int signal_send(cairn_client *c, int64_t run_id, const char *name, const char *payload,
+                       const char *nonce, char *outcome);
+
 int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *payload)
 {
-	return client_signal_once(c, run_id, name, payload, NULL);
+	return signal_send(c, run_id, name, payload, NULL, NULL);
+}
+
+int client_signal_outcome(cairn_client *c, int64_t run_id, const char *name, const char *payload,
+                          int *delivered)
+{
+	char outcome[CLIENT_OUTCOME_MAX] = "";
+	int rc = signal_send(c, run_id, name, payload, NULL, outcome);
+	*delivered = strcmp(outcome, CLIENT_SIGNAL_DELIVERED) == 0;
+	return rc;
 }
 
 int client_signal_once(cairn_client *c, int64_t run_id, const char *name, const char *payload,
                        const char *nonce)
+{
+	return signal_send(c, run_id, name, payload, nonce, NULL);
+}
+
+static int signal_send(cairn_client *c, int64_t run_id, const char *name, const char *payload,
+                       const char *nonce, char *outcome)
 {
 	char err[PARSE_ERR_MAX];
 	if (parse_check_name("signal name", name, err) < 0)
@@ -918,7 +946,7 @@ int client_signal_once(cairn_client *c, int64_t run_id, const char *name, const 
 	const char *p[] = {db_i64(idtxt, run_id), name,
 	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, payload ? payload : "null", &sealed),
 	                   db_i64(cap, c->settings.max_pending_signals), nonce};
-	rc = p[2] ? run_state_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "")
+	rc = p[2] ? run_state_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "", outcome)
 	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
 	buf_free(&sealed);
 	return rc;
@@ -943,13 +971,19 @@ static const char SQL_CANCEL[] =
     "      SELECT id, shard_group, shard, 'cancel' FROM req "
     "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-    "  + (SELECT count(*) FROM notify_) FROM r";
+    "  + (SELECT count(*) FROM notify_), 'it has already finished', "
+    "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END FROM r";
 
 int cairn_cancel(cairn_client *c, int64_t run_id)
 {
+	return client_cancel_outcome(c, run_id, NULL);
+}
+
+int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
+{
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	int rc = run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL);
+	int rc = run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL, status);
 	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
 }
 
@@ -981,7 +1015,7 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 {
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "");
+	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "", NULL);
 }
 
 /* ------------------------------------------------------------ run reads */

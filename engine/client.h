@@ -11,6 +11,18 @@
 
 /* The newest migration this build embeds (migrate.c). */
 int migrate_newest_version(void);
+/* What one migration pass did (`cairn migrate --json`): the newest applied
+ * version when it began and when it ended (0: none), and the versions it
+ * applied itself, in order (another migrator may have applied others). */
+typedef struct migrate_report {
+	int before, after;
+	int *versions;
+	size_t n;
+} migrate_report;
+/* cairn_migrate, reporting into out (cleared first, even on an error);
+ * free it with migrate_report_clear. */
+int migrate_apply(cairn_client *c, const char *dir, int shards_per_group, migrate_report *out);
+void migrate_report_clear(migrate_report *r);
 /* The newest migration applied to c's database, read with its settings
  * (client_shards); 0 when they cannot be read (no schema). */
 int client_schema_version(cairn_client *c);
@@ -122,6 +134,19 @@ void client_json_unreadable(struct cJSON *obj, unsigned locked, unsigned unauthe
 int client_shards(cairn_client *c, int *shards);
 /* What client_signal_once says of a nonce used before. */
 #define CLIENT_NONCE_USED "this link was used already"
+/* What a write to a run reports it did (`cairn signal --json`, `cairn
+ * cancel --json`): at most this many bytes with the NUL. */
+#define CLIENT_OUTCOME_MAX      16
+#define CLIENT_SIGNAL_DELIVERED "delivered"
+/* cairn_signal; *delivered says whether the run was waiting for this signal
+ * when it came (it is woken to take it) or not (it is kept until the run
+ * awaits it). */
+int client_signal_outcome(cairn_client *c, int64_t run_id, const char *name, const char *payload,
+                          int *delivered);
+/* cairn_cancel; status (CLIENT_OUTCOME_MAX bytes; may be NULL) gets the
+ * run's status right after it: "cancelled" when it ended at once, else the
+ * status it keeps until its next durable call. */
+int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status);
 /* cairn_enqueue of one run as a child of parent (0: none), whose end then
  * signals the parent (exec.h, EXEC_CHILD_SIGNAL). */
 int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,

@@ -331,9 +331,9 @@ static int record_shards(cairn_client *c, int shards)
 	return CAIRN_OK;
 }
 
-int cairn_migrate(cairn_client *c, const char *dir, int shards_per_group, int *applied_count)
+int migrate_apply(cairn_client *c, const char *dir, int shards_per_group, migrate_report *out)
 {
-	*applied_count = 0;
+	*out = (migrate_report){0};
 	if (shards_per_group < 0 || shards_per_group > 65536)
 		return client_fail(c, CAIRN_EINVAL, "invalid shards %d: expected 1 to 65536",
 		                   shards_per_group);
@@ -347,18 +347,44 @@ int cairn_migrate(cairn_client *c, const char *dir, int shards_per_group, int *a
 	if ((rc = locked_tx(c, SQL_BOOTSTRAP)) || (rc = read_applied(c, &a, &na)) ||
 	    (rc = verify(c, ms, n, a, na)))
 		goto done;
+	/* read_applied orders by version; verify refused versions without a
+	 * file, so once every file is applied the newest file is the schema's. */
+	out->before = na ? a[na - 1].version : 0;
+	out->after = out->before;
+	if (n && !(out->versions = calloc(n, sizeof *out->versions))) {
+		rc = CAIRN_ENOMEM;
+		goto done;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (find_applied(a, na, ms[i].version))
 			continue;
 		int did;
 		if ((rc = apply_one(c, &ms[i], &did)))
 			goto done;
-		*applied_count += did;
+		if (did)
+			out->versions[out->n++] = ms[i].version;
 	}
+	if (n && ms[n - 1].version > out->after)
+		out->after = ms[n - 1].version;
 	rc = record_shards(c, shards_per_group);
 done:
 	free(a);
 	migrations_free(ms, n);
+	return rc;
+}
+
+void migrate_report_clear(migrate_report *r)
+{
+	free(r->versions);
+	*r = (migrate_report){0};
+}
+
+int cairn_migrate(cairn_client *c, const char *dir, int shards_per_group, int *applied_count)
+{
+	migrate_report r;
+	int rc = migrate_apply(c, dir, shards_per_group, &r);
+	*applied_count = (int)r.n;
+	migrate_report_clear(&r);
 	return rc;
 }
 

@@ -41,6 +41,7 @@ cli() {
 		printf '.SS "cairn %s"\n' "$cmd"
 		"$bin" "$cmd" --help | verbatim
 	done
+	printf '.SH FILES\n.TP\n.I share/bash\\-completion/completions/cairn\nbash completion, as\n.B cairn completion bash\nprints it\n.TP\n.I share/zsh/vendor\\-completions/_cairn\nzsh completion, as\n.B cairn completion zsh\nprints it\n.PP\nBoth under the installation prefix\n.RI ( /usr\nfor the package).\n'
 	printf '.SH SEE ALSO\n.BR cairn\\-worker (8),\n.BR cairn (3)\n'
 }
 

@@ -760,3 +760,261 @@ Test(signal, rejected_name_and_payload_name_their_argument)
 	free(err);
 	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.signals"), 0);
 }
+
+/* stdout of a --json command, parsed; fails the test unless it is exactly
+ * one JSON object. */
+static cJSON *json_object(const char *out)
+{
+	const char *end = NULL;
+	cJSON *o = cJSON_ParseWithOpts(out, &end, 0);
+	cr_assert(o && cJSON_IsObject(o), "not a JSON object: %s", out);
+	while (*end == '\n' || *end == ' ')
+		end++;
+	cr_assert_eq(*end, '\0', "more than one JSON document: %s", out);
+	return o;
+}
+
+static double json_num(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	cr_assert(cJSON_IsNumber(v), "\"%s\" is not a number", k);
+	return v->valuedouble;
+}
+
+static const char *json_str(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	cr_assert(cJSON_IsString(v), "\"%s\" is not a string", k);
+	return v->valuestring;
+}
+
+Test(migrate, json_reports_the_versions_applied_and_the_schema_before_and_after)
+{
+	const char *db = tdb_new();
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "migrate", "--json", NULL), 0, "%s", err);
+	cJSON *o = json_object(out);
+	const cJSON *applied = cJSON_GetObjectItemCaseSensitive(o, "applied");
+	cr_assert(cJSON_IsArray(applied), "%s", out);
+	int n = cJSON_GetArraySize(applied);
+	cr_assert_gt(n, 10, "%s", out);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(cJSON_GetArrayItem(applied, i)->valueint, i + 1, "%s", out);
+	cr_assert_eq(json_num(o, "version_before"), 0, "%s", out);
+	cr_assert_eq(json_num(o, "version_after"), n, "%s", out);
+	cr_assert_eq(count(db, "SELECT max(version) FROM cairn.schema_migrations"), n);
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+
+	/* Again: nothing applied, the same version before and after. */
+	cr_assert_eq(tcli(db, &out, &err, "migrate", "--json", NULL), 0, "%s", err);
+	o = json_object(out);
+	cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "applied")), 0);
+	cr_assert_eq(json_num(o, "version_before"), n, "%s", out);
+	cr_assert_eq(json_num(o, "version_after"), n, "%s", out);
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+
+	/* An error is the text on stderr with its exit code, nothing on stdout. */
+	cr_assert_eq(tcli(db, &out, &err, "migrate", "--json", "--shards", "7", NULL), 1);
+	cr_assert_str_empty(out);
+	cr_assert(strstr(err, "shards_per_group is 4096"), "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(signal, json_says_whether_the_run_was_waiting_for_it_or_it_is_buffered)
+{
+	const char *db = tdb_new_migrated();
+	int64_t id = enqueue(db, "order", "sj1");
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "signal", "order/sj1", "approval", "--json", NULL), 0,
+	             "%s", err);
+	cJSON *o = json_object(out);
+	cr_assert_eq(json_num(o, "id"), (double)id);
+	cr_assert_str_eq(json_str(o, "signal"), "approval");
+	cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "delivered")), "%s", out);
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+
+	/* The run awaits "approval" (as a worker leaves it): delivered. */
+	PGconn *c = tdb_connect(db);
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "UPDATE cairn.runs SET status = 'waiting', attempt = 1 WHERE id = %lld; "
+	         "INSERT INTO cairn.steps (run_id, seq, name, kind, status) "
+	         "VALUES (%lld, 0, 'approval', 'signal', 'waiting')",
+	         (long long)id, (long long)id);
+	tdb_exec(c, sql);
+	PQfinish(c);
+	cr_assert_eq(tcli(db, &out, &err, "signal", "order/sj1", "other", "--json", NULL), 0, "%s",
+	             err);
+	o = json_object(out);
+	cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "delivered")), "%s", out);
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+	cr_assert_eq(
+	    tcli(db, &out, &err, "signal", "order/sj1", "approval", "--input", "1", "--json", NULL),
+	    0, "%s", err);
+	o = json_object(out);
+	cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "delivered")), "%s", out);
+	cr_assert_str_eq(json_str(o, "signal"), "approval");
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+
+	cr_assert_eq(tcli(db, &out, &err, "signal", "999999", "approval", "--json", NULL), 3);
+	cr_assert_str_empty(out);
+	cr_assert(strstr(err, "not found"), "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(cancel, json_gives_the_status_right_after_it)
+{
+	const char *db = tdb_new_migrated();
+	int64_t a = enqueue(db, "noop", "cj1"), b = enqueue(db, "noop", "cj2");
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "cancel", "noop/cj1", "--json", NULL), 0, "%s", err);
+	cJSON *o = json_object(out);
+	cr_assert_eq(json_num(o, "id"), (double)a);
+	cr_assert_str_eq(json_str(o, "status"), "cancelled");
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+
+	/* A started run keeps its status until its next durable call. */
+	PGconn *c = tdb_connect(db);
+	char sql[256];
+	snprintf(sql, sizeof sql,
+	         "UPDATE cairn.runs SET status = 'sleeping', attempt = 1 WHERE id = %lld",
+	         (long long)b);
+	tdb_exec(c, sql);
+	PQfinish(c);
+	cr_assert_eq(tcli(db, &out, &err, "cancel", "noop/cj2", "--json", NULL), 0, "%s", err);
+	o = json_object(out);
+	cr_assert_eq(json_num(o, "id"), (double)b);
+	cr_assert_str_eq(json_str(o, "status"), "sleeping");
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+
+	cr_assert_eq(tcli(db, &out, &err, "cancel", "noop/cj1", "--json", NULL), 1);
+	cr_assert_str_empty(out);
+	cr_assert(strstr(err, "already finished"), "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(retry, json_gives_the_status_right_after_it)
+{
+	const char *db = tdb_new_migrated();
+	int64_t id = enqueue(db, "noop", "rj1");
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "retry", "noop/rj1", "--json", NULL), 1);
+	cr_assert_str_empty(out);
+	cr_assert(strstr(err, "only failed or cancelled runs"), "%s", err);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(db, NULL, NULL, "cancel", "noop/rj1", NULL), 0);
+	cr_assert_eq(tcli(db, &out, &err, "retry", "noop/rj1", "--json", NULL), 0, "%s", err);
+	cJSON *o = json_object(out);
+	cr_assert_eq(json_num(o, "id"), (double)id);
+	cr_assert_str_eq(json_str(o, "status"), "pending");
+	cJSON_Delete(o);
+	free(out);
+	free(err);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs WHERE status = 'pending'"), 1);
+}
+
+/* Runs script in a real bash with $1 the cairn binary; its stdout in *out. */
+static int in_bash(const char *script, char **out, char **err)
+{
+	const char *argv[] = {"/bin/bash", "-c", script, "bash", tbin("cairn"), NULL};
+	return trun(argv, NULL, out, err);
+}
+
+Test(completion, bash_completes_commands_subcommands_and_options)
+{
+	static const struct {
+		const char *words; /* COMP_WORDS, the last one being completed */
+		const char *want;  /* COMPREPLY */
+	} cases[] = {
+	    {"cairn sig", "signal signal-link"},
+	    {"cairn re", "retry result reencrypt"},
+	    {"cairn migrate --", "--status --dir --shards --json --db --help"},
+	    {"cairn cancel 12 --j", "--json"},
+	    {"cairn schedule ''", "create list pause resume delete"},
+	    {"cairn schedule create nightly --c", "--cron --catchup"},
+	    {"cairn limit s", "set"},
+	    {"cairn completion ''", "bash zsh"},
+	    {"cairn --v", "--version"},
+	    /* after an option that takes a value: the shell's own (files) */
+	    {"cairn migrate --dir ''", ""},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char script[512], *out, *err;
+		snprintf(script, sizeof script,
+		         "source <(\"$1\" completion bash) || exit 9; COMP_WORDS=(%s); "
+		         "COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _cairn; echo \"${COMPREPLY[*]}\"",
+		         cases[i].words);
+		int rc = in_bash(script, &out, &err);
+		cr_assert_eq(rc, 0, "%s: exit %d: %s", cases[i].words, rc, err);
+		out[strcspn(out, "\n")] = '\0';
+		cr_assert_str_eq(out, cases[i].want, "completing \"%s\"", cases[i].words);
+		free(out);
+		free(err);
+	}
+}
+
+/* The options completion offers for each command are the ones its --help
+ * names (in its usage lines or as an option line), no more, no fewer: the
+ * table the parser reads and the help text cannot drift apart unnoticed. */
+Test(completion, offers_for_every_command_exactly_the_options_its_help_names)
+{
+	char *out, *err;
+	int rc = in_bash(
+	    "source <(\"$1\" completion bash) || exit 9; n=0; rc=0\n"
+	    "for cmd in $(\"$1\" --help | sed -n '/Commands:$/,/^$/s/^  \\([a-z-]*\\) .*/\\1/p'); "
+	    "do\n"
+	    "  n=$((n + 1))\n"
+	    "  help=$(\"$1\" \"$cmd\" --help | { sed -n '1,/^$/p' | grep -o -- '--[a-z][a-z-]*';\n"
+	    "    \"$1\" \"$cmd\" --help | sed -n 's/^ *\\(-h, "
+	    "\\)\\{0,1\\}\\(--[a-z][a-z-]*\\).*/\\2/p'; "
+	    "} | sort -u)\n"
+	    "  COMP_WORDS=(cairn \"$cmd\" --); COMP_CWORD=2; COMPREPLY=(); _cairn\n"
+	    "  comp=$(printf '%s\\n' \"${COMPREPLY[@]}\" | sort -u)\n"
+	    "  [ \"$help\" = \"$comp\" ] || { rc=1; echo \"cairn $cmd: --help names\" $help\\;"
+	    " \"completion offers\" $comp; }\n"
+	    "done\n"
+	    "echo \"$n commands\"; exit $rc",
+	    &out, &err);
+	cr_assert_eq(rc, 0, "exit %d:\n%s%s", rc, out, err);
+	cr_assert(strstr(out, "17 commands"), "%s", out);
+	free(out);
+	free(err);
+}
+
+Test(completion, zsh_script_parses_and_registers_its_function)
+{
+	char *out, *err;
+	int rc =
+	    in_bash("command -v zsh >/dev/null || { echo 'zsh is not installed (make deps)'; "
+	            "exit 1; }; f=$(mktemp) && \"$1\" completion zsh > \"$f\" && zsh -n \"$f\" "
+	            "&& head -n 1 \"$f\" && zsh -f -c 'autoload -U compinit && compinit -u -D "
+	            "&& source \"$1\" && print -r -- \"${_comps[cairn]}\"' zsh \"$f\"; "
+	            "s=$?; rm -f \"$f\"; exit $s",
+	            &out, &err);
+	cr_assert_eq(rc, 0, "exit %d:\n%s%s", rc, out, err);
+	cr_assert_str_eq(out, "#compdef cairn\n_cairn\n", "%s%s", out, err);
+	free(out);
+	free(err);
+	cr_assert_eq(tcli(NULL, &out, &err, "completion", "fish", NULL), 2);
+	cr_assert(strstr(err, "unknown shell \"fish\": expected bash or zsh"), "%s", err);
+	free(out);
+	free(err);
+}

@@ -229,6 +229,26 @@ Test(install, man_pages_render_and_name_every_command_setting_and_function)
 	remove_dir(dir);
 }
 
+/* The completion scripts are where bash-completion and zsh look under the
+ * prefix, and the installed bash one completes. */
+Test(install, completion_scripts_are_installed_where_bash_and_zsh_look)
+{
+	char dir[64];
+	install_into(dir);
+	char *out, *err;
+	int rc =
+	    tsh(&out, &err,
+	        "bash -c 'source \"$0/share/bash-completion/completions/cairn\" && "
+	        "COMP_WORDS=(cairn migrate --j); COMP_CWORD=2; _cairn; echo \"${COMPREPLY[*]}\"' "
+	        "'%s' && head -n 1 '%s/share/zsh/vendor-completions/_cairn'",
+	        dir, dir);
+	cr_assert_eq(rc, 0, "exit %d: %s%s", rc, out, err);
+	cr_assert_str_eq(out, "--json\n#compdef cairn\n", "%s%s", out, err);
+	free(out);
+	free(err);
+	remove_dir(dir);
+}
+
 Test(install, deb_installs_into_a_scratch_root_runs_the_demo_and_purges_cleanly)
 {
 	char *out, *err;
