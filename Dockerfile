@@ -6,10 +6,12 @@ RUN sh scripts/deps.sh
 COPY . .
 RUN make -j2 && make install PREFIX=/usr/local
 
+# The runtime: only the libraries the binaries link (the list dpkg-shlibdeps
+# gives the cairn package), ca-certificates and curl for the health check.
 FROM debian:12
-RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        libpq5 libcjson1 libcurl4 libsodium23 libmicrohttpd12 libsystemd0 curl ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
+COPY scripts/deps.sh /tmp/deps.sh
+RUN sh /tmp/deps.sh --runtime \
+    && rm -rf /var/lib/apt/lists/* /tmp/deps.sh \
     && useradd --system --no-create-home --shell /usr/sbin/nologin cairn
 COPY --from=build /usr/local/bin/cairn /usr/local/bin/cairn-worker /usr/local/bin/
 USER cairn

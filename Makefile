@@ -18,7 +18,8 @@
 #                   libcairn.a, cairn.h, pkg-config files, man pages, bash
 #                   and zsh completion, the systemd unit and its environment
 #                   file)
-#   make deb        a Debian package of the same files in build/deb/
+#   make deb        the same files as Debian packages (libcairn0,
+#                   libcairn-dev, cairn) in build/deb/
 #   make format     clang-format every C file
 
 PREFIX  ?= /usr/local
@@ -302,10 +303,10 @@ install: all
 	sed $(PC_SUBST) workers/systemd/cairn-worker.service > $(DESTDIR)$(UNITDIR)/cairn-worker.service
 	install -m 644 workers/systemd/cairn-worker.env $(DESTDIR)$(SYSCONFDIR)/cairn/
 
-# A .deb of `make install PREFIX=/usr`, its Depends computed by dpkg-shlibdeps
-# (scripts/deb.sh); prints the package's path.
+# The .debs of `make install PREFIX=/usr` (libcairn0, libcairn-dev, cairn),
+# their Depends computed by dpkg-shlibdeps (scripts/deb.sh); prints their paths.
 deb: all
-	sh scripts/deb.sh $(VERSION)
+	sh scripts/deb.sh $(VERSION) $(PKGS) $(SYSTEMD)
 
 format:
 	clang-format -i $(wildcard include/*.h engine/*.[ch] cli/*.[ch] workers/*.[ch] workers/examples/*.[ch] tests/*.[ch])

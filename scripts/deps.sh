@@ -8,15 +8,25 @@
 #                                is missing and what to run, exit 1; exit 0
 #                                silently when everything is installed
 #   sh scripts/deps.sh --fuzz    also clang and its libFuzzer (`make fuzz`)
+#   sh scripts/deps.sh --runtime only what the built binaries need to run
+#                                (the Dockerfile's runtime stage): no
+#                                compiler, PostgreSQL, PgBouncer or Chromium
+#   --list (after any of them)   print the packages, one a line; install nothing
 set -eu
+
+# What cairn and cairn-worker link, by Debian package: the names
+# dpkg-shlibdeps gives the cairn package (make deb; tests/test_install.c
+# checks that they agree), and ca-certificates for HTTPS steps, curl for a
+# container's health check.
+RUNTIME="libpq5 libcjson1 libcurl4 libsodium23 libmicrohttpd12 libsystemd0 ca-certificates curl"
 
 # libsystemd-dev is optional for a build (the worker then cannot speak to
 # systemd) but `make test` checks that it does; dpkg-dev builds the .deb
-# (make deb), man-db and groff-base render the man pages, zsh checks the
-# zsh completion script (cairn completion zsh).
+# (make deb) and lintian checks it, man-db and groff-base render the man
+# pages, zsh checks the zsh completion script (cairn completion zsh).
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
 libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer
-xxd chromium chromium-driver libsystemd-dev dpkg-dev man-db groff-base python3-psycopg
+xxd chromium chromium-driver libsystemd-dev dpkg-dev lintian man-db groff-base python3-psycopg
 zsh"
 # The Node example (workers/examples/node) needs node and npm: Debian's,
 # unless both are installed already (from another source, say).
@@ -25,18 +35,26 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 
 check=0
-case "${1:-}" in
---check) check=1 ;;
---fuzz) PACKAGES="$PACKAGES clang libclang-rt-14-dev" ;;
-"") ;;
-*)
-	echo "usage: sh scripts/deps.sh [--check | --fuzz]" >&2
-	exit 2
-	;;
-esac
+list=0
+for arg in "$@"; do
+	case $arg in
+	--check) check=1 ;;
+	--fuzz) PACKAGES="$PACKAGES clang libclang-rt-14-dev" ;;
+	--runtime) PACKAGES=$RUNTIME ;;
+	--list) list=1 ;;
+	*)
+		echo "usage: sh scripts/deps.sh [--check | --fuzz | --runtime] [--list]" >&2
+		exit 2
+		;;
+	esac
+done
+if [ $list -eq 1 ]; then
+	printf '%s\n' $PACKAGES
+	exit 0
+fi
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, libsystemd, Criterion, PostgreSQL and PgBouncer, xxd, Chromium and its chromedriver, dpkg-dev, man-db, groff-base, psycopg 3 for Python 3, zsh, and Node.js with npm" >&2
+	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, libsystemd, Criterion, PostgreSQL and PgBouncer, xxd, Chromium and its chromedriver, dpkg-dev, lintian, man-db, groff-base, psycopg 3 for Python 3, zsh, and Node.js with npm" >&2
 	exit 1
 fi
 

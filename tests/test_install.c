@@ -3,8 +3,10 @@
  * PREFIX=<scratch dir>` of the release build (which `make test` builds), a
  * program of one's own (workers/examples/embed.c) compiled through
  * pkg-config against the installed shared and static library, the man pages
- * rendered by man-db, and `make deb` installed into a scratch root with dpkg,
- * used (cairn --version, man cairn, the demo) and purged.
+ * rendered by man-db, and `make deb`'s three packages checked by lintian and
+ * file by file, installed into a scratch root with dpkg, used (cairn
+ * --version, man cairn, the demo, a program built against libcairn-dev) and
+ * purged.
  *
  * The release build is shared by every test here and by a developer's own
  * make: each make runs under flock on build/.install.lock.
@@ -249,60 +251,172 @@ Test(install, completion_scripts_are_installed_where_bash_and_zsh_look)
 	remove_dir(dir);
 }
 
-Test(install, deb_installs_into_a_scratch_root_runs_the_demo_and_purges_cleanly)
+/* The packages of `make deb`, as it splits them. */
+enum { DEB_LIB, DEB_DEV, DEB_CLI, NDEBS };
+static const char *const DEB_NAME[NDEBS] = {"libcairn0", "libcairn-dev", "cairn"};
+
+/* Runs `make deb` and copies its packages into dir (mkdtemp'ed here) while
+ * it holds the lock, so that another test's `make deb` cannot replace them
+ * under this one; deb[i] is the copy of DEB_NAME[i]'s package. */
+static void make_debs(char dir[64], char deb[NDEBS][256])
 {
+	snprintf(dir, 64, "/tmp/cairn-deb-XXXXXX");
+	cr_assert(mkdtemp(dir));
 	char *out, *err;
 	int rc = tsh(&out, &err,
-	             "flock '%s/build/.install.lock' make -C '%s' --no-print-directory -s deb 2>&1 "
-	             "| tail -n 1",
-	             top(), top());
-	cr_assert(rc == 0 && strstr(out, ".deb"), "make deb: %s%s", out, err);
-	char deb[512];
-	snprintf(deb, sizeof deb, "%.*s", (int)strcspn(out, "\n"), out);
+	             "flock '%s/build/.install.lock' sh -c \"make -C '%s' --no-print-directory -s "
+	             "deb >'%s/list' && xargs cp -t '%s' <'%s/list'\" 2>&1 && cat '%s/list'",
+	             top(), top(), dir, dir, dir, dir);
+	cr_assert_eq(rc, 0, "make deb exited %d: %s%s", rc, out, err);
+	free(out);
+	free(err);
+	for (int i = 0; i < NDEBS; i++) {
+		rc = tsh(&out, NULL, "ls '%s'/%s_*.deb", dir, DEB_NAME[i]);
+		cr_assert_eq(rc, 0, "make deb built no %s package", DEB_NAME[i]);
+		snprintf(deb[i], 256, "%.*s", (int)strcspn(out, "\n"), out);
+		free(out);
+	}
+}
+
+/* Debian's multiarch directory of this machine, e.g. x86_64-linux-gnu. */
+static void multiarch(char out[64])
+{
+	char *s;
+	cr_assert_eq(tsh(&s, NULL, "dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null"), 0);
+	snprintf(out, 64, "%.*s", (int)strcspn(s, "\n"), s);
+	free(s);
+}
+
+Test(install, deb_packages_are_lintian_clean_and_split_the_debian_way)
+{
+	char dir[64], deb[NDEBS][256];
+	make_debs(dir, deb);
+	char *out, *err;
+	/* lintian, Debian's own checker, at its default level: no error and
+	 * no warning (an override needs its reason, scripts/debian/). */
+	int rc = tsh(&out, &err,
+	             "command -v lintian >/dev/null || { echo 'lintian is not installed (make "
+	             "deps)'; exit 1; }; t=$(mktemp) && lintian --fail-on error,warning '%s' '%s' "
+	             "'%s' >\"$t\" 2>&1; s=$?; grep -v '^running with root privileges' \"$t\"; "
+	             "rm -f \"$t\"; exit $s",
+	             deb[0], deb[1], deb[2]);
+	cr_assert(rc == 0 && !strstr(out, "E: ") && !strstr(out, "W: "),
+	          "lintian exited %d and reports:\n%s%s", rc, out, err);
 	free(out);
 	free(err);
 
-	/* It holds every installed file, and each package it depends on is one
-	 * this machine has, at the version it asks for. */
-	cr_assert_eq(tsh(&out, NULL, "dpkg-deb -c '%s'", deb), 0);
-	const char *files[] = {"./usr/bin/cairn",
-	                       "./usr/bin/cairn-worker",
-	                       "/libcairn.so.0.1.0",
-	                       "/libcairn.so -> libcairn.so.0",
-	                       "/libcairn.so.0 -> libcairn.so.0.1.0",
-	                       "/libcairn.a",
-	                       "./usr/include/cairn.h",
-	                       "/pkgconfig/cairn.pc",
-	                       "/pkgconfig/cairn-static.pc",
-	                       "./usr/share/man/man1/cairn.1.gz",
-	                       "./usr/share/man/man3/cairn.3.gz",
-	                       "./usr/share/man/man8/cairn-worker.8.gz",
-	                       "./lib/systemd/system/cairn-worker.service",
-	                       "./etc/cairn/cairn-worker.env"};
-	for (size_t i = 0; i < sizeof files / sizeof *files; i++)
-		cr_assert(strstr(out, files[i]), "the package lacks %s:\n%s", files[i], out);
-	free(out);
+	/* Each file is in its package and in no other. */
+	char ma[64], lib[128];
+	multiarch(ma);
+	snprintf(lib, sizeof lib, "./usr/lib/%s/", ma);
+	static const struct {
+		int deb;
+		int in_lib; /* path is under ./usr/lib/MULTIARCH/ */
+		const char *path;
+	} files[] = {
+	    {DEB_LIB, 1, "libcairn.so.0.1.0"},
+	    {DEB_LIB, 1, "libcairn.so.0 -> libcairn.so.0.1.0"},
+	    {DEB_LIB, 0, "./usr/share/doc/libcairn0/copyright"},
+	    {DEB_LIB, 0, "./usr/share/doc/libcairn0/changelog.Debian.gz"},
+	    {DEB_DEV, 0, "./usr/include/cairn.h"},
+	    {DEB_DEV, 1, "libcairn.a"},
+	    {DEB_DEV, 1, "libcairn.so -> libcairn.so.0"},
+	    {DEB_DEV, 1, "pkgconfig/cairn.pc"},
+	    {DEB_DEV, 1, "pkgconfig/cairn-static.pc"},
+	    {DEB_DEV, 0, "./usr/share/man/man3/cairn.3.gz"},
+	    {DEB_DEV, 0, "./usr/share/doc/libcairn-dev/copyright"},
+	    {DEB_DEV, 0, "./usr/share/doc/libcairn-dev/changelog.Debian.gz"},
+	    {DEB_CLI, 0, "./usr/bin/cairn"},
+	    {DEB_CLI, 0, "./usr/bin/cairn-worker"},
+	    {DEB_CLI, 0, "./usr/share/man/man1/cairn.1.gz"},
+	    {DEB_CLI, 0, "./usr/share/man/man8/cairn-worker.8.gz"},
+	    {DEB_CLI, 0, "./lib/systemd/system/cairn-worker.service"},
+	    {DEB_CLI, 0, "./etc/cairn/cairn-worker.env"},
+	    {DEB_CLI, 0, "./usr/share/bash-completion/completions/cairn"},
+	    {DEB_CLI, 0, "./usr/share/zsh/vendor-completions/_cairn"},
+	    {DEB_CLI, 0, "./usr/share/doc/cairn/copyright"},
+	    {DEB_CLI, 0, "./usr/share/doc/cairn/changelog.Debian.gz"},
+	};
+	char *list[NDEBS];
+	for (int i = 0; i < NDEBS; i++)
+		/* "\n" PATH "\n" per entry, PATH with " -> TARGET" for a link. */
+		cr_assert_eq(tsh(&list[i], NULL,
+		                 "echo; dpkg-deb -c '%s' | awk '{ $1 = $2 = $3 = $4 = $5 = \"\"; "
+		                 "sub(/^ +/, \"\"); print }'",
+		                 deb[i]),
+		             0);
+	for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+		char want[256];
+		snprintf(want, sizeof want, "\n%s%s\n", files[f].in_lib ? lib : "", files[f].path);
+		for (int i = 0; i < NDEBS; i++)
+			cr_assert((strstr(list[i], want) != NULL) == (i == files[f].deb),
+			          "%s is %sin %s, which holds:%s", files[f].path,
+			          i == files[f].deb ? "not " : "", DEB_NAME[i], list[i]);
+	}
+	for (int i = 0; i < NDEBS; i++)
+		free(list[i]);
+
+	/* The library's shlibs and symbols, the unit's environment file as a
+	 * conffile, -dev tied to the library of its own version. */
 	rc = tsh(&out, &err,
-	         "deps=$(dpkg-deb -f '%s' Depends) && echo \"$deps\" | grep -q libpq5 && "
-	         "echo \"$deps\" | tr ',' '\\n' | while read -r name op want; do "
-	         "  have=$(dpkg-query -W -f '${Version}' \"$name\") || exit 1; "
-	         "  [ -z \"$op\" ] || dpkg --compare-versions \"$have\" \"${op#(}\" \"${want%%)}\" "
-	         "  || { echo \"$name $have is not $op $want\"; exit 1; }; done",
-	         deb);
-	cr_assert_eq(rc, 0, "Depends not met on this machine: %s%s", out, err);
+	         "dpkg-deb -I '%s' shlibs && dpkg-deb -I '%s' symbols | grep -c '@Base 0.1.0' && "
+	         "dpkg-deb -I '%s' conffiles && dpkg-deb -f '%s' Depends",
+	         deb[DEB_LIB], deb[DEB_LIB], deb[DEB_CLI], deb[DEB_DEV]);
+	cr_assert_eq(rc, 0, "%s%s", out, err);
+	cr_assert(strstr(out, "libcairn 0 libcairn0 (>= 0.1.0)\n"), "%s", out);
+	cr_assert(strstr(out, "/etc/cairn/cairn-worker.env\n"), "%s", out);
+	cr_assert(strstr(out, "libcairn0 (= 0.1.0-1)"), "%s", out);
+	cr_assert_gt(atoi(strchr(out, '\n') + 1), 50, "symbols: %s", out);
 	free(out);
 	free(err);
 
+	/* What the library and the binaries depend on is on this machine, at
+	 * the version asked for; and it is the runtime list of scripts/deps.sh
+	 * (the Dockerfile's runtime stage), no more and no fewer libraries. */
+	for (int i = 0; i < NDEBS; i += 2) {
+		rc = tsh(
+		    &out, &err,
+		    "deps=$(dpkg-deb -f '%s' Depends) && echo \"$deps\" | grep -q libpq5 && "
+		    "echo \"$deps\" | tr ',' '\\n' | while read -r name op want; do "
+		    "  have=$(dpkg-query -W -f '${Version}' \"$name\") || exit 1; "
+		    "  [ -z \"$op\" ] || dpkg --compare-versions \"$have\" \"${op#(}\" "
+		    "\"${want%%)}\" || { echo \"$name $have is not $op $want\"; exit 1; }; done",
+		    deb[i]);
+		cr_assert_eq(rc, 0, "%s: Depends not met on this machine: %s%s", DEB_NAME[i], out,
+		             err);
+		free(out);
+		free(err);
+	}
+	rc = tsh(&out, &err,
+	         "dpkg-deb -f '%s' Depends | tr ',' '\\n' | awk '{print $1}' | grep -v '^libc6$' | "
+	         "sort >'%s/shlibdeps' && sh '%s/scripts/deps.sh' --runtime --list | grep '^lib' | "
+	         "sort | diff '%s/shlibdeps' -",
+	         deb[DEB_CLI], dir, top(), dir);
+	cr_assert_eq(rc, 0,
+	             "dpkg-shlibdeps (<) and scripts/deps.sh --runtime (>) name different "
+	             "libraries:\n%s%s",
+	             out, err);
+	free(out);
+	free(err);
+	remove_dir(dir);
+}
+
+Test(install, deb_packages_install_into_a_scratch_root_run_the_demo_and_purge_cleanly)
+{
+	char pkgs[64], deb[NDEBS][256];
+	make_debs(pkgs, deb);
+	char *out, *err;
 	/* Installed with dpkg into a root of its own (its own database), so the
 	 * machine is left as it is and no root is needed; --path-include undoes
 	 * the path-exclude of man pages that slim images configure. */
 	char dir[64] = "/tmp/cairn-deb-XXXXXX";
 	cr_assert(mkdtemp(dir));
 	const char *dpkg = "dpkg --force-not-root --force-script-chrootless --path-include='*'";
-	rc = tsh(&out, &err,
-	         "mkdir -p '%s/admin/updates' '%s/admin/info' '%s/root' && touch '%s/admin/status' "
-	         "&& %s --force-depends --admindir='%s/admin' --instdir='%s/root' -i '%s' 2>&1",
-	         dir, dir, dir, dir, dpkg, dir, dir, deb);
+	int rc = tsh(&out, &err,
+	             "mkdir -p '%s/admin/updates' '%s/admin/info' '%s/root' && touch "
+	             "'%s/admin/status' && %s --force-depends --admindir='%s/admin' "
+	             "--instdir='%s/root' -i '%s' '%s' '%s' 2>&1",
+	             dir, dir, dir, dir, dpkg, dir, dir, deb[0], deb[1], deb[2]);
 	cr_assert_eq(rc, 0, "dpkg -i exited %d: %s%s", rc, out, err);
 	free(out);
 	free(err);
@@ -322,14 +436,32 @@ Test(install, deb_installs_into_a_scratch_root_runs_the_demo_and_purges_cleanly)
 	cr_assert(strstr(out, "completed"), "%s", out);
 	free(out);
 	free(err);
+	/* A program built against libcairn-dev needs libcairn.so.0 of
+	 * libcairn0, and runs with it. */
+	char ma[64];
+	multiarch(ma);
+	rc = tsh(&out, &err,
+	         "r='%s/root' && export PKG_CONFIG_SYSROOT_DIR=\"$r\" "
+	         "PKG_CONFIG_LIBDIR=\"$r/usr/lib/%s/pkgconfig\" && cc -std=c17 -Wall -Werror -o "
+	         "'%s/embed' '%s/workers/examples/embed.c' $(pkg-config --cflags --libs cairn) "
+	         "-lcjson && readelf -d '%s/embed' | grep NEEDED | grep libcairn && "
+	         "env -u DATABASE_URL LD_LIBRARY_PATH=\"$r/usr/lib/%s\" '%s/embed' 2>&1; "
+	         "echo \"exit $?\"",
+	         dir, ma, dir, top(), dir, ma, dir);
+	cr_assert(rc == 0 && strstr(out, "[libcairn.so.0]") &&
+	              strstr(out, "DATABASE_URL is not set") && strstr(out, "exit 2"),
+	          "building against libcairn-dev: %s%s", out, err);
+	free(out);
+	free(err);
 
 	rc = tsh(&out, &err,
-	         "%s --admindir='%s/admin' --instdir='%s/root' --purge cairn 2>&1 && "
-	         "find '%s/root' -mindepth 1",
+	         "%s --admindir='%s/admin' --instdir='%s/root' --purge cairn libcairn-dev "
+	         "libcairn0 2>&1 && find '%s/root' -mindepth 1",
 	         dpkg, dir, dir, dir);
 	cr_assert(rc == 0 && strstr(out, "Purging") && !strstr(out, "/root/"),
 	          "dpkg --purge left files behind (exit %d):\n%s%s", rc, out, err);
 	free(out);
 	free(err);
 	remove_dir(dir);
+	remove_dir(pkgs);
 }
