@@ -1,9 +1,11 @@
 /*
- * cron.c - parses cron expressions and finds their next time (cron.h).
+ * cron.c - parses cron expressions, finds their next wall-clock time, and
+ * the instants they fire in a zone whose offsets the caller loads (cron.h).
  */
 #include "cron.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,4 +210,172 @@ int cron_next(const cron *c, const struct tm *after, struct tm *out)
 		norm(&t);
 	}
 	return -1;
+}
+
+/* ------------------------------------------------ fires in a time zone */
+
+#define DAY        86400
+#define OFFSET_MAX (26 * 3600) /* no zone is further from UTC (POSIX TZ: < 25 h) */
+#define MARGIN     (3 * DAY)   /* offsets loaded either side of a wall time walked */
+/* And ahead of it: a day at first (most walks end within it; a schedule
+ * that fires each second loads a week of offsets each second), then 30 days
+ * at a time, so that a long walk loads seldom. */
+#define SPAN_FIRST DAY
+#define SPAN       (30 * DAY)
+
+typedef struct zone {
+	cron_offsets o;
+	cron_offsets_fn load;
+	void *arg;
+} zone;
+
+static int offsets_valid(const cron_offsets *o, int64_t lo, int64_t hi)
+{
+	if (o->n < 1 || o->n > CRON_ZONE_CHANGES || o->lo > lo || o->hi < hi || o->at[0] != o->lo)
+		return 0;
+	for (int i = 0; i < o->n; i++)
+		if (o->off[i] <= -OFFSET_MAX || o->off[i] >= OFFSET_MAX ||
+		    (i && (o->at[i] <= o->at[i - 1] || o->at[i] > o->hi)))
+			return 0;
+	return 1;
+}
+
+/* Makes z hold the offsets MARGIN either side of wall time (or instant) w:
+ * every instant a wall time near w can have. 0 or a code. */
+static int cover(zone *z, int64_t w)
+{
+	if (z->o.n && z->o.lo <= w - MARGIN && z->o.hi >= w + MARGIN)
+		return 0;
+	int64_t lo = w - MARGIN, hi = w + MARGIN + (z->o.n ? SPAN : SPAN_FIRST);
+	memset(&z->o, 0, sizeof z->o);
+	int rc = z->load(z->arg, lo, hi, &z->o);
+	if (rc)
+		return rc;
+	return offsets_valid(&z->o, lo, hi) ? 0 : CRON_EZONE;
+}
+
+/* The least and greatest offset in force at some instant from a to b. */
+static void extremes(const cron_offsets *o, int64_t a, int64_t b, int32_t *lo, int32_t *hi)
+{
+	*lo = INT32_MAX;
+	*hi = INT32_MIN;
+	for (int i = 0; i < o->n; i++) {
+		int64_t end = i + 1 < o->n ? o->at[i + 1] - 1 : o->hi;
+		if (end < a || o->at[i] > b)
+			continue;
+		if (o->off[i] < *lo)
+			*lo = o->off[i];
+		if (o->off[i] > *hi)
+			*hi = o->off[i];
+	}
+}
+
+/*
+ * The instant of wall time w (seconds as if UTC): the first instant whose
+ * wall time it is; for one the clocks skipped, the instant it would have
+ * had by the offset before the jump.
+ */
+static int64_t instant(const cron_offsets *o, int64_t w)
+{
+	for (int i = 0; i < o->n; i++) {
+		int64_t u = w - o->off[i], end = i + 1 < o->n ? o->at[i + 1] - 1 : o->hi;
+		if (u >= o->at[i] && u <= end)
+			return u; /* segments ascend: the first is the earliest */
+	}
+	for (int i = 1; i < o->n; i++)
+		if (w >= o->at[i] + o->off[i - 1] && w < o->at[i] + o->off[i])
+			return w - o->off[i - 1];
+	return w - o->off[0]; /* not reached: the offsets cover w */
+}
+
+/* The next wall time after w that c names: 0, or CRON_NEVER. */
+static int next_wall(const cron *c, int64_t w, int64_t *out)
+{
+	time_t s = (time_t)w;
+	struct tm t, n;
+	if (!gmtime_r(&s, &t) || cron_next(c, &t, &n) < 0)
+		return CRON_NEVER;
+	*out = (int64_t)timegm(&n);
+	return 0;
+}
+
+/* What a walk keeps: the fires due so far, ascending (or the last), and the
+ * first beyond them. */
+typedef struct found {
+	int64_t *due;
+	int max, n, only_last;
+	int64_t until, beyond;
+} found;
+
+static void found_add(found *f, int64_t u)
+{
+	if (u > f->until) {
+		if (u < f->beyond)
+			f->beyond = u;
+		return;
+	}
+	if (f->only_last) {
+		if (f->n == 0 || u > f->due[0])
+			f->due[0] = u;
+		f->n = 1;
+		return;
+	}
+	int i = f->n;
+	while (i > 0 && f->due[i - 1] > u)
+		i--;
+	if (i > 0 && f->due[i - 1] == u)
+		return; /* two wall times, one instant: one fire */
+	if (i == f->max) {
+		if (u < f->beyond)
+			f->beyond = u;
+		return;
+	}
+	if (f->n == f->max) {
+		int64_t out = f->due[f->n - 1];
+		if (out < f->beyond)
+			f->beyond = out;
+		f->n--;
+	}
+	memmove(f->due + i + 1, f->due + i, (size_t)(f->n - i) * sizeof *f->due);
+	f->due[i] = u;
+	f->n++;
+}
+
+/*
+ * Walks the wall times c names in ascending order, each mapped to its
+ * instant. A wall time's instant is not ascending with it (02:30 skipped
+ * fires at 01:30 UTC, after 03:00 at 01:00 UTC), but it lies within the
+ * zone's offsets of it: the walk starts at the least wall time whose
+ * instant can be `from` (from plus the least offset near it), and stops at
+ * the first whose instant must be after every fire it still needs (minus
+ * the greatest offset near it, past the first beyond).
+ */
+int cron_fires(const cron *c, cron_offsets_fn load, void *arg, int64_t from, int64_t until,
+               int only_last, int64_t *due, int max, int *n, int64_t *next)
+{
+	zone z = {.load = load, .arg = arg};
+	found f = {.due = due,
+	           .max = only_last ? 1 : max,
+	           .only_last = only_last,
+	           .until = until,
+	           .beyond = INT64_MAX};
+	*n = 0;
+	int32_t lo, hi;
+	int rc = cover(&z, from);
+	if (rc)
+		return rc;
+	extremes(&z.o, from - DAY, from + 3 * DAY, &lo, &hi);
+	for (int64_t w = from + lo - 1;;) {
+		if ((rc = next_wall(c, w, &w)) || (rc = cover(&z, w)))
+			return rc;
+		extremes(&z.o, w - 2 * DAY, w + 2 * DAY, &lo, &hi);
+		if (w - hi > f.beyond)
+			break;
+		int64_t u = instant(&z.o, w);
+		if (u >= from)
+			found_add(&f, u);
+	}
+	*n = f.n;
+	*next = f.beyond;
+	return 0;
 }

@@ -1,8 +1,9 @@
 /*
- * schedule.c - a schedule's due times (schedule.h): two statements, one
- * for the wall-clock times of the two instants in the zone, one for the
- * instants of the matching wall-clock times; the walk between is cron.c's.
- * And the client's calls on schedules (cairn.h), each one statement.
+ * schedule.c - a schedule's due times (schedule.h): the zone's offsets
+ * around the instants walked (PostgreSQL holds the tz rules), one statement
+ * for the week around the first, one more per 36 days a long walk goes
+ * on; the walk from instant to instant is cron.c's. And the client's calls
+ * on schedules (cairn.h), each one statement.
  */
 #include "schedule.h"
 
@@ -14,123 +15,96 @@
 #include "client.h"
 #include "db.h"
 #include "parse.h"
-#include "pgarr.h"
 
-/* A wall-clock time as PostgreSQL reads a timestamp. */
-static void tm_text(const struct tm *t, char out[80])
-{
-	snprintf(out, 80, "%04d-%02d-%02d %02d:%02d:%02d", t->tm_year + 1900, t->tm_mon + 1,
-	         t->tm_mday, t->tm_hour, t->tm_min, t->tm_sec);
-}
+/*
+ * A zone's offsets from lo to hi (Unix s, $1 and $2) by PostgreSQL's rules
+ * for zone $3 (a tz database name or a POSIX TZ string): the offset at lo,
+ * then each change, found hour by hour and then to the second (no zone
+ * changes its offset twice within an hour).
+ */
+static const char SQL_ZONE_OFFSETS[] =
+    "WITH h AS ("
+    "  SELECT t, extract(epoch FROM to_timestamp(t) AT TIME ZONE $3)::bigint - t AS off "
+    "  FROM generate_series($1::bigint, $2::bigint + 3599, 3600) AS t), "
+    "c AS (SELECT t, off, lag(t) OVER w AS pt, lag(off) OVER w AS poff "
+    "      FROM h WINDOW w AS (ORDER BY t)) "
+    "SELECT t, off FROM c WHERE pt IS NULL "
+    "UNION ALL "
+    "SELECT (SELECT min(s) FROM generate_series(pt + 1, t) AS s "
+    "        WHERE extract(epoch FROM to_timestamp(s) AT TIME ZONE $3)::bigint - s <> poff), "
+    "       off "
+    "FROM c WHERE off <> poff ORDER BY 1";
 
-static int tm_parse(const char *s, struct tm *t)
-{
-	memset(t, 0, sizeof *t);
-	if (sscanf(s, "%d-%d-%d %d:%d:%d", &t->tm_year, &t->tm_mon, &t->tm_mday, &t->tm_hour,
-	           &t->tm_min, &t->tm_sec) != 6)
-		return -1;
-	t->tm_year -= 1900;
-	t->tm_mon -= 1;
-	return 0;
-}
+typedef struct pg_zone {
+	PGconn *conn;
+	const char *tz;
+	buf *err;
+} pg_zone;
 
-/* The wall-clock times in tz of the instants a and b (Unix ms). */
-static int wall_clock(PGconn *conn, const char *tz, int64_t a, int64_t b, struct tm *ta,
-                      struct tm *tb, buf *err)
+/* cron_offsets_fn of a zone by name: 0, -CAIRN_EINVAL (err: an unknown
+ * zone), or -CAIRN_EDB. */
+static int pg_offsets(void *arg, int64_t lo, int64_t hi, cron_offsets *out)
 {
-	char at[24], bt[24];
-	const char *p[] = {db_i64(at, a), db_i64(bt, b), tz};
-	PGresult *r = db_exec(conn, err,
-	                      "SELECT to_char(to_timestamp($1::bigint / 1000.0) AT TIME ZONE $3, "
-	                      "               'YYYY-MM-DD HH24:MI:SS'), "
-	                      "       to_char(to_timestamp($2::bigint / 1000.0) AT TIME ZONE $3, "
-	                      "               'YYYY-MM-DD HH24:MI:SS')",
-	                      3, p);
+	pg_zone *z = arg;
+	char a[24], b[24];
+	const char *p[] = {db_i64(a, lo), db_i64(b, hi), z->tz};
+	PGresult *r = db_exec(z->conn, z->err, SQL_ZONE_OFFSETS, 3, p);
 	if (!r) {
-		const char *st = db_last_sqlstate();
-		if (strcmp(st, "22023") == 0 || strncmp(st, "22", 2) == 0) {
-			buf_reset(err);
-			buf_printf(
-			    err,
-			    "unknown time zone \"%s\": expected a zone of the tz database like "
-			    "UTC, Europe/Berlin or America/New_York",
-			    tz);
-			return -CAIRN_EINVAL;
-		}
-		return -CAIRN_EDB;
+		if (strncmp(db_last_sqlstate(), "22", 2) != 0)
+			return -CAIRN_EDB;
+		buf_reset(z->err);
+		buf_printf(z->err,
+		           "unknown time zone \"%s\": expected a zone of the tz database like UTC, "
+		           "Europe/Berlin or America/New_York, or a POSIX TZ string like "
+		           "CET-1CEST,M3.5.0,M10.5.0/3",
+		           z->tz);
+		return -CAIRN_EINVAL;
 	}
-	int bad = tm_parse(PQgetvalue(r, 0, 0), ta) < 0 || tm_parse(PQgetvalue(r, 0, 1), tb) < 0;
+	int rows = PQntuples(r);
+	if (rows > CRON_ZONE_CHANGES) {
+		PQclear(r);
+		buf_reset(z->err);
+		buf_printf(z->err,
+		           "time zone \"%s\" changes its offset more than %d times in %d days",
+		           z->tz, CRON_ZONE_CHANGES - 1, (int)((hi - lo) / 86400));
+		return -CAIRN_EINVAL;
+	}
+	out->lo = lo;
+	out->hi = hi;
+	out->n = rows;
+	for (int i = 0; i < rows; i++) {
+		out->at[i] = db_get_i64(r, i, 0);
+		out->off[i] = (int32_t)db_get_i64(r, i, 1);
+	}
 	PQclear(r);
-	if (bad) {
-		buf_reset(err);
-		buf_puts(err, "cannot read the database's wall-clock time");
-		return -CAIRN_EDB;
-	}
 	return 0;
 }
 
-static int tm_before_eq(const struct tm *a, const struct tm *b)
+static int64_t div_floor(int64_t a, int64_t b)
 {
-	struct tm x = *a, y = *b;
-	return timegm(&x) <= timegm(&y);
+	return a / b - (a % b < 0);
 }
 
 int schedule_due(PGconn *conn, const cron *c, const char *tz, int64_t from_ms, int64_t now_ms,
                  int only_last, int64_t *due, int *ndue, int64_t *next_ms, buf *err)
 {
-	*ndue = 0;
-	struct tm from, now, t, hit;
-	int rc = wall_clock(conn, tz, from_ms - 1000, now_ms, &from, &now, err);
+	pg_zone z = {conn, tz, err};
+	int64_t next;
+	/* Fires are on whole seconds: from the first one at or after from_ms. */
+	int rc = cron_fires(c, pg_offsets, &z, -div_floor(-from_ms, 1000), div_floor(now_ms, 1000),
+	                    only_last, due, SCHEDULE_FIRES_MAX, ndue, &next);
+	if (rc == CRON_NEVER || rc == CRON_EZONE) {
+		buf_reset(err);
+		buf_puts(err, rc == CRON_NEVER
+		                  ? "the cron expression matches no time within 5 years"
+		                  : "the time zone's offsets are out of range");
+		return -CAIRN_EINVAL;
+	}
 	if (rc)
 		return rc;
-	/* The wall-clock times from `from` on that are not after `now`, and
-	 * the first one after them. */
-	pgarr times = PGARR_INIT;
-	int n = 0, capped = 0;
-	char text[80], last[80] = "";
-	for (t = from;;) {
-		if (cron_next(c, &t, &hit) < 0) {
-			pgarr_free(&times);
-			buf_reset(err);
-			buf_puts(err, "the cron expression matches no time within 5 years");
-			return -CAIRN_EINVAL;
-		}
-		t = hit;
-		tm_text(&hit, text);
-		capped = !only_last && n == SCHEDULE_FIRES_MAX;
-		if (capped || !tm_before_eq(&hit, &now))
-			break; /* the next one (the rest of a long catch-up: next round) */
-		if (only_last)
-			snprintf(last, sizeof last, "%s", text);
-		else
-			pgarr_add(&times, text);
-		n++;
-	}
-	if (only_last && last[0])
-		pgarr_add(&times, last);
-	pgarr_add(&times, text); /* the next one */
-	const char *p[] = {pgarr_str(&times), tz};
-	PGresult *r = times.b.oom ? NULL
-	                          : db_exec(conn, err,
-	                                    "SELECT (extract(epoch FROM (t::timestamp AT TIME ZONE "
-	                                    "$2)) * 1000)::bigint FROM unnest($1::text[]) "
-	                                    "WITH ORDINALITY AS x(t, i) ORDER BY i",
-	                                    2, p);
-	pgarr_free(&times);
-	if (!r)
-		return -CAIRN_EDB;
-	int rows = PQntuples(r);
-	*next_ms = db_get_i64(r, rows - 1, 0);
-	/* Around a change of the clocks a wall-clock time can map before the
-	 * instant it followed: only instants in [from, now] are due. */
-	for (int i = 0; i < rows - 1; i++) {
-		int64_t at = db_get_i64(r, i, 0);
-		if (at >= from_ms && at <= now_ms && (*ndue == 0 || at > due[*ndue - 1]))
-			due[(*ndue)++] = at;
-	}
-	PQclear(r);
-	if (!capped && *next_ms <= now_ms)
-		*next_ms = now_ms + 1000; /* a clock change mapped it back: look again soon */
+	for (int i = 0; i < *ndue; i++)
+		due[i] *= 1000;
+	*next_ms = next * 1000;
 	return 0;
 }
 

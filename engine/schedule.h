@@ -1,9 +1,11 @@
 /*
  * schedule.h - when a schedule fires (cairn.schedules, `cairn schedule`):
- * its cron expression (cron.h) walked in wall-clock time of its zone, the
- * times mapped to instants by PostgreSQL's time zone rules (so a 02:30 on a
- * day whose clocks jump from 02:00 to 03:00 fires once, at 03:30, and a
- * 01:30 that happens twice fires once). Used by the client, which records a
+ * the instants its cron expression fires in its zone (cron_fires, cron.h),
+ * with the zone's offsets by PostgreSQL's time zone rules (a tz database
+ * name or a POSIX TZ string). So a 02:30 on a day whose clocks jump from
+ * 02:00 to 03:00 fires once, at 03:30, a 02:30 that happens twice fires
+ * once, at the first, and a time is due from the instant it fires, whatever
+ * wall time that instant reads. Used by the client, which records a
  * schedule's first time, and by the cairn.scheduler singleton (maint.c),
  * which fires what is due.
  *
@@ -36,10 +38,11 @@
 
 /*
  * The times c fires in zone tz from from_ms (included) to now_ms (included),
- * as Unix ms, into due[] (at most SCHEDULE_FIRES_MAX, the first ones; with
- * only_last, the last one alone), *ndue their count, and the first time
- * after them (after now_ms) into *next_ms. 0, -CAIRN_EINVAL (err: an
- * unknown zone, or a cron that never fires), or -CAIRN_EDB.
+ * as Unix ms, ascending and each once, into due[] (at most
+ * SCHEDULE_FIRES_MAX, the first ones; with only_last, the last one alone),
+ * *ndue their count, and the first time after them into *next_ms (after
+ * now_ms, unless more than SCHEDULE_FIRES_MAX were due). 0, -CAIRN_EINVAL
+ * (err: an unknown zone, or a cron that never fires), or -CAIRN_EDB.
  */
 int schedule_due(PGconn *conn, const cron *c, const char *tz, int64_t from_ms, int64_t now_ms,
                  int only_last, int64_t *due, int *ndue, int64_t *next_ms, buf *err);

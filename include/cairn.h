@@ -471,12 +471,14 @@ void cairn_singleton_list_free(cairn_singleton_info *s, size_t n);
  * names, in its time zone: cron is 5 fields (minute hour day-of-month month
  * day-of-week) or 6 with seconds first, each *, N, A-B, a step (A-B/S,
  * A/S, or S after a star) or a list of those, month and weekday names; or
- * @hourly @daily @weekly @monthly @yearly. The singleton cairn.scheduler fires it; each fire is a
+ * @hourly @daily @weekly @monthly @yearly. Each wall time fires once: one skipped by a
+ * daylight-saving jump at the instant it would have had, one repeated at its first
+ * occurrence. The singleton cairn.scheduler fires it; each fire is a
  * run keyed "cairn.schedule:NAME:DUE_MS", so no fire happens twice, whatever crashes.
  */
 typedef struct cairn_schedule_opts {
 	const char *cron;     /* required */
-	const char *tz;       /* a tz database zone; NULL: "UTC" */
+	const char *tz;       /* a tz database zone or a POSIX TZ string; NULL: "UTC" */
 	const char *workflow; /* required */
 	const char *input;    /* JSON text; NULL: null */
 	const char *group;    /* shard group of the runs; NULL: "default" */

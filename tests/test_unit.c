@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backoff.h"
@@ -1000,6 +1001,150 @@ Test(cron, a_bad_expression_is_refused_naming_the_field)
 		cr_assert_eq(cron_parse(bad[i][0], &c, err, sizeof err), -1, "%s", bad[i][0]);
 		cr_assert(strstr(err, bad[i][1]), "%s: %s", bad[i][0], err);
 	}
+}
+
+/* Europe/Berlin by its rule: CEST (UTC+2) from 01:00 UTC of the last Sunday
+ * of March to 01:00 UTC of the last Sunday of October, CET (UTC+1) else. */
+static int64_t last_sunday_0100(int year, int mon)
+{
+	struct tm t = {.tm_year = year - 1900, .tm_mon = mon - 1, .tm_mday = 31, .tm_hour = 1};
+	time_t s = timegm(&t);
+	gmtime_r(&s, &t);
+	return (int64_t)s - (int64_t)t.tm_wday * 86400;
+}
+
+static int berlin(void *arg, int64_t lo, int64_t hi, cron_offsets *o)
+{
+	(void)arg;
+	time_t s = (time_t)lo;
+	struct tm t;
+	gmtime_r(&s, &t);
+	int y = t.tm_year + 1900;
+	o->lo = o->at[0] = lo;
+	o->hi = hi;
+	o->off[0] = lo >= last_sunday_0100(y, 3) && lo < last_sunday_0100(y, 10) ? 7200 : 3600;
+	o->n = 1;
+	for (;; y++)
+		for (int k = 0; k < 2; k++) {
+			int64_t at = last_sunday_0100(y, k ? 10 : 3);
+			if (at > hi)
+				return 0;
+			if (at > lo) {
+				o->at[o->n] = at;
+				o->off[o->n++] = k ? 3600 : 7200;
+			}
+		}
+}
+
+/* A zone of a single offset, `off` s (its arg). */
+static int fixed(void *arg, int64_t lo, int64_t hi, cron_offsets *o)
+{
+	*o = (cron_offsets){.lo = lo, .hi = hi, .n = 1, .at = {lo}, .off = {*(int32_t *)arg}};
+	return 0;
+}
+
+/* Unix s of a UTC time text "YYYY-MM-DD HH:MM:SS". */
+static int64_t utc_s(const char *text)
+{
+	struct tm t = {0};
+	sscanf(text, "%d-%d-%d %d:%d:%d", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour, &t.tm_min,
+	       &t.tm_sec);
+	t.tm_year -= 1900;
+	t.tm_mon -= 1;
+	return (int64_t)timegm(&t);
+}
+
+/* The fires of expr in Berlin from a to b (UTC texts) as "HH:MM" UTC, the
+ * way the scheduler meets them (at each next time, what is due then), after
+ * checking that one call over the whole span gives the same. */
+static void berlin_fires(const char *expr, const char *a, const char *b, buf *out)
+{
+	cron c;
+	char err[512];
+	cr_assert_eq(cron_parse(expr, &c, err, sizeof err), 0, "%s", err);
+	static int64_t due[1000], all[1000];
+	int64_t next = utc_s(a), end = utc_s(b), last;
+	int n, nall;
+	cr_assert_eq(cron_fires(&c, berlin, NULL, next, end, 0, all, 1000, &nall, &last), 0);
+	cr_assert_gt(last, end);
+	int k = 0;
+	while (next <= end) {
+		int64_t woke = next;
+		cr_assert_eq(cron_fires(&c, berlin, NULL, woke, woke, 0, due, 1000, &n, &next), 0);
+		cr_assert(next > woke, "%s: the next fire is not after %lld", expr,
+		          (long long)woke);
+		for (int i = 0; i < n; i++, k++) {
+			cr_assert(k < nall && due[i] == all[k], "%s: fire %d differs", expr, k);
+			time_t s = (time_t)due[i];
+			struct tm t;
+			gmtime_r(&s, &t);
+			buf_printf(out, "%s%02d:%02d", out->len ? " " : "", t.tm_hour, t.tm_min);
+		}
+	}
+	cr_assert_eq(k, nall, "%s: %d fires one by one, %d in one call", expr, k, nall);
+}
+
+Test(cron, berlins_clock_changes_fire_a_skipped_time_shifted_and_a_repeated_one_at_its_first)
+{
+	/* 2026-03-29 01:00 UTC: 02:00 CET jumps to 03:00 CEST. 2026-10-25
+	 * 01:00 UTC: 03:00 CEST falls back to 02:00 CET. Fires from 22:00 UTC the
+	 * day before to 03:59 UTC. */
+	static const char *const cases[][3] = {
+	    {"30 2 * * *", "2026-03-28", "01:30"},
+	    {"0 3 * * *", "2026-03-28", "01:00"},
+	    {"59 1 * * *", "2026-03-28", "00:59"},
+	    {"0 * * * *", "2026-03-28", "22:00 23:00 00:00 01:00 02:00 03:00"},
+	    {"*/30 * * * *", "2026-03-28",
+	     "22:00 22:30 23:00 23:30 00:00 00:30 01:00 01:30 02:00 02:30 03:00 03:30"},
+	    {"0,30 2 * * *", "2026-03-28", "01:00 01:30"},
+	    {"30 2 * * *", "2026-10-24", "00:30"},
+	    {"0 3 * * *", "2026-10-24", "02:00"},
+	    {"59 1 * * *", "2026-10-24", "23:59"},
+	    {"0 * * * *", "2026-10-24", "22:00 23:00 00:00 02:00 03:00"},
+	    {"*/30 * * * *", "2026-10-24",
+	     "22:00 22:30 23:00 23:30 00:00 00:30 02:00 02:30 03:00 03:30"},
+	    {"* 2 * * *", "2026-10-24", NULL}, /* 60 fires, 00:00 to 00:59, and none after */
+	};
+	buf b = BUF_INIT;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char a[32], z[32];
+		snprintf(a, sizeof a, "%s 22:00:00", cases[i][1]);
+		snprintf(z, sizeof z, "%.8s%02d 03:59:59", cases[i][1], atoi(cases[i][1] + 8) + 1);
+		berlin_fires(cases[i][0], a, z, &b);
+		if (cases[i][2])
+			cr_expect_str_eq(buf_str(&b), cases[i][2], "%s on %s", cases[i][0],
+			                 cases[i][1]);
+		else
+			cr_expect(strlen(buf_str(&b)) == 60 * 6 - 1 &&
+			              strncmp(buf_str(&b), "00:00 00:01", 11) == 0 &&
+			              strcmp(buf_str(&b) + 59 * 6, "00:59") == 0,
+			          "%s: %s", cases[i][0], buf_str(&b));
+		buf_reset(&b);
+	}
+	buf_free(&b);
+}
+
+Test(cron, fires_are_capped_in_order_the_last_alone_when_asked_and_a_bad_zone_or_date_refused)
+{
+	cron c;
+	char err[512];
+	cr_assert_eq(cron_parse("*/10 * * * * *", &c, err, sizeof err), 0);
+	int64_t due[4], next, t = utc_s("2026-12-03 10:00:00");
+	int32_t off = -5 * 3600;
+	int n;
+	/* 10:00:00 to 10:01:00 has 7 fires: the first 3, then the 4th next. */
+	cr_assert_eq(cron_fires(&c, fixed, &off, t, t + 60, 0, due, 3, &n, &next), 0);
+	cr_assert(n == 3 && due[0] == t && due[1] == t + 10 && due[2] == t + 20 && next == t + 30);
+	/* Only the last: 10:01:00; next 10:01:10. From a ms-free instant after one. */
+	cr_assert_eq(cron_fires(&c, fixed, &off, t + 1, t + 60, 1, due, 3, &n, &next), 0);
+	cr_assert(n == 1 && due[0] == t + 60 && next == t + 70);
+	cr_assert_eq(cron_fires(&c, fixed, &off, t + 61, t + 61, 1, due, 3, &n, &next), 0);
+	cr_assert(n == 0 && next == t + 70);
+	off = 30 * 3600; /* no zone is 30 h from UTC */
+	cr_assert_eq(cron_fires(&c, fixed, &off, t, t, 0, due, 3, &n, &next), CRON_EZONE);
+	off = 0;
+	cr_assert_eq(cron_parse("0 0 30 2 *", &c, err, sizeof err), 0);
+	cr_assert_eq(cron_fires(&c, fixed, &off, t, t, 0, due, 3, &n, &next), CRON_NEVER);
 }
 
 /* ------------------------------------------------------------------ form */
