@@ -1063,6 +1063,28 @@ static size_t summarize(const cairn_shard_info *s, size_t n, owner_count **out)
 	return k;
 }
 
+static const char *or_unknown(const char *s)
+{
+	return s ? s : "?";
+}
+
+/* The outsider holding a shard's lock: {pid, user, application_name}, or null. */
+static cJSON *outsider_json(const cairn_shard_info *s)
+{
+	if (!s->outsider_pid)
+		return cJSON_CreateNull();
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "pid", s->outsider_pid);
+	cJSON_AddItemToObject(o, "user",
+	                      s->outsider_user ? cJSON_CreateString(s->outsider_user)
+	                                       : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "application_name",
+	                      s->outsider_application_name
+	                          ? cJSON_CreateString(s->outsider_application_name)
+	                          : cJSON_CreateNull());
+	return o;
+}
+
 static const cli_opt SHARDS_OPTS[] = {{"group", 1}, {"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
 
 static int cmd_shards(int argc, char **argv)
@@ -1072,7 +1094,10 @@ static int cmd_shards(int argc, char **argv)
 	    "\n"
 	    "Shows who owns each shard and its fencing epoch (one line per shard in\n"
 	    "cairn.shard_leases; a shard never acquired has no line), then the\n"
-	    "number of shards each runner owns and how many have no owner.\n"
+	    "number of shards each runner owns and how many have no owner. A shard\n"
+	    "whose lock is held by an outsider (a backend that is no runner's lease\n"
+	    "backend, so no runner can take the shard) says so with the backend's\n"
+	    "pid, user and application_name, and has a line even if never acquired.\n"
 	    "\n"
 	    "  --group G         only shards of group G\n"
 	    "  --json            print {\"shards\": [...], \"summary\": [...]}\n" COMMON_HELP;
@@ -1120,6 +1145,7 @@ static int cmd_shards(int argc, char **argv)
 				                        cli_time(s[i].acquired_unix_ms, t));
 			else
 				cJSON_AddNullToObject(o, "acquired_at");
+			cJSON_AddItemToObject(o, "outsider", outsider_json(&s[i]));
 			cJSON_AddItemToArray(arr, o);
 		}
 		arr = cJSON_AddArrayToObject(doc, "summary");
@@ -1140,14 +1166,24 @@ static int cmd_shards(int argc, char **argv)
 		}
 		cli_print_json(doc);
 	} else {
-		printf("%-20s %-6s %-28s %s\n", "GROUP", "SHARD", "OWNER", "EPOCH");
+		size_t outsiders = 0;
+		for (size_t i = 0; i < n; i++)
+			outsiders += s[i].outsider_pid != 0;
+		int w = outsiders ? 8 : 0; /* the EPOCH column, padded only when one follows */
+		printf("%-20s %-6s %-28s %-*s%s\n", "GROUP", "SHARD", "OWNER", w, "EPOCH",
+		       outsiders ? " LOCK_HELD_BY" : "");
 		for (size_t i = 0; i < n; i++) {
-			char owner[160] = "-";
+			char owner[160] = "-", held[320] = "";
 			if (s[i].owner)
 				snprintf(owner, sizeof owner, "%" PRId64 ":%s", s[i].owner,
 				         s[i].owner_name ? s[i].owner_name : "?");
-			printf("%-20s %-6d %-28s %" PRId64 "\n", s[i].group, s[i].shard, owner,
-			       s[i].epoch);
+			if (s[i].outsider_pid)
+				snprintf(held, sizeof held,
+				         " outsider pid=%d user=%s application_name=%s",
+				         s[i].outsider_pid, or_unknown(s[i].outsider_user),
+				         or_unknown(s[i].outsider_application_name));
+			printf("%-20s %-6d %-28s %-*" PRId64 "%s\n", s[i].group, s[i].shard, owner,
+			       w, s[i].epoch, held);
 		}
 		printf("\n%-28s %s\n", "OWNER", "SHARDS");
 		for (size_t i = 1; i < nsum; i++) {
@@ -1157,6 +1193,8 @@ static int cmd_shards(int argc, char **argv)
 			printf("%-28s %zu\n", owner, sum[i].shards);
 		}
 		printf("%-28s %zu\n", "unowned", sum[0].shards);
+		if (outsiders)
+			printf("%-28s %zu\n", "lock held by an outsider", outsiders);
 	}
 	free(sum);
 	cairn_shard_list_free(s, n);

@@ -1581,19 +1581,81 @@ int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, 
 	return CAIRN_OK;
 }
 
-static const char SQL_SHARD_LIST[] = "SELECT s.shard_group, s.shard, s.owner, r.name, s.epoch, " MS(
-    "s.acquired_at") " "
-                     "FROM cairn.shard_leases s LEFT JOIN cairn.runners r ON r.id = s.owner "
-                     "WHERE $1::text IS NULL OR s.shard_group = $1 "
-                     "ORDER BY s.shard_group, s.shard";
+/* The shard groups to list: those of the lease rows and of the runners. */
+static const char SQL_SHARD_GROUPS[] =
+    "SELECT shard_group FROM cairn.shard_leases UNION SELECT unnest(groups) FROM cairn.runners "
+    "ORDER BY 1";
+
+/*
+ * The lease rows of groups $1 (their lock keys in $2, shards_per_group $3),
+ * each with the outsider holding its lock if any: a backend of this database
+ * that holds it and is no registered runner's lease backend. A shard without
+ * a row whose lock an outsider holds gets a row of its own (no owner, epoch
+ * 0). An outsider's user and application_name are visible to every role.
+ */
+static const char SQL_SHARD_LIST[] =
+    "WITH g AS (SELECT * FROM unnest($1::text[], $2::int[]) AS g(name, key)), "
+    "o AS (SELECT g.name, l.objid::int AS shard, l.pid, a.usename, a.application_name "
+    "      FROM pg_locks l JOIN g ON l.classid = (g.key)::oid "
+    "      LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+    "      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+    "        AND l.objid::bigint < $3::int "
+    "        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "        AND NOT EXISTS (SELECT 1 FROM cairn.runners r WHERE r.lease_pid = l.pid)), "
+    "s AS (SELECT * FROM cairn.shard_leases WHERE shard_group = ANY ($1::text[])) "
+    "SELECT coalesce(s.shard_group, o.name), coalesce(s.shard, o.shard), s.owner, r.name, "
+    "       coalesce(s.epoch, 0), " MS(
+        "s.acquired_at") ", o.pid, o.usename, o.application_name "
+                         "FROM s FULL JOIN o ON o.name = s.shard_group AND o.shard = s.shard "
+                         "LEFT JOIN cairn.runners r ON r.id = s.owner "
+                         "ORDER BY 1, 2";
 
 void cairn_shard_list_free(cairn_shard_info *s, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(s[i].group);
 		free(s[i].owner_name);
+		free(s[i].outsider_user);
+		free(s[i].outsider_application_name);
 	}
 	free(s);
+}
+
+/* The groups to list (group, or every group known) and their lock keys, as
+ * array literals: 0 or a client error. */
+static int shard_groups(cairn_client *c, const char *group, pgarr *names, pgarr *keys)
+{
+	PGresult *r = NULL;
+	if (!group && !(r = db_exec(c->conn, &c->err, SQL_SHARD_GROUPS, 0, NULL)))
+		return client_db_fail(c);
+	int n = group ? 1 : PQntuples(r);
+	for (int i = 0; i < n; i++) {
+		const char *name = group ? group : PQgetvalue(r, i, 0);
+		pgarr_add(names, name);
+		pgarr_add_i64(keys, hash_group_lock_key(name));
+	}
+	PQclear(r);
+	return CAIRN_OK;
+}
+
+/* A text column into *out (NULL when NULL): nonzero when out of memory. */
+static int shard_text(const PGresult *r, int i, int col, char **out)
+{
+	*out = db_get_str(r, i, col);
+	return !*out && !PQgetisnull(r, i, col);
+}
+
+/* Row i of SQL_SHARD_LIST into x: nonzero when out of memory. */
+static int shard_row(const PGresult *r, int i, cairn_shard_info *x)
+{
+	x->shard = db_get_int(r, i, 1);
+	x->owner = db_get_i64(r, i, 2);
+	x->epoch = db_get_i64(r, i, 4);
+	x->acquired_unix_ms = db_get_i64(r, i, 5);
+	x->outsider_pid = db_get_int(r, i, 6);
+	return shard_text(r, i, 0, &x->group) | shard_text(r, i, 3, &x->owner_name) |
+	       shard_text(r, i, 7, &x->outsider_user) |
+	       shard_text(r, i, 8, &x->outsider_application_name);
 }
 
 int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out, size_t *n)
@@ -1603,8 +1665,17 @@ int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out,
 	char err[PARSE_ERR_MAX];
 	if (group && parse_check_name("group", group, err) < 0)
 		return client_invalid(c, "group", "%s", err);
-	const char *p[] = {group};
-	PGresult *r = db_exec(c->conn, &c->err, SQL_SHARD_LIST, 1, p);
+	int shards, rc = client_shards(c, &shards);
+	pgarr names = PGARR_INIT, keys = PGARR_INIT;
+	if (!rc)
+		rc = shard_groups(c, group, &names, &keys);
+	char count[24];
+	const char *p[] = {pgarr_str(&names), pgarr_str(&keys), db_i64(count, rc ? 0 : shards)};
+	PGresult *r = rc ? NULL : db_exec(c->conn, &c->err, SQL_SHARD_LIST, 3, p);
+	pgarr_free(&names);
+	pgarr_free(&keys);
+	if (rc)
+		return rc;
 	if (!r)
 		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
@@ -1614,16 +1685,8 @@ int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out,
 		return client_fail(c, CAIRN_ENOMEM, "out of memory listing %zu shards", rows);
 	}
 	int oom = 0;
-	for (int i = 0; i < (int)rows; i++) {
-		cairn_shard_info *x = &v[i];
-		x->group = db_get_str(r, i, 0);
-		x->shard = db_get_int(r, i, 1);
-		x->owner = db_get_i64(r, i, 2);
-		x->owner_name = db_get_str(r, i, 3);
-		x->epoch = db_get_i64(r, i, 4);
-		x->acquired_unix_ms = db_get_i64(r, i, 5);
-		oom |= !x->group || (!PQgetisnull(r, i, 3) && !x->owner_name);
-	}
+	for (int i = 0; i < (int)rows; i++)
+		oom |= shard_row(r, i, &v[i]);
 	PQclear(r);
 	if (oom) {
 		cairn_shard_list_free(v, rows);

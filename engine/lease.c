@@ -8,7 +8,10 @@
  * locks stack, so a shard is locked only when not held, and a release is
  * verified against pg_locks. A runner past the TTL whose lease backend is
  * still connected (a half-open connection) has that backend terminated
- * before its shards are taken.
+ * before its shards are taken. A wanted shard whose lock another backend
+ * holds, that no live runner explains, is an outsider's (any login may take
+ * an advisory lock): reported (log, metric, /readyz) and taken back by
+ * terminating that backend where this runner's role may.
  */
 #include "lease.h"
 
@@ -27,6 +30,13 @@
 #include "pgarr.h"
 
 #define HISTORY 16 /* rebalance rounds kept for /status */
+
+/* Per group: the wanted shards held by outsiders (see check_outsiders). */
+typedef struct outsiders {
+	int shards;        /* held by outsiders this runner may not terminate, at the last look */
+	int64_t looked_ms; /* monotonic time of the last look at pg_locks; 0: look next time */
+	buf said;          /* what the last look found, for /readyz; empty when nothing */
+} outsiders;
 
 /* One rebalance round that changed something. */
 typedef struct round {
@@ -49,6 +59,7 @@ struct lease {
 	round history[HISTORY];
 	int nhistory;
 	char members[40]; /* the live runners' fingerprint last seen */
+	outsiders *out;   /* [ngroups]; the supervisor's only */
 };
 
 int lease_new(const lease_env *env, lease **out)
@@ -59,13 +70,17 @@ int lease_new(const lease_env *env, lease **out)
 		return -CAIRN_ENOMEM;
 	l->env = *env;
 	pthread_mutex_init(&l->mu, NULL);
-	return 0;
+	l->out = calloc((size_t)shardmap_ngroups(env->map) + 1, sizeof *l->out);
+	return l->out ? 0 : -CAIRN_ENOMEM;
 }
 
 void lease_free(lease *l)
 {
 	if (!l)
 		return;
+	for (int i = 0; l->out && i < shardmap_ngroups(l->env.map); i++)
+		buf_free(&l->out[i].said);
+	free(l->out);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
 }
@@ -85,8 +100,12 @@ void lease_use(lease *l, PGconn *conn)
 	l->conn = conn;
 }
 
+static void outsiders_gone(lease *l, int gi);
+
 void lease_forget(lease *l)
 {
+	for (int i = 0; i < shardmap_ngroups(l->env.map); i++)
+		outsiders_gone(l, i);
 	shardmap_forget(l->env.map);
 	atomic_store(&l->rebalanced, 0);
 	atomic_store(&l->runner_id, 0);
@@ -363,6 +382,254 @@ static int live_runners(lease *l, int gi, assign_runner **out, int *n, int *me, 
 	return *out ? 0 : -CAIRN_ENOMEM;
 }
 
+/*
+ * Outsiders. Any login may take an advisory lock, and so a shard's lock:
+ * a backend that holds the lock of a shard this runner wants and is not a
+ * live runner's lease backend (runners.lease_pid) keeps the shard from
+ * every runner, and its runs wait forever. It is looked for only when a
+ * wanted shard's lock try failed and no live runner explains it (the
+ * shard's lease row names another live runner: a handover in progress), at
+ * most once per heartbeat interval while it lasts, so a fleet at rest never
+ * reads pg_locks. Each such backend is logged (pid, user,
+ * application_name) and terminated where this runner's role may (a
+ * superuser, or for a non-superuser's backend a member of its role or of
+ * pg_signal_backend, as pg_terminate_backend checks); the shards it held
+ * are taken at the next round. The others are counted
+ * (cairn_shards_held_by_outsiders) and make /readyz 503 until they let go.
+ */
+
+/* The lease rows of shards ($2) of a group ($1) that name a runner. */
+static const char SQL_LEASE_OWNERS[] =
+    "SELECT shard, owner FROM cairn.shard_leases "
+    "WHERE shard_group = $1 AND shard = ANY ($2::int[]) AND owner IS NOT NULL";
+
+/*
+ * The holders of the locks of shards ($2) of the group whose key is $1,
+ * other than this session and the lease backends of live runners (TTL $3):
+ * one row per (pid, shard), by pid, with the holder's user and
+ * application_name (visible to every role), the id of the runner whose
+ * lease backend it was (one past its TTL, which terminate_stale also ends),
+ * whether this role may terminate it, and, where it may, whether
+ * pg_terminate_backend saw it gone within $4 ms. The CTE that terminates
+ * is evaluated once (it is volatile), before any row is returned.
+ */
+static const char SQL_OUTSIDERS[] =
+    "WITH held AS (SELECT l.pid, l.objid::int AS shard FROM pg_locks l "
+    "  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+    "    AND l.classid = ($1::int)::oid AND l.objid::bigint = ANY ($2::bigint[]) "
+    "    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "    AND l.pid <> pg_backend_pid() "
+    "    AND NOT EXISTS (SELECT 1 FROM cairn.runners r "
+    "                    WHERE r.lease_pid = l.pid AND cairn.runner_live(r, $3))), "
+    "who AS (SELECT h.pid, a.usename, a.application_name, "
+    "          (SELECT max(r.id) FROM cairn.runners r WHERE r.lease_pid = h.pid) AS runner, "
+    /* Whether this role may signal the backend, as pg_terminate_backend
+     * checks: a superuser may signal any; anyone else only a
+     * non-superuser's, with the privileges of its role or of
+     * pg_signal_backend. */
+    "          coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
+    "            OR (NOT (SELECT rolsuper FROM pg_roles WHERE oid = a.usesysid) "
+    "                AND (pg_has_role(a.usesysid, 'USAGE') "
+    "                     OR pg_has_role('pg_signal_backend', 'USAGE'))), false) AS may "
+    "        FROM (SELECT DISTINCT pid FROM held) h "
+    "        LEFT JOIN pg_stat_activity a ON a.pid = h.pid), "
+    "act AS (SELECT w.*, CASE WHEN w.may THEN pg_terminate_backend(w.pid, $4) END AS gone "
+    "        FROM who w) "
+    "SELECT a.pid, h.shard, a.usename, a.application_name, a.runner, a.may, a.gone "
+    "FROM act a JOIN held h ON h.pid = a.pid ORDER BY a.pid, h.shard";
+
+static void outsiders_count(lease *l)
+{
+	int n = 0;
+	for (int i = 0; i < shardmap_ngroups(l->env.map); i++)
+		n += l->out[i].shards;
+	atomic_store(&l->env.m->shards_held_by_outsiders, n);
+}
+
+/* No wanted shard of group gi is an outsider's (any more). */
+static void outsiders_gone(lease *l, int gi)
+{
+	outsiders *o = &l->out[gi];
+	if (o->said.len)
+		log_kv(l->env.log, LOG_INFO,
+		       "no shard of the group is held by an outsider any more", "group",
+		       shardmap_group_name(l->env.map, gi), NULL);
+	o->shards = 0;
+	o->looked_ms = 0;
+	buf_reset(&o->said);
+	outsiders_count(l);
+}
+
+int lease_outsiders(const lease *l, buf *reason)
+{
+	int n = 0;
+	for (int i = 0; i < shardmap_ngroups(l->env.map); i++) {
+		if (!l->out[i].shards)
+			continue;
+		n += l->out[i].shards;
+		buf_printf(reason, "%s%s", reason->len ? "; " : "", buf_str(&l->out[i].said));
+	}
+	return n;
+}
+
+/* Whether runner id is one of the live runners rs, other than us. */
+static int live_other(const lease *l, int64_t id, const assign_runner *rs, int nlive)
+{
+	for (int i = 0; i < nlive; i++)
+		if (rs[i].id == id)
+			return id != lease_runner_id(l);
+	return 0;
+}
+
+/* Keeps in missed (n) only the shards whose lease row names no live runner
+ * of the group but us (rs): returns how many are left, or n when the rows
+ * cannot be read (then every one is looked at). */
+static int unexplained(lease *l, int gi, int *missed, int n, const assign_runner *rs, int nlive)
+{
+	int shards = shardmap_shards(l->env.map);
+	unsigned char *explained = calloc((size_t)shards, 1);
+	pgarr arr = PGARR_INIT;
+	shard_array(&arr, missed, n);
+	const char *p[] = {shardmap_group_name(l->env.map, gi), pgarr_str(&arr)};
+	PGresult *r = explained ? db_exec(l->conn, NULL, SQL_LEASE_OWNERS, 2, p) : NULL;
+	pgarr_free(&arr);
+	for (int i = 0; r && i < PQntuples(r); i++) {
+		int s = db_get_int(r, i, 0);
+		if (s >= 0 && s < shards)
+			explained[s] = (unsigned char)live_other(l, db_get_i64(r, i, 1), rs, nlive);
+	}
+	int k = 0;
+	for (int i = 0; i < n; i++)
+		if (!r || !explained[missed[i]])
+			missed[k++] = missed[i];
+	PQclear(r);
+	free(explained);
+	return k;
+}
+
+/* One holder's rows (from row i, all of one pid): terminated (logged) if
+ * this role may; otherwise added to the group's account in said and
+ * *shards, and logged unless the last look (before) said the same of it.
+ * Returns the row after them. */
+static int outsider_seen(lease *l, int gi, PGresult *r, int i, const buf *before, buf *said,
+                         int *shards, int *ended)
+{
+	const lease_env *e = &l->env;
+	const char *pid = PQgetvalue(r, i, 0);
+	int first = i, *list = malloc((size_t)PQntuples(r) * sizeof *list), n = 0;
+	for (; i < PQntuples(r) && strcmp(PQgetvalue(r, i, 0), pid) == 0; i++)
+		if (list)
+			list[n++] = db_get_int(r, i, 1);
+	char ranges[128], count[24];
+	shard_ranges(ranges, sizeof ranges, list, n);
+	free(list);
+	db_i64(count, i - first);
+	const char *user = PQgetisnull(r, first, 2) ? "?" : PQgetvalue(r, first, 2);
+	const char *app = PQgetisnull(r, first, 3) ? "?" : PQgetvalue(r, first, 3);
+	const char *runner = PQgetvalue(r, first, 4); /* "" unless a runner's, past its TTL */
+	const char *group = shardmap_group_name(e->map, gi);
+	int may = db_get_bool(r, first, 5);
+	if (may) {
+		*ended = 1;
+		atomic_fetch_add(&e->m->outsiders_terminated, 1);
+		log_kv(e->log, LOG_WARN,
+		       "terminated a backend that held shards and is not a live runner's lease "
+		       "backend",
+		       "group", group, "shards", ranges, "count", count, "pid", pid, "user", user,
+		       "application_name", app, "gone", db_get_bool(r, first, 6) ? "true" : "false",
+		       *runner ? "runner_id" : NULL, runner, NULL);
+		return i;
+	}
+	*shards += i - first;
+	buf it = BUF_INIT;
+	buf_printf(&it, "pid %s (user %s, application_name %s) holds %s (%s)", pid, user, app,
+	           count, ranges);
+	if (!strstr(buf_str(before), buf_str(&it)))
+		log_kv(e->log, LOG_WARN,
+		       "shards held by a backend that is not a live runner's lease backend; this "
+		       "worker's role may not terminate it",
+		       "group", group, "shards", ranges, "count", count, "pid", pid, "user", user,
+		       "application_name", app, *runner ? "runner_id" : NULL, runner, NULL);
+	if (said->len < 512) /* /readyz has room for a few */
+		buf_printf(said, "%s%s", said->len ? "; " : "", buf_str(&it));
+	else if (!strstr(buf_str(said), "; ..."))
+		buf_puts(said, "; ...");
+	buf_free(&it);
+	return i;
+}
+
+/* Looks at pg_locks for the holders of the missed shards of group gi (see
+ * SQL_OUTSIDERS) and accounts for them; logs what changed. */
+static void look_for_outsiders(lease *l, int gi, const int *missed, int n)
+{
+	const lease_env *e = &l->env;
+	outsiders *o = &l->out[gi];
+	pgarr arr = PGARR_INIT;
+	shard_array(&arr, missed, n);
+	char key[24], ttl[24], wait[24];
+	const char *p[] = {db_i64(key, shardmap_lock_key(e->map, gi)), pgarr_str(&arr),
+	                   db_i64(ttl, e->cfg->runner_ttl_ms),
+	                   db_i64(wait, e->cfg->runner_ttl_ms / 4)};
+	buf err = BUF_INIT;
+	PGresult *r = db_exec(l->conn, &err, SQL_OUTSIDERS, 4, p);
+	pgarr_free(&arr);
+	o->looked_ms = clock_mono_ms();
+	if (!r) {
+		log_kv(e->log, LOG_WARN, "cannot look for the holders of wanted shards", "group",
+		       shardmap_group_name(e->map, gi), "error", buf_str(&err), NULL);
+		buf_free(&err);
+		return;
+	}
+	buf_free(&err);
+	buf holders = BUF_INIT;
+	int shards = 0, ended = 0;
+	for (int i = 0; i < PQntuples(r);)
+		i = outsider_seen(l, gi, r, i, &o->said, &holders, &shards, &ended);
+	PQclear(r);
+	int64_t looked = ended ? 0 : o->looked_ms; /* ended: the next round takes them, or looks */
+	if (!shards) {
+		outsiders_gone(l, gi);
+	} else {
+		buf_reset(&o->said);
+		buf_printf(
+		    &o->said,
+		    "%d shards of group %s are held by a backend that is not a live runner's "
+		    "lease backend, and this worker's database role may not terminate it "
+		    "(it needs superuser, or pg_signal_backend for a non-superuser's "
+		    "backend): %s",
+		    shards, shardmap_group_name(e->map, gi), buf_str(&holders));
+		o->shards = shards;
+		outsiders_count(l);
+	}
+	o->looked_ms = looked;
+	buf_free(&holders);
+}
+
+/* After a round's acquisition in group gi: the shards wanted (want[s] ==
+ * me) and not held, that no live runner explains, are looked at (at most
+ * once per heartbeat interval while they last). */
+static void check_outsiders(lease *l, int gi, const int *want, int me, const assign_runner *rs,
+                            int nlive)
+{
+	shardmap *map = l->env.map;
+	int shards = shardmap_shards(map), n = 0;
+	int *missed = malloc((size_t)shards * sizeof *missed);
+	if (!missed)
+		return;
+	for (int s = 0; me >= 0 && s < shards; s++)
+		if (want[s] == me && !shardmap_held(map, gi, s))
+			missed[n++] = s;
+	if (n)
+		n = unexplained(l, gi, missed, n, rs, nlive);
+	outsiders *o = &l->out[gi];
+	if (!n)
+		outsiders_gone(l, gi);
+	else if (!o->looked_ms ||
+	         clock_mono_ms() - o->looked_ms >= l->env.cfg->heartbeat_interval_ms)
+		look_for_outsiders(l, gi, missed, n);
+	free(missed);
+}
+
 static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 {
 	shardmap *map = l->env.map;
@@ -406,6 +673,8 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 		                                      : "live runners changed";
 		history_add(l, &rec);
 	}
+	if (!rc && want)
+		check_outsiders(l, gi, want, me, rs, nlive);
 	free(rs);
 	free(want);
 	free(lst);

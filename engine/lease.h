@@ -5,7 +5,8 @@
  * two-key session advisory locks and bump their fencing epoch. The lease
  * loop is the only writer of the shardmap.
  *
- * Owns: the runner id, the rebalance history (for /status) and the shardmap
+ * Owns: the runner id, the rebalance history (for /status), what it knows
+ * of outsiders holding its shards' locks (for /readyz) and the shardmap
  * writes. It does not own the connection (the supervisor does) and knows
  * nothing of dispatch or singletons: before it unlocks shards it calls the
  * release hook, which stops their work.
@@ -15,6 +16,7 @@
 #include <libpq-fe.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
@@ -60,6 +62,11 @@ int lease_members_seen(lease *l, const char *fingerprint);
 /* How long until the next heartbeat: CAIRN_HEARTBEAT_INTERVAL for the two
  * oldest of several live runners, a third of the TTL for the others. */
 int64_t lease_beat_interval(const lease *l);
+/* The wanted shards held, at the last look, by backends that are not a
+ * live runner's lease backend and that this runner's role may not
+ * terminate (see lease.c, outsiders); when any, appends why to reason (for
+ * /readyz). Supervisor thread. */
+int lease_outsiders(const lease *l, buf *reason);
 /* The last rebalance wanted shards that were still held by another runner. */
 int lease_pending(const lease *l);
 /* One rebalance round: 0 with *changed set, or -CAIRN_EDB. */

@@ -25,6 +25,11 @@ typedef struct metrics {
 	_Atomic uint64_t claims_new_run;    /* of those, of a new run (CLAIM_NEW in dispatch.c) */
 	_Atomic uint64_t claims_given_back; /* runs claimed that did not execute here (unclaim) */
 	_Atomic uint64_t lease_losses;
+	/* Backends that held shards this worker wants and are no live runner's
+	 * lease backend (outsiders, lease.c): those it terminated, and the
+	 * wanted shards held by those it may not terminate at the last look. */
+	_Atomic uint64_t outsiders_terminated;
+	_Atomic int shards_held_by_outsiders;
 	_Atomic uint64_t singleton_restarts;
 	_Atomic uint64_t health_checks;
 	_Atomic uint64_t runs_started, runs_completed, runs_failed;

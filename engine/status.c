@@ -147,6 +147,14 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	metric(b, "cairn_lease_losses_total", "counter",
 	       "Shard leases lost without releasing them.", NULL,
 	       (double)atomic_load(&m->lease_losses));
+	metric(b, "cairn_shards_held_by_outsiders", "gauge",
+	       "Shards this worker wants whose locks are held by a backend that is not a live "
+	       "runner's lease backend and that its role may not terminate (0 when none).",
+	       NULL, atomic_load(&m->shards_held_by_outsiders));
+	metric(b, "cairn_outsiders_terminated_total", "counter",
+	       "Backends that held shards this worker wanted, were not a live runner's lease "
+	       "backend, and that it terminated.",
+	       NULL, (double)atomic_load(&m->outsiders_terminated));
 	metric(b, "cairn_detachments_total", "counter", "Times this worker detached from storage.",
 	       NULL, (double)atomic_load(&m->detachments));
 	metric(b, "cairn_singleton_restarts_total", "counter",

@@ -496,8 +496,13 @@ static int lease_round_detached(supervisor *s)
 		                                         : changed || lease_pending(w->lease)
 		                                             ? w->cfg.rebalance_debounce_ms
 		                                             : w->cfg.rebalance_interval_ms);
-		if (!rc)
-			set_ready(w, 1, "");
+		if (!rc) {
+			/* Ready, unless backends that are no runner's hold shards
+			 * of ours that we may not take back. */
+			buf why = BUF_INIT;
+			set_ready(w, 1, lease_outsiders(w->lease, &why) ? buf_str(&why) : "");
+			buf_free(&why);
+		}
 	}
 	return 0;
 }

@@ -558,20 +558,29 @@ typedef struct cairn_runner_info {
 int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, size_t *n);
 void cairn_runner_list_free(cairn_runner_info *r, size_t n);
 
-/* One row of cairn.shard_leases. */
+/* One row of cairn.shard_leases, or a shard whose lock an outsider holds. */
 typedef struct cairn_shard_info {
 	char *group;
 	int shard;
 	int64_t owner;            /* runner id, or 0 when no runner owns the shard */
 	char *owner_name;         /* or NULL */
-	int64_t epoch;            /* fencing epoch, bumped on every acquisition */
+	int64_t epoch;            /* fencing epoch, bumped on every acquisition; 0 if never */
 	int64_t acquired_unix_ms; /* 0 if never acquired */
+	/* An outsider: a backend of this database that holds the shard's lock
+	 * and is no registered runner's lease backend (runners.lease_pid), so
+	 * that no runner can take the shard. 0 and NULLs when none. */
+	int outsider_pid;
+	char *outsider_user;             /* its role (usename), or NULL if not known */
+	char *outsider_application_name; /* or NULL if not known */
 } cairn_shard_info;
 
 /*
- * Lists the shard leases of group (NULL: every group) by group and shard. A
- * shard that was never acquired has no row. CAIRN_EINVAL for a bad group
- * name. The caller frees *out with cairn_shard_list_free().
+ * Lists the shard leases of group (NULL: every group) by group and shard,
+ * with the outsider that holds a shard's lock, if any (see
+ * cairn_shard_info): a shard that was never acquired has no row unless an
+ * outsider holds its lock. The groups looked at for outsiders are those of
+ * the lease rows and of the registered runners (or group). CAIRN_EINVAL for
+ * a bad group name. The caller frees *out with cairn_shard_list_free().
  */
 int cairn_shard_list(cairn_client *c, const char *group, cairn_shard_info **out, size_t *n);
 void cairn_shard_list_free(cairn_shard_info *s, size_t n);

@@ -7,13 +7,16 @@
  * supervisor when they ignore their cancel flag, and back off when they
  * crash; the runner health checker's policy (a live runner that does not
  * answer keeps its shards, one that answers 503 three times loses them, never
- * the last healthy one) and workers listening on every interface.
+ * the last healthy one), workers listening on every interface, and shard
+ * locks squatted by a session that is no runner's (reported, ended where
+ * the worker's role may, taken back once gone).
  *
  * Ownership is checked where it is true, in the database: one advisory lock
  * per shard in pg_locks, held by the lease backend (runners.lease_pid) of the
  * runner cairn.shard_leases names. Every wait is a deadline poll.
  */
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -68,6 +71,7 @@ typedef struct fake_http {
 } fake_http;
 static fake_http *fake;
 static void fake_http_stop(void);
+static void drop_roles(void);
 
 static void dump_logs(void)
 {
@@ -88,6 +92,19 @@ static void dump_logs(void)
 /* cr_assert that first prints every worker's log, so a failure explains itself. */
 #define check(cond, ...) tcheck(dump_logs, cond, __VA_ARGS__)
 
+/* No worker took a runner's lease backend for an outsider: handovers
+ * between live runners (shards still held by their old owner) are no
+ * outsider's doing. */
+static void no_outsider_seen(void)
+{
+	for (int i = 0; i < MAXW; i++) {
+		char *text = ws[i].log[0] ? tfile_read(ws[i].log) : NULL;
+		int seen = text && strstr(text, "not a live runner's lease backend");
+		free(text);
+		check(!seen, "worker %d saw an outsider where there was none", i);
+	}
+}
+
 static void teardown(void)
 {
 	for (int i = 0; i < MAXW; i++) {
@@ -103,6 +120,7 @@ static void teardown(void)
 		close(closed_fd);
 	closed_fd = -1;
 	fake_http_stop();
+	drop_roles();
 	if (conn)
 		PQfinish(conn);
 	conn = NULL;
@@ -324,6 +342,7 @@ Test(lease, three_workers_own_every_shard_exactly_once)
 		sum += m.db;
 	}
 	check(sum == nshards, "owned shards add up to %" PRId64, sum);
+	no_outsider_seen();
 }
 
 /* ------------------------------------------------------------ takeover */
@@ -345,6 +364,7 @@ Test(lease, kill_9_of_one_of_three_leaves_every_shard_owned_by_the_other_two)
 	        " ms until all %d shards were owned by the two "
 	        "survivors (heartbeat 100ms, rebalance 100ms, debounce 50ms)\n",
 	        took, nshards);
+	no_outsider_seen();
 }
 
 /* With the default timers (heartbeat 1 s, rebalance every 30 s): nobody
@@ -429,6 +449,7 @@ Test(lease, sigterm_of_one_of_three_exits_zero_deregisters_and_hands_its_shards_
 	fprintf(stderr, "test_lease: SIGTERM hand-over: %" PRId64 " ms\n", tnow_ms() - t0);
 	check(qint("SELECT count(*) FROM cairn.shard_leases WHERE owner = %" PRId64, gone) == 0,
 	      "shard_leases still names the stopped runner");
+	no_outsider_seen();
 }
 
 /* ------------------------------------------------------------ detachment */
@@ -1214,4 +1235,286 @@ Test(lease, workers_listening_on_every_interface_with_an_advertised_address_shar
 	check(qint("SELECT count(*) FROM cairn.runners WHERE healthy AND health_failures = 0") == 2,
 	      "a runner failed its health checks");
 	check(fully_owned(&o), "ownership changed");
+}
+
+/* ------------------------------------------------------------ outsiders */
+
+/*
+ * Issue 37, item 2: any login may take the shard locks first. A squatter
+ * (a login role granted only cairn_client) holds every shard lock of group
+ * default; the worker must say so within one lease TTL (a log line naming
+ * the squatter's pid, user and application_name, a metric, /readyz 503 with
+ * the reason), `cairn shards` must show who holds the shards, and the runs
+ * must complete once the squatter is gone: ended by the worker if its role
+ * may, else closed here.
+ */
+#define TTL_MS   2000 /* FAST's CAIRN_RUNNER_TTL */
+#define SQUAT_AS "squatter-test"
+#define NRUNS    8
+
+/* Login roles made by a test (cluster-wide): dropped at its end. */
+static char roles[2][96];
+static PGconn *squatter; /* closed by the test, or at its end */
+
+static void drop_roles(void)
+{
+	if (squatter)
+		PQfinish(squatter);
+	squatter = NULL;
+	for (int i = 0; i < 2; i++) {
+		if (!roles[i][0] || !conn)
+			continue;
+		char sql[512];
+		snprintf(sql, sizeof sql, "DROP OWNED BY %s; DROP ROLE %s", roles[i], roles[i]);
+		PQclear(PQexec(conn, sql));
+		roles[i][0] = '\0';
+	}
+}
+
+/* Creates login role roles[i] named prefix_DATABASE (unique: the test's own
+ * database) with CONNECT on it, then runs grants (with %s for the role, up
+ * to four times). Returns the conninfo of db as that role in url. */
+static const char *role_new(int i, const char *prefix, const char *grants, char *url, size_t n)
+{
+	PGconn *c = conn;
+	snprintf(roles[i], sizeof roles[i], "%s_%s", prefix, PQdb(c));
+	char sql[2048];
+	snprintf(sql, sizeof sql, "CREATE ROLE %s LOGIN; GRANT CONNECT ON DATABASE %s TO %s",
+	         roles[i], PQdb(c), roles[i]);
+	tdb_exec(c, sql);
+	snprintf(sql, sizeof sql, grants, roles[i], roles[i], roles[i], roles[i]);
+	tdb_exec(c, sql);
+	snprintf(url, n, "%s user=%s", db, roles[i]);
+	return url;
+}
+
+/* A session as a role granted only cairn_client that takes every shard lock
+ * of group default, as the audit did. */
+static PGconn *squat(void)
+{
+	char url[2200], sql[256];
+	role_new(0, "squat", "GRANT cairn_client TO %s", url, sizeof url);
+	size_t k = strlen(url);
+	snprintf(url + k, sizeof url - k, " application_name=%s", SQUAT_AS);
+	PGconn *s = squatter = tdb_connect(url);
+	snprintf(sql, sizeof sql,
+	         "SELECT count(*) FROM generate_series(0, %d) s "
+	         "WHERE pg_try_advisory_lock(%d, s)",
+	         nshards - 1, (int)hash_group_lock_key("default"));
+	cr_assert_eq(tdb_int(s, sql), nshards, "the squatter did not get every shard lock");
+	/* It may enqueue, too (cairn_client): runs that wait for the shards. */
+	snprintf(sql, sizeof sql,
+	         "SELECT count(*) FROM generate_series(1, %d) g, "
+	         "cairn.enqueue('noop', '{}', 'squatted-' || g)",
+	         NRUNS);
+	cr_assert_eq(tdb_int(s, sql), NRUNS);
+	return s;
+}
+
+/* A worker role with the table and function privileges a worker needs, not
+ * a superuser, not in pg_signal_backend, not a member of the squatter's role:
+ * it may not terminate the squatter's backend. */
+static const char WORKER_GRANTS[] =
+    "GRANT USAGE ON SCHEMA cairn TO %s; "
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA cairn TO %s; "
+    "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA cairn TO %s; "
+    "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cairn TO %s";
+
+/* A log line of path with every one of the NULL-terminated texts. */
+typedef struct log_line {
+	const char *path;
+	const char *has[6];
+} log_line;
+
+static int log_has_line(void *arg)
+{
+	log_line *w = arg;
+	char *text = tfile_read(w->path);
+	int found = 0;
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line && !found;
+	     line = strtok_r(NULL, "\n", &save)) {
+		found = 1;
+		for (int i = 0; w->has[i] && found; i++)
+			found = strstr(line, w->has[i]) != NULL;
+	}
+	free(text);
+	return found;
+}
+
+typedef struct readyz_says {
+	int port;
+	long status;
+	const char *has[4];
+	char body[1024];
+} readyz_says;
+
+static int readyz_answers(void *arg)
+{
+	readyz_says *r = arg;
+	char *body = NULL;
+	long st = thttp(r->port, "GET", "/readyz", &body, NULL);
+	snprintf(r->body, sizeof r->body, "%s", body ? body : "");
+	free(body);
+	int ok = st == r->status;
+	for (int i = 0; ok && r->has[i]; i++)
+		ok = strstr(r->body, r->has[i]) != NULL;
+	return ok;
+}
+
+typedef struct metric_is {
+	int port;
+	const char *name;
+	double want, got;
+} metric_is;
+
+static int metric_equals(void *arg)
+{
+	metric_is *m = arg;
+	return (m->got = tmetric(m->port, m->name)) == m->want;
+}
+
+/* Collapses runs of spaces (a table's padding) to one, in place. */
+static void squeeze(char *s)
+{
+	char *o = s;
+	for (const char *p = s; *p; p++)
+		if (*p != ' ' || o == s || o[-1] != ' ')
+			*o++ = *p;
+	*o = '\0';
+}
+
+/* Waits for worker i's runner row; returns when it registered (tnow_ms). */
+static int64_t registered_at(int i)
+{
+	registration r = {.worker = i};
+	check(twait(registered, &r, 30000), "worker %d never registered", i);
+	return tnow_ms();
+}
+
+static int64_t runs_completed(void)
+{
+	return qint("SELECT count(*) FROM cairn.runs WHERE key LIKE 'squatted-%%' "
+	            "AND status = 'completed'");
+}
+
+Test(lease, squatted_shards_are_reported_within_the_ttl_by_a_worker_that_may_not_end_the_squatter)
+{
+	setup(16);
+	PGconn *sq = squat();
+	int spid = PQbackendPID(sq);
+	char wurl[2200], pidtext[32], user[128];
+	role_new(1, "wk", WORKER_GRANTS, wurl, sizeof wurl);
+	snprintf(pidtext, sizeof pidtext, "pid=%d", spid);
+	snprintf(user, sizeof user, "user=%s", roles[0]);
+
+	tlog_file(ws[0].log);
+	ws[0].pid = tworker_start(wurl, &ws[0].port, ws[0].log, FAST, NULL);
+	int64_t t0 = registered_at(0);
+	log_line said = {ws[0].log,
+	                 {"not a live runner's lease backend", pidtext, user,
+	                  "application_name=" SQUAT_AS, NULL}};
+	check(twait(log_has_line, &said, TTL_MS),
+	      "no log line naming the squatter (%s %s application_name=%s) within the TTL", pidtext,
+	      user, SQUAT_AS);
+	metric_is held = {ws[0].port, "cairn_shards_held_by_outsiders", nshards, 0};
+	check(twait(metric_equals, &held, TTL_MS - (tnow_ms() - t0)),
+	      "cairn_shards_held_by_outsiders is %g, not %d, one TTL after registering", held.got,
+	      nshards);
+	char pid_in_reason[32];
+	snprintf(pid_in_reason, sizeof pid_in_reason, "pid %d", spid);
+	readyz_says rz = {ws[0].port, 503, {pid_in_reason, roles[0], SQUAT_AS, NULL}, ""};
+	check(twait(readyz_answers, &rz, TTL_MS - (tnow_ms() - t0)),
+	      "/readyz did not answer 503 naming the squatter within the TTL: %s", rz.body);
+	fprintf(stderr,
+	        "test_lease: outsider reported %" PRId64 " ms after registering (TTL %d "
+	        "ms); /readyz: %s",
+	        tnow_ms() - t0, TTL_MS, rz.body);
+
+	/* cairn shards names the holder of every shard. */
+	char *out = NULL, *err = NULL;
+	check(tcli(db, &out, &err, "shards", "--json", NULL) == 0, "cairn shards: %s", err);
+	cJSON *j = cJSON_Parse(out);
+	cJSON *list = cJSON_GetObjectItem(j, "shards"), *it;
+	int shown = 0;
+	cJSON_ArrayForEach(it, list)
+	{
+		cJSON *o = cJSON_GetObjectItem(it, "outsider");
+		shown +=
+		    cJSON_IsObject(o) &&
+		    (int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "pid")) == spid &&
+		    strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "user")), roles[0]) == 0 &&
+		    strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "application_name")),
+		           SQUAT_AS) == 0;
+	}
+	check(shown == nshards,
+	      "cairn shards --json shows %d of %d shards held by the squatter: %s", shown, nshards,
+	      out);
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+	check(tcli(db, &out, &err, "shards", NULL) == 0, "cairn shards: %s", err);
+	squeeze(out);
+	char line[256];
+	snprintf(line, sizeof line, "default 0 - 0 outsider pid=%d user=%s application_name=%s",
+	         spid, roles[0], SQUAT_AS);
+	check(strstr(out, line) != NULL, "cairn shards lacks \"%s\":\n%s", line, out);
+	free(out);
+	free(err);
+
+	/* The worker may not end it: the squatter is still there, the runs wait. */
+	check(tdb_int(sq, "SELECT 1") == 1, "the squatter's session was ended");
+	check(runs_completed() == 0, "runs completed while the squatter held every shard");
+
+	/* Once it leaves, the worker takes the shards and the runs complete. */
+	PQfinish(sq);
+	squatter = NULL;
+	check(tdb_wait_at_leastf(conn, NRUNS, 30000,
+	                         "SELECT count(*) FROM cairn.runs WHERE key LIKE 'squatted-%%' "
+	                         "AND status = 'completed'"),
+	      "the runs did not complete after the squatter left (%" PRId64 " of %d)",
+	      runs_completed(), NRUNS);
+	held.want = 0;
+	check(twait(metric_equals, &held, 10000), "cairn_shards_held_by_outsiders stays %g",
+	      held.got);
+	check(thttp_wait(ws[0].port, "/readyz", 200, 10000), "/readyz did not answer 200 again");
+	stop(0, SIGKILL, 10000);
+	drop_roles();
+}
+
+static int backend_gone(void *arg)
+{
+	return qint("SELECT count(*) FROM pg_stat_activity WHERE pid = %d", *(int *)arg) == 0;
+}
+
+Test(lease, a_worker_whose_role_may_terminate_a_squatter_ends_it_and_the_runs_complete)
+{
+	setup(16);
+	PGconn *sq = squat();
+	int spid = PQbackendPID(sq);
+	char pidtext[32], user[128];
+	snprintf(pidtext, sizeof pidtext, "pid=%d", spid);
+	snprintf(user, sizeof user, "user=%s", roles[0]);
+	start(0, NULL, NULL, NULL, NULL); /* as the cluster's superuser, cairn */
+	int64_t t0 = registered_at(0);
+	check(twait(backend_gone, &spid, TTL_MS),
+	      "the squatter's backend %d is still there one "
+	      "TTL after the worker registered",
+	      spid);
+	log_line said = {ws[0].log,
+	                 {"terminated", pidtext, user, "application_name=" SQUAT_AS, NULL}};
+	check(twait(log_has_line, &said, 5000),
+	      "no log line saying the worker terminated the squatter (%s %s)", pidtext, user);
+	fprintf(stderr, "test_lease: squatter terminated %" PRId64 " ms after registering\n",
+	        tnow_ms() - t0);
+	check(tdb_wait_at_leastf(conn, NRUNS, 30000,
+	                         "SELECT count(*) FROM cairn.runs WHERE key LIKE 'squatted-%%' "
+	                         "AND status = 'completed'"),
+	      "the runs did not complete after the squatter was ended (%" PRId64 " of %d)",
+	      runs_completed(), NRUNS);
+	metric_is ended = {ws[0].port, "cairn_outsiders_terminated_total", 1, 0};
+	check(twait(metric_equals, &ended, 5000), "cairn_outsiders_terminated_total is %g",
+	      ended.got);
+	check(thttp_wait(ws[0].port, "/readyz", 200, 10000), "/readyz did not answer 200");
+	stop(0, SIGKILL, 10000);
+	drop_roles();
 }
