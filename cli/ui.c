@@ -494,6 +494,12 @@ static void api_run_action(ui *u, const http_request *q, http_reply *r, const ch
 		if (q->body_too_big)
 			return reply_error(r, 413, "body",
 			                   "body: the payload is larger than 64KiB");
+		/* The body's length is known here, not to the client: a NUL
+		 * byte inside it would cut the payload short. */
+		char err[PARSE_ERR_MAX];
+		if (q->body_len && parse_check_json_n("body", q->body, q->body_len,
+		                                      http_body_max(q->path), err) < 0)
+			return reply_error(r, 400, "body", err);
 		rc = cairn_signal(u->c, id, name, q->body_len ? q->body : NULL);
 	} else {
 		rc = action[0] == 'c' ? cairn_cancel(u->c, id) : cairn_retry(u->c, id);

@@ -148,6 +148,15 @@ void api_error(http_reply *r, unsigned status, const char *why)
 	api_reply(r, status, o);
 }
 
+int api_check_body(const http_request *q, const char *what, http_reply *r)
+{
+	char err[PARSE_ERR_MAX];
+	if (parse_check_json_n(what, q->body, q->body_len, http_body_max(q->path), err) == 0)
+		return 0;
+	api_error(r, 400, err);
+	return -1;
+}
+
 /* The client's error, as the status its code maps to. */
 static void client_error(http_reply *r, cairn_client *c, int rc)
 {
@@ -391,11 +400,8 @@ done:
 
 static void post_runs(cairn_client *c, const http_request *q, http_reply *r, int *rc)
 {
-	char err[PARSE_ERR_MAX];
-	if (parse_check_json("the body", q->body, HTTP_API_BODY_MAX, err) < 0) {
-		api_error(r, 400, err);
+	if (api_check_body(q, "the body", r) < 0)
 		return;
-	}
 	const char *p[] = {q->body};
 	buf dberr = BUF_INIT;
 	PGresult *res = db_exec(c->conn, &dberr, SQL_SPLIT, 1, p);
@@ -465,6 +471,8 @@ static void run_action(cairn_client *c, int64_t id, const char *action, const ht
 	const char *name = NULL;
 	if (strncmp(action, signals, sizeof signals - 1) == 0) {
 		name = action + sizeof signals - 1;
+		if (q->body_len && api_check_body(q, "signal payload", r) < 0)
+			return;
 		*rc = cairn_signal(c, id, name, q->body_len ? q->body : "null");
 	} else if (strcmp(action, "cancel") == 0) {
 		*rc = cairn_cancel(c, id);

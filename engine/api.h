@@ -45,6 +45,11 @@ void api_handle(api *a, const http_request *q, const char *sub, http_reply *r);
 void api_reply(http_reply *r, unsigned status, struct cJSON *o);
 /* A JSON reply {"error": why}, the shape of every /v1 and signal-link error. */
 void api_error(http_reply *r, unsigned status, const char *why);
+/* Whether the body is JSON text as the client takes it (parse_check_json_n,
+ * what names it): 0, or -1 after a 400 that says why. Checked here, where
+ * the body's length is known: a NUL byte inside it would end the C string
+ * the client sees, and cut the value short. */
+int api_check_body(const http_request *q, const char *what, http_reply *r);
 /* The HTTP status of a cairn_status from the client. */
 unsigned api_status_of(int rc);
 #endif

@@ -177,9 +177,17 @@ static cJSON *keep(cairn_ctx *ctx, cJSON *v)
 
 /* Parses journaled JSON text and hands it to the workflow (NULL text: null).
  * A value that does not parse fails the run: the journal was written by
- * something other than cairn. */
+ * something other than cairn. So does one that json_check_text refuses: a
+ * value sealed before cairn refused \u0000 (PostgreSQL never saw it) would
+ * be cut short where cJSON reads it. */
 static int keep_parsed(cairn_ctx *ctx, const char *text, cJSON **out)
 {
+	char err[PARSE_ERR_MAX];
+	if (text && json_check_text("a journaled value", text, strlen(text), err) < 0) {
+		buf_reset(&ctx->err);
+		buf_printf(&ctx->err, "cannot load the run: %s", err);
+		return ctx->fatal = CAIRN_EFAIL;
+	}
 	cJSON *v = text ? cJSON_Parse(text) : NULL;
 	if (text && !v) {
 		buf_reset(&ctx->err);
@@ -309,30 +317,48 @@ static int replay_step(cairn_ctx *ctx, const journal_entry *e, cJSON **result, i
 	return CAIRN_OK;
 }
 
-/* Checks a step function's result: CAIRN_OK with *text set, or a failure. */
-static int step_result(cairn_ctx *ctx, const char *name, int src, const cJSON *out, char **text)
+/* Whether JSON text a workflow made (a step's result, an event's value,
+ * the run's output) may be stored: at most max_payload_bytes, JSON_MAX_DEPTH
+ * levels deep, and of the characters every entry point takes
+ * (json_check_text: cJSON copies a string's bytes as they are, so a value
+ * may hold bytes that are not UTF-8). 0, or -1 with why, which starts with
+ * what. */
+static int check_made(const exec_env *env, const char *what, const char *text, buf *why)
+{
+	size_t len = strlen(text);
+	int depth = json_depth(text);
+	char err[PARSE_ERR_MAX];
+	if (depth > JSON_MAX_DEPTH)
+		buf_printf(why, "%s is nested %d levels deep; at most %d are accepted", what, depth,
+		           JSON_MAX_DEPTH);
+	else if (len > env->max_payload_bytes)
+		buf_printf(why, "%s is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu", what, len,
+		           env->max_payload_bytes);
+	else if (json_check_text(what, text, len, err) < 0)
+		buf_puts(why, err);
+	else
+		return 0;
+	return -1;
+}
+
+/* Checks a step function's result: CAIRN_OK with *text set, or a failure
+ * (whose message run_step prefixes with the step's name). */
+static int step_result(cairn_ctx *ctx, int src, const cJSON *out, char **text)
 {
 	*text = NULL;
 	if (src != CAIRN_OK)
 		return src;
 	*text = print_json(out);
 	if (!*text)
-		return cairn_fail(ctx, "step %s: out of memory printing its result", name);
-	size_t len = strlen(*text);
-	int depth = json_depth(*text);
-	if (len > ctx->env->max_payload_bytes || depth > JSON_MAX_DEPTH) {
+		return cairn_fail(ctx, "out of memory printing its result");
+	buf why = BUF_INIT;
+	if (check_made(ctx->env, "result", *text, &why) < 0) {
 		free(*text);
 		*text = NULL;
-		if (depth > JSON_MAX_DEPTH)
-			return cairn_fail(
-			    ctx,
-			    "step %s: result is nested %d levels deep; at most %d are accepted",
-			    name, depth, JSON_MAX_DEPTH);
-		return cairn_fail(
-		    ctx, "step %s: result is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu", name,
-		    len, ctx->env->max_payload_bytes);
+		src = cairn_fail(ctx, "%s", why.oom ? "out of memory" : buf_str(&why));
 	}
-	return CAIRN_OK;
+	buf_free(&why);
+	return src;
 }
 
 /* A step of kind: the body of cairn_step_retry, and of the durable calls
@@ -393,7 +419,7 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	            .started_ms = t0,
 	            .finished_ms = clock_unix_ms()};
 	char *text;
-	src = step_result(ctx, name, src, out, &text);
+	src = step_result(ctx, src, out, &text);
 	if (conn) {
 		/* The result is journaled in the step's own transaction, or the
 		 * transaction is rolled back with whatever the step did. */
@@ -781,8 +807,14 @@ int cairn_set_event(cairn_ctx *ctx, const char *key, const cJSON *value)
 	if (rc || e)
 		return rc; /* published before */
 	char *text;
-	if ((rc = step_result(ctx, name, CAIRN_OK, value, &text)))
+	if ((rc = step_result(ctx, CAIRN_OK, value, &text))) {
+		buf msg = BUF_INIT;
+		buf_printf(&msg, "event %s: %s", key, buf_str(&ctx->err));
+		buf_reset(&ctx->err);
+		buf_puts(&ctx->err, buf_str(&msg));
+		buf_free(&msg);
 		return ctx->fatal = rc;
+	}
 	rc = add_settled(ctx, seq, name, KIND_EVENT, text, ctx_now(ctx));
 	free(text);
 	return rc;
@@ -912,14 +944,19 @@ int cairn_random(cairn_ctx *ctx, uint64_t *value)
 static int load_input(const exec_env *env, const job *j, cJSON **input, buf *why, char *key)
 {
 	buf plain = BUF_INIT;
+	char err[PARSE_ERR_MAX];
 	int rc = seal_open(env->keys, SEAL_RUN_INPUT, j->input, &plain, key);
-	if (rc >= 0)
-		*input = cJSON_Parse(rc == 0 ? buf_str(&plain) : j->input);
-	buf_free(&plain);
 	if (rc < 0) {
 		buf_puts(why, "the input: ");
 		seal_explain(rc, key, why);
+	} else if (rc == 0 && json_check_text("the input", buf_str(&plain), plain.len, err) < 0) {
+		/* Sealed before cairn refused \u0000: it would be cut short here. */
+		buf_puts(why, err);
+		rc = -CAIRN_EINVAL;
+	} else {
+		*input = cJSON_Parse(rc == 0 ? buf_str(&plain) : j->input);
 	}
+	buf_free(&plain);
 	return rc > 0 ? 0 : rc;
 }
 
@@ -1047,27 +1084,17 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		c->outcome = COMMIT_JOURNAL;
 	} else if (rc == CAIRN_OK) {
 		char *text = print_json(output);
-		size_t len = text ? strlen(text) : 0;
-		int depth = text ? json_depth(text) : 0;
-		if (text && len <= env->max_payload_bytes && depth <= JSON_MAX_DEPTH) {
+		buf msg = BUF_INIT;
+		if (text && check_made(env, "workflow output", text, &msg) == 0) {
 			finish(c, RUN_COMPLETED, NULL);
 			c->output = text;
 			atomic_fetch_add(&env->m->runs_completed, 1);
+			buf_free(&msg);
 			return;
 		}
+		finish(c, RUN_FAILED,
+		       text && !msg.oom ? buf_str(&msg) : "out of memory printing the output");
 		free(text);
-		buf msg = BUF_INIT;
-		if (depth > JSON_MAX_DEPTH)
-			buf_printf(
-			    &msg,
-			    "workflow output is nested %d levels deep; at most %d are accepted",
-			    depth, JSON_MAX_DEPTH);
-		else
-			buf_printf(
-			    &msg,
-			    "workflow output is %zu bytes; the limit (CAIRN_MAX_PAYLOAD) is %zu",
-			    len, env->max_payload_bytes);
-		finish(c, RUN_FAILED, text ? buf_str(&msg) : "out of memory printing the output");
 		buf_free(&msg);
 		atomic_fetch_add(&env->m->runs_failed, 1);
 	} else if (rc == CAIRN_CANCELLED) {

@@ -210,6 +210,7 @@ int parse_int(const char *s, int64_t min, int64_t max, int64_t *out, char *err)
 
 /* Length of the UTF-8 sequence starting at p, or 0 if it is invalid. */
 static size_t utf8_len(const unsigned char *p);
+static size_t utf8_len_n(const unsigned char *p, size_t avail);
 
 /* s quoted for an error message: at most QUOTE_MAX bytes of it, control
  * characters and bytes that are not UTF-8 written as \xNN, "..." appended when
@@ -257,21 +258,43 @@ int parse_check_name(const char *what, const char *s, char *err)
 	return 0;
 }
 
-/* Length of the UTF-8 sequence starting at p, or 0 if it is invalid. */
-static size_t utf8_len(const unsigned char *p)
+/* Length of the UTF-8 sequence at p, of at most avail bytes, or 0 if it is
+ * not one: RFC 3629, as PostgreSQL checks it (pg_utf8_islegal), so no
+ * overlong form, no UTF-16 surrogate (U+D800 to U+DFFF) and nothing past
+ * U+10FFFF. A sequence is read byte by byte and stops at the first that
+ * does not fit, so a NUL-terminated string is never read past its end. */
+static size_t utf8_len_n(const unsigned char *p, size_t avail)
 {
-	if (p[0] < 0x80)
-		return 1;
-	size_t n = (p[0] & 0xe0) == 0xc0   ? 2
-	           : (p[0] & 0xf0) == 0xe0 ? 3
-	           : (p[0] & 0xf8) == 0xf0 ? 4
-	                                   : 0;
-	if (n == 0 || (n == 2 && p[0] < 0xc2))
+	if (avail == 0)
 		return 0;
-	for (size_t i = 1; i < n; i++)
+	unsigned c = p[0], lo = 0x80, hi = 0xbf; /* the range of the second byte */
+	size_t n;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		n = 2;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		lo = c == 0xe0 ? 0xa0 : lo; /* overlong below U+0800 */
+		hi = c == 0xed ? 0x9f : hi; /* surrogates */
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		lo = c == 0xf0 ? 0x90 : lo; /* overlong below U+10000 */
+		hi = c == 0xf4 ? 0x8f : hi; /* past U+10FFFF */
+	} else {
+		return 0; /* a continuation byte, an overlong C0/C1, or F5 to FF */
+	}
+	if (avail < n || p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
 		if ((p[i] & 0xc0) != 0x80)
 			return 0;
 	return n;
+}
+
+static size_t utf8_len(const unsigned char *p)
+{
+	return utf8_len_n(p, 4);
 }
 
 int parse_rate(const char *s, int *n, int64_t *period_ms, char *err)
@@ -357,11 +380,178 @@ int json_depth(const char *s)
 	return max;
 }
 
-int parse_check_json(const char *what, const char *s, size_t max, char *err)
+/*
+ * Where the scan of json_check_text is in the value, as a path ($.items[2].name)
+ * for its messages: one frame per open array or object, the path of each
+ * member appended to the container's own while the scan is inside it.
+ */
+#define JPATH_BUF 96
+typedef struct jpath {
+	char text[JPATH_BUF + 4]; /* room for "..." */
+	size_t len;
+	int cut; /* text reached JPATH_BUF: what follows is left out */
+	struct {
+		char kind;    /* '[' or '{' */
+		size_t base;  /* len of text at the container itself */
+		int base_cut; /* and whether its path was cut */
+		long index;   /* an array's current element */
+		int want_key; /* an object's next string is a member name */
+	} f[JSON_MAX_DEPTH];
+	int depth; /* open containers; frames past JSON_MAX_DEPTH are not kept */
+} jpath;
+
+static void jpath_add(jpath *p, const char *s, size_t n)
 {
-	size_t n = strlen(s);
+	if (p->cut || p->len + n > JPATH_BUF) {
+		if (!p->cut)
+			memcpy(p->text + p->len, "...", 4);
+		p->cut = 1;
+		return;
+	}
+	memcpy(p->text + p->len, s, n);
+	p->len += n;
+	p->text[p->len] = '\0';
+}
+
+/* Back to the path of the innermost container. */
+static void jpath_top(jpath *p)
+{
+	p->len = p->f[p->depth - 1].base;
+	p->cut = p->f[p->depth - 1].base_cut;
+	memcpy(p->text + p->len, p->cut ? "..." : "", p->cut ? 4 : 1);
+}
+
+static void jpath_index(jpath *p)
+{
+	char n[24];
+	jpath_top(p);
+	jpath_add(p, n, (size_t)snprintf(n, sizeof n, "[%ld]", p->f[p->depth - 1].index));
+}
+
+/* A member name s[0..n) as written in the text (escapes and all): .name
+ * when it is plain, else ["name"]. */
+static void jpath_key(jpath *p, const char *s, size_t n)
+{
+	int plain = n > 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-')
+			plain = 0;
+	jpath_top(p);
+	jpath_add(p, plain ? "." : "[\"", plain ? 1 : 2);
+	jpath_add(p, s, n);
+	if (!plain)
+		jpath_add(p, "\"]", 2);
+}
+
+/* The structure around s[i], which is outside any string. */
+static void jpath_step(jpath *p, char c)
+{
+	int top = p->depth > 0 && p->depth <= JSON_MAX_DEPTH;
+	if (c == '[' || c == '{') {
+		p->depth++;
+		if (p->depth > JSON_MAX_DEPTH)
+			return;
+		p->f[p->depth - 1].kind = c;
+		p->f[p->depth - 1].base = p->len;
+		p->f[p->depth - 1].base_cut = p->cut;
+		p->f[p->depth - 1].index = 0;
+		p->f[p->depth - 1].want_key = c == '{';
+		if (c == '[')
+			jpath_index(p);
+	} else if ((c == ']' || c == '}') && p->depth > 0) {
+		if (top)
+			jpath_top(p);
+		p->depth--;
+	} else if (c == ',' && top && p->f[p->depth - 1].kind == '[') {
+		p->f[p->depth - 1].index++;
+		jpath_index(p);
+	} else if (c == ',' && top) {
+		p->f[p->depth - 1].want_key = 1;
+	}
+}
+
+/* The error of json_check_text: what, the problem, where (a path from the
+ * value's root, $, when it is inside an array or object), and the rule. */
+static int jtext_error(const char *what, const jpath *p, int in_key, size_t at, const char *problem,
+                       const char *rule, char *err)
+{
+	if (p->depth > 0)
+		return ERR("%s %s at byte %zu, in %s$%s: %s", what, problem, at + 1,
+		           in_key ? "a member name of " : "", p->text, rule);
+	return ERR("%s %s at byte %zu: %s", what, problem, at + 1, rule);
+}
+
+int json_check_text(const char *what, const char *s, size_t n, char *err)
+{
+	static const char utf8_rule[] = "JSON text must be UTF-8";
+	jpath p = {.len = 0};
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == 0)
+			return jtext_error(what, &p, 0, i, "holds a NUL byte",
+			                   "JSON text cannot hold one", err);
+		if (c >= 0x80 && !utf8_len_n((const unsigned char *)s + i, n - i)) {
+			char problem[48];
+			snprintf(problem, sizeof problem, "is not valid UTF-8 (0x%02x)", c);
+			return jtext_error(what, &p, 0, i, problem, utf8_rule, err);
+		}
+		if (c != '"') {
+			jpath_step(&p, (char)c);
+			continue;
+		}
+		int key = p.depth > 0 && p.depth <= JSON_MAX_DEPTH &&
+		          p.f[p.depth - 1].kind == '{' && p.f[p.depth - 1].want_key;
+		size_t start = ++i;
+		for (; i < n && s[i] != '"'; i++) {
+			c = (unsigned char)s[i];
+			size_t len =
+			    c >= 0x80 ? utf8_len_n((const unsigned char *)s + i, n - i) : 1;
+			char problem[48];
+			if (c == '\\' && i + 5 < n && memcmp(s + i + 1, "u0000", 5) == 0)
+				return jtext_error(what, &p, key, i,
+				                   "holds \\u0000 (the NUL character)",
+				                   "cairn accepts no NUL character in JSON text "
+				                   "(PostgreSQL's jsonb "
+				                   "cannot store it); send binary data as base64",
+				                   err);
+			if (c == '\\') {
+				/* The escaped character: \" does not end the string (one
+				 * that is not printable ASCII is no escape, and is checked
+				 * as any other). */
+				i += i + 1 < n && s[i + 1] >= 0x20 && s[i + 1] < 0x7f;
+				continue;
+			}
+			if (c == 0)
+				return jtext_error(what, &p, key, i, "holds a NUL byte",
+				                   "JSON text cannot hold one", err);
+			if (c < 0x20) {
+				snprintf(problem, sizeof problem,
+				         "holds a control character (0x%02x)", c);
+				return jtext_error(what, &p, key, i, problem,
+				                   "a JSON string must escape it (\\n, \\u001b)",
+				                   err);
+			}
+			if (!len) {
+				snprintf(problem, sizeof problem, "is not valid UTF-8 (0x%02x)", c);
+				return jtext_error(what, &p, key, i, problem, utf8_rule, err);
+			}
+			i += len - 1;
+		}
+		if (key && i <= n) {
+			jpath_key(&p, s + start, i - start);
+			p.f[p.depth - 1].want_key = 0;
+		}
+	}
+	return 0;
+}
+
+int parse_check_json_n(const char *what, const char *s, size_t n, size_t max, char *err)
+{
 	if (n > max)
 		return ERR("%s is %zu bytes: larger than the maximum of %zu bytes", what, n, max);
+	/* Before anything reads s as a C string: a NUL byte would end it early. */
+	if (json_check_text(what, s, n, err) < 0)
+		return -CAIRN_EINVAL;
 	int depth = json_depth(s);
 	if (depth > JSON_MAX_DEPTH)
 		return ERR("%s is nested %d levels deep: at most %d are accepted", what, depth,
@@ -375,6 +565,11 @@ int parse_check_json(const char *what, const char *s, size_t max, char *err)
 	}
 	cJSON_Delete(j);
 	return 0;
+}
+
+int parse_check_json(const char *what, const char *s, size_t max, char *err)
+{
+	return parse_check_json_n(what, s, strlen(s), max, err);
 }
 
 int utf8_valid(const char *s)

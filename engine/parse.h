@@ -41,13 +41,29 @@ int parse_id_list(const char *s, int64_t *ids, int cap);
  * worker can always load, with room for the journal's own wrapping. */
 #define JSON_MAX_DEPTH 64
 
-/* JSON text of at most max bytes and JSON_MAX_DEPTH levels; on a syntax
- * error names the byte offset. */
+/*
+ * What cairn accepts as the characters of JSON text, from wherever it comes
+ * (the C client, the CLI, the HTTP API, signal links, the console, and
+ * what a workflow returns): valid UTF-8 (RFC 3629, as PostgreSQL checks
+ * it: no overlong form, no surrogate, nothing past U+10FFFF), no NUL byte,
+ * no control character unescaped in a string, and no \u0000 escape. Each
+ * is refused because PostgreSQL's jsonb refuses it, and with encryption on
+ * PostgreSQL never sees the text: a value it would refuse must not be
+ * stored sealed instead; and cJSON ends a string at \u0000, which would
+ * cut the value short. s holds n bytes. 0, or -CAIRN_EINVAL with a message
+ * naming what, the byte and where in the value ("in $.items[2].name").
+ */
+int json_check_text(const char *what, const char *s, size_t n, char *err);
+/* JSON text of at most max bytes, of characters json_check_text accepts,
+ * at most JSON_MAX_DEPTH levels deep; on a syntax error names the byte
+ * offset. The _n form takes text of n bytes that may hold a NUL byte (an
+ * HTTP body), with s[n] == '\0'. */
 int parse_check_json(const char *what, const char *s, size_t max, char *err);
+int parse_check_json_n(const char *what, const char *s, size_t n, size_t max, char *err);
 /* The deepest nesting of arrays and objects in JSON text (0 for a scalar);
  * strings are skipped, the text is not otherwise checked. */
 int json_depth(const char *s);
-/* Whether s is valid UTF-8. */
+/* Whether s is valid UTF-8 (RFC 3629, as json_check_text). */
 int utf8_valid(const char *s);
 /* Appends s to out with every byte that is not part of a valid UTF-8
  * sequence (a character cut in half, say) replaced by U+FFFD. */

@@ -312,7 +312,8 @@ int status_poke(cairn_worker *w, const char *path)
  * is the credential: 403 when it is not ours, has expired or names a run
  * that does not exist, 409 when a link used once was used or the run has
  * finished, 413 for a body over HTTP_BODY_MAX, 400 for a body that is not
- * JSON (an empty one is null); else the signal is written, once, and 202.
+ * JSON cairn accepts (parse_check_json_n: UTF-8, no NUL byte, no \u0000; an
+ * empty one is null); else the signal is written, once, and 202.
  */
 static void signal_link(cairn_worker *w, const http_request *q, const char *token, http_reply *r)
 {
@@ -337,6 +338,8 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
 		api_error(r, 413, why);
 		return;
 	}
+	if (q->body_len && api_check_body(q, "signal payload", r) < 0)
+		return;
 	cairn_client *cl = api_client_take(w->api, why, sizeof why);
 	if (!cl) {
 		api_error(r, 503, why);

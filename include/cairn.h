@@ -144,6 +144,14 @@ const char *cairn_unreadable_why(unsigned locked, unsigned unauthentic, const ch
 	cairn_unreadable_why((rec)->locked, (rec)->unauthentic, (rec)->locked_key,                 \
 	                     (rec)->unauthentic_key, bit, out, n, NULL)
 
+/*
+ * JSON text given to the client (inputs, signal payloads, changed_from,
+ * schedule inputs) must be UTF-8 without the escape \u0000 (PostgreSQL's
+ * jsonb cannot store the NUL character, and cJSON would cut a string there):
+ * otherwise CAIRN_EINVAL, with cairn_client_errfield() naming the field and
+ * the message the byte and where in the value ("in $.items[2].name").
+ */
+
 /* Options of cairn_enqueue(); zero-initialise and set what you need. */
 typedef struct cairn_enqueue_opts {
 	const char *key;    /* idempotency key; NULL: a UUIDv7 in hex */
@@ -701,7 +709,10 @@ typedef int (*cairn_plugin_init_fn)(cairn_worker *w);
  *
  * JSON values are cJSON (#include <cjson/cJSON.h>). A result handed back by a
  * durable call is owned by ctx and valid until the workflow function returns;
- * *output, when set, is taken over by the engine.
+ * *output, when set, is taken over by the engine. A string in a step's
+ * result, an event's value or the output must be UTF-8 (cJSON copies its
+ * bytes as they are): one that is not fails the step (or the run) with an
+ * error naming the byte and where it is, and nothing of it is stored.
  */
 struct cJSON;
 typedef struct cairn_ctx cairn_ctx;

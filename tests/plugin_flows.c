@@ -25,7 +25,8 @@
  *              steps write (run, step) to t_hits, which has no unique
  *              constraint, so re-executions show up as extra rows.
  *   t.badutf8  step "bad" bumps t_counter and returns a string that is not
- *              UTF-8, which PostgreSQL refuses to store.
+ *              UTF-8, which PostgreSQL refuses to store; with {"output": 1}
+ *              the step returns "fine" and the run's output is such a string.
  *   t.crash    step "before", then step "boom", which aborts the worker
  *              process unless t_flags has a row for the run: a poison run.
  *   t.polite   step "work" (max_attempts 1) writes t_attempts, then waits for
@@ -360,9 +361,20 @@ static int step_bad(cairn_ctx *ctx, void *arg, cJSON **result)
 	return CAIRN_OK;
 }
 
+static int step_fine(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	*result = cJSON_CreateString("fine");
+	return CAIRN_OK;
+}
+
 static int wf_badutf8(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
-	CAIRN_TRY(cairn_step(ctx, "bad", step_bad, NULL, NULL));
+	int in_output = int_field(input, "output", 0) != 0;
+	CAIRN_TRY(cairn_step(ctx, "bad", in_output ? step_fine : step_bad, NULL, NULL));
+	if (in_output) {
+		*output = cJSON_CreateObject();
+		cJSON_AddStringToObject(*output, "name", "caf\xc3");
+	}
 	return CAIRN_OK;
 }
 

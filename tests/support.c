@@ -432,6 +432,13 @@ long thttp_auth(int port, const char *method, const char *path, const char *auth
 long thttp_send(int port, const char *method, const char *path, const char *authorization,
                 const char *request, char **body, char **ctype)
 {
+	return thttp_send_n(port, method, path, authorization, request,
+	                    request ? strlen(request) : 0, body, ctype);
+}
+
+long thttp_send_n(int port, const char *method, const char *path, const char *authorization,
+                  const char *request, size_t len, char **body, char **ctype)
+{
 	char auth[512];
 	snprintf(auth, sizeof auth, "Authorization: %s", authorization ? authorization : "");
 	const char *headers[3] = {0};
@@ -440,11 +447,17 @@ long thttp_send(int port, const char *method, const char *path, const char *auth
 		headers[n++] = auth;
 	if (request)
 		headers[n++] = "Content-Type: application/json";
-	return thttp_req(port, method, path, headers, request, body, ctype);
+	return thttp_req_n(port, method, path, headers, request, len, body, ctype);
 }
 
 long thttp_req(int port, const char *method, const char *path, const char *const *headers,
                const char *body, char **resp, char **ctype)
+{
+	return thttp_req_n(port, method, path, headers, body, body ? strlen(body) : 0, resp, ctype);
+}
+
+long thttp_req_n(int port, const char *method, const char *path, const char *const *headers,
+                 const char *body, size_t len, char **resp, char **ctype)
 {
 	CURL *c = curl_easy_init();
 	struct curl_slist *hl = NULL;
@@ -460,7 +473,7 @@ long thttp_req(int port, const char *method, const char *path, const char *const
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	if (body) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)len);
 	}
 	/* A give-up bound for a worker slowed down by a loaded machine, not a
 	 * measurement: waits retry, so a generous bound costs nothing (a long

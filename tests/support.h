@@ -66,9 +66,15 @@ long thttp_auth(int port, const char *method, const char *path, const char *auth
  * Content-Type as thttp gives them (either may be NULL). The status or 0. */
 long thttp_req(int port, const char *method, const char *path, const char *const *headers,
                const char *body, char **resp, char **ctype);
+/* thttp_req with a body of len bytes, which may hold NUL bytes. */
+long thttp_req_n(int port, const char *method, const char *path, const char *const *headers,
+                 const char *body, size_t len, char **resp, char **ctype);
 /* thttp_auth with a request body (NULL: none), sent as application/json. */
 long thttp_send(int port, const char *method, const char *path, const char *authorization,
                 const char *request, char **body, char **ctype);
+/* thttp_send with a body of len bytes, which may hold NUL bytes. */
+long thttp_send_n(int port, const char *method, const char *path, const char *authorization,
+                  const char *request, size_t len, char **body, char **ctype);
 /* Waits until GET path answers want_status. */
 int thttp_wait(int port, const char *path, long want_status, int64_t timeout_ms);
 /* Creates an empty temporary file for a worker log; returns its path in out. */

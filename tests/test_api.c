@@ -228,6 +228,75 @@ Test(sql, signal_cancel_retry_and_run_change_runs_and_refuse_what_cannot_be_done
 	free(msg);
 }
 
+/*
+ * jsonb refuses \u0000 itself, but as the caller's argument is converted,
+ * before any function runs: its message named no argument. Bytes that are
+ * not UTF-8 never reach a function: PostgreSQL refuses the statement.
+ */
+Test(sql, a_json_argument_jsonb_cannot_take_is_refused_naming_the_argument)
+{
+	int64_t id = tdb_int(conn, "SELECT id FROM cairn.enqueue('noop', delay => '1h')");
+	char sig[3][160];
+	snprintf(sig[0], sizeof sig[0],
+	         "SELECT cairn.signal(%" PRId64 ", 'go', '{\"a\": \"\\u0000\"}')", id);
+	snprintf(sig[1], sizeof sig[1], "SELECT cairn.signal(%" PRId64 ", 'go', '{\"a\": }')", id);
+	snprintf(sig[2], sizeof sig[2], "SELECT cairn.signal(%" PRId64 ", 'go', E'\"\\xff\"')", id);
+	const struct {
+		const char *sql, *says;
+	} bad[] = {
+	    {"SELECT cairn.enqueue('noop', '\"a\\u0000b\"')",
+	     "input holds a character jsonb cannot store (\\u0000 cannot be converted to text): "
+	     "cairn accepts no NUL character"},
+	    {"SELECT cairn.enqueue('noop', input => '[\"\\u0000\"]', key => 'k')", "input holds"},
+	    {"SELECT cairn.enqueue('noop', '{\"a\": \"x\ny\"}')",
+	     "input is not valid JSON: Character with value 0x0a must be escaped"},
+	    {"SELECT cairn.enqueue('noop', '{bad')", "input is not valid JSON: Token \"bad\""},
+	    {sig[0], "signal payload holds a character jsonb cannot store (\\u0000"},
+	    {sig[1], "signal payload is not valid JSON"},
+	    {sig[2], "invalid byte sequence for encoding \"UTF8\": 0xff"},
+	    {"SELECT cairn.enqueue('noop', E'\"\\xff\\xfe\"')",
+	     "invalid byte sequence for encoding \"UTF8\": 0xff"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		PGresult *r = PQexec(conn, bad[i].sql);
+		cr_assert(PQresultStatus(r) == PGRES_FATAL_ERROR, "expected %s to fail",
+		          bad[i].sql);
+		const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+		cr_assert(strstr(msg, bad[i].says), "%s says \"%s\", not \"%s\"", bad[i].sql, msg,
+		          bad[i].says);
+		/* A cairn argument error, as the other bad arguments. */
+		if (i < 6)
+			cr_assert_str_eq(PQresultErrorField(r, PG_DIAG_SQLSTATE), "22023", "%s",
+			                 bad[i].sql);
+		PQclear(r);
+	}
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), 1, "a bad call wrote a run");
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.signals"), 0,
+	             "a bad call wrote a signal");
+	/* Text, jsonb, NULL and no argument at all are taken as before. */
+	tdb_exec(conn,
+	         "SELECT cairn.enqueue('noop', '{\"a\": \"\\\\u0000 as text\"}', key => 't')");
+	tdb_exec(conn, "SELECT cairn.enqueue('noop', jsonb_build_object('a', 1), key => 'j')");
+	tdb_exec(conn, "SELECT cairn.enqueue('noop', NULL, key => 'n')");
+	char *in = tdb_str(conn, "SELECT input::text FROM cairn.runs WHERE key = 't'");
+	cr_assert_str_eq(in, "{\"a\": \"\\\\u0000 as text\"}");
+	free(in);
+	in = tdb_str(conn, "SELECT input::text FROM cairn.runs WHERE key = 'n'");
+	cr_assert_str_eq(in, "null");
+	free(in);
+	const char *p[] = {"noop", "{\"from\": \"a parameter\"}"};
+	PGresult *r = PQexecParams(conn, "SELECT id FROM cairn.enqueue($1, $2, key => 'p')", 2,
+	                           NULL, p, NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(conn));
+	PQclear(r);
+	p[1] = "\"\\u0000\"";
+	r = PQexecParams(conn, "SELECT id FROM cairn.enqueue($1, $2, key => 'q')", 2, NULL, p, NULL,
+	                 NULL, 0);
+	cr_assert(strstr(PQresultErrorMessage(r), "input holds"), "%s", PQresultErrorMessage(r));
+	PQclear(r);
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), 5);
+}
+
 Test(sql, a_login_role_granted_cairn_client_enqueues_but_cannot_touch_the_tables)
 {
 	char role[96], sql[512];
@@ -545,6 +614,69 @@ Test(http_api, bad_requests_get_json_errors_naming_the_field_and_write_nothing)
 	free(huge);
 	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), 0);
 	tworker_stop(w, SIGTERM, 20000);
+}
+
+/*
+ * Before, PostgreSQL refused such a body as it split it: 503, which a
+ * client retries, with PostgreSQL's message; with the worker's keys a
+ * signal's payload never reached PostgreSQL and was stored sealed.
+ */
+Test(http_api, text_that_is_not_utf8_or_holds_nul_gets_400_naming_the_field_and_writes_nothing)
+{
+	static const char *const keys[] = {
+	    NULL, "CAIRN_ENCRYPTION_KEYS=k1=q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE="};
+	for (size_t k = 0; k < 2; k++) {
+		pid_t w = tworker_start(db, &port, log_path, "CAIRN_POLL_INTERVAL=1h",
+		                        "CAIRN_HTTP_TOKEN=" TOKEN, keys[k], NULL);
+		char *body, path[96];
+		long st =
+		    api("POST", "/v1/runs", "{\"workflow\": \"noop\", \"group\": \"idle\"}", &body);
+		cr_assert_eq(st, 201, "%s", body);
+		int64_t id = json_int(body, "id");
+		free(body);
+		int64_t runs = tdb_int(conn, "SELECT count(*) FROM cairn.runs");
+		snprintf(path, sizeof path, "/v1/runs/%" PRId64 "/signals/go", id);
+		static const char nul_body[] = "{\"workflow\": \"noop\"}\0 and more";
+		static const char nul_payload[] = "\"ok\"\0 and more";
+		const struct {
+			const char *path, *body;
+			size_t len;
+			const char *says;
+		} bad[] = {
+		    {"/v1/runs", "{\"workflow\": \"noop\", \"input\": \"\xff\xfe\"}", 0,
+		     "the body is not valid UTF-8 (0xff) at byte 32, in $.input:"},
+		    {"/v1/runs", "{\"workflow\": \"noop\", \"input\": {\"a\": \"x\\u0000y\"}}", 0,
+		     "the body holds \\\\u0000 (the NUL character) at byte 39, in $.input.a:"},
+		    {"/v1/runs",
+		     "[{\"workflow\": \"noop\"}, {\"workflow\": \"noop\", \"key\": \"k\xc3\"}]", 0,
+		     "in $[1].key:"},
+		    {"/v1/runs", nul_body, sizeof nul_body - 1,
+		     "the body holds a NUL byte at byte 21"},
+		    {path, "\"\xff\xfe\"", 0, "signal payload is not valid UTF-8 (0xff) at byte 2"},
+		    {path, "{\"by\": \"\\u0000\"}", 0,
+		     "signal payload holds \\\\u0000 (the NUL character) at byte 9, in $.by:"},
+		    {path, nul_payload, sizeof nul_payload - 1,
+		     "signal payload holds a NUL byte at byte 5"},
+		};
+		for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+			size_t len = bad[i].len ? bad[i].len : strlen(bad[i].body);
+			st = thttp_send_n(port, "POST", bad[i].path, BEARER, bad[i].body, len,
+			                  &body, NULL);
+			cr_assert_eq(st, 400, "case %zu (%s): %ld %s", i,
+			             keys[k] ? "keys" : "no keys", st, body);
+			cr_assert(strncmp(body, "{\"error\":", 9) == 0 && strstr(body, bad[i].says),
+			          "case %zu: %s (wanted %s)", i, body, bad[i].says);
+			cJSON *o = cJSON_Parse(body);
+			cr_assert(o, "case %zu: the reply is not JSON: %s", i, body);
+			cJSON_Delete(o);
+			free(body);
+		}
+		cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), runs,
+		             "a refused body wrote a run");
+		cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.signals"), 0,
+		             "a refused body wrote a signal");
+		tworker_stop(w, SIGTERM, 20000);
+	}
 }
 
 Test(http_api, signal_cancel_and_retry_change_the_run_and_refuse_what_cannot_be_done)

@@ -1018,3 +1018,134 @@ Test(completion, zsh_script_parses_and_registers_its_function)
 	free(out);
 	free(err);
 }
+
+/* ------------------------------------- JSON text cairn does not accept */
+
+#define UTF8_KEYS "k1=q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE="
+
+/* `cairn ARGV...` with CAIRN_ENCRYPTION_KEYS=keys (NULL: unset): its exit
+ * code, its stderr in *err. */
+static int cli_keys(const char *db, const char *keys, char **err, const char *const *argv)
+{
+	const char *args[16];
+	int n = 0;
+	args[n++] = tbin("cairn");
+	for (int i = 0; argv[i] && n < 15; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	char url[1100], k[128];
+	snprintf(url, sizeof url, "DATABASE_URL=%s", db);
+	snprintf(k, sizeof k, "CAIRN_ENCRYPTION_KEYS=%s", keys ? keys : "");
+	const char *env[] = {url, keys ? k : "CAIRN_ENCRYPTION_KEYS", "CAIRN_ENCRYPTION_KEYS_FILE",
+	                     NULL};
+	char *out = NULL;
+	int rc = trun(args, env, &out, err);
+	free(out);
+	return rc;
+}
+
+/*
+ * With encryption on, PostgreSQL never sees a payload, so only cairn's own
+ * check stands between such text and the table: before it, "a\u0000b" was
+ * stored and came back as "a", and \xff\xfe was stored and printed back by
+ * `cairn status --json`. Without encryption PostgreSQL refused them, as a
+ * runtime error (exit 1) in its own words.
+ */
+Test(cli, nul_escapes_and_text_that_is_not_utf8_exit_2_naming_the_argument_with_and_without_keys)
+{
+	const char *db = tdb_new_migrated();
+	int64_t run = enqueue(db, "order", "u1");
+	char id[24];
+	snprintf(id, sizeof id, "%" PRId64, run);
+	int64_t before = rows_written(db);
+	const struct {
+		const char *argv[12];
+		const char *says;
+	} cases[] = {
+	    {{"enqueue", "noop", "--input", "\"a\\u0000b\"", NULL},
+	     "--input: input holds \\u0000 (the NUL character) at byte 3: cairn accepts no NUL "
+	     "character in JSON text"},
+	    {{"enqueue", "noop", "--input", "\"\xff\xfe\"", NULL},
+	     "--input: input is not valid UTF-8 (0xff) at byte 2: JSON text must be UTF-8"},
+	    {{"enqueue", "noop", "--input", "{\"items\": [\"ok\", \"\\u0000\"]}", NULL},
+	     "--input: input holds \\u0000 (the NUL character) at byte 19, in $.items[1]:"},
+	    {{"enqueue", "noop", "--input", "{\"name\": \"caf\xc3\"}", NULL},
+	     "--input: input is not valid UTF-8 (0xc3) at byte 14, in $.name:"},
+	    {{"signal", id, "go", "--input", "\"\\u0000\"", NULL},
+	     "--input: signal payload holds \\u0000"},
+	    {{"signal", id, "go", "--input", "[\"\xff\xfe\"]", NULL},
+	     "--input: signal payload is not valid UTF-8 (0xff) at byte 3, in $[0]:"},
+	    {{"event", id, "k", "--changed-from", "\"\\u0000\"", NULL},
+	     "--changed-from: changed_from holds \\u0000"},
+	    {{"schedule", "create", "nightly", "--cron", "0 3 * * *", "--workflow", "noop",
+	      "--input", "{\"a\": \"\xed\xa0\x80\"}", NULL},
+	     "--input: input is not valid UTF-8 (0xed) at byte 8, in $.a:"},
+	};
+	static const char *const keys[] = {NULL, UTF8_KEYS};
+	for (size_t k = 0; k < 2; k++)
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			char *err = NULL;
+			int rc = cli_keys(db, keys[k], &err, cases[i].argv);
+			cr_assert_eq(rc, 2, "%s case %zu (%s): exit %d: %s", cases[i].argv[0], i,
+			             keys[k] ? "keys" : "no keys", rc, err);
+			cr_assert(strstr(err, cases[i].says), "case %zu (%s): %s", i,
+			          keys[k] ? "keys" : "no keys", err);
+			free(err);
+		}
+	cr_assert_eq(rows_written(db), before, "a refused value wrote rows");
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.schedules"), 0);
+}
+
+Test(client_api, nul_escapes_and_text_that_is_not_utf8_are_einval_naming_the_field)
+{
+	const char *db = tdb_new_migrated();
+	cairn_client *plain = client(db), *sealed = client(db);
+	cr_assert_eq(cairn_client_set_keys(sealed, UTF8_KEYS), CAIRN_OK, "%s",
+	             cairn_client_errmsg(sealed));
+	cairn_enqueued res;
+	cairn_enqueue_opts ok = {.key = "target"};
+	cr_assert_eq(cairn_enqueue(plain, "order", &ok, &res), CAIRN_OK, "%s",
+	             cairn_client_errmsg(plain));
+	int64_t run = res.id;
+	cairn_enqueued_clear(&res);
+	int64_t before = rows_written(db);
+	cairn_client *cs[] = {plain, sealed};
+	for (size_t k = 0; k < 2; k++) {
+		cairn_client *c = cs[k];
+		const char *mode = k ? "with keys" : "without keys";
+		cairn_enqueue_opts o = {.input = "{\"note\": \"a\\u0000b\"}"};
+		cr_assert_eq(cairn_enqueue(c, "noop", &o, &res), CAIRN_EINVAL, "%s", mode);
+		cr_assert_str_eq(cairn_client_errfield(c), "input");
+		cr_assert(strstr(cairn_client_errmsg(c),
+		                 "input holds \\u0000 (the NUL character) at "
+		                 "byte 12, in $.note"),
+		          "%s: %s", mode, cairn_client_errmsg(c));
+		cairn_enqueue_opts batch[2] = {{.key = "fine"}, {.input = "\"\xff\xfe\""}};
+		cairn_enqueued out[2];
+		cr_assert_eq(cairn_enqueue_batch(c, "noop", 2, batch, out), CAIRN_EINVAL, "%s",
+		             mode);
+		cr_assert_str_eq(cairn_client_errfield(c), "input");
+		cr_assert(strstr(cairn_client_errmsg(c), "input is not valid UTF-8 (0xff)"),
+		          "%s: %s", mode, cairn_client_errmsg(c));
+		cr_assert_eq(cairn_signal(c, run, "go", "\"\xc0\xaf\""), CAIRN_EINVAL, "%s", mode);
+		cr_assert_str_eq(cairn_client_errfield(c), "payload");
+		cr_assert(
+		    strstr(cairn_client_errmsg(c), "signal payload is not valid UTF-8 (0xc0)"),
+		    "%s: %s", mode, cairn_client_errmsg(c));
+		cr_assert_eq(cairn_signal(c, run, "go", "[\"\\u0000\"]"), CAIRN_EINVAL, "%s", mode);
+		cr_assert(strstr(cairn_client_errmsg(c), "signal payload holds \\u0000"), "%s: %s",
+		          mode, cairn_client_errmsg(c));
+		char *value = NULL;
+		cr_assert_eq(cairn_event_get(c, run, "k", 0, "\"\\u0000\"", &value), CAIRN_EINVAL);
+		cr_assert_str_eq(cairn_client_errfield(c), "changed_from");
+		cairn_schedule_opts so = {
+		    .cron = "0 3 * * *", .workflow = "noop", .input = "\"\xff\""};
+		int64_t next;
+		cr_assert_eq(cairn_schedule_create(c, "nightly", &so, &next), CAIRN_EINVAL, "%s",
+		             mode);
+		cr_assert_str_eq(cairn_client_errfield(c), "input");
+	}
+	cr_assert_eq(rows_written(db), before, "a refused value wrote rows");
+	cairn_client_free(plain);
+	cairn_client_free(sealed);
+}

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cairn.h"
+#include "seal.h"
 #include "support.h"
 
 #define K1      "q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE="
@@ -579,4 +580,52 @@ Test(encryption, reencrypt_tells_values_under_a_missing_key_from_values_that_do_
 	cJSON_Delete(j);
 	free(out);
 	free(err);
+}
+
+/*
+ * Before the client refused \u0000, one with keys sealed "a\u0000b" as
+ * given, and the worker read it as "a": a noop run completed with "a".
+ * Such a value, written before, now fails its run saying why, and nothing
+ * is cut short.
+ */
+Test(encryption, an_input_sealed_with_a_nul_escape_fails_its_run_instead_of_being_cut_short)
+{
+	cairn_client *c = client_with(KEYS1);
+	cairn_enqueue_opts o = {.input = "\"a\\u0000b\""};
+	cairn_enqueued e;
+	cr_assert_eq(cairn_enqueue(c, "noop", &o, &e), CAIRN_EINVAL, "the client sealed it");
+	cr_assert(strstr(cairn_client_errmsg(c), "input holds \\u0000"), "%s",
+	          cairn_client_errmsg(c));
+	o.input = "null";
+	cr_assert_eq(cairn_enqueue(c, "noop", &o, &e), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	/* What a client of before wrote: the same value, sealed. */
+	seal_keys *k;
+	char why[256];
+	cr_assert_eq(seal_keys_parse(KEYS1, &k, why, sizeof why), 0, "%s", why);
+	buf sealed = BUF_INIT;
+	cr_assert_eq(seal_value(k, SEAL_RUN_INPUT, "\"a\\u0000b\"", &sealed), 0);
+	seal_keys_free(k);
+	PGconn *pg = tdb_connect(db);
+	char id[24];
+	snprintf(id, sizeof id, "%" PRId64, e.id);
+	const char *p[] = {buf_str(&sealed), id};
+	PGresult *r = PQexecParams(pg, "UPDATE cairn.runs SET input = $1::jsonb WHERE id = $2", 2,
+	                           NULL, p, NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+	PQclear(r);
+	PQfinish(pg);
+	buf_free(&sealed);
+	pid_t w = worker_with("CAIRN_ENCRYPTION_KEYS=" KEYS1);
+	cr_assert_eq(cairn_run_wait(c, e.id, 30000), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cairn_run *run;
+	cr_assert_eq(cairn_run_get(c, e.id, &run), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cr_assert_str_eq(run->status, "failed", "output %s", run->output ? run->output : "null");
+	cr_assert(run->error && strstr(run->error, "cannot load the run: the input holds \\u0000 "
+	                                           "(the NUL character) at byte 3"),
+	          "%s", run->error ? run->error : "(no error)");
+	cr_assert_null(run->output);
+	cairn_run_free(run);
+	cairn_enqueued_clear(&e);
+	tworker_stop(w, SIGTERM, 30000);
+	cairn_client_free(c);
 }

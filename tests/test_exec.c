@@ -734,23 +734,58 @@ Test(exec, cancel_while_sleeping_or_awaiting_a_signal_ends_the_run_cancelled_pro
  * policy is at work here; what the run does with a step that used up its
  * attempts is the next test's subject.
  */
-Test(exec, a_result_the_database_refuses_fails_the_run_instead_of_rerunning_it)
+/*
+ * A step's result and a run's output that are not UTF-8: before, the
+ * database refused the commit ("cannot store the run's results"), and with
+ * encryption on, where it never sees them, they were stored sealed and the
+ * run completed. Now the step fails, once, saying why, and nothing of the
+ * value is stored, whether the worker has keys or not.
+ */
+Test(exec, a_result_or_output_that_is_not_utf8_fails_the_run_naming_it_with_and_without_keys)
 {
-	env e;
-	setup(&e);
-	wk a;
-	wk_start(&a, e.db, NULL);
-	int64_t id = enqueue(&e, "t.badutf8", NULL, 0);
-	cairn_run *r = finished(&e, id, 20000);
-	cr_assert_str_eq(r->status, "failed");
-	cr_assert(r->error && strstr(r->error, "cannot store the run's results"), "%s",
-	          r->error ? r->error : "(no error)");
-	cairn_run_free(r);
-	cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 1,
-	             "the step ran again");
-	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.messages WHERE run_id = %" PRId64, id), 0);
-	wk_stop(&a);
-	teardown(&e);
+	static const char *const keys[] = {NULL, "k1=q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE="};
+	for (size_t k = 0; k < 2; k++) {
+		env e;
+		setup(&e);
+		char setting[128];
+		snprintf(setting, sizeof setting, "CAIRN_ENCRYPTION_KEYS=%s",
+		         keys[k] ? keys[k] : "");
+		if (keys[k])
+			cr_assert_eq(cairn_client_set_keys(e.cl, keys[k]), CAIRN_OK);
+		wk a;
+		wk_start(&a, e.db, setting);
+		int64_t id = enqueue(&e, "t.badutf8", NULL, 0);
+		cairn_run *r = finished(&e, id, 20000);
+		cr_assert_str_eq(r->status, "failed", "%s", keys[k] ? "with keys" : "without keys");
+		cr_assert(r->error && strstr(r->error, "step bad: result is not valid UTF-8 (0xff) "
+		                                       "at byte 2: JSON text must be UTF-8"),
+		          "%s", r->error ? r->error : "(no error)");
+		cr_assert_eq(step_named(r, "bad")->attempts, 1);
+		cairn_run_free(r);
+		cr_assert_eq(num(&e, "SELECT n FROM t_counter WHERE run_id = %" PRId64, id), 1,
+		             "the step ran again");
+		cr_assert_eq(num(&e,
+		                 "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+		                 " AND (status <> 'failed' OR output IS NOT NULL)",
+		                 id),
+		             0, "the result was stored");
+		id = enqueue(&e, "t.badutf8", "{\"output\": 1}", 0);
+		r = finished(&e, id, 20000);
+		cr_assert_str_eq(r->status, "failed");
+		cr_assert(r->error &&
+		              strstr(r->error, "workflow output is not valid UTF-8 (0xc3) at "
+		                               "byte 13, in $.name: JSON text must be UTF-8"),
+		          "%s", r->error ? r->error : "(no error)");
+		cairn_run_free(r);
+		cr_assert_eq(num(&e,
+		                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+		                 " AND output IS NULL",
+		                 id),
+		             1, "the output was stored");
+		cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.messages"), 0);
+		wk_stop(&a);
+		teardown(&e);
+	}
 }
 
 Test(exec, cancel_reaches_a_long_step_that_polls_cairn_should_stop)

@@ -52,8 +52,9 @@ static size_t keep(char *p, size_t size, size_t n, void *arg)
 	return size * n;
 }
 
-/* method url with body (NULL: none): the status, the reply in *reply. */
-static long call(const char *method, const char *url, const char *body, buf *reply)
+/* method url with body (NULL: none) of len bytes: the status, the reply in
+ * *reply. */
+static long call_n(const char *method, const char *url, const char *body, size_t len, buf *reply)
 {
 	CURL *h = curl_easy_init();
 	buf_reset(reply);
@@ -67,7 +68,7 @@ static long call(const char *method, const char *url, const char *body, buf *rep
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
 	if (body) {
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
 	}
 	long status = 0;
 	if (curl_easy_perform(h) == CURLE_OK)
@@ -75,6 +76,11 @@ static long call(const char *method, const char *url, const char *body, buf *rep
 	curl_slist_free_all(hd);
 	curl_easy_cleanup(h);
 	return status;
+}
+
+static long call(const char *method, const char *url, const char *body, buf *reply)
+{
+	return call_n(method, url, body, body ? strlen(body) : 0, reply);
 }
 
 /* An order run, waiting for its approval. */
@@ -242,4 +248,53 @@ Test(link, a_worker_without_a_signing_key_refuses_links_and_the_cli_needs_the_ke
 		free(out);
 		free(err);
 	}
+}
+
+/*
+ * Before, a worker without encryption keys answered such a payload 503
+ * (PostgreSQL refused it), and one with keys delivered it, sealed, to a run
+ * that would read "a\u0000b" as "a".
+ */
+Test(link, a_payload_that_is_not_utf8_or_holds_nul_gets_400_and_delivers_nothing)
+{
+	int64_t id = waiting_order();
+	char *url = cli_link(id, "--ttl=1h", NULL);
+	const char *token = strstr(url, "/signal/");
+	cr_assert(token, "%s", url);
+	char keyed_log[64];
+	int keyed_port;
+	pid_t keyed =
+	    tworker_start(db, &keyed_port, tlog_file(keyed_log), "CAIRN_SIGNING_KEY=" KEY,
+	                  "CAIRN_ENCRYPTION_KEYS=k1=" OTHER_KEY, "CAIRN_POLL_INTERVAL=100ms", NULL);
+	static const char nul[] = "{\"approved\": true}\0 and more";
+	const struct {
+		const char *body;
+		size_t len;
+		const char *says;
+	} bad[] = {
+	    {"\"\xff\xfe\"", 4, "signal payload is not valid UTF-8 (0xff) at byte 2"},
+	    {"{\"approved\": true, \"by\": \"a\\u0000b\"}", 36,
+	     "signal payload holds \\\\u0000 (the NUL character) at byte 28, in $.by:"},
+	    {nul, sizeof nul - 1, "signal payload holds a NUL byte at byte 19"},
+	};
+	buf reply = BUF_INIT;
+	int ports[] = {port, keyed_port};
+	for (size_t w = 0; w < 2; w++) {
+		char at[1200];
+		snprintf(at, sizeof at, "http://127.0.0.1:%d%s", ports[w], token);
+		for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+			long st = call_n("POST", at, bad[i].body, bad[i].len, &reply);
+			cr_assert_eq(st, 400, "worker %zu, case %zu: %ld %s", w, i, st,
+			             buf_str(&reply));
+			cr_assert(strstr(buf_str(&reply), bad[i].says), "worker %zu, case %zu: %s",
+			          w, i, buf_str(&reply));
+		}
+	}
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_intf(c, "SELECT count(*) FROM cairn.signals WHERE run_id = %" PRId64, id),
+	             0, "a refused payload was delivered");
+	PQfinish(c);
+	tworker_stop(keyed, SIGTERM, 30000);
+	free(url);
+	buf_free(&reply);
 }

@@ -285,6 +285,60 @@ Test(ui, actions_refuse_cross_site_requests)
 	PQfinish(c);
 }
 
+/*
+ * Before, without keys the database refused such a payload (500, its own
+ * message); with CAIRN_ENCRYPTION_KEYS the console stored it sealed, and a
+ * body holding a NUL byte was cut there.
+ */
+Test(ui, a_signal_payload_that_is_not_utf8_or_holds_nul_gets_400_naming_the_body)
+{
+	const char *db = tdb_new_migrated();
+	char *out;
+	cr_assert_eq(tcli(db, &out, NULL, "enqueue", "order", "--key", "k1", NULL), 0);
+	int64_t id = atoll(out);
+	free(out);
+	static const char nul[] = "\"ok\"\0 and more";
+	const struct {
+		const char *body;
+		size_t len;
+		const char *says;
+	} bad[] = {
+	    {"\"\xff\xfe\"", 4, "body is not valid UTF-8 (0xff) at byte 2"},
+	    {"{\"by\": \"a\\u0000b\"}", 18, "body holds \\u0000 (the NUL character) at byte 10"},
+	    {nul, sizeof nul - 1, "body holds a NUL byte at byte 5"},
+	};
+	for (int k = 0; k < 2; k++) {
+		if (k)
+			setenv("CAIRN_ENCRYPTION_KEYS",
+			       "k1=q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE=", 1);
+		ui_start(db, NULL);
+		unsetenv("CAIRN_ENCRYPTION_KEYS");
+		char path[96], origin[64];
+		snprintf(path, sizeof path, "/api/run/signal?id=%" PRId64 "&name=go", id);
+		snprintf(origin, sizeof origin, "Origin: http://127.0.0.1:%d", ui_port);
+		const char *same[] = {"X-Cairn-Console: 1", origin, NULL};
+		for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+			char *body;
+			long st = thttp_req_n(ui_port, "POST", path, same, bad[i].body, bad[i].len,
+			                      &body, NULL);
+			cJSON *j = cJSON_Parse(body);
+			cr_assert(st == 400 && j, "%s, case %zu: %ld %s", k ? "keys" : "no keys", i,
+			          st, body);
+			cr_assert_str_eq(jstr(j, "field"), "body", "case %zu: %s", i, body);
+			cr_assert(strstr(jstr(j, "error"), bad[i].says), "case %zu: %s", i, body);
+			cJSON_Delete(j);
+			free(body);
+		}
+		kill(ui_pid, SIGTERM);
+		waitpid(ui_pid, NULL, 0);
+		ui_pid = 0;
+	}
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_intf(c, "SELECT count(*) FROM cairn.signals"), 0,
+	             "a refused payload was delivered");
+	PQfinish(c);
+}
+
 Test(ui, encrypted_values_show_their_key_without_it)
 {
 	const char *db = tdb_new_migrated();

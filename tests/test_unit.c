@@ -217,6 +217,104 @@ Test(parse, json_validation_names_position_and_size)
 	cr_assert(strstr(err, "maximum of 5 bytes"), "%s", err);
 }
 
+/* parse_check_json's answer for text of n bytes (NUL bytes and all). */
+static int json_n(const char *s, size_t n, char *err)
+{
+	return parse_check_json_n("input", s, n, 1 << 20, err);
+}
+
+Test(parse, json_with_nul_escape_is_refused_naming_where)
+{
+	char err[PARSE_ERR_MAX];
+	cr_assert_eq(parse_check_json("input", "\"a\\u0000b\"", 1024, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "input holds \\u0000 (the NUL character) at byte 3: cairn accepts "
+	                      "no NUL character"),
+	          "%s", err);
+	cr_assert_eq(
+	    parse_check_json("input", "{\"items\": [1, {\"name\": \"x\\u0000\"}]}", 1024, err),
+	    -CAIRN_EINVAL);
+	cr_assert(strstr(err, "at byte 26, in $.items[1].name:"), "%s", err);
+	cr_assert_eq(parse_check_json("the body", "[{\"a\": 1}, {\"input\": {\"a b\\u0000\": 1}}]",
+	                              1024, err),
+	             -CAIRN_EINVAL);
+	cr_assert(strstr(err, "the body holds \\u0000 (the NUL character) at byte 27, in a "
+	                      "member name of $[1].input:"),
+	          "%s", err);
+	/* An escaped backslash before u0000 is text, not the escape. */
+	cr_assert_eq(parse_check_json("input", "\"a\\\\u0000\"", 1024, err), 0, "%s", err);
+	cr_assert_eq(parse_check_json("input", "\"\\u0001 \\u00e9\"", 1024, err), 0, "%s", err);
+}
+
+Test(parse, json_that_is_not_utf8_is_refused_naming_the_byte)
+{
+	char err[PARSE_ERR_MAX];
+	cr_assert_eq(parse_check_json("input", "\"\xff\xfe\"", 1024, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "input is not valid UTF-8 (0xff) at byte 2: JSON text must be UTF-8"),
+	          "%s", err);
+	cr_assert_eq(parse_check_json("signal payload", "{\"by\": \"ann\xc3\"}", 1024, err),
+	             -CAIRN_EINVAL);
+	cr_assert(strstr(err, "signal payload is not valid UTF-8 (0xc3) at byte 12, in $.by"), "%s",
+	          err);
+	/* What PostgreSQL refuses too: overlong forms, surrogates, past U+10FFFF. */
+	static const char *const bad[] = {"\"\xc0\xaf\"",
+	                                  "\"\xe0\x80\xaf\"",
+	                                  "\"\xed\xa0\x80\"",
+	                                  "\"\xf0\x80\x80\xaf\"",
+	                                  "\"\xf4\x90\x80\x80\"",
+	                                  "\"\xf5\x80\x80\x80\"",
+	                                  "\"\x80\"",
+	                                  "\"\xe2\x82\""};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		cr_assert_eq(parse_check_json("input", bad[i], 1024, err), -CAIRN_EINVAL,
+		             "case %zu", i);
+	static const char *const good[] = {"\"caf\xc3\xa9\"", "\"\xe2\x82\xac\"",
+	                                   "\"\xed\x9f\xbf\"", "\"\xf0\x9f\x98\x80\"",
+	                                   "\"\xf4\x8f\xbf\xbf\""};
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+		cr_assert_eq(parse_check_json("input", good[i], 1024, err), 0, "case %zu: %s", i,
+		             err);
+	cr_assert_not(utf8_valid("\xed\xa0\x80"), "a surrogate is not UTF-8");
+	cr_assert_eq(parse_check_key("k\xe0\x80\xaf", err), -CAIRN_EINVAL, "an overlong key");
+}
+
+Test(parse, json_with_a_nul_byte_or_raw_control_character_is_refused)
+{
+	char err[PARSE_ERR_MAX];
+	/* The value before the NUL byte is valid JSON: nothing may cut it there. */
+	cr_assert_eq(json_n("\"ok\"\0 junk", 10, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "input holds a NUL byte at byte 5"), "%s", err);
+	cr_assert_eq(json_n("{\"a\": \"x\0y\"}", 12, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "at byte 9, in $.a"), "%s", err);
+	cr_assert_eq(json_n("\"ok\"", 4, err), 0, "%s", err);
+	cr_assert_eq(parse_check_json("input", "[\"a\nb\"]", 1024, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "holds a control character (0x0a) at byte 4, in $[0]"), "%s", err);
+	/* Whitespace between values is no string's. */
+	cr_assert_eq(parse_check_json("input", "{\n\t\"a\": [1,\r\n 2]}", 1024, err), 0, "%s", err);
+}
+
+Test(parse, json_check_text_paths_are_bounded_and_follow_the_structure)
+{
+	char err[PARSE_ERR_MAX], text[2048];
+	/* After a nested value closes, the path is its container's again. */
+	cr_assert_eq(
+	    json_check_text("v", "{\"a\": {\"b\": [1, 2]}, \"c\": [\"\\u0000\"]}", 34, err),
+	    -CAIRN_EINVAL);
+	cr_assert(strstr(err, "in $.c[0]:"), "%s", err);
+	/* A long path is cut, with what is cut shown as ... */
+	int n = snprintf(text, sizeof text, "{\"%0100d\": {\"b\": \"\\u0000\"}}", 0);
+	cr_assert_eq(json_check_text("v", text, (size_t)n, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "..."), "%s", err);
+	cr_assert(strlen(err) < PARSE_ERR_MAX - 1, "%s", err);
+	/* Deeper than the limit: still scanned, the path stops at the limit. */
+	size_t k = 0;
+	for (int i = 0; i < JSON_MAX_DEPTH + 10; i++)
+		text[k++] = '[';
+	memcpy(text + k, "\"\xff\"", 3);
+	k += 3;
+	cr_assert_eq(json_check_text("v", text, k, err), -CAIRN_EINVAL);
+	cr_assert(strstr(err, "not valid UTF-8"), "%s", err);
+}
+
 Test(pgarr, quotes_and_escapes_elements)
 {
 	pgarr a = PGARR_INIT;

@@ -1,12 +1,14 @@
 /*
  * fuzz_parse.c - the parsers of settings, CLI arguments and payloads:
- * durations, sizes, timestamps, integers, names, keys, JSON validation and
- * depth, UTF-8 checks, the id lists of the relay's paths, the token of a
- * signal link's path (POST /signal/TOKEN) and the http built-in's allow
- * list. Each must return an answer (a value or an
- * error) for any text, and an accepted value must be in range.
+ * durations, sizes, timestamps, integers, names, keys, JSON validation,
+ * depth and characters (\u0000, NUL bytes, UTF-8), UTF-8 checks, the id
+ * lists of the relay's paths, the token of a signal link's path (POST
+ * /signal/TOKEN) and the http built-in's allow list. Each must return an
+ * answer (a value or an error) for any text, and an accepted value must be
+ * in range.
  */
 #include <assert.h>
+#include <cjson/cJSON.h>
 
 #include "fuzz.h"
 #include "link.h"
@@ -31,6 +33,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	parse_check_key(s, err);
 	if (parse_check_json("input", s, 4096, err) == 0)
 		assert(json_depth(s) <= JSON_MAX_DEPTH);
+	/* The whole input, NUL bytes and all, as an HTTP body: what is taken
+	 * holds no NUL byte, is UTF-8, and cJSON prints it back as text that
+	 * passes the same check (no \u0000 it would have cut short). */
+	if (parse_check_json_n("body", s, size, 4096, err) == 0) {
+		assert(!memchr(s, 0, size) && utf8_valid(s));
+		cJSON *j = cJSON_Parse(s);
+		char *back = j ? cJSON_PrintUnformatted(j) : NULL;
+		assert(!j || !back || json_check_text("body", back, strlen(back), err) == 0);
+		cJSON_free(back);
+		cJSON_Delete(j);
+	} else {
+		assert(err[0]);
+	}
 	if (utf8_valid(s)) {
 		buf b = BUF_INIT;
 		utf8_clean(s, &b);
