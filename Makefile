@@ -77,7 +77,7 @@ CLI_OBJ    := $(patsubst cli/%.c,$(OUT)/cli/%.o,$(wildcard cli/*.c)) $(OUT)/gen/
 WORKER_OBJ := $(patsubst workers/%.c,$(OUT)/workers/%.o,$(wildcard workers/*.c))
 TEST_SRC   := $(wildcard tests/test_*.c)
 TEST_BIN   := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRC))
-TEST_SUPPORT := $(OUT)/tests/support.o $(OUT)/tests/proxy.o
+TEST_SUPPORT := $(OUT)/tests/support.o $(OUT)/tests/proxy.o $(OUT)/tests/slow.o
 
 # Example plugins: shared objects loaded by cairn-worker --plugin. Not linked
 # against libcairn (the worker executable provides cairn_*) and built without

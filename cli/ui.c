@@ -1,10 +1,10 @@
 /*
  * ui.c - `cairn ui`: the operator console. A libmicrohttpd server (the
- * engine's http module, one polling thread) that serves the page, its
+ * engine's http module, with its limits on slow clients) that serves the page, its
  * script and style (cli/ui/, embedded at build time) and a JSON API under
  * /api/ read straight from the database through the client API, so it
- * works with no worker running. Owns one cairn_client, used only from the
- * server's thread.
+ * works with no worker running. Owns one cairn_client, used by one of the
+ * server's handler threads at a time.
  *
  * Security: it listens on loopback unless told otherwise, and anywhere else
  * only with a token (--token or CAIRN_UI_TOKEN), given as a bearer token or
@@ -61,7 +61,7 @@ static double now_ms(void)
 typedef struct ui {
 	cairn_client *c;
 	const char *token;  /* NULL: no token needed (loopback) */
-	pthread_mutex_t mu; /* the server runs a thread per connection; c is one session */
+	pthread_mutex_t mu; /* the server has several handler threads; c is one session */
 } ui;
 
 /* ------------------------------------------------------------- replies */

@@ -1,12 +1,16 @@
 /*
- * http.h - a small HTTP server on libmicrohttpd for the worker's endpoints:
- * one handler sees every request and fills a reply. Limits on connections,
- * per-IP connections, memory per connection, body size (http_body_max)
- * and idle time keep a slow or hostile client from stalling it.
+ * http.h - a small HTTP server on libmicrohttpd for the worker's endpoint and
+ * the console: one handler sees every request and fills a reply. Limits on
+ * connections (in all, per client address, still reading a request), memory
+ * per connection, body size (http_body_max), idle time and the time a
+ * request may take to arrive keep slow or hostile clients from stalling it:
+ * a probe sent while hundreds of connections trickle their headers in is
+ * answered at once.
  *
- * Owns: the libmicrohttpd daemon, its listening thread and one thread per
- * open connection (at most 64), so a handler that waits (a long poll of
- * the /v1 API) holds up no other request.
+ * Owns: the libmicrohttpd daemon with its one polling thread (every
+ * connection, idle or not, is read there), a reaper thread, and up to
+ * HTTP_HANDLERS_MAX handler threads, so a handler that waits (a long poll
+ * of the /v1 API) holds up no other request.
  */
 #ifndef CAIRN_HTTP_H
 #define CAIRN_HTTP_H
@@ -18,6 +22,23 @@
  * The /v1 API takes a run's input (at most 1 MiB) and its envelope. */
 #define HTTP_BODY_MAX     (64 * 1024)
 #define HTTP_API_BODY_MAX (1024 * 1024 + 64 * 1024)
+
+/* Connections open at once, and from one client address. */
+#define HTTP_CONN_MAX   512
+#define HTTP_PER_IP_MAX 64
+/* Of those, at most this many still reading a request: one more pushes out
+ * the oldest, so the rest is always room for requests being answered and a
+ * new one (a probe) gets in. */
+#define HTTP_READING_MAX 448
+/* A connection waiting for a request is closed when its headers are not in
+ * within HTTP_HEADERS_MS of its start (or of the last reply on it), or its
+ * body within HTTP_REQUEST_MS; and when it sends nothing for HTTP_IDLE_S. */
+#define HTTP_HEADERS_MS 10000
+#define HTTP_REQUEST_MS 60000
+#define HTTP_IDLE_S     10
+#define HTTP_REAP_MS    250 /* how often the deadlines are looked at */
+/* Requests answered at once (a thread each); more wait in turn. */
+#define HTTP_HANDLERS_MAX 64
 
 typedef struct http_request {
 	const char *method, *path;
@@ -48,7 +69,8 @@ typedef struct http_reply {
 	buf headers; /* more response headers, each "Name: value\n" */
 } http_reply;
 
-/* Called on the server's thread for every request. */
+/* Called on one of the server's handler threads for every request, with
+ * the whole request in. */
 typedef void (*http_handler)(void *arg, const http_request *q, http_reply *r);
 
 typedef struct http_server http_server;

@@ -17,7 +17,11 @@
 #include <unistd.h>
 
 #include "cairn.h"
+#include "slow.h"
 #include "support.h"
+
+/* The slow connections of the slowloris tests, per worker. */
+#define SLOW_CONNS 200
 
 Test(worker, endpoints_answer_with_status_type_and_content)
 {
@@ -733,4 +737,152 @@ Test(worker, pollers_whose_claims_are_slow_together_refresh_the_statistics_once)
 		tworker_stop(w[i], SIGTERM, 30000);
 	PQfinish(lk);
 	PQfinish(pg);
+}
+
+/* ------------------------------------------------------- slow clients */
+
+/* The sockets the process pid holds open. */
+static int sockets_of(pid_t pid)
+{
+	char dir[64], path[320], target[64];
+	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+	int n = 0;
+	for (int fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof path, "%s/%d", dir, fd);
+		ssize_t l = readlink(path, target, sizeof target - 1);
+		if (l > 0 && (target[l] = '\0', strncmp(target, "socket:", 7) == 0))
+			n++;
+	}
+	return n;
+}
+
+typedef struct sockets_want {
+	pid_t pid;
+	int n;
+} sockets_want;
+
+static int holds_sockets(void *arg)
+{
+	sockets_want *w = arg;
+	return sockets_of(w->pid) >= w->n;
+}
+
+static int slow_all_tried(void *arg)
+{
+	tslow **t = arg;
+	return tslow_tried(t[0]) >= SLOW_CONNS && tslow_tried(t[1]) >= SLOW_CONNS;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The issue's slowloris: hundreds of connections from several addresses,
+ * each sending a header line every 2 s, against both workers of a fleet.
+ * The probes (from 127.0.0.1, timed on the client's clock) must each be
+ * answered within a second, and the relay's wake-ups (runs of both
+ * workers' shards with a 1 h poll start only because of them) still
+ * arrive. Before the fix the endpoint held 64 connections (16 per address,
+ * a thread each, an idle timeout restarted by every line): the probes and
+ * the relay's POSTs were refused. */
+Test(worker, probes_answer_within_a_second_under_200_slow_connections_and_wake_ups_arrive,
+     .timeout = 200)
+{
+	const char *db = tdb_new_migrated_shards(64);
+	int ports[2];
+	pid_t pids[2];
+	char logs[2][64];
+	for (int i = 0; i < 2; i++)
+		pids[i] = tworker_start(db, &ports[i], tlog_file(logs[i]), "CAIRN_POLL_INTERVAL=1h",
+		                        NULL);
+	for (int i = 0; i < 2; i++)
+		cr_assert(thttp_wait(ports[i], "/readyz", 200, 30000));
+	PGconn *c = tdb_connect(db);
+	cr_assert(tdb_wait_at_least(c,
+	                            "SELECT count(DISTINCT owner) FROM cairn.shard_leases l JOIN "
+	                            "cairn.runners r ON r.id = l.owner",
+	                            2, 30000),
+	          "the shards were never split between the two workers");
+	tslow *slow[2] = {tslow_start(ports[0], SLOW_CONNS, 6, 2000),
+	                  tslow_start(ports[1], SLOW_CONNS, 6, 2000)};
+	/* Every one has tried to connect; whether the worker took them all is
+	 * checked after the probes (before the fix it did not). */
+	cr_assert(twait(slow_all_tried, slow, 30000), "the slow connections were not all tried");
+	cairn_client *cl;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	enum { PROBES = 30 };
+	int64_t took[PROBES];
+	long status[PROBES];
+	for (int i = 0; i < PROBES; i++) {
+		status[i] =
+		    thttp_timed(ports[0], i % 2 ? "/readyz" : "/healthz", NULL, 5000, &took[i]);
+		for (int k = 0; k < 2; k++) {
+			cairn_enqueue_opts o = {.input = "{}"};
+			cairn_enqueued e;
+			cr_assert_eq(cairn_enqueue(cl, "noop", &o, &e), CAIRN_OK, "%s",
+			             cairn_client_errmsg(cl));
+		}
+		usleep(250 * 1000); /* the probes' pace, as a prober's period */
+	}
+	int64_t sorted[PROBES];
+	int answered = 0;
+	for (int i = 0; i < PROBES; i++)
+		answered += status[i] == 200;
+	memcpy(sorted, took, sizeof sorted);
+	qsort(sorted, PROBES, sizeof sorted[0], cmp_i64);
+	fprintf(stderr,
+	        "test_worker: %d probes under %d slow connections per worker: %d answered 200, "
+	        "max %lld ms, p50 %lld ms; slow connections the workers closed or refused: %d, "
+	        "%d\n",
+	        PROBES, SLOW_CONNS, answered, (long long)sorted[PROBES - 1],
+	        (long long)sorted[PROBES / 2], tslow_closed(slow[0]), tslow_closed(slow[1]));
+	for (int i = 0; i < PROBES; i++)
+		cr_assert(status[i] == 200 && took[i] < 1000,
+		          "probe %d (%s): status %ld after %lld ms, want 200 within 1 s", i,
+		          i % 2 ? "/readyz" : "/healthz", status[i], (long long)took[i]);
+	/* The attack was held, not refused: the worker has a socket for each. */
+	sockets_want w = {pids[0], SLOW_CONNS};
+	cr_assert(twait(holds_sockets, &w, 10000), "the worker holds %d sockets, want %d",
+	          sockets_of(pids[0]), SLOW_CONNS);
+	cr_assert(tdb_wait_at_least(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'",
+	                            2 * PROBES, 30000),
+	          "runs waited for the 1 h poll: the relay's wake-ups did not arrive");
+	for (int i = 0; i < 2; i++)
+		tslow_stop(slow[i]);
+	cairn_client_free(cl);
+	PQfinish(c);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(tworker_stop(pids[i], SIGTERM, 30000), 0);
+		char *text = tfile_take(logs[i]);
+		cr_assert(!strstr(text, "cannot wake a runner"), "worker %d:\n%s", i, text);
+		free(text);
+	}
+}
+
+static int slow_closed_once(void *arg)
+{
+	return tslow_closed(arg) > 0;
+}
+
+/* libmicrohttpd's idle timeout restarts with every byte: a request whose
+ * header lines come one a second must still be cut off at the deadline for
+ * its headers (HTTP_HEADERS_MS, 10 s), and not before. */
+Test(worker, a_request_whose_headers_trickle_in_is_cut_off_at_its_deadline)
+{
+	const char *db = tdb_new_migrated();
+	int port;
+	pid_t pid = tworker_start(db, &port, NULL, NULL);
+	cr_assert(thttp_wait(port, "/healthz", 200, 30000));
+	int64_t t0 = tnow_ms();
+	tslow *t = tslow_start(port, 1, 1, 1000);
+	int closed = twait(slow_closed_once, t, 25000);
+	int64_t took = tnow_ms() - t0;
+	tslow_stop(t);
+	cr_assert(closed, "a request trickling its headers was still open after %lld ms",
+	          (long long)took);
+	cr_assert(took >= 9500 && took < 20000, "cut off after %lld ms, want about 10 s",
+	          (long long)took);
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
 }
