@@ -13,7 +13,9 @@
  * cross-site script cannot without a CORS preflight, which is never
  * granted) and, when the browser names an Origin, come from this origin.
  * Every reply forbids framing and inline scripts (Content-Security-Policy)
- * and is never cached.
+ * and is never cached. A request whose Host names anything but an IP
+ * address, localhost or a name of --hosts is refused (421) before it gets
+ * here: a page of another site rebound to this address names that site.
  */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -831,7 +833,7 @@ static void handle_locked(ui *u, const http_request *q, http_reply *r)
 /* ------------------------------------------------------------- command */
 
 static const char HELP[] =
-    "usage: cairn ui [--listen HOST:PORT] [--token TOKEN] [--db URL]\n"
+    "usage: cairn ui [--listen HOST:PORT] [--token TOKEN] [--hosts NAMES] [--db URL]\n"
     "\n"
     "Serves the operator console: runs (filters, counts per status, bulk\n"
     "cancel and retry), each run's journal as a timeline with its signals,\n"
@@ -843,12 +845,17 @@ static const char HELP[] =
     "  --listen HOST:PORT  address (default 127.0.0.1:8090; port 0 picks one);\n"
     "                      anything but loopback requires a token\n"
     "  --token TOKEN       required as \"Authorization: Bearer TOKEN\" or through\n"
-    "                      the login form (default: $CAIRN_UI_TOKEN)\n" COMMON_HELP "\n"
+    "                      the login form (default: $CAIRN_UI_TOKEN)\n"
+    "  --hosts NAMES       host names the console answers to, comma-separated, besides\n"
+    "                      IP addresses and localhost (default: $CAIRN_UI_HOSTS); a\n"
+    "                      request naming another host is refused with 421 (DNS\n"
+    "                      rebinding)\n" COMMON_HELP "\n"
     "Encrypted values that do not open show as \"unreadable\" and why: their key\n"
     "is not in CAIRN_ENCRYPTION_KEYS (or CAIRN_ENCRYPTION_KEYS_FILE), or they do\n"
     "not authenticate under it.\n";
 
-const cli_opt UI_OPTS[] = {{"listen", 1}, {"token", 1}, {"db", 1}, {"help", 0}, {NULL, 0}};
+const cli_opt UI_OPTS[] = {{"listen", 1}, {"token", 1}, {"hosts", 1},
+                           {"db", 1},     {"help", 0},  {NULL, 0}};
 
 int cmd_ui(int argc, char **argv)
 {
@@ -863,6 +870,10 @@ int cmd_ui(int argc, char **argv)
 	const char *token = cli_has(&a, "token") ? cli_get(&a, "token") : getenv("CAIRN_UI_TOKEN");
 	if (token && !*token)
 		token = NULL;
+	const char *hosts = cli_has(&a, "hosts") ? cli_get(&a, "hosts") : getenv("CAIRN_UI_HOSTS");
+	char perr[PARSE_ERR_MAX];
+	if (hosts && parse_check_hosts("--hosts", hosts, perr) < 0)
+		return cli_error("ui", EXIT_USAGE, "%s", perr);
 	struct sockaddr_storage sa;
 	socklen_t salen;
 	int wildcard;
@@ -892,7 +903,7 @@ int cmd_ui(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the server's thread inherits it */
 	http_server *srv;
 	int port;
-	if (http_start(&sa, handle, &u, &srv, &port) < 0) {
+	if (http_start(&sa, hosts, handle, &u, &srv, &port) < 0) {
 		cairn_client_free(u.c);
 		return cli_error("ui", EXIT_RUNTIME, "cannot listen on \"%s\"", listen);
 	}

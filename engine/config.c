@@ -93,6 +93,10 @@ static const setting SETTINGS[] = {
      "addresses, CIDRs and host names (.example for every name under it) the http built-in "
      "may reach although they are loopback, private, link-local or otherwise not public; "
      "comma-separated"},
+    {"CAIRN_HTTP_HOSTS", K_STR, OFF(http_hosts), "", 0, 0,
+     "host names the endpoint answers to, comma-separated, besides IP addresses, localhost "
+     "and CAIRN_ADVERTISE_ADDR's host: a request naming any other host is refused with 421 "
+     "(DNS rebinding)"},
     {"CAIRN_HTTP_TOKEN", K_STR, OFF(http_token), "", 0, 0,
      "bearer token every page of the endpoint but /healthz and /readyz requires (16 to 256 "
      "of A-Z a-z 0-9 - . _ ~ + / =); the same on every worker of a fleet; unset, the HTTP "
@@ -225,8 +229,8 @@ static int check_keys(config *cfg, buf *err)
 	           : 0;
 }
 
-/* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_TOKEN is a token, and CAIRN_HTTP_PROXY
- * is empty or a proxy URL. */
+/* CAIRN_HTTP_ALLOW parses, CAIRN_HTTP_HOSTS names hosts, CAIRN_HTTP_TOKEN is a
+ * token, and CAIRN_HTTP_PROXY is empty or a proxy URL. */
 static int check_http(config *cfg, buf *err)
 {
 	char why[512];
@@ -237,6 +241,12 @@ static int check_http(config *cfg, buf *err)
 		return -CAIRN_EINVAL;
 	}
 	netpolicy_free(p);
+	char perr[PARSE_ERR_MAX];
+	if (parse_check_hosts("CAIRN_HTTP_HOSTS", cfg->http_hosts, perr) < 0) {
+		buf_reset(err);
+		buf_puts(err, perr);
+		return -CAIRN_EINVAL;
+	}
 	size_t tn = strlen(cfg->http_token);
 	if (tn && (tn < 16 || tn > 256 ||
 	           strspn(cfg->http_token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

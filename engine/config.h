@@ -48,6 +48,7 @@ typedef struct config {
 	char *http_allow;   /* the http built-in's exceptions (netpolicy.h) */
 	char *http_proxy;   /* the http built-in's proxy URL; "": none */
 	char *http_token;   /* bearer token of the endpoint's pages but probes; "": none */
+	char *http_hosts;   /* names the endpoint answers to besides IPs, localhost (http.h) */
 	char *signing_key;  /* of signal links (link.h), base64; "": links are off */
 	unsigned char link_key[LINK_KEY_BYTES]; /* signing_key decoded, when it is set */
 	char *encryption_keys;                  /* ID=BASE64,...; only from the environment */

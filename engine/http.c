@@ -29,6 +29,7 @@
 
 #include "cairn.h"
 #include "clock.h"
+#include "parse.h"
 
 /* A connection as the server tracks it, from libmicrohttpd's notification of
  * its start to that of its close. While it waits for a request to arrive in
@@ -59,6 +60,7 @@ struct http_server {
 	struct MHD_Daemon *d;
 	http_handler handler;
 	void *arg;
+	char *hosts;        /* the names a Host header may give besides IPs and localhost */
 	pthread_mutex_t mu; /* guards everything below */
 	pthread_cond_t work, tick;
 	/* the reading list, and how many are on it */
@@ -70,7 +72,6 @@ struct http_server {
 	pthread_t threads[HTTP_HANDLERS_MAX];
 	int nthreads, idle;
 	pthread_t reaper;
-	int reaper_started;
 	int stopping;
 };
 
@@ -344,6 +345,22 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		if (c)
 			c->headers = 1;
 		pthread_mutex_unlock(&s->mu);
+		/* A page of another site whose name now resolves to us (DNS
+		 * rebinding) names that site: never answered. No Host at all is
+		 * HTTP/1.0, which no browser sends. */
+		const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
+		if (host && !parse_host_allowed(host, s->hosts)) {
+			x->r.status = 421;
+			buf_printf(
+			    &x->r.body,
+			    "misdirected request: this server does not answer to the host "
+			    "\"%.100s\" (an IP address, localhost or a name it is given; see "
+			    "README, Security)\n",
+			    host);
+			buf_puts(&x->r.headers, "X-Content-Type-Options: nosniff\n");
+			x->handled = 1;
+			return respond(conn, &x->r);
+		}
 		return MHD_YES;
 	}
 	if (x->handled)
@@ -377,19 +394,32 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	return MHD_YES;
 }
 
-int http_start(const struct sockaddr_storage *sa, http_handler handler, void *arg,
-               http_server **out, int *port)
+/* Frees what http_start made, once no thread of it is left. */
+static void server_free(http_server *s)
+{
+	pthread_cond_destroy(&s->work);
+	pthread_cond_destroy(&s->tick);
+	pthread_mutex_destroy(&s->mu);
+	free(s->hosts);
+	free(s);
+}
+
+int http_start(const struct sockaddr_storage *sa, const char *hosts, http_handler handler,
+               void *arg, http_server **out, int *port)
 {
 	*out = NULL;
 	http_server *s = calloc(1, sizeof *s);
-	if (!s)
+	if (!s || !(s->hosts = strdup(hosts ? hosts : ""))) {
+		free(s);
 		return -CAIRN_ENOMEM;
+	}
 	s->handler = handler;
 	s->arg = arg;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->work, NULL);
-	if (clock_cond_init(&s->tick) < 0) {
-		free(s);
+	if (clock_cond_init(&s->tick) < 0 ||
+	    pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
+		server_free(s);
 		return -CAIRN_ENOMEM;
 	}
 	s->d = MHD_start_daemon(
@@ -401,13 +431,13 @@ int http_start(const struct sockaddr_storage *sa, http_handler handler, void *ar
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_NOTIFY_COMPLETED,
 	    completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_END);
-	if (s->d && pthread_create(&s->reaper, NULL, reaper_main, s) == 0)
-		s->reaper_started = 1;
-	if (!s->reaper_started) {
-		if (s->d)
-			MHD_stop_daemon(s->d);
-		pthread_cond_destroy(&s->tick);
-		free(s);
+	if (!s->d) {
+		pthread_mutex_lock(&s->mu);
+		s->stopping = 1;
+		pthread_cond_broadcast(&s->tick);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->reaper, NULL);
+		server_free(s);
 		return -CAIRN_EINVAL;
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -432,8 +462,5 @@ void http_stop(http_server *s)
 		pthread_join(s->threads[i], NULL);
 	pthread_join(s->reaper, NULL);
 	MHD_stop_daemon(s->d);
-	pthread_cond_destroy(&s->work);
-	pthread_cond_destroy(&s->tick);
-	pthread_mutex_destroy(&s->mu);
-	free(s);
+	server_free(s);
 }

@@ -75,8 +75,11 @@ typedef void (*http_handler)(void *arg, const http_request *q, http_reply *r);
 
 typedef struct http_server http_server;
 
-/* Listens on sa; 0 with the bound port in *port, or -CAIRN_EINVAL. */
-int http_start(const struct sockaddr_storage *sa, http_handler handler, void *arg,
-               http_server **out, int *port);
+/* Listens on sa; 0 with the bound port in *port, or -CAIRN_EINVAL. A
+ * request whose Host header names anything but an IP address, localhost or
+ * one of hosts (comma-separated names, copied; NULL: none) is answered 421
+ * without reaching the handler (DNS rebinding: parse_host_allowed). */
+int http_start(const struct sockaddr_storage *sa, const char *hosts, http_handler handler,
+               void *arg, http_server **out, int *port);
 void http_stop(http_server *s); /* waits for requests in progress */
 #endif

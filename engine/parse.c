@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cairn.h"
@@ -658,4 +659,87 @@ int parse_addr_loopback(const struct sockaddr_storage *sa)
 	if (sa->ss_family == AF_INET6)
 		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
 	return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+}
+
+static int host_char(int c)
+{
+	return isalnum(c) || c == '-' || c == '_' || c == '.';
+}
+
+/* host[0..hl) is a port: 1 to 5 digits. */
+static int is_port(const char *p, size_t n)
+{
+	if (n < 1 || n > 5)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isdigit((unsigned char)p[i]))
+			return 0;
+	return 1;
+}
+
+/* Whether names (comma-separated) holds the n bytes at h, without case. */
+static int host_listed(const char *h, size_t n, const char *names)
+{
+	for (const char *p = names; p && *p;) {
+		size_t l = strcspn(p, ",");
+		if (l == n && strncasecmp(p, h, n) == 0)
+			return 1;
+		p += l + (p[l] == ',');
+	}
+	return 0;
+}
+
+int parse_host_allowed(const char *host, const char *names)
+{
+	char lit[64];
+	size_t len = strlen(host), hl;
+	if (host[0] == '[') { /* [IPv6] or [IPv6]:PORT */
+		const char *close = strchr(host, ']');
+		hl = close ? (size_t)(close - host) - 1 : 0;
+		if (!close || hl == 0 || hl >= sizeof lit ||
+		    (close[1] && (close[1] != ':' || !is_port(close + 2, strlen(close + 2)))))
+			return 0;
+		memcpy(lit, host + 1, hl);
+		lit[hl] = '\0';
+		struct in6_addr a6;
+		return inet_pton(AF_INET6, lit, &a6) == 1;
+	}
+	const char *colon = strchr(host, ':');
+	hl = colon ? (size_t)(colon - host) : len;
+	if (colon && !is_port(colon + 1, len - hl - 1))
+		return 0;
+	if (hl == 0)
+		return 0;
+	for (size_t i = 0; i < hl; i++)
+		if (!host_char((unsigned char)host[i]))
+			return 0;
+	if (hl < sizeof lit) {
+		memcpy(lit, host, hl);
+		lit[hl] = '\0';
+		struct in_addr a4;
+		if (inet_pton(AF_INET, lit, &a4) == 1)
+			return 1;
+	}
+	return (hl == 9 && strncasecmp(host, "localhost", 9) == 0) || host_listed(host, hl, names);
+}
+
+int parse_check_hosts(const char *what, const char *names, char *err)
+{
+	for (const char *p = names; *p;) {
+		size_t l = strcspn(p, ",");
+		int ok = l > 0 && l <= PARSE_HOST_MAX;
+		for (size_t i = 0; ok && i < l; i++)
+			ok = host_char((unsigned char)p[i]);
+		if (!ok) {
+			snprintf(
+			    err, PARSE_ERR_MAX,
+			    "invalid value for %s: \"%.*s\": expected host names separated by "
+			    "commas (worker-1.example,cairn.internal), each of letters, digits, "
+			    "'-', '_' and '.', without a port",
+			    what, (int)(l < 64 ? l : 64), p);
+			return -1;
+		}
+		p += l + (p[l] == ',');
+	}
+	return 0;
 }

@@ -74,4 +74,17 @@ void utf8_clean(const char *s, buf *out);
 int parse_listen_addr(const char *a, struct sockaddr_storage *sa, socklen_t *len, int *wildcard);
 /* 1 when sa is a loopback address (127.0.0.0/8, ::1). */
 int parse_addr_loopback(const struct sockaddr_storage *sa);
+
+/* The longest host name parse_check_hosts takes. */
+#define PARSE_HOST_MAX 253
+/* Whether a request naming host in its Host header may be answered (the
+ * DNS rebinding policy of the HTTP servers, see README, Security): 1 for an
+ * IP literal (a.b.c.d or [IPv6]), localhost, or one of names (a
+ * comma-separated list, compared without case), each with or without
+ * :PORT; 0 for anything else. */
+int parse_host_allowed(const char *host, const char *names);
+/* names (what: the setting) is a comma-separated list of host names, each
+ * 1 to PARSE_HOST_MAX letters, digits, '-', '_' and '.', without a port;
+ * "" is none. 0, or -1 with err naming the setting and the bad name. */
+int parse_check_hosts(const char *what, const char *names, char *err);
 #endif

@@ -675,7 +675,18 @@ static int start_modules(cairn_worker *w)
 		dispatch_stop_end(w->dispatch, &clean, &cut);
 		return rc;
 	}
-	if (http_start(&w->cfg.http_sa, status_handle, w, &w->http, &w->http_port) < 0) {
+	/* The names it answers to besides IP addresses and localhost (DNS
+	 * rebinding): the advertised host, which other runners call, and
+	 * CAIRN_HTTP_HOSTS. */
+	const char *adv = w->cfg.advertise_addr, *colon = strrchr(adv, ':');
+	buf hosts = BUF_INIT;
+	buf_printf(&hosts, "%.*s,%s", colon ? (int)(colon - adv) : (int)strlen(adv), adv,
+	           w->cfg.http_hosts);
+	rc = hosts.oom ? -CAIRN_ENOMEM
+	               : http_start(&w->cfg.http_sa, buf_str(&hosts), status_handle, w, &w->http,
+	                            &w->http_port);
+	buf_free(&hosts);
+	if (rc < 0) {
 		buf_reset(&w->err);
 		buf_printf(&w->err, "cannot listen on %s (in use, or not an address of this host)",
 		           w->cfg.http_addr);

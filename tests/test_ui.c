@@ -383,6 +383,95 @@ Test(ui, the_console_answers_within_a_second_under_200_slow_connections)
 		       (long long)took[i]);
 }
 
+/* A request with Host (and a matching Origin) of the attacker's name. */
+static long rebound(const char *method, const char *path, const char *host, char **body)
+{
+	char h[128], o[128];
+	snprintf(h, sizeof h, "Host: %s", host);
+	snprintf(o, sizeof o, "Origin: http://%s", host);
+	const char *headers[] = {h, o, "X-Cairn-Console: 1", NULL};
+	return thttp_req(ui_port, method, path, headers, strcmp(method, "POST") ? NULL : "", body,
+	                 NULL);
+}
+
+/* DNS rebinding: a page of rebind.attacker.example, whose name the attacker
+ * then points at 127.0.0.1, is same-origin with the console as far as the
+ * browser knows, so it can send the marker header and read the replies.
+ * Only the Host header gives it away: every path refuses it with 421, the
+ * run is untouched; IP addresses, localhost and --hosts names still work. */
+Test(ui, a_request_naming_another_host_is_refused_on_every_path_and_changes_nothing)
+{
+	const char *db = tdb_new_migrated();
+	char *out;
+	cr_assert_eq(tcli(db, &out, NULL, "enqueue", "noop", "--key", "k1", "--input",
+	                  "{\"secret\":\"s3\"}", NULL),
+	             0);
+	int64_t id = atoll(out);
+	free(out);
+	setenv("CAIRN_UI_HOSTS", "console.example", 1);
+	ui_start(db, NULL);
+	char attacker[64], run[64], cancel[64], retry[64], signal[96];
+	snprintf(attacker, sizeof attacker, "rebind.attacker.example:%d", ui_port);
+	snprintf(run, sizeof run, "/api/run?id=%" PRId64, id);
+	snprintf(cancel, sizeof cancel, "/api/run/cancel?id=%" PRId64, id);
+	snprintf(retry, sizeof retry, "/api/run/retry?id=%" PRId64, id);
+	snprintf(signal, sizeof signal, "/api/run/signal?id=%" PRId64 "&name=go", id);
+	const char *const paths[][2] = {
+	    {"GET", "/"},
+	    {"GET", "/index.html"},
+	    {"GET", "/login"},
+	    {"POST", "/login"},
+	    {"GET", "/api/runs"},
+	    {"GET", "/api/runs/counts"},
+	    {"GET", run},
+	    {"GET", "/api/fleet"},
+	    {"GET", "/api/stats"},
+	    {"POST", cancel},
+	    {"POST", retry},
+	    {"POST", signal},
+	    {"POST", "/api/runs/bulk?action=cancel&status=pending&confirm=1"},
+	    {"GET", "/nope"},
+	    {"DELETE", run}};
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+		char *body;
+		long st = rebound(paths[i][0], paths[i][1], attacker, &body);
+		tcheck(dump_ui, st == 421, "%s %s with Host %s: %ld, want 421: %s", paths[i][0],
+		       paths[i][1], attacker, st, body);
+		cr_assert(!strstr(body, "s3"), "%s", body);
+		free(body);
+	}
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_intf(c, "SELECT count(*) FROM cairn.runs WHERE status = 'pending'"), 1,
+	             "a refused request changed the run");
+	/* The hosts it answers to: IP literals (a pod's address), localhost and
+	 * its --hosts names, with or without a port. */
+	char allowed[5][64];
+	snprintf(allowed[0], 64, "localhost:%d", ui_port);
+	snprintf(allowed[1], 64, "[::1]:%d", ui_port);
+	snprintf(allowed[2], 64, "10.1.2.3:%d", ui_port);
+	snprintf(allowed[3], 64, "Console.Example:%d", ui_port);
+	snprintf(allowed[4], 64, "localhost");
+	for (int i = 0; i < 5; i++) {
+		char *body;
+		long st = rebound("GET", run, allowed[i], &body);
+		tcheck(dump_ui, st == 200 && strstr(body, "s3"), "GET with Host %s: %ld: %s",
+		       allowed[i], st, body);
+		free(body);
+	}
+	cr_assert_eq(rebound("POST", cancel, allowed[3], NULL), 200);
+	cr_assert_eq(tdb_intf(c, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled'"), 1);
+	PQfinish(c);
+}
+
+Test(ui, a_bad_hosts_list_is_refused_naming_it)
+{
+	char *err;
+	const char *argv[] = {"ui", "--hosts", "good.example,bad:80", NULL};
+	cr_assert_eq(tcli_argv("postgresql:///none", NULL, &err, argv), 2);
+	cr_assert(strstr(err, "--hosts") && strstr(err, "bad:80"), "%s", err);
+	free(err);
+}
+
 Test(ui, encrypted_values_show_their_key_without_it)
 {
 	const char *db = tdb_new_migrated();

@@ -315,6 +315,52 @@ Test(parse, json_check_text_paths_are_bounded_and_follow_the_structure)
 	cr_assert(strstr(err, "not valid UTF-8"), "%s", err);
 }
 
+/* The DNS rebinding policy of the HTTP servers: IP literals and localhost
+ * always, listed names, each with or without a port; any other name, and
+ * anything malformed, never. */
+Test(parse, host_allowed_takes_ip_literals_localhost_and_listed_names_only)
+{
+	static const char *const yes[] = {"127.0.0.1",       "127.0.0.1:8090",    "10.1.2.3:8080",
+	                                  "[::1]",           "[::1]:8090",        "[fd00::7]:80",
+	                                  "localhost",       "LocalHost:8090",    "worker-1:8080",
+	                                  "Console.Example", "console.example:1", "203.0.113.9"};
+	static const char *const no[] = {"rebind.attacker.example",
+	                                 "rebind.attacker.example:8090",
+	                                 "localhost.attacker.example",
+	                                 "127.0.0.1.attacker.example",
+	                                 "worker-1.attacker.example",
+	                                 "console.example.",
+	                                 "localhost.",
+	                                 "",
+	                                 ":8090",
+	                                 "localhost:",
+	                                 "localhost:80:80",
+	                                 "localhost:123456",
+	                                 "::1",
+	                                 "[::1",
+	                                 "[::1]x",
+	                                 "[example]:80",
+	                                 "[]:80",
+	                                 "local host",
+	                                 "worker-1/x",
+	                                 "2130706433x"};
+	const char *names = "worker-1,console.example";
+	for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+		cr_assert(parse_host_allowed(yes[i], names), "%s refused", yes[i]);
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+		cr_assert(!parse_host_allowed(no[i], names), "%s allowed", no[i]);
+	cr_assert(!parse_host_allowed("worker-1", ""));
+	cr_assert(!parse_host_allowed("worker-1", NULL));
+	char err[PARSE_ERR_MAX];
+	cr_assert_eq(parse_check_hosts("CAIRN_HTTP_HOSTS", "", err), 0);
+	cr_assert_eq(parse_check_hosts("CAIRN_HTTP_HOSTS", "a.example,b-2_x", err), 0);
+	static const char *const bad[] = {"a.example:80", "a,,b", ",a", "a b", "[::1]"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		cr_assert_eq(parse_check_hosts("CAIRN_HTTP_HOSTS", bad[i], err), -1, "%s", bad[i]);
+		cr_assert(strstr(err, "CAIRN_HTTP_HOSTS"), "%s", err);
+	}
+}
+
 Test(pgarr, quotes_and_escapes_elements)
 {
 	pgarr a = PGARR_INIT;

@@ -886,3 +886,60 @@ Test(worker, a_request_whose_headers_trickle_in_is_cut_off_at_its_deadline)
 	          (long long)took);
 	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
 }
+
+/* ----------------------------------------------------- DNS rebinding */
+
+static long with_host(int port, const char *method, const char *path, const char *host)
+{
+	char h[128];
+	snprintf(h, sizeof h, "Host: %s", host);
+	const char *headers[] = {h, "Authorization: Bearer " TOKEN, NULL};
+	return thttp_req(port, method, path, headers, strcmp(method, "POST") ? NULL : "", NULL,
+	                 NULL);
+}
+
+/* The worker's endpoint refuses a Host that is not an IP address,
+ * localhost, its advertised host or a name of CAIRN_HTTP_HOSTS with 421 on
+ * every path (even with the token: a rebound page may be in a browser that
+ * has it); the probes still answer a pod IP (Kubernetes, Prometheus). */
+Test(worker, a_request_naming_another_host_is_refused_on_every_path)
+{
+	const char *db = tdb_new_migrated();
+	int port;
+	pid_t pid = tworker_start(db, &port, NULL, "CAIRN_HTTP_TOKEN=" TOKEN,
+	                          "CAIRN_ADVERTISE_ADDR=worker-7.cairn.test:0",
+	                          "CAIRN_HTTP_HOSTS=metrics.example,w7", NULL);
+	cr_assert(thttp_wait(port, "/readyz", 200, 30000));
+	char attacker[64];
+	snprintf(attacker, sizeof attacker, "rebind.attacker.example:%d", port);
+	static const char *const paths[][2] = {
+	    {"GET", "/healthz"},      {"GET", "/readyz"},    {"GET", "/metrics"},
+	    {"GET", "/status"},       {"HEAD", "/healthz"},  {"POST", "/wake"},
+	    {"POST", "/members/x"},   {"GET", "/v1/runs/1"}, {"POST", "/v1/runs"},
+	    {"POST", "/signal/AAAA"}, {"GET", "/nope"},      {"PUT", "/status"}};
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+		cr_assert_eq(with_host(port, paths[i][0], paths[i][1], attacker), 421,
+		             "%s %s with Host %s", paths[i][0], paths[i][1], attacker);
+	char allowed[6][64];
+	snprintf(allowed[0], 64, "127.0.0.1:%d", port);
+	snprintf(allowed[1], 64, "10.244.1.7:%d", port);
+	snprintf(allowed[2], 64, "localhost:%d", port);
+	snprintf(allowed[3], 64, "worker-7.cairn.test:%d", port);
+	snprintf(allowed[4], 64, "METRICS.example:%d", port);
+	snprintf(allowed[5], 64, "w7");
+	for (int i = 0; i < 6; i++) {
+		cr_assert_eq(with_host(port, "GET", "/healthz", allowed[i]), 200, "%s", allowed[i]);
+		cr_assert_eq(with_host(port, "GET", "/status", allowed[i]), 200, "%s", allowed[i]);
+	}
+	cr_assert_eq(tworker_stop(pid, SIGTERM, 30000), 0);
+}
+
+Test(worker, a_bad_hosts_list_stops_the_worker_naming_it)
+{
+	char *out, *err;
+	cr_assert_eq(
+	    run_worker_cmd(&out, &err, "CAIRN_HTTP_HOSTS=ok.example,bad:80", "--check-config"), 2);
+	cr_assert(strstr(err, "invalid value for CAIRN_HTTP_HOSTS: \"bad:80\""), "%s", err);
+	free(out);
+	free(err);
+}
