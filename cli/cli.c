@@ -1,13 +1,17 @@
 /*
- * cli.c - argument parsing and output helpers for the cairn commands:
- * long options (--name value or --name=value), errors that name the argument,
- * and exit codes mapped from cairn_status. The client API validates the
- * values and says which field it rejected; cli_fail maps that field back to
- * the command's argument.
+ * cli.c - what the cairn commands share: argument parsing (long options,
+ * --name value or --name=value), errors that name the argument, exit codes
+ * mapped from cairn_status, output (JSON, times, values that did not open),
+ * and the pieces several commands are made of: --input @FILE, resolving a
+ * RUN, a run's JSON and outcome, and the body of cancel and retry. The
+ * client API validates the values and says which field it rejected;
+ * cli_fail maps that field back to the command's argument. Each command is
+ * in a file of its own (commands.h).
  */
 #include "cli.h"
 #include "client.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -197,4 +201,207 @@ void cli_json_add_unreadable(cJSON *obj, cli_lock l, const char *const names[3])
 {
 	client_json_unreadable(obj, l.locked, l.unauthentic, l.locked_key, l.unauthentic_key,
 	                       names);
+}
+
+/* ------------------------------------------ shared by several commands */
+
+int cli_sub(const char *cmd, const cli_args *a, const char *const *subs)
+{
+	size_t n = 0;
+	for (; subs[n]; n++)
+		if (a->npos && strcmp(a->pos[0], subs[n]) == 0)
+			return (int)n;
+	/* "set, list or delete" */
+	char expected[256] = "";
+	for (size_t i = 0, len = 0; i < n && len < sizeof expected; i++) {
+		const char *sep = i == 0 ? "" : i + 1 < n ? ", " : " or ";
+		len +=
+		    (size_t)snprintf(expected + len, sizeof expected - len, "%s%s", sep, subs[i]);
+	}
+	cli_error(cmd, EXIT_USAGE, "%s%s%s: expected %s (see --help)",
+	          a->npos ? "unknown subcommand \"" : "missing subcommand",
+	          a->npos ? a->pos[0] : "", a->npos ? "\"" : "", expected);
+	return -1;
+}
+
+int cli_read_input(const char *cmd, const char *arg, const char **text, char **owned)
+{
+	*owned = NULL;
+	*text = arg;
+	if (!arg || arg[0] != '@')
+		return 0;
+	FILE *f = fopen(arg + 1, "rb");
+	if (!f)
+		return cli_error(cmd, EXIT_USAGE, "--input: cannot read file \"%s\"", arg + 1);
+	size_t cap = 4096, len = 0;
+	char *s = malloc(cap);
+	size_t r;
+	while (s && (r = fread(s + len, 1, cap - len - 1, f)) > 0) {
+		len += r;
+		if (len + 1 == cap) {
+			char *g = cap > (64u << 20) ? NULL : realloc(s, cap *= 2);
+			if (!g)
+				free(s);
+			s = g;
+		}
+	}
+	fclose(f);
+	if (!s)
+		return cli_error(cmd, EXIT_USAGE, "--input: file \"%s\" is too large", arg + 1);
+	s[len] = '\0';
+	if (strlen(s) != len) {
+		free(s);
+		return cli_error(cmd, EXIT_USAGE, "--input: file \"%s\" contains a NUL byte",
+		                 arg + 1);
+	}
+	*text = *owned = s;
+	return 0;
+}
+
+int cli_finished(const char *status)
+{
+	return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+	       strcmp(status, "cancelled") == 0;
+}
+
+static const cli_field RUN_FIELDS[] = {{"run", "RUN", NULL}, {NULL, NULL, NULL}};
+
+int cli_open_run(const char *cmd, const cli_args *a, cairn_client **c, int64_t *id)
+{
+	int code = cli_open(cmd, a, c);
+	if (code)
+		return code;
+	int rc = cairn_run_resolve(*c, a->pos[0], id);
+	if (rc) {
+		code = cli_fail(cmd, *c, rc, RUN_FIELDS);
+		cairn_client_free(*c);
+		*c = NULL;
+	}
+	return code;
+}
+
+const cli_opt CLI_RUN_ACTION_OPTS[] = {{"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
+
+int cli_run_action(int argc, char **argv, const char *cmd, const char *help,
+                   int (*fn)(cairn_client *, int64_t, char *), const char *done)
+{
+	cli_args a = {CLI_RUN_ACTION_OPTS, {0}, {0}, 0};
+	if (cli_parse(cmd, argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 1)
+		return cli_error(cmd, EXIT_USAGE, "expected exactly one RUN (see --help)");
+	cairn_client *c;
+	int64_t id;
+	int code = cli_open_run(cmd, &a, &c, &id);
+	if (!code) {
+		char status[CLIENT_OUTCOME_MAX] = "";
+		int rc = fn(c, id, status);
+		if (rc) {
+			code = cli_fail(cmd, c, rc, NULL);
+		} else if (cli_has(&a, "json")) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "id", (double)id);
+			cJSON_AddStringToObject(o, "status", status);
+			cli_print_json(o);
+		} else {
+			printf("run %" PRId64 " %s\n", id, done);
+		}
+	}
+	cairn_client_free(c);
+	return code;
+}
+
+cJSON *cli_run_json(const cairn_run *r)
+{
+	char t[32];
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "id", (double)r->id);
+	cJSON_AddStringToObject(o, "workflow", r->workflow);
+	cJSON_AddStringToObject(o, "key", r->key);
+	cJSON_AddStringToObject(o, "group", r->group);
+	cJSON_AddNumberToObject(o, "shard", r->shard);
+	cJSON_AddStringToObject(o, "status", r->status);
+	cJSON_AddNumberToObject(o, "attempt", r->attempt);
+	cJSON_AddNumberToObject(o, "max_attempts", r->max_attempts);
+	cJSON_AddBoolToObject(o, "cancel_requested", r->cancel_requested);
+	if (r->concurrency_key)
+		cJSON_AddStringToObject(o, "concurrency_key", r->concurrency_key);
+	else
+		cJSON_AddNullToObject(o, "concurrency_key");
+	cJSON_AddNumberToObject(o, "priority", r->priority);
+	cJSON_AddBoolToObject(o, "held", r->held);
+	if (r->waiting_for)
+		cJSON_AddStringToObject(o, "waiting_for", r->waiting_for);
+	cli_json_add_raw(o, "input", r->input);
+	cli_json_add_raw(o, "output", r->output);
+	if (r->error)
+		cJSON_AddStringToObject(o, "error", r->error);
+	else
+		cJSON_AddNullToObject(o, "error");
+	cli_json_add_unreadable(o, CLI_LOCK(r), NULL);
+	if (r->code_version)
+		cJSON_AddStringToObject(o, "code_version", r->code_version);
+	else
+		cJSON_AddNullToObject(o, "code_version");
+	const struct {
+		const char *k;
+		int64_t v;
+	} times[] = {{"created_at", r->created_unix_ms},
+	             {"scheduled_at", r->scheduled_unix_ms},
+	             {"started_at", r->started_unix_ms},
+	             {"updated_at", r->updated_unix_ms},
+	             {"finished_at", r->finished_unix_ms}};
+	for (size_t i = 0; i < sizeof times / sizeof *times; i++) {
+		if (times[i].v)
+			cJSON_AddStringToObject(o, times[i].k, cli_time(times[i].v, t));
+		else
+			cJSON_AddNullToObject(o, times[i].k);
+	}
+	return o;
+}
+
+int cli_print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
+                      const char *error, cli_lock l, int json)
+{
+	int done = cli_finished(status), ok = strcmp(status, "completed") == 0;
+	char shown[CLI_SHOWN_MAX];
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "id", (double)id);
+		cJSON_AddStringToObject(o, "status", status);
+		cli_json_add_raw(o, "output", output);
+		if (error)
+			cJSON_AddStringToObject(o, "error", error);
+		else
+			cJSON_AddNullToObject(o, "error");
+		cli_json_add_unreadable(o, l, NULL);
+		cli_print_json(o);
+	} else if (ok && !(l.locked & CAIRN_LOCKED_OUTPUT)) {
+		printf("%s\n", output ? output : "null");
+	}
+	if (!done)
+		return cli_error(cmd, EXIT_TIMEOUT, "run %" PRId64 " has not finished: it is %s",
+		                 id, status);
+	if (ok && (l.locked & CAIRN_LOCKED_OUTPUT))
+		return cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " completed; its output is %s",
+		                 id, cli_shown(output, l, CAIRN_LOCKED_OUTPUT, shown));
+	if (!ok)
+		return cli_error(cmd, EXIT_RUNTIME, "run %" PRId64 " %s: %s", id, status,
+		                 error || (l.locked & CAIRN_LOCKED_ERROR)
+		                     ? cli_shown(error, l, CAIRN_LOCKED_ERROR, shown)
+		                     : "no error recorded");
+	return EXIT_OK;
+}
+
+int cli_print_result(const char *cmd, cairn_client *c, int64_t id, int json)
+{
+	cairn_run *r;
+	int rc = cairn_run_get(c, id, &r);
+	if (rc)
+		return cli_fail(cmd, c, rc, NULL);
+	int code = cli_print_outcome(cmd, id, r->status, r->output, r->error, CLI_LOCK(r), json);
+	cairn_run_free(r);
+	return code;
 }

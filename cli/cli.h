@@ -31,16 +31,6 @@ typedef struct cli_args {
 	int npos;
 } cli_args;
 
-/* A command of cairn. One table of them (main.c) is what main dispatches
- * on, what `cairn --help` lists and what `cairn completion` completes. */
-typedef struct cli_cmd {
-	const char *name;
-	const char *summary; /* its line in `cairn --help` */
-	int (*fn)(int argc, char **argv);
-	const cli_opt *opts;
-	const char *const *subs; /* its subcommands, ended by NULL; or NULL */
-} cli_cmd;
-
 /* Parses argv (after the command name). Returns 0, or EXIT_USAGE after printing why. */
 int cli_parse(const char *cmd, int argc, char **argv, cli_args *a);
 const char *cli_get(const cli_args *a, const char *name);
@@ -94,8 +84,40 @@ void cli_json_add_unreadable(cJSON *obj, cli_lock l, const char *const names[3])
 /* Opens the client from --db / $DATABASE_URL, $CAIRN_MAX_PAYLOAD and the
  * encryption keys ($CAIRN_ENCRYPTION_KEYS or $CAIRN_ENCRYPTION_KEYS_FILE). */
 int cli_open(const char *cmd, const cli_args *a, cairn_client **c);
-/* Prints the completion script of shell ("bash" or "zsh") for the n
- * commands of cmds on stdout: 0, or -1 for a shell it does not know
- * (complete.c). */
-int cli_completion(const char *shell, const cli_cmd *cmds, size_t n);
+
+/* Shared by several commands. */
+
+/* The index in subs (ended by NULL) of the subcommand a->pos[0]; or -1
+ * after printing that it is missing or unknown and which are expected. */
+int cli_sub(const char *cmd, const cli_args *a, const char *const *subs);
+
+/* Reads --input's text: the JSON as given, or the contents of the file that
+ * @FILE names. *owned is set when the text was read (the caller frees it).
+ * 0, or EXIT_USAGE after printing why. */
+int cli_read_input(const char *cmd, const char *arg, const char **text, char **owned);
+/* Whether a run's status is final: completed, failed or cancelled. */
+int cli_finished(const char *status);
+/* Opens the client (cli_open) and resolves the RUN argument (a->pos[0], an
+ * id or WORKFLOW/KEY) into *id. 0, or the exit code after printing why; on
+ * failure *c is NULL. */
+int cli_open_run(const char *cmd, const cli_args *a, cairn_client **c, int64_t *id);
+/* A run as the JSON object `cairn status` and `cairn list` print. */
+cJSON *cli_run_json(const cairn_run *r);
+/* Prints a run's outcome: a completed run's output (exit 0), a failed or
+ * cancelled run's error (exit 1), or that it has not finished (exit 4);
+ * with json, as {"id", "status", "output", "error"}. */
+int cli_print_outcome(const char *cmd, int64_t id, const char *status, const char *output,
+                      const char *error, cli_lock l, int json);
+/* Loads the run and prints its outcome (cli_print_outcome). */
+int cli_print_result(const char *cmd, cairn_client *c, int64_t id, int json);
+
+/* A command that acts on one run, cancel and retry: its options and their
+ * help, and its body. fn acts on the run and puts its status after into
+ * status (CLIENT_OUTCOME_MAX bytes); done is what the text output says. */
+extern const cli_opt CLI_RUN_ACTION_OPTS[];
+#define CLI_RUN_ACTION_HELP                                                                        \
+	"  --json            print {\"id\", \"status\"}: the run's status right after\n"           \
+	"                    the command\n" COMMON_HELP
+int cli_run_action(int argc, char **argv, const char *cmd, const char *help,
+                   int (*fn)(cairn_client *, int64_t, char *), const char *done);
 #endif

@@ -1,16 +1,16 @@
 /*
  * complete.c - `cairn completion bash|zsh`: prints a shell's completion
- * script made from the command table (main.c's CMDS: each command's name,
- * summary, options and subcommands), the same table main dispatches on and
- * `cairn --help` lists, so the scripts cannot drift from the commands. Only
- * names are completed (commands, subcommands, options); after an option
- * that takes a value the shell's own completion (file names) applies.
- * Owns nothing; writes to stdout.
+ * script made from the command table (main.c's CLI_CMDS: each command's
+ * name, summary, options and subcommands), the same table main dispatches on
+ * and `cairn --help` lists, so the scripts cannot drift from the commands.
+ * Only names are completed (commands, subcommands, options); after an option
+ * that takes a value the shell's own completion (file names) applies. Owns
+ * nothing; writes to stdout.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "commands.h"
 
 /* The command's options, space separated, "--" in front; with_arg selects
  * those that take a value (1), those that do not (0) or all (-1). */
@@ -145,7 +145,9 @@ static void zsh(const cli_cmd *cmds, size_t n)
 	       "fi\n");
 }
 
-int cli_completion(const char *shell, const cli_cmd *cmds, size_t n)
+/* Prints the completion script of shell ("bash" or "zsh") for the n
+ * commands of cmds on stdout: 0, or -1 for a shell it does not know. */
+static int print_script(const char *shell, const cli_cmd *cmds, size_t n)
 {
 	if (strcmp(shell, "bash") == 0)
 		bash(cmds, n);
@@ -154,4 +156,34 @@ int cli_completion(const char *shell, const cli_cmd *cmds, size_t n)
 	else
 		return -1;
 	return 0;
+}
+
+const char *const COMPLETION_SUBS[] = {"bash", "zsh", NULL};
+const cli_opt COMPLETION_OPTS[] = {{"help", 0}, {NULL, 0}};
+
+int cmd_completion(int argc, char **argv)
+{
+	static const char help[] =
+	    "usage: cairn completion bash|zsh\n"
+	    "\n"
+	    "Prints the completion script of the shell, made from the same tables of\n"
+	    "commands and options that `cairn --help` and the commands read. The\n"
+	    "package and `make install` put them where bash-completion and zsh find\n"
+	    "them; for a shell of your own:\n"
+	    "\n"
+	    "  bash  source <(cairn completion bash)     (in ~/.bashrc)\n"
+	    "  zsh   cairn completion zsh > ~/.zfunc/_cairn, with ~/.zfunc in $fpath\n"
+	    "        before compinit\n"
+	    "\n"
+	    "  -h, --help        show this help\n";
+	cli_args a = {COMPLETION_OPTS, {0}, {0}, 0};
+	if (cli_parse("completion", argc, argv, &a))
+		return EXIT_USAGE;
+	if (cli_has(&a, "help"))
+		return fputs(help, stdout), EXIT_OK;
+	if (a.npos != 1 || print_script(a.pos[0], CLI_CMDS, CLI_NCMDS) < 0)
+		return cli_error("completion", EXIT_USAGE, "%s%s%s: expected bash or zsh",
+		                 a.npos ? "unknown shell \"" : "missing shell",
+		                 a.npos ? a.pos[0] : "", a.npos ? "\"" : "");
+	return EXIT_OK;
 }

@@ -30,11 +30,11 @@
 
 #include "cairn.h"
 #include "cli.h"
+#include "commands.h"
 #include "form.h"
 #include "http.h"
 #include "parse.h"
 #include "state.h"
-#include "ui.h"
 
 /* The files of cli/ui/, generated into build/gen/ui_assets.c. */
 typedef struct ui_asset {
