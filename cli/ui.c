@@ -824,7 +824,7 @@ static void handle_locked(ui *u, const http_request *q, http_reply *r)
 		return routes[i].fn(u, q, r);
 	}
 	if (api)
-		return reply_error(r, 404, NULL, "no such endpoint (see README, Console)");
+		return reply_error(r, 404, NULL, "no such endpoint (see docs/console.md)");
 	if (post)
 		return reply_error(r, 405, NULL, "nothing to POST here");
 	serve_asset(r, strcmp(path, "/") == 0 ? "index.html" : path + 1);

@@ -122,7 +122,7 @@ int client_unseal(cairn_client *c, seal_field f, char **v, unsigned bit, client_
  * obj for the fields of a record that did not open (nothing when none), C
  * and R as cairn_unreadable_why gives them, names[i] naming the field of
  * bit 1 << i (NULL: input, output, error). The one shape of every JSON
- * document that shows a record (README, Security). */
+ * document that shows a record (docs/security.md). */
 struct cJSON;
 void client_json_unreadable(struct cJSON *obj, unsigned locked, unsigned unauthentic,
                             const char *locked_key, const char *unauthentic_key,

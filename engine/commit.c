@@ -1056,7 +1056,7 @@ static void *committer_main(void *arg)
 	int n, telling = 0;
 	tellings told = TELLINGS_INIT; /* of written batches, not yet sent */
 	int64_t told_since = 0;        /* when the oldest of them was written */
-	/* Connected before the first commit comes (as the README counts a
+	/* Connected before the first commit comes (as docs/shards.md counts a
 	 * worker's connections), once: else each worker of a fleet pays for
 	 * its connection, settings and prepared statements (three transactions)
 	 * within its first run's commit. Failing, the first batch connects,

@@ -355,7 +355,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 			    &x->r.body,
 			    "misdirected request: this server does not answer to the host "
 			    "\"%.100s\" (an IP address, localhost or a name it is given; see "
-			    "README, Security)\n",
+			    "docs/security.md)\n",
 			    host);
 			buf_puts(&x->r.headers, "X-Content-Type-Options: nosniff\n");
 			x->handled = 1;

@@ -78,7 +78,7 @@ int parse_addr_loopback(const struct sockaddr_storage *sa);
 /* The longest host name parse_check_hosts takes. */
 #define PARSE_HOST_MAX 253
 /* Whether a request naming host in its Host header may be answered (the
- * DNS rebinding policy of the HTTP servers, see README, Security): 1 for an
+ * DNS rebinding policy of the HTTP servers, see docs/security.md): 1 for an
  * IP literal (a.b.c.d or [IPv6]), localhost, or one of names (a
  * comma-separated list, compared without case), each with or without
  * :PORT; 0 for anything else. */

@@ -2,8 +2,8 @@
  * bench.c - the benchmark driver behind `make bench` (scripts/bench.sh starts
  * the database and runs it). Every figure is measured with the client's
  * CLOCK_MONOTONIC, as a user sees it, and printed beside a floor measured in
- * the same run on the same server, as a ratio. Phases (see README,
- * Benchmarks):
+ * the same run on the same server, as a ratio. Phases (see
+ * docs/benchmarks.md):
  *
  *   1 floors       a bare single-row INSERT commit loop on one connection;
  *                  pgbench -b simple-update -c 4 -j 2 -T 10 on its own database;

@@ -1206,8 +1206,9 @@ Test(lease, health_checker_never_marks_the_last_healthy_runner_unhealthy)
 	      "the last runner is not ready");
 }
 
-/* The README's form: listen on every interface, advertise an address other
- * runners can call. Both stay healthy and share the shards. */
+/* The form docs/configuration.md gives (CAIRN_ADVERTISE_ADDR): listen on
+ * every interface, advertise an address other runners can call. Both stay
+ * healthy and share the shards. */
 Test(lease, workers_listening_on_every_interface_with_an_advertised_address_share_the_shards)
 {
 	setup(64);

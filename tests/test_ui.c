@@ -5,7 +5,7 @@
  * WebDriver with libcurl and cJSON), a known run appears in the list, its
  * page shows its steps in journal order, cancel from the page cancels it in
  * the database, and each main page (runs, run, fleet) is screenshot. The
- * screenshots go to $CAIRN_UI_SCREENSHOTS (the README's come from there:
+ * screenshots go to $CAIRN_UI_SCREENSHOTS (docs/console.md's come from there:
  * CAIRN_UI_SCREENSHOTS=docs), else to a temporary directory.
  */
 #include <cjson/cJSON.h>

@@ -1,6 +1,6 @@
 /*
  * builtins.h - the workflows every stock cairn-worker serves: noop, sleep,
- * http and the order demo. See builtins.c and the README.
+ * http and the order demo. See builtins.c and docs/builtins.md.
  */
 #ifndef CAIRN_BUILTINS_H
 #define CAIRN_BUILTINS_H
