@@ -1,8 +1,9 @@
 /*
  * plugin.c - the plugin loader: opens each shared object named by
- * CAIRN_PLUGINS / --plugin and calls its cairn_plugin_init(w), which
- * registers workflows and singletons. Called once by cairn_worker_run()
- * before any worker thread starts.
+ * CAIRN_PLUGINS / --plugin and has the worker call its cairn_plugin_init(w)
+ * (plugin_env.init), which registers workflows and singletons. Called once
+ * by cairn_worker_run() before any worker thread starts; it knows nothing
+ * of the worker but that hook.
  *
  * Owns nothing after it returns: the dlopen handles are deliberately never
  * closed, because the functions a plugin registered must stay mapped as long
@@ -17,9 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cairn.h"
-
-static int load_one(cairn_worker *w, const char *path, buf *err)
+static int load_one(const plugin_env *env, const char *path, buf *err)
 {
 	/* dlopen searches the library path for a bare name; a plugin named on
 	 * the command line is a file, so make it one. */
@@ -53,11 +52,11 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 	}
 	cairn_plugin_init_fn init;
 	memcpy(&init, &sym, sizeof init);
-	int rc = init(w);
+	const char *detail = NULL;
+	int rc = env->init(env->arg, init, &detail);
 	if (rc != 0) {
 		/* The worker's own message says which registration failed. err may
 		 * be that very buffer, so build the text aside first. */
-		const char *detail = cairn_worker_errmsg(w);
 		buf msg = BUF_INIT;
 		buf_printf(&msg, "plugin \"%s\": cairn_plugin_init returned %d (%s)", path, rc,
 		           cairn_strstatus(rc));
@@ -73,7 +72,7 @@ static int load_one(cairn_worker *w, const char *path, buf *err)
 	return 0;
 }
 
-int plugin_load_all(struct cairn_worker *w, const char *paths, buf *err)
+int plugin_load_all(const plugin_env *env, const char *paths, buf *err)
 {
 	if (!paths || !*paths)
 		return 0;
@@ -85,7 +84,7 @@ int plugin_load_all(struct cairn_worker *w, const char *paths, buf *err)
 	int rc = 0;
 	char *save = NULL;
 	for (char *p = strtok_r(list, ":", &save); p && rc == 0; p = strtok_r(NULL, ":", &save))
-		rc = load_one(w, p, err);
+		rc = load_one(env, p, err);
 	free(list);
 	return rc;
 }

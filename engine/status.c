@@ -4,9 +4,11 @@
  * GET and HEAD; the wake relay's POSTs; the signal links; and the /v1 API
  * (api.c). route.c
  * decides which a request asks for; each page is built from the modules'
- * read APIs (no module's fields are read directly) and never touches the
- * database.
+ * read APIs (no module's fields are read directly) and the worker's state
+ * through status_env (status.h), and never touches the database.
  */
+#include "status.h"
+
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,11 +20,10 @@
 #include "clock.h"
 #include "link.h"
 #include "route.h"
-#include "worker.h"
 
-static void healthz(cairn_worker *w, http_reply *r)
+static void healthz(const status_env *e, http_reply *r)
 {
-	const char *stale = watchdog_stale(&w->dog);
+	const char *stale = watchdog_stale(e->dog);
 	r->status = stale ? 503 : 200;
 	if (stale)
 		buf_printf(&r->body, "unhealthy: loop %s is stuck\n", stale);
@@ -30,41 +31,45 @@ static void healthz(cairn_worker *w, http_reply *r)
 		buf_puts(&r->body, "ok\n");
 }
 
-/* Whether the worker is ready; why not in reason. Holds w->mu. */
-static int ready_locked(const cairn_worker *w, const char **reason)
+/* Whether the worker is ready; why not in reason. Holds e->mu. */
+static int ready_locked(const status_env *e, const status_view *v, const char **reason)
 {
-	if (w->not_ready[0])
-		*reason = w->not_ready;
-	else if (w->stopping)
+	if (v->not_ready[0])
+		*reason = v->not_ready;
+	else if (v->stopping)
 		*reason = "stopping";
-	else if (!w->db_connected)
+	else if (!v->db_connected)
 		*reason = "database not connected";
-	else if (!dispatch_claiming(w->dispatch))
+	else if (!dispatch_claiming(e->dispatch))
 		*reason = "the poller has not claimed yet";
 	else
 		return 1;
 	return 0;
 }
 
-int status_ready(cairn_worker *w)
+int status_ready(const status_env *e)
 {
 	const char *why;
-	pthread_mutex_lock(&w->mu);
-	int ready = ready_locked(w, &why);
-	pthread_mutex_unlock(&w->mu);
+	status_view v;
+	pthread_mutex_lock(e->mu);
+	e->view(e->arg, &v);
+	int ready = ready_locked(e, &v, &why);
+	pthread_mutex_unlock(e->mu);
 	return ready;
 }
 
-static void readyz(cairn_worker *w, http_reply *r)
+static void readyz(const status_env *e, http_reply *r)
 {
 	const char *why;
-	pthread_mutex_lock(&w->mu);
-	int ready = ready_locked(w, &why);
+	status_view v;
+	pthread_mutex_lock(e->mu);
+	e->view(e->arg, &v);
+	int ready = ready_locked(e, &v, &why);
 	if (ready)
 		buf_puts(&r->body, "ready\n");
 	else
 		buf_printf(&r->body, "not ready: %s\n", why);
-	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_unlock(e->mu);
 	r->status = ready ? 200 : 503;
 }
 
@@ -88,25 +93,27 @@ static const char *label(const char *s, char out[256])
 	return out;
 }
 
-static void metrics_page(cairn_worker *w, http_reply *r)
+static void metrics_page(const status_env *e, http_reply *r)
 {
 	buf *b = &r->body;
-	const metrics *m = &w->m;
-	pthread_mutex_lock(&w->mu);
-	int connected = w->db_connected;
-	pthread_mutex_unlock(&w->mu);
+	const metrics *m = e->m;
+	status_view v;
+	pthread_mutex_lock(e->mu);
+	e->view(e->arg, &v);
+	int connected = v.db_connected;
+	pthread_mutex_unlock(e->mu);
 	char labels[160];
 	snprintf(labels, sizeof labels, "{version=\"%s\"}", CAIRN_VERSION);
 	metric(b, "cairn_build_info", "gauge", "Build information; the value is always 1.", labels,
 	       1);
 	metric(b, "cairn_uptime_seconds", "gauge", "Seconds since this worker started.", NULL,
-	       (double)(clock_mono_ms() - w->start_mono_ms) / 1000.0);
+	       (double)(clock_mono_ms() - e->start_mono_ms) / 1000.0);
 	metric(b, "cairn_db_connected", "gauge", "1 while the database connection is up.", NULL,
 	       connected);
 	metric(b, "cairn_db_reconnects_total", "counter", "Database reconnections after a loss.",
 	       NULL, (double)atomic_load(&m->db_reconnects));
 	metric(b, "cairn_shards_owned", "gauge", "Shards this worker holds a lease on.", NULL,
-	       shardmap_owned(w->map));
+	       shardmap_owned(e->map));
 	metric(b, "cairn_rebalances_total", "counter", "Rebalance rounds that changed ownership.",
 	       NULL, (double)atomic_load(&m->rebalances));
 	metric(b, "cairn_members_told_total", "counter",
@@ -174,7 +181,7 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       (double)atomic_load(&m->runs_locked));
 	int64_t longest;
 	int overdue;
-	dispatch_steps(w->dispatch, &longest, &overdue);
+	dispatch_steps(e->dispatch, &longest, &overdue);
 	metric(b, "cairn_steps_timed_out_total", "counter",
 	       "Step attempts that ran past their timeout (their results discarded).", NULL,
 	       (double)atomic_load(&m->steps_timed_out));
@@ -188,7 +195,7 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       "How long the longest step running now has run.", NULL, longest / 1000.0);
 	cJSON *slots = cJSON_CreateObject();
 	char lab[256];
-	dispatch_flow(w->dispatch, slots);
+	dispatch_flow(e->dispatch, slots);
 	buf_puts(b, "# HELP cairn_flow_slots_in_use Runs this worker executes under a workflow's "
 	            "limits (cairn limit).\n# TYPE cairn_flow_slots_in_use gauge\n");
 	for (const cJSON *it = slots ? slots->child : NULL; it; it = it->next)
@@ -199,7 +206,7 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 	       NULL, atomic_load(&m->queue_depth));
 	metric(b, "cairn_executors_idle", "gauge",
 	       "Executors waiting for a run (CAIRN_CONCURRENCY in all).", NULL,
-	       dispatch_executors_idle(w->dispatch));
+	       dispatch_executors_idle(e->dispatch));
 	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"
 	            "# TYPE cairn_step_duration_seconds histogram\n");
 	for (int i = 0; i < METRICS_STEP_BUCKETS; i++)
@@ -215,13 +222,13 @@ static void metrics_page(cairn_worker *w, http_reply *r)
 }
 
 /* The configuration without secrets (see config_describe). */
-static void add_config(cairn_worker *w, cJSON *o)
+static void add_config(const status_env *e, cJSON *o)
 {
 	cJSON *cfg = cJSON_AddObjectToObject(o, "config");
 	buf text = BUF_INIT;
-	pthread_mutex_lock(&w->mu); /* the advertised address may be rewritten at start */
-	config_describe(&w->cfg, &text);
-	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_lock(e->mu); /* the advertised address may be rewritten at start */
+	config_describe(e->cfg, &text);
+	pthread_mutex_unlock(e->mu);
 	char *save = NULL;
 	for (char *line = text.data ? strtok_r(text.data, "\n", &save) : NULL; line;
 	     line = strtok_r(NULL, "\n", &save)) {
@@ -234,40 +241,43 @@ static void add_config(cairn_worker *w, cJSON *o)
 	buf_free(&text);
 }
 
-static void status_page(cairn_worker *w, http_reply *r)
+static void status_page(const status_env *e, http_reply *r)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON *runner = cJSON_AddObjectToObject(o, "runner");
-	int64_t id = w->lease ? lease_runner_id(w->lease) : 0;
+	int64_t id = e->lease ? lease_runner_id(e->lease) : 0;
 	if (id)
 		cJSON_AddNumberToObject(runner, "id", (double)id);
 	else
 		cJSON_AddNullToObject(runner, "id");
-	cJSON_AddStringToObject(runner, "name", w->name);
+	cJSON_AddStringToObject(runner, "name", e->runner_name);
 	cJSON_AddStringToObject(o, "version", CAIRN_VERSION);
 	const char *why;
-	pthread_mutex_lock(&w->mu);
-	cJSON_AddStringToObject(runner, "address", w->cfg.advertise_addr);
-	cJSON_AddStringToObject(o, "state", worker_state_name(w->state));
-	cJSON_AddBoolToObject(o, "ready", ready_locked(w, &why));
-	if (w->not_ready[0])
-		cJSON_AddStringToObject(o, "not_ready_reason", w->not_ready);
-	cJSON_AddBoolToObject(o, "db_connected", w->db_connected);
-	pthread_mutex_unlock(&w->mu);
+	status_view v;
+	pthread_mutex_lock(e->mu);
+	e->view(e->arg, &v);
+	cJSON_AddStringToObject(runner, "address", e->cfg->advertise_addr);
+	cJSON_AddStringToObject(o, "state", v.state);
+	cJSON_AddBoolToObject(o, "ready", ready_locked(e, &v, &why));
+	if (v.not_ready[0])
+		cJSON_AddStringToObject(o, "not_ready_reason", v.not_ready);
+	cJSON_AddBoolToObject(o, "db_connected", v.db_connected);
+	pthread_mutex_unlock(e->mu);
 	cJSON_AddNumberToObject(o, "uptime_seconds",
-	                        (double)(clock_mono_ms() - w->start_mono_ms) / 1000.0);
-	cJSON_AddNumberToObject(o, "shards_per_group", shardmap_shards(w->map));
-	add_config(w, o);
-	shardmap_status(w->map, cJSON_AddArrayToObject(o, "shards"));
-	dispatch_status(w->dispatch, cJSON_AddArrayToObject(o, "in_flight"));
+	                        (double)(clock_mono_ms() - e->start_mono_ms) / 1000.0);
+	cJSON_AddNumberToObject(o, "shards_per_group", shardmap_shards(e->map));
+	add_config(e, o);
+	shardmap_status(e->map, cJSON_AddArrayToObject(o, "shards"));
+	dispatch_status(e->dispatch, cJSON_AddArrayToObject(o, "in_flight"));
 	cJSON *flow = cJSON_AddObjectToObject(o, "flow");
-	dispatch_flow(w->dispatch, cJSON_AddObjectToObject(flow, "slots_in_use"));
-	cJSON_AddNumberToObject(flow, "held_back_total", (double)atomic_load(&w->m.flow_held_back));
-	cJSON_AddNumberToObject(flow, "released_total", (double)atomic_load(&w->m.flow_released));
-	singletons_status(w->singletons, cJSON_AddArrayToObject(o, "singletons"));
+	dispatch_flow(e->dispatch, cJSON_AddObjectToObject(flow, "slots_in_use"));
+	cJSON_AddNumberToObject(flow, "held_back_total",
+	                        (double)atomic_load(&e->m->flow_held_back));
+	cJSON_AddNumberToObject(flow, "released_total", (double)atomic_load(&e->m->flow_released));
+	singletons_status(e->singletons, cJSON_AddArrayToObject(o, "singletons"));
 	cJSON *hist = cJSON_AddArrayToObject(o, "rebalances");
-	if (w->lease)
-		lease_history(w->lease, hist);
+	if (e->lease)
+		lease_history(e->lease, hist);
 	char *s = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	if (!s) {
@@ -290,20 +300,20 @@ static void status_page(cairn_worker *w, http_reply *r)
  * worker would do anyway (a claim, a look at cancelled runs, a rebalance),
  * so a stray request costs a query at most.
  */
-static void poked(cairn_worker *w, const route *rt)
+static void poked(const status_env *e, const route *rt)
 {
 	if (rt->kind == ROUTE_WAKE)
-		dispatch_wake_runs(w->dispatch, rt->cancel, rt->runs, rt->nruns);
+		dispatch_wake_runs(e->dispatch, rt->cancel, rt->runs, rt->nruns);
 	else
-		worker_members_changed(w, rt->arg);
+		e->members_changed(e->arg, rt->arg);
 }
 
-int status_poke(cairn_worker *w, const char *path)
+int status_poke(const status_env *e, const char *path)
 {
 	route rt;
 	if (route_poke(path, &rt) < 0)
 		return -1;
-	poked(w, &rt);
+	poked(e, &rt);
 	return 0;
 }
 
@@ -315,7 +325,8 @@ int status_poke(cairn_worker *w, const char *path)
  * JSON cairn accepts (parse_check_json_n: UTF-8, no NUL byte, no \u0000; an
  * empty one is null); else the signal is written, once, and 202.
  */
-static void signal_link(cairn_worker *w, const http_request *q, const char *token, http_reply *r)
+static void signal_link(const status_env *e, const http_request *q, const char *token,
+                        http_reply *r)
 {
 	char why[512];
 	link_claims c;
@@ -324,11 +335,11 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
 		api_error(r, 405, "a signal link takes POST with the signal's JSON payload");
 		return;
 	}
-	if (!w->cfg.signing_key[0]) {
+	if (!e->cfg->signing_key[0]) {
 		api_error(r, 404, "signal links are off here: CAIRN_SIGNING_KEY is not set");
 		return;
 	}
-	int rc = link_open(w->cfg.link_key, token, clock_unix_ms() / 1000, &c, why, sizeof why);
+	int rc = link_open(e->cfg->link_key, token, clock_unix_ms() / 1000, &c, why, sizeof why);
 	if (rc < 0) {
 		api_error(r, 403, why);
 		return;
@@ -340,7 +351,7 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
 	}
 	if (q->body_len && api_check_body(q, "signal payload", r) < 0)
 		return;
-	cairn_client *cl = api_client_take(w->api, why, sizeof why);
+	cairn_client *cl = api_client_take(e->api, why, sizeof why);
 	if (!cl) {
 		api_error(r, 503, why);
 		return;
@@ -348,7 +359,7 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
 	rc = client_signal_once(cl, c.run_id, c.signal, q->body_len ? q->body : "null",
 	                        c.nonce[0] ? c.nonce : NULL);
 	snprintf(why, sizeof why, "%s", cairn_client_errmsg(cl));
-	api_client_give(w->api, cl, rc);
+	api_client_give(e->api, cl, rc);
 	if (rc == CAIRN_OK) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddNumberToObject(o, "run", (double)c.run_id);
@@ -365,12 +376,12 @@ static void signal_link(cairn_worker *w, const http_request *q, const char *toke
  * the bearer token), answered. */
 void status_handle(void *arg, const http_request *q, http_reply *r)
 {
-	cairn_worker *w = arg;
+	const status_env *e = arg;
 	route rt;
-	route_request(q->method, q->path, q->authorization, w->cfg.http_token, &rt);
+	route_request(q->method, q->path, q->authorization, e->cfg->http_token, &rt);
 	switch (rt.kind) {
-	case ROUTE_SIGNAL: signal_link(w, q, rt.arg, r); break;
-	case ROUTE_API: api_handle(w->api, q, rt.arg, r); break;
+	case ROUTE_SIGNAL: signal_link(e, q, rt.arg, r); break;
+	case ROUTE_API: api_handle(e->api, q, rt.arg, r); break;
 	case ROUTE_API_OFF:
 		api_error(r, 403, "the HTTP API (/v1) is off: it needs CAIRN_HTTP_TOKEN to be set");
 		break;
@@ -390,7 +401,7 @@ void status_handle(void *arg, const http_request *q, http_reply *r)
 		break;
 	case ROUTE_WAKE:
 	case ROUTE_MEMBERS:
-		poked(w, &rt);
+		poked(e, &rt);
 		r->status = 204;
 		break;
 	case ROUTE_BAD_POST:
@@ -407,10 +418,10 @@ void status_handle(void *arg, const http_request *q, http_reply *r)
 		r->allow = "GET, HEAD, POST";
 		buf_printf(&r->body, "method %s not allowed: use GET, HEAD or POST\n", q->method);
 		break;
-	case ROUTE_HEALTHZ: healthz(w, r); break;
-	case ROUTE_READYZ: readyz(w, r); break;
-	case ROUTE_METRICS: metrics_page(w, r); break;
-	case ROUTE_STATUS: status_page(w, r); break;
+	case ROUTE_HEALTHZ: healthz(e, r); break;
+	case ROUTE_READYZ: readyz(e, r); break;
+	case ROUTE_METRICS: metrics_page(e, r); break;
+	case ROUTE_STATUS: status_page(e, r); break;
 	case ROUTE_NOT_FOUND:
 		buf_puts(&r->body, "not found: try /healthz, /readyz, /metrics or /status\n");
 		break;

@@ -67,7 +67,7 @@ static int poke_self(void *arg, int64_t runner, const char *path)
 	cairn_worker *w = arg;
 	if (!runner || lease_runner_id(w->lease) != runner)
 		return 0;
-	status_poke(w, path);
+	status_poke(&w->status, path);
 	return 1;
 }
 
@@ -230,8 +230,11 @@ static void wake_supervisor(void *arg)
 	pthread_mutex_unlock(&w->mu);
 }
 
-void worker_members_changed(cairn_worker *w, const char *fingerprint)
+/* The relay said the live runners changed (their fingerprint): rebalance
+ * now, unless this runner has seen that membership already. Any thread. */
+static void members_changed(void *arg, const char *fingerprint)
 {
+	cairn_worker *w = arg;
 	if (!lease_members_seen(w->lease, fingerprint))
 		return;
 	atomic_fetch_add(&w->m.members_told, 1);
@@ -240,6 +243,28 @@ void worker_members_changed(cairn_worker *w, const char *fingerprint)
 	w->wake_supervisor = 1;
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+/* The worker's state for its HTTP endpoint (status_env.view); status.c
+ * holds w->mu. */
+static void view_locked(void *arg, status_view *v)
+{
+	const cairn_worker *w = arg;
+	*v = (status_view){.state = worker_state_name(w->state),
+	                   .not_ready = w->not_ready,
+	                   .stopping = w->stopping,
+	                   .db_connected = w->db_connected};
+}
+
+/* A plugin's cairn_plugin_init, with this worker to register on
+ * (plugin_env.init). */
+static int init_plugin(void *arg, cairn_plugin_init_fn init, const char **why)
+{
+	cairn_worker *w = arg;
+	int rc = init(w);
+	if (rc != 0)
+		*why = cairn_worker_errmsg(w);
+	return rc;
 }
 
 /* ------------------------------------------------------------ supervisor */
@@ -612,7 +637,8 @@ static int64_t singleton_stop_timeout_ms(const config *cfg)
 static int start_modules(cairn_worker *w)
 {
 	buf perr = BUF_INIT;
-	int rc = plugin_load_all(w, w->cfg.plugins, &perr);
+	int rc =
+	    plugin_load_all(&(plugin_env){.init = init_plugin, .arg = w}, w->cfg.plugins, &perr);
 	if (rc < 0) {
 		buf_reset(&w->err);
 		buf_puts(&w->err, buf_str(&perr));
@@ -675,6 +701,20 @@ static int start_modules(cairn_worker *w)
 		dispatch_stop_end(w->dispatch, &clean, &cut);
 		return rc;
 	}
+	w->status = (status_env){.cfg = &w->cfg,
+	                         .runner_name = w->name,
+	                         .start_mono_ms = w->start_mono_ms,
+	                         .m = &w->m,
+	                         .dog = &w->dog,
+	                         .map = w->map,
+	                         .lease = w->lease,
+	                         .dispatch = w->dispatch,
+	                         .singletons = w->singletons,
+	                         .api = w->api,
+	                         .mu = &w->mu,
+	                         .view = view_locked,
+	                         .members_changed = members_changed,
+	                         .arg = w};
 	/* The names it answers to besides IP addresses and localhost (DNS
 	 * rebinding): the advertised host, which other runners call, and
 	 * CAIRN_HTTP_HOSTS. */
@@ -683,8 +723,8 @@ static int start_modules(cairn_worker *w)
 	buf_printf(&hosts, "%.*s,%s", colon ? (int)(colon - adv) : (int)strlen(adv), adv,
 	           w->cfg.http_hosts);
 	rc = hosts.oom ? -CAIRN_ENOMEM
-	               : http_start(&w->cfg.http_sa, buf_str(&hosts), status_handle, w, &w->http,
-	                            &w->http_port);
+	               : http_start(&w->cfg.http_sa, buf_str(&hosts), status_handle, &w->status,
+	                            &w->http, &w->http_port);
 	buf_free(&hosts);
 	if (rc < 0) {
 		buf_reset(&w->err);
@@ -791,7 +831,7 @@ int cairn_worker_run(cairn_worker *w)
 		}
 		if (is_stopping(w))
 			break;
-		if (!told_ready && status_ready(w)) {
+		if (!told_ready && status_ready(&w->status)) {
 			told_ready = 1;
 			if (notify_send("READY=1") > 0)
 				log_kv(&w->log, LOG_INFO, "told the service manager: ready", NULL);

@@ -1,9 +1,9 @@
 /*
- * worker.h - the worker's context: what cairn_worker holds, shared by
- * worker.c (lifecycle, the supervisor loop, the hooks that connect the
- * modules) and status.c (the operator endpoints, which read every module).
+ * worker.h - the worker's context: what cairn_worker holds, for worker.c
+ * (lifecycle, the supervisor loop, the hooks that connect the modules).
  * No other file includes it: each module gets the narrow env it needs
- * (lease_env, dispatch_env, singletons_env, maint_env) and never the worker.
+ * (lease_env, dispatch_env, singletons_env, maint_env, status_env,
+ * plugin_env) and never the worker.
  *
  * The worker owns every module below and frees them in cairn_worker_free.
  */
@@ -24,6 +24,7 @@
 #include "registry.h"
 #include "shardmap.h"
 #include "singleton.h"
+#include "status.h"
 #include "watchdog.h"
 
 #define WORKER_STATE_MAP(X)                                                                        \
@@ -54,7 +55,8 @@ struct cairn_worker {
 	metrics m;
 	watchdog dog;
 	maint_env maint;
-	struct api *api; /* the /v1 API; its client pool also delivers signal links */
+	struct api *api;   /* the /v1 API; its client pool also delivers signal links */
+	status_env status; /* the HTTP endpoint's, from start_modules on */
 
 	pthread_mutex_t mu; /* guards the fields below and signals cv */
 	pthread_cond_t cv;
@@ -66,15 +68,4 @@ struct cairn_worker {
 	worker_state state;
 	char not_ready[1024]; /* why /readyz is 503; "" when ready */
 };
-
-/* The relay said the live runners changed (their fingerprint): rebalance
- * now, unless this runner has seen that membership already. Any thread. */
-void worker_members_changed(cairn_worker *w, const char *fingerprint);
-/* status.c: the handler of the worker's HTTP endpoint (an http_handler). */
-void status_handle(void *worker, const http_request *q, http_reply *r);
-/* Whether /readyz answers 200 now (status.c). Any thread. */
-int status_ready(cairn_worker *w);
-/* What a POST to path tells this worker (status.c): 0, or -1 for a path
- * that is not one of the wake relay's. */
-int status_poke(cairn_worker *w, const char *path);
 #endif
