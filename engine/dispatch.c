@@ -1006,6 +1006,122 @@ static void refuse_row(dispatch *d, const char *const *v, pgarr *refused, pgarr 
 	d->going[d->ngoing++] = left;
 }
 
+/* What a claim passes by: the runs in flight (a claim of all that is due
+ * passes every one of them, a claim of named runs only those named: it
+ * looks at no other run, and their messages stay due until their final
+ * commit) and those of shards being handed over, into ex; the named runs
+ * into want. How many of the runs it looks at are in flight. */
+static int claim_lists(dispatch *d, pgarr *ex, pgarr *want, const int64_t *runs, int nruns)
+{
+	int skipped = inflight_ids(d, ex, runs, nruns);
+	keep_out_going(d, ex);
+	for (int i = 0; i < nruns; i++)
+		pgarr_add_i64(want, runs[i]);
+	return skipped;
+}
+
+/* Sends the claim that fits: with limits or without, of all that is due or
+ * of the named runs, or CLAIM_ONE, or CLAIM_NEW before it. p holds its
+ * parameters (see claim). Its result, or NULL (err); *mono is when the
+ * statement read now(). */
+static PGresult *send_claim(dispatch *d, PGconn *conn, const char *const *p, int start_now,
+                            int go_busy, const int64_t *runs, int nruns, int64_t *mono, buf *err)
+{
+	/* The statement's now() is read as it starts: anchor the run's clock
+	 * there too, so it never runs behind the database's. */
+	*mono = clock_mono_ms();
+	int named = nruns > 0;
+	int which = d->limited * CLAIM_LIMITED + named * CLAIM_NAMED;
+	if (named && !d->limited && !go_busy && nruns <= start_now)
+		which = CLAIM_ONE;
+	d->cold_claim = 0;
+	PGresult *r = NULL;
+	/* A run newer than every run claimed here is most likely new (run ids
+	 * grow): CLAIM_NEW first. A run it does not take costs it a statement. */
+	if (which == CLAIM_ONE && nruns == 1 && runs[0] > d->newest_claimed) {
+		char run[24];
+		const char *pn[] = {p[0], p[1], p[6], db_i64(run, runs[0])};
+		if (!(r = claim_exec(d, conn, CLAIM_NEW, 4, pn, err)))
+			return NULL;
+		if (!PQgetisnull(r, 0, CLAIM_ID)) {
+			atomic_fetch_add(&d->env.m->claims_new_run, 1);
+		} else {
+			PQclear(r);
+			r = NULL;
+			*mono = clock_mono_ms();
+		}
+	}
+	if (!r)
+		r = claim_exec(d, conn, which, named ? 9 : 8, p, err);
+	return r;
+}
+
+/* The first row of a claim says what it held back for limits and parked
+ * (and whether limits exist at all). */
+static void read_claim_summary(dispatch *d, const char *const *v, int *skipped, buf *parked)
+{
+	d->limited = !v[CLAIM_LIMITS] || strcmp(v[CLAIM_LIMITS], "f") != 0;
+	atomic_store(&d->env.m->claim_limits, d->limited);
+	/* Held back by a limit: a run that ends may let them go. */
+	int back = claimrow_held_back(v);
+	*skipped += back;
+	atomic_fetch_add(&d->env.m->flow_held_back, (uint64_t)back);
+	if (v[CLAIM_PARKED])
+		buf_puts(parked, v[CLAIM_PARKED]);
+}
+
+/* Queues the job of a claimed row, or adds its run to those to give back
+ * (refuse_row) when it cannot execute here. */
+static void take_row(dispatch *d, const claimrow_env *env, const char *const *v, pgarr *refused,
+                     pgarr *marked)
+{
+	job *j;
+	if (claimrow_decode(env, v, &j) < 0) {
+		refuse_row(d, v, refused, marked);
+		return;
+	}
+	if (j->run_id > d->newest_claimed)
+		d->newest_claimed = j->run_id;
+	if (queue_job(d, j) < 0) {
+		job_free(j);
+		refuse_row(d, v, refused, marked);
+	}
+}
+
+/* Takes the rows of claim r (freed here): queues their runs, gives back
+ * what it took for those that cannot execute here (unclaim); how many runs
+ * it claimed. See claim for the out-parameters. */
+static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, int64_t mono,
+                        int64_t *next_due_ms, int *skipped, buf *parked)
+{
+	int got = 0;
+	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
+	*next_due_ms = -1;
+	claimrow_env env = {.map = d->env.map,
+	                    .owner = owner,
+	                    .mono_at_load = mono,
+	                    .max_journal_bytes = d->limits.max_journal_bytes};
+	for (int i = 0; i < PQntuples(r); i++) {
+		const char *v[CLAIM_NCOLS];
+		row_values(r, i, v);
+		int64_t due = claimrow_next_due_ms(v);
+		if (due >= 0)
+			*next_due_ms = due;
+		if (i == 0)
+			read_claim_summary(d, v, skipped, parked);
+		if (!v[CLAIM_ID])
+			continue; /* nothing claimed: the row only says when to look again */
+		got++;
+		take_row(d, &env, v, &refused, &marked);
+	}
+	PQclear(r);
+	if (refused.n)
+		unclaim(d, conn, owner, &refused, &marked);
+	pgarr_free(&refused);
+	pgarr_free(&marked);
+	return got;
+}
+
 /*
  * Plans. Every claim runs on a generic plan, made once per session (and
  * again when the tables' statistics change: after autovacuum's ANALYZE, or
@@ -1025,13 +1141,7 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
                  buf *err)
 {
 	pgarr ex = PGARR_INIT, want = PGARR_INIT;
-	/* Runs in flight keep their messages due until their final commit: a
-	 * claim of all that is due passes every one of them, a claim of named
-	 * runs only those named (it looks at no other run). */
-	*skipped = inflight_ids(d, &ex, runs, nruns);
-	keep_out_going(d, &ex);
-	for (int i = 0; i < nruns; i++)
-		pgarr_add_i64(&want, runs[i]);
+	*skipped = claim_lists(d, &ex, &want, runs, nruns);
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
 	const char *p[] = {db_i64(me, owner),
 	                   pgarr_str(&ex),
@@ -1042,81 +1152,13 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	                   db_i64(sn, start_now),
 	                   go_busy ? "t" : "f",
 	                   pgarr_str(&want)};
-	/* The statement's now() is read as it starts: anchor the run's clock
-	 * there too, so it never runs behind the database's. */
-	int64_t mono = clock_mono_ms();
-	int named = nruns > 0;
-	int which = d->limited * CLAIM_LIMITED + named * CLAIM_NAMED;
-	if (named && !d->limited && !go_busy && nruns <= start_now)
-		which = CLAIM_ONE;
-	d->cold_claim = 0;
-	PGresult *r = NULL;
-	/* A run newer than every run claimed here is most likely new (run ids
-	 * grow): CLAIM_NEW first. A run it does not take costs it a statement. */
-	if (which == CLAIM_ONE && nruns == 1 && runs[0] > d->newest_claimed) {
-		char run[24];
-		const char *pn[] = {p[0], p[1], p[6], db_i64(run, runs[0])};
-		if (!(r = claim_exec(d, conn, CLAIM_NEW, 4, pn, err)))
-			goto sent;
-		if (!PQgetisnull(r, 0, CLAIM_ID)) {
-			atomic_fetch_add(&d->env.m->claims_new_run, 1);
-		} else {
-			PQclear(r);
-			r = NULL;
-			mono = clock_mono_ms();
-		}
-	}
-	if (!r)
-		r = claim_exec(d, conn, which, named ? 9 : 8, p, err);
-sent:
+	int64_t mono;
+	PGresult *r = send_claim(d, conn, p, start_now, go_busy, runs, nruns, &mono, err);
 	pgarr_free(&ex);
 	pgarr_free(&want);
 	if (!r)
 		return -CAIRN_EDB;
-	int got = 0;
-	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
-	*next_due_ms = -1;
-	claimrow_env env = {.map = d->env.map,
-	                    .owner = owner,
-	                    .mono_at_load = mono,
-	                    .max_journal_bytes = d->limits.max_journal_bytes};
-	for (int i = 0; i < PQntuples(r); i++) {
-		const char *v[CLAIM_NCOLS];
-		row_values(r, i, v);
-		int64_t due = claimrow_next_due_ms(v);
-		if (due >= 0)
-			*next_due_ms = due;
-		if (i == 0) {
-			d->limited = !v[CLAIM_LIMITS] || strcmp(v[CLAIM_LIMITS], "f") != 0;
-			atomic_store(&d->env.m->claim_limits, d->limited);
-			/* Held back by a limit: a run that ends may let them go. */
-			int back = claimrow_held_back(v);
-			*skipped += back;
-			atomic_fetch_add(&d->env.m->flow_held_back, (uint64_t)back);
-			if (v[CLAIM_PARKED])
-				buf_puts(parked, v[CLAIM_PARKED]);
-		}
-		if (!v[CLAIM_ID])
-			continue; /* nothing claimed: the row only says when to look again */
-		got++;
-		job *j;
-		if (claimrow_decode(&env, v, &j) < 0) {
-			refuse_row(d, v, &refused, &marked);
-			continue;
-		}
-		if (j->run_id > d->newest_claimed)
-			d->newest_claimed = j->run_id;
-		if (queue_job(d, j) < 0) {
-			job_free(j);
-			refuse_row(d, v, &refused, &marked);
-		}
-	}
-	PQclear(r);
-	if (refused.n)
-		unclaim(d, conn, owner, &refused, &marked);
-	pgarr_free(&refused);
-	pgarr_free(&marked);
-	return got;
+	return take_claimed(d, conn, r, owner, mono, next_due_ms, skipped, parked);
 }
 
 static const char SQL_CANCELLED[] =
@@ -1433,176 +1475,271 @@ static int go_idle(dispatch *d, PGconn *conn, const char *me, int64_t *retry_ms,
 	return rc;
 }
 
+/* The poller's state from one round to the next (on its thread's stack). */
+typedef struct poller {
+	dispatch *d;
+	PGconn *conn;
+	buf err;
+	buf parked; /* the runs the last claim held back for limits */
+	int failures, cancel;
+	int64_t next_cancel_check, next_analyze, next_sweep;
+	int64_t due_at_mono, fallback_at; /* monotonic ms; -1: nothing due */
+	int busy, last_n;
+	int64_t idle_retry_ms; /* busy only because a writer held a wake lock: claim after */
+} poller;
+
+/* One round's claim: what it is of, and what came of it. */
+typedef struct poll_round {
+	int64_t now;         /* monotonic ms as the round decided */
+	int want;            /* claim all that is due */
+	int nruns, targeted; /* else claim the nruns runs wake-ups named */
+	int room, limit;     /* the queue's room, and the claim's limit */
+	int rc, n;           /* what claim() returned; the runs it claimed */
+	int skipped;         /* see claim() */
+	int64_t next_due;    /* ms until the next message is due; -1: none */
+	int again, full;     /* claim again at once; the claim of all was full */
+} poll_round;
+
+/* Connects the poller (and refreshes stale statistics): 0, or -1 after
+ * waiting out the backoff (or a wake-up). */
+static int poller_connect(poller *p)
+{
+	dispatch *d = p->d;
+	if (!(p->conn = connect_poller(d, &p->err))) {
+		if (p->failures == 0)
+			log_kv(d->env.log, LOG_WARN, "poller cannot connect; retrying", "error",
+			       buf_str(&p->err), NULL);
+		p->busy = 1;
+		p->cancel |= wait_wake(d, db_backoff_ms(p->failures++));
+		return -1;
+	}
+	refresh_stale_stats(d, p->conn);
+	return 0;
+}
+
+/* Every FLOW_SWEEP_MS: lets go held runs whose keys have free slots. */
+static void flow_sweep(poller *p)
+{
+	dispatch *d = p->d;
+	char me[24];
+	pgarr fl = PGARR_INIT;
+	inflight_ids(d, &fl, NULL, 0);
+	const char *pp[] = {db_i64(me, lease_runner_id(d->env.lease)), pgarr_str(&fl)};
+	if (flow_release(d, p->conn, SQL_FLOW_SWEEP, 2, pp, &p->err) > 0)
+		atomic_store(&d->claim_wanted, 1);
+	pgarr_free(&fl);
+	p->next_sweep = clock_mono_ms() + FLOW_SWEEP_MS;
+}
+
+/* Before each round: cancels of runs in flight (when woken for them, else
+ * every CAIRN_POLL_INTERVAL), the held runs of keys whose runs ended, the
+ * flow sweep. */
+static void poller_chores(poller *p)
+{
+	dispatch *d = p->d;
+	if (p->cancel || clock_mono_ms() >= p->next_cancel_check) {
+		p->cancel = 0;
+		check_cancels(d, p->conn);
+		p->next_cancel_check = clock_mono_ms() + d->env.cfg->poll_interval_ms;
+	}
+	if (release_ended(d, p->conn, &p->err) > 0)
+		atomic_store(&d->claim_wanted, 1);
+	if (clock_mono_ms() >= p->next_sweep)
+		flow_sweep(p);
+}
+
+/* What this round claims: all that is due (wanted, due, or the fallback's
+ * time), else the runs wake-ups named (into runs), else nothing. */
+static void what_to_claim(poller *p, poll_round *rd, int64_t *runs)
+{
+	dispatch *d = p->d;
+	if (atomic_exchange(&d->took_shards, 0))
+		p->busy = 1;
+	rd->now = clock_mono_ms();
+	int64_t hint = atomic_exchange(&d->due_hint, 0);
+	if (hint) {
+		int64_t at = rd->now + (hint - clock_unix_ms());
+		if (p->due_at_mono < 0 || at < p->due_at_mono)
+			p->due_at_mono = at;
+	}
+	rd->want = atomic_exchange(&d->claim_wanted, 0) || rd->now >= p->fallback_at ||
+	           (p->due_at_mono >= 0 && rd->now >= p->due_at_mono);
+	/* Runs wake-ups named: a claim of all that is due finds them too. */
+	rd->nruns = take_targets(d, runs);
+	if (rd->want)
+		rd->nruns = 0;
+	rd->targeted = rd->nruns > 0;
+}
+
+/* After a claim that answered: counts it, and marks the poller ready. */
+static void count_claim(poller *p, const poll_round *rd, int go_busy)
+{
+	dispatch *d = p->d;
+	if (rd->rc >= 0)
+		atomic_store(&d->claiming, 1);
+	if (go_busy && rd->rc >= 0)
+		atomic_fetch_add(&d->env.m->poller_busy, 1);
+	if (rd->rc >= 0)
+		atomic_fetch_add(rd->targeted ? &d->env.m->claims_runs : &d->env.m->claims_all, 1);
+}
+
+/* Busy or idle after a claim (see BUSY_AFTER); me: this runner's id. */
+static void busy_or_idle(poller *p, poll_round *rd, int go_busy, const char *me)
+{
+	p->busy |= go_busy || rd->rc < 0;
+	p->last_n = rd->rc > 0 ? rd->n : 0;
+	/* Busy: claim again while there is room; idle again
+	 * (and one more claim) when this one found nothing. */
+	if (p->busy && rd->rc > 0 && rd->n < rd->room)
+		rd->again = 1;
+	if (rd->rc != 0)
+		p->idle_retry_ms = 0;
+	if (p->busy && rd->rc == 0 && go_idle(p->d, p->conn, me, &p->idle_retry_ms, &p->err) > 0)
+		p->busy = 0, rd->again = 1;
+}
+
+/* Claims (claim()) as owner, lets go what it parked, counts it, goes busy
+ * or idle, and refreshes the statistics after a slow claim. */
+static void claim_once(poller *p, poll_round *rd, int64_t owner, int start_now, const int64_t *runs)
+{
+	dispatch *d = p->d;
+	int64_t t0 = clock_mono_ms();
+	int go_busy = !p->busy && p->last_n >= BUSY_AFTER;
+	buf_reset(&p->parked);
+	rd->rc = rd->n = claim(d, p->conn, owner, rd->limit, start_now > 0 ? start_now : 0, go_busy,
+	                       runs, rd->nruns, &rd->next_due, &rd->skipped, &p->parked, &p->err);
+	/* After its commit: what it held may go at once. */
+	char me[24];
+	const char *pk[] = {buf_str(&p->parked), db_i64(me, owner)};
+	if (rd->rc >= 0 && p->parked.len &&
+	    flow_release(d, p->conn, SQL_FLOW_RELEASE, 2, pk, &p->err) > 0)
+		rd->again = 1;
+	count_claim(p, rd, go_busy);
+	busy_or_idle(p, rd, go_busy, me);
+	int64_t took = clock_mono_ms() - t0;
+	/* Not the first run of a statement in the session,
+	 * slow as it plans. */
+	if (rd->n >= 0 && took > SLOW_CLAIM_MS && !d->cold_claim &&
+	    clock_mono_ms() >= p->next_analyze) {
+		refresh_stats(d, p->conn, took);
+		p->next_analyze = clock_mono_ms() + STATS_FRESH_MS;
+	}
+}
+
+/* Claims what the round wants if this runner owns shards and the queue has
+ * room (else only says that it is ready). */
+static void claim_round(poller *p, poll_round *rd, const int64_t *runs)
+{
+	dispatch *d = p->d;
+	int64_t owner = lease_runner_id(d->env.lease);
+	pthread_mutex_lock(&d->mu);
+	rd->room = d->qcap - d->qlen;
+	/* Runs that idle executors take at once are counted by the
+	 * claim; not while a run is (about to be) executing alone,
+	 * which holds the others back. */
+	int start_now = d->solo || d->solo_waiting ? 0 : d->idle - d->qlen;
+	pthread_mutex_unlock(&d->mu);
+	rd->limit = rd->room < d->env.cfg->poll_batch ? rd->room : d->env.cfg->poll_batch;
+	int owned = shardmap_owned(d->env.map);
+	/* Nothing to claim: ready as it is. */
+	if (owned == 0)
+		atomic_store(&d->claiming, 1);
+	if (owner && owned > 0 && rd->room > 0)
+		claim_once(p, rd, owner, start_now, runs);
+}
+
+/* After a round's claim: whether due messages may be left behind
+ * (recheck), when the fallback claim of all is, and when the next message
+ * is due. */
+static void plan_next(poller *p, poll_round *rd)
+{
+	dispatch *d = p->d;
+	/* A full claim of all that is due: more may be due. A
+	 * claim of named runs says nothing of the others: it
+	 * only adds to what the last full claim left behind and
+	 * to when something is due next. */
+	rd->full = rd->want && rd->rc >= 0 && rd->n > 0 && rd->n == rd->limit;
+	int left = p->busy || rd->room == 0 || rd->skipped > 0 || rd->full ||
+	           (rd->rc >= 0 && rd->n == rd->limit && rd->limit == rd->room);
+	if (!rd->targeted || left)
+		atomic_store(&d->recheck, left);
+	if (!rd->targeted)
+		p->fallback_at = rd->now + d->env.cfg->poll_interval_ms;
+	int64_t at = rd->next_due >= 0 ? rd->now + rd->next_due + 1 : -1;
+	if (rd->rc < 0)
+		p->due_at_mono = rd->now + 1000; /* look again soon */
+	else if (!rd->targeted || (at >= 0 && (p->due_at_mono < 0 || at < p->due_at_mono)))
+		p->due_at_mono = at;
+	if (p->busy && p->idle_retry_ms &&
+	    (p->due_at_mono < 0 || rd->now + p->idle_retry_ms < p->due_at_mono))
+		p->due_at_mono = rd->now + p->idle_retry_ms;
+}
+
+/* A claim failed: log it, and drop the connection if it is gone. */
+static void claim_failed(poller *p)
+{
+	log_kv(p->d->env.log, LOG_WARN, "poll failed", "error", buf_str(&p->err), NULL);
+	if (!db_ok(p->conn)) {
+		PQfinish(p->conn);
+		p->conn = NULL;
+		atomic_store(&p->d->claiming, 0);
+	}
+}
+
+/* After a full claim, claim again at once while the queue is down to half
+ * (see freed), else as it gets there. */
+static int refill_now(dispatch *d, int full)
+{
+	int refill = 0;
+	if (full) {
+		pthread_mutex_lock(&d->mu);
+		refill = refill_due_locked(d);
+		pthread_mutex_unlock(&d->mu);
+	}
+	return refill;
+}
+
+/* Sleeps until woken, the next message is due, or the fallback poll. */
+static void poller_sleep(poller *p)
+{
+	int64_t until = p->fallback_at;
+	if (p->due_at_mono >= 0 && p->due_at_mono < until)
+		until = p->due_at_mono;
+	p->cancel |= wait_wake(p->d, until - clock_mono_ms());
+}
+
+/* The poller thread (see above): each round does its chores, claims what
+ * the round wants and plans the next, then claims again or sleeps. */
 static void *poller_main(void *arg)
 {
-	dispatch *d = arg;
-	const config *cfg = d->env.cfg;
-	PGconn *conn = NULL;
-	buf err = BUF_INIT;
-	int failures = 0, cancel = 0;
-	int64_t next_cancel_check = 0, next_analyze = 0, next_sweep = 0;
-	buf parked = BUF_INIT;
-	int64_t due_at_mono = -1, fallback_at = 0; /* monotonic ms; -1: nothing due */
-	int busy = 1, last_n = 0;
-	int64_t idle_retry_ms = 0; /* busy only because a writer held a wake lock: claim after */
+	poller p = {.d = arg, .err = BUF_INIT, .parked = BUF_INIT, .due_at_mono = -1, .busy = 1};
+	dispatch *d = p.d;
 	atomic_store(&d->claim_wanted, 1);
 	while (!atomic_load(&d->stopping)) {
 		watch_stamp(d->env.loop);
-		if (!conn) {
-			if (!(conn = connect_poller(d, &err))) {
-				if (failures == 0)
-					log_kv(d->env.log, LOG_WARN,
-					       "poller cannot connect; retrying", "error",
-					       buf_str(&err), NULL);
-				busy = 1;
-				cancel |= wait_wake(d, db_backoff_ms(failures++));
-				continue;
-			}
-			refresh_stale_stats(d, conn);
-		}
-		failures = 0;
-		if (cancel || clock_mono_ms() >= next_cancel_check) {
-			cancel = 0;
-			check_cancels(d, conn);
-			next_cancel_check = clock_mono_ms() + cfg->poll_interval_ms;
-		}
-		if (release_ended(d, conn, &err) > 0)
-			atomic_store(&d->claim_wanted, 1);
-		if (clock_mono_ms() >= next_sweep) {
-			char me[24];
-			pgarr fl = PGARR_INIT;
-			inflight_ids(d, &fl, NULL, 0);
-			const char *p[] = {db_i64(me, lease_runner_id(d->env.lease)),
-			                   pgarr_str(&fl)};
-			if (flow_release(d, conn, SQL_FLOW_SWEEP, 2, p, &err) > 0)
-				atomic_store(&d->claim_wanted, 1);
-			pgarr_free(&fl);
-			next_sweep = clock_mono_ms() + FLOW_SWEEP_MS;
-		}
-		if (atomic_exchange(&d->took_shards, 0))
-			busy = 1;
-		int64_t now = clock_mono_ms();
-		int64_t hint = atomic_exchange(&d->due_hint, 0);
-		if (hint) {
-			int64_t at = now + (hint - clock_unix_ms());
-			if (due_at_mono < 0 || at < due_at_mono)
-				due_at_mono = at;
-		}
-		int want = atomic_exchange(&d->claim_wanted, 0) || now >= fallback_at ||
-		           (due_at_mono >= 0 && now >= due_at_mono);
-		/* Runs wake-ups named: a claim of all that is due finds them too. */
+		if (!p.conn && poller_connect(&p) < 0)
+			continue;
+		p.failures = 0;
+		poller_chores(&p);
 		int64_t runs[CAIRN_WAKE_RUNS];
-		int nruns = take_targets(d, runs);
-		if (want)
-			nruns = 0;
-		int targeted = nruns > 0;
-		int rc = 0, n = 0, limit = 0, again = 0, full = 0;
-		if (want || targeted) {
-			int64_t owner = lease_runner_id(d->env.lease);
-			pthread_mutex_lock(&d->mu);
-			int room = d->qcap - d->qlen;
-			/* Runs that idle executors take at once are counted by the
-			 * claim; not while a run is (about to be) executing alone,
-			 * which holds the others back. */
-			int start_now = d->solo || d->solo_waiting ? 0 : d->idle - d->qlen;
-			pthread_mutex_unlock(&d->mu);
-			limit = room < cfg->poll_batch ? room : cfg->poll_batch;
-			int64_t next_due = -1;
-			int skipped = 0;
-			int owned = shardmap_owned(d->env.map);
-			/* Nothing to claim: ready as it is. */
-			if (owned == 0)
-				atomic_store(&d->claiming, 1);
-			if (owner && owned > 0 && room > 0) {
-				int64_t t0 = clock_mono_ms();
-				int go_busy = !busy && last_n >= BUSY_AFTER;
-				buf_reset(&parked);
-				rc = n =
-				    claim(d, conn, owner, limit, start_now > 0 ? start_now : 0,
-				          go_busy, runs, nruns, &next_due, &skipped, &parked, &err);
-				/* After its commit: what it held may go at once. */
-				char me[24];
-				const char *pk[] = {buf_str(&parked), db_i64(me, owner)};
-				if (rc >= 0 && parked.len &&
-				    flow_release(d, conn, SQL_FLOW_RELEASE, 2, pk, &err) > 0)
-					again = 1;
-				if (rc >= 0)
-					atomic_store(&d->claiming, 1);
-				if (go_busy && rc >= 0)
-					atomic_fetch_add(&d->env.m->poller_busy, 1);
-				if (rc >= 0)
-					atomic_fetch_add(targeted ? &d->env.m->claims_runs
-					                          : &d->env.m->claims_all,
-					                 1);
-				busy |= go_busy || rc < 0;
-				last_n = rc > 0 ? n : 0;
-				/* Busy: claim again while there is room; idle again
-				 * (and one more claim) when this one found nothing. */
-				if (busy && rc > 0 && n < room)
-					again = 1;
-				if (rc != 0)
-					idle_retry_ms = 0;
-				if (busy && rc == 0 &&
-				    go_idle(d, conn, me, &idle_retry_ms, &err) > 0)
-					busy = 0, again = 1;
-				int64_t took = clock_mono_ms() - t0;
-				/* Not the first run of a statement in the session,
-				 * slow as it plans. */
-				if (n >= 0 && took > SLOW_CLAIM_MS && !d->cold_claim &&
-				    clock_mono_ms() >= next_analyze) {
-					refresh_stats(d, conn, took);
-					next_analyze = clock_mono_ms() + STATS_FRESH_MS;
-				}
-			}
-			/* A full claim of all that is due: more may be due. A
-			 * claim of named runs says nothing of the others: it
-			 * only adds to what the last full claim left behind and
-			 * to when something is due next. */
-			full = want && rc >= 0 && n > 0 && n == limit;
-			int left = busy || room == 0 || skipped > 0 || full ||
-			           (rc >= 0 && n == limit && limit == room);
-			if (!targeted || left)
-				atomic_store(&d->recheck, left);
-			if (!targeted)
-				fallback_at = now + cfg->poll_interval_ms;
-			int64_t at = next_due >= 0 ? now + next_due + 1 : -1;
-			if (rc < 0)
-				due_at_mono = now + 1000; /* look again soon */
-			else if (!targeted || (at >= 0 && (due_at_mono < 0 || at < due_at_mono)))
-				due_at_mono = at;
-			if (busy && idle_retry_ms &&
-			    (due_at_mono < 0 || now + idle_retry_ms < due_at_mono))
-				due_at_mono = now + idle_retry_ms;
+		poll_round rd = {.next_due = -1};
+		what_to_claim(&p, &rd, runs);
+		if (rd.want || rd.targeted) {
+			claim_round(&p, &rd, runs);
+			plan_next(&p, &rd);
 		}
-		if (rc < 0) {
-			log_kv(d->env.log, LOG_WARN, "poll failed", "error", buf_str(&err), NULL);
-			if (!db_ok(conn)) {
-				PQfinish(conn);
-				conn = NULL;
-				atomic_store(&d->claiming, 0);
-			}
-		}
-		/* After a full claim, claim again at once while the queue is
-		 * down to half (see freed), else as it gets there. */
-		int refill = 0;
-		if (full) {
-			pthread_mutex_lock(&d->mu);
-			refill = refill_due_locked(d);
-			pthread_mutex_unlock(&d->mu);
-		}
-		if (again || refill) {
+		if (rd.rc < 0)
+			claim_failed(&p);
+		int refill = refill_now(d, rd.full);
+		if (rd.again || refill) {
 			atomic_store(&d->claim_wanted, 1);
 			continue;
 		}
-		/* Sleep until woken, the next message is due, or the fallback poll. */
-		int64_t until = fallback_at;
-		if (due_at_mono >= 0 && due_at_mono < until)
-			until = due_at_mono;
-		cancel |= wait_wake(d, until - clock_mono_ms());
+		poller_sleep(&p);
 	}
-	PQfinish(conn);
-	buf_free(&err);
-	buf_free(&parked);
+	PQfinish(p.conn);
+	buf_free(&p.err);
+	buf_free(&p.parked);
 	return NULL;
 }
 
