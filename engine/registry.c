@@ -83,6 +83,8 @@ int registry_add_workflow(registry *r, const char *name, cairn_workflow_fn fn,
 	d->fn = fn;
 	if (opts)
 		d->opts = *opts;
+	snprintf(d->runtime, sizeof d->runtime, "%s", d->opts.runtime ? d->opts.runtime : "c");
+	d->opts.runtime = NULL; /* the array moves as it grows: read d->runtime */
 	return 0;
 }
 

@@ -13,10 +13,14 @@
 #include "cairn.h"
 #include "parse.h"
 
+/* The longest runtime label kept (cairn_workflow_opts.runtime). */
+#define RUNTIME_MAX_BYTES 63
+
 typedef struct workflow_def {
 	char name[NAME_MAX_BYTES + 1];
 	cairn_workflow_fn fn;
-	cairn_workflow_opts opts;
+	cairn_workflow_opts opts; /* opts.runtime is NULL: read runtime */
+	char runtime[RUNTIME_MAX_BYTES + 1];
 } workflow_def;
 
 typedef struct singleton_def {

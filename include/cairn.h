@@ -753,6 +753,9 @@ typedef struct cairn_workflow_opts {
 	cairn_retry_policy retry; /* between attempts of the whole run; max_attempts
 	                             is the run's own (set at enqueue, default 3) */
 	void *arg;                /* handed to the function by cairn_workflow_arg() */
+	const char *runtime;      /* what runs the workflow, shown by `cairn workflows`,
+	                             `cairn status` and the console: NULL for "c"; an SDK's
+	                             engine sets its language ("python 3.11.2"); copied */
 } cairn_workflow_opts;
 
 /*
