@@ -47,6 +47,7 @@ struct cairn_ctx {
 	int64_t wake_ms;       /* a wake message is needed at this time (0: none) */
 	int first_unsettled;   /* the lowest seq this execution left unsettled (INT_MAX: none) */
 	int64_t step_deadline; /* monotonic ms the running step must end by (0: none) */
+	int step_attempt;      /* the attempt of the step running now (0: none) */
 };
 
 void job_free(job *j)
@@ -226,6 +227,16 @@ int cairn_ctx_attempt(const cairn_ctx *ctx)
 	return ctx->job->attempt;
 }
 
+int cairn_ctx_step_attempt(const cairn_ctx *ctx)
+{
+	return ctx->step_attempt;
+}
+
+const char *cairn_ctx_error(const cairn_ctx *ctx)
+{
+	return buf_str(&ctx->err);
+}
+
 void *cairn_workflow_arg(const cairn_ctx *ctx)
 {
 	return ctx->def->opts.arg;
@@ -390,6 +401,7 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	cJSON *out = NULL;
 	const exec_env *env = ctx->env;
 	ctx->step_deadline = p.timeout_ms > 0 ? m0 + p.timeout_ms : 0;
+	ctx->step_attempt = attempts;
 	if (env->step_state)
 		env->step_state(env->arg, ctx->job, name, p.timeout_ms > 0 ? p.timeout_ms : 0);
 	PGconn *conn = NULL;
@@ -401,6 +413,7 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	if (env->step_state)
 		env->step_state(env->arg, ctx->job, NULL, 0);
 	ctx->step_deadline = 0;
+	ctx->step_attempt = 0;
 	int64_t took = clock_mono_ms() - m0;
 	metrics_observe_step(env->m, took * 1000);
 	if (p.timeout_ms > 0 && took >= p.timeout_ms) {

@@ -892,6 +892,12 @@ int cairn_should_stop(const cairn_ctx *ctx);
 int64_t cairn_ctx_run_id(const cairn_ctx *ctx);
 const char *cairn_ctx_workflow(const cairn_ctx *ctx);
 int cairn_ctx_attempt(const cairn_ctx *ctx); /* 1 for the first attempt of the run */
+/* Inside a step function: its attempt (1 for the first); 0 outside one. */
+int cairn_ctx_step_attempt(const cairn_ctx *ctx);
+/* The message of the error the last durable call returned (the step's
+ * journaled failure, a child's, a bad argument), or ""; owned by ctx and
+ * valid until the next durable call. */
+const char *cairn_ctx_error(const cairn_ctx *ctx);
 void *cairn_workflow_arg(const cairn_ctx *ctx);
 
 /* ------------------------------------------------------------- singletons */

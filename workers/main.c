@@ -8,12 +8,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "builtins.h"
 #include "cairn.h"
 #include "notify.h"
+#include "sdk.h"
 
 static const char USAGE[] =
     "usage: cairn-worker [--help] [--version] [--check-config] [--NAME VALUE ...]\n"
@@ -27,6 +29,11 @@ static const char USAGE[] =
     "  --help            show this help\n"
     "  --version         print the version and whether it speaks to systemd\n"
     "  --check-config    validate the configuration, print it (no secrets), exit\n"
+    "  --sdk-fds FDS     serve the workflows of the language SDK process that\n"
+    "                    started this worker over descriptors FDS (3-19, 5,7,9:\n"
+    "                    the control lane first, then the execution lanes)\n"
+    "  --sdk-connect P   the same over 1 + CAIRN_CONCURRENCY connections to the\n"
+    "                    Unix socket P (docs/protocol.md)\n"
     "\n"
     "Exit codes: 0 drained, 1 a runtime error (the database, a cut-off second\n"
     "signal), 2 a configuration error (a bad setting, a plugin that does not load,\n"
@@ -40,6 +47,21 @@ static const char USAGE[] =
 int main(int argc, char **argv)
 {
 	int check = 0;
+	const char *sdk_fds = NULL, *sdk_path = NULL;
+	/* The SDK's options are this program's, not the worker's settings:
+	 * take them out of what cairn_worker_new parses. */
+	int n = 1;
+	for (int i = 1; i < argc; i++) {
+		const char **opt = strcmp(argv[i], "--sdk-fds") == 0       ? &sdk_fds
+		                   : strcmp(argv[i], "--sdk-connect") == 0 ? &sdk_path
+		                                                           : NULL;
+		if (opt && i + 1 < argc)
+			*opt = argv[++i];
+		else
+			argv[n++] = argv[i];
+	}
+	argc = n;
+	argv[argc] = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			fputs(USAGE, stdout);
@@ -62,10 +84,25 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	sdk *lang = NULL;
+	if (sdk_fds || sdk_path) {
+		char err[512], lanes[16];
+		if (sdk_open(sdk_fds, sdk_path, &lang, err, sizeof err) < 0) {
+			if (lang)
+				sdk_refuse(lang, err);
+			fprintf(stderr, "cairn-worker: %s\n", err);
+			return 2;
+		}
+		/* One executor per lane. */
+		snprintf(lanes, sizeof lanes, "%d", sdk_lanes(lang));
+		setenv("CAIRN_CONCURRENCY", lanes, 1);
+	}
 	cairn_worker *w;
 	int rc = cairn_worker_new(argc, argv, &w);
 	if (rc) {
 		fprintf(stderr, "cairn-worker: %s\n", cairn_worker_errmsg(w));
+		if (lang)
+			sdk_refuse(lang, cairn_worker_errmsg(w));
 		cairn_worker_free(w);
 		return 2;
 	}
@@ -81,6 +118,11 @@ int main(int argc, char **argv)
 		cairn_worker_free(w);
 		builtins_shutdown();
 		return 1;
+	}
+	if (lang && (rc = sdk_attach(lang, w)) != CAIRN_OK) {
+		cairn_worker_free(w);
+		builtins_shutdown();
+		return 2;
 	}
 	rc = cairn_worker_run(w);
 	if (rc)
