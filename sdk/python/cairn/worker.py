@@ -9,7 +9,6 @@ one dies (docs/protocol.md, "When one side dies").
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import platform
@@ -110,52 +109,25 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def consecutive_fds(fds: list[int], base: int = 3) -> list[int]:
-    """Duplicates fds onto consecutive descriptors (close-on-exec, lowest
-    first) without disturbing any open descriptor; returns the copies."""
-    while True:
-        got: list[int] = []
-        try:
-            for i, fd in enumerate(fds):
-                got.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base + i))
-                if got[-1] != base + i:
-                    break
-            else:
-                return got
-        except BaseException:
-            for g in got:
-                os.close(g)
-            raise
-        # base + i was taken: start again at the free one found above it.
-        base = got[-1]
-        for g in got:
-            os.close(g)
-
-
 class _Engine:
     """One ``cairn-worker --sdk-fds`` child and our ends of its lanes."""
 
     def __init__(self, binary: str, env: dict[str, str], n: int) -> None:
         pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(n + 1)]
-        theirs = [b for _, b in pairs]
-        try:
-            fds = consecutive_fds([b.fileno() for b in theirs])
-        finally:
-            for b in theirs:
-                b.close()
+        fds = [b.fileno() for _, b in pairs]
         try:
             # A process group of its own: a terminal's Ctrl-C reaches only
             # us, and we forward one SIGTERM (a second would cut the drain).
-            self.proc = subprocess.Popen([binary, "--sdk-fds", f"{fds[0]}-{fds[-1]}"],
+            self.proc = subprocess.Popen([binary, "--sdk-fds", ",".join(map(str, fds))],
                                          pass_fds=fds, env=env, stdin=subprocess.DEVNULL,
                                          process_group=0)
         except BaseException:
-            for _, a in pairs:
+            for a, _ in pairs:
                 a.close()
             raise
         finally:
-            for fd in fds:
-                os.close(fd)
+            for _, b in pairs:
+                b.close()
         self.control = Lane(pairs[0][0])
         self.lanes = [Lane(a) for a, _ in pairs[1:]]
         self.started = time.monotonic()
