@@ -143,7 +143,7 @@ class _Engine:
         if reply is None:
             return None
         if reply.get("t") == "refused":
-            log.error("cairn: the engine refused this process's workflows: %s",
+            log.error("cairn: the engine refused to serve: %s",
                       reply.get("message"))
             return None
         if reply.get("t") != "welcome":

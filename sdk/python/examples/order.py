@@ -17,7 +17,7 @@ import uuid
 
 # Run from the repository without installing the package: use the SDK that
 # sits beside this example.
-SDK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.isfile(os.path.join(SDK_DIR, "cairn", "__init__.py")):
     sys.path.insert(0, SDK_DIR)
 
