@@ -71,14 +71,15 @@ def nap(ctx: cairn.Context, input: dict) -> dict:
 
 @worker.workflow("t.nondet")
 def nondet(ctx: cairn.Context, input: dict) -> str:
-    """Its first durable call depends on a file: "old" step one, "new"
-    step uno, "patched" both, guarded by ctx.patched."""
+    """Its first durable call depends on a file: "old" code calls step one,
+    "new" code step uno; with input "guard" the new code is behind
+    ctx.patched("uno"), so runs that journaled step one keep that path."""
     with open(os.environ["CAIRN_TEST_VARIANT"]) as f:
-        variant = f.read().strip()
-    if variant == "old" or (variant == "patched" and not ctx.patched("uno")):
-        path = ctx.step("one", body, ctx, "one", "old path")
-    else:
+        new = f.read().strip() == "new"
+    if new and (not input.get("guard") or ctx.patched("uno")):
         path = ctx.step("uno", body, ctx, "uno", "new path")
+    else:
+        path = ctx.step("one", body, ctx, "one", "old path")
     ctx.sleep(input.get("s", 1), name="nap")
     return path
 
