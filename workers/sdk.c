@@ -81,7 +81,7 @@ static int lane_line(lane *l, size_t max, char **line)
 {
 	size_t scanned = 0;
 	for (;;) {
-		char *nl = memchr(l->buf + scanned, '\n', l->len - scanned);
+		char *nl = l->len > scanned ? memchr(l->buf + scanned, '\n', l->len - scanned) : NULL;
 		if (nl) {
 			size_t n = (size_t)(nl - l->buf);
 			if (!(*line = malloc(n + 1)))
@@ -758,6 +758,23 @@ int sdk_open(const char *fds, const char *path, sdk **out, char *err, size_t err
 	for (int i = 0; rc == 0 && i < s->n; i++)
 		lane_give(s, &s->lanes[i]);
 	return rc;
+}
+
+void sdk_free(sdk *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i <= s->n && s->lanes; i++) {
+		lane *l = i == 0 ? &s->ctl : &s->lanes[i - 1];
+		if (l->fd > 2)
+			close(l->fd);
+		free(l->buf);
+	}
+	free(s->lanes);
+	cJSON_Delete(s->hello);
+	pthread_cond_destroy(&s->freed);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
 }
 
 int sdk_lanes(const sdk *s)
