@@ -421,10 +421,18 @@ static void worker_start_of(bench *b, const side *s, worker *w, const char *name
 	                     NULL};
 	/* A language worker starts the worker as its engine, in the group the
 	 * bench enqueues into. */
-	char *const sdk_env[] = {"DATABASE_URL",       (char *)url,         "CAIRN_HTTP_ADDR",
-	                         "127.0.0.1:0",        "CAIRN_CONCURRENCY", conc,
-	                         "CAIRN_WORKER_BIN",   (char *)s->worker,   "CAIRN_SHARD_GROUPS",
-	                         "default",            (char *)extra_name,  (char *)extra_value,
+	char *const sdk_env[] = {"DATABASE_URL",
+	                         (char *)url,
+	                         "CAIRN_HTTP_ADDR",
+	                         "127.0.0.1:0",
+	                         "CAIRN_CONCURRENCY",
+	                         conc,
+	                         "CAIRN_WORKER_BIN",
+	                         (char *)s->worker,
+	                         "CAIRN_SHARD_GROUPS",
+	                         "default",
+	                         (char *)extra_name,
+	                         (char *)extra_value,
 	                         NULL};
 	char *const argv[] = {(char *)s->worker, NULL};
 	char *const sdk_argv[] = {(char *)s->interp, (char *)s->script, NULL};
@@ -1891,8 +1899,8 @@ static long rss_kb(pid_t pid)
  * runs, fed in batches and deleted as they finish, its VmRSS sampled every
  * `every` runs into curve (and *first_kb, *last_kb: after the first batch,
  * at the end). The time it took in ms, or -1 (noted). */
-static int64_t memory_side(bench *b, const side *s, int n, int every, cJSON *curve,
-                           long *first_kb, long *last_kb)
+static int64_t memory_side(bench *b, const side *s, int n, int every, cJSON *curve, long *first_kb,
+                           long *last_kb)
 {
 	const int batch = 10000;
 	int enqueued = 0;
@@ -1942,8 +1950,8 @@ static int64_t memory_side(bench *b, const side *s, int n, int every, cJSON *cur
 		if (done != last_done)
 			last_done = done, last_change = now_ms();
 		if (worker_dead(&w) || now_ms() - last_change > 30000) {
-			note_error(b, "memory", "%s: stopped after %ld of %d runs (log in %s)", s->name,
-			           done, n, b->log_dir);
+			note_error(b, "memory", "%s: stopped after %ld of %d runs (log in %s)",
+			           s->name, done, n, b->log_dir);
 			goto out;
 		}
 		if (finished_rows >= batch) {
@@ -2015,7 +2023,8 @@ static void phase_sdk(bench *b)
 {
 	enum { MAX_ROUNDS = 9, MAX_LANGS = 2 };
 	side langs[MAX_LANGS];
-	int nl = sdk_sides(b, langs), rounds = b->sdk_rounds < MAX_ROUNDS ? b->sdk_rounds : MAX_ROUNDS;
+	int nl = sdk_sides(b, langs),
+	    rounds = b->sdk_rounds < MAX_ROUNDS ? b->sdk_rounds : MAX_ROUNDS;
 	if (nl == 0)
 		return;
 	double rps[1 + MAX_LANGS][MAX_ROUNDS];
@@ -2034,7 +2043,8 @@ static void phase_sdk(bench *b)
 		}
 	double c_rps = quantile(rps[0], rounds, 0.5);
 	int n = b->stamp_n;
-	double *run = calloc((size_t)n + 1, sizeof *run), *call = calloc((size_t)n + 1, sizeof *call);
+	double *run = calloc((size_t)n + 1, sizeof *run),
+	       *call = calloc((size_t)n + 1, sizeof *call);
 	double warm, c_p50 = -1;
 	if (run && call && n > 0 && stamp_side(b, &b->cur, run, call, &warm) == 0)
 		c_p50 = quantile(run, n, 0.5);
@@ -2048,15 +2058,16 @@ static void phase_sdk(bench *b)
 		        "C 3-step runs/s", RATIO_GE, 0.5);
 		if (c_p50 > 0 && stamp_side(b, s, run, call, &warm) == 0) {
 			snprintf(key, sizeof key, "sdk_%s_stamp_p50_ms", s->name);
-			snprintf(label, sizeof label, "%s enqueue to first instruction p50", s->name);
-			measure(b, key, label, "ms", quantile(run, n, 0.5), c_p50, "C p50", RATIO_LE,
-			        1.5);
+			snprintf(label, sizeof label, "%s enqueue to first instruction p50",
+			         s->name);
+			measure(b, key, label, "ms", quantile(run, n, 0.5), c_p50, "C p50",
+			        RATIO_LE, 1.5);
 		}
 		long first, last;
 		snprintf(key, sizeof key, "sdk_%s_rss_kb", s->name);
 		cJSON *curve = cJSON_AddArrayToObject(b->extra, key);
-		if (b->sdk_memory_n > 0 &&
-		    memory_side(b, s, b->sdk_memory_n, b->sdk_memory_n / 10, curve, &first, &last) > 0) {
+		if (b->sdk_memory_n > 0 && memory_side(b, s, b->sdk_memory_n, b->sdk_memory_n / 10,
+		                                       curve, &first, &last) > 0) {
 			snprintf(label, sizeof label, "%s process VmRSS after %d runs", s->name,
 			         b->sdk_memory_n);
 			measure(b, key, label, "kB", (double)last, (double)first, "VmRSS at 10,000",

@@ -6,8 +6,8 @@
  * this one proves what the engine does with messages no well-behaved SDK
  * sends, and the cases an SDK cannot easily provoke.
  */
-#include <criterion/criterion.h>
 #include <cjson/cJSON.h>
+#include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -94,8 +94,8 @@ static cJSON *hear(engine *e, int lane)
 		}
 		struct pollfd p = {.fd = e->fd[lane], .events = POLLIN};
 		int left = (int)(deadline - tnow_ms());
-		cr_assert(left > 0 && poll(&p, 1, left) == 1, "nothing on lane %d within 30 s; log:\n%s",
-		          lane, tfile_read(e->log));
+		cr_assert(left > 0 && poll(&p, 1, left) == 1,
+		          "nothing on lane %d within 30 s; log:\n%s", lane, tfile_read(e->log));
 		ssize_t r = read(e->fd[lane], e->buf[lane] + e->len[lane],
 		                 sizeof e->buf[lane] - 1 - e->len[lane]);
 		if (r <= 0)
@@ -214,9 +214,9 @@ Test(protocol, bad_requests_get_an_invalid_error_and_the_run_goes_on, .timeout =
 	cr_assert_str_eq(ask(&e, lane, x, "\"op\":\"warp\"", &r), "error");
 	cr_assert(strstr(cJSON_GetObjectItem(r, "message")->valuestring, "unknown op \"warp\""));
 	cJSON_Delete(r);
-	cr_assert_str_eq(ask(&e, lane, x, "\"op\":\"step\",\"name\":\"s\",\"retry\":{\"jitter\":\"x\"}",
-	                     &r),
-	                 "error");
+	cr_assert_str_eq(
+	    ask(&e, lane, x, "\"op\":\"step\",\"name\":\"s\",\"retry\":{\"jitter\":\"x\"}", &r),
+	    "error");
 	cr_assert(strstr(cJSON_GetObjectItem(r, "message")->valuestring, "jitter"));
 	cJSON_Delete(r);
 	/* A message about another execution is dropped, not answered. */
@@ -224,7 +224,8 @@ Test(protocol, bad_requests_get_an_invalid_error_and_the_run_goes_on, .timeout =
 	cr_assert_str_eq(ask(&e, lane, x, "\"op\":\"step\",\"name\":\"s\"", NULL), "run_step");
 	say(&e, lane, "{\"x\":0,\"op\":\"step_result\",\"value\":0}"); /* stale: dropped */
 	char line[128];
-	snprintf(line, sizeof line, "{\"x\":%lld,\"op\":\"step_result\",\"value\":7}", (long long)x);
+	snprintf(line, sizeof line, "{\"x\":%lld,\"op\":\"step_result\",\"value\":7}",
+	         (long long)x);
 	say(&e, lane, line); /* no reply without "await" */
 	cr_assert_str_eq(ask(&e, lane, x, "\"op\":\"random\"", &r), "ok");
 	cr_assert(cJSON_IsString(cJSON_GetObjectItem(r, "value")));
@@ -242,8 +243,7 @@ Test(protocol, bad_requests_get_an_invalid_error_and_the_run_goes_on, .timeout =
 	engine_stop(&e);
 }
 
-Test(protocol, a_hello_without_a_common_version_is_refused_and_the_engine_exits_2,
-     .timeout = 60)
+Test(protocol, a_hello_without_a_common_version_is_refused_and_the_engine_exits_2, .timeout = 60)
 {
 	const char *db = tdb_new_migrated();
 	engine e;
@@ -287,8 +287,7 @@ Test(protocol, the_engine_exits_when_the_sdk_closes_its_control_lane, .timeout =
 	engine_stop(&e);
 }
 
-Test(protocol, a_line_that_is_not_json_ends_the_engine_and_the_run_resumes_later,
-     .timeout = 120)
+Test(protocol, a_line_that_is_not_json_ends_the_engine_and_the_run_resumes_later, .timeout = 120)
 {
 	const char *db = tdb_new_migrated();
 	engine e;
@@ -312,8 +311,7 @@ Test(protocol, a_line_that_is_not_json_ends_the_engine_and_the_run_resumes_later
 	engine_stop(&e);
 }
 
-Test(protocol, a_result_refused_without_await_fails_the_run_at_the_next_message,
-     .timeout = 120)
+Test(protocol, a_result_refused_without_await_fails_the_run_at_the_next_message, .timeout = 120)
 {
 	const char *db = tdb_new_migrated();
 	engine e;
@@ -363,7 +361,8 @@ Test(protocol, a_late_result_with_await_is_judged_timed_out, .timeout = 120)
 		poll(NULL, 0, (int)(until - tnow_ms()));
 	cJSON *r;
 	char line[128];
-	snprintf(line, sizeof line, "{\"x\":%lld,\"op\":\"step_result\",\"value\":1}", (long long)x);
+	snprintf(line, sizeof line, "{\"x\":%lld,\"op\":\"step_result\",\"value\":1}",
+	         (long long)x);
 	say(&e, lane, line);
 	r = hear(&e, lane);
 	cr_assert(r);
