@@ -74,6 +74,11 @@
  * (scripts/bench.sh builds it) is compared with it, alternating. */
 typedef struct side {
 	const char *name, *cli, *worker, *plugin, *load;
+	/* A language SDK's side (the "sdk" phase): its worker is the program
+	 * interp runs (script), which starts `worker` as its engine; its
+	 * workflows are named prefix + the C ones' names ("py.bench3"). NULL
+	 * for a C side. */
+	const char *interp, *script, *prefix;
 } side;
 
 typedef struct bench {
@@ -85,6 +90,7 @@ typedef struct bench {
 	int commits_n, single_n, threads_n, threads_runs, batch_n, stamp_n, noop_n, flow3_n;
 	int drain_concurrency; /* BENCH_DRAIN_CONCURRENCY: the drains' worker's */
 	int fleet_runs, memory_runs, fanout_n, flow_n, flow_keys, flow_backlog;
+	int sdk_rounds, sdk_memory_n; /* BENCH_SDK_ROUNDS, BENCH_SDK_MEMORY */
 	int fleet[8], fleet_n;
 	PGconn *pg;
 	long nq; /* statements run on pg */
@@ -388,7 +394,7 @@ static pid_t spawn(char *const argv[], const char *log, int out_fd, char *const 
 	}
 	for (int i = 0; env && env[i]; i += 2)
 		setenv(env[i], env[i + 1], 1);
-	execv(argv[0], argv);
+	execvp(argv[0], argv);
 	fprintf(stderr, "bench: cannot run %s: %s\n", argv[0], strerror(errno));
 	_exit(127);
 }
@@ -413,10 +419,26 @@ static void worker_start_of(bench *b, const side *s, worker *w, const char *name
 	                     (char *)extra_name,
 	                     (char *)extra_value,
 	                     NULL};
+	/* A language worker starts the worker as its engine, in the group the
+	 * bench enqueues into. */
+	char *const sdk_env[] = {"DATABASE_URL",
+	                         (char *)url,
+	                         "CAIRN_HTTP_ADDR",
+	                         "127.0.0.1:0",
+	                         "CAIRN_CONCURRENCY",
+	                         conc,
+	                         "CAIRN_WORKER_BIN",
+	                         (char *)s->worker,
+	                         "CAIRN_SHARD_GROUPS",
+	                         "default",
+	                         (char *)extra_name,
+	                         (char *)extra_value,
+	                         NULL};
 	char *const argv[] = {(char *)s->worker, NULL};
+	char *const sdk_argv[] = {(char *)s->interp, (char *)s->script, NULL};
 	/* Not the last worker's start line under the same name. */
 	unlink(w->log);
-	w->pid = spawn(argv, w->log, -1, env);
+	w->pid = s->script ? spawn(sdk_argv, w->log, -1, sdk_env) : spawn(argv, w->log, -1, env);
 }
 
 /* worker_start_of the bench's own build. */
@@ -1037,35 +1059,36 @@ static void phase_sql(bench *b)
 #define STAMP_GAP_NS 10000000
 #define STAMP_WARM   100
 
-static void phase_stamp(bench *b)
+/* Side s's worker, idle, takes BENCH_STAMP runs of its stamp workflow
+ * enqueued one per 10 ms after STAMP_WARM others: each run's time from its
+ * enqueue to its first instruction into run[] (n of them, sorted), the
+ * warm-up's worst into *warm_max and each enqueue call's into call[]. 0, or
+ * -1 (noted). */
+static int stamp_side(bench *b, const side *s, double *run, double *call, double *warm_max)
 {
-	int n = b->stamp_n, all = STAMP_WARM + n;
-	char path[4096];
+	int n = b->stamp_n, all = STAMP_WARM + n, rc = -1;
+	char path[4096], workflow[64], name[64];
 	snprintf(path, sizeof path, "%s/stamps.bin", b->log_dir);
+	snprintf(workflow, sizeof workflow, "%sstamp", s->prefix ? s->prefix : "");
+	snprintf(name, sizeof name, "stamp-%s", s->name);
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || n <= 0 || ftruncate(fd, (off_t)all * 8) != 0) {
+	if (fd < 0 || ftruncate(fd, (off_t)all * 8) != 0) {
 		note_error(b, "stamp", "cannot create %s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
-		return;
+		return -1;
 	}
 	int64_t *slot = mmap(NULL, (size_t)all * 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	int64_t *sent = calloc((size_t)all, sizeof *sent);
-	double *ms = calloc((size_t)all, sizeof *ms), *call = calloc((size_t)all, sizeof *call);
+	double *ms = calloc((size_t)all, sizeof *ms), *calls = calloc((size_t)all, sizeof *calls);
 	worker w = {0};
-	if (slot == MAP_FAILED || !sent || !ms || !call || reset(b))
+	if (slot == MAP_FAILED || !sent || !ms || !calls || reset(b))
 		goto out;
-	if (commit_loop(b, "stamp", n, STAMP_GAP_NS, ms) < 0)
-		goto out;
-	double floor = quantile(ms, n, 0.5), floor99 = quantile(ms, n, 0.99);
-	measure(b, "floor_paced_commit_p50_ms", "floor: bare INSERT commit p50, 1 per 10 ms", "ms",
-	        floor, 0, "", NONE, 0);
-	measure(b, "floor_paced_commit_p99_ms", "floor: bare INSERT commit p99, 1 per 10 ms", "ms",
-	        floor99, 0, "", NONE, 0);
-	worker_start(b, &w, "stamp", b->db_url, 16, "BENCH_STAMPS", path);
+	worker_start_of(b, s, &w, name, b->db_url, 16, "BENCH_STAMPS", path);
 	if (worker_ready(&w, 60000, 20) < 0) {
-		note_error(b, "stamp", "the worker did not become ready (log in %s)", b->log_dir);
+		note_error(b, "stamp", "the %s worker did not become ready (log in %s)", s->name,
+		           b->log_dir);
 		goto out;
 	}
 	int64_t start = now_ns();
@@ -1074,11 +1097,11 @@ static void phase_stamp(bench *b)
 		snprintf(input, sizeof input, "{\"i\": %d}", i);
 		sleep_until_ns(start + (int64_t)i * STAMP_GAP_NS);
 		sent[i] = now_ns();
-		if (enqueue_one(b->c, "stamp", "st-", i, input)) {
+		if (enqueue_one(b->c, workflow, "st-", i, input)) {
 			note_error(b, "stamp", "%s", cairn_client_errmsg(b->c));
 			goto out;
 		}
-		call[i] = (double)(now_ns() - sent[i]) / 1e6;
+		calls[i] = (double)(now_ns() - sent[i]) / 1e6;
 	}
 	int64_t end = now_ms() + 30000;
 	int seen = 0;
@@ -1090,31 +1113,56 @@ static void phase_stamp(bench *b)
 			sleep_ms(5);
 	}
 	if (seen < all) {
-		note_error(b, "stamp", "only %d of %d runs stamped their start", seen, all);
+		note_error(b, "stamp", "%s: only %d of %d runs stamped their start", s->name, seen,
+		           all);
 		goto out;
 	}
-	for (int i = 0; i < all; i++)
+	*warm_max = 0;
+	for (int i = 0; i < all; i++) {
 		ms[i] = (double)(slot[i] - sent[i]) / 1e6;
-	double warm_max = 0;
-	for (int i = 0; i < STAMP_WARM; i++)
-		warm_max = ms[i] > warm_max ? ms[i] : warm_max;
-	double *run = ms + STAMP_WARM;
-	measure(b, "stamp_enqueue_p50_ms", "cairn_enqueue p50, 1 per 10 ms, worker idle", "ms",
-	        quantile(call + STAMP_WARM, n, 0.5), floor, "paced commit p50", NONE, 0);
-	measure(b, "stamp_p50_ms", "enqueue to first instruction p50", "ms", quantile(run, n, 0.5),
-	        floor, "paced commit p50", LE, 1.5);
-	measure(b, "stamp_p99_ms", "enqueue to first instruction p99", "ms", quantile(run, n, 0.99),
-	        floor99, "paced commit p99", LE, 5);
-	measure(b, "stamp_max_ms", "enqueue to first instruction max", "ms", run[n - 1], floor,
-	        "paced commit p50", NONE, 0);
-	measure(b, "stamp_start_max_ms", "enqueue to first instruction max, 1st s after ready",
-	        "ms", warm_max, floor, "paced commit p50", NONE, 0);
+		if (i < STAMP_WARM && ms[i] > *warm_max)
+			*warm_max = ms[i];
+	}
+	memcpy(run, ms + STAMP_WARM, (size_t)n * sizeof *run);
+	memcpy(call, calls + STAMP_WARM, (size_t)n * sizeof *call);
+	qsort(run, (size_t)n, sizeof *run, cmp_double);
+	rc = 0;
 out:
 	workers_stop(&w, w.pid > 0);
 	if (slot != MAP_FAILED)
 		munmap(slot, (size_t)all * 8);
 	unlink(path);
 	free(sent);
+	free(ms);
+	free(calls);
+	return rc;
+}
+
+static void phase_stamp(bench *b)
+{
+	int n = b->stamp_n;
+	double *ms = calloc((size_t)n + 1, sizeof *ms), *call = calloc((size_t)n + 1, sizeof *call);
+	double warm_max = 0;
+	if (n <= 0 || !ms || !call || reset(b) || commit_loop(b, "stamp", n, STAMP_GAP_NS, ms) < 0)
+		goto out;
+	double floor = quantile(ms, n, 0.5), floor99 = quantile(ms, n, 0.99);
+	measure(b, "floor_paced_commit_p50_ms", "floor: bare INSERT commit p50, 1 per 10 ms", "ms",
+	        floor, 0, "", NONE, 0);
+	measure(b, "floor_paced_commit_p99_ms", "floor: bare INSERT commit p99, 1 per 10 ms", "ms",
+	        floor99, 0, "", NONE, 0);
+	if (stamp_side(b, &b->cur, ms, call, &warm_max))
+		goto out;
+	measure(b, "stamp_enqueue_p50_ms", "cairn_enqueue p50, 1 per 10 ms, worker idle", "ms",
+	        quantile(call, n, 0.5), floor, "paced commit p50", NONE, 0);
+	measure(b, "stamp_p50_ms", "enqueue to first instruction p50", "ms", quantile(ms, n, 0.5),
+	        floor, "paced commit p50", LE, 1.5);
+	measure(b, "stamp_p99_ms", "enqueue to first instruction p99", "ms", quantile(ms, n, 0.99),
+	        floor99, "paced commit p99", LE, 5);
+	measure(b, "stamp_max_ms", "enqueue to first instruction max", "ms", ms[n - 1], floor,
+	        "paced commit p50", NONE, 0);
+	measure(b, "stamp_start_max_ms", "enqueue to first instruction max, 1st s after ready",
+	        "ms", warm_max, floor, "paced commit p50", NONE, 0);
+out:
 	free(ms);
 	free(call);
 }
@@ -1847,31 +1895,44 @@ static long rss_kb(pid_t pid)
 	return kb;
 }
 
-static void phase_memory(bench *b)
+/* Side s's worker (for a language SDK, its language process) takes n noop
+ * runs, fed in batches and deleted as they finish, its VmRSS sampled every
+ * `every` runs into curve (and *first_kb, *last_kb: after the first batch,
+ * at the end). The time it took in ms, or -1 (noted). */
+static int64_t memory_side(bench *b, const side *s, int n, int every, cJSON *curve, long *first_kb,
+                           long *last_kb)
 {
-	const int batch = 10000, every = 50000;
-	int n = b->memory_runs, enqueued = 0;
+	const int batch = 10000;
+	int enqueued = 0;
 	long deleted = 0, next_sample = 0;
-	cJSON *curve = cJSON_AddArrayToObject(b->extra, "memory_rss_kb");
+	int64_t took = -1;
+	char workflow[64], like[64], name[64];
+	snprintf(workflow, sizeof workflow, "%snoop", s->prefix ? s->prefix : "");
+	snprintf(like, sizeof like, "mem-%s-", s->name);
+	snprintf(name, sizeof name, "memory-%s", s->name);
+	*first_kb = *last_kb = 0;
 	if (reset(b))
-		return;
+		return -1;
 	worker w;
-	worker_start(b, &w, "memory", b->db_url, 16, NULL, NULL);
+	worker_start_of(b, s, &w, name, b->db_url, 16, NULL, NULL);
 	if (worker_ready(&w, 60000, 20) < 0) {
-		note_error(b, "memory", "the worker did not become ready (log in %s)", b->log_dir);
+		note_error(b, "memory", "the %s worker did not become ready (log in %s)", s->name,
+		           b->log_dir);
 		goto out;
 	}
 	int64_t t0 = now_ms(), last_change = t0;
 	long last_done = -1;
-	printf("\nworker VmRSS (kB) by runs finished:\n");
+	printf("\n%s worker VmRSS (kB) by runs finished:\n", s->name);
 	for (;;) {
-		const char *params[] = {"noop", "mem-%"};
+		char pattern[80];
+		snprintf(pattern, sizeof pattern, "%s%%", like);
+		const char *params[] = {workflow, pattern};
 		PGresult *r = q(b, SQL_PROGRESS, 2, params);
 		if (!r)
 			goto out;
 		long done = deleted + (long)cell(r, 0), finished_rows = (long)cell(r, 0);
 		PQclear(r);
-		while (done >= next_sample) {
+		while (done >= next_sample && next_sample <= n) {
 			long kb = rss_kb(w.pid);
 			cJSON *p = cJSON_CreateObject();
 			cJSON_AddNumberToObject(p, "runs", (double)next_sample);
@@ -1879,6 +1940,9 @@ static void phase_memory(bench *b)
 			cJSON_AddItemToArray(curve, p);
 			printf("  %8ld runs  %8ld kB\n", next_sample, kb);
 			fflush(stdout);
+			if (next_sample >= batch && !*first_kb)
+				*first_kb = kb;
+			*last_kb = kb;
 			next_sample += every;
 		}
 		if (done >= n)
@@ -1886,8 +1950,8 @@ static void phase_memory(bench *b)
 		if (done != last_done)
 			last_done = done, last_change = now_ms();
 		if (worker_dead(&w) || now_ms() - last_change > 30000) {
-			note_error(b, "memory", "stopped after %ld of %d runs (log in %s)", done, n,
-			           b->log_dir);
+			note_error(b, "memory", "%s: stopped after %ld of %d runs (log in %s)",
+			           s->name, done, n, b->log_dir);
 			goto out;
 		}
 		if (finished_rows >= batch) {
@@ -1897,7 +1961,7 @@ static void phase_memory(bench *b)
 		}
 		if (enqueued < n && enqueued - done < 2 * batch) {
 			int m = n - enqueued < batch ? n - enqueued : batch;
-			if (enqueue_batched(b->c, "noop", enqueued, m, batch, "mem-")) {
+			if (enqueue_batched(b->c, workflow, enqueued, m, batch, like)) {
 				note_error(b, "memory", "%s", cairn_client_errmsg(b->c));
 				goto out;
 			}
@@ -1906,10 +1970,112 @@ static void phase_memory(bench *b)
 			sleep_ms(50);
 		}
 	}
-	measure(b, "memory_runs_per_s", "memory phase: noop runs/s (with deletes)", "runs/s",
-	        n / ((double)(now_ms() - t0) / 1000), b->pgbench_tps, "pgbench TPS", NONE, 0);
+	took = now_ms() - t0;
 out:
 	workers_stop(&w, w.pid > 0);
+	return took;
+}
+
+static void phase_memory(bench *b)
+{
+	long first, last;
+	cJSON *curve = cJSON_AddArrayToObject(b->extra, "memory_rss_kb");
+	int64_t took = memory_side(b, &b->cur, b->memory_runs, 50000, curve, &first, &last);
+	if (took > 0)
+		measure(b, "memory_runs_per_s", "memory phase: noop runs/s (with deletes)",
+		        "runs/s", b->memory_runs / ((double)took / 1000), b->pgbench_tps,
+		        "pgbench TPS", NONE, 0);
+}
+
+/* ------------------------------------------------- 9: language SDKs */
+
+/* The languages whose SDK is in the tree and whose interpreter runs. */
+static int sdk_sides(bench *b, side *out)
+{
+	static const struct {
+		const char *name, *interp, *script, *prefix;
+	} langs[] = {{"python", "python3", "sdk/python/bench/flows.py", "py."},
+	             {"typescript", "node", "sdk/typescript/bench/flows.mjs", "ts."}};
+	int n = 0;
+	for (size_t i = 0; i < sizeof langs / sizeof langs[0]; i++) {
+		char *const argv[] = {(char *)langs[i].interp, "--version", NULL};
+		char out_text[256];
+		if (access(langs[i].script, R_OK) != 0 ||
+		    run_capture(argv, out_text, sizeof out_text) != 0) {
+			note_error(b, "sdk", "%s: cannot run %s %s", langs[i].name, langs[i].interp,
+			           langs[i].script);
+			continue;
+		}
+		out[n] = b->cur;
+		out[n].name = langs[i].name;
+		out[n].interp = langs[i].interp;
+		out[n].script = langs[i].script;
+		out[n].prefix = langs[i].prefix;
+		n++;
+	}
+	return n;
+}
+
+/* Each SDK's workers against C's, in the same run: the 3-step drain
+ * (alternating, median of BENCH_SDK_ROUNDS), enqueue to first instruction,
+ * and the language process's memory over BENCH_SDK_MEMORY runs. */
+static void phase_sdk(bench *b)
+{
+	enum { MAX_ROUNDS = 9, MAX_LANGS = 2 };
+	side langs[MAX_LANGS];
+	int nl = sdk_sides(b, langs),
+	    rounds = b->sdk_rounds < MAX_ROUNDS ? b->sdk_rounds : MAX_ROUNDS;
+	if (nl == 0)
+		return;
+	double rps[1 + MAX_LANGS][MAX_ROUNDS];
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k <= nl; k++) {
+			/* C first in even rounds, last in odd ones. */
+			int i = r % 2 ? nl - k : k;
+			const side *s = i == 0 ? &b->cur : &langs[i - 1];
+			char workflow[64];
+			snprintf(workflow, sizeof workflow, "%sbench3", s->prefix ? s->prefix : "");
+			drain d;
+			if (drain_fresh(b, s, "sdk_drain", "bench_sdk", workflow, b->flow3_n,
+			                DRAIN_CONCURRENCY, 0, &d))
+				return;
+			rps[i][r] = d.ready_rps;
+		}
+	double c_rps = quantile(rps[0], rounds, 0.5);
+	int n = b->stamp_n;
+	double *run = calloc((size_t)n + 1, sizeof *run),
+	       *call = calloc((size_t)n + 1, sizeof *call);
+	double warm, c_p50 = -1;
+	if (run && call && n > 0 && stamp_side(b, &b->cur, run, call, &warm) == 0)
+		c_p50 = quantile(run, n, 0.5);
+	for (int i = 0; i < nl; i++) {
+		const side *s = &langs[i];
+		char key[96], label[96];
+		snprintf(key, sizeof key, "sdk_%s_bench3_runs_per_s", s->name);
+		snprintf(label, sizeof label, "%s 3-step runs/s, 1 worker x%d (median of %d)",
+		         s->name, DRAIN_CONCURRENCY, rounds);
+		measure(b, key, label, "runs/s", quantile(rps[i + 1], rounds, 0.5), c_rps,
+		        "C 3-step runs/s", RATIO_GE, 0.5);
+		if (c_p50 > 0 && stamp_side(b, s, run, call, &warm) == 0) {
+			snprintf(key, sizeof key, "sdk_%s_stamp_p50_ms", s->name);
+			snprintf(label, sizeof label, "%s enqueue to first instruction p50",
+			         s->name);
+			measure(b, key, label, "ms", quantile(run, n, 0.5), c_p50, "C p50",
+			        RATIO_LE, 1.5);
+		}
+		long first, last;
+		snprintf(key, sizeof key, "sdk_%s_rss_kb", s->name);
+		cJSON *curve = cJSON_AddArrayToObject(b->extra, key);
+		if (b->sdk_memory_n > 0 && memory_side(b, s, b->sdk_memory_n, b->sdk_memory_n / 10,
+		                                       curve, &first, &last) > 0) {
+			snprintf(label, sizeof label, "%s process VmRSS after %d runs", s->name,
+			         b->sdk_memory_n);
+			measure(b, key, label, "kB", (double)last, (double)first, "VmRSS at 10,000",
+			        RATIO_LE, 1.1);
+		}
+	}
+	free(run);
+	free(call);
 }
 
 /* ------------------------------------------------------------- report */
@@ -2044,8 +2210,11 @@ static const char USAGE[] =
     "alternating: BENCH_BASELINE_ROUNDS (3), BENCH_BASELINE_NOOP (10000),\n"
     "BENCH_BASELINE_3STEP (5000), BENCH_BASELINE_X8 (10000); the plan phase\n"
     "drains as many noop runs with and without an ANALYZE, as many rounds.\n"
+    "The sdk phase compares the Python and TypeScript SDKs' workers with C's:\n"
+    "BENCH_SDK_ROUNDS (3) alternated 3-step drains, the stamp, and the language\n"
+    "process's memory over BENCH_SDK_MEMORY (100000) runs.\n"
     "BENCH_PHASES (enqueue,x8,batch,sql,stamp,drain,plan,baseline,fanout,flow,\n"
-    "fleet) runs only those after the floors. The JSON goes to --out,\n"
+    "fleet,sdk) runs only those after the floors. The JSON goes to --out,\n"
     "$BENCH_OUT or bench.json.\n";
 
 /* The side of a built tree dir (scripts/bench.sh builds BENCH_BASELINE's);
@@ -2136,6 +2305,8 @@ int main(int argc, char **argv)
 	b.flow_keys = env_int("BENCH_FLOW_KEYS", 1000);
 	b.flow_backlog = env_int("BENCH_FLOW_BACKLOG", 100000);
 	b.memory_runs = env_int("BENCH_MEMORY_RUNS", 0);
+	b.sdk_rounds = env_int_in("BENCH_SDK_ROUNDS", 3, 1, 9);
+	b.sdk_memory_n = env_int("BENCH_SDK_MEMORY", 100000);
 	parse_fleet(&b, getenv("BENCH_FLEET") ? getenv("BENCH_FLEET") : "1,10,50");
 	b.phases =
 	    getenv("BENCH_PHASES") && *getenv("BENCH_PHASES") ? getenv("BENCH_PHASES") : NULL;
@@ -2212,6 +2383,8 @@ int main(int argc, char **argv)
 			phase_plan(&b);
 		if (wanted(&b, "baseline"))
 			phase_baseline(&b);
+		if (wanted(&b, "sdk"))
+			phase_sdk(&b);
 	}
 	reset(&b);
 

@@ -90,6 +90,7 @@ int main(int argc, char **argv)
 		if (sdk_open(sdk_fds, sdk_path, &lang, err, sizeof err) < 0) {
 			if (lang)
 				sdk_refuse(lang, err);
+			sdk_free(lang);
 			fprintf(stderr, "cairn-worker: %s\n", err);
 			return 2;
 		}
@@ -103,6 +104,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cairn-worker: %s\n", cairn_worker_errmsg(w));
 		if (lang)
 			sdk_refuse(lang, cairn_worker_errmsg(w));
+		sdk_free(lang);
 		cairn_worker_free(w);
 		return 2;
 	}
@@ -120,6 +122,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (lang && (rc = sdk_attach(lang, w)) != CAIRN_OK) {
+		sdk_free(lang);
 		cairn_worker_free(w);
 		builtins_shutdown();
 		return 2;

@@ -81,7 +81,8 @@ static int lane_line(lane *l, size_t max, char **line)
 {
 	size_t scanned = 0;
 	for (;;) {
-		char *nl = memchr(l->buf + scanned, '\n', l->len - scanned);
+		char *nl =
+		    l->len > scanned ? memchr(l->buf + scanned, '\n', l->len - scanned) : NULL;
 		if (nl) {
 			size_t n = (size_t)(nl - l->buf);
 			if (!(*line = malloc(n + 1)))
@@ -187,7 +188,7 @@ static cJSON *next_msg(exec *e)
 		char *line;
 		int rc = lane_line(e->l, e->s->max_line, &line);
 		if (rc <= 0)
-			gone(rc == 0 ? "end of file on an execution lane"
+			gone(rc == 0             ? "end of file on an execution lane"
 			     : errno == EMSGSIZE ? "a line longer than max_payload + 64 KiB"
 			                         : strerror(errno));
 		cJSON *m = cJSON_Parse(line);
@@ -354,8 +355,9 @@ static int remote_step(cairn_ctx *ctx, void *arg, cJSON **result)
 		} else if (strcmp(op, "step_error") == 0) {
 			const char *msg = str_field(m, "message");
 			const cJSON *retry = cJSON_GetObjectItemCaseSensitive(m, "retryable");
-			rc = cJSON_IsFalse(retry) ? cairn_fail(ctx, "%s", msg ? msg : "failed")
-			                          : cairn_retryable(ctx, "%s", msg ? msg : "failed");
+			rc = cJSON_IsFalse(retry)
+			         ? cairn_fail(ctx, "%s", msg ? msg : "failed")
+			         : cairn_retryable(ctx, "%s", msg ? msg : "failed");
 		} else {
 			if (strcmp(op, "should_stop") == 0) {
 				cJSON *b = cJSON_CreateBool(cairn_should_stop(ctx));
@@ -381,7 +383,8 @@ static int op_step(exec *e, const cJSON *m)
 		return invalid(e, "step", "name", "a string");
 	if (policy_from(cJSON_GetObjectItemCaseSensitive(m, "retry"), &p, &bad) < 0)
 		return invalid(e, "step", bad, "a retry policy field (docs/protocol.md)");
-	step_call sc = {.e = e, .await = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "await"))};
+	step_call sc = {.e = e,
+	                .await = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "await"))};
 	cJSON *res = NULL;
 	int rc = cairn_step_retry(e->ctx, name, &p, remote_step, &sc, &res);
 	if (!sc.delivered)
@@ -468,7 +471,8 @@ static int op_child_start(exec *e, const cJSON *m)
 	if (!name || !wf)
 		return invalid(e, "child_start", name ? "workflow" : "name", "a string");
 	int64_t id = 0;
-	int rc = cairn_child_start(e->ctx, name, wf, cJSON_GetObjectItemCaseSensitive(m, "input"), &id);
+	int rc =
+	    cairn_child_start(e->ctx, name, wf, cJSON_GetObjectItemCaseSensitive(m, "input"), &id);
 	return answer_id(e, rc, id);
 }
 
@@ -586,7 +590,8 @@ static int serve(exec *e, cJSON **output)
 				rc = OPS[i].fn(e, m);
 			} else {
 				char msg[160];
-				snprintf(msg, sizeof msg, "unknown op \"%.64s\" (docs/protocol.md)", op);
+				snprintf(msg, sizeof msg, "unknown op \"%.64s\" (docs/protocol.md)",
+				         op);
 				send_simple(e, "error", "code", "invalid", "message", msg);
 				rc = 0;
 			}
@@ -648,11 +653,12 @@ static int lanes_from_fds(sdk *s, const char *spec, char *err, size_t n)
 			last = strtol(end + 1, &end, 10);
 		if (end == p || (*end && *end != ',') || first < 0 || first > INT_MAX ||
 		    last < first || last > INT_MAX || last - first >= 1025 - nfds)
-			return fail(err, n,
-			            "--sdk-fds \"%s\": expected descriptors or ranges, comma-separated, "
-			            "the control lane first and then 1 to 1024 execution lanes (3-19 or "
-			            "5,7,9, say)",
-			            spec);
+			return fail(
+			    err, n,
+			    "--sdk-fds \"%s\": expected descriptors or ranges, comma-separated, "
+			    "the control lane first and then 1 to 1024 execution lanes (3-19 or "
+			    "5,7,9, say)",
+			    spec);
 		for (long fd = first; fd <= last; fd++)
 			fds[nfds++] = (int)fd;
 		if (!*end)
@@ -660,7 +666,8 @@ static int lanes_from_fds(sdk *s, const char *spec, char *err, size_t n)
 		p = end + 1;
 	}
 	if (nfds < 2)
-		return fail(err, n, "--sdk-fds \"%s\": no execution lane after the control lane", spec);
+		return fail(err, n, "--sdk-fds \"%s\": no execution lane after the control lane",
+		            spec);
 	s->n = nfds - 1;
 	if (!(s->lanes = calloc((size_t)s->n, sizeof *s->lanes)))
 		return fail(err, n, "out of memory");
@@ -760,6 +767,23 @@ int sdk_open(const char *fds, const char *path, sdk **out, char *err, size_t err
 	return rc;
 }
 
+void sdk_free(sdk *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i <= s->n && s->lanes; i++) {
+		lane *l = i == 0 ? &s->ctl : &s->lanes[i - 1];
+		if (l->fd > 2)
+			close(l->fd);
+		free(l->buf);
+	}
+	free(s->lanes);
+	cJSON_Delete(s->hello);
+	pthread_cond_destroy(&s->freed);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
 int sdk_lanes(const sdk *s)
 {
 	return s->n;
@@ -811,8 +835,9 @@ int sdk_attach(sdk *s, cairn_worker *w)
 			snprintf(msg, sizeof msg, "hello: every workflow needs a \"name\" string");
 		} else if (policy_from(cJSON_GetObjectItemCaseSensitive(wf, "retry"), &o.retry,
 		                       &bad) < 0) {
-			snprintf(msg, sizeof msg, "hello: workflow \"%.128s\": retry field \"%s\" is invalid",
-			         name, bad);
+			snprintf(msg, sizeof msg,
+			         "hello: workflow \"%.128s\": retry field \"%s\" is invalid", name,
+			         bad);
 		} else if (cairn_workflow_register(w, name, sdk_workflow, &o) != CAIRN_OK) {
 			snprintf(msg, sizeof msg, "%s", cairn_worker_errmsg(w));
 		} else {
@@ -834,7 +859,8 @@ int sdk_attach(sdk *s, cairn_worker *w)
 	cJSON_Delete(m);
 	pthread_t t;
 	if (rc < 0 || pthread_create(&t, NULL, watch, s) != 0) {
-		fprintf(stderr, "cairn-worker: cannot answer the SDK process: %s\n", strerror(errno));
+		fprintf(stderr, "cairn-worker: cannot answer the SDK process: %s\n",
+		        strerror(errno));
 		return CAIRN_EINVAL;
 	}
 	pthread_detach(t);

@@ -22,6 +22,10 @@ typedef struct sdk sdk;
  */
 int sdk_open(const char *fds, const char *path, sdk **out, char *err, size_t errlen);
 
+/* Closes the lanes and frees s; only before sdk_attach (whose watcher
+ * reads s for the life of the process), or with s NULL. */
+void sdk_free(sdk *s);
+
 /* The number of execution lanes: the worker's CAIRN_CONCURRENCY. */
 int sdk_lanes(const sdk *s);
 
