@@ -294,6 +294,7 @@ static int side_times(env *e, int64_t run, const char *step, double *times, int 
 		char *eol = strchr(line, '\n');
 		if (!eol)
 			break; /* a line still being written */
+		*eol = '\0';
 		if (strncmp(line, prefix, strlen(prefix)) == 0) {
 			if (times && n < max)
 				times[n] = strtod(strrchr(line, ' ') + 1, NULL);
@@ -621,7 +622,8 @@ Test(sdk_python, kill_9_of_the_engine_mid_step_loses_no_run_and_repeats_no_journ
 }
 
 /*
- * t.crash ends its Python process (os._exit) every time it runs. Started
+ * t.crash ends its Python process (os._exit in step "boom", after step
+ * "before" was journaled) every time it runs. Started
  * again after each death, the fleet fails it as poison after the third
  * (CAIRN_POISON_AFTER), while the runs that were executing beside it
  * complete.

@@ -86,9 +86,10 @@ def nondet(ctx: cairn.Context, input: dict) -> str:
 
 @worker.workflow("t.crash")
 def crash(ctx: cairn.Context, input: dict) -> None:
-    """Ends its Python process every time, after a journaled step."""
+    """Ends its Python process every time, after a journaled step (the
+    engine commits a step's result before the next step runs)."""
     ctx.step("before", body, ctx, "before")
-    os._exit(7)
+    ctx.step("boom", os._exit, 7)
 
 
 @worker.workflow("t.wait")
