@@ -25,11 +25,13 @@ RUNTIME="libpq5 libcjson1 libcurl4 libsodium23 libmicrohttpd12 libsystemd0 ca-ce
 # (make deb) and lintian checks it, man-db and groff-base render the man
 # pages, zsh checks the zsh completion script (cairn completion zsh), mkdocs
 # with mkdocs-material and python3-pymdownx (its snippets include the example
-# files into the guide) build docs/ into a site (make docs).
+# files into the guide) build docs/ into a site (make docs); python3-venv
+# gives a venv its pip, which the Python SDK's test installs the package
+# with (tests/test_sdk_python.c).
 PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
 libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer
 xxd chromium chromium-driver libsystemd-dev dpkg-dev lintian man-db groff-base python3-psycopg
-zsh mkdocs mkdocs-material python3-pymdownx"
+zsh mkdocs mkdocs-material python3-pymdownx python3-venv"
 # The Node example (workers/examples/node) needs node and npm: Debian's,
 # unless both are installed already (from another source, say).
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -56,7 +58,7 @@ if [ $list -eq 1 ]; then
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, libsystemd, Criterion, PostgreSQL and PgBouncer, xxd, Chromium and its chromedriver, dpkg-dev, lintian, man-db, groff-base, psycopg 3 for Python 3, zsh, mkdocs with mkdocs-material and pymdownx, and Node.js with npm" >&2
+	echo "cairn: scripts/deps.sh knows only Debian: install pkg-config, a C compiler and the development files of libpq, cJSON, libcurl, libsodium, libmicrohttpd, libsystemd, Criterion, PostgreSQL and PgBouncer, xxd, Chromium and its chromedriver, dpkg-dev, lintian, man-db, groff-base, psycopg 3 and the venv module (with pip) for Python 3, zsh, mkdocs with mkdocs-material and pymdownx, and Node.js with npm" >&2
 	exit 1
 fi
 

@@ -54,5 +54,16 @@ class Build(unittest.TestCase):
             self.assertFalse([n for n in names if "__pycache__" in n])
 
 
+class Readme(unittest.TestCase):
+    def test_the_readmes_workflow_is_the_examples_text(self):
+        with open(os.path.join(_path.SDK_DIR, "README.md")) as f:
+            readme = f.read()
+        with open(os.path.join(_path.SDK_DIR, "examples", "order.py")) as f:
+            example = f.read()
+        start = readme.index('@worker.workflow("py.order")')
+        function = readme[start:readme.index("\n\n", start)]
+        self.assertIn(function, example)
+
+
 if __name__ == "__main__":
     unittest.main()
