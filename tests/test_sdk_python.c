@@ -7,7 +7,7 @@
  * step never runs again, a kill -9 of either process loses no run, a
  * workflow that kills its process fails as poison alone.
  *
- * Every step body in flows.py appends "RUN STEP ATTEMPT TIME" to the file
+ * Every step body in flows.py appends "RUN STEP ATTEMPT PID TIME" to the file
  * named by CAIRN_TEST_SIDE, so a test counts how often a body ran. Every
  * wait is a condition polled with a deadline.
  */
@@ -671,6 +671,97 @@ Test(sdk_python, a_workflow_that_crashes_its_python_process_fails_as_poison_alon
 	}
 	py_ready(&p);
 	py_stop(&p);
+	teardown(&e);
+}
+
+/*
+ * SIGTERM to the Python process while a step runs: the engine drains, the
+ * step finishes and is journaled, the process exits 0; the next process
+ * completes the run without running that step again.
+ */
+Test(sdk_python, sigterm_lets_a_running_step_finish_and_the_next_process_completes_the_run)
+{
+	env e;
+	setup(&e);
+	py a = {0}, b = {0};
+	py_start(&e, &a);
+	int64_t id;
+	slow_runs_mid_step(&e, &id, 1, "{\"ms\": 1500}");
+	py_stop(&a); /* exit 0 after the drain */
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+	                 " AND name = 'slow' AND status = 'completed'",
+	                 id),
+	             1, "the drain did not journal the running step");
+	py_start(&e, &b);
+	cairn_run *r = completed(&e, id, 30000);
+	cairn_run_free(r);
+	for (const char *const *s = (const char *const[]){"before", "slow", "after", NULL}; *s; s++)
+		cr_assert_eq(side_count(&e, id, *s), 1, "step %s ran %d times", *s,
+		             side_count(&e, id, *s));
+	py_stop(&b);
+	teardown(&e);
+}
+
+/* The PIDs of the processes whose step bodies ran, from the side file:
+ * how many distinct ones (at most 8). */
+static int side_pids(env *e)
+{
+	char *text = tfile_read(e->side);
+	long pids[8];
+	int n = 0;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		long pid = 0;
+		if (sscanf(line, "%*s %*s %*s %ld", &pid) != 1)
+			continue;
+		int seen = 0;
+		for (int i = 0; i < n; i++)
+			seen |= pids[i] == pid;
+		if (!seen && n < 8)
+			pids[n++] = pid;
+	}
+	free(text);
+	return n;
+}
+
+/* Two Python processes and a C worker on one database: the Python runs
+ * spread over both Python processes, each step once, and a C run beside
+ * them completes on the C worker. */
+Test(sdk_python, two_python_processes_and_a_c_worker_share_one_database)
+{
+	env e;
+	setup(&e);
+	py a = {0}, b = {0};
+	py_start(&e, &a);
+	py_start(&e, &b);
+	pid_t c = tworker_start(e.db, NULL, NULL, "CAIRN_HEARTBEAT_INTERVAL=200ms",
+	                        "CAIRN_REBALANCE_INTERVAL=200ms", "CAIRN_RUNNER_TTL=2s", NULL);
+	live_set(0, c);
+	/* Both own shards of group python before the runs come. */
+	cr_assert(wait_num(&e, 2, 30000,
+	                   "SELECT count(DISTINCT owner) FROM cairn.shard_leases WHERE shard_group = "
+	                   "'python' AND owner IS NOT NULL"),
+	          "the two Python processes never shared the shards");
+	int64_t ids[16];
+	for (int i = 0; i < 16; i++)
+		ids[i] = enqueue(&e, "t.replay", NULL);
+	cairn_enqueue_opts o = {.input = "{\"c\": 1}"};
+	cairn_enqueued cr;
+	cr_assert_eq(cairn_enqueue(e.cl, "noop", &o, &cr), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	for (int i = 0; i < 16; i++) {
+		cairn_run *r = completed(&e, ids[i], 30000);
+		cairn_run_free(r);
+		cr_assert_eq(side_count(&e, ids[i], "a") + side_count(&e, ids[i], "c"), 2);
+	}
+	cairn_run *r = completed(&e, cr.id, 30000);
+	cr_assert_str_eq(r->output, "{\"c\": 1}");
+	cairn_run_free(r);
+	cr_assert_eq(side_pids(&e), 2, "the runs did not spread over both Python processes");
+	cr_assert_eq(tworker_stop(c, SIGTERM, 20000), 0);
+	live_set(c, 0);
+	py_stop(&a);
+	py_stop(&b);
 	teardown(&e);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The workflows tests/test_sdk_python.c runs through the Python SDK.
 
-Every step body appends a line "RUN STEP ATTEMPT UNIX_TIME" to the file
+Every step body appends a line "RUN STEP ATTEMPT PID UNIX_TIME" to the file
 named by CAIRN_TEST_SIDE, so the test can count how often a body ran.
 CAIRN_TEST_VARIANT names a file whose text picks t.nondet's code.
 
@@ -24,7 +24,7 @@ worker = cairn.Worker()
 
 def record(ctx: cairn.Context, step: str) -> None:
     """Appends one line for a step body that runs (O_APPEND: one write)."""
-    line = f"{ctx.run_id} {step} {ctx.step_attempt} {time.time():.3f}\n"
+    line = f"{ctx.run_id} {step} {ctx.step_attempt} {os.getpid()} {time.time():.3f}\n"
     fd = os.open(os.environ["CAIRN_TEST_SIDE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
