@@ -90,7 +90,9 @@ class RetryPolicy:
     multiplier**(n-1)``, at most ``max_backoff``, drawn from ±``jitter`` of
     that. ``timeout`` bounds each attempt of a step (steps only). Durations
     are seconds or timedeltas; a field left ``None`` takes the engine's
-    default (3 attempts, 1 s, 2.0, 60 s, 0.2, no timeout).
+    default (3 attempts, 1 s, 2.0, 60 s, 0.2, no timeout). As in C's
+    cairn_retry_policy, the engine also takes a zero (and a multiplier
+    below 1) as its default; ``jitter=-1`` means none.
     """
 
     max_attempts: Optional[int] = None

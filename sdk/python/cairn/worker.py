@@ -229,7 +229,10 @@ class Worker:
     def serve(self) -> int:
         """Starts the engine and serves its runs until SIGTERM or SIGINT (or
         an engine that exits before it is ready); returns the engine's exit
-        status. Signals are handled only when called from the main thread."""
+        status (0 when the stop came while a dead engine waited to be
+        started again). Signals are handled only when called from the main
+        thread; each SIGTERM or SIGINT is sent on to the engine as a
+        SIGTERM (a second one cuts its drain short, as for cairn-worker)."""
         if not self._workflows:
             raise ValueError("no workflow registered: decorate a function with worker.workflow()")
         greeting = self.hello()
@@ -289,7 +292,8 @@ class Worker:
                 backoff = BACKOFF_FIRST_S
             log.warning("cairn: the engine exited with status %d after %.1f s; starting a new "
                         "one in %.0f s", status, lived, backoff)
-            self._wake.wait(backoff)
+            if self._wake.wait(backoff):
+                status = 0  # stopped while no engine ran: nothing to drain
             backoff = min(backoff * 2, BACKOFF_MAX_S)
         self._engine = None
         return status
