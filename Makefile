@@ -229,14 +229,17 @@ $(CHAOS_PLUGIN): tests/plugin_chaos.c tests/plugin_conn.h include/cairn.h
 test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN) $(TEST_FLOWS) \
 	$(OUT)/chaos $(CHAOS_PLUGIN)
 
-# `make test` = dependencies (clang too, for the fuzz targets), sanitizer
-# build, then every suite against a private PostgreSQL (or $DATABASE_URL)
-# started and stopped by tests/run.sh, and every fuzz target for
-# FUZZ_TEST_SECONDS (20) each.
+# `make test` = dependencies (clang too, for the fuzz targets, and what the
+# vendored Citus needs), Citus built once per machine and installed
+# (scripts/citus.sh), sanitizer build, then every suite against a private
+# PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh (the
+# Citus suites against a private coordinator and two workers), and every
+# fuzz target for FUZZ_TEST_SECONDS (20) each.
 # The release build too: tests/test_install.c installs it, links the
 # embedding example against it and packages it.
 test:
-	@sh scripts/deps.sh --fuzz
+	@sh scripts/deps.sh --fuzz --citus
+	sh scripts/citus.sh build
 	$(MAKE) SAN=1 test-build
 	$(MAKE) all
 	$(MAKE) FUZZ=1 fuzz-build

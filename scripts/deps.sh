@@ -8,6 +8,10 @@
 #                                is missing and what to run, exit 1; exit 0
 #                                silently when everything is installed
 #   sh scripts/deps.sh --fuzz    also clang and its libFuzzer (`make fuzz`)
+#   sh scripts/deps.sh --citus   also what building the vendored Citus needs
+#                                (scripts/citus.sh build): PostgreSQL's
+#                                server headers and the compression
+#                                libraries of Citus's columnar storage
 #   sh scripts/deps.sh --runtime only what the built binaries need to run
 #                                (the Dockerfile's runtime stage): no
 #                                compiler, PostgreSQL, PgBouncer or Chromium
@@ -44,10 +48,15 @@ for arg in "$@"; do
 	case $arg in
 	--check) check=1 ;;
 	--fuzz) PACKAGES="$PACKAGES clang libclang-rt-14-dev" ;;
+	# vendor/citus/ (scripts/citus.sh): PGXS and the server's headers
+	# (whose libpq-be.h includes GSSAPI's, from libkrb5-dev), and lz4 and
+	# zstd for Citus's columnar storage. No libcurl: Citus is configured
+	# --without-libcurl (no statistics sent, no update check).
+	--citus) PACKAGES="$PACKAGES postgresql-server-dev-15 libkrb5-dev liblz4-dev libzstd-dev" ;;
 	--runtime) PACKAGES=$RUNTIME ;;
 	--list) list=1 ;;
 	*)
-		echo "usage: sh scripts/deps.sh [--check | --fuzz | --runtime] [--list]" >&2
+		echo "usage: sh scripts/deps.sh [--check | --fuzz | --citus | --runtime] [--list]" >&2
 		exit 2
 		;;
 	esac
