@@ -428,7 +428,8 @@ Test(sdk_python, the_order_example_charges_sleeps_waits_for_approval_and_ships)
 	          "run %" PRId64 " never waited for approval", id);
 	char ids[32];
 	snprintf(ids, sizeof ids, "%" PRId64, id);
-	rc = tcli(e.db, &out, &err, "signal", ids, "approval", "--input", "{\"by\": \"ann\"}", NULL);
+	rc =
+	    tcli(e.db, &out, &err, "signal", ids, "approval", "--input", "{\"by\": \"ann\"}", NULL);
 	cr_assert_eq(rc, 0, "cairn signal: %s", err);
 	free(out);
 	free(err);
@@ -544,10 +545,12 @@ static void every_run_completes_once(env *e, const int64_t *ids, int n)
 	for (int i = 0; i < n; i++) {
 		cairn_run *r = completed(e, ids[i], 60000);
 		cairn_run_free(r);
-		cr_assert_eq(side_count(e, ids[i], "before"), 1, "run %" PRId64 ": before ran %d times",
-		             ids[i], side_count(e, ids[i], "before"));
-		cr_assert_eq(side_count(e, ids[i], "after"), 1, "run %" PRId64 ": after ran %d times",
-		             ids[i], side_count(e, ids[i], "after"));
+		cr_assert_eq(side_count(e, ids[i], "before"), 1,
+		             "run %" PRId64 ": before ran %d times", ids[i],
+		             side_count(e, ids[i], "before"));
+		cr_assert_eq(side_count(e, ids[i], "after"), 1,
+		             "run %" PRId64 ": after ran %d times", ids[i],
+		             side_count(e, ids[i], "after"));
 		cr_assert_geq(side_count(e, ids[i], "slow"), 2,
 		              "run %" PRId64 ": the cut-off step did not run again", ids[i]);
 	}
@@ -648,7 +651,8 @@ Test(sdk_python, a_workflow_that_crashes_its_python_process_fails_as_poison_alon
 			nanosleep(&ts, NULL);
 		}
 		if (num(&e, failed_sql, bad) == 0) {
-			cr_assert(!alive(p.pid), "the Python process neither crashed nor failed the run");
+			cr_assert(!alive(p.pid),
+			          "the Python process neither crashed nor failed the run");
 			cr_assert_eq(tworker_stop(p.pid, 0, 5000), 7, "python did not exit 7");
 			live_set(p.pid, 0);
 			crashes++;
@@ -738,10 +742,11 @@ Test(sdk_python, two_python_processes_and_a_c_worker_share_one_database)
 	                        "CAIRN_REBALANCE_INTERVAL=200ms", "CAIRN_RUNNER_TTL=2s", NULL);
 	live_set(0, c);
 	/* Both own shards of group python before the runs come. */
-	cr_assert(wait_num(&e, 2, 30000,
-	                   "SELECT count(DISTINCT owner) FROM cairn.shard_leases WHERE shard_group = "
-	                   "'python' AND owner IS NOT NULL"),
-	          "the two Python processes never shared the shards");
+	cr_assert(
+	    wait_num(&e, 2, 30000,
+	             "SELECT count(DISTINCT owner) FROM cairn.shard_leases WHERE shard_group = "
+	             "'python' AND owner IS NOT NULL"),
+	    "the two Python processes never shared the shards");
 	int64_t ids[16];
 	for (int i = 0; i < 16; i++)
 		ids[i] = enqueue(&e, "t.replay", NULL);
@@ -811,8 +816,9 @@ Test(sdk_python, a_durable_sleep_survives_a_restart_of_every_process)
 	py_kill(&a);
 	cr_assert(gone_within(engine, 10000), "the engine outlived its Python process");
 	/* Nothing of the first pair is left; the sleep is still due. */
-	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
-	                     " AND status = 'sleeping'",
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                 " AND status = 'sleeping'",
 	                 id),
 	             1, "the run was no longer sleeping when its processes died");
 	py_start(&e, &b);
@@ -926,8 +932,8 @@ Test(sdk_python, a_child_run_its_result_and_the_other_composing_calls)
 	cr_assert(jstr(o, "failed") && strstr(jstr(o, "failed"), "ValueError: boom"), "%s",
 	          r->output);
 	int64_t now = (int64_t)cJSON_GetObjectItem(o, "now_ms")->valuedouble;
-	cr_assert(now >= before && now <= after, "now %" PRId64 " not in [%" PRId64 ", %" PRId64 "]",
-	          now, before, after);
+	cr_assert(now >= before && now <= after,
+	          "now %" PRId64 " not in [%" PRId64 ", %" PRId64 "]", now, before, after);
 	cr_assert(jstr(o, "random") && strlen(jstr(o, "random")) > 0, "%s", r->output);
 	int64_t other = (int64_t)cJSON_GetObjectItem(o, "other")->valuedouble;
 	cJSON_Delete(o);
@@ -982,11 +988,12 @@ Test(sdk_python, pip_installs_the_package_offline_into_a_fresh_venv_that_serves_
 	snprintf(sdk, sizeof sdk, "%s/sdk/python", top());
 	/* --no-index: nothing may come from the network; the build backend is
 	 * in the package, and requires nothing. */
-	snprintf(cmd, sizeof cmd,
-	         "set -e; python3 -m venv '%s/v'; '%s/v/bin/pip' install --no-index --no-cache-dir "
-	         "--disable-pip-version-check --quiet '%s'; "
-	         "'%s/v/bin/python' -c 'import cairn, sys; print(cairn.__file__, cairn.__version__)'",
-	         dir, dir, sdk, dir);
+	snprintf(
+	    cmd, sizeof cmd,
+	    "set -e; python3 -m venv '%s/v'; '%s/v/bin/pip' install --no-index --no-cache-dir "
+	    "--disable-pip-version-check --quiet '%s'; "
+	    "'%s/v/bin/python' -c 'import cairn, sys; print(cairn.__file__, cairn.__version__)'",
+	    dir, dir, sdk, dir);
 	const char *sh[] = {"sh", "-c", cmd, NULL};
 	char *out;
 	int rc = run_env(sh, NULL, &out);

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Optional, TypeVar
 
 from . import errors
-from ._wire import Lane, RetryPolicy, hello
+from ._wire import PROTOCOL, Lane, RetryPolicy, hello
 from .context import Context
 from .errors import EngineNotFound, ProtocolError, Retry, Stopped
 
@@ -146,7 +146,7 @@ class _Engine:
             log.error("cairn: the engine refused to serve: %s",
                       reply.get("message"))
             return None
-        if reply.get("t") != "welcome":
+        if reply.get("t") != "welcome" or reply.get("protocol") != PROTOCOL:
             self.proc.kill()
             raise ProtocolError(f"the engine answered hello with {reply!r}")
         max_payload = int(reply.get("max_payload") or 0) or self.control.max_payload
