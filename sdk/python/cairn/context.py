@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
+import socket
 import threading
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, NoReturn, Optional, TypeVar
 
 from . import errors
 from ._wire import Duration, Instant, Lane, RetryPolicy, dumps, from_unix_ms, to_ms, to_unix_ms
@@ -19,6 +21,7 @@ from .errors import (ChildFailed, EngineGone, Failed, InvalidArgument, ProtocolE
                      Stopped, WaitTimeout)
 
 T = TypeVar("T")
+log = logging.getLogger("cairn")
 
 
 class Context:
@@ -78,7 +81,9 @@ class Context:
     def _reply(self) -> dict[str, Any]:
         try:
             reply = self._lane.receive()
-        except (OSError, ValueError):
+        except ProtocolError as e:
+            self._broken(str(e))
+        except OSError:
             reply = None
         if reply is None:
             self._stopped = EngineGone("the connection to the engine is closed")
@@ -106,7 +111,20 @@ class Context:
             raise failed(message)
         if t == "timeout":
             raise WaitTimeout("the wait timed out")
-        raise ProtocolError(f"unexpected reply {dumps(reply)[:200]}")
+        self._broken(f"the engine answered {dumps(reply)[:200]}, which the protocol does not allow "
+                     "here")
+
+    def _broken(self, why: str) -> NoReturn:
+        """The engine broke the protocol: this lane ends (the engine sees it
+        close and exits; the runs resume under the next engine), and the
+        execution stops."""
+        log.error("cairn: %s; closing the lane", why)
+        try:
+            self._lane.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._stopped = EngineGone(why)
+        raise self._stopped
 
     # -------------------------------------------------------------- steps
 

@@ -293,6 +293,30 @@ class Calls(unittest.TestCase):
         e.close()
 
 
+class Breaches(unittest.TestCase):
+    def test_a_reply_that_breaks_the_protocol_ends_the_lane_and_stops_the_execution(self):
+        for bad in (b"not json\n", b'{"t":"run_step","attempt":1}\n'):
+            seen = []
+
+            def wf(ctx, i):
+                try:
+                    ctx.now()
+                except cairn.EngineGone as err:
+                    seen.append(err.message)
+                    raise
+            e = Engine(wf)
+            with self.assertLogs("cairn", "ERROR") as logged:
+                e.run()
+                e.expect(op="now")
+                e.eng.sock.sendall(bad)
+                self.assertIsNone(e.eng.receive())  # the SDK closed the lane
+                e.thread.join(5)
+            self.assertIn("closing the lane", logged.output[0])
+            self.assertFalse(e.thread.is_alive())
+            self.assertEqual(len(seen), 1, seen)
+            e.eng.close()
+
+
 class Outcomes(unittest.TestCase):
     def test_retry_asks_for_the_run_again_and_other_exceptions_fail_it(self):
         def wf(ctx, i):
