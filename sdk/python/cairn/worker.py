@@ -117,7 +117,8 @@ class _Engine:
         fds = [b.fileno() for _, b in pairs]
         try:
             # A process group of its own: a terminal's Ctrl-C reaches only
-            # us, and we forward one SIGTERM (a second would cut the drain).
+            # us, and each signal we get becomes one SIGTERM for it (the
+            # terminal's as well would make two, and a second cuts a drain).
             self.proc = subprocess.Popen([binary, "--sdk-fds", ",".join(map(str, fds))],
                                          pass_fds=fds, env=env, stdin=subprocess.DEVNULL,
                                          process_group=0)
@@ -140,6 +141,8 @@ class _Engine:
             reply = self.control.receive()
         except OSError:
             return None
+        except ProtocolError as e:
+            reply = {"t": "not a message", "error": str(e)}
         if reply is None:
             return None
         if reply.get("t") == "refused":
@@ -148,6 +151,8 @@ class _Engine:
             return None
         if reply.get("t") != "welcome" or reply.get("protocol") != PROTOCOL:
             self.proc.kill()
+            self.proc.wait()
+            self.control.close()
             raise ProtocolError(f"the engine answered hello with {reply!r}")
         max_payload = int(reply.get("max_payload") or 0) or self.control.max_payload
         for lane in [self.control, *self.lanes]:
@@ -218,12 +223,14 @@ class Worker:
     # ------------------------------------------------------------- running
 
     def run(self) -> NoReturn:
-        """``serve()``, then exits the process with its status."""
+        """``serve()``, then exits the process with its status (127 when no
+        engine is found, 2 for a bad setting of the SDK's, 1 for an engine
+        that does not speak the protocol)."""
         try:
             status = self.serve()
-        except (EngineNotFound, ValueError) as e:
+        except (errors.CairnError, ValueError) as e:
             print(f"cairn: {e}", file=sys.stderr)
-            status = 127 if isinstance(e, EngineNotFound) else 2
+            status = 127 if isinstance(e, EngineNotFound) else 2 if isinstance(e, ValueError) else 1
         sys.exit(status)
 
     def serve(self) -> int:
