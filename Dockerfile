@@ -14,8 +14,8 @@ FROM debian:12
 COPY scripts/deps.sh /tmp/deps.sh
 RUN sh /tmp/deps.sh --runtime \
     && rm -rf /var/lib/apt/lists/* /tmp/deps.sh \
-    && groupadd --system --gid 10001 cairn \
-    && useradd --system --uid 10001 --gid cairn --no-create-home --shell /usr/sbin/nologin cairn
+    && groupadd --gid 10001 cairn \
+    && useradd --uid 10001 --gid cairn --no-create-home --shell /usr/sbin/nologin cairn
 COPY --from=build /usr/local/bin/cairn /usr/local/bin/cairn-worker /usr/local/bin/
 USER 10001:10001
 # Listening on every interface needs the address other runners reach this

@@ -129,7 +129,11 @@ static const char *str_at(const cJSON *o, const char *path)
 static cJSON *object(cJSON *all, const char *kind)
 {
 	cJSON *o;
-	cJSON_ArrayForEach(o, all) if (strcmp(str_at(o, "kind"), kind) == 0) return o;
+	cJSON_ArrayForEach(o, all)
+	{
+		if (strcmp(str_at(o, "kind"), kind) == 0)
+			return o;
+	}
 	cr_assert_fail("the manifests have no %s", kind);
 	return NULL;
 }
@@ -465,8 +469,10 @@ Test(kubernetes, every_variable_the_manifests_set_is_a_setting_of_the_program_th
 		snprintf(ref, sizeof ref, "$(%s)", name);
 		int used = 0;
 		const cJSON *u;
-		cJSON_ArrayForEach(u, at(w, "env")) used |=
-		    str_at(u, "value") && strstr(str_at(u, "value"), ref) != NULL;
+		cJSON_ArrayForEach(u, at(w, "env"))
+		{
+			used |= str_at(u, "value") && strstr(str_at(u, "value"), ref) != NULL;
+		}
 		cr_assert(used, "the Deployment sets %s, which no setting uses", name);
 	}
 	cr_assert_geq(settings, 8);
@@ -595,8 +601,11 @@ Test(kubernetes, a_worker_with_the_manifests_settings_answers_probes_scrapes_and
 	cJSON *sm = object(all, "ServiceMonitor");
 	const char *mpath = str_at(sm, "spec.endpoints.0.path");
 	const cJSON *v, *token = NULL;
-	cJSON_ArrayForEach(v, at(w, "env")) if (strcmp(str_at(v, "name"), "CAIRN_HTTP_TOKEN") == 0)
-	    token = v;
+	cJSON_ArrayForEach(v, at(w, "env"))
+	{
+		if (strcmp(str_at(v, "name"), "CAIRN_HTTP_TOKEN") == 0)
+			token = v;
+	}
 	cr_assert(token, "the workers have no CAIRN_HTTP_TOKEN");
 	cr_assert_str_eq(str_at(sm, "spec.endpoints.0.authorization.credentials.name"),
 	                 str_at(token, "valueFrom.secretKeyRef.name"));
