@@ -26,9 +26,13 @@ export function formatLine(level: string, msg: string, fields: Record<string, un
 	return line + "\n";
 }
 
-/** Writes a line to standard error when the level passes CAIRN_LOG_LEVEL. */
-export function log(level: "error" | "warn" | "info" | "debug", msg: string, fields: Record<string, unknown> = {}): void {
-	const env = process.env;
+/** Writes a line to standard error when the level passes env's CAIRN_LOG_LEVEL. */
+export function log(
+	level: "error" | "warn" | "info" | "debug",
+	msg: string,
+	fields: Record<string, unknown> = {},
+	env: Record<string, string | undefined> = process.env,
+): void {
 	const max = LEVELS.indexOf(env.CAIRN_LOG_LEVEL || "info");
 	if (LEVELS.indexOf(level) > (max < 0 ? 2 : max)) return;
 	process.stderr.write(formatLine(level, msg, { component: "sdk", ...fields }, env.CAIRN_LOG_FORMAT === "json"));

@@ -96,6 +96,8 @@ export class Worker {
 
 	private async serve(): Promise<number> {
 		const env = engineEnv(this.options.env ?? process.env, this.options.concurrency);
+		const say = (level: "error" | "warn" | "info", msg: string, fields: Record<string, unknown> = {}): void =>
+			log(level, msg, fields, env);
 		const bin = findEngine(this.options.env ?? process.env);
 		const n = laneCount(env);
 		const greeting = hello(
@@ -124,20 +126,20 @@ export class Worker {
 					greeting,
 					(lane, msg) => this.execute(lane, msg),
 					(err) => {
-						log("error", "the engine broke the protocol; killing it", { error: err.message });
+						say("error", "the engine broke the protocol; killing it", { error: err.message });
 						engine.kill("SIGKILL");
 					},
 				);
 				this.engine = engine;
-				log("info", "engine started", { pid: engine.child.pid ?? "", bin, lanes: n });
+				say("info", "engine started", { pid: engine.child.pid ?? "", bin, lanes: n });
 				const welcome = await engine.welcomed;
 				if (welcome)
-					log("info", "engine ready", { pid: engine.child.pid ?? "", protocol: String(welcome.protocol), engine: String(welcome.engine) });
+					say("info", "engine ready", { pid: engine.child.pid ?? "", protocol: String(welcome.protocol), engine: String(welcome.engine) });
 				const status = await engine.exited;
 				this.engine = undefined;
 				if (!welcome || this.stopping) return status;
 				backoff = nextBackoff(backoff, Date.now() - engine.startedAt);
-				log("warn", "the engine exited; starting another", { status, restart_in_ms: backoff });
+				say("warn", "the engine exited; starting another", { status, restart_in_ms: backoff });
 				await this.pause(backoff);
 				if (this.stopping) return 0;
 			}
@@ -162,7 +164,7 @@ export class Worker {
 	private execute(lane: Lane, msg: Incoming): void {
 		const { x, run, workflow } = msg;
 		if (typeof x !== "number" || typeof run !== "number" || typeof workflow !== "string") {
-			log("error", "the engine sent a run without x, run or workflow; killing it");
+			log("error", "the engine sent a run without x, run or workflow; killing it", {}, this.options.env);
 			this.engine?.kill("SIGKILL");
 			return;
 		}
