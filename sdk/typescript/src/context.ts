@@ -9,7 +9,8 @@
  */
 import { CallFailedError, ChildFailedError, InvalidArgumentError, StepFailedError, WaitTimeoutError } from "./errors";
 import { Execution } from "./execution";
-import { RetryPolicy, clip, wirePolicy } from "./wire";
+import { RetryPolicy, wirePolicy } from "./policy";
+import { clip } from "./wire";
 
 /**
  * A step's function: the side-effecting work (call an API, write a row).

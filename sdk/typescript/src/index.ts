@@ -18,7 +18,7 @@
  */
 export { Worker, WorkerOptions, WorkflowFunction, WorkflowOptions } from "./worker";
 export { Context, NameOptions, RunId, StepFunction, WaitOptions } from "./context";
-export { RetryPolicy, RunRetryPolicy } from "./wire";
+export { RetryPolicy, RunRetryPolicy } from "./policy";
 export { Client, ClientOptions, EnqueueOptions, Enqueued, ResultOptions, Run, RunStatus } from "./client";
 export {
 	CairnError,

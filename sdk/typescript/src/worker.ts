@@ -14,7 +14,8 @@ import { Execution } from "./execution";
 import { Lane } from "./lane";
 import { log } from "./log";
 import { SDK_NAME } from "./version";
-import { Incoming, RunRetryPolicy, clip, encode, hello } from "./wire";
+import { RunRetryPolicy } from "./policy";
+import { Incoming, clip, encode, hello } from "./wire";
 
 /** A workflow function: takes the run's input, returns its output (JSON). */
 export type WorkflowFunction<I = any, O = any> = (ctx: Context, input: I) => Promise<O> | O;
@@ -95,6 +96,7 @@ export class Worker {
 	}
 
 	private async serve(): Promise<number> {
+		if (this.flows.size === 0) throw new CairnError("no workflow registered: call worker.workflow(name, fn) before run()");
 		const env = engineEnv(this.options.env ?? process.env, this.options.concurrency);
 		const say = (level: "error" | "warn" | "info", msg: string, fields: Record<string, unknown> = {}): void =>
 			log(level, msg, fields, env);

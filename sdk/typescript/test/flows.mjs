@@ -26,6 +26,7 @@ function nap(ms, signal) {
 const worker = new Worker();
 
 worker.workflow("ts.t.replay", async (ctx) => {
+  effect(ctx, "top"); // once per execution: the function runs again after the sleep
   const a = await ctx.step("a", () => (effect(ctx, "a"), "A"));
   await ctx.sleep(300);
   const b = await ctx.step("b", () => (effect(ctx, "b"), "B"));
