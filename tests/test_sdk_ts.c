@@ -257,10 +257,9 @@ static char *idstr(int64_t id)
 
 static int status_is(env *e, int64_t id, const char *status, int64_t timeout_ms)
 {
-	return tdb_wait_at_leastf(e->c, 1, timeout_ms,
-	                          "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
-	                          " AND status = '%s'",
-	                          id, status);
+	return tdb_wait_at_leastf(
+	    e->c, 1, timeout_ms,
+	    "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64 " AND status = '%s'", id, status);
 }
 
 /* The run's status, output (JSON text) and error once it has finished. */
@@ -298,8 +297,8 @@ static void outcome_free(outcome *o)
 static cJSON *completed(env *e, int64_t id)
 {
 	outcome o = finished(e, id, DEADLINE);
-	tcheck(dump_log, strcmp(o.status, "completed") == 0, "run %" PRId64 " %s: %s", id,
-	       o.status, o.error ? o.error : "");
+	tcheck(dump_log, strcmp(o.status, "completed") == 0, "run %" PRId64 " %s: %s", id, o.status,
+	       o.error ? o.error : "");
 	cJSON *j = cJSON_Parse(o.output ? o.output : "null");
 	cr_assert(j, "output not JSON: %s", o.output);
 	outcome_free(&o);
@@ -501,7 +500,8 @@ static void kill_mid_step(int engine)
 			cr_assert_geq(after, 1);
 			if (was_journaled[i][s])
 				cr_assert_eq(after, before[i][s],
-				             "run %" PRId64 " step %s was journaled at the kill and ran "
+				             "run %" PRId64
+				             " step %s was journaled at the kill and ran "
 				             "again (%d times, %d before)",
 				             ids[i], names[s], after, before[i][s]);
 			else
@@ -710,8 +710,8 @@ Test(sdk_ts, a_child_run_returns_its_output_and_a_failed_child_is_an_error_the_p
 	cr_assert_eq(jnum(out, "y"), 49);
 	cr_assert(strstr(jstr(out, "failed"), "Error: child says no"), "%s", jstr(out, "failed"));
 	cJSON_Delete(out);
-	cr_assert_eq(tdb_intf(e.c, "SELECT count(*) FROM cairn.runs WHERE parent_id = %" PRId64, id),
-	             2);
+	cr_assert_eq(
+	    tdb_intf(e.c, "SELECT count(*) FROM cairn.runs WHERE parent_id = %" PRId64, id), 2);
 	cr_assert_eq(node_stop(&p, SIGTERM), 0);
 	teardown(&e);
 }
@@ -820,10 +820,12 @@ Test(sdk_ts, npm_pack_gives_a_package_that_installs_offline_and_type_checks_with
 	    "  }, policy);\n"
 	    "  const approval = await ctx.waitForSignal<{ by: string }>(\"approval\", { timeoutMs: "
 	    "1000 });\n"
-	    "  return { item: approval.by, tracking, at: await ctx.now(), n: await ctx.random() };\n"
+	    "  return { item: approval.by, tracking, at: await ctx.now(), n: await ctx.random() "
+	    "};\n"
 	    "});\n"
 	    "const client = new Client({ url: \"http://127.0.0.1:1\", token: \"t\" });\n"
-	    "console.log(typeof worker.run, typeof client.enqueue, new StepFailedError(\"m\").name);\n"
+	    "console.log(typeof worker.run, typeof client.enqueue, new "
+	    "StepFailedError(\"m\").name);\n"
 	    "EOF\n"
 	    "tsc -p .; node app.js; "
 	    "node --input-type=module -e 'import { Worker } from \"cairn-sdk\"; "
