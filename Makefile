@@ -44,12 +44,12 @@ SOMAJOR    := $(firstword $(subst ., ,$(VERSION)))
 # `demo` install the dependencies first and then build in a sub-make, which
 # parses it again. Any other goal that compiles stops here, before the
 # compiler, with one line saying what to install when the libraries or the
-# compiler are missing.
+# compiler (or tsc, for the TypeScript SDK) are missing.
 NO_BUILD_GOALS := deps test demo clean format fuzz docs
 ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
-ifneq ($(shell command -v $(firstword $(CC)) >/dev/null 2>&1 && pkg-config --exists $(PKGS) 2>/dev/null && echo ok),ok)
+ifneq ($(shell command -v $(firstword $(CC)) >/dev/null 2>&1 && pkg-config --exists $(PKGS) 2>/dev/null && command -v tsc >/dev/null 2>&1 && echo ok),ok)
 DEPS_MISSING := $(shell sh scripts/deps.sh --check 2>&1)
-DEPS_MISSING := $(or $(DEPS_MISSING),cairn: $(firstword $(CC)) or pkg-config modules $(PKGS) not found; run: make deps)
+DEPS_MISSING := $(or $(DEPS_MISSING),cairn: $(firstword $(CC)), tsc or pkg-config modules $(PKGS) not found; run: make deps)
 $(error $(DEPS_MISSING))
 endif
 endif
