@@ -697,6 +697,22 @@ Test(sdk_ts, a_step_past_its_timeout_is_aborted_and_its_next_attempt_completes)
 	teardown(&e);
 }
 
+Test(sdk_ts, a_workflow_that_throws_retry_run_error_is_retried_from_its_journal)
+{
+	env e;
+	setup(&e);
+	sdkp p;
+	node_start(&p, &e, FLOWS, FLOWS_ENV);
+	int64_t id = enqueue(&e, "ts.t.again", NULL);
+	cJSON *out = completed(&e, id);
+	cr_assert_eq(jnum(out, "attempt"), 2);
+	cJSON_Delete(out);
+	cr_assert_eq(effects(&e, id, "once", NULL), 1, "the journaled step ran again on the retry");
+	cr_assert_eq(tdb_intf(e.c, "SELECT attempt FROM cairn.runs WHERE id = %" PRId64, id), 2);
+	cr_assert_eq(node_stop(&p, SIGTERM), 0);
+	teardown(&e);
+}
+
 /* ------------------------------------------------- composition */
 
 Test(sdk_ts, a_child_run_returns_its_output_and_a_failed_child_is_an_error_the_parent_handles)
@@ -746,6 +762,31 @@ Test(sdk_ts, now_random_patched_events_enqueue_and_send_are_journaled_and_replay
 	free(ev);
 	free(err);
 	cr_assert_eq(node_stop(&p, SIGTERM), 0);
+	teardown(&e);
+}
+
+/* ------------------------------------------------- starting */
+
+Test(sdk_ts, an_engine_that_cannot_start_ends_the_node_process_with_its_status_and_message)
+{
+	env e;
+	setup(&e);
+	const char *const bad[] = {"CAIRN_POLL_INTERVAL=soon", NULL};
+	sdkp p;
+	node_spawn(&p, &e, FLOWS, bad);
+	int st = 0;
+	int64_t deadline = tnow_ms() + 30000;
+	pid_t r = 0;
+	while ((r = waitpid(p.pid, &st, WNOHANG)) == 0 && tnow_ms() < deadline)
+		usleep(10000);
+	live_del(p.pid);
+	tcheck(dump_log, r == p.pid && WIFEXITED(st) && WEXITSTATUS(st) == 2,
+	       "node did not exit 2 (status %d)", st);
+	char *log = tfile_read(p.log);
+	tcheck(dump_log, strstr(log, "CAIRN_POLL_INTERVAL") && strstr(log, "soon"),
+	       "the engine's message is not in the log");
+	free(log);
+	unlink(p.log);
 	teardown(&e);
 }
 

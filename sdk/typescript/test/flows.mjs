@@ -4,7 +4,7 @@
 // names a file whose text changes what ts.t.changing calls (to provoke a
 // non-determinism error on replay).
 import { appendFileSync, readFileSync } from "node:fs";
-import { ChildFailedError, NonRetryableError, StepFailedError, Worker } from "../dist/index.js";
+import { ChildFailedError, NonRetryableError, RetryRunError, StepFailedError, Worker } from "../dist/index.js";
 
 const EFFECTS = process.env.CAIRN_TEST_EFFECTS ?? "/dev/null";
 
@@ -102,6 +102,16 @@ worker.workflow("ts.t.retry", async (ctx) => {
   }
   return { flaky, doomed };
 });
+
+worker.workflow(
+  "ts.t.again",
+  async (ctx) => {
+    await ctx.step("once", () => (effect(ctx, "once", `attempt ${ctx.attempt}`), 1));
+    if (ctx.attempt < 2) throw new RetryRunError(`not yet (attempt ${ctx.attempt})`);
+    return { attempt: ctx.attempt };
+  },
+  { retry: { initialMs: 200, jitter: -1 } },
+);
 
 worker.workflow("ts.t.timeout", async (ctx) => {
   return ctx.step(
