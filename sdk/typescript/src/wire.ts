@@ -8,8 +8,6 @@
 import { InvalidArgumentError, ProtocolError } from "./errors";
 import { RunRetryPolicy, wirePolicy } from "./policy";
 
-export { RetryPolicy, RunRetryPolicy, wirePolicy } from "./policy";
-
 /** The protocol versions this SDK speaks. */
 export const PROTOCOLS = [1];
 

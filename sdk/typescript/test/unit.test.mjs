@@ -7,7 +7,8 @@ import { join } from "node:path";
 import test from "node:test";
 
 import * as sdk from "../dist/index.js";
-import { LineSplitter, decode, encode, hello, toJSON, wirePolicy, clip, MAX_MESSAGE } from "../dist/wire.js";
+import { LineSplitter, decode, encode, hello, toJSON, clip, MAX_MESSAGE } from "../dist/wire.js";
+import { wirePolicy } from "../dist/policy.js";
 import { describe as describeError, stopError } from "../dist/errors.js";
 import { engineEnv, exitStatus, findEngine, laneCount, nextBackoff } from "../dist/engine.js";
 import { formatLine } from "../dist/log.js";
