@@ -119,11 +119,16 @@ deps:
 
 # The TypeScript SDK: compiled by Debian's tsc (node-typescript) into
 # sdk/typescript/dist, which its examples, its tests and `npm pack` use; the
-# same for every build.
+# same for every build. Compiled aside, then each file renamed into place
+# and the files of modules that are gone removed: node processes (a test's,
+# the bench's) may be loading dist/ while it is rebuilt.
 $(TS_SDK): $(wildcard sdk/typescript/src/*.ts) sdk/typescript/tsconfig.json
 	@command -v tsc >/dev/null 2>&1 || { echo "cairn: tsc not found (Debian's node-typescript); run: make deps" >&2; exit 1; }
-	rm -rf sdk/typescript/dist
-	tsc -p sdk/typescript
+	rm -rf sdk/typescript/dist.tmp
+	tsc -p sdk/typescript --outDir sdk/typescript/dist.tmp
+	mkdir -p sdk/typescript/dist
+	for f in sdk/typescript/dist/*; do [ -e "sdk/typescript/dist.tmp/$${f##*/}" ] || rm -f "$$f"; done
+	mv -f sdk/typescript/dist.tmp/* sdk/typescript/dist/ && rmdir sdk/typescript/dist.tmp
 sdk-ts: $(TS_SDK)
 
 # The folders too: a file removed from them changes their time, not the files'.
@@ -291,7 +296,7 @@ chaos: all build/rel/chaos build/rel/tests/plugin_chaos.so
 		--pg-sh tests/pg.sh
 
 clean:
-	rm -rf build bin lib sdk/typescript/dist
+	rm -rf build bin lib sdk/typescript/dist sdk/typescript/dist.tmp
 
 # LIBDIR and SYSCONFDIR follow PREFIX; the Debian package (make deb) sets
 # PREFIX=/usr, which puts the environment file in /etc.
