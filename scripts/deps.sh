@@ -36,8 +36,10 @@ PACKAGES="build-essential pkg-config libpq-dev libcjson-dev libcurl4-openssl-dev
 libsodium-dev libmicrohttpd-dev libcriterion-dev postgresql postgresql-client curl pgbouncer
 xxd chromium chromium-driver libsystemd-dev dpkg-dev lintian man-db groff-base python3-psycopg
 zsh mkdocs mkdocs-material python3-pymdownx python3-venv"
-# The Node example (workers/examples/node) needs node and npm: Debian's,
-# unless both are installed already (from another source, say).
+# The Node example (workers/examples/node) and the TypeScript SDK
+# (sdk/typescript) need node and npm: Debian's, unless both are installed
+# already (from another source, say); the SDK is compiled by Debian's tsc.
+PACKAGES="$PACKAGES node-typescript"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	PACKAGES="$PACKAGES nodejs npm"
 fi
