@@ -240,6 +240,12 @@ $(TEST_FLOWS): tests/plugin_flows.c tests/plugin_conn.h include/cairn.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
 
+# The workflows of the metrics and log tests (test_metrics.c, test_logs.c).
+OBSERVE_PLUGIN := $(OUT)/tests/plugin_observe.so
+$(OBSERVE_PLUGIN): tests/plugin_observe.c include/cairn.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libcjson 2>/dev/null)
+
 # The workload of the chaos driver, loaded the same way.
 CHAOS_PLUGIN := $(OUT)/tests/plugin_chaos.so
 $(CHAOS_PLUGIN): tests/plugin_chaos.c tests/plugin_conn.h include/cairn.h
@@ -247,7 +253,7 @@ $(CHAOS_PLUGIN): tests/plugin_chaos.c tests/plugin_conn.h include/cairn.h
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
 
 test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN) $(TEST_FLOWS) \
-	$(OUT)/chaos $(CHAOS_PLUGIN) $(TS_SDK)
+	$(OBSERVE_PLUGIN) $(OUT)/chaos $(CHAOS_PLUGIN) $(TS_SDK)
 
 # `make test` = dependencies (clang too, for the fuzz targets, and what the
 # vendored Citus needs), Citus built once per machine and installed
