@@ -14,8 +14,8 @@
  * The result replaces the last one under the lock; when the singleton stops
  * (its shard moved, the worker drains) it is dropped, before the fence that
  * lets another worker start the singleton is released, so two workers
- * never publish at once for long (Prometheus sees at most one scrape of
- * each).
+ * never publish at once. Prometheus may still hold the old worker's series
+ * until its next scrape of it: hence max, not sum, over instances.
  */
 #include "backlog.h"
 
@@ -95,15 +95,15 @@ static const char SQL_BACKLOG[] =
     "           (SELECT count(*) FROM busy)) >= $1";
 
 /*
- * The shards no live runner owns, per group: the groups live runners
- * serve, those with leases, and $3 (the backlog's); $1 the runner TTL (ms),
- * $2 the shards per group. A group whose runs no runner serves has every
- * shard unowned.
+ * The shards no live runner owns, per group: of the groups live runners
+ * serve and those with unfinished runs ($3, the backlog's); $1 the runner
+ * TTL (ms), $2 the shards per group. A group whose runs no runner serves
+ * has every shard unowned; a group with neither runners nor runs (one no
+ * longer used) is no one's concern and not shown.
  */
 static const char SQL_UNOWNED[] =
     "WITH gs AS ("
     "  SELECT unnest(r.groups) AS g FROM cairn.runners r WHERE cairn.runner_live(r, $1) "
-    "  UNION SELECT shard_group FROM cairn.shard_leases "
     "  UNION SELECT unnest($3::text[])) "
     "SELECT gs.g, $2::int - (SELECT count(*) FROM cairn.shard_leases l "
     "  JOIN cairn.runners r ON r.id = l.owner "

@@ -212,8 +212,16 @@ Test(metrics, workflows_past_the_configured_number_count_as_other)
 	cr_assert_eq(tmetric_in(text, "cairn_runs_completed_total", "workflow=\"o.ok\""), 1);
 	cr_assert_eq(tmetric_in(text, "cairn_step_failures_total", "workflow=\"other\""), 1);
 	cr_assert_eq(tmetric_in(text, "cairn_runs_started_total", "workflow=\"other\""), 2);
-	cr_assert_null(strstr(text, "o.fail"), "o.fail has a label of its own:\n%s", text);
-	cr_assert_null(strstr(text, "o.retry"), "o.retry has a label of its own:\n%s", text);
+	/* (The backlog's families fold by backlog, not by registration: not these.) */
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncmp(p, "cairn_runs_", 11) != 0 && strncmp(p, "cairn_step_", 11) != 0)
+			continue;
+		size_t n = strcspn(p, "\n");
+		char line[512];
+		snprintf(line, sizeof line, "%.*s", (int)n, p);
+		cr_assert(!strstr(line, "o.fail") && !strstr(line, "o.retry"),
+		          "a workflow past the limit has a label of its own: %s", line);
+	}
 	/* Ten workflows and "other" in each per-workflow family. */
 	int series = 0;
 	for (const char *p = text; (p = strstr(p, "\ncairn_runs_started_total{")); p++)
@@ -403,9 +411,11 @@ Test(metrics, the_backlog_is_published_by_one_worker_and_moves_when_it_stops)
 		if (i != who)
 			cr_assert_eq(tmetric(f.ports[i], "cairn_backlog_runs"), -1,
 			             "worker %d shows the backlog too", i);
+	/* Once the fleet's rebalances have settled, the group it serves has
+	 * every shard owned; the group it does not serve has none. */
+	wait_sample(f.ports[who], "cairn_shards_unowned", "group=\"default\"", 0);
 	char *text = page(f.ports[who]);
 	cr_assert_eq(tmetric_in(text, "cairn_shards_unowned", "group=\"idle\""), 16, "%s", text);
-	cr_assert_eq(tmetric_in(text, "cairn_shards_unowned", "group=\"default\""), 0, "%s", text);
 	cr_assert_eq(tmetric_in(text, "cairn_schedule_lag_seconds", NULL), 0);
 	cr_assert_eq(tmetric_in(text, "cairn_backlog_capped", NULL), 0);
 	double oldest = tmetric_in(text, "cairn_backlog_oldest_due_seconds",
