@@ -404,6 +404,8 @@ static void create_runs(cairn_client *c, const PGresult *res, http_reply *r, int
 			cJSON_AddItemToArray(list, e);
 		}
 	}
+	if (array && cairn_client_warning(c)) /* a batch's, for all its runs */
+		cJSON_AddStringToObject(o, "warning", cairn_client_warning(c));
 	api_reply(r, array || done[0].existed ? 200 : 201, o);
 done:
 	for (int i = 0; done && i < n; i++)

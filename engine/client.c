@@ -110,6 +110,7 @@ void cairn_client_free(cairn_client *c)
 	if (c->conn)
 		PQfinish(c->conn);
 	buf_free(&c->err);
+	buf_free(&c->warning);
 	seal_keys_free(c->own_keys);
 	free(c);
 }
@@ -122,6 +123,11 @@ const char *cairn_client_errmsg(const cairn_client *c)
 const char *cairn_client_errfield(const cairn_client *c)
 {
 	return c ? c->errfield : NULL;
+}
+
+const char *cairn_client_warning(const cairn_client *c)
+{
+	return c && c->warning.len && !c->warning.oom ? buf_str(&c->warning) : NULL;
 }
 
 void cairn_client_set_max_payload(cairn_client *c, size_t bytes)
@@ -569,9 +575,20 @@ static void fresh_key(char out[33])
 	sodium_bin2hex(out, 33, raw, sizeof raw);
 }
 
+/* Adds a new run's warning to the client's (cairn_client_warning), once:
+ * a batch's runs of one group share theirs. */
+static void add_warning(cairn_client *c, const char *w)
+{
+	if (!w || strstr(buf_str(&c->warning), w))
+		return;
+	buf_printf(&c->warning, "%s%s", c->warning.len ? "; " : "", w);
+}
+
 /* Reads the rows of an enqueue into out (as many as n); *missing when a
- * row names no run (its key's run was not found). */
-static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out, int *missing)
+ * row names no run (its key's run was not found). A new run's warning goes
+ * to the client's, and for one run (per_run) to out->warning too. */
+static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out, int per_run,
+                         int *missing)
 {
 	int oom = 0;
 	*missing = PQntuples(r) == 0;
@@ -588,10 +605,13 @@ static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued 
 		e->output = db_get_str(r, i, 3);
 		e->error = db_get_str(r, i, 4);
 		e->held = PQnfields(r) > 5 && db_get_bool(r, i, 5);
-		e->warning = PQnfields(r) > 6 ? db_get_str(r, i, 6) : NULL;
+		int warned = PQnfields(r) > 6 && !PQgetisnull(r, i, 6);
+		if (warned)
+			add_warning(c, PQgetvalue(r, i, 6));
+		e->warning = warned && per_run ? strdup(PQgetvalue(r, i, 6)) : NULL;
 		oom |= (!e->output && !PQgetisnull(r, i, 3)) ||
-		       (!e->error && !PQgetisnull(r, i, 4)) ||
-		       (PQnfields(r) > 6 && !e->warning && !PQgetisnull(r, i, 6));
+		       (!e->error && !PQgetisnull(r, i, 4)) || (warned && per_run && !e->warning) ||
+		       c->warning.oom;
 	}
 	PQclear(r);
 	if (oom)
@@ -681,12 +701,12 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
 		PGresult *r = exec_then(c, &ST_ENQUEUE, 13, p, &ST_WAKE_SHARD, 3, wake);
-		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing) {
+		if (!r || (rc = read_enqueued(c, r, 1, out, 1, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			break;
 		}
 		r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look);
-		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
+		if (!r || (rc = read_enqueued(c, r, 1, out, 1, &missing)) || !missing)
 			rc = r ? rc : client_db_fail(c);
 		else
 			rc = -1;
@@ -708,6 +728,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
                    cairn_enqueued *out, int want_result, enqueue_from from)
 {
+	buf_reset(&c->warning);
 	if (n == 0)
 		return CAIRN_OK;
 	if (n > 100000)
@@ -785,7 +806,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 			rc = enqueue_failed(c);
 			goto done;
 		}
-		if ((rc = read_enqueued(c, r, n, out, &missing)) || !missing)
+		if ((rc = read_enqueued(c, r, n, out, 0, &missing)) || !missing)
 			goto release;
 	}
 	rc = raced(c);
@@ -819,6 +840,8 @@ int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
 	/* out[i] may be uninitialised: give enqueue() NULLs to clear. */
 	for (size_t i = 0; i < n && n <= 100000; i++)
 		out[i].output = out[i].error = out[i].warning = NULL;
+	/* Its warning is the client's (cairn_client_warning), so that its
+	 * results need no clearing. */
 	return enqueue(c, workflow, n, opts, out, 0, (enqueue_from){0, NULL});
 }
 

@@ -72,6 +72,7 @@ struct cairn_client {
 	PGconn *conn;
 	unsigned char stmt[CLIENT_NSTMTS]; /* STMT_*, per statement */
 	buf err;
+	buf warning; /* of the last enqueue: cairn_client_warning */
 	size_t max_payload;
 	db_settings settings;  /* cairn.settings, read once; settings.shards is 0 until read */
 	int jit_off;           /* this session will not JIT-compile (see enqueue) */

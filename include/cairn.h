@@ -193,8 +193,9 @@ typedef struct cairn_enqueue_opts {
  * accepted and waits, and the text names the workflow and what happens
  * (`no worker has ever served workflow "x": the run waits in group
  * "default" until one does, ...`). NULL otherwise, and for an existing run.
- * Owned like output and error: cairn_enqueued_clear() frees it, also after
- * cairn_enqueue_batch().
+ * Owned like output and error: cairn_enqueued_clear() frees it.
+ * cairn_enqueue_batch() leaves it NULL too (its results need no clearing):
+ * a batch's warnings are cairn_client_warning()'s.
  */
 typedef struct cairn_enqueued {
 	int64_t id;      /* the run's id */
@@ -227,11 +228,19 @@ int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opt
 void cairn_enqueued_clear(cairn_enqueued *e);
 
 /*
+ * The warnings of the new runs of the last cairn_enqueue() or
+ * cairn_enqueue_batch() on c (see cairn_enqueued.warning), distinct ones
+ * joined by "; ", or NULL when there were none. Owned by c, valid until the
+ * next call on c.
+ */
+const char *cairn_client_warning(const cairn_client *c);
+
+/*
  * Enqueues n runs of one workflow in one transaction (one statement). opts[i]
  * is run i; out[i] receives its id, existed and status (output and error stay
  * NULL). Either every run is validated and written or, on an error, nothing
- * is. Each run is routed as cairn_enqueue routes it; a result's warning
- * (see cairn_enqueued) is the caller's to free with cairn_enqueued_clear().
+ * is. Each run is routed as cairn_enqueue routes it, and the warnings of
+ * its new runs are cairn_client_warning()'s; its results need no clearing.
  */
 int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
                         const cairn_enqueue_opts *opts, cairn_enqueued *out);
