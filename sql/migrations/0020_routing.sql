@@ -214,10 +214,13 @@ BEGIN
     -- commits lets the run go at the owner's next sweep.
     v_held := concurrency_key IS NOT NULL
         AND cairn.flow_active(workflow, concurrency_key) >= cairn.flow_cap(workflow);
+    -- A new run's warning is also its error: why it waits, until a worker
+    -- takes it (as the C client writes it).
     INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts,
-                                 scheduled_at, start_at, concurrency_key, priority, held)
+                                 scheduled_at, start_at, concurrency_key, priority, held, error)
     VALUES (workflow, v_key, v_group, v_shard, v_input, coalesce(max_attempts, 3),
-            v_at, CASE WHEN v_held THEN NULL ELSE v_at END, concurrency_key, priority, v_held)
+            v_at, CASE WHEN v_held THEN NULL ELSE v_at END, concurrency_key, priority, v_held,
+            v_warning)
     ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING
     RETURNING r.id INTO id;
     IF id IS NOT NULL THEN
