@@ -65,8 +65,18 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
-#define CLIENT_NSTMTS 4
+#define CLIENT_NSTMTS 6
 enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
+
+/* A route a client used (client.c, route_cached): runs of workflow
+ * enqueued with group asked ("": none) and prefer ("": none) went to
+ * group, which serves it, at at_ms (monotonic; 0: empty). */
+#define CLIENT_ROUTES       8
+#define CLIENT_ROUTE_TTL_MS 1000
+typedef struct client_route {
+	char workflow[129], asked[129], prefer[129], group[129];
+	int64_t at_ms;
+} client_route;
 
 struct cairn_client {
 	PGconn *conn;
@@ -78,7 +88,10 @@ struct cairn_client {
 	int jit_off;           /* this session will not JIT-compile (see enqueue) */
 	const char *errfield;  /* static: the field a CAIRN_EINVAL rejected, or NULL */
 	const seal_keys *keys; /* what it seals with (seal.h); NULL: plaintext */
-	seal_keys *own_keys;   /* keys it parsed itself, which it frees */
+	client_route routes[CLIENT_ROUTES];
+	unsigned next_route;
+	char routed[129];    /* the group the last routed enqueue of one run chose */
+	seal_keys *own_keys; /* keys it parsed itself, which it frees */
 };
 
 /* Sets the handle's error message (and no error field) and returns code. */
