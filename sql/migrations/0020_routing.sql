@@ -199,8 +199,6 @@ BEGIN
             'delay (%s) and run_at (%s) cannot be used together: set at most one of them',
             delay, run_at));
     END IF;
-    SELECT r.shard_group, r.warning INTO v_group, v_warning
-      FROM cairn.route(workflow, shard_group, NULL, coalesce(require_served, false)) r;
     v_at := coalesce(run_at, now() + coalesce(delay, interval '0'));
     -- As cairn.shards_per_group(), read here: a call of it costs more than the read.
     v_shard := cairn.shard_of(coalesce(concurrency_key, v_key), (SELECT value::integer FROM cairn.settings
@@ -214,15 +212,16 @@ BEGIN
     -- commits lets the run go at the owner's next sweep.
     v_held := concurrency_key IS NOT NULL
         AND cairn.flow_active(workflow, concurrency_key) >= cairn.flow_cap(workflow);
-    -- A new run's warning is also its error: why it waits, until a worker
-    -- takes it (as the C client writes it).
+    -- Routed in the INSERT itself (one statement, as the C client's); a new
+    -- run's warning is also its error: why it waits, until a worker takes it.
     INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts,
                                  scheduled_at, start_at, concurrency_key, priority, held, error)
-    VALUES (workflow, v_key, v_group, v_shard, v_input, coalesce(max_attempts, 3),
-            v_at, CASE WHEN v_held THEN NULL ELSE v_at END, concurrency_key, priority, v_held,
-            v_warning)
+    SELECT workflow, v_key, rt.shard_group, v_shard, v_input, coalesce(max_attempts, 3),
+           v_at, CASE WHEN v_held THEN NULL ELSE v_at END, concurrency_key, priority, v_held,
+           rt.warning
+      FROM cairn.route(workflow, shard_group, NULL, coalesce(require_served, false)) rt
     ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING
-    RETURNING r.id INTO id;
+    RETURNING r.id, r.shard_group, r.error INTO id, v_group, v_warning;
     IF id IS NOT NULL THEN
         existed := false;
         warning := v_warning;
