@@ -158,7 +158,8 @@ static const char SQL_REGISTER[] =
     "         last_seen = now(), live_until = greatest(w.live_until, excluded.live_until)) "
     "SELECT id FROM r";
 
-/* $1 the runner, $2 as $8 above. A row someone deleted comes back. */
+/* $1 the runner, $2 as $8 above; rows refreshed less than $3 ms ago (by
+ * another runner) are left as they are. A row someone deleted comes back. */
 static const char SQL_SERVED_REFRESH[] =
     "INSERT INTO cairn.workflows AS w (workflow, shard_group, runtime, live_until) "
     "SELECT rw.workflow, rw.shard_group, rw.runtime, now() + $2 * interval '1 millisecond' "
