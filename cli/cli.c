@@ -148,6 +148,19 @@ const char *cli_time(int64_t ms, char out[32])
 	return out;
 }
 
+const char *cli_age(int64_t ms, char out[32])
+{
+	if (ms < 1000)
+		snprintf(out, 32, "%" PRId64 "ms", ms);
+	else if (ms < 60000)
+		snprintf(out, 32, "%" PRId64 ".%" PRId64 "s", ms / 1000, ms % 1000 / 100);
+	else if (ms < 3600000)
+		snprintf(out, 32, "%" PRId64 "m%" PRId64 "s", ms / 60000, ms % 60000 / 1000);
+	else
+		snprintf(out, 32, "%" PRId64 "h%" PRId64 "m", ms / 3600000, ms % 3600000 / 60000);
+	return out;
+}
+
 void cli_json_add_raw(cJSON *obj, const char *key, const char *json_text)
 {
 	cJSON *v = json_text ? cJSON_Parse(json_text) : NULL;

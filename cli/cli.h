@@ -63,6 +63,8 @@ int cli_count(const char *s, int *out, char *err);
 void cli_print_json(cJSON *doc);
 /* Formats unix ms as RFC 3339 UTC into out (at least 32 bytes); "-" for 0. */
 const char *cli_time(int64_t ms, char out[32]);
+/* An age for a table: 350ms, 4.2s, 3m12s, 2h5m. */
+const char *cli_age(int64_t ms, char out[32]);
 /* Adds text JSON as a value (or null) under key. */
 void cli_json_add_raw(cJSON *obj, const char *key, const char *json_text);
 /* What of a record (cairn.h: cairn_run, cairn_step_info ...) did not

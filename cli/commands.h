@@ -51,6 +51,8 @@ int cmd_runners(int argc, char **argv); /* runners.c */
 extern const cli_opt RUNNERS_OPTS[];
 int cmd_shards(int argc, char **argv); /* shards.c */
 extern const cli_opt SHARDS_OPTS[];
+int cmd_workflows(int argc, char **argv); /* workflows.c */
+extern const cli_opt WORKFLOWS_OPTS[];
 int cmd_schedule(int argc, char **argv); /* schedule.c */
 extern const cli_opt SCHEDULE_OPTS[];
 extern const char *const SCHEDULE_SUBS[];

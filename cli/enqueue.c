@@ -13,11 +13,11 @@
 #include "commands.h"
 #include "parse.h"
 
-const cli_opt ENQUEUE_OPTS[] = {
-    {"key", 1},          {"input", 1}, {"delay", 1}, {"at", 1},
-    {"max-attempts", 1}, {"group", 1}, {"wait", 0},  {"timeout", 1},
-    {"json", 0},         {"db", 1},    {"help", 0},  {"concurrency-key", 1},
-    {"priority", 1},     {NULL, 0}};
+const cli_opt ENQUEUE_OPTS[] = {{"key", 1},      {"input", 1},          {"delay", 1},
+                                {"at", 1},       {"max-attempts", 1},   {"group", 1},
+                                {"wait", 0},     {"timeout", 1},        {"json", 0},
+                                {"db", 1},       {"help", 0},           {"concurrency-key", 1},
+                                {"priority", 1}, {"require-served", 0}, {NULL, 0}};
 
 int cmd_enqueue(int argc, char **argv)
 {
@@ -25,19 +25,26 @@ int cmd_enqueue(int argc, char **argv)
 	    "usage: cairn enqueue WORKFLOW [--key K] [--input JSON | --input @FILE]\n"
 	    "                     [--delay DURATION | --at TIME] [--max-attempts N]\n"
 	    "                     [--group G] [--concurrency-key K] [--priority P]\n"
-	    "                     [--wait [--timeout DURATION]] [--json]\n"
+	    "                     [--require-served] [--wait [--timeout DURATION]] [--json]\n"
 	    "\n"
 	    "Enqueues a run of WORKFLOW and prints its id. The same (WORKFLOW, KEY)\n"
 	    "again writes nothing, prints the id of the existing run and says so on\n"
 	    "stderr with its status and, if it has finished, its output or error\n"
 	    "(exit 0).\n"
 	    "\n"
+	    "Without --group the run goes to the shard group whose workers serve\n"
+	    "WORKFLOW (`cairn workflows`). A workflow that no worker has ever served\n"
+	    "(in the group named) is accepted with a warning on stderr that names it,\n"
+	    "and waits; --require-served refuses it instead (exit 3, nothing written).\n"
+	    "\n"
 	    "  --key K           idempotency key (default: a unique generated key)\n"
 	    "  --input JSON      the run's input as JSON text, or @FILE to read it\n"
 	    "  --delay DURATION  start no earlier than now + DURATION (500ms, 30s, 5m, 1h)\n"
 	    "  --at TIME         start no earlier than TIME (RFC 3339, 2026-12-24T10:00:00Z)\n"
 	    "  --max-attempts N  attempts before the run fails for good (1-1000; default 3)\n"
-	    "  --group G         shard group (default: default)\n"
+	    "  --group G         shard group (default: the group that serves WORKFLOW,\n"
+	    "                    else default)\n"
+	    "  --require-served  refuse the run if its group has never served WORKFLOW\n"
 	    "  --concurrency-key K\n"
 	    "                    flow control: the run lives in the shard of K, and the\n"
 	    "                    workflow's key limits (cairn limit) count it under K\n"
@@ -48,9 +55,10 @@ int cmd_enqueue(int argc, char **argv)
 	    "                    has finished returns its result at once\n"
 	    "  --timeout D       with --wait: give up after D (default 30s; exit 4)\n"
 	    "  --json            print {\"id\", \"existed\", \"status\", \"held\", \"output\",\n"
-	    "                    \"error\"} (held: waiting for a slot of its concurrency key;\n"
-	    "                    output and error: of an existing finished run, else\n"
-	    "                    null; with --wait: the result)\n" COMMON_HELP;
+	    "                    \"error\", \"warning\"} (held: waiting for a slot of its\n"
+	    "                    concurrency key; output and error: of an existing finished\n"
+	    "                    run, else null; warning: the one above, else null; with\n"
+	    "                    --wait: the result)\n" COMMON_HELP;
 	cli_args a = {ENQUEUE_OPTS, {0}, {0}, 0};
 	if (cli_parse("enqueue", argc, argv, &a))
 		return EXIT_USAGE;
@@ -67,6 +75,7 @@ int cmd_enqueue(int argc, char **argv)
 	o.key = cli_get(&a, "key");
 	o.group = cli_get(&a, "group");
 	o.concurrency_key = cli_get(&a, "concurrency-key");
+	o.require_served = cli_has(&a, "require-served");
 	int64_t prio = 0;
 	if (cli_has(&a, "priority") && parse_int(cli_get(&a, "priority"), -CAIRN_PRIORITY_MAX,
 	                                         CAIRN_PRIORITY_MAX, &prio, err) < 0)
@@ -108,6 +117,8 @@ int cmd_enqueue(int argc, char **argv)
 	cairn_enqueued res;
 	int rc = cairn_enqueue(c, workflow, &o, &res);
 	int json = cli_has(&a, "json");
+	if (!rc && res.warning)
+		fprintf(stderr, "cairn enqueue: warning: %s\n", res.warning);
 	if (rc) {
 		code = cli_fail("enqueue", c, rc, fields);
 	} else if (cli_has(&a, "wait")) {
@@ -133,6 +144,10 @@ int cmd_enqueue(int argc, char **argv)
 			cJSON_AddStringToObject(d, "error", res.error);
 		else
 			cJSON_AddNullToObject(d, "error");
+		if (res.warning)
+			cJSON_AddStringToObject(d, "warning", res.warning);
+		else
+			cJSON_AddNullToObject(d, "warning");
 		cli_json_add_unreadable(d, CLI_LOCK(&res), NULL);
 		cli_print_json(d);
 	} else {

@@ -47,6 +47,8 @@ const cli_cmd CLI_CMDS[] = {
     {"runners", "list the registered runners and whether they are live", cmd_runners, RUNNERS_OPTS,
      NULL},
     {"shards", "show the owner and epoch of each shard", cmd_shards, SHARDS_OPTS, NULL},
+    {"workflows", "list the workflows, the groups and runners that serve them", cmd_workflows,
+     WORKFLOWS_OPTS, NULL},
     {"schedule", "create, list, pause, resume and delete cron schedules", cmd_schedule,
      SCHEDULE_OPTS, SCHEDULE_SUBS},
     {"limit", "flow control: per-key concurrency and rate limits of a workflow", cmd_limit,

@@ -12,21 +12,7 @@
 #include "commands.h"
 #include "parse.h"
 
-/* A heartbeat age for a table: 350ms, 4.2s, 3m12s, 2h5m. */
-static const char *fmt_age(int64_t ms, char out[32])
-{
-	if (ms < 1000)
-		snprintf(out, 32, "%" PRId64 "ms", ms);
-	else if (ms < 60000)
-		snprintf(out, 32, "%" PRId64 ".%" PRId64 "s", ms / 1000, ms % 1000 / 100);
-	else if (ms < 3600000)
-		snprintf(out, 32, "%" PRId64 "m%" PRId64 "s", ms / 60000, ms % 60000 / 1000);
-	else
-		snprintf(out, 32, "%" PRId64 "h%" PRId64 "m", ms / 3600000, ms % 3600000 / 60000);
-	return out;
-}
-
-/* The comma-separated groups of a runner as a JSON array of strings. */
+/* A comma-separated list (groups, runtimes) as a JSON array of strings. */
 static cJSON *groups_json(const char *groups)
 {
 	cJSON *arr = cJSON_CreateArray();
@@ -51,8 +37,8 @@ int cmd_runners(int argc, char **argv)
 	    "Lists the runners registered in cairn.runners: id, name, address,\n"
 	    "version, whether the health checker holds it healthy, whether it is\n"
 	    "live (heartbeat younger than the TTL and its lease connection present\n"
-	    "in pg_stat_activity), the age of its last heartbeat and how many shards\n"
-	    "it owns.\n"
+	    "in pg_stat_activity), the age of its last heartbeat, how many shards\n"
+	    "it owns and the runtimes of the workflows it serves (c, python 3.11.2).\n"
 	    "\n"
 	    "  --ttl DURATION    heartbeat age after which a runner is not live\n"
 	    "                    (1ms-365d; default 10s, as CAIRN_RUNNER_TTL)\n"
@@ -96,18 +82,19 @@ int cmd_runners(int argc, char **argv)
 			                        (double)r[i].heartbeat_age_ms);
 			cJSON_AddStringToObject(o, "started_at", cli_time(r[i].started_unix_ms, t));
 			cJSON_AddNumberToObject(o, "shards", r[i].shards);
+			cJSON_AddItemToObject(o, "runtimes", groups_json(r[i].runtimes));
 			cJSON_AddItemToArray(arr, o);
 		}
 		cli_print_json(arr);
 	} else {
-		printf("%-8s %-20s %-22s %-8s %-7s %-4s %-13s %s\n", "ID", "NAME", "ADDRESS",
-		       "VERSION", "HEALTHY", "LIVE", "HEARTBEAT_AGE", "SHARDS");
+		printf("%-8s %-20s %-22s %-8s %-7s %-4s %-13s %-6s %s\n", "ID", "NAME", "ADDRESS",
+		       "VERSION", "HEALTHY", "LIVE", "HEARTBEAT_AGE", "SHARDS", "RUNTIMES");
 		for (size_t i = 0; i < n; i++) {
 			char age[32];
-			printf("%-8" PRId64 " %-20s %-22s %-8s %-7s %-4s %-13s %d\n", r[i].id,
+			printf("%-8" PRId64 " %-20s %-22s %-8s %-7s %-4s %-13s %-6d %s\n", r[i].id,
 			       r[i].name, r[i].address, r[i].version, r[i].healthy ? "yes" : "no",
-			       r[i].live ? "yes" : "no", fmt_age(r[i].heartbeat_age_ms, age),
-			       r[i].shards);
+			       r[i].live ? "yes" : "no", cli_age(r[i].heartbeat_age_ms, age),
+			       r[i].shards, *r[i].runtimes ? r[i].runtimes : "-");
 		}
 	}
 	cairn_runner_list_free(r, n);

@@ -40,7 +40,9 @@ int cmd_status(int argc, char **argv)
 	    "usage: cairn status RUN [--json]\n"
 	    "\n"
 	    "Shows RUN: workflow, key, shard, status, attempts, timestamps, input,\n"
-	    "output or error, its parent and children, and its journal so far. A value\n"
+	    "output or error, its parent and children, and its journal so far; the\n"
+	    "runtime that serves its workflow (c, python 3.11.2, ...) and, for a run\n"
+	    "that no live worker of its group serves, why it waits. A value\n"
 	    "that does not open (its key is not configured, or it does not authenticate\n"
 	    "under it) shows as unreadable, and why (--json: null, named in\n"
 	    "\"unreadable\"); the rest of the run reads as usual, and it exits 0.\n"
@@ -64,6 +66,14 @@ int cmd_status(int argc, char **argv)
 		code = cli_fail("status", c, rc, NULL);
 	} else if (cli_has(&a, "json")) {
 		cJSON *o = cli_run_json(r);
+		if (r->runtime)
+			cJSON_AddStringToObject(o, "runtime", r->runtime);
+		else
+			cJSON_AddNullToObject(o, "runtime");
+		if (r->unserved)
+			cJSON_AddStringToObject(o, "unserved", r->unserved);
+		else
+			cJSON_AddNullToObject(o, "unserved");
 		if (r->parent_id)
 			cJSON_AddNumberToObject(o, "parent", (double)r->parent_id);
 		else
@@ -115,6 +125,10 @@ int cmd_status(int argc, char **argv)
 		       r->held ? ", held: waiting for a slot of its concurrency key" : "",
 		       r->cancel_requested && !r->finished_unix_ms ? ", cancel requested" : "",
 		       r->attempt, r->max_attempts);
+		printf("  runtime    %s\n",
+		       r->runtime ? r->runtime : "- (no worker has served it)");
+		if (r->unserved)
+			printf("  waiting    %s\n", r->unserved);
 		if (r->waiting_for)
 			printf("  waiting    for %s\n", r->waiting_for);
 		if (r->concurrency_key)

@@ -223,6 +223,10 @@ static cJSON *run_json(const cairn_run *x)
 	cJSON_AddBoolToObject(o, "held", x->held);
 	if (x->waiting_for)
 		cJSON_AddStringToObject(o, "waiting_for", x->waiting_for);
+	if (x->runtime)
+		cJSON_AddStringToObject(o, "runtime", x->runtime);
+	if (x->unserved)
+		cJSON_AddStringToObject(o, "unserved", x->unserved);
 	cli_json_add_raw(o, "input", x->input);
 	cli_json_add_raw(o, "output", x->output);
 	if (x->error)
@@ -552,10 +556,53 @@ static int fleet_runners(ui *u, cJSON *doc)
 		cJSON_AddNumberToObject(o, "heartbeat_age_ms", (double)v[i].heartbeat_age_ms);
 		cJSON_AddNumberToObject(o, "started_at", (double)v[i].started_unix_ms);
 		cJSON_AddNumberToObject(o, "shards", v[i].shards);
+		cJSON_AddStringToObject(o, "runtimes", v[i].runtimes);
 		cJSON_AddItemToArray(a, o);
 	}
 	cairn_runner_list_free(v, n);
 	return CAIRN_OK;
+}
+
+/* ------------------------------------------------------------ workflows */
+
+/* workflows: what `cairn workflows --json` shows, one entry per (workflow,
+ * group), with times as Unix ms. */
+static void api_workflows(ui *u, const http_request *q, http_reply *r)
+{
+	static const char *const allowed[] = {NULL};
+	if (check_params(q, r, allowed))
+		return;
+	cairn_workflow_info *v;
+	size_t n;
+	int rc = cairn_workflow_list(u->c, RUNNER_TTL, &v, &n);
+	if (rc)
+		return reply_client(r, u->c, rc);
+	cJSON *doc = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(doc, "workflows");
+	for (size_t i = 0; i < n; i++) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "workflow", v[i].workflow);
+		cJSON_AddStringToObject(o, "group", v[i].group);
+		if (v[i].runtime)
+			cJSON_AddStringToObject(o, "runtime", v[i].runtime);
+		else
+			cJSON_AddNullToObject(o, "runtime");
+		cJSON_AddBoolToObject(o, "served", v[i].served);
+		cJSON *rs = cJSON_AddArrayToObject(o, "runners");
+		for (size_t k = 0; k < v[i].nrunners; k++) {
+			cJSON *x = cJSON_CreateObject();
+			cJSON_AddNumberToObject(x, "id", (double)v[i].runners[k].id);
+			cJSON_AddStringToObject(x, "name", v[i].runners[k].name);
+			cJSON_AddStringToObject(x, "runtime", v[i].runners[k].runtime);
+			cJSON_AddItemToArray(rs, x);
+		}
+		cJSON_AddNumberToObject(o, "group_live_runners", v[i].group_live_runners);
+		cJSON_AddNumberToObject(o, "last_seen", (double)v[i].last_seen_unix_ms);
+		cJSON_AddNumberToObject(o, "last_seen_age_ms", (double)v[i].last_seen_age_ms);
+		cJSON_AddNumberToObject(o, "waiting", (double)v[i].waiting);
+		cJSON_AddItemToArray(a, o);
+	}
+	cairn_workflow_list_free(v, n);
+	reply_json(r, 200, doc);
 }
 
 static int moved_later(const void *a, const void *b)
@@ -808,11 +855,11 @@ static void handle_locked(ui *u, const http_request *q, http_reply *r)
 		const char *path;
 		int post;
 		void (*fn)(ui *, const http_request *, http_reply *);
-	} routes[] = {{"/api/runs", 0, api_runs},         {"/api/runs/counts", 0, api_counts},
-	              {"/api/runs/bulk", 1, api_bulk},    {"/api/run", 0, api_run},
-	              {"/api/run/cancel", 1, api_cancel}, {"/api/run/retry", 1, api_retry},
-	              {"/api/run/signal", 1, api_signal}, {"/api/fleet", 0, api_fleet},
-	              {"/api/stats", 0, api_stats}};
+	} routes[] = {{"/api/runs", 0, api_runs},           {"/api/runs/counts", 0, api_counts},
+	              {"/api/runs/bulk", 1, api_bulk},      {"/api/run", 0, api_run},
+	              {"/api/run/cancel", 1, api_cancel},   {"/api/run/retry", 1, api_retry},
+	              {"/api/run/signal", 1, api_signal},   {"/api/fleet", 0, api_fleet},
+	              {"/api/workflows", 0, api_workflows}, {"/api/stats", 0, api_stats}};
 	for (size_t i = 0; api && i < sizeof routes / sizeof routes[0]; i++) {
 		if (strcmp(routes[i].path, path) != 0)
 			continue;

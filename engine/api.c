@@ -224,10 +224,12 @@ static const char SQL_SPLIT[] =
     "       e->>'max_attempts', jsonb_typeof(e->'max_attempts'), "
     "       e->>'concurrency_key', jsonb_typeof(e->'concurrency_key'), "
     "       e->>'priority', jsonb_typeof(e->'priority'), "
+    "       e->>'require_served', jsonb_typeof(e->'require_served'), "
     "       (SELECT string_agg(k, ', ') FROM jsonb_object_keys(CASE WHEN jsonb_typeof(e) = "
     "          'object' THEN e END) k "
     "        WHERE k NOT IN ('workflow', 'input', 'key', 'group', 'delay', 'run_at', "
-    "                        'max_attempts', 'concurrency_key', 'priority')), "
+    "                        'max_attempts', 'concurrency_key', 'priority', "
+    "                        'require_served')), "
     "       jsonb_typeof($1::jsonb) = 'array' "
     "FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb) = 'array' THEN $1::jsonb "
     "                               ELSE jsonb_build_array($1::jsonb) END) "
@@ -254,6 +256,8 @@ enum {
 	SP_CKEY_T,
 	SP_PRIO,
 	SP_PRIO_T,
+	SP_REQ,
+	SP_REQ_T,
 	SP_UNKNOWN,
 	SP_ARRAY
 };
@@ -284,13 +288,14 @@ static int run_opts(const PGresult *res, int i, const char **workflow, cairn_enq
 	if (!db_get_bool(res, i, SP_OBJECT)) {
 		snprintf(why, n,
 		         "a run must be a JSON object with workflow and, optionally, input, "
-		         "key, group, delay, run_at, max_attempts, concurrency_key, priority");
+		         "key, group, delay, run_at, max_attempts, concurrency_key, priority, "
+		         "require_served");
 		return -1;
 	}
 	if (!PQgetisnull(res, i, SP_UNKNOWN)) {
 		snprintf(why, n,
 		         "unknown field %s: expected workflow, input, key, group, delay, "
-		         "run_at, max_attempts, concurrency_key, priority",
+		         "run_at, max_attempts, concurrency_key, priority, require_served",
 		         PQgetvalue(res, i, SP_UNKNOWN));
 		return -1;
 	}
@@ -303,6 +308,13 @@ static int run_opts(const PGresult *res, int i, const char **workflow, cairn_enq
 	const char *maxa = field(res, i, SP_MAXA, 1, "max_attempts", why, n);
 	o->concurrency_key = field(res, i, SP_CKEY, 0, "concurrency_key", why, n);
 	const char *prio = field(res, i, SP_PRIO, 1, "priority", why, n);
+	if (!why[0] && !PQgetisnull(res, i, SP_REQ_T) &&
+	    strcmp(PQgetvalue(res, i, SP_REQ_T), "boolean") != 0 &&
+	    strcmp(PQgetvalue(res, i, SP_REQ_T), "null") != 0)
+		snprintf(why, n, "require_served is a JSON %s: expected true or false",
+		         PQgetvalue(res, i, SP_REQ_T));
+	o->require_served =
+	    !PQgetisnull(res, i, SP_REQ) && strcmp(PQgetvalue(res, i, SP_REQ), "true") == 0;
 	if (why[0])
 		return -1;
 	if (!*workflow) {
@@ -382,6 +394,8 @@ static void create_runs(cairn_client *c, const PGresult *res, http_reply *r, int
 		cJSON_AddBoolToObject(e, "existed", done[i].existed);
 		cJSON_AddBoolToObject(e, "held", done[i].held);
 		cJSON_AddStringToObject(e, "status", done[i].status);
+		if (done[i].warning)
+			cJSON_AddStringToObject(e, "warning", done[i].warning);
 		if (!array) {
 			add_raw(e, "output", done[i].output);
 			add_str(e, "error", done[i].error);
@@ -390,6 +404,8 @@ static void create_runs(cairn_client *c, const PGresult *res, http_reply *r, int
 			cJSON_AddItemToArray(list, e);
 		}
 	}
+	if (array && cairn_client_warning(c)) /* a batch's, for all its runs */
+		cJSON_AddStringToObject(o, "warning", cairn_client_warning(c));
 	api_reply(r, array || done[0].existed ? 200 : 201, o);
 done:
 	for (int i = 0; done && i < n; i++)

@@ -110,6 +110,7 @@ void cairn_client_free(cairn_client *c)
 	if (c->conn)
 		PQfinish(c->conn);
 	buf_free(&c->err);
+	buf_free(&c->warning);
 	seal_keys_free(c->own_keys);
 	free(c);
 }
@@ -122,6 +123,11 @@ const char *cairn_client_errmsg(const cairn_client *c)
 const char *cairn_client_errfield(const cairn_client *c)
 {
 	return c ? c->errfield : NULL;
+}
+
+const char *cairn_client_warning(const cairn_client *c)
+{
+	return c && c->warning.len && !c->warning.oom ? buf_str(&c->warning) : NULL;
 }
 
 void cairn_client_set_max_payload(cairn_client *c, size_t bytes)
@@ -284,20 +290,39 @@ int client_schema_version(cairn_client *c)
 #define WAKE_NO_DISK "set_config('synchronous_commit', 'off', true)"
 /* The owners to wake: idle ones, and every one for a cancel (wake: $n). */
 #define WAKE_OWNER(wake) "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR " wake " <> '') "
-/* The run of an enqueue: $1 group, $2 shard, $3 "" or CAIRN_WAKE_CANCEL, $4
- * workflow and $5 key of the run (an existing one, for a key that existed). */
+/* The run of an enqueue: $1 group (NULL: the group cairn.route gives
+ * workflow $4 with $6 preferred, as it gave the enqueue just before), $2
+ * shard, $3 "" or CAIRN_WAKE_CANCEL, $4 workflow and $5 key of the run (an
+ * existing one, for a key that existed). The lease is found by its key
+ * first, as before routing: a statement that found the run by its key
+ * first was planned, generically, on the empty table of a fresh database
+ * and then read every run (1 ms a wake-up at 10,000 runs); the route reads
+ * the small cairn.workflows (10 us). */
+#define WAKE_OWNER_3 WAKE_OWNER("$3")
 static const db_stmt ST_WAKE_SHARD = {
     "cairn_wake_shard",
     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $3 || "
     "         coalesce(' ' || (SELECT r.id FROM cairn.runs r WHERE r.workflow = $4 "
     "                          AND r.key = $5), ''))), " WAKE_NO_DISK " "
-    "FROM cairn.shard_leases l " WAKE_OWNER("$3") "WHERE l.shard_group = $1 AND l.shard = $2"};
-/* Shards: $1 groups, $2 shards, $3 as above; for every due run there. */
+    "FROM cairn.shard_leases l " WAKE_OWNER_3
+    "WHERE l.shard_group = coalesce($1, (SELECT shard_group FROM cairn.route($4, NULL, $6))) "
+    "  AND l.shard = $2"};
+/* With the group known ($1): as before routing. */
+static const db_stmt ST_WAKE_TO = {
+    "cairn_wake_to",
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $3 || "
+    "         coalesce(' ' || (SELECT r.id FROM cairn.runs r WHERE r.workflow = $4 "
+    "                          AND r.key = $5), ''))), " WAKE_NO_DISK " "
+    "FROM cairn.shard_leases l " WAKE_OWNER_3 "WHERE l.shard_group = $1 AND l.shard = $2"};
+/* Shards: $1 groups (NULL: routed, as the enqueue of workflow $4 routed
+ * it: cairn.route gives the same group again), $2 shards, $3 as above; for
+ * every due run there. */
 static const db_stmt ST_WAKE_SHARDS = {
     "cairn_wake_shards",
     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner || $3)), " WAKE_NO_DISK " "
     "FROM (SELECT DISTINCT l.owner FROM unnest($1::text[], $2::int[]) AS x(g, s) "
-    "      JOIN cairn.shard_leases l ON l.shard_group = x.g AND l.shard = x.s "
+    "      JOIN cairn.shard_leases l ON l.shard_group = coalesce(x.g, "
+    "        (SELECT shard_group FROM cairn.route($4))) AND l.shard = x.s "
     "      " WAKE_OWNER("$3") ") o"};
 /* Runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
 static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
@@ -328,13 +353,34 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
 
 /*
  * One run, the common call: a single INSERT, prepared once per session. The
- * run row is its own start (runs.start_at, migration 0006). A key that
- * exists inserts nothing and returns nothing; ST_ENQUEUED then reads it.
- * The columns, here and below: id, existed, status, and for an existing run
- * that has finished, when asked ($3 below), its output and error.
+ * run row is its own start (runs.start_at, migration 0006). Its group is
+ * cairn.route's (migration 0020: $3 when named, else the group that serves
+ * the workflow, $12 preferred; $13 refuses a workflow the group never
+ * served), inlined into the statement: one index range of cairn.workflows.
+ * A new run's warning is its error (why it waits, until a worker takes it),
+ * so it comes back with the row: returned through a CTE instead, the
+ * statement cost 10 us more of the server's CPU per run. A key that exists
+ * inserts nothing and returns nothing; ST_ENQUEUED then reads it. The
+ * columns, here and below: id, existed, status, for an existing run that
+ * has finished, when asked ($3 below), its output and error, held, and the
+ * warning of a new run.
  */
 static const db_stmt ST_ENQUEUE = {
     "cairn_enqueue",
+    "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
+    "                             scheduled_at, start_at, parent_id, concurrency_key, "
+    "                             priority, held, error) "
+    "SELECT $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, rt.warning "
+    "FROM cairn.route($1, $3, $12, $13) rt, (SELECT " START_ONE " AS at) t, "
+    "     (SELECT " HELD_ONE " AS held) h "
+    "ON CONFLICT (workflow, key) DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, r.error, r.shard_group"};
+/* The same into group $3, which the client routed the workflow to within
+ * CLIENT_ROUTE_TTL_MS and found served (see route_cached): the statement of
+ * before routing, which reads no other table. */
+static const db_stmt ST_ENQUEUE_TO = {
+    "cairn_enqueue_to",
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
     "                             scheduled_at, start_at, parent_id, concurrency_key, "
     "                             priority, held) "
@@ -342,11 +388,11 @@ static const db_stmt ST_ENQUEUE = {
     "       $9::bigint, $10, $11, h.held "
     "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
     "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, NULL::text"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
-    "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN error END, held "
+    "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN error END, held, NULL::text "
     "FROM cairn.runs WHERE workflow = $1 AND key = $2";
 
 /*
@@ -363,28 +409,38 @@ static const char SQL_ENQUEUED[] =
  * LIMIT keeps it so: without one the planner pulls the subquery up into a
  * join, and with many runs of the workflow it hashed them all (measured:
  * 393 ms for 1,000 runs among 500,000 of their workflow, 28 ms with it).
+ *
+ * Runs are routed (cairn.route) once per distinct group given ('' for
+ * none) and require_served ($12) of the batch, not once per run.
  */
 #define ENQUEUE_BATCH(rank)                                                                        \
 	"WITH input AS ("                                                                          \
 	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::int[], "        \
-	"                       $7::bigint[], $8::bigint[], $10::text[], $11::int[]) "             \
+	"                       $7::bigint[], $8::bigint[], $10::text[], $11::int[], "             \
+	"                       $12::bool[]) "                                                     \
 	"    WITH ORDINALITY "                                                                     \
-	"    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, "                 \
-	"         ckey, prio, ord)), "                                                             \
+	"    AS t(key, grp, shard, input, max_attempts, delay_ms, at_ms, "                         \
+	"         ckey, prio, req, ord)), "                                                        \
+	"rt AS (SELECT d.grp, d.req, x.shard_group, x.warning "                                    \
+	"  FROM (SELECT DISTINCT coalesce(grp, '') AS grp, req FROM input) d, "                    \
+	"  LATERAL cairn.route($1, nullif(d.grp, ''), NULL, d.req) x), "                           \
 	"ins AS ("                                                                                 \
 	"  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "       \
-	"                          scheduled_at, start_at, concurrency_key, priority, held) "      \
-	"  SELECT $1, key, shard_group, shard, input::jsonb, max_attempts, at, "                   \
-	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "                         \
-	"  FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "                           \
+	"                          scheduled_at, start_at, concurrency_key, priority, held, "      \
+	"                          error) "                                                        \
+	"  SELECT $1, key, g, shard, input::jsonb, max_attempts, at, "                             \
+	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held, warning "                \
+	"  FROM (SELECT i.*, rt.shard_group AS g, rt.warning, " START_EACH " AS at, "              \
+	"               " HELD_EACH " AS held "                                                    \
 	"        FROM (SELECT *, " rank " AS rank "                                                \
-	"              FROM input) i) i ORDER BY ord "                                             \
+	"              FROM input) i "                                                             \
+	"        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i ORDER BY ord "      \
 	"  ON CONFLICT (workflow, key) DO NOTHING "                                                \
-	"  RETURNING id, key, status, held) "                                                      \
+	"  RETURNING id, key, status, held, error) "                                               \
 	"SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "          \
 	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "        \
 	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "               \
-	"       coalesce(ins.held, r.held) "                                                       \
+	"       coalesce(ins.held, r.held), ins.error "                                            \
 	"FROM input i LEFT JOIN ins ON ins.key = i.key "                                           \
 	"LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error, r.held "      \
 	"  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key "          \
@@ -425,8 +481,8 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
 
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
-static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {&ST_ENQUEUE, &ST_WAKE_SHARD, &ST_WAKE_SHARDS,
-                                                       &ST_WAKE_RUNS};
+static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
+    &ST_ENQUEUE, &ST_WAKE_SHARD, &ST_WAKE_SHARDS, &ST_WAKE_RUNS, &ST_ENQUEUE_TO, &ST_WAKE_TO};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -548,12 +604,26 @@ static void fresh_key(char out[33])
 	sodium_bin2hex(out, 33, raw, sizeof raw);
 }
 
+/* Adds a new run's warning to the client's (cairn_client_warning), once:
+ * a batch's runs of one group share theirs. */
+static void add_warning(cairn_client *c, const char *w)
+{
+	if (!w || strstr(buf_str(&c->warning), w))
+		return;
+	buf_printf(&c->warning, "%s%s", c->warning.len ? "; " : "", w);
+}
+
 /* Reads the rows of an enqueue into out (as many as n); *missing when a
- * row names no run (its key's run was not found). */
-static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out, int *missing)
+ * row names no run (its key's run was not found). A new run's warning goes
+ * to the client's, and for one run (per_run) to out->warning too. */
+static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out, int per_run,
+                         int *missing)
 {
 	int oom = 0;
 	*missing = PQntuples(r) == 0;
+	c->routed[0] = '\0';
+	if (PQntuples(r) == 1 && PQnfields(r) > 7) /* the group a routed enqueue chose */
+		snprintf(c->routed, sizeof c->routed, "%s", PQgetvalue(r, 0, 7));
 	for (int i = 0; i < PQntuples(r) && (size_t)i < n; i++) {
 		if (PQgetisnull(r, i, 0)) {
 			*missing = 1;
@@ -567,8 +637,13 @@ static int read_enqueued(cairn_client *c, PGresult *r, size_t n, cairn_enqueued 
 		e->output = db_get_str(r, i, 3);
 		e->error = db_get_str(r, i, 4);
 		e->held = PQnfields(r) > 5 && db_get_bool(r, i, 5);
-		oom |=
-		    (!e->output && !PQgetisnull(r, i, 3)) || (!e->error && !PQgetisnull(r, i, 4));
+		int warned = PQnfields(r) > 6 && !PQgetisnull(r, i, 6);
+		if (warned)
+			add_warning(c, PQgetvalue(r, i, 6));
+		e->warning = warned && per_run ? strdup(PQgetvalue(r, i, 6)) : NULL;
+		oom |= (!e->output && !PQgetisnull(r, i, 3)) ||
+		       (!e->error && !PQgetisnull(r, i, 4)) || (warned && per_run && !e->warning) ||
+		       c->warning.oom;
 	}
 	PQclear(r);
 	if (oom)
@@ -605,15 +680,77 @@ static int raced(cairn_client *c)
 	return client_fail(c, CAIRN_EDB, "enqueue raced with a concurrent enqueue; try again");
 }
 
+/* After an enqueue statement failed: a run refused because its group never
+ * served the workflow (require_served; cairn.unserved raises no_data_found)
+ * is CAIRN_ENOTFOUND with the database's words, which name the workflow. */
+static int enqueue_failed(cairn_client *c)
+{
+	if (db_ok(c->conn) && strcmp(db_last_sqlstate(), "P0002") == 0 && *db_last_message())
+		return client_fail(c, CAIRN_ENOTFOUND, "%s", db_last_message());
+	return client_db_fail(c);
+}
+
+/*
+ * Routes a client has just used. Routing (cairn.route) reads cairn.workflows
+ * in the enqueue's statement, and touching that one more table cost the
+ * server 15 to 20 us of CPU per enqueue (about a tenth of it, measured on
+ * the worker's backend over 16,000 single enqueues), twice with the wake-up's.
+ * So a client that enqueued a workflow into a group that serves it reuses
+ * that group for CLIENT_ROUTE_TTL_MS with the statements of before routing:
+ * a change of route (a group's workers come or go) reaches a client within
+ * that time, and a run it sent meanwhile to a group that no longer serves
+ * the workflow is moved by the worker that claims it, or by the janitor.
+ */
+static client_route *route_find(cairn_client *c, const char *workflow, const char *group,
+                                const char *prefer)
+{
+	for (int i = 0; i < CLIENT_ROUTES; i++) {
+		client_route *e = &c->routes[i];
+		if (e->at_ms && strcmp(e->workflow, workflow) == 0 &&
+		    strcmp(e->asked, group ? group : "") == 0 &&
+		    strcmp(e->prefer, prefer ? prefer : "") == 0)
+			return e;
+	}
+	return NULL;
+}
+
+static client_route *route_cached(cairn_client *c, const char *workflow, const char *group,
+                                  const char *prefer)
+{
+	client_route *e = route_find(c, workflow, group, prefer);
+	return e && clock_mono_ms() - e->at_ms < CLIENT_ROUTE_TTL_MS ? e : NULL;
+}
+
+static void route_keep(cairn_client *c, const char *workflow, const char *group, const char *prefer,
+                       const char *routed)
+{
+	client_route *e = route_find(c, workflow, group, prefer);
+	if (!e)
+		e = &c->routes[c->next_route++ % CLIENT_ROUTES];
+	snprintf(e->workflow, sizeof e->workflow, "%s", workflow);
+	snprintf(e->asked, sizeof e->asked, "%s", group ? group : "");
+	snprintf(e->prefer, sizeof e->prefer, "%s", prefer ? prefer : "");
+	snprintf(e->group, sizeof e->group, "%s", routed);
+	e->at_ms = clock_mono_ms();
+}
+
+/* How an enqueue places its runs, besides their options: the run that
+ * starts them (0: none; a child's parent), and the group preferred among
+ * those that serve the workflow (NULL: none; the starting run's group). */
+typedef struct enqueue_from {
+	int64_t parent;
+	const char *prefer;
+} enqueue_from;
+
 /* One run: the prepared INSERT, then (a key that exists) a read of its run.
  * The INSERT waits for a concurrent enqueue of the same key to commit, so
  * the read sees that run, unless it was deleted in between: then the key
  * is free again, and the INSERT is tried once more. */
 static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
-                       const char *key, int shards, int want_result, int64_t parent,
+                       const char *key, int shards, int want_result, enqueue_from from,
                        cairn_enqueued *out)
 {
-	const char *group = o->group ? o->group : CAIRN_DEFAULT_GROUP;
+	int64_t parent = from.parent;
 	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24];
 	buf sealed = BUF_INIT;
 	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
@@ -623,7 +760,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	}
 	const char *p[] = {workflow,
 	                   key,
-	                   group,
+	                   o->group,
 	                   db_i64(shard, run_shard(o, key, shards)),
 	                   input,
 	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
@@ -631,19 +768,27 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   o->at_unix_ms ? db_i64(at, o->at_unix_ms) : NULL,
 	                   parent ? db_i64(par, parent) : NULL,
 	                   o->concurrency_key,
-	                   db_i64(prio, o->priority)};
-	const char *wake[] = {group, shard, "", workflow, key};
+	                   db_i64(prio, o->priority),
+	                   from.prefer,
+	                   o->require_served ? "t" : "f"};
+	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
+	client_route *cached = route_cached(c, workflow, o->group, from.prefer);
+	if (cached)
+		p[2] = wake[0] = cached->group; /* served: no route, no warning */
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &ST_ENQUEUE, 11, p, &ST_WAKE_SHARD, 5, wake);
-		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing) {
-			rc = r ? rc : client_db_fail(c);
+		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 11, p, &ST_WAKE_TO, 5, wake)
+		                     : exec_then(c, &ST_ENQUEUE, 13, p, &ST_WAKE_SHARD, 6, wake);
+		if (!r || (rc = read_enqueued(c, r, 1, out, 1, &missing)) || !missing) {
+			rc = r ? rc : enqueue_failed(c);
+			if (!rc && !cached && !out->warning && c->routed[0])
+				route_keep(c, workflow, o->group, from.prefer, c->routed);
 			break;
 		}
 		r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look);
-		if (!r || (rc = read_enqueued(c, r, 1, out, &missing)) || !missing)
+		if (!r || (rc = read_enqueued(c, r, 1, out, 1, &missing)) || !missing)
 			rc = r ? rc : client_db_fail(c);
 		else
 			rc = -1;
@@ -663,8 +808,9 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 /* cairn_enqueue_batch, and with want_result also each existing finished
  * run's output and error (cairn_enqueue). */
 static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
-                   cairn_enqueued *out, int want_result, int64_t parent)
+                   cairn_enqueued *out, int want_result, enqueue_from from)
 {
+	buf_reset(&c->warning);
 	if (n == 0)
 		return CAIRN_OK;
 	if (n > 100000)
@@ -685,11 +831,11 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		if (!opts[0].key)
 			fresh_key(gen);
 		return enqueue_one(c, workflow, &opts[0], opts[0].key ? opts[0].key : gen, shards,
-		                   want_result, parent, out);
+		                   want_result, from, out);
 	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT, ckeys = PGARR_INIT,
-	      prios = PGARR_INIT, held = PGARR_INIT;
+	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT;
 	buf sealed = BUF_INIT;
 	int keyed = 0; /* a run of the batch has a concurrency key */
 	for (size_t i = 0; i < n; i++) {
@@ -700,7 +846,8 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 			key = gen;
 		}
 		pgarr_add(&keys, key);
-		pgarr_add(&groups, o->group ? o->group : CAIRN_DEFAULT_GROUP);
+		pgarr_add(&groups, o->group);
+		pgarr_add(&reqs, o->require_served ? "t" : "f");
 		pgarr_add_i64(&sh, run_shard(o, key, shards));
 		pgarr_add(&ckeys, o->concurrency_key);
 		keyed |= o->concurrency_key != NULL;
@@ -718,11 +865,11 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f",
-	                        pgarr_str(&ckeys),  pgarr_str(&prios)};
-	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), ""};
+	                        pgarr_str(&ckeys),  pgarr_str(&prios),  pgarr_str(&reqs)};
+	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), "", workflow};
 	const db_stmt batch = {NULL, keyed ? SQL_ENQUEUE_BATCH_KEYED : SQL_ENQUEUE_BATCH};
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom || sh.b.oom || maxa.b.oom ||
-	    delays.b.oom || ckeys.b.oom || prios.b.oom) {
+	    delays.b.oom || ckeys.b.oom || prios.b.oom || reqs.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
 		goto done;
 	}
@@ -736,12 +883,12 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	 * insert skips it but the lookup cannot see it yet, so try once more. */
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &batch, 11, params, &ST_WAKE_SHARDS, 3, wake);
+		PGresult *r = exec_then(c, &batch, 12, params, &ST_WAKE_SHARDS, 4, wake);
 		if (!r) {
-			rc = client_db_fail(c);
+			rc = enqueue_failed(c);
 			goto done;
 		}
-		if ((rc = read_enqueued(c, r, n, out, &missing)) || !missing)
+		if ((rc = read_enqueued(c, r, n, out, 0, &missing)) || !missing)
 			goto release;
 	}
 	rc = raced(c);
@@ -764,6 +911,7 @@ done:
 	pgarr_free(&ckeys);
 	pgarr_free(&prios);
 	pgarr_free(&held);
+	pgarr_free(&reqs);
 	buf_free(&sealed);
 	return rc;
 }
@@ -773,8 +921,10 @@ int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
 {
 	/* out[i] may be uninitialised: give enqueue() NULLs to clear. */
 	for (size_t i = 0; i < n && n <= 100000; i++)
-		out[i].output = out[i].error = NULL;
-	return enqueue(c, workflow, n, opts, out, 0, 0);
+		out[i].output = out[i].error = out[i].warning = NULL;
+	/* Its warning is the client's (cairn_client_warning), so that its
+	 * results need no clearing. */
+	return enqueue(c, workflow, n, opts, out, 0, (enqueue_from){0, NULL});
 }
 
 int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
@@ -782,21 +932,22 @@ int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opt
 {
 	cairn_enqueue_opts none = {0};
 	*out = (cairn_enqueued){0};
-	return enqueue(c, workflow, 1, opts ? opts : &none, out, 1, 0);
+	return enqueue(c, workflow, 1, opts ? opts : &none, out, 1, (enqueue_from){0, NULL});
 }
 
 int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
-                         int64_t parent, cairn_enqueued *out)
+                         int64_t parent, const char *prefer, cairn_enqueued *out)
 {
 	*out = (cairn_enqueued){0};
-	return enqueue(c, workflow, 1, o, out, 0, parent);
+	return enqueue(c, workflow, 1, o, out, 0, (enqueue_from){parent, prefer});
 }
 
 void cairn_enqueued_clear(cairn_enqueued *e)
 {
 	free(e->output);
 	free(e->error);
-	e->output = e->error = NULL;
+	free(e->warning);
+	e->output = e->error = e->warning = NULL;
 }
 
 /* ------------------------------------------------------- signal, cancel */
@@ -1020,7 +1171,6 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 
 /* ------------------------------------------------------------ run reads */
 
-#define MS(col) "(extract(epoch FROM " col ") * 1000)::bigint"
 #define RUN_COLS                                                                                   \
 	"id, workflow, key, shard_group, shard, status, attempt, max_attempts, cancel_requested, " \
 	"input::text, output::text, error, " MS("created_at") ", " MS("scheduled_at") ", " MS(     \
@@ -1081,6 +1231,8 @@ static void run_clear(cairn_run *run)
 	free(run->code_version);
 	free(run->concurrency_key);
 	free(run->waiting_for);
+	free(run->runtime);
+	free(run->unserved);
 	for (size_t i = 0; i < run->nsteps; i++) {
 		cairn_step_info *s = &run->steps[i];
 		free(s->name);
@@ -1143,6 +1295,26 @@ static const char SQL_WAITING_FOR[] =
     "  END "
     "FROM cairn.runs r JOIN cairn.limits l ON l.workflow = r.workflow "
     "WHERE r.id = $1 AND r.status = 'pending'";
+
+/* What serves the run's workflow ($1, in group $2), and, for a run that
+ * has not finished ($3), why it waits when no live worker of its group
+ * serves it (cairn.served_by, migration 0020). */
+static const char SQL_SERVED_BY[] =
+    "SELECT runtime, CASE WHEN $3::bool THEN unserved END FROM cairn.served_by($1, $2)";
+
+static int read_served_by(cairn_client *c, cairn_run *run)
+{
+	const char *p[] = {run->workflow, run->group, run->finished_unix_ms ? "f" : "t"};
+	PGresult *r = db_exec(c->conn, &c->err, SQL_SERVED_BY, 3, p);
+	if (!r)
+		return client_db_fail(c);
+	run->runtime = db_get_str(r, 0, 0);
+	run->unserved = db_get_str(r, 0, 1);
+	int oom =
+	    (!run->runtime && !PQgetisnull(r, 0, 0)) || (!run->unserved && !PQgetisnull(r, 0, 1));
+	PQclear(r);
+	return oom ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the run") : CAIRN_OK;
+}
 
 int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 {
@@ -1218,6 +1390,8 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	PQclear(r);
 	if (!rc)
 		rc = read_children(c, run, p);
+	if (!rc)
+		rc = read_served_by(c, run);
 	if (rc) {
 		cairn_run_free(run);
 		return rc;
@@ -1508,15 +1682,17 @@ int cairn_event_get(cairn_client *c, int64_t run_id, const char *key, int64_t ti
 
 /* Liveness is the workers' own test (cairn.runner_live, as lease.c asks it)
  * minus health, which is reported in its own column. */
+#define RUNNER_STARTED_MS MS("r.started_at")
 static const char SQL_RUNNER_LIST[] =
     "SELECT r.id, r.name, r.address, r.version, array_to_string(r.groups, ','), r.weight, "
     "       r.healthy, "
     "       cairn.runner_live(r, $1), "
     "       greatest(0, (extract(epoch FROM now() - r.heartbeat_at) * 1000)::bigint), "
-    "       " MS(
-        "r.started_at") ", "
-                        "       (SELECT count(*) FROM cairn.shard_leases s WHERE s.owner = r.id) "
-                        "FROM cairn.runners r ORDER BY r.id";
+    "       " RUNNER_STARTED_MS ", "
+    "       (SELECT count(*) FROM cairn.shard_leases s WHERE s.owner = r.id), "
+    "       (SELECT coalesce(string_agg(DISTINCT w.runtime, ','), '') "
+    "        FROM cairn.runner_workflows w WHERE w.runner_id = r.id) "
+    "FROM cairn.runners r ORDER BY r.id";
 
 #define RUNNER_TTL_MAX_MS (365 * 86400000LL)
 
@@ -1526,6 +1702,7 @@ static void runner_clear(cairn_runner_info *r)
 	free(r->address);
 	free(r->version);
 	free(r->groups);
+	free(r->runtimes);
 }
 
 void cairn_runner_list_free(cairn_runner_info *r, size_t n)
@@ -1568,8 +1745,9 @@ int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, 
 		x->heartbeat_age_ms = db_get_i64(r, i, 8);
 		x->started_unix_ms = db_get_i64(r, i, 9);
 		x->shards = db_get_int(r, i, 10);
+		x->runtimes = db_get_str(r, i, 11);
 		/* Every text column is NOT NULL, so NULL here means strdup failed. */
-		oom |= !x->name || !x->address || !x->version || !x->groups;
+		oom |= !x->name || !x->address || !x->version || !x->groups || !x->runtimes;
 	}
 	PQclear(r);
 	if (oom) {

@@ -65,19 +65,33 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
-#define CLIENT_NSTMTS 4
+#define CLIENT_NSTMTS 6
 enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
+
+/* A route a client used (client.c, route_cached): runs of workflow
+ * enqueued with group asked ("": none) and prefer ("": none) went to
+ * group, which serves it, at at_ms (monotonic; 0: empty). */
+#define CLIENT_ROUTES       8
+#define CLIENT_ROUTE_TTL_MS 1000
+typedef struct client_route {
+	char workflow[129], asked[129], prefer[129], group[129];
+	int64_t at_ms;
+} client_route;
 
 struct cairn_client {
 	PGconn *conn;
 	unsigned char stmt[CLIENT_NSTMTS]; /* STMT_*, per statement */
 	buf err;
+	buf warning; /* of the last enqueue: cairn_client_warning */
 	size_t max_payload;
 	db_settings settings;  /* cairn.settings, read once; settings.shards is 0 until read */
 	int jit_off;           /* this session will not JIT-compile (see enqueue) */
 	const char *errfield;  /* static: the field a CAIRN_EINVAL rejected, or NULL */
 	const seal_keys *keys; /* what it seals with (seal.h); NULL: plaintext */
-	seal_keys *own_keys;   /* keys it parsed itself, which it frees */
+	client_route routes[CLIENT_ROUTES];
+	unsigned next_route;
+	char routed[129];    /* the group the last routed enqueue of one run chose */
+	seal_keys *own_keys; /* keys it parsed itself, which it frees */
 };
 
 /* Sets the handle's error message (and no error field) and returns code. */
@@ -130,6 +144,23 @@ void client_json_unreadable(struct cJSON *obj, unsigned locked, unsigned unauthe
 #define CLIENT_JSON_UNREADABLE(obj, rec, names)                                                    \
 	client_json_unreadable(obj, (rec)->locked, (rec)->unauthentic, (rec)->locked_key,          \
 	                       (rec)->unauthentic_key, names)
+/* A timestamp column as Unix ms, for SQL text. */
+#define MS(col) "(extract(epoch FROM " col ") * 1000)::bigint"
+
+/* Where a run that a worker claimed but does not serve goes (served.c). */
+typedef struct client_placed {
+	char to[129];    /* a group other than its own with a live worker that serves its
+	                    workflow; "" when none */
+	int here;        /* a live worker of its own group serves it (not the shard's owner) */
+	int served;      /* a worker has ever served it */
+	int64_t gone_ms; /* since no worker serving it anywhere is live; negative while one
+	                    is (served only) */
+	char seen[192];  /* "never served", or "last seen 5m ago in group python" */
+} client_placed;
+/* client_placed of workflow's runs in group, live judged with ttl_ms. */
+int client_placement(cairn_client *c, const char *workflow, const char *group, int64_t ttl_ms,
+                     client_placed *out);
+
 /* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
 /* What client_signal_once says of a nonce used before. */
@@ -148,9 +179,11 @@ int client_signal_outcome(cairn_client *c, int64_t run_id, const char *name, con
  * status it keeps until its next durable call. */
 int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status);
 /* cairn_enqueue of one run as a child of parent (0: none), whose end then
- * signals the parent (exec.h, EXEC_CHILD_SIGNAL). */
+ * signals the parent (exec.h, EXEC_CHILD_SIGNAL). With o->group NULL it is
+ * routed with prefer (the starting run's group; NULL: none) first among
+ * the groups that serve the workflow, and to prefer when none ever did. */
 int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
-                         int64_t parent, cairn_enqueued *out);
+                         int64_t parent, const char *prefer, cairn_enqueued *out);
 /* cairn_signal, and with nonce (a signal link used once, link.h) only if
  * that nonce was never used: it is recorded with the signal, and a second
  * use is CAIRN_ESTATE ("this link was used already"). */

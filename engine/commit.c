@@ -63,6 +63,7 @@ void commit_free(commit *c)
 	free(c->sig_seqs);
 	free(c->output);
 	free(c->error);
+	free(c->move_to);
 	free(c);
 }
 
@@ -258,6 +259,17 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  WHERE x.r IN (SELECT run_id FROM ok) ORDER BY x.r, x.k, x.q DESC "
      "  ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = now())",
      SLOT_ev_run, SLOT_ev_seq},
+    /* A run moves to a group whose workers serve its workflow (migration
+     * 0020): its row and every message of it, still due; the shard is the
+     * same number in every group. Its claim is given back: no code ran. */
+    {"mv AS (UPDATE cairn.runs r SET shard_group = x.g, status = 'pending', error = NULL, "
+     "    " GIVE_COUNT_BACK ", updated_at = now() "
+     "  FROM unnest(:mv_run::bigint[], :mv_group::text[]) AS x(id, g) "
+     "  WHERE r.id = x.id AND x.id IN (SELECT run_id FROM ok)), "
+     "mvm AS (UPDATE cairn.messages m SET shard_group = x.g "
+     "  FROM unnest(:mv_run::bigint[], :mv_group::text[]) AS x(id, g) "
+     "  WHERE m.run_id = x.id AND x.id IN (SELECT run_id FROM ok))",
+     SLOT_mv_run, SLOT_mv_group},
 };
 
 /* Tells `cairn wait` and the like that runs finished ($1) and that runs
@@ -510,6 +522,10 @@ static void encode_one(commit_params *p, const commit *c)
 			pgarr_add_i64(&s[SLOT_defer_at], c->at_ms);
 		break;
 	}
+	case COMMIT_MOVE:
+		pgarr_add_i64(&s[SLOT_mv_run], c->run.id);
+		pgarr_add(&s[SLOT_mv_group], c->move_to);
+		break;
 	case COMMIT_DISCARD: add_claimed(&s[SLOT_del_msg], c); break;
 	case COMMIT_UNCLAIM: pgarr_add_i64(&s[SLOT_unclaim_run], c->run.id); break;
 	case COMMIT_MARK:
@@ -688,6 +704,8 @@ static void collect_tellings(commit *const *batch, int n, tellings *t)
 			pgarr_add_i64(&t->done, c->run.id);
 		if (fin && c->run.parent)
 			pgarr_add_i64(&t->parents, c->run.parent);
+		if (c->ok && c->outcome == COMMIT_MOVE) /* its new owner claims it */
+			pgarr_add_i64(&t->parents, c->run.id);
 		if (fin && c->status == RUN_CANCELLED)
 			pgarr_add_i64(&t->cancelled, c->run.id);
 		if (c->ok && has_event(c))

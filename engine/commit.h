@@ -52,17 +52,21 @@ typedef enum commit_outcome {
 	                   messages deleted, its start at at_ms */
 	COMMIT_DEFER,   /* status pending with error as the reason; the claimed messages (and
 	                   start) are delivered again at at_ms */
+	COMMIT_MOVE,    /* a run of a workflow no worker here serves goes to group move_to,
+	                   where a live worker serves it: the run (status pending, its claim
+	                   given back) and all its messages move, still due, and the new
+	                   shard's owner is woken after the commit */
 	COMMIT_DISCARD, /* a late message for a finished run: delete the claimed messages */
 	COMMIT_MARK,    /* an execution starts: count it (runs.claims) before any code of the
 	                   run runs, so a run that keeps killing its worker is recognised */
 	/* On the marker too, of runs a claim counted while they wait in the
 	 * queue (migration 0018): */
-	COMMIT_START,   /* the runner's queued runs up to `upto` start: their counts hold */
+	COMMIT_START,     /* the runner's queued runs up to `upto` start: their counts hold */
 	COMMIT_START_RUN, /* this queued run starts ahead of runs numbered before it: its count
 	                     holds, no longer numbered */
-	COMMIT_UNQUEUE, /* a queued run will not start here: its count given back */
-	COMMIT_UNCLAIM, /* an execution handed over with nothing new: its mark is given
-	                   back; the messages stay */
+	COMMIT_UNQUEUE,   /* a queued run will not start here: its count given back */
+	COMMIT_UNCLAIM,   /* an execution handed over with nothing new: its mark is given
+	                     back; the messages stay */
 } commit_outcome;
 
 /* The run a commit writes for, and the lease its writes are fenced by. */
@@ -89,6 +93,7 @@ typedef struct commit {
 	run_status status; /* SUSPEND and FINISH */
 	char *output;      /* FINISH: JSON text */
 	char *error;       /* FINISH, RETRY, DEFER: a message, or NULL */
+	char *move_to;     /* MOVE: the group the run goes to */
 	int attempt;       /* the run's attempt once written */
 	int64_t at_ms;     /* SUSPEND, RETRY, DEFER: Unix ms */
 	int64_t upto;      /* START: a runs.queued_seq */
@@ -137,7 +142,8 @@ void commit_truncate(commit *c, int from);
 	X(prog_run) X(unclaim_run) X(refund_run)                                    \
 	X(kid_run) X(kid_parent) X(kid_name) X(kid_payload)                         \
 	X(can_run)                                                                  \
-	X(ev_run) X(ev_key) X(ev_value) X(ev_seq)
+	X(ev_run) X(ev_key) X(ev_value) X(ev_seq)                                   \
+	X(mv_run) X(mv_group)
 /* clang-format on */
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
@@ -158,7 +164,7 @@ typedef struct commit_params {
  * the messages' deletion, ...), each reading its own slots; a batch needs
  * only the parts whose slots it fills. A set of parts is a bit mask.
  */
-#define COMMIT_NPARTS    12
+#define COMMIT_NPARTS    13
 #define COMMIT_ALL_PARTS ((1u << COMMIT_NPARTS) - 1)
 /* The parts whose slots p fills. */
 unsigned commit_parts(const commit_params *p);

@@ -79,7 +79,7 @@ static const setting SETTINGS[] = {
     {"CAIRN_SINGLETON_BACKOFF", K_DUR, OFF(singleton_backoff_ms), "1s", 10, 600000,
      "base of a failed singleton's restart backoff"},
     {"CAIRN_UNKNOWN_WORKFLOW_TIMEOUT", K_DUR, OFF(unknown_workflow_timeout_ms), "1m", 0, 30 * DAY,
-     "a run of a workflow no worker registered fails after this"},
+     "a run no live worker serves fails after waiting this long from when it was due"},
     {"CAIRN_POISON_AFTER", K_INT, OFF(poison_after), "3", 1, 1000,
      "a run whose worker stopped this many times without progress fails"},
     {"CAIRN_METRICS_MAX_WORKFLOWS", K_INT, OFF(metrics_max_workflows), "100", 0, 10000,

@@ -24,7 +24,8 @@
 #include "clock.h"
 
 static _Thread_local char last_sqlstate[6];
-static _Thread_local int64_t wait_limit_ms; /* 0: wait as long as libpq does */
+static _Thread_local char last_message[512]; /* its primary message, cut */
+static _Thread_local int64_t wait_limit_ms;  /* 0: wait as long as libpq does */
 
 /* NOTICEs (e.g. from CREATE ... IF NOT EXISTS) are not errors; keep stderr clean. */
 static void notice_ignore(void *arg, const PGresult *res)
@@ -287,6 +288,8 @@ static PGresult *keep_ok(PGconn *c, PGresult *r, int gave_up, buf *err)
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	if (state)
 		snprintf(last_sqlstate, sizeof last_sqlstate, "%s", state);
+	const char *primary = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	snprintf(last_message, sizeof last_message, "%s", primary ? primary : "");
 	if (err) {
 		const char *m = r ? PQresultErrorMessage(r) : "";
 		if (!*m)
@@ -304,7 +307,7 @@ static PGresult *keep_ok(PGconn *c, PGresult *r, int gave_up, buf *err)
 
 PGresult *db_exec(PGconn *c, buf *err, const char *sql, int n, const char *const *params)
 {
-	last_sqlstate[0] = '\0';
+	last_sqlstate[0] = last_message[0] = '\0';
 	int gave_up;
 	PGresult *r = exec_limited(c, sql, n, params, &gave_up);
 	return keep_ok(c, r, gave_up, err);
@@ -330,7 +333,7 @@ PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n
 		PQclear(t);
 		return r;
 	}
-	last_sqlstate[0] = '\0';
+	last_sqlstate[0] = last_message[0] = '\0';
 	int sent = send_stmt(c, s, how, n, params) && PQpipelineSync(c) &&
 	           send_stmt(c, then, then_how, tn, tparams) && PQpipelineSync(c);
 	/* The first statement's result (an error, if any, wins; a prepare's
@@ -368,7 +371,7 @@ PGresult *db_exec_then(PGconn *c, buf *err, const db_stmt *s, db_send how, int n
  * statement. */
 int db_prepare(PGconn *c, const db_stmt *s, int n, buf *err)
 {
-	last_sqlstate[0] = '\0';
+	last_sqlstate[0] = last_message[0] = '\0';
 	int sent = PQenterPipelineMode(c);
 	for (int i = 0; sent && i < n; i++)
 		sent = PQsendPrepare(c, s[i].name, s[i].sql, 0, NULL);
@@ -398,7 +401,7 @@ int db_prepare(PGconn *c, const db_stmt *s, int n, buf *err)
 
 PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const char *const *params)
 {
-	last_sqlstate[0] = '\0';
+	last_sqlstate[0] = last_message[0] = '\0';
 	return keep_ok(c, PQexecPrepared(c, name, n, params, NULL, NULL, 0), 0, err);
 }
 
@@ -440,6 +443,11 @@ int db_analyze_unless_recent(PGconn *c, int64_t lock_key, const char *tables, in
 const char *db_last_sqlstate(void)
 {
 	return last_sqlstate;
+}
+
+const char *db_last_message(void)
+{
+	return last_message;
 }
 
 int db_ok(PGconn *c)

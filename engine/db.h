@@ -102,6 +102,10 @@ int db_analyze_unless_recent(PGconn *c, int64_t lock_key, const char *tables, in
 #define DB_LOCK_ANALYZE_LEASES 7233373717601141523 /* cairn.shard_leases */
 /* SQLSTATE of the last error copied by db_exec (5 chars) or "". */
 const char *db_last_sqlstate(void);
+/* Its primary message, without severity, detail or context (cut at 511
+ * bytes), or "": what a caller shows when the message is the database's
+ * answer to the user (a refusal raised by a cairn function). */
+const char *db_last_message(void);
 
 /* The connection is still usable (not CONNECTION_BAD). */
 int db_ok(PGconn *c);

@@ -368,6 +368,7 @@ static void on_final(void *arg, commit *c)
 	if (c->ok)
 		switch (c->outcome) {
 		case COMMIT_FINISH:
+		case COMMIT_MOVE: /* its group's owner claims it now */
 		case COMMIT_DISCARD: settled = 1; break;
 		case COMMIT_SUSPEND:
 		case COMMIT_RETRY:
@@ -1824,6 +1825,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                     .m = env->m,
 	                     .max_payload_bytes = env->cfg->max_payload_bytes,
 	                     .unknown_workflow_timeout_ms = env->cfg->unknown_workflow_timeout_ms,
+	                     .runner_ttl_ms = env->cfg->runner_ttl_ms,
 	                     .poison_after = env->cfg->poison_after,
 	                     .keys = env->cfg->keys,
 	                     .conninfo = env->cfg->database_url,

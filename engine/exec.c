@@ -660,9 +660,13 @@ static int start_fn(cairn_ctx *ctx, void *arg, cJSON **out)
 	cairn_client *c = exec_client(ctx);
 	if (!c)
 		return CAIRN_ERETRY;
-	cairn_enqueue_opts o = {.key = a->key, .input = a->input, .group = ctx->job->group_name};
+	/* Routed: this run's group if it serves the workflow, else one that does. */
+	cairn_enqueue_opts o = {.key = a->key, .input = a->input};
 	cairn_enqueued e;
-	int rc = client_enqueue_child(c, a->workflow, &o, a->parent, &e);
+	int rc = client_enqueue_child(c, a->workflow, &o, a->parent, ctx->job->group_name, &e);
+	if (!rc && e.warning)
+		log_kv(ctx->env->log, LOG_WARN, "started a run of a workflow no worker serves",
+		       "workflow", a->workflow, "warning", e.warning, NULL);
 	cairn_enqueued_clear(&e);
 	if ((rc = client_rc(ctx, c, rc, a->parent ? "cannot start the child" : "cannot enqueue")))
 		return rc;
@@ -1050,27 +1054,77 @@ static commit *poisoned(const exec_env *env, job *j, commit *c)
 	return c;
 }
 
-/* A message for a workflow nobody here registered: wait for one, then fail. */
+/* Where the workflow of j is served (client_placement), read on the
+ * executor's own client: 0, or -1 when that is not known (no database, or
+ * env->runner_ttl_ms 0). */
+static int placement(const exec_env *env, job *j, client_placed *pl)
+{
+	if (env->runner_ttl_ms <= 0)
+		return -1;
+	cairn_ctx ctx = {.env = env, .job = j};
+	cairn_client *c = exec_client(&ctx);
+	int rc =
+	    c ? client_placement(c, j->workflow, j->group_name, env->runner_ttl_ms, pl) : CAIRN_EDB;
+	if (c && rc)
+		client_rc(&ctx, c, CAIRN_EDB, "cannot look where the workflow is served");
+	if (rc)
+		log_kv(env->log, LOG_WARN, "cannot look where a workflow is served", "workflow",
+		       j->workflow, "error", buf_str(&ctx.err), NULL);
+	buf_free(&ctx.err);
+	return rc ? -1 : 0;
+}
+
+/*
+ * A run of a workflow this worker does not serve (routing by workflow,
+ * docs/sdks.md). When another group has a live worker that serves it, the
+ * run moves there (fenced, with its messages; the new owner is woken).
+ * Otherwise it waits, deferred a few seconds at a time: for the owner of
+ * its shard to serve it while other live workers of its group do (a
+ * rolling deploy), without end; else for any worker to serve it, and fails
+ * once CAIRN_UNKNOWN_WORKFLOW_TIMEOUT has passed since it was due and no
+ * live worker has served the workflow for as long.
+ */
 static commit *unknown_workflow(const exec_env *env, job *j, commit *c)
 {
 	/* Counted from when the run was due: a delayed or retried run gets the
 	 * whole timeout too. */
-	int64_t age = j->db_now_ms - j->scheduled_ms;
+	int64_t age = j->db_now_ms - j->scheduled_ms, timeout = env->unknown_workflow_timeout_ms;
+	client_placed pl;
+	int known = !j->cancel_requested && placement(env, j, &pl) == 0;
+	int gone = !known || !pl.served || pl.gone_ms >= timeout;
 	buf msg = BUF_INIT;
 	if (j->cancel_requested) {
 		finish(c, RUN_CANCELLED, "cancelled");
-	} else if (age >= env->unknown_workflow_timeout_ms) {
+	} else if (known && pl.to[0] && (c->move_to = strdup(pl.to))) {
+		c->outcome = COMMIT_MOVE;
+		char id[24];
+		snprintf(id, sizeof id, "%" PRId64, j->run_id);
+		log_kv(env->log, LOG_INFO,
+		       "moved a run to a group whose live workers serve its workflow", "run", id,
+		       "workflow", j->workflow, "from", j->group_name, "to", pl.to, NULL);
+	} else if (known && pl.here) {
+		buf_printf(
+		    &msg,
+		    "waiting for the owner of its shard to serve workflow \"%s\": other live "
+		    "workers of group \"%s\" do (its workers serve different workflows)",
+		    j->workflow, j->group_name);
+	} else if (age >= timeout && gone) {
 		buf_printf(&msg,
-		           "workflow \"%s\" is not registered on any worker that owned this run's "
-		           "shard within CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
-		           j->workflow, env->unknown_workflow_timeout_ms);
+		           "no live worker serves workflow \"%s\" (%s); failed after "
+		           "CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
+		           j->workflow, known ? pl.seen : "not found", timeout);
 		finish(c, RUN_FAILED, buf_str(&msg));
 	} else {
-		int64_t left = env->unknown_workflow_timeout_ms - age;
-		buf_printf(&msg, "waiting for a worker that has workflow \"%s\" registered",
-		           j->workflow);
+		buf_printf(&msg, "waiting: no live worker serves workflow \"%s\" (%s)", j->workflow,
+		           known ? pl.seen : "not found");
+	}
+	if (msg.len && c->outcome != COMMIT_FINISH) {
+		/* Again when the timeout may have passed, and every 5 s at most. */
+		int64_t left = timeout - age;
+		if (known && pl.served && timeout - pl.gone_ms > left)
+			left = timeout - pl.gone_ms;
 		c->outcome = COMMIT_DEFER;
-		c->at_ms = j->db_now_ms + (left < 5000 ? left : 5000);
+		c->at_ms = j->db_now_ms + (left < 5000 ? left > 250 ? left : 250 : 5000);
 		c->error = buf_detach(&msg);
 	}
 	buf_free(&msg);

@@ -36,17 +36,17 @@ typedef struct job {
 	_Atomic int cancel_requested;    /* also set by the poller while the run executes */
 	int64_t scheduled_ms;            /* when the run was due (enqueue, delay, retry) */
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
-	int claims;           /* executions started (marked) since the run last made progress and
-	                         not handed over: each one's worker stopped */
-	int marked;           /* this execution is counted (runs.claims): by its claim, or by
-	                         its mark as it starts (dispatch.c, mark_started) */
-	int64_t queued_seq;   /* counted by its claim while it waits in the queue, as number
-	                         runs.queued_seq (0: not queued): its count void until its
-	                         runner's started_upto reaches it (0018, start_queued) */
-	int solo;             /* executes alone: nothing starts beside it till its end is written */
-	int flow;             /* of a concurrency key or a fleet-wide limit: its end frees a slot */
-	int priority;         /* runs.priority: the queue is in its order, then first in first out */
-	char load_error[200]; /* why the journal or signals did not come, or "" */
+	int claims;         /* executions started (marked) since the run last made progress and
+	                       not handed over: each one's worker stopped */
+	int marked;         /* this execution is counted (runs.claims): by its claim, or by
+	                       its mark as it starts (dispatch.c, mark_started) */
+	int64_t queued_seq; /* counted by its claim while it waits in the queue, as number
+	                       runs.queued_seq (0: not queued): its count void until its
+	                       runner's started_upto reaches it (0018, start_queued) */
+	int solo;           /* executes alone: nothing starts beside it till its end is written */
+	int flow;           /* of a concurrency key or a fleet-wide limit: its end frees a slot */
+	int priority;       /* runs.priority: the queue is in its order, then first in first out */
+	char load_error[200];    /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
 	char *last_step; /* the last durable step's name, read only when claims >= poison_after */
 	int64_t *msgs;   /* claimed message ids */
@@ -70,6 +70,9 @@ typedef struct exec_env {
 	metrics *m;
 	size_t max_payload_bytes;
 	int64_t unknown_workflow_timeout_ms;
+	/* CAIRN_RUNNER_TTL: how the unknown-workflow path judges the workers
+	 * that serve a workflow live; 0: it does not look (no database). */
+	int64_t runner_ttl_ms;
 	int poison_after;      /* claims without progress before a run fails as poison */
 	const seal_keys *keys; /* what sealed values open with (seal.h); NULL: none */
 	const char *conninfo;  /* for the durable calls that write to other runs */

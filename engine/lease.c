@@ -11,7 +11,9 @@
  * before its shards are taken. A wanted shard whose lock another backend
  * holds, that no live runner explains, is an outsider's (any login may take
  * an advisory lock): reported (log, metric, /readyz) and taken back by
- * terminating that backend where this runner's role may.
+ * terminating that backend where this runner's role may. What the runner
+ * serves (routing by workflow) is written with its row, refreshed while it
+ * lives and cut short when the last live runner serving a workflow goes.
  */
 #include "lease.h"
 
@@ -38,6 +40,13 @@ typedef struct outsiders {
 	buf said;          /* what the last look found, for /readyz; empty when nothing */
 } outsiders;
 
+/* Per group: whether its live runners serve different workflows (see
+ * check_mixed). */
+typedef struct mixed {
+	uint64_t ids; /* a hash of the live runners' ids the last look was for; 0: none yet */
+	buf said;     /* what it found: the workflows that only some serve; empty: none */
+} mixed;
+
 /* One rebalance round that changed something. */
 typedef struct round {
 	int64_t unix_ms;
@@ -58,8 +67,10 @@ struct lease {
 	pthread_mutex_t mu;  /* guards the history and members */
 	round history[HISTORY];
 	int nhistory;
-	char members[40]; /* the live runners' fingerprint last seen */
-	outsiders *out;   /* [ngroups]; the supervisor's only */
+	char members[40];  /* the live runners' fingerprint last seen */
+	outsiders *out;    /* [ngroups]; the supervisor's only */
+	mixed *mix;        /* [ngroups]; the supervisor's only */
+	int64_t served_ms; /* monotonic time of the last refresh of what it serves; 0: none */
 };
 
 int lease_new(const lease_env *env, lease **out)
@@ -71,7 +82,8 @@ int lease_new(const lease_env *env, lease **out)
 	l->env = *env;
 	pthread_mutex_init(&l->mu, NULL);
 	l->out = calloc((size_t)shardmap_ngroups(env->map) + 1, sizeof *l->out);
-	return l->out ? 0 : -CAIRN_ENOMEM;
+	l->mix = calloc((size_t)shardmap_ngroups(env->map) + 1, sizeof *l->mix);
+	return l->out && l->mix ? 0 : -CAIRN_ENOMEM;
 }
 
 void lease_free(lease *l)
@@ -80,7 +92,10 @@ void lease_free(lease *l)
 		return;
 	for (int i = 0; l->out && i < shardmap_ngroups(l->env.map); i++)
 		buf_free(&l->out[i].said);
+	for (int i = 0; l->mix && i < shardmap_ngroups(l->env.map); i++)
+		buf_free(&l->mix[i].said);
 	free(l->out);
+	free(l->mix);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
 }
@@ -111,9 +126,56 @@ void lease_forget(lease *l)
 	atomic_store(&l->runner_id, 0);
 }
 
+/*
+ * Routing by workflow (migration 0020). A runner registers with what it
+ * serves: a row of cairn.runner_workflows per (group, workflow), deleted
+ * with its runner row, and the durable cairn.workflows rows (first_seen,
+ * last_seen, runtime) that enqueue routes by. live_until there is how long
+ * the group counts as served by a live worker: every SERVED_REFRESH_MS each
+ * live runner moves it to now() + SERVED_LIVE_MS + its TTL (skipped when
+ * another runner did within half that), so it never lapses while one
+ * lives, and the runners cut it short (SQL_SERVED_LAPSE) when they see the
+ * last live runner that served it go. One statement a runner every 15 s,
+ * writing a row only every 7.5 s at most: an enqueue reads one index entry
+ * and no pg_stat_activity.
+ */
+#define SERVED_REFRESH_MS 15000
+#define SERVED_LIVE_MS    (2 * SERVED_REFRESH_MS)
+
+/* $1-$5 the runner's row; $6, $7 its workflows and their runtimes; $8 how
+ * long they count as live. */
 static const char SQL_REGISTER[] =
-    "INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid) "
-    "VALUES ($1, $2, $3, $4::text[], $5, pg_backend_pid()) RETURNING id";
+    "WITH r AS (INSERT INTO cairn.runners (name, address, version, groups, weight, lease_pid) "
+    "           VALUES ($1, $2, $3, $4::text[], $5, pg_backend_pid()) RETURNING id), "
+    "s AS (SELECT g, w.name, w.runtime FROM unnest($4::text[]) g, "
+    "        unnest($6::text[], $7::text[]) AS w(name, runtime)), "
+    "rw AS (INSERT INTO cairn.runner_workflows (runner_id, shard_group, workflow, runtime) "
+    "       SELECT r.id, s.g, s.name, s.runtime FROM r, s), "
+    "ws AS (INSERT INTO cairn.workflows AS w (workflow, shard_group, runtime, live_until) "
+    "       SELECT s.name, s.g, s.runtime, now() + $8 * interval '1 millisecond' FROM s "
+    "       ORDER BY 1, 2 "
+    "       ON CONFLICT (workflow, shard_group) DO UPDATE SET runtime = excluded.runtime, "
+    "         last_seen = now(), live_until = greatest(w.live_until, excluded.live_until)) "
+    "SELECT id FROM r";
+
+/* $1 the runner, $2 as $8 above; rows refreshed less than $3 ms ago (by
+ * another runner) are left as they are. A row someone deleted comes back. */
+static const char SQL_SERVED_REFRESH[] =
+    "INSERT INTO cairn.workflows AS w (workflow, shard_group, runtime, live_until) "
+    "SELECT rw.workflow, rw.shard_group, rw.runtime, now() + $2 * interval '1 millisecond' "
+    "FROM cairn.runner_workflows rw WHERE rw.runner_id = $1 ORDER BY 1, 2 "
+    "ON CONFLICT (workflow, shard_group) DO UPDATE SET last_seen = now(), "
+    "  live_until = excluded.live_until "
+    "WHERE w.last_seen < now() - $3 * interval '1 millisecond' OR w.live_until < now()";
+
+/* Ends live_until of the (workflow, group) no live runner (TTL $1) serves:
+ * after a membership change and a runner's own clean stop. */
+static const char SQL_SERVED_LAPSE[] =
+    "UPDATE cairn.workflows w SET live_until = now() "
+    "WHERE w.live_until > now() AND NOT EXISTS (SELECT 1 FROM cairn.runner_workflows rw "
+    "  JOIN cairn.runners r ON r.id = rw.runner_id "
+    "  WHERE rw.workflow = w.workflow AND rw.shard_group = w.shard_group "
+    "    AND cairn.runner_live(r, $1))";
 
 /*
  * The heartbeat also watches the membership: it returns a fingerprint of the
@@ -139,19 +201,36 @@ static const char SQL_HEARTBEAT[] =
 static const char SQL_LEAVE[] =
     "WITH " SQL_MEMBERS "SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp";
 
+/* How long what a runner serves counts as live after a refresh. */
+static int64_t served_live_ms(const lease *l)
+{
+	return SERVED_LIVE_MS + l->env.cfg->runner_ttl_ms;
+}
+
 static int do_register(lease *l, buf *err)
 {
 	const lease_env *e = &l->env;
-	pgarr groups = PGARR_INIT;
+	pgarr groups = PGARR_INIT, names = PGARR_INIT, runtimes = PGARR_INIT;
 	for (int i = 0; i < shardmap_ngroups(e->map); i++)
 		pgarr_add(&groups, shardmap_group_name(e->map, i));
-	char weight[24];
-	const char *p[] = {e->runner_name, e->cfg->advertise_addr, CAIRN_VERSION,
-	                   pgarr_str(&groups), db_i64(weight, e->cfg->weight)};
-	PGresult *r = db_exec(l->conn, err, SQL_REGISTER, 5, p);
+	for (int i = 0; e->reg && i < registry_nworkflows(e->reg); i++) {
+		const workflow_def *d = registry_workflow_at(e->reg, i);
+		pgarr_add(&names, d->name);
+		pgarr_add(&runtimes, d->runtime);
+	}
+	char weight[24], live[24];
+	const char *p[] = {e->runner_name,       e->cfg->advertise_addr,         CAIRN_VERSION,
+	                   pgarr_str(&groups),   db_i64(weight, e->cfg->weight), pgarr_str(&names),
+	                   pgarr_str(&runtimes), db_i64(live, served_live_ms(l))};
+	PGresult *r = groups.b.oom || names.b.oom || runtimes.b.oom
+	                  ? NULL
+	                  : db_exec(l->conn, err, SQL_REGISTER, 8, p);
 	pgarr_free(&groups);
+	pgarr_free(&names);
+	pgarr_free(&runtimes);
 	if (!r)
 		return -CAIRN_EDB;
+	l->served_ms = clock_mono_ms();
 	int64_t id = db_get_i64(r, 0, 0);
 	PQclear(r);
 	atomic_store(&l->runner_id, id);
@@ -200,6 +279,33 @@ static int beat(lease *l, int64_t id, int *found, int *changed, buf *err)
 	return 0;
 }
 
+/* What the runner serves stays live (SQL_SERVED_REFRESH) every
+ * SERVED_REFRESH_MS; after a membership change, what no live runner serves
+ * any more stops being (SQL_SERVED_LAPSE). A failure is logged: the
+ * heartbeat stands. */
+static void served_keep(lease *l, int64_t id, int members_changed)
+{
+	char ttl[24], me[24], live[24], skip[24];
+	buf err = BUF_INIT;
+	db_i64(ttl, l->env.cfg->runner_ttl_ms);
+	if (members_changed &&
+	    db_cmd(l->conn, &err, SQL_SERVED_LAPSE, 1, (const char *const[]){ttl}) < 0)
+		log_kv(l->env.log, LOG_WARN, "cannot mark the workflows no live runner serves",
+		       "error", buf_str(&err), NULL);
+	int64_t now = clock_mono_ms();
+	if (now - l->served_ms >= SERVED_REFRESH_MS) {
+		const char *p[] = {db_i64(me, id), db_i64(live, served_live_ms(l)),
+		                   db_i64(skip, SERVED_REFRESH_MS / 2)};
+		if (db_cmd(l->conn, &err, SQL_SERVED_REFRESH, 3, p) < 0)
+			log_kv(l->env.log, LOG_WARN,
+			       "cannot refresh the workflows this runner serves", "error",
+			       buf_str(&err), NULL);
+		else
+			l->served_ms = now;
+	}
+	buf_free(&err);
+}
+
 int lease_heartbeat(lease *l, int *members_changed)
 {
 	buf err = BUF_INIT;
@@ -226,6 +332,8 @@ int lease_heartbeat(lease *l, int *members_changed)
 	}
 	if (rc)
 		log_kv(l->env.log, LOG_WARN, "heartbeat failed", "error", buf_str(&err), NULL);
+	else
+		served_keep(l, lease_runner_id(l), *members_changed);
 	buf_free(&err);
 	return rc;
 }
@@ -630,6 +738,67 @@ static void check_outsiders(lease *l, int gi, const int *want, int me, const ass
 	free(missed);
 }
 
+/*
+ * Mixed sets. A run waits for the owner of its shard to serve its
+ * workflow, so a group whose live runners serve different workflows (a
+ * rolling deploy that adds one) leaves some runs waiting until it is over.
+ * Looked at when the group's live runners change; said once per change of
+ * what differs, and once when it is over.
+ */
+static const char SQL_MIXED[] =
+    "SELECT rw.workflow || ' (runners ' || string_agg(rw.runner_id::text, ',' "
+    "         ORDER BY rw.runner_id) || ' of ' || $3::int || ')' "
+    "FROM cairn.runner_workflows rw "
+    "WHERE rw.shard_group = $1 AND rw.runner_id = ANY ($2::bigint[]) "
+    "GROUP BY rw.workflow HAVING count(*) < $3::int ORDER BY rw.workflow";
+
+static void check_mixed(lease *l, int gi, const assign_runner *rs, int nlive)
+{
+	mixed *m = &l->mix[gi];
+	uint64_t ids = 1469598103934665603ULL;
+	pgarr arr = PGARR_INIT;
+	for (int i = 0; i < nlive; i++) {
+		ids = (ids ^ (uint64_t)rs[i].id) * 1099511628211ULL;
+		pgarr_add_i64(&arr, rs[i].id);
+	}
+	if (ids == m->ids || nlive < 2 || arr.b.oom) {
+		if (nlive < 2 && m->said.len)
+			buf_reset(&m->said); /* one runner serves what it serves */
+		m->ids = nlive < 2 ? 0 : m->ids;
+		pgarr_free(&arr);
+		return;
+	}
+	const char *group = shardmap_group_name(l->env.map, gi);
+	char n[24];
+	const char *p[] = {group, pgarr_str(&arr), db_i64(n, nlive)};
+	buf err = BUF_INIT;
+	PGresult *r = db_exec(l->conn, &err, SQL_MIXED, 3, p);
+	pgarr_free(&arr);
+	if (!r) /* looked at again next round */
+		log_kv(l->env.log, LOG_WARN, "cannot compare the workflows of the group's runners",
+		       "group", group, "error", buf_str(&err), NULL);
+	buf_free(&err);
+	if (!r)
+		return;
+	m->ids = ids;
+	buf now = BUF_INIT;
+	for (int i = 0; i < PQntuples(r); i++)
+		buf_printf(&now, "%s%s", i ? ", " : "", PQgetvalue(r, i, 0));
+	PQclear(r);
+	if (now.len && strcmp(buf_str(&now), buf_str(&m->said)) != 0)
+		log_kv(l->env.log, LOG_WARN,
+		       "the live runners of a group serve different workflows: a run of one of "
+		       "them waits until the owner of its shard serves it",
+		       "group", group, "workflows", buf_str(&now), NULL);
+	else if (!now.len && m->said.len)
+		log_kv(l->env.log, LOG_INFO,
+		       "the live runners of the group serve the same workflows", "group", group,
+		       NULL);
+	buf_reset(&m->said);
+	buf_puts(&m->said, buf_str(&now));
+	buf_free(&now);
+}
+
 static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 {
 	shardmap *map = l->env.map;
@@ -675,6 +844,8 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
 	}
 	if (!rc && want)
 		check_outsiders(l, gi, want, me, rs, nlive);
+	if (!rc)
+		check_mixed(l, gi, rs, nlive);
 	free(rs);
 	free(want);
 	free(lst);
@@ -783,8 +954,11 @@ void lease_release_all(lease *l)
 		/* Tell the others, so they take the shards now. */
 		char text[24], ttl[24];
 		const char *p[] = {db_i64(text, id), db_i64(ttl, l->env.cfg->runner_ttl_ms)};
-		if (db_cmd(l->conn, &err, "DELETE FROM cairn.runners WHERE id = $1", 1, p) == 0)
+		if (db_cmd(l->conn, &err, "DELETE FROM cairn.runners WHERE id = $1", 1, p) == 0) {
 			db_cmd(l->conn, &err, SQL_LEAVE, 2, p);
+			/* What only this runner served is no longer served live. */
+			db_cmd(l->conn, &err, SQL_SERVED_LAPSE, 1, p + 1);
+		}
 	}
 	buf_free(&err);
 }

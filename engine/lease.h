@@ -5,6 +5,11 @@
  * two-key session advisory locks and bump their fencing epoch. The lease
  * loop is the only writer of the shardmap.
  *
+ * Also records what the runner serves (routing by workflow, migration
+ * 0020): its workflows and their runtimes, per group, with its runner row,
+ * kept fresh in cairn.workflows while it lives, and warns when the live
+ * runners of one of its groups serve different workflows.
+ *
  * Owns: the runner id, the rebalance history (for /status), what it knows
  * of outsiders holding its shards' locks (for /readyz) and the shardmap
  * writes. It does not own the connection (the supervisor does) and knows
@@ -20,6 +25,7 @@
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
+#include "registry.h"
 #include "shardmap.h"
 
 struct cJSON;
@@ -31,6 +37,7 @@ typedef struct lease_env {
 	const logger *log;
 	metrics *m;
 	shardmap *map;
+	const registry *reg; /* the workflows it records that it serves (routing) */
 	/* Before shards of a group are unlocked: stop their work (queued and
 	 * in-flight runs, singletons) by deadline_ms (monotonic). */
 	void (*release_hook)(void *arg, int group, const int *shards, int n, int64_t deadline_ms);

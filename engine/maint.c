@@ -15,7 +15,13 @@
  *                  HEALTH_ROUNDS_EVERY heartbeat intervals, one statement
  *                  while every runner is healthy.
  *   cairn.janitor  deletes finished runs older than CAIRN_RETENTION, in
- *                  small batches, checking for cancellation between them.
+ *                  small batches, checking for cancellation between them;
+ *                  and every STRANDED_INTERVAL_MS moves the due runs of
+ *                  groups that no live runner serves (nobody claims them)
+ *                  to a group with a live worker that serves their
+ *                  workflow, or, once none has for
+ *                  CAIRN_UNKNOWN_WORKFLOW_TIMEOUT, to its own group, whose
+ *                  owner fails them (SQL_STRANDED).
  *   cairn.relay    the one LISTENing session: forwards wake-ups and
  *                  membership changes to the runners over HTTP (relay_main).
  *   cairn.scheduler fires the schedules that are due (scheduler_main).
@@ -42,10 +48,12 @@
 #include "pgarr.h"
 #include "schedule.h"
 
-#define HEALTH_FAILURES     3
-#define HEALTH_ROUNDS_EVERY 10 /* heartbeat intervals */
-#define JANITOR_BATCH       "500"
-#define JANITOR_INTERVAL_MS 60000
+#define HEALTH_FAILURES      3
+#define HEALTH_ROUNDS_EVERY  10 /* heartbeat intervals */
+#define JANITOR_BATCH        "500"
+#define JANITOR_INTERVAL_MS  60000
+#define STRANDED_BATCH       "200"
+#define STRANDED_INTERVAL_MS 5000
 
 /* One statement per round while all is well: removes the runners whose
  * heartbeat is older than twice the TTL (first row: their ids, the other
@@ -82,6 +90,49 @@ static const char SQL_JANITOR[] =
     "DELETE FROM cairn.runs WHERE id IN (SELECT id FROM cairn.runs "
     "  WHERE finished_at < now() - $1 * interval '1 millisecond' ORDER BY finished_at LIMIT $2) "
     "AND finished_at < now() - $1 * interval '1 millisecond'";
+
+/*
+ * Stranded runs (routing by workflow, migration 0020): a run whose group has
+ * no live runner at all is claimed by nobody, so no worker's
+ * unknown-workflow path sees it. Of the oldest due runs and messages ($2
+ * of each: the due runs of live groups are claimed oldest first, so those
+ * stranded come to the front), those of groups without a live runner (TTL
+ * $1) move, with their messages, to a group with a live worker that serves
+ * their workflow (cairn.reroute_target, as a claim moves them), whose owner
+ * is woken. Those of a workflow that no live worker has served for
+ * CAIRN_UNKNOWN_WORKFLOW_TIMEOUT ($3), due for as long, move to this
+ * janitor's own group ($5), whose owner fails them as any run it cannot
+ * serve, with its messages and the run's parent told: only once the janitor
+ * has itself watched for that long ($4), so a fleet that starts after a
+ * pause fails nothing before the other groups' workers are up. A run
+ * locked by a writer is left for the next pass. One statement, bounded by
+ * $2; a pass with nothing due reads two index entries.
+ */
+static const char SQL_STRANDED[] =
+    "WITH live AS (SELECT DISTINCT g FROM cairn.runners r, unnest(r.groups) g "
+    "              WHERE cairn.runner_live(r, $1)), "
+    "due AS ((SELECT id FROM cairn.runs WHERE start_at <= now() ORDER BY start_at, id LIMIT $2) "
+    "        UNION (SELECT run_id FROM cairn.messages WHERE deliver_at <= now() "
+    "               ORDER BY deliver_at, id LIMIT $2)), "
+    "s AS (SELECT r.id, r.workflow, r.shard_group AS g, "
+    "        coalesce(cairn.reroute_target(r.workflow, r.shard_group, $1), "
+    "          CASE WHEN $4 AND r.scheduled_at <= now() - $3 * interval '1 millisecond' "
+    "                 AND NOT EXISTS (SELECT 1 FROM cairn.workflows w "
+    "                   WHERE w.workflow = r.workflow "
+    "                     AND w.live_until > now() - $3 * interval '1 millisecond') "
+    "               THEN $5 END) AS target "
+    "      FROM cairn.runs r WHERE r.id IN (SELECT id FROM due) AND r.finished_at IS NULL "
+    "        AND r.shard_group NOT IN (SELECT g FROM live) "
+    "      FOR UPDATE OF r SKIP LOCKED), "
+    "mv AS (UPDATE cairn.runs r SET shard_group = s.target, updated_at = now() "
+    "       FROM s WHERE r.id = s.id AND s.target IS NOT NULL "
+    "       RETURNING r.id, r.shard_group, r.shard, r.workflow, s.g AS from_group), "
+    "mvm AS (UPDATE cairn.messages m SET shard_group = mv.shard_group FROM mv "
+    "        WHERE m.run_id = mv.id) "
+    "SELECT count(cairn.wake(shard_group, shard, id, false)), "
+    "       string_agg(id || ' (' || workflow || ', ' || from_group || ' to ' || shard_group "
+    "                  || ')', ', ' ORDER BY id) "
+    "FROM mv";
 
 static size_t discard(char *p, size_t size, size_t n, void *u)
 {
@@ -223,6 +274,29 @@ static int health_main(cairn_singleton *s, void *arg)
 	return rc;
 }
 
+/* One pass over stranded runs (SQL_STRANDED); watched: the janitor has
+ * run for CAIRN_UNKNOWN_WORKFLOW_TIMEOUT. 0 or -1 (logged). */
+static int stranded_pass(const maint_env *e, PGconn *c, int watched, buf *err)
+{
+	char ttl[24], timeout[24];
+	const char *p[] = {db_i64(ttl, e->cfg->runner_ttl_ms), STRANDED_BATCH,
+	                   db_i64(timeout, e->cfg->unknown_workflow_timeout_ms),
+	                   watched ? "t" : "f", e->cfg->groups[0]};
+	PGresult *r = db_exec(c, err, SQL_STRANDED, 5, p);
+	if (!r) {
+		log_kv(e->log, LOG_WARN, "janitor failed to move stranded runs", "error",
+		       buf_str(err), NULL);
+		return -1;
+	}
+	if (db_get_i64(r, 0, 0) > 0)
+		log_kv(e->log, LOG_INFO,
+		       "moved due runs of groups without a live runner to a group that serves "
+		       "their workflow (or, served by none, to this one, which fails them)",
+		       "count", PQgetvalue(r, 0, 0), "runs", PQgetvalue(r, 0, 1), NULL);
+	PQclear(r);
+	return 0;
+}
+
 static int janitor_main(cairn_singleton *s, void *arg)
 {
 	const maint_env *e = arg;
@@ -232,20 +306,33 @@ static int janitor_main(cairn_singleton *s, void *arg)
 	char ret[24];
 	db_i64(ret, e->cfg->retention_ms);
 	const char *p[] = {ret, JANITOR_BATCH};
+	int64_t started = clock_mono_ms(), next_retention = started;
 	while (rc == CAIRN_OK && !cairn_singleton_cancelled(s)) {
-		PGresult *r = db_exec(c, &err, SQL_JANITOR, 2, p);
-		if (!r) {
-			log_kv(e->log, LOG_WARN, "janitor failed", "error", buf_str(&err), NULL);
+		int64_t now = clock_mono_ms();
+		if (now >= next_retention) {
+			PGresult *r = db_exec(c, &err, SQL_JANITOR, 2, p);
+			if (!r) {
+				log_kv(e->log, LOG_WARN, "janitor failed", "error", buf_str(&err),
+				       NULL);
+				rc = CAIRN_EDB;
+				break;
+			}
+			int n = atoi(PQcmdTuples(r));
+			if (n > 0)
+				log_kv(e->log, LOG_INFO, "janitor deleted finished runs", "runs",
+				       PQcmdTuples(r), NULL);
+			PQclear(r);
+			next_retention = n < atoi(JANITOR_BATCH) ? now + JANITOR_INTERVAL_MS : now;
+		}
+		int watched = now - started >= e->cfg->unknown_workflow_timeout_ms;
+		if (stranded_pass(e, c, watched, &err) < 0 && !db_ok(c)) {
 			rc = CAIRN_EDB;
 			break;
 		}
-		int n = atoi(PQcmdTuples(r));
-		if (n > 0)
-			log_kv(e->log, LOG_INFO, "janitor deleted finished runs", "runs",
-			       PQcmdTuples(r), NULL);
-		PQclear(r);
-		if (n < atoi(JANITOR_BATCH))
-			cairn_singleton_sleep(s, JANITOR_INTERVAL_MS);
+		int64_t wait = next_retention - clock_mono_ms();
+		if (wait > 0)
+			cairn_singleton_sleep(
+			    s, wait < STRANDED_INTERVAL_MS ? wait : STRANDED_INTERVAL_MS);
 	}
 	PQfinish(c);
 	buf_free(&err);

@@ -95,6 +95,16 @@ int registry_add_workflow(registry *r, const char *name, cairn_workflow_fn fn,
 	return 0;
 }
 
+int registry_nworkflows(const registry *r)
+{
+	return r->nflows;
+}
+
+const workflow_def *registry_workflow_at(const registry *r, int i)
+{
+	return i >= 0 && i < r->nflows ? &r->flows[i] : NULL;
+}
+
 const workflow_def *registry_workflow(const registry *r, const char *name)
 {
 	for (int i = 0; name && i < r->nflows; i++)

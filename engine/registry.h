@@ -48,6 +48,9 @@ int registry_add_workflow(registry *r, const char *name, cairn_workflow_fn fn,
                           const cairn_workflow_opts *opts, buf *err);
 /* The workflow registered under name, or NULL. */
 const workflow_def *registry_workflow(const registry *r, const char *name);
+/* The workflows in the order they were registered: i from 0 to the count. */
+int registry_nworkflows(const registry *r);
+const workflow_def *registry_workflow_at(const registry *r, int i);
 
 /* As registry_add_workflow; def->name is checked, the rest taken as given. */
 int registry_add_singleton(registry *r, const singleton_def *def, buf *err);

@@ -670,6 +670,7 @@ static int start_modules(cairn_worker *w)
 	                .log = &w->log,
 	                .m = &w->m,
 	                .map = w->map,
+	                .reg = w->reg,
 	                .release_hook = release_hook,
 	                .forget_hook = forget_hook,
 	                .hook_arg = w};

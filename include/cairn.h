@@ -160,12 +160,20 @@ typedef struct cairn_enqueue_opts {
 	int64_t at_unix_ms; /* or: start no earlier than this time (0: unset);
 	                       setting both is CAIRN_EINVAL */
 	int max_attempts;   /* attempts before the run fails for good, 1-1000; 0 = default 3 */
-	const char *group;  /* shard group; NULL means "default" */
+	/* Shard group. NULL: the group whose workers serve the workflow (one with
+	 * a live worker first, then the most recently seen; 'default' and then
+	 * the lowest name among equals), or "default" when no worker has ever
+	 * served it (routing by workflow, docs/sdks.md). A group named is kept. */
+	const char *group;
 	/* Flow control (`cairn limit`): runs that share a concurrency key live
 	 * in the shard of the key, so one worker at a time enforces its limits.
 	 * NULL: none (the run's shard is that of its key). */
 	const char *concurrency_key;
 	int priority; /* -1000 to 1000, higher starts first among due runs; 0 default */
+	/* 1: refuse the run when its group has never served the workflow (a typo
+	 * caught): CAIRN_ENOTFOUND naming the workflow, nothing written. 0: it
+	 * is accepted with a warning (cairn_enqueued.warning). */
+	int require_served;
 } cairn_enqueue_opts;
 
 /*
@@ -177,9 +185,18 @@ typedef struct cairn_enqueue_opts {
  * existing run that has finished: the output JSON text of a completed run and
  * the error of a failed or cancelled one (each NULL when the run has none).
  * They are malloc'd, owned by the caller and released with
- * cairn_enqueued_clear(). cairn_enqueue_batch() always leaves both NULL, so
- * its results need no clearing; read a batch run's result with
- * cairn_run_get().
+ * cairn_enqueued_clear(). cairn_enqueue_batch() always leaves both NULL;
+ * read a batch run's result with cairn_run_get().
+ *
+ * warning is set for a new run whose group has never served its workflow
+ * (no worker has ever served it, or the group named has not): the run is
+ * accepted and waits, and the text names the workflow and what happens
+ * (`no worker has ever served workflow "x": the run waits in group
+ * "default" until one does, ...`); it is the run's error too (why it waits)
+ * until a worker takes it. NULL otherwise, and for an existing run.
+ * Owned like output and error: cairn_enqueued_clear() frees it.
+ * cairn_enqueue_batch() leaves it NULL too (its results need no clearing):
+ * a batch's warnings are cairn_client_warning()'s.
  */
 typedef struct cairn_enqueued {
 	int64_t id;      /* the run's id */
@@ -191,7 +208,8 @@ typedef struct cairn_enqueued {
 	char locked_key[CAIRN_KEY_ID_MAX + 1];
 	unsigned unauthentic; /* of locked: those that do not authenticate */
 	char unauthentic_key[CAIRN_KEY_ID_MAX + 1];
-	int held; /* pending, waiting for a slot of its concurrency key */
+	int held;      /* pending, waiting for a slot of its concurrency key */
+	char *warning; /* see above; or NULL */
 } cairn_enqueued;
 
 /*
@@ -206,14 +224,24 @@ typedef struct cairn_enqueued {
 int cairn_enqueue(cairn_client *c, const char *workflow, const cairn_enqueue_opts *opts,
                   cairn_enqueued *out);
 
-/* Frees e->output and e->error and sets them to NULL; the rest of e stays. */
+/* Frees e->output, e->error and e->warning and sets them to NULL; the
+ * rest of e stays. */
 void cairn_enqueued_clear(cairn_enqueued *e);
+
+/*
+ * The warnings of the new runs of the last cairn_enqueue() or
+ * cairn_enqueue_batch() on c (see cairn_enqueued.warning), distinct ones
+ * joined by "; ", or NULL when there were none. Owned by c, valid until the
+ * next call on c.
+ */
+const char *cairn_client_warning(const cairn_client *c);
 
 /*
  * Enqueues n runs of one workflow in one transaction (one statement). opts[i]
  * is run i; out[i] receives its id, existed and status (output and error stay
  * NULL). Either every run is validated and written or, on an error, nothing
- * is.
+ * is. Each run is routed as cairn_enqueue routes it, and the warnings of
+ * its new runs are cairn_client_warning()'s; its results need no clearing.
  */
 int cairn_enqueue_batch(cairn_client *c, const char *workflow, size_t n,
                         const cairn_enqueue_opts *opts, cairn_enqueued *out);
@@ -291,6 +319,15 @@ typedef struct cairn_run {
 	/* Of a pending run that a limit (cairn limit) holds back: what it waits
 	 * for, in words; else NULL. Only from cairn_run_get. */
 	char *waiting_for;
+	/* The runtime that serves the run's workflow ("c", "python 3.11.2"):
+	 * its group's, else that of the group that served it last; NULL when no
+	 * worker has ever served it. Only from cairn_run_get. */
+	char *runtime;
+	/* Of a run that has not finished and that no live worker of its group
+	 * serves: why it waits, in words (`no live worker serves workflow "x"
+	 * (never served)`, `... (last seen 5m ago in group python)`); else NULL.
+	 * Only from cairn_run_get. */
+	char *unserved;
 } cairn_run;
 
 /*
@@ -553,7 +590,9 @@ typedef struct cairn_runner_info {
 	int live;                 /* heartbeat younger than the TTL and lease backend connected */
 	int64_t heartbeat_age_ms; /* now() - heartbeat_at, measured by PostgreSQL */
 	int64_t started_unix_ms;
-	int shards; /* cairn.shard_leases rows it owns */
+	int shards;     /* cairn.shard_leases rows it owns */
+	char *runtimes; /* the runtimes of the workflows it serves, comma-separated ("c",
+	                   "python 3.11.2"); "" when it serves none */
 } cairn_runner_info;
 
 /*
@@ -565,6 +604,41 @@ typedef struct cairn_runner_info {
  */
 int cairn_runner_list(cairn_client *c, int64_t ttl_ms, cairn_runner_info **out, size_t *n);
 void cairn_runner_list_free(cairn_runner_info *r, size_t n);
+
+/* A live runner that serves a workflow (cairn_workflow_info). */
+typedef struct cairn_workflow_runner {
+	int64_t id;
+	char *name;    /* host:pid, as cairn.runners has it */
+	char *runtime; /* what runs the workflow there */
+} cairn_workflow_runner;
+
+/*
+ * A workflow in a shard group, as `cairn workflows` shows it: one entry per
+ * (workflow, group) that a worker has ever served (cairn.workflows), and one
+ * per (workflow, group) that has waiting runs and was never served there.
+ */
+typedef struct cairn_workflow_info {
+	char *workflow;
+	char *group;
+	char *runtime;                  /* the runtime last recorded; NULL: never served here */
+	int64_t first_seen_unix_ms;     /* 0: never served in this group */
+	int64_t last_seen_unix_ms;      /* refreshed every 15 s while a worker serves it */
+	int64_t last_seen_age_ms;       /* now() - last seen, measured by PostgreSQL; 0: never */
+	int served;                     /* a worker has served it in this group */
+	size_t nrunners;                /* the live runners of the group that serve it */
+	cairn_workflow_runner *runners; /* by id */
+	int group_live_runners;         /* the group's live runners: nrunners of them serve it */
+	int64_t waiting;                /* its runs in this group that are pending */
+} cairn_workflow_info;
+
+/*
+ * Lists every workflow by name, then group: what serves it (the runners
+ * live as cairn_runner_list judges them with ttl_ms) and how many of its runs
+ * wait. CAIRN_EINVAL unless ttl_ms is from 1 ms to 365 days. The caller frees
+ * *out with cairn_workflow_list_free().
+ */
+int cairn_workflow_list(cairn_client *c, int64_t ttl_ms, cairn_workflow_info **out, size_t *n);
+void cairn_workflow_list_free(cairn_workflow_info *w, size_t n);
 
 /* One row of cairn.shard_leases, or a shard whose lock an outsider holds. */
 typedef struct cairn_shard_info {
@@ -830,12 +904,13 @@ int cairn_random(cairn_ctx *ctx, uint64_t *value);
  * worker after a crash, finds it in the journal and does not repeat it.
  *
  * cairn_child_start starts a child run of workflow with input (NULL: null)
- * in this run's shard group, keyed by this run and this call's position, and
- * gives its id. When the child finishes, the commit that finishes it sends
- * its outcome to this run, so waiting costs one wake per child, never a
- * poll. A parent that ends cancelled asks its unfinished children to cancel
- * (their next durable call returns CAIRN_CANCELLED); a parent that completes
- * or fails leaves them running.
+ * in this run's shard group if that group serves the workflow, else in the
+ * group that serves it (routed as cairn_enqueue routes: a workflow never
+ * served stays in this run's group, and the worker logs the warning), keyed
+ * by this run and this call's position, and gives its id. When the child finishes, the commit that
+ * finishes it sends its outcome to this run, so waiting costs one wake per child, never a poll. A
+ * parent that ends cancelled asks its unfinished children to cancel (their next durable call
+ * returns CAIRN_CANCELLED); a parent that completes or fails leaves them running.
  */
 int cairn_child_start(cairn_ctx *ctx, const char *name, const char *workflow,
                       const struct cJSON *input, int64_t *child);
@@ -852,8 +927,9 @@ int cairn_child_wait(cairn_ctx *ctx, int64_t child, int64_t timeout_ms, struct c
  * does not exist or has finished (the error says which). */
 int cairn_send(cairn_ctx *ctx, const char *name, int64_t run, const char *signal,
                const struct cJSON *payload);
-/* Enqueues an independent run of workflow with input (NULL: null), once;
- * *id is its id. It is no child: nobody waits for it or cancels it. */
+/* Enqueues an independent run of workflow with input (NULL: null), once,
+ * routed as a child is; *id is its id. It is no child: nobody waits for it
+ * or cancels it. */
 int cairn_enqueue_from(cairn_ctx *ctx, const char *name, const char *workflow,
                        const struct cJSON *input, int64_t *id);
 /* Publishes value under key on this run (a durable call named

@@ -54,6 +54,10 @@
  *              step "count" bumps t_counter: a step a drain must wait for (or
  *              cut off).
  *
+ * Routing tests (test_routing.c) give workers different workflows and
+ * runtimes: T_FLOWS="t.parent,t.spread" registers only the workflows it
+ * names, and T_RUNTIME sets their runtime label (cairn_workflow_opts).
+ *
  * The tables are created by the tests. Database access uses one libpq
  * connection per executor thread (DATABASE_URL of the worker process), opened
  * on first use and closed by a thread-specific-data destructor when the
@@ -678,8 +682,17 @@ int cairn_plugin_init(cairn_worker *w)
 	             {"t.versioned", wf_versioned},
 	             {"t.tx", wf_tx},
 	             {"t.hold", wf_hold}};
-	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++)
-		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL) != CAIRN_OK)
+	const char *only = getenv("T_FLOWS");
+	cairn_workflow_opts opts = {.runtime = getenv("T_RUNTIME")};
+	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++) {
+		char item[64];
+		snprintf(item, sizeof item, ",%s,", flows[i].name);
+		char list[1024];
+		snprintf(list, sizeof list, ",%s,", only ? only : "");
+		if (only && !strstr(list, item))
+			continue;
+		if (cairn_workflow_register(w, flows[i].name, flows[i].fn, &opts) != CAIRN_OK)
 			return 1;
+	}
 	return 0;
 }

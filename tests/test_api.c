@@ -193,6 +193,47 @@ Test(sql, enqueue_is_idempotent_by_key_and_names_the_argument_the_value_and_what
 	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), 2, "a bad call wrote a row");
 }
 
+/* Routing by workflow (migration 0020): no worker has served anything in
+ * this database, so every workflow is unserved. */
+Test(sql, enqueue_warns_of_a_workflow_never_served_refuses_it_when_required_and_old_calls_work)
+{
+	char *w = tdb_str(conn, "SELECT warning FROM cairn.enqueue('ghost', '{\"a\": 1}')");
+	cr_assert(w && strstr(w, "no worker has ever served workflow \"ghost\"") &&
+	              strstr(w, "group \"default\""),
+	          "%s", w ? w : "(null)");
+	free(w);
+	/* The calls of before 0020: positionally with a group, by name, the
+	 * composite's id. */
+	int64_t a = tdb_int(conn, "SELECT id FROM cairn.enqueue('ghost', '{}'::jsonb, 'k1', NULL, "
+	                          "NULL, NULL, 'other', NULL, 0)");
+	cr_assert_gt(a, 0);
+	char *g = tdb_str(conn, "SELECT shard_group FROM cairn.run_view WHERE key = 'k1'");
+	cr_assert_str_eq(g, "other", "a group named is kept");
+	free(g);
+	cr_assert_gt(tdb_int(conn, "SELECT (cairn.enqueue('ghost', key => 'k2')).id"), 0);
+	cr_assert_null(tdb_str(conn, "SELECT warning FROM cairn.enqueue('ghost', key => 'k2')"),
+	               "an existing run has no warning");
+	/* Once a worker has served it (a row as lease.c writes it), no warning,
+	 * and a run without a group goes to its group. */
+	tdb_exec(conn, "INSERT INTO cairn.workflows (workflow, shard_group, runtime, live_until) "
+	               "VALUES ('ghost', 'python', 'python 3.11.2', now() + interval '1 minute')");
+	cr_assert_null(tdb_str(conn, "SELECT warning FROM cairn.enqueue('ghost', key => 'k3')"));
+	g = tdb_str(conn, "SELECT shard_group FROM cairn.run_view WHERE key = 'k3'");
+	cr_assert_str_eq(g, "python");
+	free(g);
+	int64_t before = tdb_int(conn, "SELECT count(*) FROM cairn.runs");
+	PGresult *r = PQexec(conn, "SELECT cairn.enqueue('typo', require_served => true)");
+	cr_assert_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
+	cr_assert_str_eq(PQresultErrorField(r, PG_DIAG_SQLSTATE), "P0002");
+	cr_assert(strstr(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY),
+	                 "no worker has ever served workflow \"typo\": refused (require_served)"),
+	          "%s", PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY));
+	PQclear(r);
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), before, "a refusal wrote");
+	cr_assert_gt(tdb_int(conn, "SELECT id FROM cairn.enqueue('ghost', require_served => true)"),
+	             0, "a served workflow passes");
+}
+
 Test(sql, signal_cancel_retry_and_run_change_runs_and_refuse_what_cannot_be_done)
 {
 	int64_t id = tdb_int(conn, "SELECT id FROM cairn.enqueue('noop', delay => '1h')");
@@ -562,6 +603,42 @@ Test(http_api, post_runs_with_the_token_creates_a_run_whose_get_with_wait_return
 	cr_assert_eq(st, 200, "%s", body);
 	cr_assert(strstr(body, "\"existed\":true"), "%s", body);
 	cr_assert_eq(json_int(body, "id"), id);
+	free(body);
+	tworker_stop(w, SIGTERM, 20000);
+}
+
+Test(http_api, a_run_of_a_workflow_never_served_comes_with_a_warning_and_require_served_refuses_it)
+{
+	pid_t w = worker();
+	worker_owns_all();
+	char *body;
+	long st = api("POST", "/v1/runs", "{\"workflow\": \"ghost\"}", &body);
+	tcheck(dump_log, st == 201, "POST /v1/runs: %ld %s", st, body);
+	cr_assert(strstr(body, "\"warning\":\"no worker has ever served workflow \\\"ghost\\\""),
+	          "%s", body);
+	free(body);
+	st = api("POST", "/v1/runs", "{\"workflow\": \"noop\"}", &body);
+	cr_assert_eq(st, 201, "%s", body);
+	cr_assert_null(strstr(body, "warning"), "the worker serves noop: %s", body);
+	free(body);
+	st = api("POST", "/v1/runs", "[{\"workflow\": \"ghost\"}, {\"workflow\": \"ghost\"}]",
+	         &body);
+	cr_assert_eq(st, 200, "%s", body);
+	cr_assert(strstr(body, "\"warning\":\"no worker has ever served workflow"), "%s", body);
+	free(body);
+	int64_t before = tdb_int(conn, "SELECT count(*) FROM cairn.runs");
+	st = api("POST", "/v1/runs", "{\"workflow\": \"typo\", \"require_served\": true}", &body);
+	cr_assert_eq(st, 404, "%s", body);
+	cr_assert(strstr(body, "workflow \\\"typo\\\"") && strstr(body, "refused"), "%s", body);
+	free(body);
+	st =
+	    api("POST", "/v1/runs", "{\"workflow\": \"noop\", \"require_served\": \"yes\"}", &body);
+	cr_assert_eq(st, 400, "%s", body);
+	cr_assert(strstr(body, "require_served is a JSON string"), "%s", body);
+	free(body);
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.runs"), before, "a refusal wrote");
+	st = api("POST", "/v1/runs", "{\"workflow\": \"noop\", \"require_served\": true}", &body);
+	cr_assert_eq(st, 201, "%s", body);
 	free(body);
 	tworker_stop(w, SIGTERM, 20000);
 }

@@ -994,7 +994,7 @@ Test(completion, offers_for_every_command_exactly_the_options_its_help_names)
 	    "echo \"$n commands\"; exit $rc",
 	    &out, &err);
 	cr_assert_eq(rc, 0, "exit %d:\n%s%s", rc, out, err);
-	cr_assert(strstr(out, "17 commands"), "%s", out);
+	cr_assert(strstr(out, "18 commands"), "%s", out);
 	free(out);
 	free(err);
 }

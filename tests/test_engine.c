@@ -485,6 +485,8 @@ Test(replay, a_buffered_signal_is_consumed_by_the_await)
 
 /* --------------------------------------------------------------- commits */
 
+static void statement_of(commit *c, buf *sql);
+
 static commit *made(commit_outcome o)
 {
 	commit_run run = {.id = 7,
@@ -585,6 +587,30 @@ Test(commit, a_claimed_start_is_no_message_and_moves_with_a_defer)
 	commit_params_free(&p);
 	commit_free(d);
 	commit_free(s);
+}
+
+Test(commit, a_move_writes_the_run_and_its_messages_into_the_new_group_and_nothing_else)
+{
+	commit *m = made(COMMIT_MOVE);
+	m->move_to = strdup("python");
+	m->final = 1;
+	commit_params p;
+	cr_assert_eq(commit_encode(&m, 1, NULL, NULL, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_b_group), "{\"default\"}", "fenced by its lease here");
+	cr_assert_str_eq(slot(&p, SLOT_mv_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_mv_group), "{\"python\"}");
+	cr_assert_str_eq(slot(&p, SLOT_u_run), "{}");
+	cr_assert_str_eq(slot(&p, SLOT_del_msg), "{}");
+	cr_assert_str_eq(slot(&p, SLOT_defer_msg), "{}");
+	cr_assert_str_eq(slot(&p, SLOT_refund_run), "{7}", "refused by the fence: count back");
+	commit_params_free(&p);
+	buf sql = BUF_INIT;
+	statement_of(m, &sql);
+	cr_assert(strstr(buf_str(&sql), "mv AS (") && strstr(buf_str(&sql), "mvm AS ("), "%s",
+	          buf_str(&sql));
+	cr_assert_null(strstr(buf_str(&sql), "upd AS ("));
+	buf_free(&sql);
+	commit_free(m);
 }
 
 Test(commit, a_run_retry_cuts_rows_and_consumed_signals_from_its_seq_on)

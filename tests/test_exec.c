@@ -1148,9 +1148,11 @@ Test(exec, a_workflow_nobody_registered_fails_after_the_timeout_naming_it)
 	int64_t id = enqueue(&e, "t.nobody", NULL, 0);
 	cairn_run *r = finished(&e, id, 20000);
 	cr_assert_str_eq(r->status, "failed", "%s", r->status);
-	cr_assert(r->error && strstr(r->error, "\"t.nobody\"") &&
-	              strstr(r->error, "not registered"),
-	          "%s", r->error ? r->error : "(null)");
+	cr_assert(
+	    r->error &&
+	        strstr(r->error, "no live worker serves workflow \"t.nobody\" (never served)") &&
+	        strstr(r->error, "CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (2000 ms)"),
+	    "%s", r->error ? r->error : "(null)");
 	int64_t age = r->finished_unix_ms - r->created_unix_ms;
 	report("unknown workflow failed %" PRId64 " ms after it was enqueued (timeout 2000 ms)",
 	       age);
@@ -1158,7 +1160,8 @@ Test(exec, a_workflow_nobody_registered_fails_after_the_timeout_naming_it)
 	cairn_run_free(r);
 	char line[160];
 	snprintf(line, sizeof line,
-	         "msg=\"run failed\" run=%" PRId64 " workflow=t.nobody attempt=1 error=\"workflow",
+	         "msg=\"run failed\" run=%" PRId64
+	         " workflow=t.nobody attempt=1 error=\"no live worker serves",
 	         id);
 	cr_assert(wait_log(&a, line, 5000), "no \"%s\" in %s", line, a.log);
 	wk_stop(&a);

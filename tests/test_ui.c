@@ -818,6 +818,44 @@ Test(ui, fleet_page_shows_runners_and_the_shard_grid, .timeout = 180)
 	PQfinish(c);
 }
 
+Test(ui, workflows_page_and_a_run_page_say_what_serves_a_workflow_and_when_none_does,
+     .timeout = 180)
+{
+	const char *db = busy_db(64);
+	enqueue(db, "noop", "served", NULL);
+	int64_t ghost = enqueue(db, "ghost", "unserved", NULL);
+	ui_start(db, NULL);
+	cJSON *api = api_get("/api/workflows", 200);
+	const cJSON *w, *found = NULL;
+	cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(api, "workflows"))
+	{
+		if (strcmp(jstr(w, "workflow"), "noop") == 0)
+			found = w;
+	}
+	cr_assert(found, "noop is not in /api/workflows");
+	cr_assert_str_eq(jstr(found, "runtime"), "c");
+	cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(found, "runners")), 1);
+	cJSON_Delete(api);
+	browser_start();
+	go("#/workflows");
+	ready("workflows");
+	char *noop = text_of("tr.workflow[data-workflow='noop']");
+	tcheck(dump_ui, strstr(noop, "default") && strstr(noop, "1 of 1"), "%s", noop);
+	free(noop);
+	char *row = text_of("tr.workflow[data-workflow='ghost']");
+	tcheck(dump_ui, strstr(row, "never served") && strstr(row, "0 of 1"), "%s", row);
+	free(row);
+	char hash[64];
+	snprintf(hash, sizeof hash, "#/run/%" PRId64, ghost);
+	go(hash);
+	ready("run");
+	char *why = text_of("#run-unserved");
+	tcheck(dump_ui,
+	       strstr(why, "no live worker serves workflow \"ghost\" (never served)") != NULL, "%s",
+	       why);
+	free(why);
+}
+
 /* The cause of o.unreadable.field (with its key and reason checked), the
  * field itself null. */
 static const char *unreadable_cause(const cJSON *o, const char *field, const char *key)

@@ -133,8 +133,9 @@ Test(runners, table_shows_health_liveness_heartbeat_and_shards)
 	fixture f = setup_runners();
 	char *out, *err;
 	cr_assert_eq(tcli(f.db, &out, &err, "runners", NULL), 0, "%s", err);
-	cr_assert(has_line(out, "ID NAME ADDRESS VERSION HEALTHY LIVE HEARTBEAT_AGE SHARDS"), "%s",
-	          out);
+	cr_assert(
+	    has_line(out, "ID NAME ADDRESS VERSION HEALTHY LIVE HEARTBEAT_AGE SHARDS RUNTIMES"),
+	    "%s", out);
 	cr_assert_eq(line_count(out), 4, "%s", out);
 	/* Every column of each runner, by splitting its line. */
 	const struct {

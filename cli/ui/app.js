@@ -1,5 +1,5 @@
 /* app.js - the cairn console: a page per hash route (#/runs, #/run/ID,
- * #/fleet), drawn from the JSON API under /api/. Builds every element with
+ * #/workflows, #/fleet), drawn from the JSON API under /api/. Builds every element with
  * the DOM (never innerHTML), so no value from the database becomes markup,
  * and draws its charts as SVG. Actions are POSTs with X-Cairn-Console: 1. */
 "use strict";
@@ -264,6 +264,8 @@ async function pageRun(id) {
       r.concurrency_key ? kv("concurrency key", h("span", {class: "mono"}, r.concurrency_key)) : null,
       r.priority ? kv("priority", String(r.priority)) : null,
       r.waiting_for ? kv("waiting for", h("span", {id: "run-waiting"}, r.waiting_for)) : null,
+      kv("runtime", h("span", {id: "run-runtime"}, r.runtime || "no worker has served it")),
+      r.unserved ? kv("waiting", h("span", {id: "run-unserved", class: "err"}, r.unserved)) : null,
       kv("created", h("span", {class: "mono"}, fmtTime(r.created_at))), kv("started", h("span", {class: "mono"}, fmtTime(r.started_at))),
       kv("finished", h("span", {class: "mono"}, fmtTime(r.finished_at))),
       kv("duration", r.started_at ? fmtDur((r.finished_at || Date.now()) - r.started_at) : "-")));
@@ -328,12 +330,13 @@ async function pageFleet() {
   f.runners.forEach((r, i) => { colourOf[r.id] = OWNER_COLOURS[i % OWNER_COLOURS.length]; });
   const name = id => { const r = f.runners.find(x => x.id === id); return r ? r.name : id ? "runner " + id : "nobody"; };
   const runners = h("div", {class: "card", id: "runners"}, h("h3", {}, "Runners"), f.runners.length ? h("table", {},
-    h("tr", {}, ["", "id", "name", "address", "version", "live", "health", "heartbeat", "shards", "weight"].map(t => h("th", {}, t))),
+    h("tr", {}, ["", "id", "name", "address", "version", "live", "health", "heartbeat", "shards", "weight", "runtimes"].map(t => h("th", {}, t))),
     f.runners.map(r => h("tr", {}, h("td", {}, h("i", {class: "dot", style: "background:" + colourOf[r.id]})),
       h("td", {class: "mono"}, r.id), h("td", {}, r.name), h("td", {class: "mono"}, r.address), h("td", {class: "mono"}, r.version),
       h("td", {}, h("span", {class: "dot " + (r.live ? "ok" : "bad")}), r.live ? "live" : "gone"),
       h("td", {}, h("span", {class: "dot " + (r.healthy ? "ok" : "warn")}), r.healthy ? "healthy" : "unhealthy"),
-      h("td", {class: "mono"}, fmtDur(r.heartbeat_age_ms) + " ago"), h("td", {class: "mono"}, r.shards), h("td", {class: "mono"}, r.weight))))
+      h("td", {class: "mono"}, fmtDur(r.heartbeat_age_ms) + " ago"), h("td", {class: "mono"}, r.shards), h("td", {class: "mono"}, r.weight),
+      h("td", {}, r.runtimes || "-"))))
     : h("p", {class: "muted"}, "no runner has registered"));
   const grids = Object.entries(f.shards).map(([g, rows]) => h("div", {class: "card"},
     h("h3", {}, "Shards of group " + g + " (" + rows.length + " leased)"),
@@ -368,6 +371,29 @@ async function pageFleet() {
   every(5000, () => route());
 }
 
+/* ----------------------------------------------------------- workflows */
+
+/* Each workflow by group: its runtime, the live runners that serve it (of
+ * the group's), when it was last seen and its waiting runs; a row no live
+ * worker serves is marked, since its runs wait. */
+async function pageWorkflows() {
+  const w = (await api("/api/workflows")).workflows;
+  const rows = w.map(x => h("tr", {class: "workflow" + (x.runners.length ? "" : " unserved"), "data-workflow": x.workflow, "data-group": x.group},
+    h("td", {}, h("a", {href: "#/runs?" + new URLSearchParams({workflow: x.workflow})}, x.workflow)),
+    h("td", {class: "mono"}, x.group), h("td", {}, x.runtime || h("span", {class: "muted"}, "-")),
+    h("td", {class: "serving"}, h("span", {class: "dot " + (x.runners.length ? "ok" : "bad")}),
+      x.runners.length + " of " + x.group_live_runners),
+    h("td", {class: "mono"}, x.served ? fmtDur(x.last_seen_age_ms) + " ago" : "never"),
+    h("td", {class: "mono waiting"}, x.waiting),
+    h("td", {}, x.runners.length ? x.runners.map(r => h("div", {class: "mono"}, r.id + " " + r.name + " (" + r.runtime + ")")) :
+      h("span", {class: "err"}, x.served ? "no live worker serves it" : "never served"))));
+  show(h("div", {class: "card", id: "workflows"}, h("h3", {}, "Workflows"), w.length ? h("table", {},
+    h("tr", {}, ["workflow", "group", "runtime", "serving", "last seen", "waiting", "runners"].map(t => h("th", {}, t))), rows) :
+    h("p", {class: "muted"}, "no worker has registered a workflow")));
+  document.body.dataset.ready = "workflows";
+  every(5000, () => route());
+}
+
 /* --------------------------------------------------------------- router */
 
 async function route() {
@@ -375,10 +401,12 @@ async function route() {
   const [path, q] = hash.slice(1).split("?");
   document.getElementById("nav-runs").className = path.startsWith("/run") ? "active" : "";
   document.getElementById("nav-fleet").className = path === "/fleet" ? "active" : "";
+  document.getElementById("nav-workflows").className = path === "/workflows" ? "active" : "";
   clearInterval(timer);
   try {
     if (path.startsWith("/run/")) await pageRun(path.slice(5));
     else if (path === "/fleet") await pageFleet();
+    else if (path === "/workflows") await pageWorkflows();
     else await pageRuns(q || "");
   } catch (e) { show(notice(e.message, true)); }
 }

@@ -3,7 +3,7 @@
 
     make                                   # builds bin/cairn-worker
     DATABASE_URL=postgresql://... python3 sdk/python/examples/order.py
-    cairn enqueue py.order --group python --input '{"item": "book", "amount": 12}'
+    cairn enqueue py.order --input '{"item": "book", "amount": 12}'
     cairn signal RUN approval '{"by": "ann"}'
     cairn result RUN
 
