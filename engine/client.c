@@ -781,14 +781,14 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		int missing;
 		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 11, p, &ST_WAKE_TO, 5, wake)
 		                     : exec_then(c, &ST_ENQUEUE, 13, p, &ST_WAKE_SHARD, 6, wake);
-		if (!r || (rc = read_enqueued(c, r, 1, out, 1, &missing)) || !missing) {
+		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			if (!rc && !cached && !out->warning && c->routed[0])
 				route_keep(c, workflow, o->group, from.prefer, c->routed);
 			break;
 		}
 		r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look);
-		if (!r || (rc = read_enqueued(c, r, 1, out, 1, &missing)) || !missing)
+		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing)
 			rc = r ? rc : client_db_fail(c);
 		else
 			rc = -1;

@@ -664,9 +664,12 @@ static int start_fn(cairn_ctx *ctx, void *arg, cJSON **out)
 	cairn_enqueue_opts o = {.key = a->key, .input = a->input};
 	cairn_enqueued e;
 	int rc = client_enqueue_child(c, a->workflow, &o, a->parent, ctx->job->group_name, &e);
-	if (!rc && e.warning)
+	if (!rc && e.warning) {
+		char id[24];
+		snprintf(id, sizeof id, "%" PRId64, e.id);
 		log_kv(ctx->env->log, LOG_WARN, "started a run of a workflow no worker serves",
-		       "workflow", a->workflow, "warning", e.warning, NULL);
+		       "run", id, "workflow", a->workflow, "warning", e.warning, NULL);
+	}
 	cairn_enqueued_clear(&e);
 	if ((rc = client_rc(ctx, c, rc, a->parent ? "cannot start the child" : "cannot enqueue")))
 		return rc;
@@ -1067,9 +1070,12 @@ static int placement(const exec_env *env, job *j, client_placed *pl)
 	    c ? client_placement(c, j->workflow, j->group_name, env->runner_ttl_ms, pl) : CAIRN_EDB;
 	if (c && rc)
 		client_rc(&ctx, c, CAIRN_EDB, "cannot look where the workflow is served");
-	if (rc)
-		log_kv(env->log, LOG_WARN, "cannot look where a workflow is served", "workflow",
-		       j->workflow, "error", buf_str(&ctx.err), NULL);
+	if (rc) {
+		char id[24];
+		snprintf(id, sizeof id, "%" PRId64, j->run_id);
+		log_kv(env->log, LOG_WARN, "cannot look where a workflow is served", "run", id,
+		       "workflow", j->workflow, "error", buf_str(&ctx.err), NULL);
+	}
 	buf_free(&ctx.err);
 	return rc ? -1 : 0;
 }

@@ -196,6 +196,7 @@ static int64_t run_to_end(cairn_client *c, const char *workflow, const cairn_enq
 {
 	cairn_enqueued e;
 	cr_assert_eq(cairn_enqueue(c, workflow, o, &e), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cairn_enqueued_clear(&e);
 	cr_assert_eq(cairn_run_wait(c, e.id, 30000), CAIRN_OK);
 	return e.id;
 }

@@ -63,6 +63,7 @@ static int64_t enqueue(cairn_client *c, const char *workflow, const cairn_enqueu
 {
 	cairn_enqueued e;
 	cr_assert_eq(cairn_enqueue(c, workflow, o, &e), CAIRN_OK, "%s", cairn_client_errmsg(c));
+	cairn_enqueued_clear(&e);
 	return e.id;
 }
 
@@ -305,18 +306,20 @@ static char *page_backlog(const char *text)
 }
 
 /* Fills a database with a backlog of every state but sleeping: due runs of
- * o.ok in group "idle" (no worker serves it), held ones (a key limit of 1
- * in "idle"), delayed noop runs and o.wait runs waiting for their signal. */
+ * o.idle in group "idle", held ones (a key limit of 1 in "idle"), delayed
+ * noop runs and o.wait runs waiting for their signal. No worker serves
+ * o.idle and none is in "idle", so routing leaves those runs where they are
+ * until CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (1m) has passed. */
 static void make_backlog(cairn_client *c, const char *db)
 {
-	cairn_limit l = {.workflow = "o.ok", .key_concurrency = 1};
+	cairn_limit l = {.workflow = "o.idle", .key_concurrency = 1};
 	cr_assert_eq(cairn_limit_set(c, &l), CAIRN_OK, "%s", cairn_client_errmsg(c));
 	cairn_enqueue_opts idle = {.group = "idle"};
 	for (int i = 0; i < 5; i++)
-		enqueue(c, "o.ok", &idle);
+		enqueue(c, "o.idle", &idle);
 	cairn_enqueue_opts keyed = {.group = "idle", .concurrency_key = "k"};
 	for (int i = 0; i < 3; i++)
-		enqueue(c, "o.ok", &keyed);
+		enqueue(c, "o.idle", &keyed);
 	cairn_enqueue_opts later = {.delay_ms = 3600 * 1000};
 	for (int i = 0; i < 2; i++)
 		enqueue(c, "noop", &later);
@@ -403,8 +406,8 @@ Test(metrics, the_backlog_is_published_by_one_worker_and_moves_when_it_stops)
 	cr_assert(twait(backlog_matches, &m, 30000),
 	          "the published backlog:\n%s\nthe database's:\n%s", m.got, m.want);
 	cr_assert_str_eq(m.want,
-	                 "default noop delayed 2\ndefault o.wait waiting 2\nidle o.ok due 6\n"
-	                 "idle o.ok held 2");
+	                 "default noop delayed 2\ndefault o.wait waiting 2\nidle o.idle due 6\n"
+	                 "idle o.idle held 2");
 	int who = publisher(&f);
 	cr_assert_geq(who, 0, "%d workers publish the backlog", who);
 	for (int i = 0; i < 3; i++)
@@ -419,7 +422,7 @@ Test(metrics, the_backlog_is_published_by_one_worker_and_moves_when_it_stops)
 	cr_assert_eq(tmetric_in(text, "cairn_schedule_lag_seconds", NULL), 0);
 	cr_assert_eq(tmetric_in(text, "cairn_backlog_capped", NULL), 0);
 	double oldest = tmetric_in(text, "cairn_backlog_oldest_due_seconds",
-	                           "group=\"idle\",workflow=\"o.ok\"");
+	                           "group=\"idle\",workflow=\"o.idle\"");
 	double age = (double)tdb_int(m.pg, "SELECT (extract(epoch FROM now() - min(start_at)) * "
 	                                   "1000)::bigint FROM cairn.runs WHERE status = 'pending' "
 	                                   "AND start_at <= now()") /
@@ -824,7 +827,7 @@ Test(metrics, a_real_prometheus_scrapes_three_workers_and_reads_the_backlog_the_
 	 * scrape) of it. */
 	cairn_enqueue_opts idle = {.group = "idle"};
 	for (int i = 0; i < 4; i++)
-		enqueue(c, "o.ok", &idle);
+		enqueue(c, "o.idle", &idle);
 	m.since =
 	    (double)tdb_int(m.pg, "SELECT (extract(epoch FROM now()) * 1000)::bigint") / 1000.0;
 	int64_t t0 = tnow_ms();
@@ -834,7 +837,7 @@ Test(metrics, a_real_prometheus_scrapes_three_workers_and_reads_the_backlog_the_
 	        "test_metrics: Prometheus read the changed backlog %" PRId64 " ms after the "
 	        "change (backlog interval %d ms, scrape interval 1 s)\n",
 	        tnow_ms() - t0, BACKLOG_MS);
-	cr_assert(strstr(m.want, "idle o.ok due 10"), "%s", m.want);
+	cr_assert(strstr(m.want, "idle o.idle due 10"), "%s", m.want);
 	double age = prom_value(&p, "time() - max(cairn_backlog_read_timestamp_seconds)");
 	cr_assert(age >= -1 && age <= (BACKLOG_MS + 1000) / 1000.0 + 2,
 	          "the backlog Prometheus has was read %g s ago", age);
