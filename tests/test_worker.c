@@ -430,7 +430,7 @@ static int status_has_all_shards(void *arg)
 		cJSON *j = cJSON_Parse(body);
 		cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
 		ok = g && cJSON_GetObjectItem(g, "count")->valueint == 64 &&
-		     cJSON_GetArraySize(cJSON_GetObjectItem(j, "singletons")) == 4;
+		     cJSON_GetArraySize(cJSON_GetObjectItem(j, "singletons")) == 5;
 		cJSON_Delete(j);
 	}
 	free(body);
