@@ -377,18 +377,19 @@ static const db_stmt ST_ENQUEUE = {
     "ON CONFLICT (workflow, key) DO NOTHING "
     "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, r.error, r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
- * CLIENT_ROUTE_TTL_MS and found served (see route_cached): the statement of
- * before routing, which reads no other table. */
+ * CLIENT_ROUTE_TTL_MS (see route_cached), with that route's warning $12
+ * (NULL: served): the statement of before routing, which reads no other
+ * table. */
 static const db_stmt ST_ENQUEUE_TO = {
     "cairn_enqueue_to",
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
     "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held) "
+    "                             priority, held, error) "
     "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, CASE WHEN h.held THEN NULL ELSE t.at END, "
-    "       $9::bigint, $10, $11, h.held "
+    "       $9::bigint, $10, $11, h.held, $12 "
     "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
     "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, NULL::text"};
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, r.error"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -695,11 +696,13 @@ static int enqueue_failed(cairn_client *c)
  * in the enqueue's statement, and touching that one more table cost the
  * server 15 to 20 us of CPU per enqueue (about a tenth of it, measured on
  * the worker's backend over 16,000 single enqueues), twice with the wake-up's.
- * So a client that enqueued a workflow into a group that serves it reuses
- * that group for CLIENT_ROUTE_TTL_MS with the statements of before routing:
- * a change of route (a group's workers come or go) reaches a client within
- * that time, and a run it sent meanwhile to a group that no longer serves
- * the workflow is moved by the worker that claims it, or by the janitor.
+ * So a client reuses the group it routed a workflow to, and the warning
+ * that came with it, for CLIENT_ROUTE_TTL_MS, with the statements of before
+ * routing: a change of route (a group's workers come or go) reaches a client
+ * within that time, and a run it sent meanwhile to a group that no longer
+ * serves the workflow is moved by the worker that claims it, or by the
+ * janitor. An enqueue that requires the workflow served routes again when
+ * the route it has warned (cairn.route refuses it, in its words).
  */
 static client_route *route_find(cairn_client *c, const char *workflow, const char *group,
                                 const char *prefer)
@@ -715,15 +718,19 @@ static client_route *route_find(cairn_client *c, const char *workflow, const cha
 }
 
 static client_route *route_cached(cairn_client *c, const char *workflow, const char *group,
-                                  const char *prefer)
+                                  const char *prefer, int require)
 {
 	client_route *e = route_find(c, workflow, group, prefer);
-	return e && clock_mono_ms() - e->at_ms < CLIENT_ROUTE_TTL_MS ? e : NULL;
+	if (!e || clock_mono_ms() - e->at_ms >= CLIENT_ROUTE_TTL_MS || (require && e->warning[0]))
+		return NULL;
+	return e;
 }
 
 static void route_keep(cairn_client *c, const char *workflow, const char *group, const char *prefer,
-                       const char *routed)
+                       const char *routed, const char *warning)
 {
+	if (warning && strlen(warning) >= sizeof c->routes[0].warning)
+		return; /* kept only whole */
 	client_route *e = route_find(c, workflow, group, prefer);
 	if (!e)
 		e = &c->routes[c->next_route++ % CLIENT_ROUTES];
@@ -731,6 +738,7 @@ static void route_keep(cairn_client *c, const char *workflow, const char *group,
 	snprintf(e->asked, sizeof e->asked, "%s", group ? group : "");
 	snprintf(e->prefer, sizeof e->prefer, "%s", prefer ? prefer : "");
 	snprintf(e->group, sizeof e->group, "%s", routed);
+	snprintf(e->warning, sizeof e->warning, "%s", warning ? warning : "");
 	e->at_ms = clock_mono_ms();
 }
 
@@ -771,20 +779,25 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   db_i64(prio, o->priority),
 	                   from.prefer,
 	                   o->require_served ? "t" : "f"};
+	const char *p_to[12];
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
-	client_route *cached = route_cached(c, workflow, o->group, from.prefer);
-	if (cached)
-		p[2] = wake[0] = cached->group; /* served: no route, no warning */
+	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
+	if (cached) { /* no route: the group, and its warning, as just before */
+		memcpy(p_to, p, 11 * sizeof *p);
+		p_to[2] = wake[0] = cached->group;
+		p_to[11] = cached->warning[0] ? cached->warning : NULL;
+	}
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 11, p, &ST_WAKE_TO, 5, wake)
+		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 12, p_to, &ST_WAKE_TO, 5, wake)
 		                     : exec_then(c, &ST_ENQUEUE, 13, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, 1, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
-			if (!rc && !cached && !out->warning && c->routed[0])
-				route_keep(c, workflow, o->group, from.prefer, c->routed);
+			if (!rc && !cached && !out->existed && c->routed[0])
+				route_keep(c, workflow, o->group, from.prefer, c->routed,
+				           out->warning);
 			break;
 		}
 		r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look);
