@@ -356,29 +356,31 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
  * run row is its own start (runs.start_at, migration 0006). Its group is
  * cairn.route's (migration 0020: $3 when named, else the group that serves
  * the workflow, $12 preferred; $13 refuses a workflow the group never
- * served), inlined into the statement: one index range of cairn.workflows.
- * A new run's warning is its error (why it waits, until a worker takes it),
- * so it comes back with the row: returned through a CTE instead, the
- * statement cost 10 us more of the server's CPU per run. A key that exists
+ * served), inlined into the statement: one index range of cairn.workflows,
+ * whose warning and group come back with the new run. A client sends it
+ * only when it has no fresh route of its own (route_cached), so the CTE's
+ * cost (10 us of the server's CPU) is paid once a second. A key that exists
  * inserts nothing and returns nothing; ST_ENQUEUED then reads it. The
  * columns, here and below: id, existed, status, for an existing run that
- * has finished, when asked ($3 below), its output and error, held, and the
- * warning of a new run.
+ * has finished, when asked ($3 below), its output and error, held, the
+ * warning of a new run and (routed) its group.
  */
 static const db_stmt ST_ENQUEUE = {
     "cairn_enqueue",
+    "WITH rt AS (SELECT * FROM cairn.route($1, $3, $12, $13)) "
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
     "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held, error) "
+    "                             priority, held) "
     "SELECT $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
-    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, rt.warning "
-    "FROM cairn.route($1, $3, $12, $13) rt, (SELECT " START_ONE " AS at) t, "
-    "     (SELECT " HELD_ONE " AS held) h "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held "
+    "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
     "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, r.error, r.shard_group"};
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
+    "          (SELECT warning FROM rt), r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
- * CLIENT_ROUTE_TTL_MS and found served (see route_cached): the statement of
- * before routing, which reads no other table. */
+ * CLIENT_ROUTE_TTL_MS (see route_cached; the route's warning is the
+ * client's to give): the statement of before routing, which reads no other
+ * table. */
 static const db_stmt ST_ENQUEUE_TO = {
     "cairn_enqueue_to",
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
@@ -388,7 +390,7 @@ static const db_stmt ST_ENQUEUE_TO = {
     "       $9::bigint, $10, $11, h.held "
     "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
     "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, NULL::text"};
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -426,21 +428,21 @@ static const char SQL_ENQUEUED[] =
 	"  LATERAL cairn.route($1, nullif(d.grp, ''), NULL, d.req) x), "                           \
 	"ins AS ("                                                                                 \
 	"  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "       \
-	"                          scheduled_at, start_at, concurrency_key, priority, held, "      \
-	"                          error) "                                                        \
+	"                          scheduled_at, start_at, concurrency_key, priority, held) "      \
 	"  SELECT $1, key, g, shard, input::jsonb, max_attempts, at, "                             \
-	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held, warning "                \
-	"  FROM (SELECT i.*, rt.shard_group AS g, rt.warning, " START_EACH " AS at, "              \
-	"               " HELD_EACH " AS held "                                                    \
+	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "                         \
+	"  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH " AS held "    \
 	"        FROM (SELECT *, " rank " AS rank "                                                \
 	"              FROM input) i "                                                             \
 	"        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i ORDER BY ord "      \
 	"  ON CONFLICT (workflow, key) DO NOTHING "                                                \
-	"  RETURNING id, key, status, held, error) "                                               \
+	"  RETURNING id, key, status, held) "                                                      \
 	"SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "          \
 	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "        \
 	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "               \
-	"       coalesce(ins.held, r.held), ins.error "                                            \
+	"       coalesce(ins.held, r.held), "                                                      \
+	"       CASE WHEN ins.id IS NOT NULL THEN (SELECT rt.warning FROM rt "                     \
+	"         WHERE rt.grp = coalesce(i.grp, '') AND rt.req = i.req) END "                     \
 	"FROM input i LEFT JOIN ins ON ins.key = i.key "                                           \
 	"LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error, r.held "      \
 	"  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key "          \
@@ -695,11 +697,13 @@ static int enqueue_failed(cairn_client *c)
  * in the enqueue's statement, and touching that one more table cost the
  * server 15 to 20 us of CPU per enqueue (about a tenth of it, measured on
  * the worker's backend over 16,000 single enqueues), twice with the wake-up's.
- * So a client that enqueued a workflow into a group that serves it reuses
- * that group for CLIENT_ROUTE_TTL_MS with the statements of before routing:
- * a change of route (a group's workers come or go) reaches a client within
- * that time, and a run it sent meanwhile to a group that no longer serves
- * the workflow is moved by the worker that claims it, or by the janitor.
+ * So a client reuses the group it routed a workflow to, and the warning
+ * that came with it, for CLIENT_ROUTE_TTL_MS, with the statements of before
+ * routing: a change of route (a group's workers come or go) reaches a client
+ * within that time, and a run it sent meanwhile to a group that no longer
+ * serves the workflow is moved by the worker that claims it, or by the
+ * janitor. An enqueue that requires the workflow served routes again when
+ * the route it has warned (cairn.route refuses it, in its words).
  */
 static client_route *route_find(cairn_client *c, const char *workflow, const char *group,
                                 const char *prefer)
@@ -715,15 +719,19 @@ static client_route *route_find(cairn_client *c, const char *workflow, const cha
 }
 
 static client_route *route_cached(cairn_client *c, const char *workflow, const char *group,
-                                  const char *prefer)
+                                  const char *prefer, int require)
 {
 	client_route *e = route_find(c, workflow, group, prefer);
-	return e && clock_mono_ms() - e->at_ms < CLIENT_ROUTE_TTL_MS ? e : NULL;
+	if (!e || clock_mono_ms() - e->at_ms >= CLIENT_ROUTE_TTL_MS || (require && e->warning[0]))
+		return NULL;
+	return e;
 }
 
 static void route_keep(cairn_client *c, const char *workflow, const char *group, const char *prefer,
-                       const char *routed)
+                       const char *routed, const char *warning)
 {
+	if (warning && strlen(warning) >= sizeof c->routes[0].warning)
+		return; /* kept only whole */
 	client_route *e = route_find(c, workflow, group, prefer);
 	if (!e)
 		e = &c->routes[c->next_route++ % CLIENT_ROUTES];
@@ -731,7 +739,19 @@ static void route_keep(cairn_client *c, const char *workflow, const char *group,
 	snprintf(e->asked, sizeof e->asked, "%s", group ? group : "");
 	snprintf(e->prefer, sizeof e->prefer, "%s", prefer ? prefer : "");
 	snprintf(e->group, sizeof e->group, "%s", routed);
+	snprintf(e->warning, sizeof e->warning, "%s", warning ? warning : "");
 	e->at_ms = clock_mono_ms();
+}
+
+/* A new run sent by a cached route that warned: its warning, as the
+ * statement that routed would have given it. */
+static int cached_warning(cairn_client *c, cairn_enqueued *out, const char *warning)
+{
+	add_warning(c, warning);
+	out->warning = strdup(warning);
+	return out->warning && !c->warning.oom
+	           ? CAIRN_OK
+	           : client_fail(c, CAIRN_ENOMEM, "out of memory reading the run's warning");
 }
 
 /* How an enqueue places its runs, besides their options: the run that
@@ -771,11 +791,12 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   db_i64(prio, o->priority),
 	                   from.prefer,
 	                   o->require_served ? "t" : "f"};
+
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
-	client_route *cached = route_cached(c, workflow, o->group, from.prefer);
-	if (cached)
-		p[2] = wake[0] = cached->group; /* served: no route, no warning */
+	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
+	if (cached) /* no route: the group, and its warning, as just before */
+		p[2] = wake[0] = cached->group;
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
@@ -783,8 +804,11 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		                     : exec_then(c, &ST_ENQUEUE, 13, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
-			if (!rc && !cached && !out->warning && c->routed[0])
-				route_keep(c, workflow, o->group, from.prefer, c->routed);
+			if (!rc && cached && !out->existed && cached->warning[0])
+				rc = cached_warning(c, out, cached->warning);
+			if (!rc && !cached && !out->existed && c->routed[0])
+				route_keep(c, workflow, o->group, from.prefer, c->routed,
+				           out->warning);
 			break;
 		}
 		r = db_exec(c->conn, &c->err, SQL_ENQUEUED, 3, look);

@@ -70,11 +70,12 @@ enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
 
 /* A route a client used (client.c, route_cached): runs of workflow
  * enqueued with group asked ("": none) and prefer ("": none) went to
- * group, which serves it, at at_ms (monotonic; 0: empty). */
+ * group at at_ms (monotonic; 0: empty), with warning ("": none, served). */
 #define CLIENT_ROUTES       8
 #define CLIENT_ROUTE_TTL_MS 1000
 typedef struct client_route {
 	char workflow[129], asked[129], prefer[129], group[129];
+	char warning[768];
 	int64_t at_ms;
 } client_route;
 

@@ -192,8 +192,7 @@ typedef struct cairn_enqueue_opts {
  * (no worker has ever served it, or the group named has not): the run is
  * accepted and waits, and the text names the workflow and what happens
  * (`no worker has ever served workflow "x": the run waits in group
- * "default" until one does, ...`); it is the run's error too (why it waits)
- * until a worker takes it. NULL otherwise, and for an existing run.
+ * "default" until one does, ...`). NULL otherwise, and for an existing run.
  * Owned like output and error: cairn_enqueued_clear() frees it.
  * cairn_enqueue_batch() leaves it NULL too (its results need no clearing):
  * a batch's warnings are cairn_client_warning()'s.

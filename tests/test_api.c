@@ -214,13 +214,22 @@ Test(sql, enqueue_warns_of_a_workflow_never_served_refuses_it_when_required_and_
 	cr_assert_null(tdb_str(conn, "SELECT warning FROM cairn.enqueue('ghost', key => 'k2')"),
 	               "an existing run has no warning");
 	/* Once a worker has served it (a row as lease.c writes it), no warning,
-	 * and a run without a group goes to its group. */
+	 * and a run without a group goes to its group: in a session of its own,
+	 * since a session keeps its last route for a second, and a moment
+	 * later in this one. */
 	tdb_exec(conn, "INSERT INTO cairn.workflows (workflow, shard_group, runtime, live_until) "
 	               "VALUES ('ghost', 'python', 'python 3.11.2', now() + interval '1 minute')");
-	cr_assert_null(tdb_str(conn, "SELECT warning FROM cairn.enqueue('ghost', key => 'k3')"));
+	PGconn *fresh = tdb_connect(db);
+	cr_assert_null(tdb_str(fresh, "SELECT warning FROM cairn.enqueue('ghost', key => 'k3')"));
+	PQfinish(fresh);
 	g = tdb_str(conn, "SELECT shard_group FROM cairn.run_view WHERE key = 'k3'");
 	cr_assert_str_eq(g, "python");
 	free(g);
+	cr_assert(tdb_wait_at_least(conn,
+	                            "SELECT count(*) FROM cairn.enqueue('ghost') "
+	                            "WHERE warning IS NULL",
+	                            1, 5000),
+	          "this session never followed the new route");
 	int64_t before = tdb_int(conn, "SELECT count(*) FROM cairn.runs");
 	PGresult *r = PQexec(conn, "SELECT cairn.enqueue('typo', require_served => true)");
 	cr_assert_eq(PQresultStatus(r), PGRES_FATAL_ERROR);

@@ -487,3 +487,41 @@ Test(routing, a_group_whose_live_runners_serve_different_workflows_logs_a_warnin
 	wk_end(&b, SIGTERM);
 	teardown(&e);
 }
+
+/* A client reuses the route of its last enqueue of a workflow for a second
+ * (client.c, route_cached): the next enqueue carries the same group and the
+ * same warning, a required one is still refused, and a served workflow's
+ * runs keep going to the group that serves it. */
+Test(routing, a_client_reuses_its_route_and_warning_for_a_second_and_still_refuses_when_required)
+{
+	env e;
+	setup(&e);
+	char *w1, *w2;
+	int64_t a = enqueue(&e, "ghost", NULL, NULL, &w1);
+	int64_t b = enqueue(&e, "ghost", NULL, NULL, &w2);
+	cr_assert(w1 && w2, "both runs warned: %s / %s", w1 ? w1 : "-", w2 ? w2 : "-");
+	cr_assert_str_eq(w1, w2);
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.runs WHERE id IN (%" PRId64 ", %" PRId64
+	                 ") AND shard_group = 'default'",
+	                 a, b),
+	             2, "both runs wait in the default group");
+	free(w1);
+	free(w2);
+	cairn_enqueue_opts req = {.require_served = 1};
+	cairn_enqueued r;
+	cr_assert_eq(cairn_enqueue(e.cl, "ghost", &req, &r), CAIRN_ENOTFOUND, "%s",
+	             cairn_client_errmsg(e.cl));
+	cairn_enqueued_clear(&r);
+	tdb_exec(e.c, "INSERT INTO cairn.workflows (workflow, shard_group, runtime, live_until) "
+	              "VALUES ('served', 'python', 'python 3.11.2', now() + interval '1 hour')");
+	for (int i = 0; i < 3; i++) {
+		char *w;
+		int64_t id = enqueue(&e, "served", NULL, NULL, &w);
+		cr_assert_null(w, "%s", w);
+		char *g = group_of(&e, id);
+		cr_assert_str_eq(g, "python", "enqueue %d", i);
+		free(g);
+	}
+	teardown(&e);
+}
