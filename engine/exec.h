@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "commit.h"
+#include "jcache.h"
 #include "log.h"
 #include "metrics.h"
 #include "registry.h"
@@ -46,8 +47,17 @@ typedef struct job {
 	int solo;             /* executes alone: nothing starts beside it till its end is written */
 	int flow;             /* of a concurrency key or a fleet-wide limit: its end frees a slot */
 	int priority;         /* runs.priority: the queue is in its order, then first in first out */
-	char load_error[200]; /* why the journal or signals did not come, or "" */
+	char load_error[320]; /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
+	/* The journal's entries before seq journal_from are those of jc, the
+	 * run's journal as this worker cached it (jcache.h): taken out of the
+	 * cache by the poller, extended by the execution, put back when its
+	 * final commit leaves the run suspended. journal_bytes: the stored
+	 * size of the entries that came with the claim. */
+	int journal_from, journal_cuts;
+	int64_t journal_bytes;
+	jcache_run *jc;
+	int64_t chain_id; /* the first run of its chain: itself unless it continues one */
 	char *last_step; /* the last durable step's name, read only when claims >= poison_after */
 	int64_t *msgs;   /* claimed message ids */
 	/* The step running now (exec_env.step_state; read under the poller's
@@ -59,6 +69,8 @@ typedef struct job {
 } job;
 
 void job_free(job *j);
+/* Sets j's load_error: its journal of bytes is over max_journal_bytes. */
+void journal_too_large(job *j, int64_t bytes, int64_t max_bytes);
 /* A new commit for j's run, fenced by j's lease; NULL when out of memory. */
 commit *job_commit(const job *j);
 
