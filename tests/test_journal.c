@@ -364,6 +364,39 @@ Test(journal, the_journal_cache_stays_within_its_bound_while_long_runs_complete)
 	teardown(&e);
 }
 
+/* A worker's cached copy of a journal holds while the run's count of cuts
+ * is the one it read: `cairn retry` and cairn.retry count theirs, as a run
+ * retry does (see the test above). */
+Test(journal, a_retry_from_the_cli_or_the_sql_api_counts_the_cut_it_makes)
+{
+	env e;
+	setup(&e);
+	wk a;
+	wk_start(&a, e.db, NULL, NULL);
+	cairn_enqueue_opts o = {.input = "{\"attempts\": 1}", .max_attempts = 1};
+	cairn_enqueued r;
+	cr_assert_eq(cairn_enqueue(e.cl, "t.flaky", &o, &r), CAIRN_OK);
+	cairn_run *run = finished(&e, r.id, 30000);
+	cr_assert_str_eq(run->status, "failed");
+	cairn_run_free(run);
+	cr_assert_eq(num(&e, "SELECT journal_cuts FROM cairn.runs WHERE id = %" PRId64, r.id), 0);
+	char ref[32];
+	snprintf(ref, sizeof ref, "%" PRId64, r.id);
+	cr_assert_eq(tcli(e.db, NULL, NULL, "retry", ref, NULL), 0);
+	cr_assert_eq(num(&e, "SELECT journal_cuts FROM cairn.runs WHERE id = %" PRId64, r.id), 1);
+	cr_assert(wait_num(&e, 1, 30000,
+	                   "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                   " AND status = 'failed'",
+	                   r.id),
+	          "the retried run never failed again");
+	char sql[96];
+	snprintf(sql, sizeof sql, "SELECT cairn.retry(%" PRId64 ")", r.id);
+	tdb_exec(e.c, sql);
+	cr_assert_eq(num(&e, "SELECT journal_cuts FROM cairn.runs WHERE id = %" PRId64, r.id), 2);
+	wk_stop(&a);
+	teardown(&e);
+}
+
 /* Every wake of a cached run loads a few new entries: the journal's whole
  * stored size is what counts against max_journal_bytes. */
 Test(journal, a_journal_over_max_journal_bytes_is_refused_naming_continue_as_new)
