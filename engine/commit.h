@@ -78,6 +78,11 @@ typedef struct commit_run {
 	int64_t parent; /* the run that started it as a child (told when it finishes), or 0 */
 	int64_t chain;  /* the first run of its chain (cairn_continue_as_new): the child its
 	                   parent knows; 0: the run itself */
+	/* For the logs and metrics of the run's end (commit.c fails a run whose
+	 * writes the database refuses): its workflow, which outlives the
+	 * commit, and that workflow's metrics slot; either may be NULL. */
+	const char *workflow;
+	metrics_flow *mx;
 } commit_run;
 
 typedef struct commit {

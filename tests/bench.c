@@ -497,6 +497,22 @@ static long http_status(int port, const char *path)
 	return http_get(port, path, NULL);
 }
 
+/* The sum of the samples of metric name on a /metrics page (one without
+ * labels, or one per workflow: the baseline's build may have either); -1
+ * when it has none. */
+static long metric_sum(const char *text, const char *name)
+{
+	long n = -1;
+	size_t len = strlen(name);
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncmp(p, name, len) != 0 || (p[len] != ' ' && p[len] != '{'))
+			continue;
+		const char *v = strchr(p, ' ');
+		n = (n < 0 ? 0 : n) + (v ? atol(v + 1) : 0);
+	}
+	return n;
+}
+
 /* The runs a worker ended (completed or failed for good), from its
  * /metrics; -1 when it did not answer. */
 static long worker_ended(worker *w)
@@ -505,12 +521,12 @@ static long worker_ended(worker *w)
 	if (!worker_port(w) || http_get(w->port, "/metrics", &m) != 200)
 		return -1;
 	long n = 0;
-	const char *names[] = {"\ncairn_runs_completed_total ", "\ncairn_runs_failed_total "};
+	const char *names[] = {"cairn_runs_completed_total", "cairn_runs_failed_total"};
 	for (int i = 0; i < 2; i++) {
-		const char *k = strstr(m.text, names[i]);
-		if (!k)
+		long k = metric_sum(m.text, names[i]);
+		if (k < 0)
 			return -1;
-		n += atol(k + strlen(names[i]));
+		n += k;
 	}
 	return n;
 }
