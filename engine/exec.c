@@ -1162,10 +1162,12 @@ static commit *unknown_workflow(const exec_env *env, job *j, commit *c)
  * inserted with the input it was given. */
 static void continue_as_new(cairn_ctx *ctx, commit *c, int rc)
 {
-	if (rc != CAIRN_CONTINUED)
+	if (rc != CAIRN_CONTINUED) {
+		char id[24];
 		log_kv(ctx->env->log, LOG_WARN,
-		       "workflow did not return CAIRN_CONTINUED after cairn_continue_as_new",
-		       "workflow", ctx->job->workflow, NULL);
+		       "workflow did not return CAIRN_CONTINUED after cairn_continue_as_new", "run",
+		       db_i64(id, ctx->job->run_id), "workflow", ctx->job->workflow, NULL);
+	}
 	finish(c, RUN_COMPLETED, NULL);
 	c->next_input = ctx->next_input;
 	ctx->next_input = NULL;
