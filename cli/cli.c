@@ -411,7 +411,10 @@ int cli_print_outcome(const char *cmd, int64_t id, const char *status, const cha
 int cli_print_result(const char *cmd, cairn_client *c, int64_t id, int json)
 {
 	cairn_run *r;
-	int rc = cairn_run_get(c, id, &r);
+	/* A run that continued as new: the result is its chain's. */
+	int rc = cairn_run_last(c, id, &id);
+	if (!rc)
+		rc = cairn_run_get(c, id, &r);
 	if (rc)
 		return cli_fail(cmd, c, rc, NULL);
 	int code = cli_print_outcome(cmd, id, r->status, r->output, r->error, CLI_LOCK(r), json);

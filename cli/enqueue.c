@@ -125,7 +125,10 @@ int cmd_enqueue(int argc, char **argv)
 		if (res.existed)
 			fprintf(stderr, "run %" PRId64 " already existed (status %s)\n", res.id,
 			        res.status);
-		if (res.existed && cli_finished(res.status)) {
+		int64_t last = res.id;
+		/* A run that continued as new has finished only with its chain. */
+		if (res.existed && cli_finished(res.status) &&
+		    cairn_run_last(c, res.id, &last) == CAIRN_OK && last == res.id) {
 			code = cli_print_outcome("enqueue", res.id, res.status, res.output,
 			                         res.error, CLI_LOCK(&res), json);
 		} else {

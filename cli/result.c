@@ -1,7 +1,8 @@
 /*
  * result.c - `cairn result`: prints a run's output (exit 0) or its error
  * (exit 1), or says it has not finished (exit 4); --wait waits for it to
- * finish.
+ * finish. A run that continued as new is followed to the last run of its
+ * chain.
  */
 #include <stdio.h>
 
@@ -19,7 +20,9 @@ int cmd_result(int argc, char **argv)
 	    "\n"
 	    "Prints the output JSON of a completed RUN (exit 0); for a failed or\n"
 	    "cancelled run prints its error (exit 1). A run that has not finished\n"
-	    "exits 4, at once or, with --wait, after the timeout.\n"
+	    "exits 4, at once or, with --wait, after the timeout. A run that\n"
+	    "continued as new is followed to the last run of its chain: its outcome\n"
+	    "is printed (--json: its id), and waited for.\n"
 	    "\n"
 	    "  --wait            wait until the run finishes\n"
 	    "  --timeout D       with --wait: give up after D (default 30s)\n"

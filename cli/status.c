@@ -1,6 +1,7 @@
 /*
  * status.c - `cairn status`: shows a run (workflow, key, shard, status,
- * times, input, output or error), its parent and children, and its journal;
+ * times, input, output or error), its parent and children, the runs before
+ * and after it in a chain of runs that continued as new, and its journal;
  * a value that does not open is shown as unreadable and why.
  */
 #include <inttypes.h>
@@ -32,6 +33,15 @@ static void print_journal_text(const cairn_run *r)
 	}
 }
 
+/* A link of a chain of runs that continued as new: its id, or null. */
+static void add_link(cJSON *o, const char *name, int64_t id)
+{
+	if (id)
+		cJSON_AddNumberToObject(o, name, (double)id);
+	else
+		cJSON_AddNullToObject(o, name);
+}
+
 const cli_opt STATUS_OPTS[] = {{"json", 0}, {"db", 1}, {"help", 0}, {NULL, 0}};
 
 int cmd_status(int argc, char **argv)
@@ -40,9 +50,10 @@ int cmd_status(int argc, char **argv)
 	    "usage: cairn status RUN [--json]\n"
 	    "\n"
 	    "Shows RUN: workflow, key, shard, status, attempts, timestamps, input,\n"
-	    "output or error, its parent and children, and its journal so far; the\n"
-	    "runtime that serves its workflow (c, python 3.11.2, ...) and, for a run\n"
-	    "that no live worker of its group serves, why it waits. A value\n"
+	    "output or error, its parent and children, the previous and next runs of\n"
+	    "its chain when it continues one or continued as new, and its journal so\n"
+	    "far; the runtime that serves its workflow (c, python 3.11.2, ...) and,\n"
+	    "for a run that no live worker of its group serves, why it waits. A value\n"
 	    "that does not open (its key is not configured, or it does not authenticate\n"
 	    "under it) shows as unreadable, and why (--json: null, named in\n"
 	    "\"unreadable\"); the rest of the run reads as usual, and it exits 0.\n"
@@ -78,6 +89,8 @@ int cmd_status(int argc, char **argv)
 			cJSON_AddNumberToObject(o, "parent", (double)r->parent_id);
 		else
 			cJSON_AddNullToObject(o, "parent");
+		add_link(o, "previous", r->continued_from);
+		add_link(o, "next", r->continued_to);
 		cJSON *kids = cJSON_AddArrayToObject(o, "children");
 		for (size_t i = 0; i < r->nchildren; i++) {
 			cJSON *k = cJSON_CreateObject();
@@ -153,6 +166,12 @@ int cmd_status(int argc, char **argv)
 			printf("  code       %s\n", r->code_version);
 		if (r->parent_id)
 			printf("  parent     %" PRId64 "\n", r->parent_id);
+		if (r->continued_from)
+			printf("  previous   %" PRId64 " (this run continues it as new)\n",
+			       r->continued_from);
+		if (r->continued_to)
+			printf("  next       %" PRId64 " (this run continued as new)\n",
+			       r->continued_to);
 		for (size_t i = 0; i < r->nchildren; i++)
 			printf("  %-10s %" PRId64 " %s %s\n", i ? "" : "children",
 			       r->children[i].id, r->children[i].workflow, r->children[i].status);

@@ -215,6 +215,11 @@ static cJSON *run_json(const cairn_run *x)
 	cJSON_AddBoolToObject(o, "cancel_requested", x->cancel_requested);
 	if (x->parent_id)
 		cJSON_AddNumberToObject(o, "parent_id", (double)x->parent_id);
+	/* A chain of runs that continued as new: the runs before and after. */
+	if (x->continued_from)
+		cJSON_AddNumberToObject(o, "continued_from", (double)x->continued_from);
+	if (x->continued_to)
+		cJSON_AddNumberToObject(o, "continued_to", (double)x->continued_to);
 	if (x->code_version)
 		cJSON_AddStringToObject(o, "code_version", x->code_version);
 	if (x->concurrency_key)

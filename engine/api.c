@@ -208,6 +208,10 @@ static cJSON *run_json(const cairn_run *run)
 	add_ms(o, "created_unix_ms", run->created_unix_ms);
 	add_ms(o, "started_unix_ms", run->started_unix_ms);
 	add_ms(o, "finished_unix_ms", run->finished_unix_ms);
+	/* A chain of runs that continued as new: a client follows
+	 * continued_to (the wait ends when this run does). */
+	add_ms(o, "continued_from", run->continued_from);
+	add_ms(o, "continued_to", run->continued_to);
 	return o;
 }
 

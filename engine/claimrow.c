@@ -98,7 +98,7 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	j->owner = env->owner;
 	j->epoch = epoch;
 	j->mono_at_load = env->mono_at_load;
-	int64_t attempt, max_attempts, claims, bytes, priority;
+	int64_t attempt, max_attempts, claims, bytes, priority, jfrom, jcuts;
 	int cancel, marked, flow;
 	int bad = int_col(v, CLAIM_ID, 1, INT64_MAX, &j->run_id) < 0 ||
 	          run_status_parse(v[CLAIM_STATUS], &j->status) < 0 ||
@@ -116,7 +116,10 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	          int_col(v, CLAIM_JOURNAL_BYTES, 0, INT64_MAX, &bytes) < 0 ||
 	          (v[CLAIM_PARENT] && int_col(v, CLAIM_PARENT, 1, INT64_MAX, &j->parent_id) < 0) ||
 	          bool_col(v, CLAIM_FLOW, &flow) < 0 ||
-	          int_col(v, CLAIM_PRIORITY, -CAIRN_PRIORITY_MAX, CAIRN_PRIORITY_MAX, &priority) < 0;
+	          int_col(v, CLAIM_PRIORITY, -CAIRN_PRIORITY_MAX, CAIRN_PRIORITY_MAX, &priority) < 0 ||
+	          int_col(v, CLAIM_JOURNAL_FROM, 0, INT_MAX, &jfrom) < 0 ||
+	          int_col(v, CLAIM_JOURNAL_CUTS, 0, INT_MAX, &jcuts) < 0 ||
+	          int_col(v, CLAIM_CHAIN, 1, INT64_MAX, &j->chain_id) < 0;
 	int rc = bad ? -CAIRN_EINVAL : 0;
 	if (!rc && (j->nmsgs = msgs_col(v[CLAIM_MSGS], &j->msgs)) < 0)
 		rc = j->nmsgs;
@@ -141,11 +144,11 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	j->flow = flow;
 	j->priority = (int)priority;
 	j->claims = (int)claims - marked;
+	j->journal_from = (int)jfrom;
+	j->journal_cuts = (int)jcuts;
+	j->journal_bytes = bytes;
 	if (bytes > env->max_journal_bytes)
-		snprintf(j->load_error, sizeof j->load_error,
-		         "its journal is %" PRId64 " bytes stored; the limit (max_journal_bytes in "
-		         "cairn.settings) is %" PRId64,
-		         bytes, env->max_journal_bytes);
+		journal_too_large(j, bytes, env->max_journal_bytes);
 	*out = j;
 	return 0;
 }

@@ -46,6 +46,13 @@ enum {
 	CLAIM_QUEUED,   /* counted by the claim, it waits in the queue: its runs.queued_seq;
 	                   NULL: it starts at once, or was not counted */
 	CLAIM_PRIORITY, /* runs.priority (-1000 to 1000): its place in the worker's queue */
+	/* The seq CLAIM_JOURNAL starts at: 0, or the end of what this worker's
+	 * journal cache holds of the run (jcache.h). */
+	CLAIM_JOURNAL_FROM,
+	/* runs.journal_cuts: how many times a retry cut its journal. */
+	CLAIM_JOURNAL_CUTS,
+	/* The first run of its chain: itself unless it continues one. */
+	CLAIM_CHAIN,
 	CLAIM_NCOLS
 };
 

@@ -45,6 +45,7 @@ const char *cairn_strstatus(int status)
 	case CAIRN_ENONDET: return "non-determinism";
 	case CAIRN_ESTOP: return "handed over";
 	case CAIRN_EINTR: return "interrupted";
+	case CAIRN_CONTINUED: return "continued as new";
 	default: return "unknown status";
 	}
 }
@@ -1017,15 +1018,27 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 	return found ? CAIRN_OK : client_fail(c, CAIRN_ENOTFOUND, "run \"%s\" not found", ref);
 }
 
+/* The run a signal or a cancel sent to run $1 is for: the last of its
+ * chain (cairn_continue_as_new, migration 0022), $1 itself when it never
+ * continued, as the statement's snapshot sees it. */
+#define LIVE_RUN                                                                                   \
+	"(SELECT coalesce((SELECT max(c.id) FROM cairn.runs c "                                    \
+	"                   WHERE c.chain_id = coalesce(x.chain_id, x.id)), x.id) "                \
+	"  FROM cairn.runs x WHERE x.id = $1)"
+
 /* A run holds at most max_pending_signals unconsumed signals (cairn.settings):
  * one more is refused. Two signals sent at the same moment can both pass the
  * count; a worker loads the oldest max_pending_signals of a run's signals, so
- * such a run is never stuck loading. */
+ * such a run is never stuck loading. The signal goes to the last run of $1's
+ * chain (LIVE_RUN), whose row it locks (FOR SHARE) until it commits: a
+ * commit that continues that run as new waits for it, and its successor
+ * finds the signal (see cont in commit.c); a run that continued while this
+ * waited reads as finished, and signal_send tries its successor. */
 static const char SQL_SIGNAL[] =
     "WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done, "
     "             (SELECT count(*) FROM cairn.signals g "
-    "              WHERE g.run_id = $1 AND g.consumed_by_seq IS NULL) AS pending "
-    "           FROM cairn.runs WHERE id = $1), "
+    "              WHERE g.run_id = runs.id AND g.consumed_by_seq IS NULL) AS pending "
+    "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR SHARE), "
     /* $5: the nonce of a signal link used once (NULL: none), recorded
      * with the signal; a second use finds it and writes nothing. */
     "used AS (INSERT INTO cairn.signal_links (nonce, run_id) "
@@ -1048,18 +1061,33 @@ static const char SQL_SIGNAL[] =
     "            ELSE '" CLIENT_NONCE_USED "' END, "
     /* Sent to a run that awaits it: the message wakes the run to take it. */
     "       CASE WHEN EXISTS (SELECT 1 FROM s) AND EXISTS (SELECT 1 FROM cairn.steps "
-    "                  WHERE run_id = $1 AND kind = 'signal' AND status = 'waiting' "
+    "                  WHERE run_id = r.id AND kind = 'signal' AND status = 'waiting' "
     "                    AND name = $2) "
-    "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END "
+    "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END, r.id "
     "FROM r";
+
+/* Wakes the owner of run id's shard (the payload wake), in a statement of
+ * its own. */
+static void wake_run(cairn_client *c, int64_t id, const char *wake)
+{
+	char ids[32];
+	snprintf(ids, sizeof ids, "{%" PRId64 "}", id);
+	const char *w[] = {ids, wake};
+	int slot;
+	db_send how = send_how(c, &ST_WAKE_RUNS, &slot);
+	PQclear(how == DB_NAMED ? db_exec_prepared(c->conn, NULL, ST_WAKE_RUNS.name, 2, w)
+	                        : db_exec(c->conn, NULL, ST_WAKE_RUNS.sql, 2, w));
+}
 
 /* Runs a statement whose first row's first column is "run already finished"
  * (its third, if any, why the run refused), then wakes the run's owner with
  * the payload wake. outcome (CLIENT_OUTCOME_MAX bytes; may be NULL) gets
- * the fourth column: what the write did. */
+ * the fourth column: what the write did. A fifth column is the run the
+ * statement wrote for (the last of a chain, LIVE_RUN), into *target (may
+ * be NULL), whose owner is woken too when it is another. */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
                          const char *const *params, const char *verb, const char *wake,
-                         char *outcome)
+                         char *outcome, int64_t *target)
 {
 	char ids[32];
 	snprintf(ids, sizeof ids, "{%" PRId64 "}", run_id);
@@ -1069,6 +1097,11 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 	if (!r)
 		return client_db_fail(c);
 	int rc = CAIRN_OK;
+	int64_t to = run_id;
+	if (PQntuples(r) == 1 && PQnfields(r) > 4)
+		to = db_get_i64(r, 0, 4);
+	if (target)
+		*target = to;
 	if (PQntuples(r) == 0)
 		rc = client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", run_id);
 	else if (db_get_bool(r, 0, 0))
@@ -1078,6 +1111,26 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 	else if (outcome && PQnfields(r) > 3)
 		snprintf(outcome, CLIENT_OUTCOME_MAX, "%s", PQgetvalue(r, 0, 3));
 	PQclear(r);
+	if (rc == CAIRN_OK && to != run_id)
+		wake_run(c, to, wake);
+	return rc;
+}
+
+/* A write for the last run of run_id's chain (SQL_SIGNAL, SQL_CANCEL):
+ * when it found that run finished, it may have continued as new while the
+ * write waited for its lock; then the write goes to its successor. */
+static int live_run_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
+                        const char *const *params, const char *verb, const char *wake,
+                        char *outcome)
+{
+	int rc;
+	for (int tries = 0;; tries++) {
+		int64_t tried, last;
+		rc = run_state_cmd(c, run_id, sql, n, params, verb, wake, outcome, &tried);
+		if (rc != CAIRN_ESTATE || tries == 10 || cairn_run_last(c, run_id, &last) ||
+		    last == tried)
+			break;
+	}
 	return rc;
 }
 
@@ -1121,17 +1174,19 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 	const char *p[] = {db_i64(idtxt, run_id), name,
 	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, payload ? payload : "null", &sealed),
 	                   db_i64(cap, c->settings.max_pending_signals), nonce};
-	rc = p[2] ? run_state_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "", outcome)
+	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "", outcome)
 	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
 	buf_free(&sealed);
 	return rc;
 }
 
 /* A run that has not started is cancelled at once; a started one gets the
- * request and a cancel message, and ends cancelled at its next durable call. */
+ * request and a cancel message, and ends cancelled at its next durable call.
+ * A cancel of a run that continued as new is for the last run of its chain,
+ * as a signal is (SQL_SIGNAL). */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
-    "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+    "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR UPDATE), "
     "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
     "             cancel_requested = true, finished_at = now(), updated_at = now(), "
     "             start_at = NULL, held = false "
@@ -1147,7 +1202,7 @@ static const char SQL_CANCEL[] =
     "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
     "  + (SELECT count(*) FROM notify_), 'it has already finished', "
-    "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END FROM r";
+    "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
 
 int cairn_cancel(cairn_client *c, int64_t run_id)
 {
@@ -1158,7 +1213,7 @@ int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 {
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	int rc = run_state_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL, status);
+	int rc = live_run_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL, status);
 	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
 }
 
@@ -1176,7 +1231,8 @@ static const char SQL_RETRY[] =
     "                          AND s.status IN ('completed', 'timed_out'))), "
     "up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
     "           cancel_requested = false, finished_at = NULL, updated_at = now(), "
-    "           scheduled_at = now(), start_at = now(), claims = 0 "
+    "           scheduled_at = now(), start_at = now(), claims = 0, "
+    "           journal_cuts = journal_cuts + 1 "
     "       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
     "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) "
     "         AND seq >= (SELECT f FROM cut) RETURNING 1), "
@@ -1190,7 +1246,7 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 {
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "", NULL);
+	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "", NULL, NULL);
 }
 
 /* ------------------------------------------------------------ run reads */
@@ -1201,7 +1257,8 @@ int cairn_retry(cairn_client *c, int64_t run_id)
 	    "started_at") ", " MS("updated_at") ", " MS("finished_at") ", parent_id, "             \
 	                                                               "code_version, "            \
 	                                                               "concurrency_key, "         \
-	                                                               "priority, held"
+	                                                               "priority, held, "          \
+	                                                               "continued_from"
 
 static void run_from_row(cairn_run *run, const PGresult *r, int i)
 {
@@ -1227,6 +1284,7 @@ static void run_from_row(cairn_run *run, const PGresult *r, int i)
 	run->concurrency_key = db_get_str(r, i, 19);
 	run->priority = db_get_int(r, i, 20);
 	run->held = db_get_bool(r, i, 21);
+	run->continued_from = db_get_i64(r, i, 22);
 }
 
 /* Decrypts what run_from_row read. */
@@ -1345,8 +1403,10 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	*out = NULL;
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, id)};
-	PGresult *r =
-	    db_exec(c->conn, &c->err, "SELECT " RUN_COLS " FROM cairn.runs WHERE id = $1", 1, p);
+	PGresult *r = db_exec(c->conn, &c->err,
+	                      "SELECT " RUN_COLS ", (SELECT min(n.id) FROM cairn.runs n "
+	                      "  WHERE n.continued_from = runs.id) FROM cairn.runs WHERE id = $1",
+	                      1, p);
 	if (!r)
 		return client_db_fail(c);
 	if (PQntuples(r) == 0) {
@@ -1359,6 +1419,7 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 		return CAIRN_ENOMEM;
 	}
 	run_from_row(run, r, 0);
+	run->continued_to = db_get_i64(r, 0, 23);
 	PQclear(r);
 	int rc = run_unseal(c, run);
 	if (rc) {
@@ -1594,13 +1655,41 @@ static int wait_for(cairn_client *c, const char *channel, int (*check)(cairn_cli
 	return rc;
 }
 
+/* The last run of run $1's chain (cairn_continue_as_new): $1 itself when
+ * it never continued; the chain's runs after the first name it (chain_id),
+ * and the newest is the last, whatever links the janitor removed. */
+#define CHAIN_LAST                                                                                 \
+	"coalesce((SELECT max(n.id) FROM cairn.runs n "                                            \
+	"          WHERE n.chain_id = coalesce(r.chain_id, r.id)), r.id)"
+
+int cairn_run_last(cairn_client *c, int64_t id, int64_t *last)
+{
+	*last = id;
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, id)};
+	PGresult *r = db_exec(c->conn, &c->err,
+	                      "SELECT " CHAIN_LAST " FROM cairn.runs r WHERE r.id = $1", 1, p);
+	if (!r)
+		return client_db_fail(c);
+	int found = PQntuples(r) == 1;
+	if (found)
+		*last = db_get_i64(r, 0, 0);
+	PQclear(r);
+	return found ? CAIRN_OK : client_fail(c, CAIRN_ENOTFOUND, "run %" PRId64 " not found", id);
+}
+
+/* Whether the run has finished: the last run of its chain, when it
+ * continued as new. */
 static int run_finished(cairn_client *c, void *arg)
 {
 	int64_t id = *(int64_t *)arg;
 	char idtxt[24];
 	const char *p[] = {db_i64(idtxt, id)};
 	PGresult *r = db_exec(c->conn, &c->err,
-	                      "SELECT finished_at IS NOT NULL FROM cairn.runs WHERE id = $1", 1, p);
+	                      "SELECT (SELECT l.finished_at IS NOT NULL FROM cairn.runs l "
+	                      "        WHERE l.id = " CHAIN_LAST ") "
+	                      "FROM cairn.runs r WHERE r.id = $1",
+	                      1, p);
 	if (!r)
 		return -client_db_fail(c);
 	int found = PQntuples(r) == 1, done = found && db_get_bool(r, 0, 0);

@@ -62,6 +62,7 @@ void commit_free(commit *c)
 	free(c->sig_ids);
 	free(c->sig_seqs);
 	free(c->output);
+	free(c->next_input);
 	free(c->error);
 	free(c->move_to);
 	free(c);
@@ -177,18 +178,23 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out'))",
      SLOT_j_run, SLOT_j_finished},
     /* The run's start (runs.start_at): u.sa Unix ms, NULL (none: the run
-     * started), or -1 (as it is). */
+     * started), or -1 (as it is). u.cut: a retry cuts the journal (rst),
+     * which counts (journal_cuts, migration 0022). Its RETURNING is the
+     * row as written, after any change committed while this waited for
+     * its lock (a cancel): cont reads it. */
     {"upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
      "    attempt = u.a, claims = 0, updated_at = now(), "
      "    code_version = coalesce(r.code_version, u.v), "
      "    finished_at = CASE WHEN u.fin THEN now() END, "
-     "    start_at = CASE WHEN u.sa < 0 THEN r.start_at ELSE to_timestamp(u.sa / 1000.0) END "
+     "    start_at = CASE WHEN u.sa < 0 THEN r.start_at ELSE to_timestamp(u.sa / 1000.0) END, "
+     "    journal_cuts = r.journal_cuts + u.cut "
      "  FROM unnest(:u_run::bigint[], :u_status::text[], :u_output::text[], :u_error::text[], "
      "              :u_attempt::int[], :u_finished::bool[], :u_start::bigint[], "
-     "              :u_version::text[]) "
-     "       AS u(id, st, o, er, a, fin, sa, v) "
-     "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok))",
-     SLOT_u_run, SLOT_u_version},
+     "              :u_version::text[], :u_cut::int[]) "
+     "       AS u(id, st, o, er, a, fin, sa, v, cut) "
+     "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) "
+     "  RETURNING r.id, r.cancel_requested)",
+     SLOT_u_run, SLOT_u_cut},
     {"delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY (:del_msg::bigint[]) "
      "    OR m.run_id = ANY (:del_run::bigint[])) AND m.run_id IN (SELECT run_id FROM ok))",
      SLOT_del_msg, SLOT_del_run},
@@ -197,10 +203,14 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  FROM unnest(:new_run::bigint[], :new_kind::text[], :new_at::bigint[]) AS n(r, k, at) "
      "  JOIN ok ON ok.run_id = n.r)",
      SLOT_new_run, SLOT_new_at},
-    {"sig AS (UPDATE cairn.signals g SET consumed_by_seq = x.q "
-     "  FROM unnest(:sig_id::bigint[], :sig_seq::int[]) AS x(id, q) "
-     "  WHERE g.id = x.id AND g.run_id IN (SELECT run_id FROM ok))",
-     SLOT_sig_id, SLOT_sig_seq},
+    /* A signal consumed by run x.r: its own, or one sent to the run it
+     * continues as new while that one ended (see cont), which becomes
+     * its own. */
+    {"sig AS (UPDATE cairn.signals g SET consumed_by_seq = x.q, run_id = x.r "
+     "  FROM unnest(:sig_id::bigint[], :sig_seq::int[], :sig_run::bigint[]) AS x(id, q, r) "
+     "  WHERE g.id = x.id AND x.r IN (SELECT run_id FROM ok) AND (g.run_id = x.r "
+     "    OR g.run_id = (SELECT p.continued_from FROM cairn.runs p WHERE p.id = x.r)))",
+     SLOT_sig_id, SLOT_sig_run},
     /* A run retry cuts the journal where the run starts over, and gives
      * back the signals consumed from there on. */
     {"rst AS (DELETE FROM cairn.steps s USING unnest(:reset_run::bigint[], :reset_from::int[]) "
@@ -270,6 +280,36 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  FROM unnest(:mv_run::bigint[], :mv_group::text[]) AS x(id, g) "
      "  WHERE m.run_id = x.id AND x.id IN (SELECT run_id FROM ok))",
      SLOT_mv_run, SLOT_mv_group},
+    /*
+     * A run that continues as new (its FINISH, in upd): its successor, in
+     * the same shard (so this commit's fence covers it, and the same owner
+     * starts it), keyed by the run it continues, so that no commit inserts
+     * two; its cancel request is the run's as upd wrote it. The signals the
+     * run had not consumed carry over (carry; not those its last execution
+     * consumed, cont_taken, which sig marks in this same statement, unseen
+     * by carry's snapshot), with those of the run before it: a signal sent
+     * to a run while its successor is inserted (a sender
+     * holds the run's row lock until it commits, see SQL_SIGNAL in
+     * client.c) commits before this statement does but may be newer than
+     * its snapshot; the successor reads its predecessor's (dispatch.c,
+     * CLAIM_RUN_DATA) and takes them over as it consumes them (sig), and
+     * its own successor carries them over.
+     */
+    {"cont AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
+     "    start_at, parent_id, concurrency_key, priority, continued_from, chain_id, "
+     "    cancel_requested) "
+     "  SELECT p.workflow, 'cairn.next:' || p.id, p.shard_group, p.shard, x.i::jsonb, "
+     "         p.max_attempts, now(), p.parent_id, p.concurrency_key, p.priority, p.id, "
+     "         coalesce(p.chain_id, p.id), u.cancel_requested "
+     "  FROM unnest(:cont_run::bigint[], :cont_input::text[]) AS x(r, i) "
+     "  JOIN upd u ON u.id = x.r JOIN cairn.runs p ON p.id = x.r "
+     "  ON CONFLICT (workflow, key) DO NOTHING RETURNING id, continued_from), "
+     "carry AS (UPDATE cairn.signals g SET run_id = n.id FROM cont n "
+     "  WHERE g.consumed_by_seq IS NULL AND g.id <> ALL (:cont_taken::bigint[]) "
+     "    AND (g.run_id = n.continued_from "
+     "      OR g.run_id = (SELECT p.continued_from FROM cairn.runs p "
+     "                     WHERE p.id = n.continued_from)))",
+     SLOT_cont_run, SLOT_cont_taken},
 };
 
 /* Tells `cairn wait` and the like that runs finished ($1) and that runs
@@ -397,6 +437,7 @@ static void add_run_update(commit_params *p, const commit *c, run_status st, int
 	pgarr_add(&p->slot[SLOT_u_finished], finished ? "t" : "f");
 	add_ms(&p->slot[SLOT_u_start], start);
 	pgarr_add(&p->slot[SLOT_u_version], p->code_version);
+	pgarr_add_i64(&p->slot[SLOT_u_cut], c->outcome == COMMIT_RETRY);
 }
 
 /* Whether the claim took the run's start. */
@@ -427,7 +468,9 @@ static void add_child_end(commit_params *p, const commit *c)
 {
 	pgarr *s = p->slot;
 	char name[64];
-	snprintf(name, sizeof name, CHILD_SIGNAL_PREFIX "%" PRId64, c->run.id);
+	/* Its parent started the first run of its chain. */
+	snprintf(name, sizeof name, CHILD_SIGNAL_PREFIX "%" PRId64,
+	         c->run.chain ? c->run.chain : c->run.id);
 	cJSON *err = cJSON_CreateString(c->error ? c->error : "");
 	char *etext = err && c->error ? cJSON_PrintUnformatted(err) : NULL;
 	buf payload = BUF_INIT;
@@ -483,6 +526,7 @@ static void encode_one(commit_params *p, const commit *c)
 	for (int k = 0; k < c->nsig; k++) {
 		pgarr_add_i64(&s[SLOT_sig_id], c->sig_ids[k]);
 		pgarr_add_i64(&s[SLOT_sig_seq], c->sig_seqs[k]);
+		pgarr_add_i64(&s[SLOT_sig_run], c->run.id);
 	}
 	switch (c->outcome) {
 	case COMMIT_JOURNAL:
@@ -502,8 +546,14 @@ static void encode_one(commit_params *p, const commit *c)
 	case COMMIT_FINISH:
 		add_run_update(p, c, c->status, 1, START_NONE);
 		pgarr_add_i64(&s[SLOT_del_run], c->run.id);
-		if (c->run.parent)
+		if (c->next_input) {
+			pgarr_add_i64(&s[SLOT_cont_run], c->run.id);
+			add_sealed(&s[SLOT_cont_input], p->keys, SEAL_RUN_INPUT, c->next_input);
+			for (int k = 0; k < c->nsig; k++)
+				pgarr_add_i64(&s[SLOT_cont_taken], c->sig_ids[k]);
+		} else if (c->run.parent) {
 			add_child_end(p, c);
+		}
 		if (c->status == RUN_CANCELLED)
 			pgarr_add_i64(&s[SLOT_can_run], c->run.id);
 		break;
@@ -702,7 +752,7 @@ static void collect_tellings(commit *const *batch, int n, tellings *t)
 		int fin = c->ok && c->outcome == COMMIT_FINISH;
 		if (fin)
 			pgarr_add_i64(&t->done, c->run.id);
-		if (fin && c->run.parent)
+		if (fin && c->run.parent && !c->next_input)
 			pgarr_add_i64(&t->parents, c->run.parent);
 		if (c->ok && c->outcome == COMMIT_MOVE) /* its new owner claims it */
 			pgarr_add_i64(&t->parents, c->run.id);

@@ -80,6 +80,8 @@ typedef struct commit_run {
 	int nmsgs;
 	int attempt;    /* the attempt that executed */
 	int64_t parent; /* the run that started it as a child (told when it finishes), or 0 */
+	int64_t chain;  /* the first run of its chain (cairn_continue_as_new): the child its
+	                   parent knows; 0: the run itself */
 	/* For the logs and metrics of the run's end (commit.c fails a run whose
 	 * writes the database refuses): its workflow, which outlives the
 	 * commit, and that workflow's metrics slot; either may be NULL. */
@@ -92,6 +94,8 @@ typedef struct commit {
 	commit_outcome outcome;
 	run_status status; /* SUSPEND and FINISH */
 	char *output;      /* FINISH: JSON text */
+	char *next_input;  /* FINISH: the input of the run that continues it as new (JSON
+	                      text), or NULL: none */
 	char *error;       /* FINISH, RETRY, DEFER: a message, or NULL */
 	char *move_to;     /* MOVE: the group the run goes to */
 	int attempt;       /* the run's attempt once written */
@@ -133,17 +137,18 @@ void commit_truncate(commit *c, int from);
 	X(j_run) X(j_seq) X(j_name) X(j_kind) X(j_status) X(j_output) X(j_error)    \
 	X(j_attempts) X(j_wake) X(j_started) X(j_finished)                          \
 	X(u_run) X(u_status) X(u_output) X(u_error) X(u_attempt) X(u_finished)      \
-	X(u_start) X(u_version)                                                     \
+	X(u_start) X(u_version) X(u_cut)                                            \
 	X(del_msg) X(del_run)                                                       \
 	X(new_run) X(new_kind) X(new_at)                                            \
-	X(sig_id) X(sig_seq)                                                        \
+	X(sig_id) X(sig_seq) X(sig_run)                                             \
 	X(reset_run) X(reset_from)                                                  \
 	X(defer_msg) X(defer_at)                                                    \
 	X(prog_run) X(unclaim_run) X(refund_run)                                    \
 	X(kid_run) X(kid_parent) X(kid_name) X(kid_payload)                         \
 	X(can_run)                                                                  \
 	X(ev_run) X(ev_key) X(ev_value) X(ev_seq)                                   \
-	X(mv_run) X(mv_group)
+	X(mv_run) X(mv_group)                                                       \
+	X(cont_run) X(cont_input) X(cont_taken)
 /* clang-format on */
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,
@@ -164,7 +169,7 @@ typedef struct commit_params {
  * the messages' deletion, ...), each reading its own slots; a batch needs
  * only the parts whose slots it fills. A set of parts is a bit mask.
  */
-#define COMMIT_NPARTS    13
+#define COMMIT_NPARTS    14
 #define COMMIT_ALL_PARTS ((1u << COMMIT_NPARTS) - 1)
 /* The parts whose slots p fills. */
 unsigned commit_parts(const commit_params *p);

@@ -74,8 +74,9 @@ static const setting SETTINGS[] = {
      "consecutive failed heartbeats before detaching"},
     {"CAIRN_REATTACH_WINDOW", K_DUR, OFF(reattach_window_ms), "2s", 0, 600000,
      "storage must be healthy this long before re-attaching"},
-    {"CAIRN_RETENTION", K_DUR, OFF(retention_ms), "7d", 60000, 3650 * DAY,
-     "finished runs older than this are deleted"},
+    {"CAIRN_RETENTION", K_DUR, OFF(retention_ms), "7d", 1000, 3650 * DAY,
+     "finished runs older than this are deleted (the janitor looks every minute, or every "
+     "CAIRN_RETENTION if shorter)"},
     {"CAIRN_SINGLETON_BACKOFF", K_DUR, OFF(singleton_backoff_ms), "1s", 10, 600000,
      "base of a failed singleton's restart backoff"},
     {"CAIRN_UNKNOWN_WORKFLOW_TIMEOUT", K_DUR, OFF(unknown_workflow_timeout_ms), "1m", 0, 30 * DAY,
@@ -89,6 +90,9 @@ static const setting SETTINGS[] = {
      "how often the cairn.backlog singleton reads the database's backlog for /metrics"},
     {"CAIRN_MAX_PAYLOAD", K_SIZE, OFF(max_payload_bytes), "1MiB", 1, 1 << 30,
      "largest input, output or signal payload"},
+    {"CAIRN_JOURNAL_CACHE", K_SIZE, OFF(journal_cache_bytes), "64MiB", 0, (int64_t)1 << 40,
+     "memory for the journals of runs this worker executed recently, so that a run that "
+     "wakes loads only its new journal entries (at most 256 runs; 0: none)"},
     {"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,
      "colon-separated workflow plugins (.so) to load (flag --plugin, repeatable)"},
     {"CAIRN_CODE_VERSION", K_STR, OFF(code_version), "", 0, 0,

@@ -45,13 +45,14 @@ typedef struct config {
 	int metrics_max_workflows;   /* workflows with a label of their own (metrics.h) */
 	int64_t backlog_interval_ms; /* how often cairn.backlog reads the backlog */
 	size_t max_payload_bytes;
-	char *plugins;      /* colon-separated .so paths */
-	char *code_version; /* recorded on the runs this worker starts; "": none */
-	char *http_allow;   /* the http built-in's exceptions (netpolicy.h) */
-	char *http_proxy;   /* the http built-in's proxy URL; "": none */
-	char *http_token;   /* bearer token of the endpoint's pages but probes; "": none */
-	char *http_hosts;   /* names the endpoint answers to besides IPs, localhost (http.h) */
-	char *signing_key;  /* of signal links (link.h), base64; "": links are off */
+	size_t journal_cache_bytes; /* the journals of recent runs kept in memory (jcache.h) */
+	char *plugins;              /* colon-separated .so paths */
+	char *code_version;         /* recorded on the runs this worker starts; "": none */
+	char *http_allow;           /* the http built-in's exceptions (netpolicy.h) */
+	char *http_proxy;           /* the http built-in's proxy URL; "": none */
+	char *http_token;           /* bearer token of the endpoint's pages but probes; "": none */
+	char *http_hosts;  /* names the endpoint answers to besides IPs, localhost (http.h) */
+	char *signing_key; /* of signal links (link.h), base64; "": links are off */
 	unsigned char link_key[LINK_KEY_BYTES]; /* signing_key decoded, when it is set */
 	char *encryption_keys;                  /* ID=BASE64,...; only from the environment */
 	char *encryption_keys_file;             /* or a file of them */

@@ -35,6 +35,7 @@
 #include "commit.h"
 #include "db.h"
 #include "exec.h"
+#include "jcache.h"
 #include "pgarr.h"
 
 #define SLOW_CLAIM_MS  20    /* a claim of one batch normally takes a few ms */
@@ -98,6 +99,7 @@ struct dispatch {
 	int ngoing, capgoing;
 	int clean;          /* executions that reached a durable point while draining */
 	db_settings limits; /* the poller's: read from cairn.settings at each connect */
+	jcache *jc;         /* the journals of runs executed here lately; under mu */
 };
 
 static void wake_poller(dispatch *d)
@@ -143,12 +145,28 @@ static void due_at(dispatch *d, int64_t at_ms)
 	wake_poller(d);
 }
 
+/* Puts the journal j's execution kept (j->jc) back in the cache, as the
+ * run leaves the in-flight set (so a claim that does not see the run in
+ * flight sees its journal cached); what the cache lets go into *gone.
+ * Holds d->mu. */
+static void keep_journal_locked(dispatch *d, job *j, jcache_run **gone)
+{
+	if (!j->jc)
+		return;
+	jcache_put(d->jc, j->jc, gone);
+	j->jc = NULL;
+	atomic_store(&d->env.m->journal_cache_runs, jcache_count(d->jc));
+	atomic_store(&d->env.m->journal_cache_bytes, (int64_t)jcache_bytes(d->jc));
+}
+
 /* The run leaves the in-flight set. settled: its final commit was written
  * and leaves nothing of the run due but what next_at_ms says (Unix ms, 0:
  * nothing); otherwise its messages may be due now, and the poller claims. */
 static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 {
+	jcache_run *gone = NULL;
 	pthread_mutex_lock(&d->mu);
+	keep_journal_locked(d, j, &gone);
 	if (j->solo) {
 		d->solo = 0; /* its end is written: the others may start */
 		pthread_cond_broadcast(&d->turn_cv);
@@ -162,6 +180,7 @@ static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 		pgarr_add_i64(&d->ended, j->run_id);
 	int refill = refill_due_locked(d);
 	pthread_mutex_unlock(&d->mu);
+	jcache_run_free_list(gone);
 	shardmap_run_end(d->env.map, j->group, j->shard);
 	int flow = j->flow;
 	job_free(j);
@@ -358,16 +377,27 @@ static void count_end(const commit *c)
 /* The committer wrote (or gave up on) an execution's final commit. */
 static void on_final(void *arg, commit *c)
 {
+	job *j = c->tag;
 	if (c->ok)
 		count_end(c);
 	if (c->ok && c->outcome == COMMIT_FINISH &&
 	    (c->status == RUN_FAILED || c->status == RUN_CANCELLED))
 		log_end(arg, c);
+	/* Only a run that suspended here wakes to its journal as it was. */
+	if (!c->ok || c->outcome != COMMIT_SUSPEND) {
+		jcache_run_free(j->jc);
+		j->jc = NULL;
+	}
 	int settled = 0;
 	int64_t next_at = 0;
 	if (c->ok)
 		switch (c->outcome) {
 		case COMMIT_FINISH:
+			settled = 1;
+			/* Its successor (cairn_continue_as_new) is due now. */
+			if (c->next_input)
+				next_at = clock_unix_ms();
+			break;
 		case COMMIT_MOVE: /* its group's owner claims it now */
 		case COMMIT_DISCARD: settled = 1; break;
 		case COMMIT_SUSPEND:
@@ -378,7 +408,7 @@ static void on_final(void *arg, commit *c)
 			break;
 		default: break; /* a hand-over: its messages stay */
 		}
-	job_end(arg, c->tag, settled, next_at);
+	job_end(arg, j, settled, next_at);
 	commit_free(c);
 }
 
@@ -549,6 +579,13 @@ static int inflight_ids(dispatch *d, pgarr *out, const int64_t *named, int n)
  * max_pending_signals of its oldest signals come.
  */
 #define MSG_START_SQL "0::bigint"
+/* Where the journal of claimed run r (its row) starts: at the end of what
+ * this worker's journal cache holds of it ($9 the cached runs, $10 where
+ * each ends, $11 the count of cuts each was read with; jcache.h) while
+ * the run's count is still that, else at seq 0: a retry cut it since. */
+#define CLAIM_JFROM                                                                                \
+	"CASE WHEN ($11::int[])[array_position($9::bigint[], r.id)] = r.journal_cuts "             \
+	"THEN ($10::int[])[array_position($9::bigint[], r.id)] ELSE 0 END"
 _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 /* A claimed run's count of executions since its last progress
  * (runs.claims) as a claim reads it, of the run's row r: void (0) while the
@@ -589,7 +626,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"       WHERE id = ANY ($2::bigint[]) AND concurrency_key IS NOT NULL "                    \
 	"         AND EXISTS (SELECT 1 FROM cairn.limits) GROUP BY 1, 2), "                        \
 	"g AS (SELECT d.*, r.workflow, r.concurrency_key AS ck, r.status AS st, "                  \
-	"        " CLAIM_COUNT " AS cl, "                                                          \
+	"        " CLAIM_COUNT " AS cl, " CLAIM_JFROM " AS jfrom, "                                \
 	"        r.finished_at IS NOT NULL AS done, f.key_concurrency AS kc, f.key_rate, "         \
 	"        f.key_rate_period_ms, f.rate, f.rate_period_ms, f.concurrency AS gc, "            \
 	"        coalesce(fl.n, 0) AS used, "                                                      \
@@ -660,14 +697,19 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 #define CLAIM_PLAIN                                                                                \
 	CLAIM_GROUP                                                                                \
 	"ok AS (SELECT d.*, " CLAIM_COUNT " AS cl, r.finished_at IS NOT NULL AS done, "            \
-	"         r.concurrency_key AS ck, "                                                       \
+	"         r.concurrency_key AS ck, " CLAIM_JFROM " AS jfrom, "                             \
 	"         NULL::int AS kc, NULL::int AS gc "                                               \
 	"  FROM d JOIN cairn.runs r ON r.id = d.run_id), " CLAIM_FX_PLAIN
-/* What a claimed run (r, with js.bytes: its journal's size) brings to its
- * execution: the last step it completed (only when it stopped its workers
- * before), its journal unless over $4 bytes (none at all, without a query,
- * for a run that has no steps yet), its oldest $5 signals. */
-#define CLAIM_RUN_DATA                                                                             \
+/* What a claimed run (r, with js.bytes: its journal's size from seq
+ * jfrom on) brings to its execution: the last step it completed (only when
+ * it stopped its workers before), its journal from seq jfrom on, each
+ * entry with its stored size, unless over $4 bytes (none at all, without a
+ * query, for a run that has no steps yet or none past jfrom), its oldest
+ * $5 signals: its own, and those sent to the run it continues as new
+ * while that one ended (see cont in commit.c). Then where its journal
+ * starts, how many times a retry cut it, and the first run of its
+ * chain. */
+#define CLAIM_RUN_DATA(jfrom)                                                                      \
 	"CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "   \
 	"  AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "               \
 	"END AS last_step, "                                                                       \
@@ -677,13 +719,19 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"   'status', s.status, 'output', s.output::text, 'error', s.error, "                      \
 	"   'attempts', s.attempts::text, "                                                        \
 	"   'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "                   \
-	"   'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text))::text "      \
-	" FROM cairn.steps s WHERE s.run_id = r.id) END AS journal, "                              \
+	"   'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text, "             \
+	"   'size', pg_column_size(s.*)::text))::text "                                            \
+	" FROM cairn.steps s WHERE s.run_id = r.id AND s.seq >= " jfrom ") END AS journal, "       \
 	"(SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "                    \
 	"   'payload', g.payload::text))::text "                                                   \
 	" FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "                              \
-	"       WHERE g.run_id = r.id AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) "   \
-	"AS signals"
+	"       WHERE g.run_id = ANY (ARRAY[r.id, r.continued_from]) "                             \
+	"         AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) AS signals, " jfrom     \
+	" AS jfrom, r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain"
+/* CLAIM_RUN_DATA of the claims of CLAIM_MARK (the admitted run: d) and of
+ * SQL_CLAIM_ONE (the run as it was: o). */
+#define CLAIM_RUN_DATA_D CLAIM_RUN_DATA("d.jfrom")
+#define CLAIM_RUN_DATA_O CLAIM_RUN_DATA("o.jfrom")
 /* The admitted runs (CTE ok): marked running, with what their executions
  * need. Each execution is counted here (mark), not by the marker: not a
  * run that will run alone or is finished, which is counted as it starts,
@@ -712,7 +760,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"  updated_at = now(), held = false "                                                      \
 	"FROM n d CROSS JOIN q, "                                                                  \
 	"  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "                        \
-	"           FROM cairn.steps s WHERE s.run_id = d.run_id) js "                             \
+	"           FROM cairn.steps s WHERE s.run_id = d.run_id AND s.seq >= d.jfrom) js "        \
 	"WHERE r.id = d.run_id "                                                                   \
 	"RETURNING d.mark, r.queued_seq AS queued, d.at, d.first, d.prio, r.priority, r.id, "      \
 	"  r.shard_group AS grp, r.shard, d.epoch, "                                               \
@@ -721,7 +769,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"  r.parent_id, d.ck IS NOT NULL OR d.gc IS NOT NULL AS flow, "                            \
 	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
 	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
-	"  " CLAIM_RUN_DATA "), "                                                                  \
+	"  " CLAIM_RUN_DATA_D "), "                                                                \
 	"busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle AND $8::bool), "
 /* One row even when nothing was claimed (its run columns NULL); its columns
  * are claimrow.h's CLAIM_*, in that order. */
@@ -729,7 +777,8 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"SELECT c.id, c.grp, c.shard, c.epoch, c.ids, c.workflow, c.status, c.input, c.attempt, "  \
 	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
 	"  c.last_step, c.journal, c.signals, least(next.ms, fx.pushed), c.mark, c.parent_id, "    \
-	"  c.flow, fx.parked, fx.back, fx.limited, c.queued, c.priority "                          \
+	"  c.flow, fx.parked, fx.back, fx.limited, c.queued, c.priority, c.jfrom, c.jcuts, "       \
+	"  c.chain "                                                                               \
 	"FROM next CROSS JOIN fx LEFT JOIN c ON true "                                             \
 	"ORDER BY c.mark DESC, c.queued NULLS FIRST, c.prio DESC, c.at, c.first"
 
@@ -778,7 +827,7 @@ static const char SQL_CLAIM_PLAIN[] =
     CLAIM_ALL_DUE CLAIM_PLAIN CLAIM_MARK CLAIM_ALL_NEXT CLAIM_SELECT;
 
 /*
- * The claim of a wake-up that named its runs ($9: a run was enqueued,
+ * The claim of a wake-up that named its runs ($12: a run was enqueued,
  * signalled, cancelled): only theirs, found by id, so that it costs the
  * same whatever the shards hold, and planned once (generic plan). Its next
  * due time is that of those runs alone.
@@ -793,9 +842,9 @@ static const char SQL_CLAIM_PLAIN[] =
  */
 #define CLAIM_NAMED_DUE                                                                            \
 	"WITH nm AS MATERIALIZED (SELECT m.id, m.run_id, m.shard_group, m.shard, m.deliver_at "    \
-	"     FROM cairn.messages m WHERE m.run_id = ANY ($9::bigint[])), "                        \
+	"     FROM cairn.messages m WHERE m.run_id = ANY ($12::bigint[])), "                       \
 	"nr AS MATERIALIZED (SELECT r.id, r.shard_group, r.shard, r.start_at, r.priority "         \
-	"     FROM cairn.runs r WHERE r.id = ANY ($9::bigint[])), "                                \
+	"     FROM cairn.runs r WHERE r.id = ANY ($12::bigint[])), "                               \
 	"due AS (SELECT * FROM ("                                                                  \
 	"  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio FROM nm m "                    \
 	"   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "     \
@@ -845,15 +894,16 @@ static const char SQL_CLAIM_ONE[] =
     "                    ELSE r.started_at END, "
     "  claims = o.cl + o.mark::int, queued_by = NULL, "
     "  updated_at = now(), held = false "
-    "FROM (SELECT id FROM unnest($9::bigint[]) AS t(id) LIMIT $3) t "
+    "FROM (SELECT id FROM unnest($12::bigint[]) AS t(id) LIMIT $3) t "
     "  JOIN cairn.shard_leases l ON l.owner = $1 "
-    "  CROSS JOIN LATERAL (SELECT o.cl = 0 AND o.finished_at IS NULL AND $7 > 0 AS mark, o.cl "
-    "    FROM (SELECT " CLAIM_COUNT " AS cl, r.finished_at "
+    "  CROSS JOIN LATERAL (SELECT o.cl = 0 AND o.finished_at IS NULL AND $7 > 0 AS mark, o.cl, "
+    "      o.jfrom "
+    "    FROM (SELECT " CLAIM_COUNT " AS cl, r.finished_at, " CLAIM_JFROM " AS jfrom "
     "          FROM cairn.runs r WHERE r.id = t.id) o) o "
     "  CROSS JOIN LATERAL (SELECT array_agg(m.id) FILTER (WHERE m.deliver_at <= now()) AS ids "
     "                      FROM cairn.messages m WHERE m.run_id = t.id) mq "
     "  CROSS JOIN LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "
-    "                      FROM cairn.steps s WHERE s.run_id = t.id) js "
+    "                      FROM cairn.steps s WHERE s.run_id = t.id AND s.seq >= o.jfrom) js "
     "WHERE r.id = t.id AND t.id <> ALL ($2::bigint[]) AND NOT $8::bool "
     "  AND l.shard_group = r.shard_group AND l.shard = r.shard "
     "  AND (r.start_at <= now() OR mq.ids IS NOT NULL) "
@@ -865,9 +915,10 @@ static const char SQL_CLAIM_ONE[] =
     "  r.cancel_requested, r.parent_id, r.concurrency_key IS NOT NULL AS flow, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "
-    "  " CLAIM_RUN_DATA
-    "), " CLAIM_FX_PLAIN CLAIM_NEXT_OF("cairn.messages m WHERE m.run_id = ANY ($9::bigint[])",
-                                       "cairn.runs r WHERE r.id = ANY ($9::bigint[])") CLAIM_SELECT;
+    "  " CLAIM_RUN_DATA_O
+    "), " CLAIM_FX_PLAIN CLAIM_NEXT_OF("cairn.messages m WHERE m.run_id = ANY ($12::bigint[])",
+                                       "cairn.runs r WHERE r.id = ANY ($12::bigint[])")
+        CLAIM_SELECT;
 
 /*
  * The claim of a new run, where SQL_CLAIM_ONE would claim one run: a run
@@ -895,8 +946,9 @@ static const char SQL_CLAIM_NEW[] =
     "  AND r.status = 'pending' AND r.claims = 0 AND r.start_at <= now() "
     "  AND NOT EXISTS (SELECT 1 FROM cairn.messages m WHERE m.run_id = r.id) "
     "  AND NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = r.id) "
-    "  AND NOT EXISTS (SELECT 1 FROM cairn.signals g WHERE g.run_id = r.id "
-    "                  AND g.consumed_by_seq IS NULL) "
+    "  AND NOT EXISTS (SELECT 1 FROM cairn.signals g "
+    "                  WHERE g.run_id = ANY (ARRAY[r.id, r.continued_from]) "
+    "                    AND g.consumed_by_seq IS NULL) "
     "RETURNING $3 > 0 AS mark, NULL::bigint AS queued, r.priority AS prio, r.priority, "
     "  r.start_at AS at, r.id AS first, r.id, "
     "  r.shard_group AS grp, r.shard, l.epoch, (ARRAY[" MSG_START_SQL "])::text AS ids, "
@@ -904,7 +956,8 @@ static const char SQL_CLAIM_NEW[] =
     "  r.cancel_requested, r.parent_id, r.concurrency_key IS NOT NULL AS flow, "
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, 0::bigint AS bytes, "
-    "  NULL::text AS last_step, NULL::text AS journal, NULL::text AS signals), " CLAIM_FX_PLAIN
+    "  NULL::text AS last_step, NULL::text AS journal, NULL::text AS signals, 0 AS jfrom, "
+    "  r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain), " CLAIM_FX_PLAIN
     "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
 
 /* The claim statements, prepared on every poll connection. claim() takes
@@ -1031,13 +1084,19 @@ static void refuse_row(dispatch *d, const char *const *v, pgarr *refused, pgarr 
  * passes every one of them, a claim of named runs only those named: it
  * looks at no other run, and their messages stay due until their final
  * commit) and those of shards being handed over, into ex; the named runs
- * into want. How many of the runs it looks at are in flight. */
-static int claim_lists(dispatch *d, pgarr *ex, pgarr *want, const int64_t *runs, int nruns)
+ * into want; the journals cached here into jc (runs, where each ends, the
+ * count of cuts each was read with: CLAIM_JFROM). How many of the runs it
+ * looks at are in flight. */
+static int claim_lists(dispatch *d, pgarr *ex, pgarr *want, pgarr jc[3], const int64_t *runs,
+                       int nruns)
 {
 	int skipped = inflight_ids(d, ex, runs, nruns);
 	keep_out_going(d, ex);
 	for (int i = 0; i < nruns; i++)
 		pgarr_add_i64(want, runs[i]);
+	pthread_mutex_lock(&d->mu);
+	jcache_claim_args(d->jc, &jc[0], &jc[1], &jc[2]);
+	pthread_mutex_unlock(&d->mu);
 	return skipped;
 }
 
@@ -1073,7 +1132,7 @@ static PGresult *send_claim(dispatch *d, PGconn *conn, const char *const *p, int
 		}
 	}
 	if (!r)
-		r = claim_exec(d, conn, which, named ? 9 : 8, p, err);
+		r = claim_exec(d, conn, which, named ? 12 : 11, p, err);
 	return r;
 }
 
@@ -1091,6 +1150,39 @@ static void read_claim_summary(dispatch *d, const char *const *v, int *skipped, 
 		buf_puts(parked, v[CLAIM_PARKED]);
 }
 
+/*
+ * Gives job j the journal this worker cached of its run (jcache.h), taken
+ * out of the cache, when the claim loaded only the entries after it (and
+ * counts the hit), or drops a copy the claim did not use: cut since, or
+ * not sent. -1 when the claim counted on a copy the cache no longer has:
+ * the run cannot execute with half a journal, so it is given back, and
+ * the next claim, which will not name it, loads its journal whole.
+ */
+static int attach_journal(dispatch *d, job *j)
+{
+	pthread_mutex_lock(&d->mu);
+	jcache_run *r = jcache_take(d->jc, j->run_id);
+	atomic_store(&d->env.m->journal_cache_runs, jcache_count(d->jc));
+	atomic_store(&d->env.m->journal_cache_bytes, (int64_t)jcache_bytes(d->jc));
+	pthread_mutex_unlock(&d->mu);
+	if (j->journal_from == 0) {
+		jcache_run_free(r);
+		if (j->journal_bytes > 0)
+			atomic_fetch_add(&d->env.m->journal_loads, 1);
+		return 0;
+	}
+	if (!r || r->upto != j->journal_from || r->cuts != j->journal_cuts) {
+		jcache_run_free(r);
+		return -1;
+	}
+	j->jc = r;
+	atomic_fetch_add(&d->env.m->journal_cache_hits, 1);
+	int64_t bytes = r->db_bytes + j->journal_bytes;
+	if (bytes > d->limits.max_journal_bytes && !j->load_error[0])
+		journal_too_large(j, bytes, d->limits.max_journal_bytes);
+	return 0;
+}
+
 /* Queues the job of a claimed row, or adds its run to those to give back
  * (refuse_row) when it cannot execute here. */
 static void take_row(dispatch *d, const claimrow_env *env, const char *const *v, pgarr *refused,
@@ -1098,6 +1190,11 @@ static void take_row(dispatch *d, const claimrow_env *env, const char *const *v,
 {
 	job *j;
 	if (claimrow_decode(env, v, &j) < 0) {
+		refuse_row(d, v, refused, marked);
+		return;
+	}
+	if (attach_journal(d, j) < 0) {
+		job_free(j);
 		refuse_row(d, v, refused, marked);
 		return;
 	}
@@ -1161,8 +1258,8 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
                  const int64_t *runs, int nruns, int64_t *next_due_ms, int *skipped, buf *parked,
                  buf *err)
 {
-	pgarr ex = PGARR_INIT, want = PGARR_INIT;
-	*skipped = claim_lists(d, &ex, &want, runs, nruns);
+	pgarr ex = PGARR_INIT, want = PGARR_INIT, jc[3] = {PGARR_INIT, PGARR_INIT, PGARR_INIT};
+	*skipped = claim_lists(d, &ex, &want, jc, runs, nruns);
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
 	const char *p[] = {db_i64(me, owner),
 	                   pgarr_str(&ex),
@@ -1172,11 +1269,16 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	                   db_i64(pa, d->env.cfg->poison_after),
 	                   db_i64(sn, start_now),
 	                   go_busy ? "t" : "f",
+	                   pgarr_str(&jc[0]),
+	                   pgarr_str(&jc[1]),
+	                   pgarr_str(&jc[2]),
 	                   pgarr_str(&want)};
 	int64_t mono;
 	PGresult *r = send_claim(d, conn, p, start_now, go_busy, runs, nruns, &mono, err);
 	pgarr_free(&ex);
 	pgarr_free(&want);
+	for (int i = 0; i < 3; i++)
+		pgarr_free(&jc[i]);
 	if (!r)
 		return -CAIRN_EDB;
 	return take_claimed(d, conn, r, owner, mono, next_due_ms, skipped, parked);
@@ -1834,6 +1936,7 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                     .step_state = exec_step_state,
 	                     .arg = d};
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	d->jc = jcache_new(env->cfg->journal_cache_bytes);
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->job_cv, NULL);
 	pthread_cond_init(&d->start_cv, NULL);
@@ -1855,7 +1958,8 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	me.app_name = "cairn-worker mark";
 	me.async_commit = 1;
 	me.loop = env->mark_loop;
-	int rc = d->wake_fd < 0 || !d->execs ? -CAIRN_ENOMEM : committer_start(&ce, &d->commit);
+	int rc = d->wake_fd < 0 || !d->execs || !d->jc ? -CAIRN_ENOMEM
+	                                               : committer_start(&ce, &d->commit);
 	if (!rc)
 		rc = committer_start(&me, &d->marks);
 	for (int i = 0; !rc && i < d->nexec; i++) {
@@ -1976,6 +2080,7 @@ void dispatch_free(dispatch *d)
 	free(d->execs);
 	free(d->fl);
 	free(d->going);
+	jcache_free(d->jc);
 	pgarr_free(&d->ended);
 	if (d->wake_fd >= 0)
 		close(d->wake_fd);

@@ -48,6 +48,7 @@ struct cairn_ctx {
 	int first_unsettled;   /* the lowest seq this execution left unsettled (INT_MAX: none) */
 	int64_t step_deadline; /* monotonic ms the running step must end by (0: none) */
 	int step_attempt;      /* the attempt of the step running now (0: none) */
+	char *next_input;      /* cairn_continue_as_new: the successor's input (JSON text) */
 };
 
 void job_free(job *j)
@@ -60,7 +61,18 @@ void job_free(job *j)
 	free(j->signals);
 	free(j->last_step);
 	free(j->msgs);
+	jcache_run_free(j->jc);
 	free(j);
+}
+
+void journal_too_large(job *j, int64_t bytes, int64_t max_bytes)
+{
+	snprintf(j->load_error, sizeof j->load_error,
+	         "its journal is %" PRId64 " bytes stored; the limit (max_journal_bytes in "
+	         "cairn.settings) is %" PRId64 "; a run that goes on without end should "
+	         "continue as new (cairn_continue_as_new), which starts it again with a fresh "
+	         "journal",
+	         bytes, max_bytes);
 }
 
 /* The database clock: read at claim, advanced by the monotonic clock. */
@@ -80,6 +92,7 @@ commit *job_commit(const job *j)
 	                  .nmsgs = j->nmsgs,
 	                  .attempt = j->attempt,
 	                  .parent = j->parent_id,
+	                  .chain = j->chain_id,
 	                  .workflow = j->workflow,
 	                  .mx = j->mx};
 	commit *c = commit_new(&run);
@@ -178,6 +191,43 @@ static cJSON *keep(cairn_ctx *ctx, cJSON *v)
 	return v;
 }
 
+/* The journal's entry at seq: the cached one (jcache.h), else the claim's. */
+static journal_entry *entry_at(cairn_ctx *ctx, int seq)
+{
+	journal_entry *e = jcache_run_at(ctx->job->jc, seq);
+	return e ? e : journal_find(&ctx->jr, seq);
+}
+
+/* Hands the workflow the value journaled in e (its output; none: null): a
+ * copy of the value parsed the first time a replay asked for it, which the
+ * entry keeps, so that a run's journal is parsed once in its life on this
+ * worker, not at every wake (a cached entry lives on across executions). A
+ * value that does not parse fails the run, as keep_parsed says. */
+static int keep_value(cairn_ctx *ctx, journal_entry *e, cJSON **out)
+{
+	const cJSON *v;
+	size_t added;
+	buf why = BUF_INIT;
+	if (journal_value(e, &v, &added, &why) < 0) {
+		buf_reset(&ctx->err);
+		buf_printf(&ctx->err, "cannot load the run: %s",
+		           why.oom ? "out of memory" : buf_str(&why));
+		buf_free(&why);
+		return ctx->fatal = CAIRN_EFAIL;
+	}
+	buf_free(&why);
+	jcache_run *jc = ctx->job->jc;
+	if (jc && e == jcache_run_at(jc, e->seq))
+		jc->mem_bytes += added;
+	if (!out)
+		return CAIRN_OK;
+	cJSON *copy = cJSON_Duplicate(v, 1);
+	if (!copy)
+		return no_memory(ctx);
+	*out = keep(ctx, copy);
+	return CAIRN_OK;
+}
+
 /* Parses journaled JSON text and hands it to the workflow (NULL text: null).
  * A value that does not parse fails the run: the journal was written by
  * something other than cairn. So does one that json_check_text refuses: a
@@ -260,12 +310,14 @@ static int interrupt(cairn_ctx *ctx)
  * Takes the next sequence number for a durable call. *entry is the journal's
  * entry at that position or NULL; a mismatch fails the run.
  */
-static int next_entry(cairn_ctx *ctx, const char *name, step_kind kind, const journal_entry **entry,
+static int next_entry(cairn_ctx *ctx, const char *name, step_kind kind, journal_entry **entry,
                       int *seq)
 {
 	*entry = NULL;
 	if (ctx->suspended)
 		return CAIRN_SUSPENDED; /* the workflow went on after a suspension */
+	if (ctx->next_input)
+		return CAIRN_CONTINUED; /* ... or after it continued as new */
 	if (ctx->fatal)
 		return ctx->fatal;
 	char err[PARSE_ERR_MAX];
@@ -275,7 +327,7 @@ static int next_entry(cairn_ctx *ctx, const char *name, step_kind kind, const jo
 		return ctx->fatal = CAIRN_EFAIL;
 	}
 	*seq = ctx->seq++;
-	const journal_entry *e = journal_at(&ctx->jr, *seq);
+	journal_entry *e = entry_at(ctx, *seq);
 	if (!e)
 		return CAIRN_OK;
 	if (e->kind != kind || strcmp(e->name, name) != 0) {
@@ -309,12 +361,11 @@ static char *print_json(const cJSON *v)
 /* A journaled step: its recorded result, its recorded failure, or (for a
  * step that is retrying) a suspension until its backoff is over. *run_it is
  * set when the step is due to run again, after *attempts attempts. */
-static int replay_step(cairn_ctx *ctx, const journal_entry *e, cJSON **result, int *attempts,
-                       int *run_it)
+static int replay_step(cairn_ctx *ctx, journal_entry *e, cJSON **result, int *attempts, int *run_it)
 {
 	*run_it = 0;
 	if (e->status == STEP_COMPLETED)
-		return keep_parsed(ctx, e->output, result);
+		return keep_value(ctx, e, result);
 	if (e->status == STEP_FAILED) {
 		buf_reset(&ctx->err);
 		buf_puts(&ctx->err, e->error ? e->error : "step failed");
@@ -386,7 +437,7 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 {
 	if (result)
 		*result = NULL;
-	const journal_entry *e;
+	journal_entry *e;
 	int seq, rc = next_entry(ctx, name, kind, &e, &seq);
 	if (rc)
 		return rc;
@@ -792,7 +843,7 @@ int cairn_send(cairn_ctx *ctx, const char *name, int64_t run, const char *signal
 int cairn_patched(cairn_ctx *ctx, const char *patch)
 {
 	char err[PARSE_ERR_MAX];
-	if (ctx->suspended || ctx->fatal)
+	if (ctx->suspended || ctx->fatal || ctx->next_input)
 		return 0;
 	if (!patch || parse_check_name("patch id", patch, err) < 0) {
 		buf_reset(&ctx->err);
@@ -800,7 +851,7 @@ int cairn_patched(cairn_ctx *ctx, const char *patch)
 		ctx->fatal = CAIRN_EFAIL;
 		return 0;
 	}
-	const journal_entry *e = journal_at(&ctx->jr, ctx->seq);
+	const journal_entry *e = entry_at(ctx, ctx->seq);
 	if (e && (e->kind != KIND_PATCH || strcmp(e->name, patch) != 0))
 		return 0; /* a journal written before the patch: the old path, no seq taken */
 	int seq = ctx->seq++;
@@ -825,7 +876,7 @@ int cairn_set_event(cairn_ctx *ctx, const char *key, const cJSON *value)
 		return ctx->fatal = CAIRN_EFAIL;
 	}
 	snprintf(name, sizeof name, EVENT_STEP_PREFIX "%s", key);
-	const journal_entry *e;
+	journal_entry *e;
 	int seq, rc = next_entry(ctx, name, KIND_EVENT, &e, &seq);
 	if (rc || e)
 		return rc; /* published before */
@@ -845,7 +896,7 @@ int cairn_set_event(cairn_ctx *ctx, const char *key, const cJSON *value)
 
 int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 {
-	const journal_entry *e;
+	journal_entry *e;
 	int seq, rc = next_entry(ctx, name, KIND_SLEEP, &e, &seq);
 	if (rc)
 		return rc;
@@ -880,14 +931,14 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 {
 	if (payload)
 		*payload = NULL;
-	const journal_entry *e;
+	journal_entry *e;
 	int seq, rc = next_entry(ctx, name, KIND_SIGNAL, &e, &seq);
 	if (rc)
 		return rc;
 	if (e && e->status == STEP_TIMED_OUT)
 		return CAIRN_ETIMEOUT;
 	if (e && e->status == STEP_COMPLETED)
-		return keep_parsed(ctx, e->output, payload);
+		return keep_value(ctx, e, payload);
 	if ((rc = interrupt(ctx)))
 		return rc;
 	int64_t now = ctx_now(ctx);
@@ -927,7 +978,7 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 static int journaled_value(cairn_ctx *ctx, step_kind kind, uint64_t fresh, uint64_t *out)
 {
 	const char *name = step_kind_name(kind);
-	const journal_entry *e;
+	journal_entry *e;
 	int seq, rc = next_entry(ctx, name, kind, &e, &seq);
 	if (rc)
 		return rc;
@@ -958,6 +1009,35 @@ int cairn_random(cairn_ctx *ctx, uint64_t *value)
 	uint64_t fresh;
 	randombytes_buf(&fresh, sizeof fresh);
 	return journaled_value(ctx, KIND_RANDOM, fresh, value);
+}
+
+/* Not a durable call of its own: the run's final commit ends it and
+ * inserts its successor (commit.c, part cont), so it happens exactly when
+ * that commit does. A cancel that came first wins. */
+int cairn_continue_as_new(cairn_ctx *ctx, const cJSON *input)
+{
+	if (ctx->suspended)
+		return CAIRN_SUSPENDED;
+	if (ctx->next_input)
+		return CAIRN_CONTINUED;
+	int rc = interrupt(ctx);
+	if (rc)
+		return rc;
+	char *text = print_json(input);
+	if (!text)
+		return no_memory(ctx);
+	buf why = BUF_INIT;
+	if (check_made(ctx->env, "the input of the run it continues as", text, &why) < 0) {
+		buf_reset(&ctx->err);
+		buf_printf(&ctx->err, "cannot continue as new: %s",
+		           why.oom ? "out of memory" : buf_str(&why));
+		buf_free(&why);
+		free(text);
+		return ctx->fatal = CAIRN_EFAIL;
+	}
+	buf_free(&why);
+	ctx->next_input = text;
+	return CAIRN_CONTINUED;
 }
 
 /* --------------------------------------------------------------- the run */
@@ -1137,6 +1217,23 @@ static commit *unknown_workflow(const exec_env *env, job *j, commit *c)
 	return c;
 }
 
+/* The final commit of an execution that continued as new (and returned
+ * rc): the run completes with a null output, and its successor is
+ * inserted with the input it was given. */
+static void continue_as_new(cairn_ctx *ctx, commit *c, int rc)
+{
+	if (rc != CAIRN_CONTINUED) {
+		char id[24];
+		log_kv(ctx->env->log, LOG_WARN,
+		       "workflow did not return CAIRN_CONTINUED after cairn_continue_as_new", "run",
+		       db_i64(id, ctx->job->run_id), "workflow", ctx->job->workflow, NULL);
+	}
+	finish(c, RUN_COMPLETED, NULL);
+	c->next_input = ctx->next_input;
+	ctx->next_input = NULL;
+	atomic_fetch_add(&ctx->env->m->runs_continued, 1);
+}
+
 /* The final commit of an execution that returned rc. */
 static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 {
@@ -1153,6 +1250,8 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		c->outcome = COMMIT_SUSPEND;
 		c->status = ctx->wait_as;
 		c->at_ms = ctx->wake_ms;
+	} else if (ctx->next_input && !ctx->fatal) {
+		continue_as_new(ctx, c, rc);
 	} else if (rc == CAIRN_ESTOP || ctx->fatal == CAIRN_ESTOP ||
 	           (rc != CAIRN_OK && rc != CAIRN_CANCELLED && !ctx->job->cancel_requested &&
 	            stop_now(ctx))) {
@@ -1200,6 +1299,25 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 	}
 }
 
+/*
+ * What the worker keeps of the journal for the run's next execution
+ * (jcache.h): of a run that suspends, the cached entries and those that
+ * came with the claim, settled and without a gap. The rows this execution
+ * wrote come back with the next claim, which reads their stored size. A
+ * run that ends, retries or leaves needs none of it.
+ */
+static void cache_journal(cairn_ctx *ctx, const commit *c)
+{
+	job *j = ctx->job;
+	if (!c || c->outcome != COMMIT_SUSPEND || ctx->fatal) {
+		jcache_run_free(j->jc);
+		j->jc = NULL;
+		return;
+	}
+	if (jcache_run_extend(&j->jc, j->run_id, j->journal_cuts, &ctx->jr) < 0)
+		j->jc = NULL; /* the next claim loads it whole */
+}
+
 commit *exec_job(const exec_env *env, job *j)
 {
 	commit *c;
@@ -1225,7 +1343,7 @@ commit *exec_job(const exec_env *env, job *j)
 	}
 	if (rc < 0)
 		rc = ctx.fatal = CAIRN_EFAIL;
-	else if (j->cancel_requested && ctx.jr.n == 0)
+	else if (j->cancel_requested && ctx.jr.n == 0 && !j->jc)
 		rc = CAIRN_CANCELLED;
 	else
 		rc = def->fn(&ctx, input, &output);
@@ -1237,10 +1355,12 @@ commit *exec_job(const exec_env *env, job *j)
 		if (c->outcome == COMMIT_JOURNAL && !c->nrows && !c->nsig)
 			c->outcome = COMMIT_UNCLAIM; /* handing over with nothing new */
 	}
+	cache_journal(&ctx, c);
 out:
 	cJSON_Delete(output);
 	cJSON_Delete(input);
 	cJSON_Delete(ctx.keep);
+	free(ctx.next_input);
 	journal_free(&ctx.jr);
 	signals_free(&ctx.sigs);
 	buf_free(&ctx.err);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "commit.h"
+#include "jcache.h"
 #include "log.h"
 #include "metrics.h"
 #include "registry.h"
@@ -36,18 +37,27 @@ typedef struct job {
 	_Atomic int cancel_requested;    /* also set by the poller while the run executes */
 	int64_t scheduled_ms;            /* when the run was due (enqueue, delay, retry) */
 	int64_t db_now_ms, mono_at_load; /* the database clock, read at claim */
-	int claims;         /* executions started (marked) since the run last made progress and
-	                       not handed over: each one's worker stopped */
-	int marked;         /* this execution is counted (runs.claims): by its claim, or by
-	                       its mark as it starts (dispatch.c, mark_started) */
-	int64_t queued_seq; /* counted by its claim while it waits in the queue, as number
-	                       runs.queued_seq (0: not queued): its count void until its
-	                       runner's started_upto reaches it (0018, start_queued) */
-	int solo;           /* executes alone: nothing starts beside it till its end is written */
-	int flow;           /* of a concurrency key or a fleet-wide limit: its end frees a slot */
-	int priority;       /* runs.priority: the queue is in its order, then first in first out */
-	char load_error[200];    /* why the journal or signals did not come, or "" */
+	int claims;           /* executions started (marked) since the run last made progress and
+	                         not handed over: each one's worker stopped */
+	int marked;           /* this execution is counted (runs.claims): by its claim, or by
+	                         its mark as it starts (dispatch.c, mark_started) */
+	int64_t queued_seq;   /* counted by its claim while it waits in the queue, as number
+	                         runs.queued_seq (0: not queued): its count void until its
+	                         runner's started_upto reaches it (0018, start_queued) */
+	int solo;             /* executes alone: nothing starts beside it till its end is written */
+	int flow;             /* of a concurrency key or a fleet-wide limit: its end frees a slot */
+	int priority;         /* runs.priority: the queue is in its order, then first in first out */
+	char load_error[320]; /* why the journal or signals did not come, or "" */
 	char *journal, *signals; /* JSON arrays (journal.h) or NULL */
+	/* The journal's entries before seq journal_from are those of jc, the
+	 * run's journal as this worker cached it (jcache.h): taken out of the
+	 * cache by the poller, extended by the execution, put back when its
+	 * final commit leaves the run suspended. journal_bytes: the stored
+	 * size of the entries that came with the claim. */
+	int journal_from, journal_cuts;
+	int64_t journal_bytes;
+	jcache_run *jc;
+	int64_t chain_id; /* the first run of its chain: itself unless it continues one */
 	char *last_step; /* the last durable step's name, read only when claims >= poison_after */
 	int64_t *msgs;   /* claimed message ids */
 	/* The step running now (exec_env.step_state; read under the poller's
@@ -61,6 +71,8 @@ typedef struct job {
 } job;
 
 void job_free(job *j);
+/* Sets j's load_error: its journal of bytes is over max_journal_bytes. */
+void journal_too_large(job *j, int64_t bytes, int64_t max_bytes);
 /* A new commit for j's run, fenced by j's lease; NULL when out of memory. */
 commit *job_commit(const job *j);
 

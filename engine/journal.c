@@ -80,7 +80,8 @@ static int parse_entry(const cJSON *o, journal_entry *e, buf *err)
 		return -CAIRN_EINVAL;
 	e->attempts = (int)v;
 	if (int_field(o, "wake_at", INT64_MIN, INT64_MAX, 1, &e->wake_ms, err) ||
-	    int_field(o, "started_at", INT64_MIN, INT64_MAX, 1, &e->started_ms, err))
+	    int_field(o, "started_at", INT64_MIN, INT64_MAX, 1, &e->started_ms, err) ||
+	    int_field(o, "size", 0, INT64_MAX, 1, &e->db_bytes, err))
 		return -CAIRN_EINVAL;
 	return 0;
 }
@@ -195,17 +196,57 @@ int signals_unseal(signal_box *b, const seal_keys *k, buf *err, char *key)
 	return 0;
 }
 
-const journal_entry *journal_at(const journal *j, int seq)
+journal_entry *journal_find(journal *j, int seq)
 {
 	journal_entry key = {.seq = seq};
 	return j->n ? bsearch(&key, j->e, (size_t)j->n, sizeof *j->e, by_seq) : NULL;
 }
 
+const journal_entry *journal_at(const journal *j, int seq)
+{
+	return journal_find((journal *)j, seq);
+}
+
 void journal_free(journal *j)
 {
+	for (int i = 0; i < j->n; i++)
+		cJSON_Delete(j->e[i].value);
 	cJSON_Delete(j->tree);
 	free(j->e);
 	memset(j, 0, sizeof *j);
+}
+
+size_t journal_value_bytes(const cJSON *v)
+{
+	size_t n = 0;
+	for (; v; v = v->next) {
+		n += sizeof *v + (v->string ? strlen(v->string) + 1 : 0) +
+		     (v->valuestring ? strlen(v->valuestring) + 1 : 0);
+		n += journal_value_bytes(v->child);
+	}
+	return n;
+}
+
+int journal_value(journal_entry *e, const cJSON **out, size_t *added, buf *err)
+{
+	*added = 0;
+	if (!e->value) {
+		/* A value sealed before cairn refused \u0000 (PostgreSQL never saw
+		 * it) would be cut short where cJSON reads it. */
+		char why[PARSE_ERR_MAX];
+		const char *text = e->output ? e->output : "null";
+		if (json_check_text("a journaled value", text, strlen(text), why) < 0) {
+			buf_puts(err, why);
+			return -CAIRN_EINVAL;
+		}
+		if (!(e->value = cJSON_Parse(text))) {
+			buf_puts(err, "a journaled value is not valid JSON");
+			return -CAIRN_EINVAL;
+		}
+		*added = journal_value_bytes(e->value);
+	}
+	*out = e->value;
+	return 0;
 }
 
 int signals_parse(const char *text, signal_box *b, buf *err)

@@ -29,7 +29,12 @@ typedef struct journal_entry {
 	const char *error;  /* NULL: none */
 	int attempts;
 	int64_t wake_ms, started_ms; /* Unix ms; 0: not set */
-	struct cJSON *row;           /* its object in the tree */
+	int64_t db_bytes;            /* its stored size (pg_column_size), 0: not known */
+	struct cJSON *row;           /* its object in the tree; NULL in a cached copy */
+	/* The output parsed, once (journal_value): a replay of the entry hands
+	 * the workflow a copy of it, and never parses the text again. NULL
+	 * until a replay asks. Owned by the entry. */
+	struct cJSON *value;
 } journal_entry;
 
 typedef struct journal {
@@ -53,7 +58,19 @@ int journal_parse(const char *text, journal *j, buf *err);
 int journal_unseal(journal *j, const seal_keys *k, buf *err, char *key);
 /* The entry with this seq, or NULL. */
 const journal_entry *journal_at(const journal *j, int seq);
+journal_entry *journal_find(journal *j, int seq);
+/* Frees the tree, the entries and the values parsed. */
 void journal_free(journal *j);
+/*
+ * The entry's output parsed (JSON null for none), parsed at the first call
+ * and kept in e->value: 0 with *out (owned by e), or -CAIRN_EINVAL with why
+ * in err (not JSON, or characters json_check_text refuses), -CAIRN_ENOMEM.
+ * *added is what the parse added to the entry's size in memory (0 when it
+ * was parsed before).
+ */
+int journal_value(journal_entry *e, const struct cJSON **out, size_t *added, buf *err);
+/* The bytes a parsed value holds in memory (its nodes and strings). */
+size_t journal_value_bytes(const struct cJSON *v);
 
 typedef struct signal_entry {
 	int64_t id; /* sending order */

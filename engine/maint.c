@@ -15,8 +15,10 @@
  *                  HEALTH_ROUNDS_EVERY heartbeat intervals, one statement
  *                  while every runner is healthy.
  *   cairn.janitor  deletes finished runs older than CAIRN_RETENTION, in
- *                  small batches, checking for cancellation between them;
- *                  and every STRANDED_INTERVAL_MS moves the due runs of
+ *                  small batches, checking for cancellation between them,
+ *                  every minute (or every CAIRN_RETENTION if shorter); the
+ *                  first run of a chain stays while later links do; and
+ *                  every STRANDED_INTERVAL_MS moves the due runs of
  *                  groups that no live runner serves (nobody claims them)
  *                  to a group with a live worker that serves their
  *                  workflow, or, once none has for
@@ -85,10 +87,23 @@ static const char SQL_HEALTH_FAIL[] =
     "WHERE r.id = $1 RETURNING r.healthy, r.health_failures";
 
 /* The outer condition is checked again on the row as it is when deleted: a
- * run that `cairn retry` re-drove meanwhile is no longer finished, and stays. */
+ * run that `cairn retry` re-drove meanwhile is no longer finished, and stays.
+ * The first run of a chain of runs that continued as new (migration 0022)
+ * stays while a later link does: its key names the chain, and `cairn
+ * result` of it follows the chain to its last run. The links that ended
+ * go like any finished run, so a workflow that continues for ever keeps
+ * about a retention's worth of them. */
 static const char SQL_JANITOR[] =
-    "DELETE FROM cairn.runs WHERE id IN (SELECT id FROM cairn.runs "
-    "  WHERE finished_at < now() - $1 * interval '1 millisecond' ORDER BY finished_at LIMIT $2) "
+    "WITH old AS (SELECT r.id FROM cairn.runs r "
+    "  WHERE r.finished_at < now() - $1 * interval '1 millisecond' "
+    "    AND NOT EXISTS (SELECT 1 FROM cairn.runs c WHERE c.chain_id = r.id) "
+    "  ORDER BY r.finished_at LIMIT $2), "
+    /* A signal sent to a run as it continued as new, which its successor
+     * reads but has not taken yet (see cont in commit.c), goes to it. */
+    "mv AS (UPDATE cairn.signals g SET run_id = s.id FROM old o "
+    "  JOIN cairn.runs s ON s.continued_from = o.id "
+    "  WHERE g.run_id = o.id AND g.consumed_by_seq IS NULL AND s.finished_at IS NULL) "
+    "DELETE FROM cairn.runs WHERE id IN (SELECT id FROM old) "
     "AND finished_at < now() - $1 * interval '1 millisecond'";
 
 /*
@@ -322,7 +337,11 @@ static int janitor_main(cairn_singleton *s, void *arg)
 				log_kv(e->log, LOG_INFO, "janitor deleted finished runs", "runs",
 				       PQcmdTuples(r), NULL);
 			PQclear(r);
-			next_retention = n < atoi(JANITOR_BATCH) ? now + JANITOR_INTERVAL_MS : now;
+			/* Every minute, or every CAIRN_RETENTION if shorter. */
+			int64_t every = e->cfg->retention_ms < JANITOR_INTERVAL_MS
+			                    ? e->cfg->retention_ms
+			                    : JANITOR_INTERVAL_MS;
+			next_retention = n < atoi(JANITOR_BATCH) ? now + every : now;
 		}
 		int watched = now - started >= e->cfg->unknown_workflow_timeout_ms;
 		if (stranded_pass(e, c, watched, &err) < 0 && !db_ok(c)) {

@@ -90,6 +90,13 @@ typedef struct metrics {
 	metrics_flow *flows;
 	int nflows, maxflows;
 	metrics_flow other;
+	/* Journals (jcache.h): claims of a run that loaded only the entries
+	 * after those cached here, and claims that loaded a run's whole
+	 * journal; the cache's runs and bytes after the last claim. */
+	_Atomic uint64_t journal_cache_hits, journal_loads;
+	_Atomic int journal_cache_runs;
+	_Atomic int64_t journal_cache_bytes;
+	_Atomic uint64_t runs_continued; /* runs that continued as new (cairn_continue_as_new) */
 } metrics;
 
 /* Room for max workflows' slots (CAIRN_METRICS_MAX_WORKFLOWS): 0 or

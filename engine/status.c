@@ -159,6 +159,21 @@ static void metrics_page(const status_env *e, http_reply *r)
 	metric(b, "cairn_health_checks_total", "counter",
 	       "Rounds of the runner health checker run here.", NULL,
 	       (double)atomic_load(&m->health_checks));
+	metric(b, "cairn_runs_continued_total", "counter",
+	       "Runs that ended by continuing as new (cairn_continue_as_new).", NULL,
+	       (double)atomic_load(&m->runs_continued));
+	metric(b, "cairn_journal_cache_hits_total", "counter",
+	       "Claims that loaded only the journal entries after those this worker had cached.",
+	       NULL, (double)atomic_load(&m->journal_cache_hits));
+	metric(b, "cairn_journal_loads_total", "counter",
+	       "Claims that loaded a run's whole journal (none of it cached here).", NULL,
+	       (double)atomic_load(&m->journal_loads));
+	metric(b, "cairn_journal_cache_runs", "gauge",
+	       "Runs whose journals this worker keeps (CAIRN_JOURNAL_CACHE).", NULL,
+	       atomic_load(&m->journal_cache_runs));
+	metric(b, "cairn_journal_cache_bytes", "gauge",
+	       "Bytes of memory the journals this worker keeps hold (CAIRN_JOURNAL_CACHE).", NULL,
+	       (double)atomic_load(&m->journal_cache_bytes));
 	metric(b, "cairn_runs_locked_total", "counter",
 	       "Executions left alone: the run is encrypted with a key this worker lacks.", NULL,
 	       (double)atomic_load(&m->runs_locked));

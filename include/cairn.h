@@ -45,6 +45,8 @@ typedef enum cairn_status {
 	CAIRN_ENONDET = 12,  /* replay found a different durable call than the journal */
 	CAIRN_ESTOP = 13, /* the worker is handing the run over (shard moved, drain): return it */
 	CAIRN_EINTR = 14, /* cairn_worker_run: a second signal cut the drain short */
+	CAIRN_CONTINUED =
+	    15, /* the run continues as a new run (cairn_continue_as_new): return it */
 } cairn_status;
 
 /*
@@ -318,6 +320,10 @@ typedef struct cairn_run {
 	/* Of a pending run that a limit (cairn limit) holds back: what it waits
 	 * for, in words; else NULL. Only from cairn_run_get. */
 	char *waiting_for;
+	/* A chain of runs that continued as new (cairn_continue_as_new): the
+	 * run this one continues, and the run that continues it (0: none; only
+	 * from cairn_run_get), which may have been removed by the janitor. */
+	int64_t continued_from, continued_to;
 	/* The runtime that serves the run's workflow ("c", "python 3.11.2"):
 	 * its group's, else that of the group that served it last; NULL when no
 	 * worker has ever served it. Only from cairn_run_get. */
@@ -385,13 +391,20 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 void cairn_run_list_free(cairn_run *runs, size_t n);
 
 /*
- * Waits until the run has finished (completed, failed or cancelled) or
+ * Waits until the run has finished (completed, failed or cancelled), and a
+ * run that continued as new until the last run of its chain has, or until
  * timeout_ms passes (CAIRN_ETIMEOUT); woken by notification with a polling
  * fallback (at least every second). Through a pooler (PgBouncer in any mode)
  * it does not LISTEN and polls, 20 ms growing to 500 ms. timeout_ms < 0
  * waits forever.
  */
 int cairn_run_wait(cairn_client *c, int64_t id, int64_t timeout_ms);
+/*
+ * The last run of id's chain (cairn_continue_as_new) into *last: id itself
+ * when it never continued. cairn_run_wait waits for that run: a run that
+ * continued as new has finished only once its chain's last run has.
+ */
+int cairn_run_last(cairn_client *c, int64_t id, int64_t *last);
 
 /*
  * The value a run published under key (cairn_set_event) into *value (JSON
@@ -793,7 +806,8 @@ typedef struct cairn_ctx cairn_ctx;
 /*
  * Return values of a workflow function: CAIRN_OK (the run completes with
  * *output, NULL meaning null), CAIRN_SUSPENDED / CAIRN_CANCELLED /
- * CAIRN_ESTOP as handed back by a durable call, CAIRN_ERETRY (the whole run
+ * CAIRN_ESTOP as handed back by a durable call, CAIRN_CONTINUED as handed
+ * back by cairn_continue_as_new, CAIRN_ERETRY (the whole run
  * is retried from its journal per the workflow's policy while the run's
  * attempts remain; steps that did not complete run again) or CAIRN_EFAIL and
  * any other error, CAIRN_ENONDET included (the run fails for good).
@@ -951,6 +965,33 @@ int cairn_set_event(cairn_ctx *ctx, const char *key, const struct cJSON *value);
  * the old branch and then the call can go.
  */
 int cairn_patched(cairn_ctx *ctx, const char *patch);
+
+/*
+ * Continue as new: ends this run and starts its successor, a new run of the
+ * same workflow with input (NULL: null) and a fresh journal, in the run's
+ * final commit, so that a crash at any point leaves either this run going on
+ * or exactly one successor. A workflow that loops without end (a
+ * subscription, a poller, an agent) calls it every so many iterations, so
+ * that its journal stays small:
+ *
+ *     for (int i = 0; i < 100; i++) { ...durable calls of one iteration... }
+ *     return cairn_continue_as_new(ctx, next_state);
+ *
+ * Returns CAIRN_CONTINUED (return it from the workflow; every durable call
+ * after it returns it too), or CAIRN_CANCELLED when the run was cancelled,
+ * CAIRN_ESTOP, or CAIRN_EFAIL for an input that cannot be stored (too large,
+ * too deep, not UTF-8). This run ends completed with a null output, and
+ * names its successor: the successor (key "cairn.next:ID" of this run) keeps
+ * the shard, group, max_attempts, concurrency key, priority and parent, and
+ * the chain's first run (whose key is the one enqueued) names the chain.
+ * cairn_run_wait and `cairn result` follow a chain to its last run, and a
+ * signal or a cancel sent to a run that continued goes to the chain's last
+ * run; signals this run had not consumed carry over to the successor. A
+ * child run that continues as new reports to its parent when its chain
+ * ends, as the child the parent started. The janitor removes finished links
+ * after CAIRN_RETENTION, and the chain's first run once the others are gone.
+ */
+int cairn_continue_as_new(cairn_ctx *ctx, const struct cJSON *input);
 
 /*
  * Record an error message on ctx and return CAIRN_EFAIL (permanent) or

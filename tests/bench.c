@@ -91,6 +91,7 @@ typedef struct bench {
 	int drain_concurrency; /* BENCH_DRAIN_CONCURRENCY: the drains' worker's */
 	int fleet_runs, memory_runs, fanout_n, flow_n, flow_keys, flow_backlog;
 	int sdk_rounds, sdk_memory_n; /* BENCH_SDK_ROUNDS, BENCH_SDK_MEMORY */
+	int long_n, chain_n;          /* BENCH_LONG_STEPS, BENCH_CHAIN */
 	int fleet[8], fleet_n;
 	PGconn *pg;
 	long nq; /* statements run on pg */
@@ -1588,6 +1589,178 @@ static void phase_fanout(bench *b, int n)
 	workers_stop(&w, 1);
 }
 
+/* ------------------------------------------------------ large workflows */
+
+/* A counter of the worker's /metrics, or -1. */
+static double worker_metric(worker *w, const char *name)
+{
+	body m;
+	char key[128];
+	snprintf(key, sizeof key, "\n%s ", name);
+	if (!worker_port(w) || http_get(w->port, "/metrics", &m) != 200)
+		return -1;
+	const char *k = strstr(m.text, key);
+	return k ? atof(k + strlen(key)) : -1;
+}
+
+/* The ms from the start of step k (of kind step, in seq order) to the start
+ * of step k + 100, the last block's to the run's end: Unix ms as the worker
+ * journaled them. */
+static const char SQL_LONG_STARTS[] =
+    "SELECT (extract(epoch FROM started_at) * 1000)::bigint FROM cairn.steps "
+    "WHERE run_id = $1 AND kind = 'step' ORDER BY seq";
+static const char SQL_LONG_END[] =
+    "SELECT (extract(epoch FROM finished_at) * 1000)::bigint FROM cairn.runs WHERE id = $1";
+
+#define LONG_BLOCK 100
+
+/*
+ * One run of BENCH_LONG_STEPS (10,000) journaled steps with a durable 2 ms
+ * sleep after every 10th (bench_flows.so's long): its blocks of 100 steps
+ * timed by its journal, from the start of a block's first step to that of
+ * the next block's (the last one's to the run's end). The last block beside
+ * the second (steps 101-200), as a ratio: a run that wakes 1,000 times costs
+ * the same per step at its end as near its start when a wake does not
+ * reload and walk its whole journal (goal <= 2x).
+ */
+static void phase_long(bench *b, int n)
+{
+	if (n < 3 * LONG_BLOCK || reset(b))
+		return;
+	worker w;
+	worker_start(b, &w, "long", b->db_url, 16, NULL, NULL);
+	if (worker_ready(&w, 60000, 5) < 0) {
+		note_error(b, "long", "the worker did not become ready (log in %s)", b->log_dir);
+		workers_stop(&w, 1);
+		return;
+	}
+	char input[96];
+	snprintf(input, sizeof input, "{\"steps\": %d, \"every\": 10, \"sleep_ms\": 2}", n);
+	cairn_enqueue_opts o = {.input = input};
+	cairn_enqueued e;
+	int64_t t0 = now_ns();
+	int rc = cairn_enqueue(b->c, "long", &o, &e);
+	if (!rc)
+		rc = cairn_run_wait(b->c, e.id, 1800000);
+	double secs = (double)(now_ns() - t0) / 1e9;
+	cairn_run *r = NULL;
+	if (!rc)
+		rc = cairn_run_get(b->c, e.id, &r);
+	if (rc || strcmp(r->status, "completed") != 0) {
+		note_error(b, "long", "the long run did not complete: %s",
+		           rc         ? cairn_client_errmsg(b->c)
+		           : r->error ? r->error
+		                      : r->status);
+	} else {
+		char id[24];
+		snprintf(id, sizeof id, "%" PRId64, e.id);
+		const char *p[] = {id};
+		PGresult *st = q(b, SQL_LONG_STARTS, 1, p), *end = q(b, SQL_LONG_END, 1, p);
+		int blocks = st ? PQntuples(st) / LONG_BLOCK : 0;
+		cJSON *ms = cJSON_CreateArray();
+		double early = 0, last = 0;
+		for (int k = 0; k < blocks && end && PQntuples(end) == 1; k++) {
+			double a = atof(PQgetvalue(st, k * LONG_BLOCK, 0));
+			double z = k + 1 < blocks ? atof(PQgetvalue(st, (k + 1) * LONG_BLOCK, 0))
+			                          : atof(PQgetvalue(end, 0, 0));
+			cJSON_AddItemToArray(ms, cJSON_CreateNumber(z - a));
+			if (k == 1)
+				early = z - a;
+			last = z - a;
+		}
+		cJSON_AddItemToObject(b->extra, "long_blocks_ms", ms);
+		cJSON_AddNumberToObject(b->extra, "long_journal_cache_hits",
+		                        worker_metric(&w, "cairn_journal_cache_hits_total"));
+		cJSON_AddNumberToObject(b->extra, "long_journal_loads",
+		                        worker_metric(&w, "cairn_journal_loads_total"));
+		PQclear(st);
+		PQclear(end);
+		measure(b, "long_seconds", "long journal: the run, enqueue to result", "s", secs, 0,
+		        "", NONE, 0);
+		measure(b, "long_block_early_ms", "long journal: steps 101-200", "ms", early, 0, "",
+		        NONE, 0);
+		measure(b, "long_block_last_ms", "long journal: its last 100 steps", "ms", last,
+		        early, "steps 101-200", RATIO_LE, 2);
+	}
+	cairn_run_free(r);
+	cairn_enqueued_clear(&e);
+	workers_stop(&w, 1);
+}
+
+/* The rows of cairn.runs and cairn.steps. */
+static void chain_rows(bench *b, double *runs, double *steps)
+{
+	PGresult *r = q(b,
+	                "SELECT (SELECT count(*) FROM cairn.runs), (SELECT count(*) FROM "
+	                "cairn.steps)",
+	                0, NULL);
+	*runs = r ? cell(r, 0) : -1;
+	*steps = r && PQntuples(r) == 1 ? atof(PQgetvalue(r, 0, 1)) : -1;
+	PQclear(r);
+}
+
+/*
+ * A workflow that lives on: BENCH_CHAIN (10,000) runs of bench_flows.so's
+ * chain, each a step and a durable 2 ms sleep, then continuing as new, on
+ * a worker whose janitor removes the runs that ended more than
+ * CAIRN_RETENTION (2 s here) ago. The rows of cairn.runs and cairn.steps
+ * are read every second: the most at once, and where they are when the
+ * chain ends, beside the links it made (a footprint that grows with the
+ * chain would be as many).
+ */
+static void phase_chain(bench *b, int n)
+{
+	if (n <= 0 || reset(b))
+		return;
+	worker w;
+	worker_start(b, &w, "chain", b->db_url, 16, "CAIRN_RETENTION", "2s");
+	if (worker_ready(&w, 60000, 5) < 0) {
+		note_error(b, "chain", "the worker did not become ready (log in %s)", b->log_dir);
+		workers_stop(&w, 1);
+		return;
+	}
+	char input[96];
+	snprintf(input, sizeof input, "{\"n\": 0, \"until\": %d, \"sleep_ms\": 2}", n);
+	cairn_enqueue_opts o = {.input = input};
+	cairn_enqueued e;
+	int64_t t0 = now_ns();
+	int rc = cairn_enqueue(b->c, "chain", &o, &e);
+	double most_runs = 0, most_steps = 0, runs, steps;
+	cJSON *curve = cJSON_CreateArray();
+	while (!rc && (rc = cairn_run_wait(b->c, e.id, 1000)) == CAIRN_ETIMEOUT) {
+		chain_rows(b, &runs, &steps);
+		most_runs = runs > most_runs ? runs : most_runs;
+		most_steps = steps > most_steps ? steps : most_steps;
+		cJSON_AddItemToArray(curve, cJSON_CreateNumber(runs));
+		if (worker_dead(&w) || (now_ns() - t0) / 1000000000 > 1800)
+			break;
+		rc = 0;
+	}
+	double secs = (double)(now_ns() - t0) / 1e9;
+	int64_t last = 0;
+	if (!rc)
+		rc = cairn_run_last(b->c, e.id, &last);
+	chain_rows(b, &runs, &steps);
+	double links = worker_metric(&w, "cairn_runs_continued_total");
+	if (rc || links < n) {
+		note_error(b, "chain", "the chain did not end: %s (%.0f links)",
+		           rc ? cairn_client_errmsg(b->c) : "", links);
+		cJSON_Delete(curve);
+	} else {
+		cJSON_AddItemToObject(b->extra, "chain_runs_rows", curve);
+		measure(b, "chain_links_per_s", "chain: runs continued as new/s", "runs/s",
+		        links / secs, 0, "", NONE, 0);
+		measure(b, "chain_runs_rows_most", "chain: most rows of cairn.runs at once", "rows",
+		        most_runs, links, "runs the chain made", RATIO_LE, 0.1);
+		measure(b, "chain_steps_rows_most", "chain: most rows of cairn.steps at once",
+		        "rows", most_steps, 0, "", NONE, 0);
+		measure(b, "chain_runs_rows_end", "chain: rows of cairn.runs at its end", "rows",
+		        runs, 0, "", NONE, 0);
+	}
+	cairn_enqueued_clear(&e);
+	workers_stop(&w, 1);
+}
+
 /* ------------------------------------------------------- flow control */
 
 /* n noop runs keyed prefix-i, concurrency key ckprefix-(i % keys) (or
@@ -2220,7 +2393,8 @@ static const char USAGE[] =
     "BENCH_STAMP (300), BENCH_NOOP (20000), BENCH_3STEP (5000),\n"
     "BENCH_DRAIN_CONCURRENCY (16, the drains' worker: their goals hold at 16),\n"
     "BENCH_FLEET (1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children),\n"
-    "BENCH_FLOW_RUNS (20000), BENCH_FLOW_KEYS (1000), BENCH_FLOW_BACKLOG (100000);\n"
+    "BENCH_FLOW_RUNS (20000), BENCH_FLOW_KEYS (1000), BENCH_FLOW_BACKLOG (100000),\n"
+    "BENCH_LONG_STEPS (10000 steps of one run), BENCH_CHAIN (10000 continues);\n"
     "BENCH_MEMORY_RUNS=N runs only the memory phase. --baseline DIR (a built\n"
     "tree of an older commit) compares the drains and the x8 enqueue with it,\n"
     "alternating: BENCH_BASELINE_ROUNDS (3), BENCH_BASELINE_NOOP (10000),\n"
@@ -2229,8 +2403,8 @@ static const char USAGE[] =
     "The sdk phase compares the Python and TypeScript SDKs' workers with C's:\n"
     "BENCH_SDK_ROUNDS (3) alternated 3-step drains, the stamp, and the language\n"
     "process's memory over BENCH_SDK_MEMORY (100000) runs.\n"
-    "BENCH_PHASES (enqueue,x8,batch,sql,stamp,drain,plan,baseline,fanout,flow,\n"
-    "fleet,sdk) runs only those after the floors. The JSON goes to --out,\n"
+    "BENCH_PHASES (enqueue,x8,batch,sql,stamp,drain,plan,baseline,fanout,long,\n"
+    "chain,flow,fleet,sdk) runs only those after the floors. The JSON goes to --out,\n"
     "$BENCH_OUT or bench.json.\n";
 
 /* The side of a built tree dir (scripts/bench.sh builds BENCH_BASELINE's);
@@ -2323,6 +2497,8 @@ int main(int argc, char **argv)
 	b.memory_runs = env_int("BENCH_MEMORY_RUNS", 0);
 	b.sdk_rounds = env_int_in("BENCH_SDK_ROUNDS", 3, 1, 9);
 	b.sdk_memory_n = env_int("BENCH_SDK_MEMORY", 100000);
+	b.long_n = env_int("BENCH_LONG_STEPS", 10000);
+	b.chain_n = env_int("BENCH_CHAIN", 10000);
 	parse_fleet(&b, getenv("BENCH_FLEET") ? getenv("BENCH_FLEET") : "1,10,50");
 	b.phases =
 	    getenv("BENCH_PHASES") && *getenv("BENCH_PHASES") ? getenv("BENCH_PHASES") : NULL;
@@ -2391,6 +2567,10 @@ int main(int argc, char **argv)
 		}
 		if (wanted(&b, "fanout"))
 			phase_fanout(&b, b.fanout_n);
+		if (wanted(&b, "long"))
+			phase_long(&b, b.long_n);
+		if (wanted(&b, "chain"))
+			phase_chain(&b, b.chain_n);
 		if (wanted(&b, "flow"))
 			phase_flow(&b);
 		for (int i = 0; i < b.fleet_n && wanted(&b, "fleet"); i++)

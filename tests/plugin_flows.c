@@ -48,6 +48,21 @@
  *   t.slow     step "slow" bumps t_counter and takes {"ms"} (with {"polite":
  *              true} it stops when cairn_should_stop says so), its policy
  *              {"timeout"} ms and {"attempts"}.
+ *   t.long     {"steps": N, "every": K, "sleep_ms": S}: steps s0 .. s(N-1),
+ *              each returning {"i": i}, a durable sleep of S ms after every
+ *              K-th; fails if a replay hands back another value than the
+ *              step journaled; {"steps": N, "sum": 0 + 1 + ... + N-1}.
+ *   t.cut      80 steps, each returning the run attempt it ran in; in
+ *              attempt 1, once t_flags has a row for the run, the workflow
+ *              asks for a run retry at step 10 (which cuts the journal
+ *              there); then a durable sleep "nap" (50 ms) and awaits "go"
+ *              and "again": the attempts the 80 steps ran in.
+ *   t.loop     {"n", "until", "sleep_ms"}: step "work", with {"gate": true}
+ *              step "gate" (waits for a t_flags row; not in the successors),
+ *              a durable sleep of sleep_ms (none at 0), then continues as new
+ *              with n + 1 until n reaches until: {"n": until}.
+ *   t.inbox    {"got": [...], "want": W}: awaits "msg", then continues as
+ *              new with the payload added to got until it holds W: got.
  *   t.stubborn step "work" writes a row to t_attempts as it starts, takes
  *              {"ms": N}, or with {"until_flag": true} runs until t_flags has a
  *              row for the run, and does not check cairn_should_stop; then
@@ -657,6 +672,135 @@ static int wf_tx(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* --------------------------------------------- long journals, chains */
+
+static int step_index(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	*result = cJSON_CreateObject();
+	cJSON_AddNumberToObject(*result, "i", (double)(intptr_t)arg);
+	return CAIRN_OK;
+}
+
+/* t.long: a replayed value must be the one its step returned. */
+static int wf_long(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t n = int_field(input, "steps", 100), every = int_field(input, "every", 10);
+	int64_t ms = int_field(input, "sleep_ms", 2);
+	double sum = 0;
+	for (int64_t i = 0; i < n; i++) {
+		char name[32];
+		cJSON *v;
+		snprintf(name, sizeof name, "s%" PRId64, i);
+		CAIRN_TRY(cairn_step(ctx, name, step_index, (void *)(intptr_t)i, &v));
+		const cJSON *got = field(v, "i");
+		if (!cJSON_IsNumber(got) || got->valuedouble != (double)i)
+			return cairn_fail(ctx, "step %s replayed a value of another step", name);
+		sum += got->valuedouble;
+		if (every > 0 && (i + 1) % every == 0) {
+			snprintf(name, sizeof name, "nap%" PRId64, i);
+			CAIRN_TRY(cairn_sleep(ctx, name, ms));
+		}
+	}
+	*output = cJSON_CreateObject();
+	cJSON_AddNumberToObject(*output, "steps", (double)n);
+	cJSON_AddNumberToObject(*output, "sum", sum);
+	return CAIRN_OK;
+}
+
+static int step_attempt(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	*result = cJSON_CreateNumber(cairn_ctx_attempt(ctx));
+	return CAIRN_OK;
+}
+
+/* t.cut: whether attempt 1 asks for a retry at step 10 is read outside the
+ * journal on purpose: the retry cuts journal entries that a worker may
+ * hold in its cache. */
+static int wf_cut(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *ran = cJSON_CreateArray(), *v;
+	int rc = CAIRN_OK;
+	for (int i = 0; i < 80 && rc == CAIRN_OK; i++) {
+		if (i == 10 && cairn_ctx_attempt(ctx) == 1 && flag_set(cairn_ctx_run_id(ctx)) > 0) {
+			rc = cairn_retryable(ctx, "cut here");
+			break;
+		}
+		char name[16];
+		snprintf(name, sizeof name, "s%d", i);
+		if ((rc = cairn_step(ctx, name, step_attempt, NULL, &v)) == CAIRN_OK)
+			cJSON_AddItemToArray(ran, cJSON_Duplicate(v, 1));
+	}
+	if (rc == CAIRN_OK)
+		rc = cairn_sleep(ctx, "nap", SPREAD_NAP_MS);
+	if (rc == CAIRN_OK)
+		rc = cairn_await_signal(ctx, "go", -1, &v);
+	if (rc == CAIRN_OK)
+		rc = cairn_await_signal(ctx, "again", -1, &v);
+	if (rc != CAIRN_OK) {
+		cJSON_Delete(ran);
+		return rc;
+	}
+	*output = ran;
+	return CAIRN_OK;
+}
+
+static int step_n_of(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	*result = cJSON_CreateNumber((double)*(const int64_t *)arg);
+	return CAIRN_OK;
+}
+
+/* t.loop: a workflow that lives on as a chain of runs. */
+static int wf_loop(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t n = int_field(input, "n", 0), until = int_field(input, "until", 3);
+	int64_t ms = int_field(input, "sleep_ms", 0);
+	CAIRN_TRY(cairn_step(ctx, "work", step_n_of, &n, NULL));
+	if (cJSON_IsTrue(field(input, "gate")))
+		CAIRN_TRY(cairn_step(ctx, "gate", step_block, NULL, NULL));
+	if (ms > 0)
+		CAIRN_TRY(cairn_sleep(ctx, "nap", ms));
+	if (n >= until) {
+		*output = cJSON_CreateObject();
+		cJSON_AddNumberToObject(*output, "n", (double)n);
+		return CAIRN_OK;
+	}
+	cJSON *next = cJSON_Duplicate(input, 1);
+	if (!cJSON_IsObject(next)) {
+		cJSON_Delete(next);
+		next = cJSON_CreateObject();
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(next, "n");
+	cJSON_DeleteItemFromObjectCaseSensitive(next, "gate");
+	cJSON_AddNumberToObject(next, "n", (double)(n + 1));
+	int rc = cairn_continue_as_new(ctx, next);
+	cJSON_Delete(next);
+	return rc;
+}
+
+/* t.inbox: one message per run of the chain; the others carry over. */
+static int wf_inbox(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *msg;
+	CAIRN_TRY(cairn_await_signal(ctx, "msg", -1, &msg));
+	cJSON *got = cJSON_Duplicate(field(input, "got"), 1);
+	if (!cJSON_IsArray(got)) {
+		cJSON_Delete(got);
+		got = cJSON_CreateArray();
+	}
+	cJSON_AddItemToArray(got, cJSON_Duplicate(msg, 1));
+	if (cJSON_GetArraySize(got) >= int_field(input, "want", 1)) {
+		*output = got;
+		return CAIRN_OK;
+	}
+	cJSON *next = cJSON_CreateObject();
+	cJSON_AddItemToObject(next, "got", got);
+	cJSON_AddNumberToObject(next, "want", (double)int_field(input, "want", 1));
+	int rc = cairn_continue_as_new(ctx, next);
+	cJSON_Delete(next);
+	return rc;
+}
+
 /* ---------------------------------------------------------------- init */
 
 int cairn_plugin_init(cairn_worker *w)
@@ -681,7 +825,11 @@ int cairn_plugin_init(cairn_worker *w)
 	             {"t.slow", wf_slow},
 	             {"t.versioned", wf_versioned},
 	             {"t.tx", wf_tx},
-	             {"t.hold", wf_hold}};
+	             {"t.hold", wf_hold},
+	             {"t.long", wf_long},
+	             {"t.cut", wf_cut},
+	             {"t.loop", wf_loop},
+	             {"t.inbox", wf_inbox}};
 	const char *only = getenv("T_FLOWS");
 	cairn_workflow_opts opts = {.runtime = getenv("T_RUNTIME")};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++) {

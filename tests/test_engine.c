@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "commit.h"
 #include "exec.h"
+#include "jcache.h"
 #include "journal.h"
 #include "shardmap.h"
 #include "sqlparam.h"
@@ -103,6 +104,124 @@ Test(journal, signals_are_taken_oldest_first_per_name)
 	buf_free(&err);
 }
 
+/* ---------------------------------------------------------- journal cache */
+
+/* The claim's text of n entries from seq first on, all completed but the
+ * one at seq waiting (-1: none), each output "[seq]" and stored size 100. */
+static char *entries(int first, int n, int waiting)
+{
+	buf t = BUF_INIT;
+	buf_puts(&t, "[");
+	for (int i = first; i < first + n; i++)
+		buf_printf(&t,
+		           "%s{\"seq\":\"%d\",\"name\":\"s%d\",\"kind\":\"step\","
+		           "\"status\":\"%s\",\"output\":\"[%d]\",\"error\":null,"
+		           "\"attempts\":\"1\",\"wake_at\":null,\"started_at\":\"1\","
+		           "\"size\":\"100\"}",
+		           i > first ? "," : "", i, i, i == waiting ? "waiting" : "completed", i);
+	buf_puts(&t, "]");
+	return buf_detach(&t);
+}
+
+/* A cached run of the first n entries (as a claim of them leaves it). */
+static jcache_run *cached_run(int64_t id, int n)
+{
+	journal tail;
+	buf err = BUF_INIT;
+	char *text = entries(0, n, -1);
+	cr_assert_eq(journal_parse(text, &tail, &err), 0, "%s", buf_str(&err));
+	jcache_run *r = NULL;
+	cr_assert_eq(jcache_run_extend(&r, id, 0, &tail), 0);
+	journal_free(&tail);
+	free(text);
+	buf_free(&err);
+	return r;
+}
+
+Test(jcache, a_run_is_kept_from_seq_0_up_to_its_first_entry_that_may_still_change)
+{
+	journal tail;
+	buf err = BUF_INIT;
+	char *text = entries(0, 100, 80); /* 80 waits: what follows may be cut */
+	cr_assert_eq(journal_parse(text, &tail, &err), 0, "%s", buf_str(&err));
+	free(text);
+	jcache_run *r = NULL;
+	cr_assert_eq(jcache_run_extend(&r, 7, 2, &tail), 0);
+	journal_free(&tail);
+	cr_assert_not_null(r);
+	cr_assert_eq(r->upto, 80);
+	cr_assert_eq(r->cuts, 2);
+	cr_assert_eq(r->db_bytes, 80 * 100, "the stored size of what it holds");
+	cr_assert_str_eq(jcache_run_at(r, 79)->name, "s79");
+	cr_assert_null(jcache_run_at(r, 80));
+	/* The next claim's entries from 80 on: 80 settled now, a gap at 83. */
+	text = entries(80, 3, -1);
+	cr_assert_eq(journal_parse(text, &tail, &err), 0, "%s", buf_str(&err));
+	free(text);
+	cr_assert_eq(jcache_run_extend(&r, 7, 2, &tail), 0);
+	journal_free(&tail);
+	cr_assert_eq(r->upto, 83);
+	cr_assert_str_eq(jcache_run_at(r, 82)->output, "[82]", "a copy that outlives the claim");
+	jcache_run_free(r);
+	/* Too few entries to be worth keeping: none is made. */
+	text = entries(0, JCACHE_MIN_ENTRIES - 1, -1);
+	cr_assert_eq(journal_parse(text, &tail, &err), 0, "%s", buf_str(&err));
+	free(text);
+	r = NULL;
+	cr_assert_eq(jcache_run_extend(&r, 8, 0, &tail), 0);
+	cr_assert_null(r);
+	journal_free(&tail);
+	buf_free(&err);
+}
+
+Test(jcache, the_cache_stays_within_its_byte_bound_letting_the_least_recently_used_go)
+{
+	jcache_run *probe = cached_run(1, 100);
+	size_t one = probe->mem_bytes;
+	jcache_run_free(probe);
+	jcache *c = jcache_new(3 * one + one / 2);
+	jcache_run *gone = NULL;
+	for (int64_t id = 1; id <= 5; id++) {
+		jcache_put(c, cached_run(id, 100), &gone);
+		cr_assert_leq(jcache_bytes(c), 3 * one + one / 2, "over its bound after run %ld",
+		              (long)id);
+	}
+	cr_assert_eq(jcache_count(c), 3);
+	int n = 0;
+	for (jcache_run *g = gone; g; g = g->older, n++)
+		cr_assert(g->run_id == 1 || g->run_id == 2, "run %ld went", (long)g->run_id);
+	cr_assert_eq(n, 2, "the two least recently used went");
+	jcache_run_free_list(gone);
+	gone = NULL;
+	/* Taking a run and putting it back makes it the most recently used. */
+	jcache_put(c, jcache_take(c, 3), &gone);
+	jcache_put(c, cached_run(6, 100), &gone);
+	cr_assert_eq(gone->run_id, 4);
+	cr_assert_null(gone->older);
+	jcache_run_free_list(gone);
+	gone = NULL;
+	pgarr runs = PGARR_INIT, upto = PGARR_INIT, cuts = PGARR_INIT;
+	cr_assert_eq(jcache_claim_args(c, &runs, &upto, &cuts), 3);
+	cr_assert_str_eq(pgarr_str(&runs), "{6,3,5}");
+	cr_assert_str_eq(pgarr_str(&upto), "{100,100,100}");
+	pgarr_free(&runs);
+	pgarr_free(&upto);
+	pgarr_free(&cuts);
+	/* A run larger than the whole bound is not kept at all. */
+	jcache_put(c, cached_run(9, 400), &gone);
+	cr_assert_eq(gone->run_id, 9);
+	cr_assert_null(jcache_take(c, 9));
+	jcache_run_free_list(gone);
+	jcache_free(c);
+	/* A cache of 0 bytes keeps nothing. */
+	c = jcache_new(0);
+	gone = NULL;
+	jcache_put(c, cached_run(1, 100), &gone);
+	cr_assert_eq(jcache_count(c), 0);
+	jcache_run_free_list(gone);
+	jcache_free(c);
+}
+
 /* ---------------------------------------------------------------- replay */
 
 static int ran_a, ran_b, ran_c, flushes;
@@ -183,6 +302,51 @@ static int await_go(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* Steps s0 .. s69, each [i], then a sleep: its output is the sum. */
+static int many(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	double sum = 0;
+	for (int i = 0; i < 70; i++) {
+		char name[16];
+		cJSON *v;
+		snprintf(name, sizeof name, "s%d", i);
+		CAIRN_TRY(cairn_step(ctx, name, step_n, &ran_b, &v));
+		sum += cJSON_GetArrayItem(v, 0)->valuedouble;
+	}
+	CAIRN_TRY(cairn_sleep(ctx, "nap", 10000));
+	*output = cJSON_CreateNumber(sum);
+	return CAIRN_OK;
+}
+
+/* Step a, then continues as new with {"n": n + 1}; a durable call after
+ * that returns what the continue did. */
+static int again(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	CAIRN_TRY(cairn_step(ctx, "a", step_n, &ran_a, NULL));
+	const cJSON *n = cJSON_GetObjectItemCaseSensitive(input, "n");
+	cJSON *next = cJSON_CreateObject();
+	cJSON_AddNumberToObject(next, "n", (n ? n->valuedouble : 0) + 1);
+	int rc = cairn_continue_as_new(ctx, next);
+	cJSON_Delete(next);
+	if (rc == CAIRN_CONTINUED)
+		cr_assert_eq(cairn_step(ctx, "b", step_n, &ran_b, NULL), CAIRN_CONTINUED);
+	return rc;
+}
+
+/* Continues as new with an input nested too deep to be stored. */
+static int too_deep(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *v = cJSON_CreateNumber(1);
+	for (int i = 0; i < 200; i++) {
+		cJSON *a = cJSON_CreateArray();
+		cJSON_AddItemToArray(a, v);
+		v = a;
+	}
+	int rc = cairn_continue_as_new(ctx, v);
+	cJSON_Delete(v);
+	return rc;
+}
+
 static int record_flush(void *arg, commit *c)
 {
 	flushes++;
@@ -210,6 +374,9 @@ static void replay_setup(void)
 	cr_assert_eq(registry_add_workflow(reg, "retry", wait_then_retry, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "polite", polite, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "retry2", a_then_b_fails, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "many", many, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "again", again, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "too_deep", too_deep, NULL, &err), 0);
 	buf_free(&err);
 	env = (exec_env){.reg = reg,
 	                 .log = &quiet,
@@ -560,6 +727,8 @@ Test(commit, each_outcome_touches_only_its_own_slots)
 	/* The start: none after a suspend, at the retry's time, as it was on a
 	 * defer that did not claim it. */
 	cr_assert_str_eq(slot(&p, SLOT_u_start), "{NULL,98,-1}");
+	/* Only the retry cuts the journal, and counts the cut. */
+	cr_assert_str_eq(slot(&p, SLOT_u_cut), "{0,1,0}");
 	cr_assert_str_eq(slot(&p, SLOT_reset_run), "{7}");
 	cr_assert_str_eq(slot(&p, SLOT_defer_msg), "{11,12}");
 	cr_assert_str_eq(slot(&p, SLOT_defer_at), "{97,97}");
@@ -814,4 +983,132 @@ Test(shardmap, a_shard_being_released_is_not_owned_and_idle_waits_see_runs_end)
 	cr_assert_not(shardmap_held(m, 0, 1));
 	cr_assert_eq(shardmap_epoch(m, 0, 99), 0, "out of range");
 	shardmap_free(m);
+}
+
+/* ------------------------------------------------- replay from the cache */
+
+Test(replay, a_cached_entry_replays_the_value_parsed_before_and_never_its_text)
+{
+	/* Entry 0 as the cache holds it: its text is not JSON, its value was
+	 * parsed by an earlier execution. Parsing the text again would fail
+	 * the run. */
+	jcache_run *r = calloc(1, sizeof *r);
+	r->run_id = 7;
+	r->upto = r->cap = 1;
+	r->e = calloc(1, sizeof *r->e);
+	r->e[0] = (journal_entry){.seq = 0,
+	                          .name = strdup("a"),
+	                          .kind = KIND_STEP,
+	                          .status = STEP_COMPLETED,
+	                          .output = strdup("this is not JSON"),
+	                          .attempts = 1,
+	                          .value = cJSON_CreateNumber(5)};
+	job *j = claimed("abc", "[" ROW("1", "b", "step", "completed", "2") "]", NULL);
+	j->jc = r;
+	j->journal_from = 1;
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->status, RUN_COMPLETED, "%s", c->error ? c->error : "");
+	cr_assert_str_eq(c->output, "[5,2,100]");
+	cr_assert_eq(ran_a + ran_b, 0, "a cached or claimed step ran again");
+	cr_assert_eq(ran_c, 1);
+	cr_assert_null(j->jc, "a run that ends keeps no journal");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_run_that_suspends_keeps_its_settled_journal_for_its_next_execution)
+{
+	char *text = entries(0, 70, -1);
+	job *j = claimed("many", text, NULL);
+	free(text);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_SUSPEND);
+	cr_assert_eq(ran_b, 0);
+	cr_assert_not_null(j->jc);
+	cr_assert_eq(j->jc->upto, 70, "the sleep it wrote comes with the next claim");
+	cr_assert_not_null(j->jc->e[69].value, "the values replays parsed are kept");
+	commit_free(c);
+	/* The next execution: the claim brings only the sleep, due now. */
+	job *k = claimed("many",
+	                 "[{\"seq\":\"70\",\"name\":\"nap\",\"kind\":\"sleep\","
+	                 "\"status\":\"waiting\",\"attempts\":\"1\","
+	                 "\"wake_at\":\"1600000000000\",\"started_at\":\"1\"}]",
+	                 NULL);
+	k->jc = j->jc;
+	k->journal_from = 70;
+	j->jc = NULL;
+	job_free(j);
+	c = exec_job(&env, k);
+	cr_assert_eq(c->status, RUN_COMPLETED, "%s", c->error ? c->error : "");
+	cr_assert_str_eq(c->output, "2415", "0 + 1 + ... + 69");
+	cr_assert_eq(ran_b, 0, "a cached step ran again");
+	commit_free(c);
+	job_free(k);
+}
+
+/* ------------------------------------------------------- continue as new */
+
+Test(replay, continue_as_new_completes_the_run_with_its_successors_input)
+{
+	job *j = claimed("again", NULL, NULL);
+	free(j->input);
+	j->input = strdup("{\"n\":1}");
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_COMPLETED);
+	cr_assert_null(c->output);
+	cr_assert_str_eq(c->next_input, "{\"n\":2}");
+	cr_assert_eq(ran_a, 1);
+	cr_assert_eq(ran_b, 0, "a durable call after the continue ran");
+	cr_assert_eq(c->nrows, 1, "the run's journal ends with the final commit");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_cancel_before_continue_as_new_ends_the_run_cancelled_without_a_successor)
+{
+	job *j = claimed("again", "[" ROW("0", "a", "step", "completed", "1") "]", NULL);
+	j->cancel_requested = 1;
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_CANCELLED);
+	cr_assert_null(c->next_input);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, continue_as_new_with_an_input_that_cannot_be_stored_fails_the_run)
+{
+	job *j = claimed("too_deep", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->status, RUN_FAILED);
+	cr_assert_null(c->next_input);
+	cr_assert(strstr(c->error, "cannot continue as new: the input of the run it continues as "
+	                           "is nested"),
+	          "%s", c->error);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(commit, a_run_that_continues_as_new_inserts_its_successor_and_tells_no_parent)
+{
+	commit *c = made(COMMIT_FINISH), *last = made(COMMIT_FINISH);
+	c->status = last->status = RUN_COMPLETED;
+	c->run.parent = last->run.parent = 9;
+	c->run.chain = 7;
+	c->next_input = strdup("{\"n\":2}");
+	last->run.id = 12; /* a later run of the chain that ends */
+	last->run.chain = 7;
+	commit *batch[] = {c, last};
+	commit_params p;
+	cr_assert_eq(commit_encode(batch, 2, NULL, NULL, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_cont_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_cont_input), "{\"{\\\"n\\\":2}\"}");
+	cr_assert_str_eq(slot(&p, SLOT_kid_run), "{12}", "only the chain's end tells the parent");
+	cr_assert_str_eq(slot(&p, SLOT_kid_name), "{\"cairn.child:7\"}",
+	                 "as the child its parent started");
+	cr_assert_str_eq(slot(&p, SLOT_u_cut), "{0,0}");
+	commit_params_free(&p);
+	commit_free(c);
+	commit_free(last);
 }

@@ -257,7 +257,9 @@ Test(protocol, a_hello_without_a_common_version_is_refused_and_the_engine_exits_
 	cJSON *m = hear(&e, 0);
 	cr_assert(m);
 	cr_assert_str_eq(cJSON_GetObjectItem(m, "t")->valuestring, "refused");
-	cr_assert(strstr(cJSON_GetObjectItem(m, "message")->valuestring, "protocol version 1"));
+	cr_assert(strstr(cJSON_GetObjectItem(m, "message")->valuestring,
+	                 "speaks no protocol version this engine does (1 to 2"),
+	          "%s", cJSON_GetObjectItem(m, "message")->valuestring);
 	cJSON_Delete(m);
 	cr_assert_eq(exit_code(&e, 30000), 2);
 	engine_stop(&e);
@@ -372,5 +374,57 @@ Test(protocol, a_late_result_with_await_is_judged_timed_out, .timeout = 120)
 	cr_assert(strstr(cJSON_GetObjectItem(r, "message")->valuestring, "timed out"), "%s",
 	          cJSON_GetObjectItem(r, "message")->valuestring);
 	cJSON_Delete(r);
+	engine_stop(&e);
+}
+
+/* Version 2 adds the end message continue_as_new (cairn_continue_as_new):
+ * an SDK that speaks it is welcomed in 2, and a run that ends with it is
+ * completed and its successor comes on a lane with the input it was given.
+ * In version 1 the message is unknown: answered error invalid, the run
+ * goes on. */
+Test(protocol, continue_as_new_in_version_2_starts_the_successor_and_is_unknown_in_version_1,
+     .timeout = 120)
+{
+	const char *db = tdb_new_migrated();
+	engine e;
+	engine_start(&e, db, NULL);
+	say(&e, 0,
+	    "{\"op\":\"hello\",\"protocols\":[1,2],\"sdk\":\"test\",\"runtime\":\"c-test\","
+	    "\"workflows\":[{\"name\":\"t.proto\"}]}");
+	cJSON *m = hear(&e, 0);
+	cr_assert(m, "no welcome; log:\n%s", tfile_read(e.log));
+	cr_assert_eq(cJSON_GetObjectItem(m, "protocol")->valueint, 2);
+	cJSON_Delete(m);
+	enqueue(db);
+	int64_t x;
+	int lane = hear_run(&e, &x);
+	char line[128];
+	snprintf(line, sizeof line, "{\"x\":%lld,\"op\":\"continue_as_new\",\"input\":{\"n\":1}}",
+	         (long long)x);
+	say(&e, lane, line);
+	/* The successor's execution. */
+	lane = hear_run(&e, &x);
+	cr_assert_str_eq(ask(&e, lane, x, "\"op\":\"step\",\"name\":\"s\"", NULL), "run_step");
+	char *status = run_field(db, "status");
+	cr_assert_str_eq(status, "completed");
+	free(status);
+	PGconn *c = tdb_connect(db);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs r JOIN cairn.runs s "
+	                        "ON s.continued_from = r.id WHERE s.input = '{\"n\": 1}'"),
+	             1);
+	PQfinish(c);
+	engine_stop(&e);
+
+	db = tdb_new_migrated();
+	engine_start(&e, db, NULL);
+	welcome(&e); /* version 1 */
+	enqueue(db);
+	lane = hear_run(&e, &x);
+	cJSON *r;
+	snprintf(line, sizeof line, "\"op\":\"continue_as_new\",\"input\":null");
+	cr_assert_str_eq(ask(&e, lane, x, line, &r), "error");
+	cr_assert_str_eq(cJSON_GetObjectItem(r, "code")->valuestring, "invalid");
+	cJSON_Delete(r);
+	cr_assert_str_eq(ask(&e, lane, x, "\"op\":\"now\"", NULL), "ok");
 	engine_stop(&e);
 }

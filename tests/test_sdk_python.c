@@ -954,6 +954,31 @@ Test(sdk_python, a_child_run_its_result_and_the_other_composing_calls)
 	teardown(&e);
 }
 
+/* A workflow that returns ctx.continue_as_new(input) ends, completed, and
+ * its successor runs with that input (protocol version 2): the chain goes
+ * on to its end, and `cairn result` of its first run prints the last's. */
+Test(sdk_python, a_workflow_that_continues_as_new_hands_on_and_cairn_result_follows_the_chain)
+{
+	env e;
+	setup(&e);
+	py p = {0};
+	py_start(&e, &p);
+	int64_t id = enqueue(&e, "t.chain", "{\"n\": 0, \"until\": 3}");
+	cairn_run *r = completed(&e, id, 30000);
+	cr_assert_null(r->output, "the first run continued: it has no output of its own");
+	cr_assert_gt(r->continued_to, 0);
+	cairn_run_free(r);
+	char ids[32], *out = NULL, *err = NULL;
+	snprintf(ids, sizeof ids, "%" PRId64, id);
+	cr_assert_eq(tcli(e.db, &out, &err, "result", ids, NULL), 0, "%s", err);
+	cr_assert_str_eq(out, "{\"n\": 3}\n");
+	free(out);
+	free(err);
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.runs WHERE chain_id = %" PRId64, id), 3);
+	py_stop(&p);
+	teardown(&e);
+}
+
 /* ----------------------------------------------------------- clients */
 
 Test(sdk_python, the_client_calls_enqueue_signal_cancel_and_read_runs_over_http)

@@ -732,6 +732,29 @@ Test(sdk_ts, a_child_run_returns_its_output_and_a_failed_child_is_an_error_the_p
 	teardown(&e);
 }
 
+/* A workflow that returns ctx.continueAsNew(input) ends, completed, and its
+ * successor runs with that input (protocol version 2): the chain goes on to
+ * its end, and `cairn result` of its first run prints the last's. */
+Test(sdk_ts, a_workflow_that_continues_as_new_hands_on_and_cairn_result_follows_the_chain)
+{
+	env e;
+	setup(&e);
+	sdkp p;
+	node_start(&p, &e, FLOWS, FLOWS_ENV);
+	int64_t id = enqueue(&e, "ts.t.chain", "{\"n\": 0, \"until\": 3}");
+	char *out = NULL, *err = NULL;
+	int rc = tcli(e.db, &out, &err, "result", idstr(id), "--wait", "--timeout", "60s", NULL);
+	tcheck(dump_log, rc == 0, "cairn result: %s", err);
+	cr_assert_str_eq(out, "{\"n\": 3}\n");
+	free(out);
+	free(err);
+	cr_assert_eq(tdb_intf(e.c, "SELECT count(*) FROM cairn.runs WHERE chain_id = %" PRId64, id),
+	             3);
+	cr_assert_eq(effects(&e, id, "work", "0"), 1, "the first run's step ran once");
+	cr_assert_eq(node_stop(&p, SIGTERM), 0);
+	teardown(&e);
+}
+
 Test(sdk_ts, now_random_patched_events_enqueue_and_send_are_journaled_and_replay_the_same)
 {
 	env e;

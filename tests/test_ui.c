@@ -937,3 +937,49 @@ Test(ui, a_value_that_does_not_open_is_marked_unreadable_on_the_run_page_and_in_
 	cr_assert(strstr(line, "sealed"), "%s", line);
 	free(line);
 }
+
+/* A chain of runs that continued as new (written here as the commit that
+ * continues a run writes it): each run's page links the run before it and
+ * the one after it. */
+Test(ui, a_run_page_links_the_runs_before_and_after_it_in_a_chain, .timeout = 180)
+{
+	const char *db = tdb_new_migrated();
+	char *out;
+	cr_assert_eq(tcli(db, &out, NULL, "enqueue", "noop", "--key", "first", NULL), 0);
+	int64_t first = atoll(out);
+	free(out);
+	PGconn *c = tdb_connect(db);
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "UPDATE cairn.runs SET status = 'completed', finished_at = now(), start_at = NULL "
+	         "WHERE id = %" PRId64 ";"
+	         "INSERT INTO cairn.runs (workflow, key, shard_group, shard, continued_from, "
+	         "chain_id) SELECT workflow, 'cairn.next:' || id, shard_group, shard, id, id "
+	         "FROM cairn.runs WHERE id = %" PRId64,
+	         first, first);
+	tdb_exec(c, sql);
+	int64_t next =
+	    tdb_intf(c, "SELECT id FROM cairn.runs WHERE continued_from = %" PRId64, first);
+	PQfinish(c);
+	ui_start(db, NULL);
+	char path[64];
+	snprintf(path, sizeof path, "/api/run?id=%" PRId64, first);
+	cJSON *j = api_get(path, 200);
+	cr_assert_eq(cJSON_GetObjectItemCaseSensitive(j, "continued_to")->valuedouble,
+	             (double)next);
+	cJSON_Delete(j);
+	browser_start();
+	char hash[64];
+	snprintf(hash, sizeof hash, "#/run/%" PRId64, first);
+	go(hash);
+	ready("run");
+	char *link = text_of("#run-next");
+	tcheck(dump_ui, atoll(link) == next, "next: %s", link);
+	free(link);
+	snprintf(hash, sizeof hash, "#/run/%" PRId64, next);
+	go(hash);
+	ready("run");
+	link = text_of("#run-previous");
+	tcheck(dump_ui, atoll(link) == first, "previous: %s", link);
+	free(link);
+}

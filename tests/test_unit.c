@@ -956,7 +956,10 @@ static void claim_row(const char *v[CLAIM_NCOLS])
 	                                             [CLAIM_MARKED] = "t",
 	                                             [CLAIM_FLOW] = "f",
 	                                             [CLAIM_QUEUED] = "9",
-	                                             [CLAIM_PRIORITY] = "-7"};
+	                                             [CLAIM_PRIORITY] = "-7",
+	                                             [CLAIM_JOURNAL_FROM] = "0",
+	                                             [CLAIM_JOURNAL_CUTS] = "0",
+	                                             [CLAIM_CHAIN] = "42"};
 	memcpy(v, row, sizeof row);
 }
 
@@ -985,6 +988,15 @@ Test(claimrow, a_claimed_row_decodes_into_the_job_of_its_run)
 	v[CLAIM_JOURNAL_BYTES] = "101";
 	cr_assert_eq(claimrow_decode(&env, v, &j), 0);
 	cr_assert(strstr(j->load_error, "101 bytes"), "%s", j->load_error);
+	cr_assert(strstr(j->load_error, "continue as new (cairn_continue_as_new)"), "%s",
+	          j->load_error);
+	job_free(j);
+	v[CLAIM_JOURNAL_BYTES] = "0";
+	v[CLAIM_JOURNAL_FROM] = "64";
+	v[CLAIM_JOURNAL_CUTS] = "2";
+	v[CLAIM_CHAIN] = "40";
+	cr_assert_eq(claimrow_decode(&env, v, &j), 0);
+	cr_assert(j->journal_from == 64 && j->journal_cuts == 2 && j->chain_id == 40);
 	job_free(j);
 	cr_assert_eq(claimrow_next_due_ms(v), -1, "NULL: nothing due later");
 	v[CLAIM_NEXT_DUE] = "250";
@@ -1031,6 +1043,10 @@ Test(claimrow, a_row_the_claim_cannot_write_or_of_another_lease_is_refused)
 	    {CLAIM_QUEUED, "t", -CAIRN_EINVAL},
 	    {CLAIM_PRIORITY, NULL, -CAIRN_EINVAL},
 	    {CLAIM_PRIORITY, "1001", -CAIRN_EINVAL},
+	    {CLAIM_JOURNAL_FROM, "-1", -CAIRN_EINVAL},
+	    {CLAIM_JOURNAL_FROM, NULL, -CAIRN_EINVAL},
+	    {CLAIM_JOURNAL_CUTS, "2147483648", -CAIRN_EINVAL},
+	    {CLAIM_CHAIN, "0", -CAIRN_EINVAL},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		const char *v[CLAIM_NCOLS];

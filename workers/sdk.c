@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 enum {
-	PROTOCOL = 1,         /* the newest version this engine speaks (all up to it) */
+	PROTOCOL = 2,         /* the newest version this engine speaks (all up to it) */
 	HELLO_WAIT_S = 30,    /* how long the SDK has to say hello */
 	LINE_SLACK = 64 << 10 /* a line may exceed max_payload by this much */
 };
@@ -58,6 +58,7 @@ struct sdk {
 	size_t max_line;
 	cJSON *hello;
 	char runtime[64];
+	int protocol; /* the version spoken: the newest both speak */
 };
 
 /* ------------------------------------------------------------- the lanes */
@@ -577,6 +578,12 @@ static int serve(exec *e, cJSON **output)
 		} else if (strcmp(op, "return") == 0) {
 			*output = cJSON_DetachItemFromObjectCaseSensitive(m, "value");
 			rc = CAIRN_OK;
+		} else if (strcmp(op, "continue_as_new") == 0 && e->s->protocol >= 2) {
+			/* Version 2: the run ends and its successor starts with
+			 * input, in the run's final commit (or the run ends as
+			 * this says: cancelled, handed over, its input refused). */
+			rc = cairn_continue_as_new(e->ctx,
+			                           cJSON_GetObjectItemCaseSensitive(m, "input"));
 		} else if (strcmp(op, "fail") == 0) {
 			const char *msg = str_field(m, "message");
 			rc = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "retryable"))
@@ -738,10 +745,14 @@ static int read_hello(sdk *s, char *err, size_t n)
 	const char *op = str_field(h, "op");
 	if (!op || strcmp(op, "hello") != 0)
 		return fail(err, n, "the SDK's first message is not a hello");
-	if (!speaks(cJSON_GetObjectItemCaseSensitive(h, "protocols"), PROTOCOL))
+	const cJSON *protocols = cJSON_GetObjectItemCaseSensitive(h, "protocols");
+	for (s->protocol = PROTOCOL; s->protocol > 0 && !speaks(protocols, s->protocol);)
+		s->protocol--;
+	if (!s->protocol)
 		return fail(err, n,
-		            "the SDK does not speak protocol version 1 (its \"protocols\" lists "
-		            "what it speaks)");
+		            "the SDK speaks no protocol version this engine does (1 to %d; its "
+		            "\"protocols\" lists what it speaks)",
+		            PROTOCOL);
 	const cJSON *wfs = cJSON_GetObjectItemCaseSensitive(h, "workflows");
 	if (!cJSON_IsArray(wfs) || cJSON_GetArraySize(wfs) == 0)
 		return fail(err, n, "hello: \"workflows\" must be a non-empty array");
@@ -851,7 +862,7 @@ int sdk_attach(sdk *s, cairn_worker *w)
 	s->max_line = (size_t)max_payload + LINE_SLACK;
 	cJSON *m = cJSON_CreateObject();
 	cJSON_AddStringToObject(m, "t", "welcome");
-	cJSON_AddNumberToObject(m, "protocol", PROTOCOL);
+	cJSON_AddNumberToObject(m, "protocol", s->protocol);
 	cJSON_AddStringToObject(m, "engine", CAIRN_VERSION);
 	cJSON_AddNumberToObject(m, "max_payload", (double)max_payload);
 	cJSON_AddNumberToObject(m, "lanes", s->n);

@@ -11,6 +11,12 @@
  *            enqueues run k, so slot k minus that is the enqueue-to-first-
  *            instruction latency the client sees. Without $BENCH_STAMPS, or
  *            with k outside the file, it writes nothing. Returns null.
+ *   long     {"steps": N, "every": K, "sleep_ms": S}: N journaled steps, a
+ *            durable sleep of S ms after every K-th (a journal that grows
+ *            to N + N / K entries); returns {"steps": N}.
+ *   chain    {"n", "until", "sleep_ms"}: a step, a durable sleep of S ms,
+ *            then continues as new with n + 1 until n reaches until;
+ *            returns {"n": until}.
  *
  * Build: make examples. See workers/examples/greet.c for how plugins work.
  */
@@ -18,6 +24,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -86,8 +93,63 @@ static int stamp(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+static int64_t int_in(const cJSON *input, const char *name, int64_t dflt)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(input, name);
+	return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : dflt;
+}
+
+static int long_run(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t n = int_in(input, "steps", 10000), every = int_in(input, "every", 10);
+	int64_t ms = int_in(input, "sleep_ms", 2);
+	for (int64_t i = 0; i < n; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "s%lld", (long long)i);
+		CAIRN_TRY(cairn_step(ctx, name, small_step, (void *)(long)(i % 1000), NULL));
+		if (every > 0 && (i + 1) % every == 0) {
+			snprintf(name, sizeof name, "nap%lld", (long long)i);
+			CAIRN_TRY(cairn_sleep(ctx, name, ms));
+		}
+	}
+	*output = cJSON_CreateObject();
+	if (*output)
+		cJSON_AddNumberToObject(*output, "steps", (double)n);
+	return CAIRN_OK;
+}
+
+static int chain(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t n = int_in(input, "n", 0), until = int_in(input, "until", 1);
+	int64_t ms = int_in(input, "sleep_ms", 2);
+	CAIRN_TRY(cairn_step(ctx, "work", small_step, (void *)(long)(n % 1000), NULL));
+	if (ms > 0)
+		CAIRN_TRY(cairn_sleep(ctx, "nap", ms));
+	cJSON *out = cJSON_CreateObject();
+	if (!out)
+		return cairn_retryable(ctx, "chain: out of memory");
+	cJSON_AddNumberToObject(out, "n", (double)(n < until ? n + 1 : n));
+	if (n >= until) {
+		*output = out;
+		return CAIRN_OK;
+	}
+	cJSON_AddNumberToObject(out, "until", (double)until);
+	cJSON_AddNumberToObject(out, "sleep_ms", (double)ms);
+	int rc = cairn_continue_as_new(ctx, out);
+	cJSON_Delete(out);
+	return rc;
+}
+
 int cairn_plugin_init(cairn_worker *w)
 {
-	int rc = cairn_workflow_register(w, "bench3", bench3, NULL);
-	return rc != CAIRN_OK ? rc : cairn_workflow_register(w, "stamp", stamp, NULL);
+	static const struct {
+		const char *name;
+		cairn_workflow_fn fn;
+	} flows[] = {{"bench3", bench3}, {"stamp", stamp}, {"long", long_run}, {"chain", chain}};
+	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++) {
+		int rc = cairn_workflow_register(w, flows[i].name, flows[i].fn, NULL);
+		if (rc != CAIRN_OK)
+			return rc;
+	}
+	return 0;
 }

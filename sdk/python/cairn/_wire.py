@@ -18,6 +18,8 @@ from typing import Any, Optional, Union
 from .errors import InvalidArgument, ProtocolError
 
 PROTOCOL = 1
+# The versions this SDK speaks: 2 adds continue_as_new (docs/protocol.md).
+PROTOCOLS = (1, 2)
 # Lines may be max_payload + 64 KiB long; until `welcome` says otherwise the
 # engine's default max_payload is assumed.
 DEFAULT_MAX_PAYLOAD = 1 << 20
@@ -141,7 +143,7 @@ def hello(workflows: dict[str, Optional[RetryPolicy]], sdk: str, runtime: str) -
                 raise ValueError(f"workflow {name!r}: a run's retry policy takes no timeout")
             entry["retry"] = policy.to_wire()
         listed.append(entry)
-    return {"op": "hello", "protocols": [PROTOCOL], "sdk": sdk, "runtime": runtime,
+    return {"op": "hello", "protocols": list(PROTOCOLS), "sdk": sdk, "runtime": runtime,
             "workflows": listed}
 
 
@@ -158,6 +160,7 @@ class Lane:
         self.sock = sock
         self._reader = sock.makefile("rb", buffering=65536)
         self.max_payload = DEFAULT_MAX_PAYLOAD
+        self.protocol = PROTOCOL  # the version welcome chose
 
     @property
     def max_line(self) -> int:

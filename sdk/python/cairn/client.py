@@ -149,13 +149,18 @@ class Client:
 
     def wait(self, run: int, timeout: Optional[Duration] = None) -> Run:
         """The run once it has finished (completed, failed or cancelled),
-        with long polls; WaitTimeout once ``timeout`` (None: never) passed."""
+        with long polls; WaitTimeout once ``timeout`` (None: never) passed.
+        A run that continued as new (``continued_to``) is followed to the
+        last run of its chain, which is the one returned."""
         deadline = None if timeout is None else time.monotonic() + to_ms(timeout, "timeout") / 1000
         while True:
             left = LONG_POLL_S if deadline is None else deadline - time.monotonic()
             poll = max(0.0, min(LONG_POLL_S, left))
             r = Run.from_json(self._call("GET", f"/v1/runs/{int(run)}?wait={int(poll * 1000)}ms",
                                          timeout=self.timeout + poll))
+            if r.finished and r.raw.get("continued_to"):
+                run = int(r.raw["continued_to"])
+                continue
             if r.finished:
                 return r
             if deadline is not None and time.monotonic() >= deadline:

@@ -24,6 +24,24 @@ T = TypeVar("T")
 log = logging.getLogger("cairn")
 
 
+class ContinueAsNew:
+    """What ``ctx.continue_as_new(input)`` returns, for the workflow to
+    return: the run ends, and its successor starts with ``input`` and a
+    fresh journal."""
+
+    def __init__(self, input: Any) -> None:
+        self.input = input
+
+    def outcome(self, protocol: int) -> dict[str, Any]:
+        """The message that ends the execution (protocol version 2), or a
+        failure of the run when the engine speaks only version 1."""
+        if protocol < 2:
+            return {"op": "fail", "retryable": False,
+                    "message": "continue_as_new needs protocol version 2; the engine speaks "
+                               f"{protocol}: use a newer cairn-worker"}
+        return {"op": "continue_as_new", "input": self.input}
+
+
 class Context:
     """A workflow's handle on its run, for one execution.
 
@@ -277,6 +295,22 @@ class Context:
         this point with the new code); False for a run whose journal was
         written before it (it keeps the old path)."""
         return bool(self._call({"op": "patched", "patch": patch}))
+
+    def continue_as_new(self, input: Any = None) -> ContinueAsNew:
+        """Return what this gives to end the run and start its successor: a
+        new run of the same workflow with ``input`` and a fresh journal, in
+        the run's final commit (a crash leaves the run going on or exactly
+        one successor)::
+
+            return ctx.continue_as_new({"cursor": cursor})
+
+        A workflow that loops without end (a poller, a subscription) does so
+        every so many iterations, so that its journal stays small. The run
+        ends completed; ``Client.result`` and ``cairn result`` follow the
+        chain to its last run, and a signal to a run that continued goes to
+        the last run of its chain. A run cancelled meanwhile ends cancelled
+        instead."""
+        return ContinueAsNew(input)
 
     def should_stop(self) -> bool:
         """True once the run is cancelled, the worker drains, the run's shard

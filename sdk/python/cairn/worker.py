@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Optional, TypeVar
 
 from . import errors
-from ._wire import PROTOCOL, Lane, RetryPolicy, hello
-from .context import Context
+from ._wire import PROTOCOLS, Lane, RetryPolicy, hello
+from .context import Context, ContinueAsNew
 from .errors import EngineNotFound, ProtocolError, Retry, Stopped
 
 __version__ = "0.1.0"
@@ -149,7 +149,7 @@ class _Engine:
             log.error("cairn: the engine refused to serve: %s",
                       reply.get("message"))
             return None
-        if reply.get("t") != "welcome" or reply.get("protocol") != PROTOCOL:
+        if reply.get("t") != "welcome" or reply.get("protocol") not in PROTOCOLS:
             self.proc.kill()
             self.proc.wait()
             self.control.close()
@@ -157,6 +157,7 @@ class _Engine:
         max_payload = int(reply.get("max_payload") or 0) or self.control.max_payload
         for lane in [self.control, *self.lanes]:
             lane.max_payload = max_payload
+            lane.protocol = int(reply["protocol"])
         return reply
 
     def wait(self) -> int:
@@ -336,6 +337,8 @@ class Worker:
                 raise LookupError(f"workflow {name!r} is not served by this process")
             value = wf.fn(ctx, ctx.input)
             outcome = {"op": "return", "value": value}
+            if isinstance(value, ContinueAsNew):
+                outcome = value.outcome(lane.protocol)
         except Stopped:
             return
         except Retry as e:

@@ -202,6 +202,16 @@ def parent(ctx: cairn.Context, input: dict) -> dict:
             "now_ms": round(now.timestamp() * 1000), "random": str(ctx.random())}
 
 
+@worker.workflow("t.chain")
+def chain(ctx: cairn.Context, input: dict):
+    """A step, then continues as new with n + 1 until n reaches until."""
+    n, until = input["n"], input["until"]
+    ctx.step("work", body, ctx, f"work{n}")
+    if n >= until:
+        return {"n": n}
+    return ctx.continue_as_new({"n": n + 1, "until": until})
+
+
 def client() -> None:
     """The client calls against a worker's HTTP API (CAIRN_URL,
     CAIRN_HTTP_TOKEN); prints one line per check."""
@@ -252,6 +262,10 @@ def client() -> None:
         raise AssertionError("a wait did not time out")
     except cairn.WaitTimeout:
         print("wait timeout ok")
+    first = c.enqueue("t.chain", {"n": 0, "until": 2}, group="python").id
+    assert c.result(first, timeout=30) == {"n": 2}
+    assert c.get(first).raw.get("continued_to"), c.get(first).raw
+    print("chain ok")
     print("client ok")
 
 

@@ -349,5 +349,21 @@ class Outcomes(unittest.TestCase):
         e.close()
 
 
+class ContinueAsNew(unittest.TestCase):
+    def test_a_workflow_that_returns_continue_as_new_ends_with_its_message(self):
+        e = Engine(lambda ctx, i: ctx.continue_as_new({"n": i["n"] + 1}))
+        e.sdk.protocol = 2
+        e.run({"n": 1})
+        e.expect(op="continue_as_new", input={"n": 2})
+        e.close()
+
+    def test_an_engine_of_protocol_1_fails_the_run_saying_why(self):
+        e = Engine(lambda ctx, i: ctx.continue_as_new(None))
+        e.run()
+        m = e.expect(op="fail", retryable=False)
+        self.assertIn("protocol version 2", m["message"])
+        e.close()
+
+
 if __name__ == "__main__":
     unittest.main()

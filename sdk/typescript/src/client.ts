@@ -71,6 +71,10 @@ export interface Run<I = unknown, O = unknown> {
 	created_unix_ms: number;
 	started_unix_ms: number | null;
 	finished_unix_ms: number | null;
+	/** The run this one continues as new (its chain's previous run), or null. */
+	continued_from?: RunId | null;
+	/** The run that continues this one as new, or null: {@link Client.wait} follows it. */
+	continued_to?: RunId | null;
 	/** Fields that could not be decrypted. */
 	unreadable?: string[];
 }
@@ -139,13 +143,18 @@ export class Client {
 	}
 
 	/** The run once it has finished (completed, failed or cancelled); throws
-	 * WaitTimeoutError if it has not within `timeoutMs`. */
+	 * WaitTimeoutError if it has not within `timeoutMs`. A run that continued
+	 * as new is followed to the last run of its chain, which is returned. */
 	async wait<I = unknown, O = unknown>(run: RunId, opts: ResultOptions = {}): Promise<Run<I, O>> {
 		const deadline = Date.now() + (opts.timeoutMs ?? 60000);
 		for (;;) {
 			const left = deadline - Date.now();
 			const waitMs = Math.max(0, Math.min(left, MAX_POLL_MS));
 			const got = (await this.request("GET", `/v1/runs/${run}?wait=${waitMs}ms`, undefined, waitMs)) as Run<I, O>;
+			if (FINISHED.has(got.status) && got.continued_to) {
+				run = got.continued_to;
+				continue;
+			}
 			if (FINISHED.has(got.status)) return got;
 			if (Date.now() >= deadline) throw new WaitTimeoutError(`run ${run} is still ${got.status} after ${opts.timeoutMs ?? 60000} ms`);
 		}

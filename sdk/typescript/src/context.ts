@@ -39,6 +39,14 @@ export interface WaitOptions {
 /** A run's id, as the engine and the HTTP API give it. */
 export type RunId = number;
 
+/**
+ * What {@link Context.continueAsNew} gives, for the workflow to return: the
+ * run ends and its successor starts with `input` and a fresh journal.
+ */
+export class ContinueAsNew {
+	constructor(readonly input: unknown) {}
+}
+
 declare global {
 	/** What the SDK needs of AbortSignal; merges with the DOM's and @types/node's. */
 	interface AbortSignal {
@@ -236,6 +244,25 @@ export class Context {
 	 */
 	patched(patch: string): Promise<boolean> {
 		return this.exec.serial(async () => (await this.exec.call({ op: "patched", patch })) === true);
+	}
+
+	/**
+	 * Return what this gives to end the run and start its successor: a new
+	 * run of the same workflow with `input` and a fresh journal, in the run's
+	 * final commit (a crash leaves the run going on or exactly one
+	 * successor). A workflow that loops without end (a poller, a
+	 * subscription) does so every so many iterations, so that its journal
+	 * stays small:
+	 *
+	 *     return ctx.continueAsNew({ cursor });
+	 *
+	 * The run ends completed; {@link Client.result} and `cairn result`
+	 * follow the chain to its last run, and a signal to a run that continued
+	 * goes to the last run of its chain. A run cancelled meanwhile ends
+	 * cancelled instead.
+	 */
+	continueAsNew(input: unknown = null): ContinueAsNew {
+		return new ContinueAsNew(input);
 	}
 
 	/** True once the run is cancelled, the worker drains or the run's shard

@@ -161,7 +161,10 @@ export class Engine {
 			stream(0),
 			(msg) => {
 				if (msg.t === "welcome") {
-					for (const lane of this.lanes) lane.setMaxPayload(Number(msg.max_payload) || lane.maxPayload);
+					for (const lane of this.lanes) {
+						lane.setMaxPayload(Number(msg.max_payload) || lane.maxPayload);
+						lane.protocol = Number(msg.protocol) || 1;
+					}
 					welcome(msg);
 				} else if (msg.t === "refused") {
 					process.stderr.write(`cairn: the engine refused this worker: ${String(msg.message)}\n`);

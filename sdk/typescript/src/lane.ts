@@ -24,6 +24,8 @@ export interface LaneStream {
 export class Lane {
 	/** The largest payload the engine takes (`welcome`'s `max_payload`). */
 	maxPayload = DEFAULT_MAX_PAYLOAD;
+	/** The protocol version `welcome` chose. */
+	protocol = 1;
 	private readonly splitter = new LineSplitter();
 	private waiters: Array<(reply: Incoming) => void> = [];
 	private closedFlag = false;

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { Context } from "./context";
+import { Context, ContinueAsNew } from "./context";
 import { Engine, engineEnv, findEngine, laneCount, nextBackoff } from "./engine";
 import { CairnError, NonRetryableError, RetryRunError, StoppedError, describe, stopError } from "./errors";
 import { Execution } from "./execution";
@@ -182,11 +182,20 @@ export class Worker {
 		try {
 			if (!flow) throw new NonRetryableError(`workflow "${exec.workflow}" is not served by this worker`);
 			const output = await flow.fn(new Context(exec), input);
-			line = exec.line("return", {}, "value", exec.payload(output, "the workflow's output"));
+			if (output instanceof ContinueAsNew) line = continueLine(exec, output);
+			else line = exec.line("return", {}, "value", exec.payload(output, "the workflow's output"));
 		} catch (err) {
 			line = encode({ x: exec.x, op: "fail", message: clip(describe(err)), retryable: err instanceof RetryRunError });
 		}
 		exec.finished = true;
 		exec.sendOnce(line);
 	}
+}
+
+/** The message that ends an execution that continues as new (protocol
+ * version 2), or a failure of the run when the engine speaks only 1. */
+function continueLine(exec: Execution, next: ContinueAsNew): string {
+	if (exec.lane.protocol < 2)
+		throw new NonRetryableError(`continueAsNew needs protocol version 2; the engine speaks ${exec.lane.protocol}: use a newer cairn-worker`);
+	return exec.line("continue_as_new", {}, "input", exec.payload(next.input, "the input of the run it continues as"));
 }

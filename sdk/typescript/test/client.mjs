@@ -49,4 +49,7 @@ assert.equal((await intruder.get(first.id).catch((e) => e)).status, 401);
 const nobody = new Client({ url: "http://127.0.0.1:1" });
 const refused = await nobody.get(1).catch((e) => e);
 assert.ok(refused instanceof HttpError && refused.status === 0, String(refused));
+const chain = await client.enqueue("ts.t.chain", { n: 0, until: 2 }, { group });
+assert.deepEqual(await client.result(chain.id, { timeoutMs: 30000 }), { n: 2 });
+assert.ok((await client.get(chain.id)).continued_to, "the first run names its successor");
 console.log("client: ok");

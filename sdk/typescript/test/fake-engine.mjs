@@ -69,11 +69,11 @@ const control = new Peer(first);
 const lanes = [];
 for (let fd = first + 1; fd <= last; fd++) lanes.push(new Peer(fd));
 
-async function welcome(maxPayload = 1048576) {
+async function welcome(maxPayload = 1048576, protocol = 1) {
   const h = await control.next();
   out({ hello: h });
   assert.equal(h.op, "hello");
-  control.send({ t: "welcome", protocol: 1, engine: "fake", max_payload: maxPayload, lanes: lanes.length });
+  control.send({ t: "welcome", protocol, engine: "fake", max_payload: maxPayload, lanes: lanes.length });
   return h;
 }
 
@@ -81,7 +81,7 @@ const SCENARIOS = {
   // Every durable call, its request and its reply; how a workflow ends.
   async calls() {
     const h = await welcome();
-    assert.deepEqual(h.protocols, [1]);
+    assert.deepEqual(h.protocols, [1, 2]);
     assert.match(h.sdk, /^cairn-typescript\/\d+\.\d+\.\d+$/);
     assert.match(h.runtime, /^node \d+\.\d+\.\d+$/);
     assert.deepEqual(h.workflows, [
@@ -184,6 +184,15 @@ const SCENARIOS = {
         await c.quiet(200);
       })(),
     ]);
+  },
+
+  // Continue as new (protocol 2): the end message with the successor's
+  // input; an engine of protocol 1 gets a failure saying why.
+  async continues() {
+    await welcome(1048576, Number(process.env.FAKE_PROTOCOL ?? 2));
+    lanes[0].send({ t: "run", x: 1, run: 1, workflow: "w.next", input: { n: 1 }, attempt: 1 });
+    const end = await lanes[0].next();
+    out({ end });
   },
 
   // Exits before welcome: the SDK exits with this status.

@@ -179,4 +179,11 @@ worker.workflow("ts.t.misc", async (ctx) => {
   };
 });
 
+// A step, then continues as new with n + 1 until n reaches until.
+worker.workflow("ts.t.chain", async (ctx, input) => {
+  await ctx.step("work", () => (effect(ctx, "work", String(input.n)), input.n));
+  if (input.n >= input.until) return { n: input.n };
+  return ctx.continueAsNew({ n: input.n + 1, until: input.until });
+});
+
 await worker.run();

@@ -22,8 +22,9 @@ import {
 
 const FAKE = new URL("./fake-engine.mjs", import.meta.url).pathname;
 
-// A worker of the fake engine playing scenario; its events file.
-function fake(scenario, lanes = 3) {
+// A worker of the fake engine playing scenario (with extra environment);
+// its events file.
+function fake(scenario, lanes = 3, extra = {}) {
   const dir = mkdtempSync(join(tmpdir(), "cairn-fake-"));
   const outFile = join(dir, "events");
   const worker = new Worker({
@@ -35,6 +36,7 @@ function fake(scenario, lanes = 3) {
       CAIRN_LOG_LEVEL: "error",
       FAKE_SCENARIO: scenario,
       FAKE_OUT: outFile,
+      ...extra,
     },
   });
   const events = () =>
@@ -210,4 +212,18 @@ test("an engine that dies is started again after a second, its running step abor
   worker.stop();
   assert.equal(await done, 0);
   assert.ok(events().some((e) => e.sigterm === 2), "the second engine got no SIGTERM");
+});
+
+test("a workflow that returns continueAsNew ends with its message, or fails on an engine of protocol 1", async () => {
+  for (const protocol of ["2", "1"]) {
+    const { worker, events } = fake("continues", 3, { FAKE_PROTOCOL: protocol });
+    worker.workflow("w.next", async (ctx, input) => ctx.continueAsNew({ n: input.n + 1 }));
+    assert.equal(await worker.run(), 0);
+    const end = events().find((e) => e.end)?.end;
+    if (protocol === "2") assert.deepEqual(end, { x: 1, op: "continue_as_new", input: { n: 2 } });
+    else {
+      assert.equal(end.op, "fail");
+      assert.match(end.message, /continueAsNew needs protocol version 2; the engine speaks 1/);
+    }
+  }
 });
