@@ -26,6 +26,7 @@
 #include "parse.h"
 #include "pgarr.h"
 #include "state.h"
+#include "trace.h"
 
 const char *cairn_strstatus(int status)
 {
@@ -371,9 +372,9 @@ static const db_stmt ST_ENQUEUE = {
     "WITH rt AS (SELECT * FROM cairn.route($1, $3, $12, $13)) "
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
     "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held) "
+    "                             priority, held, traceparent) "
     "SELECT $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
-    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $14 "
     "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
     "ON CONFLICT (workflow, key) DO NOTHING "
     "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
@@ -386,9 +387,9 @@ static const db_stmt ST_ENQUEUE_TO = {
     "cairn_enqueue_to",
     "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
     "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held) "
+    "                             priority, held, traceparent) "
     "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, CASE WHEN h.held THEN NULL ELSE t.at END, "
-    "       $9::bigint, $10, $11, h.held "
+    "       $9::bigint, $10, $11, h.held, $12 "
     "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
     "ON CONFLICT (workflow, key) DO NOTHING "
     "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
@@ -420,18 +421,19 @@ static const char SQL_ENQUEUED[] =
 	"WITH input AS ("                                                                          \
 	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::int[], "        \
 	"                       $7::bigint[], $8::bigint[], $10::text[], $11::int[], "             \
-	"                       $12::bool[]) "                                                     \
+	"                       $12::bool[], $13::text[]) "                                        \
 	"    WITH ORDINALITY "                                                                     \
 	"    AS t(key, grp, shard, input, max_attempts, delay_ms, at_ms, "                         \
-	"         ckey, prio, req, ord)), "                                                        \
+	"         ckey, prio, req, tp, ord)), "                                                    \
 	"rt AS (SELECT d.grp, d.req, x.shard_group, x.warning "                                    \
 	"  FROM (SELECT DISTINCT coalesce(grp, '') AS grp, req FROM input) d, "                    \
 	"  LATERAL cairn.route($1, nullif(d.grp, ''), NULL, d.req) x), "                           \
 	"ins AS ("                                                                                 \
 	"  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "       \
-	"                          scheduled_at, start_at, concurrency_key, priority, held) "      \
+	"                          scheduled_at, start_at, concurrency_key, priority, held, "      \
+	"                          traceparent) "                                                  \
 	"  SELECT $1, key, g, shard, input::jsonb, max_attempts, at, "                             \
-	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "                         \
+	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held, tp "                     \
 	"  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH " AS held "    \
 	"        FROM (SELECT *, " rank " AS rank "                                                \
 	"              FROM input) i "                                                             \
@@ -557,6 +559,9 @@ static const char *check_opts(const cairn_client *c, const char *workflow,
 	if (o->input && (parse_check_json("input", o->input, c->max_payload, msg) < 0 ||
 	                 check_unsealed("input", o->input, msg) < 0))
 		return "input";
+	uint8_t tid[16], sid[8], flags;
+	if (o->traceparent && trace_parse(o->traceparent, tid, sid, &flags, msg) < 0)
+		return "traceparent";
 	if (o->max_attempts < 0 || o->max_attempts > MAX_ATTEMPTS_LIMIT) {
 		snprintf(msg, PARSE_ERR_MAX,
 		         "invalid max_attempts %d: expected an integer from 1 to %d",
@@ -767,12 +772,23 @@ typedef struct enqueue_from {
  * The INSERT waits for a concurrent enqueue of the same key to commit, so
  * the read sees that run, unless it was deleted in between: then the key
  * is free again, and the INSERT is tried once more. */
+/* o's traceparent as it is stored (version 00, trace.h) into tp, or NULL. */
+static const char *traceparent_of(const cairn_enqueue_opts *o, char *tp)
+{
+	uint8_t tid[16], sid[8], flags;
+	char why[PARSE_ERR_MAX];
+	if (!o->traceparent || trace_parse(o->traceparent, tid, sid, &flags, why) < 0)
+		return NULL;
+	trace_format(tp, tid, sid, flags);
+	return tp;
+}
+
 static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
                        const char *key, int shards, int want_result, enqueue_from from,
                        cairn_enqueued *out)
 {
 	int64_t parent = from.parent;
-	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24];
+	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24], tp[TRACEPARENT_LEN + 1];
 	buf sealed = BUF_INIT;
 	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
 	if (!input) {
@@ -791,18 +807,21 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   o->concurrency_key,
 	                   db_i64(prio, o->priority),
 	                   from.prefer,
-	                   o->require_served ? "t" : "f"};
+	                   o->require_served ? "t" : "f",
+	                   traceparent_of(o, tp)};
+	/* ST_ENQUEUE_TO's parameters: the first 11, and the traceparent. */
+	const char *pto[] = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[13]};
 
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
 	if (cached) /* no route: the group, and its warning, as just before */
-		p[2] = wake[0] = cached->group;
+		p[2] = pto[2] = wake[0] = cached->group;
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 11, p, &ST_WAKE_TO, 5, wake)
-		                     : exec_then(c, &ST_ENQUEUE, 13, p, &ST_WAKE_SHARD, 6, wake);
+		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 12, pto, &ST_WAKE_TO, 5, wake)
+		                     : exec_then(c, &ST_ENQUEUE, 14, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			if (!rc && cached && !out->existed && cached->warning[0])
@@ -860,7 +879,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT, ckeys = PGARR_INIT,
-	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT;
+	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT, tps = PGARR_INIT;
 	buf sealed = BUF_INIT;
 	int keyed = 0; /* a run of the batch has a concurrency key */
 	for (size_t i = 0; i < n; i++) {
@@ -873,6 +892,8 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		pgarr_add(&keys, key);
 		pgarr_add(&groups, o->group);
 		pgarr_add(&reqs, o->require_served ? "t" : "f");
+		char tp[TRACEPARENT_LEN + 1];
+		pgarr_add(&tps, traceparent_of(o, tp));
 		pgarr_add_i64(&sh, run_shard(o, key, shards));
 		pgarr_add(&ckeys, o->concurrency_key);
 		keyed |= o->concurrency_key != NULL;
@@ -890,11 +911,12 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f",
-	                        pgarr_str(&ckeys),  pgarr_str(&prios),  pgarr_str(&reqs)};
+	                        pgarr_str(&ckeys),  pgarr_str(&prios),  pgarr_str(&reqs),
+	                        pgarr_str(&tps)};
 	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), "", workflow};
 	const db_stmt batch = {NULL, keyed ? SQL_ENQUEUE_BATCH_KEYED : SQL_ENQUEUE_BATCH};
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom || sh.b.oom || maxa.b.oom ||
-	    delays.b.oom || ckeys.b.oom || prios.b.oom || reqs.b.oom) {
+	    delays.b.oom || ckeys.b.oom || prios.b.oom || reqs.b.oom || tps.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
 		goto done;
 	}
@@ -908,7 +930,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	 * insert skips it but the lookup cannot see it yet, so try once more. */
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &batch, 12, params, &ST_WAKE_SHARDS, 4, wake);
+		PGresult *r = exec_then(c, &batch, 13, params, &ST_WAKE_SHARDS, 4, wake);
 		if (!r) {
 			rc = enqueue_failed(c);
 			goto done;
@@ -937,6 +959,7 @@ done:
 	pgarr_free(&prios);
 	pgarr_free(&held);
 	pgarr_free(&reqs);
+	pgarr_free(&tps);
 	buf_free(&sealed);
 	return rc;
 }

@@ -297,10 +297,10 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      */
     {"cont AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
      "    start_at, parent_id, concurrency_key, priority, continued_from, chain_id, "
-     "    cancel_requested) "
+     "    cancel_requested, traceparent) "
      "  SELECT p.workflow, 'cairn.next:' || p.id, p.shard_group, p.shard, x.i::jsonb, "
      "         p.max_attempts, now(), p.parent_id, p.concurrency_key, p.priority, p.id, "
-     "         coalesce(p.chain_id, p.id), u.cancel_requested "
+     "         coalesce(p.chain_id, p.id), u.cancel_requested, p.traceparent "
      "  FROM unnest(:cont_run::bigint[], :cont_input::text[]) AS x(r, i) "
      "  JOIN upd u ON u.id = x.r JOIN cairn.runs p ON p.id = x.r "
      "  ON CONFLICT (workflow, key) DO NOTHING RETURNING id, continued_from), "

@@ -49,6 +49,9 @@ struct cairn_ctx {
 	int64_t step_deadline; /* monotonic ms the running step must end by (0: none) */
 	int step_attempt;      /* the attempt of the step running now (0: none) */
 	char *next_input;      /* cairn_continue_as_new: the successor's input (JSON text) */
+	int step_seq;          /* the seq of the step running now (with step_attempt) */
+	int trace_ready;       /* job->trace is set (always when the worker traces) */
+	char tp[TRACEPARENT_LEN + 1]; /* cairn_ctx_traceparent's answer */
 };
 
 void job_free(job *j)
@@ -284,6 +287,63 @@ int cairn_ctx_step_attempt(const cairn_ctx *ctx)
 	return ctx->step_attempt;
 }
 
+/* The run's trace context, derived the first time it is asked for on a
+ * worker that does not trace (then a run without a traceparent is not
+ * sampled: nothing of it is recorded here). */
+static const trace_ctx *run_trace(cairn_ctx *ctx)
+{
+	job *j = ctx->job;
+	if (!ctx->trace_ready) {
+		trace_run(&j->trace, j->run_id, j->created_us, j->traceparent, 0);
+		ctx->trace_ready = 1;
+	}
+	return &j->trace;
+}
+
+const char *cairn_ctx_traceparent(cairn_ctx *ctx)
+{
+	const trace_ctx *t = run_trace(ctx);
+	uint8_t id[8];
+	if (ctx->step_attempt)
+		trace_call_id(t, ctx->job->run_id, ctx->job->attempt, ctx->step_seq,
+		              ctx->step_attempt, id);
+	trace_format(ctx->tp, t->trace_id, ctx->step_attempt ? id : t->run_span, t->flags);
+	return ctx->tp;
+}
+
+/* The span of a durable call that ended now (trace.h): the step attempt
+ * step_attempt at seq (0: a call that has none, a sleep or a signal wait),
+ * from start_ns, failed with error of type error_type unless that is NULL.
+ * Its parent is the run span, which whichever execution ends the run
+ * exports: a call's span never points at an execution that a crash kept
+ * from being exported. */
+static void trace_call(cairn_ctx *ctx, step_kind kind, const char *name, int seq,
+                       int step_attempt, int64_t start_ns, const char *outcome,
+                       const char *error_type)
+{
+	job *j = ctx->job;
+	const char *what = step_kind_name(kind);
+	trace_span *s = trace_span_new(what, name, j->workflow, j->group_name,
+	                               error_type ? buf_str(&ctx->err) : NULL);
+	if (!s)
+		return;
+	memcpy(s->trace_id, j->trace.trace_id, 16);
+	trace_call_id(&j->trace, j->run_id, j->attempt, seq, step_attempt, s->span_id);
+	memcpy(s->parent, j->trace.run_span, 8);
+	s->kind = TRACE_CALL;
+	s->start_ns = start_ns;
+	s->end_ns = trace_now_ns();
+	s->run_id = j->run_id;
+	s->attempt = j->attempt;
+	s->shard = j->shard;
+	s->seq = seq;
+	s->step_attempt = step_attempt;
+	s->call_kind = what;
+	s->outcome = outcome;
+	s->error_type = error_type;
+	tracer_emit(ctx->env->tracer, s);
+}
+
 const char *cairn_ctx_error(const cairn_ctx *ctx)
 {
 	return buf_str(&ctx->err);
@@ -455,6 +515,8 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	const exec_env *env = ctx->env;
 	ctx->step_deadline = p.timeout_ms > 0 ? m0 + p.timeout_ms : 0;
 	ctx->step_attempt = attempts;
+	ctx->step_seq = seq;
+	int64_t t0_ns = ctx->job->traced ? trace_now_ns() : 0;
 	if (env->step_state)
 		env->step_state(env->arg, ctx->job, name, p.timeout_ms > 0 ? p.timeout_ms : 0);
 	PGconn *conn = NULL;
@@ -486,6 +548,12 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	            .finished_ms = clock_unix_ms()};
 	char *text;
 	src = step_result(ctx, src, out, &text);
+	if (ctx->job->traced)
+		trace_call(ctx, kind, name, seq, attempts, t0_ns, NULL,
+		           src == CAIRN_OK                              ? NULL
+		           : p.timeout_ms > 0 && took >= p.timeout_ms ? "cairn.timeout"
+		           : src == CAIRN_ERETRY                        ? "cairn.retryable"
+		                                                        : "cairn.failed");
 	if (conn) {
 		/* The result is journaled in the step's own transaction, or the
 		 * transaction is rolled back with whatever the step did. */
@@ -712,7 +780,9 @@ static int start_fn(cairn_ctx *ctx, void *arg, cJSON **out)
 	if (!c)
 		return CAIRN_ERETRY;
 	/* Routed: this run's group if it serves the workflow, else one that does. */
-	cairn_enqueue_opts o = {.key = a->key, .input = a->input};
+	/* The new run's span is a child of this step's (trace.h). */
+	cairn_enqueue_opts o = {.key = a->key, .input = a->input,
+	                        .traceparent = cairn_ctx_traceparent(ctx)};
 	cairn_enqueued e;
 	int rc = client_enqueue_child(c, a->workflow, &o, a->parent, ctx->job->group_name, &e);
 	if (!rc && e.warning) {
@@ -914,6 +984,8 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 	if (wake <= now) {
 		row.status = STEP_COMPLETED;
 		row.finished_ms = now;
+		if (ctx->job->traced)
+			trace_call(ctx, KIND_SLEEP, name, seq, 0, row.started_ms * 1000000, NULL, NULL);
 		return add_row(ctx, &row);
 	}
 	if (e)
@@ -958,6 +1030,8 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 		row.status = STEP_COMPLETED;
 		row.finished_ms = now;
 		row.output = (char *)sig->payload;
+		if (ctx->job->traced)
+			trace_call(ctx, KIND_SIGNAL, name, seq, 0, row.started_ms * 1000000, NULL, NULL);
 		rc = add_row(ctx, &row);
 		if (!rc && commit_add_signal(pending(ctx), sig->id, seq) < 0)
 			rc = no_memory(ctx);
@@ -966,6 +1040,9 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	if (deadline && deadline <= now) {
 		row.status = STEP_TIMED_OUT;
 		row.finished_ms = now;
+		if (ctx->job->traced)
+			trace_call(ctx, KIND_SIGNAL, name, seq, 0, row.started_ms * 1000000,
+			           "timed_out", NULL);
 		return (rc = add_row(ctx, &row)) ? rc : CAIRN_ETIMEOUT;
 	}
 	if (e)
@@ -1328,11 +1405,23 @@ commit *exec_job(const exec_env *env, job *j)
 			c->outcome = COMMIT_DISCARD; /* a late message for a finished run */
 		return c;
 	}
+	if (env->tracer) {
+		/* Sampled unless the traceparent it was given says not. */
+		trace_run(&j->trace, j->run_id, j->created_us, j->traceparent, 1);
+		if ((j->traced = j->trace.flags & 1)) {
+			trace_random_id(j->exec_span);
+			j->exec_start_ns = trace_now_ns();
+		}
+	}
 	if (j->claims >= env->poison_after)
 		return (c = job_commit(j)) ? poisoned(env, j, c) : NULL;
 	if (!def)
 		return (c = job_commit(j)) ? unknown_workflow(env, j, c) : NULL;
-	cairn_ctx ctx = {.env = env, .job = j, .def = def, .first_unsettled = INT_MAX};
+	cairn_ctx ctx = {.env = env,
+	                 .job = j,
+	                 .def = def,
+	                 .first_unsettled = INT_MAX,
+	                 .trace_ready = env->tracer != NULL};
 	cJSON *input = NULL, *output = NULL;
 	char key[SEAL_ID_MAX + 1] = "";
 	int rc = load(&ctx, &input, key);

@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "registry.h"
 #include "state.h"
+#include "trace.h"
 
 /* One claimed run. Built by the poller; read by the executor. */
 typedef struct job {
@@ -67,6 +68,16 @@ typedef struct job {
 	int nmsgs;
 	/* Its workflow's metrics slot (set by exec_job), or NULL. */
 	metrics_flow *mx;
+	/* Tracing (trace.h): the traceparent stored with the run ("": none)
+	 * and when it was enqueued; set by exec_job when its spans are
+	 * exported (traced): the run's trace context, and this execution's
+	 * span id and start. */
+	char traceparent[TRACEPARENT_LEN + 1];
+	int64_t created_us;
+	int traced;
+	trace_ctx trace;
+	uint8_t exec_span[8];
+	int64_t exec_start_ns;
 	struct job *next;
 } job;
 
@@ -99,6 +110,7 @@ typedef struct exec_env {
 	 * NULL), for /status; may be NULL. */
 	void (*step_state)(void *arg, job *j, const char *name, int64_t timeout_ms);
 	void *arg;
+	tracer *tracer; /* spans of durable calls; NULL: tracing is off */
 } exec_env;
 
 /*
