@@ -229,7 +229,7 @@ static const char *seal_for(const cairn_client *c, seal_field f, const char *val
 }
 
 /* A JSON string that starts as an encrypted value would be read as one. */
-static int check_unsealed(const char *what, const char *json, char msg[PARSE_ERR_MAX])
+int client_check_unsealed(const char *what, const char *json, char *msg)
 {
 	json += strspn(json, " \t\r\n");
 	if (strncmp(json, "\"" SEAL_PREFIX, sizeof SEAL_PREFIX) != 0)
@@ -496,7 +496,7 @@ static const char *check_opts(const cairn_client *c, const char *workflow,
 		return "priority";
 	}
 	if (o->input && (parse_check_json("input", o->input, c->max_payload, msg) < 0 ||
-	                 check_unsealed("input", o->input, msg) < 0))
+	                 client_check_unsealed("input", o->input, msg) < 0))
 		return "input";
 	if (o->max_attempts < 0 || o->max_attempts > MAX_ATTEMPTS_LIMIT) {
 		snprintf(msg, PARSE_ERR_MAX,
@@ -936,7 +936,7 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 	if (parse_check_name("signal name", name, err) < 0)
 		return client_invalid(c, "signal", "%s", err);
 	if (payload && (parse_check_json("signal payload", payload, c->max_payload, err) < 0 ||
-	                check_unsealed("signal payload", payload, err) < 0))
+	                client_check_unsealed("signal payload", payload, err) < 0))
 		return client_invalid(c, "payload", "%s", err);
 	int shards, rc = client_shards(c, &shards); /* reads the limits too */
 	if (rc)

@@ -147,6 +147,10 @@ int client_signal_outcome(cairn_client *c, int64_t run_id, const char *name, con
  * run's status right after it: "cancelled" when it ended at once, else the
  * status it keeps until its next durable call. */
 int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status);
+/* -1 with msg (PARSE_ERR_MAX bytes) when json (a value given as what) is a
+ * string that starts with the prefix of sealed values (SEAL_PREFIX), which
+ * is reserved; else 0. */
+int client_check_unsealed(const char *what, const char *json, char *msg);
 /* cairn_enqueue of one run as a child of parent (0: none), whose end then
  * signals the parent (exec.h, EXEC_CHILD_SIGNAL). */
 int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,

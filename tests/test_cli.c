@@ -798,11 +798,18 @@ Test(migrate, json_reports_the_versions_applied_and_the_schema_before_and_after)
 	cr_assert(cJSON_IsArray(applied), "%s", out);
 	int n = cJSON_GetArraySize(applied);
 	cr_assert_gt(n, 10, "%s", out);
-	for (int i = 0; i < n; i++)
-		cr_assert_eq(cJSON_GetArrayItem(applied, i)->valueint, i + 1, "%s", out);
+	/* In order; a number may be missing (one taken by a branch that has not
+	 * landed yet). */
+	int last = 0;
+	for (int i = 0; i < n; i++) {
+		int v = cJSON_GetArrayItem(applied, i)->valueint;
+		cr_assert_gt(v, last, "%s", out);
+		last = v;
+	}
+	cr_assert_eq(cJSON_GetArrayItem(applied, 0)->valueint, 1, "%s", out);
 	cr_assert_eq(json_num(o, "version_before"), 0, "%s", out);
-	cr_assert_eq(json_num(o, "version_after"), n, "%s", out);
-	cr_assert_eq(count(db, "SELECT max(version) FROM cairn.schema_migrations"), n);
+	cr_assert_eq(json_num(o, "version_after"), last, "%s", out);
+	cr_assert_eq(count(db, "SELECT max(version) FROM cairn.schema_migrations"), last);
 	cJSON_Delete(o);
 	free(out);
 	free(err);
@@ -811,8 +818,8 @@ Test(migrate, json_reports_the_versions_applied_and_the_schema_before_and_after)
 	cr_assert_eq(tcli(db, &out, &err, "migrate", "--json", NULL), 0, "%s", err);
 	o = json_object(out);
 	cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "applied")), 0);
-	cr_assert_eq(json_num(o, "version_before"), n, "%s", out);
-	cr_assert_eq(json_num(o, "version_after"), n, "%s", out);
+	cr_assert_eq(json_num(o, "version_before"), last, "%s", out);
+	cr_assert_eq(json_num(o, "version_after"), last, "%s", out);
 	cJSON_Delete(o);
 	free(out);
 	free(err);
