@@ -22,6 +22,8 @@
 #                   libcairn-dev, cairn) in build/deb/
 #   make format     clang-format every C file
 #   make docs       the guide in docs/ as a static site in build/site/ (mkdocs)
+#   make sdk-ts     the TypeScript SDK, compiled into sdk/typescript/dist (tsc);
+#                   part of make and of the test build
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -42,12 +44,12 @@ SOMAJOR    := $(firstword $(subst ., ,$(VERSION)))
 # `demo` install the dependencies first and then build in a sub-make, which
 # parses it again. Any other goal that compiles stops here, before the
 # compiler, with one line saying what to install when the libraries or the
-# compiler are missing.
+# compiler (or tsc, for the TypeScript SDK) are missing.
 NO_BUILD_GOALS := deps test demo clean format fuzz docs
 ifneq ($(filter-out $(NO_BUILD_GOALS),$(or $(MAKECMDGOALS),all)),)
-ifneq ($(shell command -v $(firstword $(CC)) >/dev/null 2>&1 && pkg-config --exists $(PKGS) 2>/dev/null && echo ok),ok)
+ifneq ($(shell command -v $(firstword $(CC)) >/dev/null 2>&1 && pkg-config --exists $(PKGS) 2>/dev/null && command -v tsc >/dev/null 2>&1 && echo ok),ok)
 DEPS_MISSING := $(shell sh scripts/deps.sh --check 2>&1)
-DEPS_MISSING := $(or $(DEPS_MISSING),cairn: $(firstword $(CC)) or pkg-config modules $(PKGS) not found; run: make deps)
+DEPS_MISSING := $(or $(DEPS_MISSING),cairn: $(firstword $(CC)), tsc or pkg-config modules $(PKGS) not found; run: make deps)
 $(error $(DEPS_MISSING))
 endif
 endif
@@ -97,6 +99,9 @@ BIN := bin
 endif
 SOLIB := $(dir $(LIB))libcairn.so.$(VERSION)
 
+# The TypeScript SDK (sdk/typescript), compiled into sdk/typescript/dist.
+TS_SDK := sdk/typescript/dist/index.js
+
 # The man pages, generated from the --help texts of the built binaries and
 # from include/cairn.h (scripts/man.sh), so they say what the code does.
 MAN := build/man/cairn.1 build/man/cairn-worker.8 build/man/cairn.3
@@ -105,11 +110,26 @@ MAN := build/man/cairn.1 build/man/cairn-worker.8 build/man/cairn.3
 COMPLETION := build/completion/cairn build/completion/_cairn
 
 .PHONY: all test test-build demo bench bench-memory chaos clean install format deps examples \
-	fuzz fuzz-build deb
-all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB) $(if $(SAN)$(FUZZ),,$(SOLIB) $(MAN) $(COMPLETION))
+	fuzz fuzz-build deb sdk-ts
+all: $(BIN)/cairn $(BIN)/cairn-worker $(LIB) $(if $(SAN)$(FUZZ),,$(SOLIB) $(MAN) $(COMPLETION)) \
+	$(TS_SDK)
 
 deps:
 	@sh scripts/deps.sh
+
+# The TypeScript SDK: compiled by Debian's tsc (node-typescript) into
+# sdk/typescript/dist, which its examples, its tests and `npm pack` use; the
+# same for every build. Compiled aside, then each file renamed into place
+# and the files of modules that are gone removed: node processes (a test's,
+# the bench's) may be loading dist/ while it is rebuilt.
+$(TS_SDK): $(wildcard sdk/typescript/src/*.ts) sdk/typescript/tsconfig.json
+	@command -v tsc >/dev/null 2>&1 || { echo "cairn: tsc not found (Debian's node-typescript); run: make deps" >&2; exit 1; }
+	rm -rf sdk/typescript/dist.tmp
+	tsc -p sdk/typescript --outDir sdk/typescript/dist.tmp
+	mkdir -p sdk/typescript/dist
+	for f in sdk/typescript/dist/*; do [ -e "sdk/typescript/dist.tmp/$${f##*/}" ] || rm -f "$$f"; done
+	mv -f sdk/typescript/dist.tmp/* sdk/typescript/dist/ && rmdir sdk/typescript/dist.tmp
+sdk-ts: $(TS_SDK)
 
 # The folders too: a file removed from them changes their time, not the files'.
 build/gen/migrations.c: sql/migrations $(wildcard sql/migrations/*.sql) scripts/embed-migrations.sh
@@ -220,6 +240,12 @@ $(TEST_FLOWS): tests/plugin_flows.c tests/plugin_conn.h include/cairn.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
 
+# The workflows of the metrics and log tests (test_metrics.c, test_logs.c).
+OBSERVE_PLUGIN := $(OUT)/tests/plugin_observe.so
+$(OBSERVE_PLUGIN): tests/plugin_observe.c include/cairn.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libcjson 2>/dev/null)
+
 # The workload of the chaos driver, loaded the same way.
 CHAOS_PLUGIN := $(OUT)/tests/plugin_chaos.so
 $(CHAOS_PLUGIN): tests/plugin_chaos.c tests/plugin_conn.h include/cairn.h
@@ -227,16 +253,19 @@ $(CHAOS_PLUGIN): tests/plugin_chaos.c tests/plugin_conn.h include/cairn.h
 	$(CC) $(ALL_CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(shell pkg-config --libs libpq libcjson 2>/dev/null)
 
 test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUGIN) $(TEST_FLOWS) \
-	$(OUT)/chaos $(CHAOS_PLUGIN)
+	$(OBSERVE_PLUGIN) $(OUT)/chaos $(CHAOS_PLUGIN) $(TS_SDK)
 
-# `make test` = dependencies (clang too, for the fuzz targets), sanitizer
-# build, then every suite against a private PostgreSQL (or $DATABASE_URL)
-# started and stopped by tests/run.sh, and every fuzz target for
-# FUZZ_TEST_SECONDS (20) each.
+# `make test` = dependencies (clang too, for the fuzz targets, and what the
+# vendored Citus needs), Citus built once per machine and installed
+# (scripts/citus.sh), sanitizer build, then every suite against a private
+# PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh (the
+# Citus suites against a private coordinator and two workers), and every
+# fuzz target for FUZZ_TEST_SECONDS (20) each.
 # The release build too: tests/test_install.c installs it, links the
 # embedding example against it and packages it.
 test:
-	@sh scripts/deps.sh --fuzz
+	@sh scripts/deps.sh --fuzz --citus
+	sh scripts/citus.sh build
 	$(MAKE) SAN=1 test-build
 	$(MAKE) all
 	$(MAKE) FUZZ=1 fuzz-build
@@ -273,7 +302,7 @@ chaos: all build/rel/chaos build/rel/tests/plugin_chaos.so
 		--pg-sh tests/pg.sh
 
 clean:
-	rm -rf build bin lib
+	rm -rf build bin lib sdk/typescript/dist sdk/typescript/dist.tmp
 
 # LIBDIR and SYSCONFDIR follow PREFIX; the Debian package (make deb) sets
 # PREFIX=/usr, which puts the environment file in /etc.

@@ -940,11 +940,12 @@ static int write_batch(committer *k, PGconn *conn, commit *const *batch, int n, 
 static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 {
 	buf why = BUF_INIT;
+	char id[24], attempt[24];
 	buf_printf(&why, "cannot store the run's results: %s", buf_str(err));
 	while (why.len && why.data[why.len - 1] == '\n')
 		why.data[--why.len] = '\0';
-	log_kv(k->env.log, LOG_ERROR, "a run's writes were refused; failing it", "error",
-	       buf_str(&why), NULL);
+	db_i64(id, c->run.id);
+	db_i64(attempt, c->run.attempt);
 	commit f = {.run = c->run,
 	            .outcome = COMMIT_FINISH,
 	            .status = RUN_FAILED,
@@ -954,10 +955,17 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 	c->ok = 0;
 	c->cancel_requested = 0;
 	if (write_batch(k, conn, &one, 1, err) < 0)
-		log_kv(k->env.log, LOG_ERROR, "cannot fail the run either", "error", buf_str(err),
-		       NULL);
+		log_kv(k->env.log, LOG_ERROR, "a run's writes were refused, and so was its failure",
+		       "run", id, "workflow", c->run.workflow, "attempt", attempt, "error",
+		       buf_str(&why), "then", buf_str(err), NULL);
 	else {
-		atomic_fetch_add(&k->env.m->runs_failed, 1);
+		/* Its one "run failed" line: on_final sees a refused commit. */
+		log_kv(k->env.log, LOG_WARN, "run failed", "run", id, "workflow", c->run.workflow,
+		       "attempt", attempt, "error",
+		       k->env.keys ? "(sealed at rest: cairn status shows it)" : buf_str(&why),
+		       NULL);
+		if (c->run.mx)
+			metrics_run(c->run.mx, METRICS_RUNS_FAILED);
 		tellings t = TELLINGS_INIT;
 		f.ok = 1;
 		collect_tellings(&one, 1, &t);
@@ -1104,9 +1112,12 @@ static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 		commit *c = finals[i];
 		c->done = 1;
 		if (!c->ok && c->outcome != COMMIT_JOURNAL && c->outcome != COMMIT_DISCARD &&
-		    c->outcome != COMMIT_UNCLAIM && c->outcome != COMMIT_UNQUEUE)
+		    c->outcome != COMMIT_UNCLAIM && c->outcome != COMMIT_UNQUEUE) {
+			char id[24];
 			log_kv(k->env.log, LOG_WARN,
-			       "final write refused by the fence: the shard moved", NULL);
+			       "final write refused by the fence: the shard moved", "run",
+			       db_i64(id, c->run.id), "workflow", c->run.workflow, NULL);
+		}
 		k->env.on_final(k->env.arg, c);
 	}
 }
@@ -1245,9 +1256,12 @@ static void *committer_main(void *arg)
 				if (one == BATCH_VALUES)
 					fail_unstorable(k, conn, batch[i], &err);
 				else if (one < 0) {
+					char id[24];
 					log_kv(k->env.log, LOG_WARN,
-					       "commit failed; the run will be retried", "error",
-					       buf_str(&err), NULL);
+					       "commit failed; the run will be retried", "run",
+					       db_i64(id, batch[i]->run.id), "workflow",
+					       batch[i]->run.workflow, "error", buf_str(&err),
+					       NULL);
 					batch[i]->ok = 0;
 					keep_refunds(k, &batch[i], 1);
 				}

@@ -76,6 +76,11 @@ typedef struct commit_run {
 	int nmsgs;
 	int attempt;    /* the attempt that executed */
 	int64_t parent; /* the run that started it as a child (told when it finishes), or 0 */
+	/* For the logs and metrics of the run's end (commit.c fails a run whose
+	 * writes the database refuses): its workflow, which outlives the
+	 * commit, and that workflow's metrics slot; either may be NULL. */
+	const char *workflow;
+	metrics_flow *mx;
 } commit_run;
 
 /* A child run the commit inserts (cairn_child_start): under an id taken

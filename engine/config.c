@@ -82,6 +82,11 @@ static const setting SETTINGS[] = {
      "a run of a workflow no worker registered fails after this"},
     {"CAIRN_POISON_AFTER", K_INT, OFF(poison_after), "3", 1, 1000,
      "a run whose worker stopped this many times without progress fails"},
+    {"CAIRN_METRICS_MAX_WORKFLOWS", K_INT, OFF(metrics_max_workflows), "100", 0, 10000,
+     "workflows counted under their own workflow label in /metrics, in the order they "
+     "register; the others share the label workflow=other"},
+    {"CAIRN_BACKLOG_INTERVAL", K_DUR, OFF(backlog_interval_ms), "15s", 100, 3600000,
+     "how often the cairn.backlog singleton reads the database's backlog for /metrics"},
     {"CAIRN_MAX_PAYLOAD", K_SIZE, OFF(max_payload_bytes), "1MiB", 1, 1 << 30,
      "largest input, output or signal payload"},
     {"CAIRN_PLUGINS", K_STR, OFF(plugins), "", 0, 0,

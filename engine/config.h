@@ -42,6 +42,8 @@ typedef struct config {
 	int64_t singleton_backoff_ms;
 	int64_t unknown_workflow_timeout_ms;
 	int poison_after;
+	int metrics_max_workflows;   /* workflows with a label of their own (metrics.h) */
+	int64_t backlog_interval_ms; /* how often cairn.backlog reads the backlog */
 	size_t max_payload_bytes;
 	char *plugins;      /* colon-separated .so paths */
 	char *code_version; /* recorded on the runs this worker starts; "": none */

@@ -187,7 +187,8 @@ void cairn_singleton_list_free(cairn_singleton_info *s, size_t n)
 
 int cairn_singleton_list(cairn_client *c, cairn_singleton_info **out, size_t *n)
 {
-	static const char *const names[] = {"cairn.health", "cairn.janitor", "cairn.scheduler"};
+	static const char *const names[] = {"cairn.health", "cairn.janitor", "cairn.scheduler",
+	                                    "cairn.backlog"};
 	enum { N = sizeof names / sizeof names[0] };
 	*out = NULL;
 	*n = 0;

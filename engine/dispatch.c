@@ -325,18 +325,34 @@ static int unstarted(dispatch *d, const job *j)
 	return u;
 }
 
-/* A run that failed for good says so once, when its end is written, with
- * what an operator looks for. Its error is stored sealed when keys are
- * set: then the log says where to read it instead. */
-static void log_failed(const dispatch *d, const commit *c)
+/* A run that failed for good or was cancelled says so once, when its end
+ * is written, with what an operator looks for. A failure's error is stored
+ * sealed when keys are set: then the log says where to read it instead. */
+static void log_end(const dispatch *d, const commit *c)
 {
 	const job *j = c->tag;
 	char run[24], attempt[24];
-	const char *error = d->env.cfg->keys ? "(sealed at rest: cairn status shows it)"
-	                    : c->error       ? c->error
-	                                     : "";
-	log_kv(d->env.log, LOG_WARN, "run failed", "run", db_i64(run, c->run.id), "workflow",
-	       j->workflow, "attempt", db_i64(attempt, c->attempt), "error", error, NULL);
+	int failed = c->status == RUN_FAILED;
+	const char *error = failed && d->env.cfg->keys ? "(sealed at rest: cairn status shows it)"
+	                    : c->error                 ? c->error
+	                                               : "";
+	log_kv(d->env.log, failed ? LOG_WARN : LOG_INFO, failed ? "run failed" : "run cancelled",
+	       "run", db_i64(run, c->run.id), "workflow", j->workflow, "attempt",
+	       db_i64(attempt, c->attempt), "error", error, NULL);
+}
+
+/* Counts, per workflow, what a written final commit did to its run. */
+static void count_end(const commit *c)
+{
+	metrics_flow *mx = ((const job *)c->tag)->mx;
+	if (!mx)
+		return;
+	if (c->outcome == COMMIT_RETRY)
+		metrics_run(mx, METRICS_RUNS_RETRIED);
+	else if (c->outcome == COMMIT_FINISH)
+		metrics_run(mx, c->status == RUN_COMPLETED ? METRICS_RUNS_COMPLETED
+		                : c->status == RUN_FAILED  ? METRICS_RUNS_FAILED
+		                                           : METRICS_RUNS_CANCELLED);
 }
 
 /* The committer wrote children a run started: most are in this worker's
@@ -349,8 +365,11 @@ static void children_due(void *arg)
 /* The committer wrote (or gave up on) an execution's final commit. */
 static void on_final(void *arg, commit *c)
 {
-	if (c->ok && c->outcome == COMMIT_FINISH && c->status == RUN_FAILED)
-		log_failed(arg, c);
+	if (c->ok)
+		count_end(c);
+	if (c->ok && c->outcome == COMMIT_FINISH &&
+	    (c->status == RUN_FAILED || c->status == RUN_CANCELLED))
+		log_end(arg, c);
 	int settled = 0;
 	int64_t next_at = 0;
 	if (c->ok)
@@ -412,7 +431,7 @@ static void give_back(dispatch *d, job *j)
  * the others. Holds d->mu; returns at once when the dispatcher stops.
  * Returns whether the run executes alone.
  */
-static int wait_turn_locked(dispatch *d, int solo)
+static int wait_turn_locked(dispatch *d, const job *j, int solo)
 {
 	int64_t deadline = clock_mono_ms() + SOLO_WAIT_MS;
 	if (solo)
@@ -431,10 +450,11 @@ static int wait_turn_locked(dispatch *d, int solo)
 		return 0; /* it will not run here */
 	if (!d->solo && d->executing == 0)
 		return 1;
+	char id[24];
 	log_kv(d->env.log, LOG_WARN,
 	       "a run that stopped its workers before runs beside others: nothing else ended in "
 	       "time",
-	       NULL);
+	       "run", db_i64(id, j->run_id), "workflow", j->workflow, NULL);
 	return 0;
 }
 
@@ -475,7 +495,7 @@ static void *executor_main(void *arg)
 		/* A run that will fail as poison runs none of its code: it need
 		 * not wait for a turn alone. */
 		int solo = j->claims > 0 && j->claims < d->env.cfg->poison_after;
-		solo = wait_turn_locked(d, solo);
+		solo = wait_turn_locked(d, j, solo);
 		int stale = exec_must_stop(d, j);
 		if (!stale) {
 			d->executing++;

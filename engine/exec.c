@@ -93,7 +93,9 @@ commit *job_commit(const job *j)
 	                  .msgs = j->msgs,
 	                  .nmsgs = j->nmsgs,
 	                  .attempt = j->attempt,
-	                  .parent = j->parent_id};
+	                  .parent = j->parent_id,
+	                  .workflow = j->workflow,
+	                  .mx = j->mx};
 	commit *c = commit_new(&run);
 	if (c)
 		c->attempt = j->attempt;
@@ -430,7 +432,7 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	ctx->step_deadline = 0;
 	ctx->step_attempt = 0;
 	int64_t took = clock_mono_ms() - m0;
-	metrics_observe_step(env->m, took * 1000);
+	metrics_observe_step(ctx->job->mx, took * 1000);
 	if (p.timeout_ms > 0 && took >= p.timeout_ms) {
 		/* Late: whatever it returned is discarded. */
 		cJSON_Delete(out);
@@ -480,6 +482,7 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 		 * spent; the step runs again on the shard's next owner. */
 		return ctx->fatal = CAIRN_ESTOP;
 	}
+	metrics_step_failed(ctx->job->mx);
 	if (src != CAIRN_ERETRY && src != CAIRN_EFAIL) {
 		buf_reset(&ctx->err);
 		buf_printf(&ctx->err,
@@ -1710,7 +1713,7 @@ static commit *poisoned(const exec_env *env, job *j, commit *c)
 	           j->claims, env->poison_after, j->last_step ? j->last_step : "none");
 	finish(c, RUN_FAILED, buf_str(&msg));
 	buf_free(&msg);
-	atomic_fetch_add(&env->m->runs_failed, 1);
+	metrics_run(j->mx, METRICS_RUNS_POISONED);
 	return c;
 }
 
@@ -1729,7 +1732,6 @@ static commit *unknown_workflow(const exec_env *env, job *j, commit *c)
 		           "shard within CAIRN_UNKNOWN_WORKFLOW_TIMEOUT (%" PRId64 " ms)",
 		           j->workflow, env->unknown_workflow_timeout_ms);
 		finish(c, RUN_FAILED, buf_str(&msg));
-		atomic_fetch_add(&env->m->runs_failed, 1);
 	} else {
 		int64_t left = env->unknown_workflow_timeout_ms - age;
 		buf_printf(&msg, "waiting for a worker that has workflow \"%s\" registered",
@@ -1748,11 +1750,13 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 	const exec_env *env = ctx->env;
 	job *j = ctx->job;
 	if (ctx->suspended) {
-		if (rc != CAIRN_SUSPENDED)
+		if (rc != CAIRN_SUSPENDED) {
+			char id[24];
 			log_kv(env->log, LOG_WARN,
 			       "workflow did not return CAIRN_SUSPENDED after a durable call "
 			       "suspended it",
-			       "workflow", j->workflow, NULL);
+			       "run", db_i64(id, j->run_id), "workflow", j->workflow, NULL);
+		}
 		c->outcome = COMMIT_SUSPEND;
 		c->status = ctx->wait_as;
 		c->at_ms = ctx->wake_ms;
@@ -1768,7 +1772,6 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		if (text && check_made(env, "workflow output", text, &msg) == 0) {
 			finish(c, RUN_COMPLETED, NULL);
 			c->output = text;
-			atomic_fetch_add(&env->m->runs_completed, 1);
 			buf_free(&msg);
 			return;
 		}
@@ -1776,7 +1779,6 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 		       text && !msg.oom ? buf_str(&msg) : "out of memory printing the output");
 		free(text);
 		buf_free(&msg);
-		atomic_fetch_add(&env->m->runs_failed, 1);
 	} else if (rc == CAIRN_CANCELLED) {
 		finish(c, RUN_CANCELLED, "cancelled");
 	} else {
@@ -1802,7 +1804,6 @@ static void conclude(cairn_ctx *ctx, commit *c, int rc, const cJSON *output)
 			buf_printf(&msg, " (run attempt %d of %d)", j->attempt, j->max_attempts);
 		finish(c, RUN_FAILED, buf_str(&msg));
 		buf_free(&msg);
-		atomic_fetch_add(&env->m->runs_failed, 1);
 	}
 }
 
@@ -1827,6 +1828,8 @@ static void give_back_memory(int entries)
 commit *exec_job(const exec_env *env, job *j)
 {
 	commit *c;
+	const workflow_def *def = registry_workflow(env->reg, j->workflow);
+	j->mx = def && def->mx ? def->mx : metrics_other(env->m);
 	if (run_status_finished(j->status)) {
 		if ((c = job_commit(j)))
 			c->outcome = COMMIT_DISCARD; /* a late message for a finished run */
@@ -1834,7 +1837,6 @@ commit *exec_job(const exec_env *env, job *j)
 	}
 	if (j->claims >= env->poison_after)
 		return (c = job_commit(j)) ? poisoned(env, j, c) : NULL;
-	const workflow_def *def = registry_workflow(env->reg, j->workflow);
 	if (!def)
 		return (c = job_commit(j)) ? unknown_workflow(env, j, c) : NULL;
 	cairn_ctx ctx = {.env = env, .job = j, .def = def, .first_unsettled = INT_MAX};
@@ -1853,7 +1855,7 @@ commit *exec_job(const exec_env *env, job *j)
 		rc = CAIRN_CANCELLED;
 	else
 		rc = def->fn(&ctx, input, &output);
-	atomic_fetch_add(&env->m->runs_started, 1);
+	metrics_run(j->mx, METRICS_RUNS_STARTED);
 	atomic_fetch_add(&env->m->replayed_entries, (uint64_t)ctx.replayed);
 	/* The rows this execution has not flushed open its final commit. */
 	c = ctx.pending ? ctx.pending : job_commit(j);

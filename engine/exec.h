@@ -58,6 +58,8 @@ typedef struct job {
 	char step[129];
 	int64_t step_since_mono, step_timeout_ms;
 	int nmsgs;
+	/* Its workflow's metrics slot (set by exec_job), or NULL. */
+	metrics_flow *mx;
 	struct job *next;
 } job;
 

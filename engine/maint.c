@@ -18,6 +18,8 @@
  *                  small batches, checking for cancellation between them.
  *   cairn.relay    the one LISTENing session: forwards wake-ups and
  *                  membership changes to the runners over HTTP (relay_main).
+ *   cairn.scheduler fires the schedules that are due (scheduler_main).
+ *   cairn.backlog  reads the database's backlog for /metrics (backlog.c).
  * Each opens its own connection and returns an error (so the singleton
  * supervisor restarts it with backoff) when the database fails.
  */
@@ -680,5 +682,14 @@ int maint_register(registry *reg, const maint_env *env, buf *err)
 		rc = registry_add_singleton(reg, &scheduler, err);
 	if (!rc)
 		rc = registry_add_singleton(reg, &health, err);
-	return rc ? rc : registry_add_singleton(reg, &janitor, err);
+	if (!rc)
+		rc = registry_add_singleton(reg, &janitor, err);
+	if (!rc && env->backlog) {
+		singleton_def bl = health;
+		snprintf(bl.name, sizeof bl.name, "cairn.backlog");
+		bl.fn = backlog_singleton;
+		bl.arg = env->backlog;
+		rc = registry_add_singleton(reg, &bl, err);
+	}
+	return rc;
 }

@@ -1,10 +1,13 @@
 /*
  * maint.h - the built-in singletons (DESIGN section 6): cairn.health, the
- * runner health checker, cairn.janitor, the retention janitor, and
- * cairn.relay, which forwards wake-ups to the runners.
+ * runner health checker, cairn.janitor, the retention janitor,
+ * cairn.relay, which forwards wake-ups to the runners, cairn.scheduler, and
+ * cairn.backlog (backlog.h), which reads the database's backlog for
+ * /metrics.
  */
 #ifndef CAIRN_MAINT_H
 #define CAIRN_MAINT_H
+#include "backlog.h"
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
@@ -20,9 +23,10 @@ typedef struct maint_env {
 	 * hop); else 0. */
 	int (*poke_self)(void *arg, int64_t runner, const char *path);
 	void *poke_arg;
+	backlog *backlog; /* cairn.backlog's result; NULL: not registered */
 } maint_env;
 
-/* Registers cairn.health, cairn.janitor, cairn.scheduler and cairn.relay in the first shard group;
- * 0 or -CAIRN_ENOMEM. */
+/* Registers cairn.health, cairn.janitor, cairn.scheduler, cairn.relay and
+ * cairn.backlog in the first shard group; 0 or -CAIRN_ENOMEM. */
 int maint_register(registry *reg, const maint_env *env, buf *err);
 #endif

@@ -14,6 +14,7 @@ struct registry {
 	int nflows;
 	singleton_def *singletons;
 	int nsingletons;
+	metrics *m; /* where workflows take their slots; may be NULL */
 };
 
 int registry_new(registry **out)
@@ -29,6 +30,11 @@ void registry_free(registry *r)
 	free(r->flows);
 	free(r->singletons);
 	free(r);
+}
+
+void registry_count_in(registry *r, metrics *m)
+{
+	r->m = m;
 }
 
 /* A valid, unused name for a definition of kind ("workflow", "singleton"). */
@@ -85,6 +91,7 @@ int registry_add_workflow(registry *r, const char *name, cairn_workflow_fn fn,
 		d->opts = *opts;
 	snprintf(d->runtime, sizeof d->runtime, "%s", d->opts.runtime ? d->opts.runtime : "c");
 	d->opts.runtime = NULL; /* the array moves as it grows: read d->runtime */
+	d->mx = r->m ? metrics_flow_add(r->m, name) : NULL;
 	return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "buf.h"
 #include "cairn.h"
+#include "metrics.h"
 #include "parse.h"
 
 /* The longest runtime label kept (cairn_workflow_opts.runtime). */
@@ -21,6 +22,9 @@ typedef struct workflow_def {
 	cairn_workflow_fn fn;
 	cairn_workflow_opts opts; /* opts.runtime is NULL: read runtime */
 	char runtime[RUNTIME_MAX_BYTES + 1];
+	/* Its metrics slot, taken as it registered (metrics.h); NULL when the
+	 * registry counts in no metrics. */
+	metrics_flow *mx;
 } workflow_def;
 
 typedef struct singleton_def {
@@ -35,6 +39,9 @@ typedef struct registry registry;
 
 int registry_new(registry **out); /* 0 or -CAIRN_ENOMEM */
 void registry_free(registry *r);
+/* The metrics whose slots the workflows registered from now on take (the
+ * worker's; must outlive r). */
+void registry_count_in(registry *r, metrics *m);
 
 /* 0, or -CAIRN_EINVAL (bad or repeated name, NULL fn; message in err) or -CAIRN_ENOMEM. */
 int registry_add_workflow(registry *r, const char *name, cairn_workflow_fn fn,

@@ -76,21 +76,7 @@ static void readyz(const status_env *e, http_reply *r)
 static void metric(buf *b, const char *name, const char *type, const char *help, const char *labels,
                    double value)
 {
-	buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %.17g\n", name, help, name, type, name,
-	           labels ? labels : "", value);
-}
-
-/* s as the value of a Prometheus label (backslash, quote and newline escaped), cut to fit. */
-static const char *label(const char *s, char out[256])
-{
-	size_t n = 0;
-	for (; *s && n + 3 < 256; s++) {
-		if (*s == '\\' || *s == '"' || *s == '\n')
-			out[n++] = '\\';
-		out[n++] = *s == '\n' ? 'n' : *s;
-	}
-	out[n] = 0;
-	return out;
+	metrics_sample(b, name, type, help, labels, value);
 }
 
 static void metrics_page(const status_env *e, http_reply *r)
@@ -98,9 +84,10 @@ static void metrics_page(const status_env *e, http_reply *r)
 	buf *b = &r->body;
 	const metrics *m = e->m;
 	status_view v;
+	const char *why;
 	pthread_mutex_lock(e->mu);
 	e->view(e->arg, &v);
-	int connected = v.db_connected;
+	int connected = v.db_connected, ready = ready_locked(e, &v, &why);
 	pthread_mutex_unlock(e->mu);
 	char labels[160];
 	snprintf(labels, sizeof labels, "{version=\"%s\"}", CAIRN_VERSION);
@@ -110,6 +97,8 @@ static void metrics_page(const status_env *e, http_reply *r)
 	       (double)(clock_mono_ms() - e->start_mono_ms) / 1000.0);
 	metric(b, "cairn_db_connected", "gauge", "1 while the database connection is up.", NULL,
 	       connected);
+	metric(b, "cairn_ready", "gauge", "1 while /readyz answers 200 (see its reason when 0).",
+	       NULL, ready);
 	metric(b, "cairn_db_reconnects_total", "counter", "Database reconnections after a loss.",
 	       NULL, (double)atomic_load(&m->db_reconnects));
 	metric(b, "cairn_shards_owned", "gauge", "Shards this worker holds a lease on.", NULL,
@@ -170,12 +159,6 @@ static void metrics_page(const status_env *e, http_reply *r)
 	metric(b, "cairn_health_checks_total", "counter",
 	       "Rounds of the runner health checker run here.", NULL,
 	       (double)atomic_load(&m->health_checks));
-	metric(b, "cairn_runs_started_total", "counter", "Run executions started.", NULL,
-	       (double)atomic_load(&m->runs_started));
-	metric(b, "cairn_runs_completed_total", "counter", "Runs that completed.", NULL,
-	       (double)atomic_load(&m->runs_completed));
-	metric(b, "cairn_runs_failed_total", "counter", "Runs that failed for good.", NULL,
-	       (double)atomic_load(&m->runs_failed));
 	metric(b, "cairn_runs_locked_total", "counter",
 	       "Executions left alone: the run is encrypted with a key this worker lacks.", NULL,
 	       (double)atomic_load(&m->runs_locked));
@@ -203,23 +186,16 @@ static void metrics_page(const status_env *e, http_reply *r)
 	            "limits (cairn limit).\n# TYPE cairn_flow_slots_in_use gauge\n");
 	for (const cJSON *it = slots ? slots->child : NULL; it; it = it->next)
 		buf_printf(b, "cairn_flow_slots_in_use{workflow=\"%s\"} %g\n",
-		           label(it->string, lab), it->valuedouble);
+		           metrics_label(it->string, lab), it->valuedouble);
 	cJSON_Delete(slots);
 	metric(b, "cairn_queue_depth", "gauge", "Runs dispatched and waiting for an executor.",
 	       NULL, atomic_load(&m->queue_depth));
 	metric(b, "cairn_executors_idle", "gauge",
 	       "Executors waiting for a run (CAIRN_CONCURRENCY in all).", NULL,
 	       dispatch_executors_idle(e->dispatch));
-	buf_puts(b, "# HELP cairn_step_duration_seconds Duration of executed workflow steps.\n"
-	            "# TYPE cairn_step_duration_seconds histogram\n");
-	for (int i = 0; i < METRICS_STEP_BUCKETS; i++)
-		buf_printf(b, "cairn_step_duration_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-		           METRICS_STEP_BOUNDS_S[i], atomic_load(&m->step_buckets[i]));
-	uint64_t count = atomic_load(&m->step_count);
-	buf_printf(b, "cairn_step_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", count);
-	buf_printf(b, "cairn_step_duration_seconds_sum %.6f\n",
-	           (double)atomic_load(&m->step_sum_us) / 1e6);
-	buf_printf(b, "cairn_step_duration_seconds_count %" PRIu64 "\n", count);
+	metrics_render_flows(m, b);
+	if (e->backlog)
+		backlog_render(e->backlog, b);
 	r->status = 200;
 	r->type = "text/plain; version=0.0.4; charset=utf-8";
 }

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "backlog.h"
 #include "config.h"
 #include "dispatch.h"
 #include "http.h"
@@ -46,7 +47,8 @@ typedef struct status_env {
 	lease *lease;
 	dispatch *dispatch;
 	singletons *singletons;
-	struct api *api; /* the /v1 API; its client pool also delivers signal links */
+	backlog *backlog; /* cairn.backlog's last read, while it runs here */
+	struct api *api;  /* the /v1 API; its client pool also delivers signal links */
 	/* The worker's lock: guards what view reads and the advertised address. */
 	pthread_mutex_t *mu;
 	/* The worker's state now; called with mu held. */

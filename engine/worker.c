@@ -78,10 +78,19 @@ static int worker_setup(cairn_worker *w)
 {
 	w->log.level = w->cfg.log_level;
 	w->log.format = w->cfg.log_format;
-	w->maint = (maint_env){
-	    .cfg = &w->cfg, .log = &w->log, .m = &w->m, .poke_self = poke_self, .poke_arg = w};
-	if (registry_new(&w->reg) < 0 || shardmap_new(w->cfg.groups, w->cfg.ngroups, &w->map) < 0)
+	w->backlog_env = (backlog_env){.cfg = &w->cfg, .log = &w->log};
+	if (metrics_init(&w->m, w->cfg.metrics_max_workflows) < 0 ||
+	    backlog_new(&w->backlog_env, &w->backlog) < 0 || registry_new(&w->reg) < 0 ||
+	    shardmap_new(w->cfg.groups, w->cfg.ngroups, &w->map) < 0)
 		return -CAIRN_ENOMEM;
+	/* Each workflow takes its metrics slot as it registers. */
+	registry_count_in(w->reg, &w->m);
+	w->maint = (maint_env){.cfg = &w->cfg,
+	                       .log = &w->log,
+	                       .m = &w->m,
+	                       .poke_self = poke_self,
+	                       .poke_arg = w,
+	                       .backlog = w->backlog};
 	return maint_register(w->reg, &w->maint, &w->err);
 }
 
@@ -191,6 +200,8 @@ void cairn_worker_free(cairn_worker *w)
 	lease_free(w->lease);
 	shardmap_free(w->map);
 	registry_free(w->reg);
+	backlog_free(w->backlog);
+	metrics_free(&w->m);
 	config_free(&w->cfg);
 	buf_free(&w->err);
 	buf_free(&w->cfgtext);
@@ -710,6 +721,7 @@ static int start_modules(cairn_worker *w)
 	                         .lease = w->lease,
 	                         .dispatch = w->dispatch,
 	                         .singletons = w->singletons,
+	                         .backlog = w->backlog,
 	                         .api = w->api,
 	                         .mu = &w->mu,
 	                         .view = view_locked,

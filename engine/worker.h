@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "backlog.h"
 #include "buf.h"
 #include "cairn.h"
 #include "config.h"
@@ -53,6 +54,8 @@ struct cairn_worker {
 	http_server *http;
 	int http_port; /* the bound port */
 	metrics m;
+	backlog_env backlog_env;
+	backlog *backlog; /* cairn.backlog's result, shown by /metrics */
 	watchdog dog;
 	maint_env maint;
 	struct api *api;   /* the /v1 API; its client pool also delivers signal links */

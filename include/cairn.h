@@ -461,8 +461,8 @@ typedef struct cairn_run_stats {
 } cairn_run_stats;
 int cairn_run_stats_get(cairn_client *c, cairn_run_stats *out);
 
-/* A built-in singleton (cairn.health, cairn.janitor, cairn.scheduler) of
- * group "default": it runs on the owner of its shard. */
+/* A built-in singleton (cairn.health, cairn.janitor, cairn.scheduler,
+ * cairn.backlog) of group "default": it runs on the owner of its shard. */
 typedef struct cairn_singleton_info {
 	const char *name; /* static */
 	int shard;

@@ -4,8 +4,8 @@ since mkdocs 1.4 (Debian 12) leaves it to INFO or does not look at all:
 
 - every page of docs/ is in the nav of mkdocs.yml, and every nav entry is a page;
 - every link of the built site to an anchor (page.html#id, #id) finds that id;
-- every link of README.md (outside the site) names a file that exists and,
-  into docs/, an anchor its built page has;
+- every link of README.md and deploy/kubernetes/README.md (outside the site)
+  names a file that exists and, into docs/, an anchor its built page has;
 - a fenced block after <!-- excerpt: FILE --> is text of FILE as it is.
 
 Usage: python3 scripts/docs-check.py (from the top of the checkout, after
@@ -59,17 +59,18 @@ for p in sorted(pages):
         if have is not None and anchor and anchor not in have:
             problems.append(f"{docs}/{p}: the link {href} finds no such anchor")
 
-readme = open("README.md").read()
-for href in re.findall(r"\]\(([^)\s]+)\)", readme):
-    if re.match(r"[a-z]+:", href):
-        continue
-    target, _, anchor = href.partition("#")
-    if target and not os.path.exists(target):
-        problems.append(f"README.md: the link {href} names no file")
-    elif anchor:
-        page = os.path.relpath(target, docs)[:-3] + ".html" if target.endswith(".md") else None
-        if not page or anchor not in (ids_of(page) or ()):
-            problems.append(f"README.md: the link {href} finds no such anchor")
+for readme in ["README.md", "deploy/kubernetes/README.md"]:
+    for href in re.findall(r"\]\(([^)\s]+)\)", open(readme).read()):
+        if re.match(r"[a-z]+:", href):
+            continue
+        target, _, anchor = href.partition("#")
+        target = os.path.normpath(os.path.join(os.path.dirname(readme), target)) if target else target
+        if target and not os.path.exists(target):
+            problems.append(f"{readme}: the link {href} names no file")
+        elif anchor:
+            page = os.path.relpath(target, docs)[:-3] + ".html" if target.endswith(".md") else None
+            if not page or anchor not in (ids_of(page) or ()):
+                problems.append(f"{readme}: the link {href} finds no such anchor")
 
 for md in ["README.md"] + sorted(os.path.join(docs, p) for p in pages):
     text = open(md).read()

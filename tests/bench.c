@@ -456,7 +456,7 @@ static size_t discard(char *p, size_t size, size_t n, void *arg)
 }
 
 typedef struct {
-	char text[16384];
+	char text[65536];
 	size_t n;
 } body;
 
@@ -498,8 +498,24 @@ static long http_status(int port, const char *path)
 	return http_get(port, path, NULL);
 }
 
-/* The sum of the counters names (NULL-terminated) of a worker's /metrics;
- * -1 when it did not answer or lacks one. */
+/* The sum of the samples of metric name on a /metrics page (one without
+ * labels, or one per workflow: the baseline's build may have either); -1
+ * when it has none. */
+static long metric_sum(const char *text, const char *name)
+{
+	long n = -1;
+	size_t len = strlen(name);
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncmp(p, name, len) != 0 || (p[len] != ' ' && p[len] != '{'))
+			continue;
+		const char *v = strchr(p, ' ');
+		n = (n < 0 ? 0 : n) + (v ? atol(v + 1) : 0);
+	}
+	return n;
+}
+
+/* The sum of the metrics names (NULL-terminated) of a worker's /metrics
+ * (metric_sum); -1 when it did not answer or lacks one. */
 static double worker_metrics(worker *w, const char *const *names)
 {
 	body m;
@@ -507,12 +523,10 @@ static double worker_metrics(worker *w, const char *const *names)
 		return -1;
 	double n = 0;
 	for (int i = 0; names[i]; i++) {
-		char key[128];
-		snprintf(key, sizeof key, "\n%s ", names[i]);
-		const char *k = strstr(m.text, key);
-		if (!k)
+		long k = metric_sum(m.text, names[i]);
+		if (k < 0)
 			return -1;
-		n += strtod(k + strlen(key), NULL);
+		n += (double)k;
 	}
 	return n;
 }

@@ -6,6 +6,10 @@
 # and removed on exit, whether the tests pass, fail or are interrupted.
 # ONLY="test_http fuzz_form" runs just the suites and fuzz targets it names
 # (a quicker loop while working on one part; `make test` runs them all).
+# When a suite that needs Citus (CITUS_SUITES) is selected and Citus is
+# installed (scripts/citus.sh check), a coordinator and two worker nodes
+# (tests/citus.sh) are started beside it, their URL in $CAIRN_CITUS_URL, and
+# stopped on exit in the same way; without Citus those suites skip.
 set -u
 out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,11 +21,19 @@ export CAIRN_FUZZ_DIR="$top/tests/fuzz"
 export CAIRN_SRC_DIR="$top"
 
 pgdir=""
+citusdir=""
 cleanup() {
 	[ -n "$pgdir" ] && sh "$top/tests/pg.sh" stop "$pgdir"
+	[ -n "$citusdir" ] && sh "$top/tests/citus.sh" stop "$citusdir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
+
+selected() {
+	[ -z "${ONLY:-}" ] && return 0
+	case " $ONLY " in *" $1 "*) return 0 ;; esac
+	return 1
+}
 
 if [ -z "${DATABASE_URL:-}" ]; then
 	pgdir=$(mktemp -d /tmp/cairn-test-pg.XXXXXX)
@@ -32,11 +44,21 @@ else
 	echo "tests: using DATABASE_URL (each test makes its own database)"
 fi
 
-selected() {
-	[ -z "${ONLY:-}" ] && return 0
-	case " $ONLY " in *" $1 "*) return 0 ;; esac
-	return 1
-}
+CITUS_SUITES="test_citus"
+wants_citus=0
+for s in $CITUS_SUITES; do
+	selected "$s" && wants_citus=1
+done
+if [ $wants_citus -eq 1 ] && [ -z "${CAIRN_CITUS_URL:-}" ]; then
+	if sh "$top/scripts/citus.sh" check 2>/dev/null; then
+		citusdir=$(mktemp -d /tmp/cairn-test-citus.XXXXXX)
+		CAIRN_CITUS_URL=$(sh "$top/tests/citus.sh" start "$citusdir") || exit 1
+		export CAIRN_CITUS_URL
+		echo "tests: private Citus cluster (a coordinator, two workers) in $citusdir"
+	else
+		echo "tests: Citus is not installed ($CITUS_SUITES skip): sh scripts/deps.sh --citus && sh scripts/citus.sh build"
+	fi
+fi
 
 passed=0
 failed=0

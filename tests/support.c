@@ -583,23 +583,32 @@ const char *tdb_new_migrated_shards(int shards)
 	return db;
 }
 
+double tmetric_in(const char *text, const char *name, const char *labels)
+{
+	double v = -1;
+	size_t n = strlen(name);
+	for (const char *p = text; p && *p;) {
+		const char *nl = strchr(p, '\n'), *end = nl ? nl : p + strlen(p);
+		if (strncmp(p, name, n) == 0 && (p[n] == ' ' || p[n] == '{')) {
+			/* The value follows the line's last space (label values may have some). */
+			const char *sp = end;
+			while (sp > p + n && *sp != ' ')
+				sp--;
+			if (!labels || (p[n] == '{' && memmem(p + n, (size_t)(sp - (p + n)), labels,
+			                                      strlen(labels))))
+				v = (v < 0 ? 0 : v) + strtod(sp + 1, NULL);
+		}
+		p = nl ? nl + 1 : NULL;
+	}
+	return v;
+}
+
 double tmetric(int port, const char *name)
 {
 	char *body = NULL;
 	double v = -1;
-	if (thttp(port, "GET", "/metrics", &body, NULL) == 200) {
-		size_t n = strlen(name);
-		for (const char *p = body; *p;) {
-			if (strncmp(p, name, n) == 0 && p[n] == ' ') {
-				v = strtod(p + n + 1, NULL);
-				break;
-			}
-			const char *nl = strchr(p, '\n');
-			if (!nl)
-				break;
-			p = nl + 1;
-		}
-	}
+	if (thttp(port, "GET", "/metrics", &body, NULL) == 200)
+		v = tmetric_in(body, name, NULL);
 	free(body);
 	return v;
 }

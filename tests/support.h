@@ -88,9 +88,14 @@ int tfile_wait(const char *path, const char *text, int64_t timeout_ms);
 
 /* tdb_new() plus `cairn migrate --shards N`: fewer shards keep lease tests light. */
 const char *tdb_new_migrated_shards(int shards);
-/* The value of an unlabelled metric on the worker's /metrics, or -1 when the
- * endpoint does not answer or has no such metric. */
+/* The value of a metric on the worker's /metrics (the sum of its samples,
+ * one per label set), or -1 when the endpoint does not answer or has no
+ * such metric. */
 double tmetric(int port, const char *name);
+/* The sum of the samples of metric name in a /metrics page whose labels
+ * contain labels (e.g. "workflow=\"order\""; NULL: every sample), or -1
+ * when there is none. */
+double tmetric_in(const char *text, const char *name, const char *labels);
 /* The path of the test plugin (tests/plugin_test.so): $CAIRN_TEST_PLUGIN. */
 const char *tplugin_path(void);
 /* The path of the execution tests' plugin (tests/plugin_flows.so): $CAIRN_TEST_FLOWS. */

@@ -37,11 +37,20 @@ Test(worker, endpoints_answer_with_status_type_and_content)
 
 	cr_assert_eq(thttp(port, "GET", "/metrics", &body, &ct), 200);
 	cr_assert(strstr(ct, "text/plain; version=0.0.4"), "%s", ct);
-	const char *names[] = {
-	    "cairn_build_info",           "cairn_uptime_seconds",    "cairn_db_connected",
-	    "cairn_db_reconnects_total",  "cairn_shards_owned",      "cairn_runs_started_total",
-	    "cairn_runs_completed_total", "cairn_runs_failed_total", "cairn_step_duration_seconds",
-	    "cairn_queue_depth",          "cairn_detachments_total", "cairn_executors_idle"};
+	const char *names[] = {"cairn_build_info",
+	                       "cairn_uptime_seconds",
+	                       "cairn_db_connected",
+	                       "cairn_db_reconnects_total",
+	                       "cairn_shards_owned",
+	                       "cairn_runs_started_total",
+	                       "cairn_runs_completed_total",
+	                       "cairn_runs_failed_total",
+	                       "cairn_step_duration_seconds",
+	                       "cairn_queue_depth",
+	                       "cairn_detachments_total",
+	                       "cairn_executors_idle",
+	                       "cairn_ready",
+	                       "cairn_backlog_publisher"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		char help[128], type[128];
 		snprintf(help, sizeof help, "# HELP %s ", names[i]);
@@ -49,7 +58,10 @@ Test(worker, endpoints_answer_with_status_type_and_content)
 		cr_assert(strstr(body, help) && strstr(body, type), "%s lacks HELP/TYPE", names[i]);
 	}
 	cr_assert(strstr(body, "cairn_db_connected 1\n"), "%s", body);
-	cr_assert(strstr(body, "cairn_step_duration_seconds_bucket{le=\"+Inf\"} 0\n"));
+	cr_assert(
+	    strstr(body, "cairn_step_duration_seconds_bucket{workflow=\"other\",le=\"+Inf\"} 0\n"),
+	    "%s", body);
+	cr_assert(strstr(body, "cairn_ready 1\n"), "%s", body);
 	free(body);
 	free(ct);
 
@@ -460,11 +472,11 @@ Test(worker, status_lists_owned_shards_with_epochs_singletons_and_rebalances)
 	cr_assert_geq(epochs, 1, "%s", body);
 	/* The built-ins, in the order they were registered. */
 	static const char *const builtins[] = {"cairn.relay", "cairn.scheduler", "cairn.health",
-	                                       "cairn.janitor"};
+	                                       "cairn.janitor", "cairn.backlog"};
 	int k = 0;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "singletons"))
 	{
-		cr_assert_lt(k, 4);
+		cr_assert_lt(k, 5);
 		cr_assert_str_eq(cJSON_GetObjectItem(it, "name")->valuestring, builtins[k]);
 		k++;
 	}

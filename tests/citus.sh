@@ -1,0 +1,145 @@
+#!/bin/sh
+# citus.sh start DIR | createdb DIR NAME | stop DIR - a throwaway Citus cluster for tests and the
+# benchmark: a coordinator and two worker nodes, three PostgreSQL clusters
+# made as tests/pg.sh makes one (initdb into DIR/coord, DIR/w1, DIR/w2, each
+# listening only on a Unix socket in its own directory, run as an
+# unprivileged system user when we are root), each loading Citus. `start`
+# registers the workers with the coordinator in the database postgres and
+# prints the coordinator's DATABASE_URL; `createdb` makes database NAME a
+# Citus cluster of its own on the same three nodes (Citus's metadata is per
+# database: the database, the extension and the nodes on each) and prints
+# its URL; `stop` stops the three and removes DIR. Citus must be installed
+# (sh scripts/citus.sh build).
+#
+# The nodes know each other by their socket directories (Citus connects to a
+# node with host=NODENAME, and libpq takes a host that starts with / for a
+# socket directory), all on port 5432 like pg.sh's server: no TCP port is
+# taken, so several clusters (checkouts, test runs) never collide.
+#
+# citus.shard_count is 32 (Citus's default): enough shard groups for the
+# rebalancer to spread over a node added to the two, few enough that making
+# cairn's dozen distributed tables creates a few hundred shard tables, not
+# thousands. Durability follows pg.sh (PG_FSYNC=on for a benchmark), and so
+# does PG_STATEMENTS=1 (pg_stat_statements, loaded after Citus).
+set -eu
+cmd=${1:-}
+dir=${2:-}
+[ -n "$dir" ] || { echo "usage: citus.sh start DIR | createdb DIR NAME | stop DIR" >&2; exit 2; }
+pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[ -n "$pgbin" ] || { echo "citus.sh: no PostgreSQL server found in /usr/lib/postgresql" >&2; exit 1; }
+nodes="coord w1 w2"
+
+pguser=$(id -un)
+if [ "$(id -u)" -eq 0 ]; then
+	pguser=postgres
+	id -u "$pguser" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$pguser"
+fi
+
+as_user() {
+	if [ "$(id -u)" -eq 0 ]; then
+		runuser -u "$pguser" -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# psql as cairn on node $1's socket, database $db (postgres); the rest are
+# psql's.
+db=postgres
+node_sql() {
+	n=$1
+	shift
+	PGOPTIONS="-c client_min_messages=warning" \
+		"$pgbin/psql" -X -q -v ON_ERROR_STOP=1 -At "host=$dir/$n port=5432 user=cairn dbname=$db" "$@"
+}
+
+# The workers' Citus in database $db, then the coordinator's, which
+# registers itself and the workers.
+add_nodes() {
+	node_sql w1 -c "CREATE EXTENSION IF NOT EXISTS citus" &&
+		node_sql w2 -c "CREATE EXTENSION IF NOT EXISTS citus" &&
+		node_sql coord -c "CREATE EXTENSION IF NOT EXISTS citus" &&
+		node_sql coord -c "SELECT citus_set_coordinator_host('$dir/coord', 5432)" >/dev/null &&
+		node_sql coord -c "SELECT citus_add_node('$dir/w1', 5432)" >/dev/null &&
+		node_sql coord -c "SELECT citus_add_node('$dir/w2', 5432)" >/dev/null
+}
+
+stop_all() {
+	for n in $nodes; do
+		if [ -f "$dir/$n/data/postmaster.pid" ]; then
+			as_user "$pgbin/pg_ctl" -D "$dir/$n/data" -m immediate -w stop >/dev/null 2>&1 || true
+		fi
+	done
+}
+
+start_node() {
+	n=$1
+	mkdir -p "$dir/$n"
+	[ "$(id -u)" -eq 0 ] && chown "$pguser" "$dir/$n"
+	as_user "$pgbin/initdb" -D "$dir/$n/data" -U cairn -A trust --no-sync -E UTF8 >"$dir/$n/initdb.log" 2>&1 ||
+		{ cat "$dir/$n/initdb.log" >&2; return 1; }
+	# Citus's own settings: the node names itself by its socket directory
+	# (local_hostname: shard moves connect to the node they run on), sends
+	# no statistics and checks for no update (no network), and keeps a
+	# coordinator or worker connection per node it reaches for the next
+	# statement instead of opening one each time. On the command line,
+	# pg.sh's options and two of Citus's needs: prepared transactions (a
+	# transaction that writes on several nodes commits in two phases) and
+	# wal_level logical (the rebalancer moves shards by logical replication).
+	cat >>"$dir/$n/data/postgresql.conf" <<-EOF
+		shared_preload_libraries = 'citus$preload'
+		citus.local_hostname = '$dir/$n'
+		citus.enable_statistics_collection = off
+		citus.shard_count = 32
+		citus.max_cached_conns_per_worker = 4
+	EOF
+	as_user "$pgbin/pg_ctl" -D "$dir/$n/data" -l "$dir/$n/server.log" -w -t 60 start \
+		-o "-c listen_addresses='' -k $dir/$n -p 5432 $durability \
+		    -c max_connections=400 -c max_locks_per_transaction=256 \
+		    -c shared_buffers=128MB -c max_prepared_transactions=200 \
+		    -c wal_level=logical" >/dev/null ||
+		{ cat "$dir/$n/server.log" >&2; return 1; }
+}
+
+case "$cmd" in
+start)
+	[ -f "$("$pgbin/pg_config" --sharedir 2>/dev/null)/extension/citus.control" ] ||
+		[ -f "/usr/share/postgresql/$(basename "$(dirname "$pgbin")")/extension/citus.control" ] ||
+		{ echo "citus.sh: Citus is not installed: sh scripts/deps.sh --citus && sh scripts/citus.sh build" >&2; exit 1; }
+	case "${PG_FSYNC:-off}" in
+	on) durability="-c fsync=on -c full_page_writes=on" ;;
+	off) durability="-c fsync=off -c full_page_writes=off" ;;
+	*) echo "citus.sh: PG_FSYNC=\"$PG_FSYNC\": expected on or off" >&2; exit 2 ;;
+	esac
+	preload=""
+	[ "${PG_STATEMENTS:-0}" = 1 ] && preload=",pg_stat_statements"
+	mkdir -p "$dir"
+	[ "$(id -u)" -eq 0 ] && chown "$pguser" "$dir"
+	# A node that does not start stops the others: nothing is left running.
+	for n in $nodes; do
+		start_node "$n" || { stop_all; exit 1; }
+	done
+	add_nodes || { stop_all; exit 1; }
+	echo "postgresql:///postgres?host=$dir/coord&port=5432&user=cairn"
+	;;
+createdb)
+	name=${3:-}
+	case "$name" in
+	"" | *[!a-z0-9_]*) echo "citus.sh: createdb DIR NAME: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
+	esac
+	for n in $nodes; do
+		node_sql "$n" -c "CREATE DATABASE $name"
+	done
+	db=$name
+	add_nodes
+	echo "postgresql:///$name?host=$dir/coord&port=5432&user=cairn"
+	;;
+stop)
+	stop_all
+	rm -rf "$dir"
+	;;
+*)
+	echo "usage: citus.sh start DIR | createdb DIR NAME | stop DIR" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,227 @@
+/*
+ * test_citus.c - the Citus cluster of the harness (tests/citus.sh: a
+ * coordinator and two worker nodes; tests/run.sh exports its URL as
+ * CAIRN_CITUS_URL when Citus is installed) and the behaviours of Citus that
+ * the plan of docs/architecture.md ("On Citus") rests on: a statement
+ * filtered by the distribution column is a router plan (one task, one
+ * node); a prepared statement keeps that with a generic plan only when it
+ * reads or writes one table; a notification sent by a statement on a
+ * distributed table is sent on the worker node, not on the coordinator.
+ * Each test works in a schema of its own in the cluster's database.
+ */
+#include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support.h"
+
+static PGconn *citus_connect(void)
+{
+	const char *url = getenv("CAIRN_CITUS_URL");
+	if (!url || !*url)
+		cr_skip_test("CAIRN_CITUS_URL is not set: tests/run.sh starts a Citus cluster only "
+		             "when Citus is installed (sh scripts/deps.sh --citus && sh "
+		             "scripts/citus.sh build, which make test runs)");
+	PGconn *c = PQconnectdb(url);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "cannot connect to %s: %s", url, PQerrorMessage(c));
+	PQclear(PQexec(c, "SET client_min_messages = warning"));
+	return c;
+}
+
+static void exec_ok(PGconn *c, const char *sql)
+{
+	PGresult *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+	cr_assert(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s", sql,
+	          PQerrorMessage(c));
+	PQclear(r);
+}
+
+/*
+ * A schema of this test's own, with cairn's shape in small: runs and their
+ * journal, distributed by the shard and colocated (each key includes the
+ * shard, as Citus requires), over the cluster's worker nodes.
+ */
+static void make_tables(PGconn *c, char *schema, size_t n)
+{
+	snprintf(schema, n, "citus_test_%d", (int)getpid());
+	char sql[2048];
+	snprintf(
+	    sql, sizeof sql,
+	    "DROP SCHEMA IF EXISTS %1$s CASCADE; CREATE SCHEMA %1$s; "
+	    "CREATE TABLE %1$s.runs (id bigint NOT NULL, shard int NOT NULL, "
+	    "  status text NOT NULL DEFAULT 'pending', PRIMARY KEY (id, shard)); "
+	    "CREATE TABLE %1$s.steps (run_id bigint NOT NULL, shard int NOT NULL, "
+	    "  seq int NOT NULL, output jsonb, PRIMARY KEY (run_id, seq, shard)); "
+	    "SELECT create_distributed_table('%1$s.runs', 'shard'); "
+	    "SELECT create_distributed_table('%1$s.steps', 'shard', "
+	    "  colocate_with => '%1$s.runs'); "
+	    "ALTER TABLE %1$s.steps ADD FOREIGN KEY (run_id, shard) "
+	    "  REFERENCES %1$s.runs (id, shard) ON DELETE CASCADE; "
+	    "INSERT INTO %1$s.runs (id, shard) SELECT i, i %% 64 FROM generate_series(1, 640) i; "
+	    "INSERT INTO %1$s.steps (run_id, shard, seq) SELECT id, shard, 0 FROM %1$s.runs",
+	    schema);
+	exec_ok(c, sql);
+}
+
+static void drop_tables(PGconn *c, const char *schema)
+{
+	char sql[256];
+	snprintf(sql, sizeof sql, "DROP SCHEMA %s CASCADE", schema);
+	exec_ok(c, sql);
+	PQfinish(c);
+}
+
+/* The plan of EXPLAIN (COSTS OFF) prefix sql, as one text (caller frees). */
+static char *explain(PGconn *c, const char *sql)
+{
+	char q[4096];
+	snprintf(q, sizeof q, "EXPLAIN (COSTS OFF) %s", sql);
+	PGresult *r = PQexec(c, q);
+	cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", q, PQerrorMessage(c));
+	size_t len = 1;
+	for (int i = 0; i < PQntuples(r); i++)
+		len += strlen(PQgetvalue(r, i, 0)) + 1;
+	char *plan = calloc(1, len);
+	cr_assert(plan);
+	for (int i = 0; i < PQntuples(r); i++) {
+		strcat(plan, PQgetvalue(r, i, 0));
+		strcat(plan, "\n");
+	}
+	PQclear(r);
+	return plan;
+}
+
+/* The distributed plan's task count (its first "Task Count: N"), or -1. */
+static int task_count(const char *plan)
+{
+	const char *t = strstr(plan, "Task Count: ");
+	return t ? atoi(t + strlen("Task Count: ")) : -1;
+}
+
+/* How many different nodes the plan's tasks name ("Node: host=..."). */
+static int node_count(const char *plan)
+{
+	char seen[8][512];
+	int n = 0;
+	for (const char *p = plan; (p = strstr(p, "Node: host=")) != NULL; p++) {
+		char host[512];
+		if (sscanf(p, "Node: host=%511s", host) != 1)
+			continue;
+		int k = 0;
+		while (k < n && strcmp(seen[k], host) != 0)
+			k++;
+		if (k == n && n < 8)
+			snprintf(seen[n++], sizeof seen[0], "%s", host);
+	}
+	return n;
+}
+
+Test(citus, statements_filtered_by_the_shard_column_are_router_plans_on_one_node)
+{
+	PGconn *c = citus_connect();
+	char s[64], sql[1024];
+	make_tables(c, s, sizeof s);
+	/* The tables are spread over both worker nodes. */
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(DISTINCT nodename) FROM citus_shards "
+	                      "WHERE table_name = '%s.runs'::regclass",
+	                      s),
+	             2);
+	/* A run with its journal, a write of the run, a write of the journal
+	 * that reads the run: each one task, on one node. */
+	const char *routed[] = {
+	    "SELECT r.status, st.output FROM %1$s.runs r JOIN %1$s.steps st "
+	    "  ON st.shard = r.shard AND st.run_id = r.id WHERE r.shard = 7 AND r.id = 7",
+	    "UPDATE %1$s.runs SET status = 'running' WHERE shard = 7 AND id = 7",
+	    "WITH u AS (UPDATE %1$s.runs SET status = 'completed' WHERE shard = 7 AND id = 7 "
+	    "  RETURNING id) "
+	    "UPDATE %1$s.steps SET output = '1' WHERE shard = 7 AND run_id IN (SELECT id FROM u)",
+	};
+	for (size_t i = 0; i < sizeof routed / sizeof *routed; i++) {
+		snprintf(sql, sizeof sql, routed[i], s);
+		char *plan = explain(c, sql);
+		cr_assert_eq(task_count(plan), 1, "%s\n%s", sql, plan);
+		cr_assert_eq(node_count(plan), 1, "%s\n%s", sql, plan);
+		free(plan);
+	}
+	/* The same read without the shard: a task per Citus shard
+	 * (citus.shard_count), which is what the check above tells apart. */
+	snprintf(sql, sizeof sql,
+	         "SELECT r.status FROM %1$s.runs r JOIN %1$s.steps st "
+	         "  ON st.shard = r.shard AND st.run_id = r.id WHERE r.id = 7",
+	         s);
+	char *plan = explain(c, sql);
+	cr_assert_eq(task_count(plan),
+	             tdb_int(c, "SELECT current_setting('citus.shard_count')::int"), "%s\n%s", sql,
+	             plan);
+	free(plan);
+	drop_tables(c, s);
+}
+
+Test(citus, a_generic_plan_routes_by_the_shard_only_a_statement_on_one_table)
+{
+	PGconn *c = citus_connect();
+	char s[64], sql[1024];
+	make_tables(c, s, sizeof s);
+	/* cairn's worker sessions plan their statements once (generic plans).
+	 * Citus defers the choice of shard to execution for a statement on
+	 * one table filtered by the shard ("fast path"): */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	snprintf(sql, sizeof sql,
+	         "PREPARE one(int, bigint) AS UPDATE %s.runs SET status = 'running' "
+	         "WHERE shard = $1 AND id = $2",
+	         s);
+	exec_ok(c, sql);
+	char *plan = explain(c, "EXECUTE one(7, 7)");
+	cr_assert_eq(task_count(plan), 1, "%s", plan);
+	free(plan);
+	/* but a join, even of colocated tables each filtered by the shard, has
+	 * no generic plan: it is planned with its values at every execution. */
+	snprintf(sql, sizeof sql,
+	         "PREPARE two(int, bigint) AS SELECT r.status FROM %1$s.runs r JOIN %1$s.steps st "
+	         "ON st.shard = r.shard AND st.run_id = r.id "
+	         "WHERE r.shard = $1 AND st.shard = $1 AND r.id = $2",
+	         s);
+	exec_ok(c, sql);
+	PGresult *r = PQexec(c, "EXPLAIN (COSTS OFF) EXECUTE two(7, 7)");
+	cr_assert_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
+	cr_assert(strstr(PQerrorMessage(c), "could not create distributed plan"), "%s",
+	          PQerrorMessage(c));
+	PQclear(r);
+	exec_ok(c, "SET plan_cache_mode = auto");
+	drop_tables(c, s);
+}
+
+Test(citus,
+     a_notification_sent_by_a_statement_on_a_distributed_table_is_not_heard_on_the_coordinator)
+{
+	PGconn *c = citus_connect();
+	char s[64], sql[1024];
+	make_tables(c, s, sizeof s);
+	PGconn *listener = citus_connect();
+	char channel[96];
+	snprintf(channel, sizeof channel, "%s_wake", s);
+	snprintf(sql, sizeof sql, "LISTEN %s", channel);
+	exec_ok(listener, sql);
+	/* The statement runs on the worker node that holds shard 7, and so
+	 * does its pg_notify; then one sent on the coordinator alone. The
+	 * coordinator delivers in commit order, so the first would come first
+	 * if it were heard there. */
+	snprintf(sql, sizeof sql,
+	         "SELECT pg_notify('%s', 'sent on the node of the shard') FROM %s.runs "
+	         "WHERE shard = 7 AND id = 7",
+	         channel, s);
+	exec_ok(c, sql);
+	snprintf(sql, sizeof sql, "SELECT pg_notify('%s', 'sent on the coordinator')", channel);
+	exec_ok(c, sql);
+	char *got = tdb_next_notification(listener, 30000);
+	cr_assert(got, "no notification within 30 s");
+	cr_assert_str_eq(got, "sent on the coordinator");
+	free(got);
+	PQfinish(listener);
+	drop_tables(c, s);
+}
