@@ -851,8 +851,8 @@ int cairn_child_start(cairn_ctx *ctx, const char *name, const char *workflow,
  * since the first call; else CAIRN_SUSPENDED, and the run is woken when that
  * child ends. Children may be waited for in any order, and one already
  * waited for gives the same outcome again. A child not started by this run
- * is CAIRN_EINVAL, which fails the run (every later durable call returns it
- * too).
+ * is CAIRN_EINVAL, and so is every later durable call of the execution: a
+ * workflow that returns it fails.
  */
 int cairn_child_wait(cairn_ctx *ctx, int64_t child, int64_t timeout_ms, struct cJSON **output);
 

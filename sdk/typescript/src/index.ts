@@ -17,7 +17,7 @@
  * @packageDocumentation
  */
 export { Worker, WorkerOptions, WorkflowFunction, WorkflowOptions } from "./worker";
-export { Context, NameOptions, RunId, StepFunction, WaitOptions } from "./context";
+export { ChildResult, ChildrenWaitOptions, Context, NameOptions, RunId, StepFunction, WaitOptions } from "./context";
 export { RetryPolicy, RunRetryPolicy } from "./policy";
 export { Client, ClientOptions, EnqueueOptions, Enqueued, ResultOptions, Run, RunStatus } from "./client";
 export {
