@@ -395,6 +395,77 @@ static const char SQL_ENQUEUE_BATCH_KEYED[] =
     ENQUEUE_BATCH("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
 
 /*
+ * Many new runs: the batch as a plain INSERT, which fails with
+ * unique_violation when a key exists (a batch sent again, a key another
+ * batch holds); the batch is then sent as ENQUEUE_BATCH, which finds the
+ * existing runs. Most batches are new runs: ON CONFLICT makes PostgreSQL
+ * check the unique index before each row it inserts, and the join that
+ * puts the inserted and the existing runs back in input order sorts the
+ * batch twice more: from psql, 10,000 runs took 105 ms plain against 135
+ * ms with ON CONFLICT (median of 6), and the whole of ENQUEUE_BATCH about
+ * 2x a bare INSERT ... SELECT of the same rows. The rows are inserted in
+ * input order, so their ids, drawn as each is inserted, rise in it: the
+ * client puts the rows it gets back in order by id. Parameters as
+ * ENQUEUE_BATCH's but $9 (nothing to read back of an existing run).
+ */
+#define ENQUEUE_NEW(rank)                                                                          \
+	"WITH input AS ("                                                                          \
+	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::int[], "        \
+	"                       $7::bigint[], $8::bigint[], $9::text[], $10::int[]) "              \
+	"    WITH ORDINALITY "                                                                     \
+	"    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, "                 \
+	"         ckey, prio, ord)) "                                                              \
+	"INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "    \
+	"                             scheduled_at, start_at, concurrency_key, priority, held) "   \
+	"SELECT $1, key, shard_group, shard, input::jsonb, max_attempts, at, "                     \
+	"       CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "                           \
+	"FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "                             \
+	"      FROM (SELECT *, " rank " AS rank FROM input) i) i ORDER BY ord "                    \
+	"RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
+static const char SQL_ENQUEUE_NEW[] = ENQUEUE_NEW("0::bigint");
+static const char SQL_ENQUEUE_NEW_KEYED[] =
+    ENQUEUE_NEW("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
+
+/* Orders the rows of SQL_ENQUEUE_NEW: by run id, as text of digits. */
+static int by_id_text(const void *a, const void *b)
+{
+	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+	size_t lx = strlen(x), ly = strlen(y);
+	return lx != ly ? (lx > ly) - (lx < ly) : strcmp(x, y);
+}
+
+/* Reads the rows of SQL_ENQUEUE_NEW (freed here) into out, in input order:
+ * CAIRN_OK, or a failure (out untouched). */
+static int read_new(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out)
+{
+	/* Row numbers' ids, sorted: the order the runs came in. */
+	const char **ids = (size_t)PQntuples(r) == n ? malloc(n * sizeof *ids + 1) : NULL;
+	if (!ids) {
+		int got = PQntuples(r);
+		PQclear(r);
+		return (size_t)got == n
+		           ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the runs")
+		           : client_fail(c, CAIRN_EDB,
+		                         "the batch's insert returned %d rows for %zu runs", got,
+		                         n);
+	}
+	for (size_t i = 0; i < n; i++)
+		ids[i] = PQgetvalue(r, (int)i, 0);
+	qsort(ids, n, sizeof *ids, by_id_text);
+	for (int row = 0; row < PQntuples(r); row++) {
+		const char *id = PQgetvalue(r, row, 0);
+		const char **at = bsearch(&id, ids, n, sizeof *ids, by_id_text);
+		cairn_enqueued *e = &out[at - ids];
+		cairn_enqueued_clear(e);
+		*e = (cairn_enqueued){.id = strtoll(id, NULL, 10), .held = db_get_bool(r, row, 5)};
+		snprintf(e->status, sizeof e->status, "%s", PQgetvalue(r, row, 2));
+	}
+	free(ids);
+	PQclear(r);
+	return CAIRN_OK;
+}
+
+/*
  * Letting held runs go (migration 0010): cairn.flow_release for some keys,
  * in one transaction with the wake-up of their owners (cairn.wake, migration
  * 0015: idle ones; a busy owner claims again by itself, and does not go idle
@@ -732,6 +803,23 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	 * unless it is a pooler's and not ours to change. */
 	if (!c->jit_off && !c->settings.pooled)
 		c->jit_off = db_cmd(c->conn, NULL, "SET jit = off", 0, NULL) == 0;
+	/* New runs, the common case: a plain INSERT (ENQUEUE_NEW). A key that
+	 * exists makes it fail, and the batch goes again as ENQUEUE_BATCH. */
+	const char *fresh[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
+	                       pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
+	                       pgarr_str(&delays), pgarr_str(&ats),    pgarr_str(&ckeys),
+	                       pgarr_str(&prios)};
+	const db_stmt news = {NULL, keyed ? SQL_ENQUEUE_NEW_KEYED : SQL_ENQUEUE_NEW};
+	PGresult *nr = exec_then(c, &news, 10, fresh, &ST_WAKE_SHARDS, 3, wake);
+	if (nr) {
+		if ((rc = read_new(c, nr, n, out)))
+			goto done;
+		goto release;
+	}
+	if (strcmp(db_last_sqlstate(), "23505") != 0) {
+		rc = client_db_fail(c);
+		goto done;
+	}
 	/* A concurrent enqueue of the same key can commit after our snapshot: the
 	 * insert skips it but the lookup cannot see it yet, so try once more. */
 	for (int attempt = 0; attempt < 3; attempt++) {
