@@ -413,8 +413,9 @@ static const char SQL_ENQUEUED[] =
  * join, and with many runs of the workflow it hashed them all (measured:
  * 393 ms for 1,000 runs among 500,000 of their workflow, 28 ms with it).
  *
- * Runs are routed (cairn.route) once per distinct group given ('' for
- * none) and require_served ($12) of the batch, not once per run.
+ * The client has routed the runs ($3: their groups, enqueue's route_to);
+ * cairn.route gives each distinct group ($3, '' for none, which a routed
+ * batch has not) and require_served ($12) of the batch its warning once.
  */
 #define ENQUEUE_BATCH(rank)                                                                        \
 	"WITH input AS ("                                                                          \

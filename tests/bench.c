@@ -590,6 +590,24 @@ static void workers_stop(worker *ws, int n)
 	}
 }
 
+/*
+ * How long to wait before asking a worker's /metrics again, with ended of
+ * n runs ended elapsed ms after the start: a quarter of the time the rest
+ * should take at the rate so far, between poll_ms and 200 ms. The page is
+ * tens of KB, and asking for it every poll_ms through a drain of seconds
+ * cost the worker it measures a few per cent of a core. Asked this way,
+ * a drain's end is seen within poll_ms of it unless its rate more than
+ * quadruples on the way.
+ */
+static int poll_wait(long ended, int n, int64_t elapsed, int poll_ms)
+{
+	if (ended <= 0 || elapsed <= 0)
+		return poll_ms;
+	double rest = (double)(n - ended) * (double)elapsed / (double)ended;
+	int wait = (int)(rest / 4);
+	return wait < poll_ms ? poll_ms : wait > 200 ? 200 : wait;
+}
+
 /* Waits until n runs of workflow (keys like key_like) have finished, asking
  * pg every poll_ms (each ask counted in *count); gives up after 10 minutes, or
  * 30 s without progress, or when a worker died. 0 when all did. */
@@ -614,7 +632,7 @@ static int wait_finished(bench *b, const char *phase, PGconn *pg, long *count, c
 			if (ended != done)
 				done = ended, last_change = t;
 			if (t - last_change <= 30000 && t - start <= 600000) {
-				sleep_ms(poll_ms);
+				sleep_ms(poll_wait(ended, n, t - start, poll_ms));
 				continue;
 			}
 		}
