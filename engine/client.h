@@ -179,12 +179,22 @@ int client_signal_outcome(cairn_client *c, int64_t run_id, const char *name, con
  * run's status right after it: "cancelled" when it ended at once, else the
  * status it keeps until its next durable call. */
 int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status);
+/* -1 with msg (PARSE_ERR_MAX bytes) when json (a value given as what) is a
+ * string that starts with the prefix of sealed values (SEAL_PREFIX), which
+ * is reserved; else 0. */
+int client_check_unsealed(const char *what, const char *json, char *msg);
 /* cairn_enqueue of one run as a child of parent (0: none), whose end then
  * signals the parent (exec.h, EXEC_CHILD_SIGNAL). With o->group NULL it is
  * routed with prefer (the starting run's group; NULL: none) first among
  * the groups that serve the workflow, and to prefer when none ever did. */
 int client_enqueue_child(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
                          int64_t parent, const char *prefer, cairn_enqueued *out);
+/* The group a child of workflow goes to, routed as client_enqueue_child
+ * routes it (prefer: the parent's group), into group (size bytes), and
+ * the route's warning (malloc'ed; NULL: served), with the client's cached
+ * routes: CAIRN_OK, or the client's error. */
+int client_route_child(cairn_client *c, const char *workflow, const char *prefer, char *group,
+                       size_t size, char **warning);
 /* cairn_signal, and with nonce (a signal link used once, link.h) only if
  * that nonce was never used: it is recorded with the signal, and a second
  * use is CAIRN_ESTATE ("this link was used already"). */

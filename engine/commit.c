@@ -52,6 +52,14 @@ static void row_clear(jrow *r)
 	free(r->error);
 }
 
+static void child_clear(commit_child *k)
+{
+	free(k->workflow);
+	free(k->key);
+	free(k->input);
+	free(k->group);
+}
+
 void commit_free(commit *c)
 {
 	if (!c)
@@ -61,6 +69,10 @@ void commit_free(commit *c)
 	free(c->rows);
 	free(c->sig_ids);
 	free(c->sig_seqs);
+	for (int i = 0; i < c->nkids; i++)
+		child_clear(&c->kids[i]);
+	free(c->kids);
+	free(c->await.children);
 	free(c->output);
 	free(c->next_input);
 	free(c->error);
@@ -110,6 +122,41 @@ int commit_add_signal(commit *c, int64_t id, int seq)
 	return 0;
 }
 
+int commit_add_child(commit *c, const commit_child *k)
+{
+	if (c->nkids == c->capkids) {
+		int cap = c->capkids ? c->capkids * 2 : 16;
+		commit_child *g = realloc(c->kids, (size_t)cap * sizeof *g);
+		if (!g)
+			return -CAIRN_ENOMEM;
+		c->kids = g;
+		c->capkids = cap;
+	}
+	commit_child *d = &c->kids[c->nkids];
+	*d = *k;
+	d->workflow = strdup(k->workflow);
+	d->key = strdup(k->key);
+	d->input = strdup(k->input);
+	d->group = k->group ? strdup(k->group) : NULL;
+	if (!d->workflow || !d->key || !d->input || (k->group && !d->group)) {
+		child_clear(d);
+		return -CAIRN_ENOMEM;
+	}
+	c->nkids++;
+	return 0;
+}
+
+int commit_set_await(commit *c, int seq, int want, const int64_t *children, int n)
+{
+	int64_t *copy = malloc((size_t)(n > 0 ? n : 1) * sizeof *copy);
+	if (!copy)
+		return -CAIRN_ENOMEM;
+	memcpy(copy, children, (size_t)n * sizeof *copy);
+	free(c->await.children);
+	c->await = (commit_await){.seq = seq, .want = want, .children = copy, .n = n};
+	return 0;
+}
+
 void commit_truncate(commit *c, int from)
 {
 	int k = 0;
@@ -127,6 +174,18 @@ void commit_truncate(commit *c, int from)
 			c->sig_seqs[k++] = c->sig_seqs[i];
 		}
 	c->nsig = k;
+	k = 0;
+	for (int i = 0; i < c->nkids; i++) {
+		if (c->kids[i].seq < from)
+			c->kids[k++] = c->kids[i];
+		else
+			child_clear(&c->kids[i]);
+	}
+	c->nkids = k;
+	if (c->await.n && c->await.seq >= from) {
+		free(c->await.children);
+		c->await = (commit_await){0};
+	}
 }
 
 /* -------------------------------------------------------------- encoding */
@@ -153,6 +212,11 @@ void commit_truncate(commit *c, int from)
  * commit, and a commit that waited sees the bumped row and writes nothing. */
 #define COMMIT_TAIL                                                                                \
 	" SELECT ok.run_id, r.cancel_requested FROM ok JOIN cairn.runs r ON r.id = ok.run_id"
+/* With the part that tells parents (PART_KID): also whether the run is due
+ * again because its wait for children was met as it began. */
+#define COMMIT_TAIL_WOKEN                                                                          \
+	" SELECT ok.run_id, r.cancel_requested, ok.run_id IN (SELECT run_id FROM kidm) "           \
+	"FROM ok JOIN cairn.runs r ON r.id = ok.run_id"
 
 /* A part: its CTEs, and the slots they read (first to last, in the order
  * of COMMIT_SLOTS). */
@@ -211,6 +275,26 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  WHERE g.id = x.id AND x.r IN (SELECT run_id FROM ok) AND (g.run_id = x.r "
      "    OR g.run_id = (SELECT p.continued_from FROM cairn.runs p WHERE p.id = x.r)))",
      SLOT_sig_id, SLOT_sig_run},
+    /* Children started (cairn_child_start), under the ids their starts
+     * journal, in the group that serves their workflow (NULL: the run's),
+     * and the parent's child_waits row, which tells the ends of its
+     * children to count down its waits (cairn.children_sync). */
+    {"kn AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
+     "                               max_attempts, scheduled_at, start_at, parent_id, "
+     "                               traceparent) "
+     "  SELECT x.id, x.w, x.k, coalesce(x.g, ok.g), x.s, x.i::jsonb, 3, now(), now(), x.p, "
+     "         x.tp "
+     "  FROM unnest(:kn_run::bigint[], :kn_id::bigint[], :kn_workflow::text[], "
+     "              :kn_key::text[], :kn_shard::int[], :kn_group::text[], :kn_input::text[], "
+     "              :kn_tp::text[]) "
+     "       AS x(p, id, w, k, s, g, i, tp) "
+     "  JOIN ok ON ok.run_id = x.p "
+     "  ON CONFLICT (workflow, key) DO NOTHING), "
+     "knw AS (INSERT INTO cairn.child_waits (run_id) "
+     "  SELECT DISTINCT x.p FROM unnest(:kn_run::bigint[]) AS x(p) "
+     "  WHERE x.p IN (SELECT run_id FROM ok) "
+     "  ON CONFLICT (run_id) DO NOTHING)",
+     SLOT_kn_run, SLOT_kn_tp},
     /* A run retry cuts the journal where the run starts over, and gives
      * back the signals consumed from there on. */
     {"rst AS (DELETE FROM cairn.steps s USING unnest(:reset_run::bigint[], :reset_from::int[]) "
@@ -240,19 +324,30 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  WHERE r.id = ANY (:unclaim_run::bigint[]) "
      "     OR (r.id = ANY (:refund_run::bigint[]) AND r.id NOT IN (SELECT run_id FROM ok)))",
      SLOT_unclaim_run, SLOT_refund_run},
-    /* A child that finished tells its parent (a signal, and its message),
-     * unless the parent has finished. */
+    /* A child that finished tells its parent: a signal with its outcome
+     * (unless the parent has finished). A run that suspends in a wait for
+     * children drops its signal messages (its wait counts the signals, and
+     * a message its claim did not see would wake it for nothing).
+     * cairn.children_sync (migration 0021) counts down the waits of the
+     * ended children's parents and sets up the new waits: the runs it
+     * returns get a message, and the fence's runs among them are due again
+     * (COMMIT_TAIL_WOKEN). */
     {"kid AS (INSERT INTO cairn.signals (run_id, name, payload) "
      "  SELECT p.id, x.n, x.pl::jsonb "
      "  FROM unnest(:kid_run::bigint[], :kid_parent::bigint[], :kid_name::text[], "
      "              :kid_payload::text[]) AS x(r, p, n, pl) "
      "  JOIN cairn.runs p ON p.id = x.p "
-     "  WHERE x.r IN (SELECT run_id FROM ok) AND p.finished_at IS NULL "
-     "  RETURNING run_id), "
+     "  WHERE x.r IN (SELECT run_id FROM ok) AND p.finished_at IS NULL), "
+     "awd AS (DELETE FROM cairn.messages m WHERE m.run_id = ANY (:aw_run::bigint[]) "
+     "  AND m.kind = 'signal' AND m.run_id IN (SELECT run_id FROM ok)), "
      "kidm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-     "  SELECT p.id, p.shard_group, p.shard, 'signal' FROM kid JOIN cairn.runs p "
-     "  ON p.id = kid.run_id)",
-     SLOT_kid_run, SLOT_kid_payload},
+     "  SELECT p.id, p.shard_group, p.shard, 'signal' "
+     "  FROM cairn.children_sync((SELECT array_agg(run_id) FROM ok), :aw_run::bigint[], "
+     "         :aw_seq::int[], :aw_want::int[], :awc_run::bigint[], :awc_child::bigint[], "
+     "         :kid_run::bigint[], :kid_child::bigint[], :kid_parent::bigint[]) AS w(id) "
+     "  JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
+     "  RETURNING run_id)",
+     SLOT_kid_run, SLOT_awc_child},
     /* A cancelled parent asks its unfinished children to cancel. */
     {"canc AS (UPDATE cairn.runs c SET cancel_requested = true, updated_at = now() "
      "  WHERE c.parent_id = ANY (:can_run::bigint[]) AND c.parent_id IN (SELECT run_id FROM ok) "
@@ -313,23 +408,33 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
 };
 
 /* Tells `cairn wait` and the like that runs finished ($1) and that runs
- * published events ($2), and wakes the owners of the parents of finished
- * children ($3, when idle) and of the children of cancelled runs ($4),
- * after their commit and in a transaction of its own: PostgreSQL serialises
- * the commits of notifying transactions, and this one writes no WAL, so it
- * is short. */
+ * published events ($2), and wakes the owners (when idle) of the parents
+ * of finished children that are due ($3: their waits were met), of the
+ * children of cancelled runs ($4) and, other than this runner ($6), of
+ * children just started ($5; bare, so that PostgreSQL folds them into one
+ * notification per owner), after their commit and in a transaction of its
+ * own: PostgreSQL serialises the commits of notifying transactions, and
+ * this one writes no WAL, so it is short. */
 static const char SQL_DONE[] =
     "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM unnest($1::bigint[]) id "
     "UNION ALL "
     "SELECT count(pg_notify('" CAIRN_EVENT_CHANNEL "', id::text)) FROM unnest($2::bigint[]) id "
     "UNION ALL "
     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || x.how || ' ' || x.id)) "
-    "FROM (SELECT id, shard_group, shard, '' AS how FROM cairn.runs "
-    "      WHERE id = ANY ($3::bigint[]) AND finished_at IS NULL "
+    "FROM (SELECT r.id, r.shard_group, r.shard, '' AS how FROM cairn.runs r "
+    "      WHERE r.id = ANY ($3::bigint[]) AND r.finished_at IS NULL "
+    "        AND EXISTS (SELECT 1 FROM cairn.messages m WHERE m.run_id = r.id "
+    "                    AND m.deliver_at <= now()) "
     "      UNION ALL SELECT id, shard_group, shard, '" CAIRN_WAKE_CANCEL "' FROM cairn.runs "
     "      WHERE parent_id = ANY ($4::bigint[]) AND finished_at IS NULL) x "
     "JOIN cairn.shard_leases l ON l.shard_group = x.shard_group AND l.shard = x.shard "
-    "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR x.how <> '')";
+    "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR x.how <> '') "
+    "UNION ALL "
+    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner::text)) "
+    "FROM (SELECT DISTINCT l.owner FROM cairn.runs c "
+    "      JOIN cairn.shard_leases l ON l.shard_group = c.shard_group AND l.shard = c.shard "
+    "      JOIN cairn.runners w ON w.id = l.owner AND w.idle "
+    "      WHERE c.id = ANY ($5::bigint[]) AND l.owner <> $6) o";
 
 /* The slots of the statement of parts, in its $n order (the head's first):
  * their number. */
@@ -343,6 +448,15 @@ static int part_slots(unsigned parts, int slots[COMMIT_NSLOTS])
 			for (int s = (int)COMMIT_PART[i].first; s <= (int)COMMIT_PART[i].last; s++)
 				slots[n++] = s;
 	return n;
+}
+
+/* The bit of the part that reads slot s. */
+static unsigned part_bit(enum commit_slot s)
+{
+	for (int i = 0; i < COMMIT_NPARTS; i++)
+		if (COMMIT_PART[i].first <= s && s <= COMMIT_PART[i].last)
+			return 1u << i;
+	return 0;
 }
 
 unsigned commit_parts(const commit_params *p)
@@ -364,7 +478,7 @@ int commit_statement(unsigned parts, buf *sql, buf *err)
 			buf_puts(&text, ", ");
 			buf_puts(&text, COMMIT_PART[i].sql);
 		}
-	buf_puts(&text, COMMIT_TAIL);
+	buf_puts(&text, parts & part_bit(SLOT_kid_run) ? COMMIT_TAIL_WOKEN : COMMIT_TAIL);
 	int slots[COMMIT_NSLOTS];
 	const char *names[COMMIT_NSLOTS];
 	int n = part_slots(parts, slots);
@@ -480,12 +594,45 @@ static void add_child_end(commit_params *p, const commit *c)
 	if ((c->error && !etext) || payload.oom)
 		s[SLOT_kid_payload].b.oom = 1;
 	pgarr_add_i64(&s[SLOT_kid_run], c->run.id);
+	pgarr_add_i64(&s[SLOT_kid_child], c->run.chain ? c->run.chain : c->run.id);
 	pgarr_add_i64(&s[SLOT_kid_parent], c->run.parent);
 	pgarr_add(&s[SLOT_kid_name], name);
 	add_sealed(&s[SLOT_kid_payload], p->keys, SEAL_SIGNAL_PAYLOAD, buf_str(&payload));
 	buf_free(&payload);
 	cJSON_free(etext);
 	cJSON_Delete(err);
+}
+
+/* The children the commit starts, their inputs sealed as a run's. */
+static void add_children(commit_params *p, const commit *c)
+{
+	pgarr *s = p->slot;
+	for (int k = 0; k < c->nkids; k++) {
+		const commit_child *kid = &c->kids[k];
+		pgarr_add_i64(&s[SLOT_kn_run], c->run.id);
+		pgarr_add_i64(&s[SLOT_kn_id], kid->id);
+		pgarr_add(&s[SLOT_kn_workflow], kid->workflow);
+		pgarr_add(&s[SLOT_kn_key], kid->key);
+		pgarr_add_i64(&s[SLOT_kn_shard], kid->shard);
+		pgarr_add(&s[SLOT_kn_group], kid->group);
+		add_sealed(&s[SLOT_kn_input], p->keys, SEAL_RUN_INPUT, kid->input);
+		pgarr_add(&s[SLOT_kn_tp], kid->tp[0] ? kid->tp : NULL);
+	}
+}
+
+/* The wait for children a run suspends in. */
+static void add_await(commit_params *p, const commit *c)
+{
+	pgarr *s = p->slot;
+	if (!c->await.n)
+		return;
+	pgarr_add_i64(&s[SLOT_aw_run], c->run.id);
+	pgarr_add_i64(&s[SLOT_aw_seq], c->await.seq);
+	pgarr_add_i64(&s[SLOT_aw_want], c->await.want);
+	for (int k = 0; k < c->await.n; k++) {
+		pgarr_add_i64(&s[SLOT_awc_run], c->run.id);
+		pgarr_add_i64(&s[SLOT_awc_child], c->await.children[k]);
+	}
 }
 
 /* Whether a commit's own write gives its execution's count back, fenced or
@@ -528,6 +675,7 @@ static void encode_one(commit_params *p, const commit *c)
 		pgarr_add_i64(&s[SLOT_sig_seq], c->sig_seqs[k]);
 		pgarr_add_i64(&s[SLOT_sig_run], c->run.id);
 	}
+	add_children(p, c);
 	switch (c->outcome) {
 	case COMMIT_JOURNAL:
 		/* A hand-over gives its claim back (a stop that is not a crash
@@ -542,6 +690,7 @@ static void encode_one(commit_params *p, const commit *c)
 		add_claimed(&s[SLOT_del_msg], c);
 		if (c->at_ms)
 			add_new_message(p, c, MSG_WAKE);
+		add_await(p, c);
 		break;
 	case COMMIT_FINISH:
 		add_run_update(p, c, c->status, 1, START_NONE);
@@ -670,12 +819,14 @@ static void settle_rows(commit *const *batch, int n, const PGresult *r)
 {
 	for (int i = 0; i < n; i++)
 		batch[i]->ok = 0;
+	int woken = PQnfields(r) > 2;
 	for (int row = 0; row < PQntuples(r); row++) {
 		int64_t id = db_get_i64(r, row, 0);
 		for (int i = 0; i < n; i++)
 			if (batch[i]->run.id == id) {
 				batch[i]->ok = 1;
 				batch[i]->cancel_requested = db_get_bool(r, row, 1);
+				batch[i]->woken = woken && db_get_bool(r, row, 2);
 			}
 	}
 }
@@ -724,11 +875,12 @@ static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 
 /* Whom a written batch tells, after it (SQL_DONE's parameters). */
 typedef struct tellings {
-	pgarr done, events, parents, cancelled;
+	pgarr done, events, parents, cancelled, started;
+	int64_t self; /* this runner: the owner of the leases of the commits */
 } tellings;
 #define TELLINGS_INIT                                                                              \
 	{                                                                                          \
-		PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT                                     \
+		PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, 0                      \
 	}
 
 /* How long the committer may keep the tellings of written batches while
@@ -760,6 +912,9 @@ static void collect_tellings(commit *const *batch, int n, tellings *t)
 			pgarr_add_i64(&t->cancelled, c->run.id);
 		if (c->ok && has_event(c))
 			pgarr_add_i64(&t->events, c->run.id);
+		for (int k = 0; c->ok && k < c->nkids; k++)
+			pgarr_add_i64(&t->started, c->kids[k].id);
+		t->self = c->run.owner;
 	}
 }
 
@@ -769,17 +924,20 @@ static void collect_tellings(commit *const *batch, int n, tellings *t)
  * sent one. */
 static int notify_send(PGconn *conn, tellings *t)
 {
-	pgarr *a[] = {&t->done, &t->events, &t->parents, &t->cancelled};
-	const char *p[4];
+	pgarr *a[] = {&t->done, &t->events, &t->parents, &t->cancelled, &t->started};
+	enum { N = sizeof a / sizeof a[0] };
+	const char *p[N + 1];
+	char self[24];
 	int any = 0, oom = 0;
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < N; i++) {
 		p[i] = pgarr_str(a[i]);
 		any |= a[i]->n > 0;
 		oom |= a[i]->b.oom;
 	}
+	p[N] = db_i64(self, t->self);
 	int sent =
-	    conn && any && !oom && PQsendQueryPrepared(conn, "cairn_done", 4, p, NULL, NULL, 0);
-	for (int i = 0; i < 4; i++)
+	    conn && any && !oom && PQsendQueryPrepared(conn, "cairn_done", N + 1, p, NULL, NULL, 0);
+	for (int i = 0; i < N; i++)
 		pgarr_free(a[i]);
 	return sent;
 }
@@ -1041,6 +1199,15 @@ static void settle(committer *k, commit **batch, int n, PGconn **conn, buf *err)
 	}
 }
 
+/* Whether a written commit of batch started children. */
+static int started_children(commit *const *batch, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (batch[i]->ok && batch[i]->nkids)
+			return 1;
+	return 0;
+}
+
 /* Whether no commit waits. */
 static int queue_empty(committer *k)
 {
@@ -1050,8 +1217,18 @@ static int queue_empty(committer *k)
 	return empty;
 }
 
-/* Takes up to COMMIT_MAX queued commits; 0 when stopping with none left.
- * Stamps the watch while it waits. */
+int commit_batch_fits(commit *const *batch, int n, const commit *c)
+{
+	for (int i = 0; i < n; i++)
+		if ((c->run.parent && batch[i]->run.id == c->run.parent) ||
+		    batch[i]->run.parent == c->run.id)
+			return 0;
+	return 1;
+}
+
+/* Takes up to COMMIT_MAX queued commits, ending a batch before a commit
+ * that does not fit it (commit_batch_fits; the marker's commits always
+ * do); 0 when stopping with none left. Stamps the watch while it waits. */
 static int take_batch(committer *k, commit **batch)
 {
 	pthread_mutex_lock(&k->mu);
@@ -1062,7 +1239,8 @@ static int take_batch(committer *k, commit **batch)
 		stamp(k);
 	}
 	int n = 0;
-	while (k->head && n < COMMIT_MAX) {
+	while (k->head && n < COMMIT_MAX &&
+	       (k->env.async_commit || commit_batch_fits(batch, n, k->head))) {
 		batch[n++] = k->head;
 		k->head = k->head->next;
 	}
@@ -1183,7 +1361,10 @@ static void *committer_main(void *arg)
 		 * read before the next batch: no run waits for the notification.
 		 * While more commits wait, for TELL_DELAY_MS at most. */
 		collect_tellings(batch, n, &told);
+		int started = started_children(batch, n);
 		settle(k, batch, n, &conn, &err);
+		if (started && k->env.on_children)
+			k->env.on_children(k->env.arg);
 		if (!told_since)
 			told_since = clock_mono_ms();
 		if (queue_empty(k) || clock_mono_ms() - told_since >= TELL_DELAY_MS) {

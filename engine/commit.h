@@ -89,6 +89,28 @@ typedef struct commit_run {
 	metrics_flow *mx;
 } commit_run;
 
+/* A child run the commit inserts (cairn_child_start): under an id taken
+ * from runs' sequence beforehand, keyed cairn.child:RUN:SEQ, in group (the
+ * one that serves its workflow; NULL: the run's own), due at once. */
+typedef struct commit_child {
+	int64_t id;
+	int seq; /* of its start in the run's journal */
+	int shard;
+	char *workflow, *key, *input; /* input: JSON text */
+	char *group;
+	char tp[56]; /* its traceparent: of the call that starts it (trace.h); "": none */
+} commit_child;
+
+/* A wait for children the run suspends in (cairn_child_wait and the like):
+ * want of children[] must end before the run is woken. Those whose end the
+ * run took before are not among them (nor counted in want). */
+typedef struct commit_await {
+	int seq;
+	int want;
+	int64_t *children;
+	int n; /* 0: no wait */
+} commit_await;
+
 typedef struct commit {
 	commit_run run;
 	commit_outcome outcome;
@@ -107,10 +129,14 @@ typedef struct commit {
 	int64_t *sig_ids; /* signals consumed, and the seq that consumed each */
 	int *sig_seqs;
 	int nsig, capsig;
+	commit_child *kids; /* children to insert */
+	int nkids, capkids;
+	commit_await await; /* SUSPEND: the wait for children it suspends in */
 
 	/* Filled by the committer. */
 	int ok;               /* written (the fence held) */
 	int cancel_requested; /* the run was cancelled meanwhile */
+	int woken;            /* its wait for children was met as it began: it is due again */
 	int done;
 	int final; /* submitted with committer_submit_final */
 	void *tag; /* the submitter's, handed back by on_final */
@@ -122,9 +148,26 @@ void commit_free(commit *c);
 /* Adds a row (its strings copied) / a consumed signal: 0 or -CAIRN_ENOMEM. */
 int commit_add_row(commit *c, const jrow *r);
 int commit_add_signal(commit *c, int64_t id, int seq);
-/* Drops the rows and consumed signals at seq >= from (a run retry starts
- * over there). */
+/* Adds a child to insert (its strings copied): 0 or -CAIRN_ENOMEM. */
+int commit_add_child(commit *c, const commit_child *k);
+/* Sets the wait for children the run suspends in (children copied): 0 or
+ * -CAIRN_ENOMEM. */
+int commit_set_await(commit *c, int seq, int want, const int64_t *children, int n);
+/* Drops the rows, consumed signals, children and wait at seq >= from (a
+ * run retry starts over there). */
 void commit_truncate(commit *c, int from);
+
+/*
+ * Whether c may join the n commits of batch: not when its run is the
+ * parent or a child of one of theirs. A parent's commit and its child's in
+ * one statement would both write the child's row (a cancelled parent asks
+ * its children to cancel), of which PostgreSQL keeps the first update, or
+ * miss each other (a wait for children counts the ends of children that
+ * committed before it, cairn.children_sync, and a child's end in the same
+ * statement has not). The committer ends a batch before such a commit,
+ * which opens the next one.
+ */
+int commit_batch_fits(commit *const *batch, int n, const commit *c);
 
 /*
  * The statement's parameters, one X-macro list: the name of each :slot in
@@ -141,10 +184,13 @@ void commit_truncate(commit *c, int from);
 	X(del_msg) X(del_run)                                                       \
 	X(new_run) X(new_kind) X(new_at)                                            \
 	X(sig_id) X(sig_seq) X(sig_run)                                             \
+	X(kn_run) X(kn_id) X(kn_workflow) X(kn_key) X(kn_shard) X(kn_group)         \
+	X(kn_input) X(kn_tp)                                                        \
 	X(reset_run) X(reset_from)                                                  \
 	X(defer_msg) X(defer_at)                                                    \
 	X(prog_run) X(unclaim_run) X(refund_run)                                    \
-	X(kid_run) X(kid_parent) X(kid_name) X(kid_payload)                         \
+	X(kid_run) X(kid_parent) X(kid_name) X(kid_payload) X(kid_child)            \
+	X(aw_run) X(aw_seq) X(aw_want) X(awc_run) X(awc_child)                      \
 	X(can_run)                                                                  \
 	X(ev_run) X(ev_key) X(ev_value) X(ev_seq)                                   \
 	X(mv_run) X(mv_group)                                                       \
@@ -169,7 +215,7 @@ typedef struct commit_params {
  * the messages' deletion, ...), each reading its own slots; a batch needs
  * only the parts whose slots it fills. A set of parts is a bit mask.
  */
-#define COMMIT_NPARTS    14
+#define COMMIT_NPARTS    15
 #define COMMIT_ALL_PARTS ((1u << COMMIT_NPARTS) - 1)
 /* The parts whose slots p fills. */
 unsigned commit_parts(const commit_params *p);
@@ -207,6 +253,9 @@ typedef struct committer_env {
 	/* Called on the committer thread for a final commit once it is done;
 	 * the callee owns c from then on. */
 	void (*on_final)(void *arg, commit *c);
+	/* Called on the committer thread after a batch that started children
+	 * (they are due): may be NULL. */
+	void (*on_children)(void *arg);
 	void *arg;
 } committer_env;
 

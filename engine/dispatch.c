@@ -419,6 +419,13 @@ static void trace_end(dispatch *d, const commit *c, const job *j)
 	}
 }
 
+/* The committer wrote children a run started: most are in this worker's
+ * shards, due now. */
+static void children_due(void *arg)
+{
+	want_claim(arg);
+}
+
 /* The committer wrote (or gave up on) an execution's final commit. */
 static void on_final(void *arg, commit *c)
 {
@@ -455,7 +462,8 @@ static void on_final(void *arg, commit *c)
 			break;
 		default: break; /* a hand-over: its messages stay */
 		}
-	job_end(arg, j, settled, next_at);
+	/* A wait for children met as it began: the run is due again. */
+	job_end(arg, j, settled && !c->woken, next_at);
 	commit_free(c);
 }
 
@@ -1252,6 +1260,7 @@ static void take_row(dispatch *d, const claimrow_env *env, const char *const *v,
 	}
 	if (j->run_id > d->newest_claimed)
 		d->newest_claimed = j->run_id;
+	j->max_signals = d->limits.max_pending_signals;
 	if (queue_job(d, j) < 0) {
 		job_free(j);
 		refuse_row(d, v, refused, marked);
@@ -1576,15 +1585,21 @@ static PGconn *connect_poller(dispatch *d, buf *err)
  * take up to a minute to notice. The pollers of a fleet see the same slow
  * claims at the same time, and an ANALYZE per poller makes every session
  * plan again (50 workers starting together ran 51 of them), so one refresh
- * a minute serves the fleet (db_analyze_unless_recent).
+ * a minute serves the fleet (db_analyze_unless_recent), unless the tables
+ * outgrew their statistics since (grew, stats_stale: the first poller to
+ * see it refreshes them, and the others then find them fresh). Without
+ * that exception a worker that analyzed its empty tables as it connected,
+ * and then saw a run start 10,000 children, claimed with a plan made for
+ * empty tables for a minute: a second a claim, 87 s for the fan-out,
+ * against 5 s with fresh statistics.
  */
 #define STATS_FRESH_MS 60000
 
-static void refresh_stats(dispatch *d, PGconn *conn, int64_t claim_ms)
+static void refresh_stats(dispatch *d, PGconn *conn, int64_t claim_ms, int grew)
 {
 	char ms[24];
 	int rc = db_analyze_unless_recent(conn, DB_LOCK_ANALYZE_QUEUE, "cairn.messages, cairn.runs",
-	                                  STATS_FRESH_MS);
+	                                  grew ? 0 : STATS_FRESH_MS);
 	log_kv(d->env.log, LOG_INFO,
 	       rc > 0    ? "slow claim: refreshed the statistics of cairn.messages and cairn.runs"
 	       : rc == 0 ? "slow claim: the statistics of cairn.messages and cairn.runs were "
@@ -1613,13 +1628,20 @@ static const char SQL_STATS_STALE[] =
     "  2 * greatest(c.relpages, 1)::bigint * current_setting('block_size')::bigint), false) "
     "FROM pg_class c WHERE c.oid IN ('cairn.runs'::regclass, 'cairn.messages'::regclass)";
 
-static void refresh_stale_stats(dispatch *d, PGconn *conn)
+/* Whether cairn.runs or cairn.messages outgrew its statistics. */
+static int stats_stale(PGconn *conn)
 {
 	PGresult *r = db_exec(conn, NULL, SQL_STATS_STALE, 0, NULL);
 	int stale = r && PQntuples(r) == 1 && db_get_bool(r, 0, 0);
 	PQclear(r);
-	if (stale && db_analyze_unless_recent(conn, DB_LOCK_ANALYZE_QUEUE,
-	                                      "cairn.messages, cairn.runs", STATS_FRESH_MS) > 0)
+	return stale;
+}
+
+static void refresh_stale_stats(dispatch *d, PGconn *conn)
+{
+	if (stats_stale(conn) && db_analyze_unless_recent(conn, DB_LOCK_ANALYZE_QUEUE,
+	                                                  "cairn.messages, cairn.runs",
+	                                                  STATS_FRESH_MS) > 0)
 		log_kv(d->env.log, LOG_INFO,
 		       "refreshed the statistics of cairn.messages and cairn.runs: never taken, or "
 		       "the tables grew",
@@ -1794,10 +1816,12 @@ static void claim_once(poller *p, poll_round *rd, int64_t owner, int start_now, 
 	int64_t took = clock_mono_ms() - t0;
 	/* Not the first run of a statement in the session,
 	 * slow as it plans. */
-	if (rd->n >= 0 && took > SLOW_CLAIM_MS && !d->cold_claim &&
-	    clock_mono_ms() >= p->next_analyze) {
-		refresh_stats(d, p->conn, took);
-		p->next_analyze = clock_mono_ms() + STATS_FRESH_MS;
+	if (rd->n >= 0 && took > SLOW_CLAIM_MS && !d->cold_claim) {
+		int grew = stats_stale(p->conn);
+		if (grew || clock_mono_ms() >= p->next_analyze) {
+			refresh_stats(d, p->conn, took, grew);
+			p->next_analyze = clock_mono_ms() + STATS_FRESH_MS;
+		}
 	}
 }
 
@@ -2006,8 +2030,10 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                    .keys = env->cfg->keys,
 	                    .code_version = *env->cfg->code_version ? env->cfg->code_version : NULL,
 	                    .on_final = on_final,
+	                    .on_children = children_due,
 	                    .arg = d};
 	committer_env me = ce;
+	me.on_children = NULL;
 	me.app_name = "cairn-worker mark";
 	me.async_commit = 1;
 	me.loop = env->mark_loop;

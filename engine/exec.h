@@ -59,6 +59,9 @@ typedef struct job {
 	int64_t journal_bytes;
 	jcache_run *jc;
 	int64_t chain_id; /* the first run of its chain: itself unless it continues one */
+	/* max_pending_signals at the claim: a box that full may have left
+	 * signals out, which a wait for children fetches (0: never). */
+	int max_signals;
 	char *last_step; /* the last durable step's name, read only when claims >= poison_after */
 	int64_t *msgs;   /* claimed message ids */
 	/* The step running now (exec_env.step_state; read under the poller's
@@ -87,6 +90,23 @@ void journal_too_large(job *j, int64_t bytes, int64_t max_bytes);
 /* A new commit for j's run, fenced by j's lease; NULL when out of memory. */
 commit *job_commit(const job *j);
 
+/* What cairn_child_start needs from the database before it journals a new
+ * child (exec_env.child_ids). */
+typedef struct exec_ids {
+	int64_t *ids; /* fresh run ids, from runs' sequence */
+	int nids;
+	/* Children of the run that lost their journal entries: started by an
+	 * execution whose entry was not committed (or cut by a retry). */
+	struct exec_orphan {
+		int64_t id;
+		int seq;
+		char *workflow;
+	} * orphans;
+	int norphans;
+	int shards; /* shards_per_group */
+} exec_ids;
+void exec_ids_free(exec_ids *x);
+
 typedef struct exec_env {
 	const registry *reg;
 	const logger *log;
@@ -109,6 +129,17 @@ typedef struct exec_env {
 	/* A step of j starts (name, with its timeout, 0: none) or ends (name
 	 * NULL), for /status; may be NULL. */
 	void (*step_state)(void *arg, job *j, const char *name, int64_t timeout_ms);
+	/* n fresh run ids for children of run, and with orphans its children
+	 * that lost their journal entries (exec_ids): 0, or -CAIRN_EDB with
+	 * why in err (the start is worth a retry). NULL: from the database,
+	 * through the executor thread's client. */
+	int (*child_ids)(const struct exec_env *env, int64_t run, int n, int orphans, exec_ids *out,
+	                 buf *err);
+	/* The run's unconsumed signals of children's ends with an id above
+	 * after, as the claim renders signals (journal.h): 0 with *json
+	 * (malloc'ed, or NULL: none), or -CAIRN_EDB. NULL: from the database. */
+	int (*more_ends)(const struct exec_env *env, int64_t run, int64_t after, char **json,
+	                 buf *err);
 	void *arg;
 	tracer *tracer; /* spans of durable calls; NULL: tracing is off */
 } exec_env;

@@ -282,22 +282,61 @@ int signals_parse(const char *text, signal_box *b, buf *err)
 	return 0;
 }
 
+static int by_name_id(const void *a, const void *b)
+{
+	const signal_entry *x = *(signal_entry *const *)a, *y = *(signal_entry *const *)b;
+	int c = strcmp(x->name, y->name);
+	return c ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+/* Sorts the box's signals by name, then id, once. */
+static int index_names(signal_box *b)
+{
+	if (b->by_name || !b->n)
+		return 0;
+	b->by_name = malloc((size_t)b->n * sizeof *b->by_name);
+	if (!b->by_name)
+		return -CAIRN_ENOMEM;
+	for (int i = 0; i < b->n; i++)
+		b->by_name[i] = &b->e[i];
+	qsort(b->by_name, (size_t)b->n, sizeof *b->by_name, by_name_id);
+	return 0;
+}
+
+signal_entry *signals_find(signal_box *b, const char *name, int *oom)
+{
+	*oom = 0;
+	if (index_names(b) < 0) {
+		*oom = 1;
+		return NULL;
+	}
+	int lo = 0, hi = b->n; /* the first of the name: lower bound */
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (strcmp(b->by_name[mid]->name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < b->n && strcmp(b->by_name[lo]->name, name) == 0; lo++)
+		if (!b->by_name[lo]->taken)
+			return b->by_name[lo];
+	return NULL;
+}
+
 signal_entry *signals_take(signal_box *b, const char *name)
 {
-	signal_entry *best = NULL;
-	for (int i = 0; i < b->n; i++) {
-		signal_entry *s = &b->e[i];
-		if (!s->taken && strcmp(s->name, name) == 0 && (!best || s->id < best->id))
-			best = s;
-	}
-	if (best)
-		best->taken = 1;
-	return best;
+	int oom;
+	signal_entry *s = signals_find(b, name, &oom);
+	if (s)
+		s->taken = 1;
+	return s;
 }
 
 void signals_free(signal_box *b)
 {
 	cJSON_Delete(b->tree);
 	free(b->e);
+	free(b->by_name);
 	memset(b, 0, sizeof *b);
 }

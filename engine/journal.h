@@ -84,13 +84,18 @@ typedef struct signal_box {
 	struct cJSON *tree;
 	signal_entry *e;
 	int n;
+	signal_entry **by_name; /* e by name, then id: made by the first lookup */
 } signal_box;
 
 /* Parses the claim's unconsumed signals; as journal_parse. */
 int signals_parse(const char *text, signal_box *b, buf *err);
 /* Decrypts the payloads: as journal_unseal. */
 int signals_unseal(signal_box *b, const seal_keys *k, buf *err, char *key);
-/* The oldest signal of this name not yet taken, marked taken; NULL if none. */
+/* The oldest signal of this name not yet taken, marked taken; NULL if none.
+ * A lookup costs O(log n) (a run may hold thousands of its children's
+ * ends). */
 signal_entry *signals_take(signal_box *b, const char *name);
+/* The same, not marked taken: -CAIRN_ENOMEM is NULL too (with *oom set). */
+signal_entry *signals_find(signal_box *b, const char *name, int *oom);
 void signals_free(signal_box *b);
 #endif

@@ -82,6 +82,8 @@ typedef struct metrics {
 	_Atomic uint64_t schedule_fires;  /* runs the scheduler started */
 	_Atomic uint64_t flow_held_back;  /* due runs a claim left for a limit (cairn limit) */
 	_Atomic uint64_t flow_released;   /* held runs let go when their key had a free slot */
+	/* Journal entries executions replayed (answered from the journal). */
+	_Atomic uint64_t replayed_entries;
 	_Atomic int queue_depth;
 	/* 1 while the poller claims with limits (cairn.limits has rows). */
 	_Atomic int claim_limits;

@@ -35,7 +35,8 @@
 	X(KIND_SEND, "send")                                                                       \
 	X(KIND_ENQUEUE, "enqueue")                                                                 \
 	X(KIND_EVENT, "event")                                                                     \
-	X(KIND_PATCH, "patch")
+	X(KIND_PATCH, "patch")                                                                     \
+	X(KIND_CHILDREN, "children")
 
 /* The signal a child's end sends its parent: this prefix and the child's
  * id; its payload {"status", "output", "error"}. */

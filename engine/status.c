@@ -183,6 +183,9 @@ static void metrics_page(const status_env *e, http_reply *r)
 	metric(b, "cairn_steps_timed_out_total", "counter",
 	       "Step attempts that ran past their timeout (their results discarded).", NULL,
 	       (double)atomic_load(&m->steps_timed_out));
+	metric(b, "cairn_replayed_entries_total", "counter",
+	       "Journal entries executions replayed (returned from the journal, not run again).",
+	       NULL, (double)atomic_load(&m->replayed_entries));
 	metric(b, "cairn_schedule_fires_total", "counter",
 	       "Runs this worker's scheduler started for schedules.", NULL,
 	       (double)atomic_load(&m->schedule_fires));

@@ -927,10 +927,15 @@ int cairn_random(cairn_ctx *ctx, uint64_t *value);
  * in this run's shard group if that group serves the workflow, else in the
  * group that serves it (routed as cairn_enqueue routes: a workflow never
  * served stays in this run's group, and the worker logs the warning), keyed
- * by this run and this call's position, and gives its id. When the child finishes, the commit that
- * finishes it sends its outcome to this run, so waiting costs one wake per child, never a poll. A
- * parent that ends cancelled asks its unfinished children to cancel (their next durable call
- * returns CAIRN_CANCELLED); a parent that completes or fails leaves them running.
+ * by this run and this call's position, and gives its id. The child is
+ * written with this run's next commit (the commit before its next step, its
+ * wait, or its end, or one for every 1,000 children started in a row), so
+ * starting many costs a statement per thousand, not one each. When the
+ * child finishes, the commit that finishes it sends its outcome to this
+ * run, which is woken only when a wait of it can be met: a fan-out of N
+ * children costs one wake, not N. A parent that ends cancelled asks its
+ * unfinished children to cancel (their next durable call returns
+ * CAIRN_CANCELLED); a parent that completes or fails leaves them running.
  */
 int cairn_child_start(cairn_ctx *ctx, const char *name, const char *workflow,
                       const struct cJSON *input, int64_t *child);
@@ -939,10 +944,49 @@ int cairn_child_start(cairn_ctx *ctx, const char *name, const char *workflow,
  * *output (its output; owned by ctx) once it completed; CAIRN_EFAIL once it
  * failed or was cancelled, the error saying which and why (a failure the
  * workflow may handle); CAIRN_ETIMEOUT once timeout_ms (< 0: none) passed
- * since the first call; else CAIRN_SUSPENDED. Children may be waited for in
- * any order.
+ * since the first call; else CAIRN_SUSPENDED, and the run is woken when that
+ * child ends. Children may be waited for in any order, and one already
+ * waited for gives the same outcome again. A child not started by this run
+ * is CAIRN_EINVAL, and so is every later durable call of the execution: a
+ * workflow that returns it fails.
  */
 int cairn_child_wait(cairn_ctx *ctx, int64_t child, int64_t timeout_ms, struct cJSON **output);
+
+/* One child's outcome in a wait for many (cairn_child_wait_all and the
+ * like). Its pointers are owned by ctx, valid until the workflow returns. */
+typedef struct cairn_child_result {
+	int64_t child;              /* the child's id, as given */
+	int done;                   /* 1: it finished, and the fields below say how; 0: not yet */
+	int status;                 /* CAIRN_OK (completed), CAIRN_EFAIL (failed) or
+	                               CAIRN_CANCELLED (cancelled) */
+	const struct cJSON *output; /* completed: its output */
+	const char *error;          /* failed or cancelled: why */
+} cairn_child_result;
+
+/*
+ * Waits until k of the n children (their ids, each started by this run, none
+ * twice) have finished, as one durable call journaled "children": the run
+ * is suspended and woken once, when the k-th ends, however many there are.
+ * results (n of them) then say, in the order given, which finished and how
+ * (those that ended by then, k or more). Returns CAIRN_OK when every child
+ * that finished completed; CAIRN_EFAIL when one failed or was cancelled
+ * (the error names the first, results say which: the workflow may handle
+ * it); CAIRN_ETIMEOUT once timeout_ms (< 0: none) passed since the first
+ * call (results say nothing then, and the children's ends stay for a later
+ * wait); else CAIRN_SUSPENDED. A child's end that a wait took is there for
+ * later waits too: cairn_child_wait_any, then cairn_child_wait_all of the
+ * same children, collects the rest. 1 <= k <= n <= 1,000,000; a child not
+ * started by this run, or named twice, is CAIRN_EINVAL (as for
+ * cairn_child_wait).
+ */
+int cairn_child_wait_first(cairn_ctx *ctx, const int64_t *children, int n, int k,
+                           int64_t timeout_ms, cairn_child_result *results);
+/* cairn_child_wait_first with k = n: every child (map-reduce). */
+int cairn_child_wait_all(cairn_ctx *ctx, const int64_t *children, int n, int64_t timeout_ms,
+                         cairn_child_result *results);
+/* cairn_child_wait_first with k = 1: the first to finish. */
+int cairn_child_wait_any(cairn_ctx *ctx, const int64_t *children, int n, int64_t timeout_ms,
+                         cairn_child_result *results);
 /* Sends signal with payload (NULL: null) to run, once. CAIRN_EFAIL when run
  * does not exist or has finished (the error says which). */
 int cairn_send(cairn_ctx *ctx, const char *name, int64_t run, const char *signal,

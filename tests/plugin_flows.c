@@ -37,6 +37,15 @@
  *   t.parent   child_start "kid" ({"child": workflow, "input": ...}), await
  *              "go", wait for the child: {"child": id, "output"} or, for a
  *              failed child, {"child": id, "failed": ...}.
+ *   t.many     starts a child per element of {"children": [{"workflow", "input"}]}
+ *              (named "kid"), then waits for them as {"mode"} says: "all",
+ *              "any", "first" ({"k"}), "any_all" (any, then all), "each"
+ *              (cairn_child_wait of each in order), with {"timeout_ms"};
+ *              {"extra": ID} adds a run it did not start to the wait. Every
+ *              execution bumps t_counter (not durably: it counts how often
+ *              the parent was woken). Returns {"ids", "rc", "error",
+ *              "results": [{"done", "status", "output", "error"}]} and, for
+ *              "any_all", "first_results" of the first wait.
  *   t.send     cairn_send "tell" ({"to", "signal", "payload"}), then
  *              cairn_enqueue_from "spawn" (noop): {"spawned": id}.
  *   t.progress events "progress" {"pct": 50}, await "go", {"pct": 100}.
@@ -497,6 +506,101 @@ static int wf_parent(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* The results of a wait for children as JSON. */
+static cJSON *results_json(const cairn_child_result *r, int n)
+{
+	static const char *const st[] = {
+	    [CAIRN_OK] = "completed", [CAIRN_EFAIL] = "failed", [CAIRN_CANCELLED] = "cancelled"};
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; i < n; i++) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddBoolToObject(o, "done", r[i].done);
+		if (r[i].done) {
+			cJSON_AddStringToObject(o, "status", st[r[i].status]);
+			cJSON_AddItemToObject(o, "output",
+			                      r[i].output ? cJSON_Duplicate(r[i].output, 1)
+			                                  : cJSON_CreateNull());
+			if (r[i].error)
+				cJSON_AddStringToObject(o, "error", r[i].error);
+		}
+		cJSON_AddItemToArray(a, o);
+	}
+	return a;
+}
+
+/* t.many: see the top of the file. */
+static int wf_many(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t probe;
+	bump(ctx, &probe); /* how often the parent executes; not durable */
+	const cJSON *kids = field(input, "children"), *mode = field(input, "mode");
+	const char *m = cJSON_IsString(mode) ? mode->valuestring : "all";
+	int n = cJSON_GetArraySize(kids), extra = field(input, "extra") != NULL;
+	int64_t *ids = calloc((size_t)n + 1, sizeof *ids);
+	cairn_child_result *r = calloc((size_t)n + 1, sizeof *r),
+	                   *first = calloc((size_t)n + 1, sizeof *first);
+	if (!ids || !r || !first) {
+		free(ids), free(r), free(first);
+		return cairn_retryable(ctx, "t.many: out of memory");
+	}
+	int rc = CAIRN_OK, i = 0;
+	const cJSON *k;
+	cJSON_ArrayForEach(k, kids)
+	{
+		const cJSON *w = field(k, "workflow");
+		if (rc == CAIRN_OK)
+			rc = cairn_child_start(ctx, "kid",
+			                       cJSON_IsString(w) ? w->valuestring : "noop",
+			                       field(k, "input"), &ids[i]);
+		i++;
+	}
+	if (extra)
+		ids[n] = int_field(input, "extra", 0);
+	int64_t timeout = int_field(input, "timeout_ms", -1);
+	int all = n + extra;
+	if (rc == CAIRN_OK && strcmp(m, "any_all") == 0) {
+		rc = cairn_child_wait_any(ctx, ids, all, timeout, first);
+		if (rc == CAIRN_OK || rc == CAIRN_EFAIL)
+			rc = cairn_child_wait_all(ctx, ids, all, timeout, r);
+	} else if (rc == CAIRN_OK && strcmp(m, "each") == 0) {
+		for (i = 0; i < all && (rc == CAIRN_OK || rc == CAIRN_EFAIL); i++) {
+			cJSON *out;
+			rc = cairn_child_wait(ctx, ids[i], timeout, &out);
+			r[i] =
+			    (cairn_child_result){.child = ids[i],
+			                         .done = rc == CAIRN_OK || rc == CAIRN_EFAIL,
+			                         .status = rc == CAIRN_OK ? CAIRN_OK : CAIRN_EFAIL,
+			                         .output = rc == CAIRN_OK ? out : NULL};
+		}
+	} else if (rc == CAIRN_OK) {
+		int want = strcmp(m, "any") == 0     ? 1
+		           : strcmp(m, "first") == 0 ? (int)int_field(input, "k", 1)
+		                                     : all;
+		rc = cairn_child_wait_first(ctx, ids, all, want, timeout, r);
+	}
+	if (rc != CAIRN_OK && rc != CAIRN_EFAIL && rc != CAIRN_ETIMEOUT) {
+		free(ids), free(r), free(first);
+		return rc;
+	}
+	*output = cJSON_CreateObject();
+	cJSON *a = cJSON_AddArrayToObject(*output, "ids");
+	for (i = 0; i < n; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber((double)ids[i]));
+	cJSON_AddStringToObject(*output, "rc",
+	                        rc == CAIRN_OK      ? "ok"
+	                        : rc == CAIRN_EFAIL ? "failed"
+	                                            : "timeout");
+	if (rc != CAIRN_OK)
+		cJSON_AddStringToObject(*output, "error", cairn_ctx_error(ctx));
+	cJSON_AddItemToObject(*output, "results", results_json(r, all));
+	if (strcmp(m, "any_all") == 0)
+		cJSON_AddItemToObject(*output, "first_results", results_json(first, all));
+	free(ids);
+	free(r);
+	free(first);
+	return CAIRN_OK;
+}
+
 /* t.send: cairn_send "tell" of signal {"signal": S} with {"payload": P} to
  * run {"to": ID}, then cairn_enqueue_from "spawn" of noop with {"from": this
  * run}; returns {"spawned": id}. With {"then_wait": true} it awaits "go"
@@ -871,6 +975,7 @@ int cairn_plugin_init(cairn_worker *w)
 	             {"t.polite", wf_polite},
 	             {"t.big", wf_big},
 	             {"t.parent", wf_parent},
+	             {"t.many", wf_many},
 	             {"t.send", wf_send},
 	             {"t.progress", wf_progress},
 	             {"t.slow", wf_slow},

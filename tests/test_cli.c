@@ -647,6 +647,47 @@ Test(client_api, a_batch_finds_existing_runs_by_key_without_reading_every_run_of
 	PQfinish(pg);
 }
 
+/* A batch of new runs is one plain INSERT (no ON CONFLICT): its runs come
+ * back in the order given, whatever order the insert returned them in. A
+ * key that exists, or that the batch names twice, makes that insert fail,
+ * and the batch is sent again the way that finds existing runs. */
+Test(client_api, a_batch_of_new_runs_comes_back_in_its_order_and_a_key_given_twice_is_one_run)
+{
+	enum { N = 300 };
+	const char *db = tdb_new_migrated();
+	cairn_client *c = client(db);
+	static cairn_enqueue_opts o[N];
+	static char keys[N][24];
+	static cairn_enqueued out[N], again[N];
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof keys[i], "n-%d", (i * 7919) % N); /* not sorted */
+		o[i] = (cairn_enqueue_opts){.key = keys[i], .input = "{}"};
+	}
+	cr_assert_eq(cairn_enqueue_batch(c, "order", N, o, out), CAIRN_OK, "%s",
+	             cairn_client_errmsg(c));
+	for (int i = 0; i < N; i++) {
+		cr_assert_not(out[i].existed, "%s", keys[i]);
+		cr_assert_str_eq(out[i].status, "pending");
+		cr_assert(i == 0 || out[i].id > out[i - 1].id, "run %d out of order", i);
+		char sql[96];
+		snprintf(sql, sizeof sql, "SELECT id FROM cairn.runs WHERE key = '%s'", keys[i]);
+		cr_assert_eq(count(db, sql), out[i].id, "%s has another run", keys[i]);
+	}
+	/* Sent again: each finds its run. */
+	cr_assert_eq(cairn_enqueue_batch(c, "order", N, o, again), CAIRN_OK);
+	for (int i = 0; i < N; i++)
+		cr_assert(again[i].existed && again[i].id == out[i].id, "%s", keys[i]);
+	/* One key twice in a batch: one run, named by both. */
+	cairn_enqueue_opts twice[3] = {{.key = "t-1"}, {.key = "t-2"}, {.key = "t-1"}};
+	cairn_enqueued t[3];
+	cr_assert_eq(cairn_enqueue_batch(c, "order", 3, twice, t), CAIRN_OK, "%s",
+	             cairn_client_errmsg(c));
+	cr_assert_eq(t[0].id, t[2].id);
+	cr_assert_neq(t[0].id, t[1].id);
+	cr_assert_eq(count(db, "SELECT count(*) FROM cairn.runs"), N + 2);
+	cairn_client_free(c);
+}
+
 /* ------------------------------------------- idempotent start in the CLI */
 
 Test(enqueue, again_for_a_finished_run_prints_its_status_and_result)
@@ -798,11 +839,18 @@ Test(migrate, json_reports_the_versions_applied_and_the_schema_before_and_after)
 	cr_assert(cJSON_IsArray(applied), "%s", out);
 	int n = cJSON_GetArraySize(applied);
 	cr_assert_gt(n, 10, "%s", out);
-	for (int i = 0; i < n; i++)
-		cr_assert_eq(cJSON_GetArrayItem(applied, i)->valueint, i + 1, "%s", out);
+	/* In order; a number may be missing (one taken by a branch that has not
+	 * landed yet). */
+	int last = 0;
+	for (int i = 0; i < n; i++) {
+		int v = cJSON_GetArrayItem(applied, i)->valueint;
+		cr_assert_gt(v, last, "%s", out);
+		last = v;
+	}
+	cr_assert_eq(cJSON_GetArrayItem(applied, 0)->valueint, 1, "%s", out);
 	cr_assert_eq(json_num(o, "version_before"), 0, "%s", out);
-	cr_assert_eq(json_num(o, "version_after"), n, "%s", out);
-	cr_assert_eq(count(db, "SELECT max(version) FROM cairn.schema_migrations"), n);
+	cr_assert_eq(json_num(o, "version_after"), last, "%s", out);
+	cr_assert_eq(count(db, "SELECT max(version) FROM cairn.schema_migrations"), last);
 	cJSON_Delete(o);
 	free(out);
 	free(err);
@@ -811,8 +859,8 @@ Test(migrate, json_reports_the_versions_applied_and_the_schema_before_and_after)
 	cr_assert_eq(tcli(db, &out, &err, "migrate", "--json", NULL), 0, "%s", err);
 	o = json_object(out);
 	cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "applied")), 0);
-	cr_assert_eq(json_num(o, "version_before"), n, "%s", out);
-	cr_assert_eq(json_num(o, "version_after"), n, "%s", out);
+	cr_assert_eq(json_num(o, "version_before"), last, "%s", out);
+	cr_assert_eq(json_num(o, "version_after"), last, "%s", out);
 	cJSON_Delete(o);
 	free(out);
 	free(err);

@@ -347,6 +347,101 @@ static int too_deep(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return rc;
 }
 
+/* Children: three of square ({"x": i}), started in a row. */
+static int start3(cairn_ctx *ctx, int64_t ids[3])
+{
+	for (int i = 0; i < 3; i++) {
+		cJSON *in = cJSON_CreateObject();
+		cJSON_AddNumberToObject(in, "x", i);
+		int rc = cairn_child_start(ctx, "kid", "square", in, &ids[i]);
+		cJSON_Delete(in);
+		CAIRN_TRY(rc);
+	}
+	return CAIRN_OK;
+}
+
+/* Starts three children and returns. */
+static int kids3(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t ids[3];
+	return start3(ctx, ids);
+}
+
+/* The outputs of results (null for one not done), as the workflow's output. */
+static cJSON *outputs_of(const cairn_child_result *r, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; i < n; i++)
+		cJSON_AddItemToArray(a, r[i].done && r[i].output ? cJSON_Duplicate(r[i].output, 1)
+		                                                 : cJSON_CreateNull());
+	return a;
+}
+
+/* Starts three children and waits for all of them. */
+static int kids_all(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t ids[3];
+	cairn_child_result r[3];
+	CAIRN_TRY(start3(ctx, ids));
+	CAIRN_TRY(cairn_child_wait_all(ctx, ids, 3, -1, r));
+	*output = outputs_of(r, 3);
+	return CAIRN_OK;
+}
+
+/* Starts three children, waits for any, then for all. */
+static int kids_any_all(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t ids[3];
+	cairn_child_result r[3];
+	CAIRN_TRY(start3(ctx, ids));
+	CAIRN_TRY(cairn_child_wait_any(ctx, ids, 3, -1, r));
+	CAIRN_TRY(cairn_child_wait_all(ctx, ids, 3, -1, r));
+	*output = outputs_of(r, 3);
+	return CAIRN_OK;
+}
+
+/* Waits for run 12345, which it never started. */
+static int kid_stranger(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	int64_t ids[3], stranger = 12345;
+	cairn_child_result r[1];
+	CAIRN_TRY(start3(ctx, ids));
+	return cairn_child_wait_all(ctx, &stranger, 1, -1, r);
+}
+
+/* exec_env.child_ids without a database: ids from 501 on, and the orphan
+ * of square at orphan_seq (< 0: none) as run 900. */
+static int64_t next_id;
+static int orphan_seq, ids_asked;
+static int fake_child_ids(const exec_env *e, int64_t run, int n, int orphans, exec_ids *out,
+                          buf *err)
+{
+	ids_asked++;
+	*out = (exec_ids){.ids = malloc((size_t)n * sizeof(int64_t)),
+	                  .nids = n,
+	                  .orphans = calloc(1, sizeof *out->orphans),
+	                  .shards = 16};
+	for (int i = 0; i < n; i++)
+		out->ids[i] = next_id++;
+	if (orphans && orphan_seq >= 0) {
+		out->orphans[0] = (struct exec_orphan){
+		    .id = 900, .seq = orphan_seq, .workflow = strdup("square")};
+		out->norphans = 1;
+	}
+	return 0;
+}
+
+/* exec_env.more_ends without a database: more_json, and the id it was
+ * asked after. */
+static const char *more_json;
+static int64_t more_after;
+static int fake_more_ends(const exec_env *e, int64_t run, int64_t after, char **json, buf *err)
+{
+	more_after = after;
+	*json = more_json ? strdup(more_json) : NULL;
+	return 0;
+}
+
 static int record_flush(void *arg, commit *c)
 {
 	flushes++;
@@ -377,6 +472,10 @@ static void replay_setup(void)
 	cr_assert_eq(registry_add_workflow(reg, "many", many, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "again", again, NULL, &err), 0);
 	cr_assert_eq(registry_add_workflow(reg, "too_deep", too_deep, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "kids3", kids3, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "kids_all", kids_all, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "kids_any_all", kids_any_all, NULL, &err), 0);
+	cr_assert_eq(registry_add_workflow(reg, "kid_stranger", kid_stranger, NULL, &err), 0);
 	buf_free(&err);
 	env = (exec_env){.reg = reg,
 	                 .log = &quiet,
@@ -385,8 +484,15 @@ static void replay_setup(void)
 	                 .unknown_workflow_timeout_ms = 60000,
 	                 .poison_after = 3,
 	                 .flush = record_flush,
-	                 .must_stop = never_stop};
+	                 .must_stop = never_stop,
+	                 .child_ids = fake_child_ids,
+	                 .more_ends = fake_more_ends};
 	ran_a = ran_b = ran_c = flushes = stop_requested = 0;
+	next_id = 501;
+	orphan_seq = -1;
+	ids_asked = 0;
+	more_json = NULL;
+	more_after = -1;
 }
 
 static void replay_teardown(void)
@@ -650,6 +756,157 @@ Test(replay, a_buffered_signal_is_consumed_by_the_await)
 	job_free(j);
 }
 
+/* ------------------------------------------------------------- children */
+
+/* The journal entry of a child start at seq for run id. */
+#define START(seq, id) ROW(seq, "kid", "child", "completed", "{\\\"run\\\":" id "}")
+#define STARTS3        START("0", "501") "," START("1", "502") "," START("2", "503")
+/* A child's end, signal id sid: completed with {"y": y}. */
+#define END(sid, child, y)                                                                         \
+	"{\"id\":\"" sid "\",\"name\":\"cairn.child:" child "\",\"payload\":\"{\\\"status\\\":"    \
+	"\\\"completed\\\",\\\"output\\\":{\\\"y\\\":" y "},\\\"error\\\":null}\"}"
+
+Test(replay, children_started_in_a_row_go_with_the_commit_that_journals_them)
+{
+	job *j = claimed("kids3", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_FINISH, "%s", c->error ? c->error : "");
+	cr_assert_eq(flushes, 0, "a child start was committed on its own");
+	cr_assert_eq(ids_asked, 1, "ids asked for %d times", ids_asked);
+	cr_assert_eq(c->nkids, 3);
+	cr_assert_eq(c->nrows, 3);
+	for (int i = 0; i < 3; i++) {
+		char key[32], in[32], out[32];
+		snprintf(key, sizeof key, "cairn.child:7:%d", i);
+		snprintf(in, sizeof in, "{\"x\":%d}", i);
+		snprintf(out, sizeof out, "{\"run\":%d}", 501 + i);
+		cr_assert_eq(c->kids[i].id, 501 + i);
+		cr_assert_str_eq(c->kids[i].key, key);
+		cr_assert_str_eq(c->kids[i].workflow, "square");
+		cr_assert_str_eq(c->kids[i].input, in);
+		cr_assert_eq(c->rows[i].kind, KIND_CHILD);
+		cr_assert_str_eq(c->rows[i].output, out);
+	}
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_child_start_where_a_lost_entry_left_a_child_takes_that_child)
+{
+	orphan_seq = 1;
+	job *j = claimed("kids3", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->nkids, 2, "the orphan was started again");
+	cr_assert_eq(c->kids[0].seq, 0);
+	cr_assert_eq(c->kids[1].seq, 2);
+	cr_assert_str_eq(c->rows[1].output, "{\"run\":900}");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_wait_for_all_suspends_with_every_child_it_needs_then_takes_their_ends_in_order)
+{
+	job *j = claimed("kids_all", "[" STARTS3 "]", "[" END("21", "502", "1") "]");
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_SUSPEND, "%s", c->error ? c->error : "");
+	cr_assert_eq(c->status, RUN_WAITING);
+	cr_assert_eq(c->nrows, 1);
+	cr_assert_eq(c->rows[0].kind, KIND_CHILDREN);
+	cr_assert_eq(c->rows[0].status, STEP_WAITING);
+	/* 502's end is there but not taken: the commit's count sees it. */
+	cr_assert_eq(c->await.seq, 3);
+	cr_assert_eq(c->await.want, 3);
+	cr_assert_eq(c->await.n, 3);
+	cr_assert_eq(c->await.children[0], 501);
+	cr_assert_eq(c->await.children[2], 503);
+	cr_assert_eq(c->nsig, 0, "a signal was consumed by a wait that was not met");
+	commit_free(c);
+	job_free(j);
+
+	j = claimed(
+	    "kids_all", "[" STARTS3 "]",
+	    "[" END("23", "503", "4") "," END("21", "502", "1") "," END("22", "501", "0") "]");
+	c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_FINISH);
+	cr_assert_eq(c->status, RUN_COMPLETED, "%s", c->error ? c->error : "");
+	cr_assert_str_eq(c->output, "[{\"y\":0},{\"y\":1},{\"y\":4}]");
+	cr_assert_eq(c->await.n, 0);
+	cr_assert_eq(c->nsig, 3);
+	cr_assert_eq(c->rows[0].kind, KIND_CHILDREN);
+	cr_assert_eq(c->rows[0].status, STEP_COMPLETED);
+	cJSON *row = cJSON_Parse(c->rows[0].output);
+	cr_assert_eq(cJSON_GetArraySize(row), 3, "%s", c->rows[0].output);
+	cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(row, 2), "status")->valuestring,
+	                 "completed");
+	cJSON_Delete(row);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_wait_for_all_after_a_wait_for_any_takes_each_end_once)
+{
+	/* The wait for any was met by 502; 501 has ended since. */
+	const char *steps =
+	    "[" STARTS3
+	    "," ROW("3", "children", "children", "completed",
+	            "[null,{\\\"status\\\":\\\"completed\\\",\\\"output\\\":{\\\"y\\\":1},"
+	            "\\\"error\\\":null},null]") "]";
+	job *j = claimed("kids_any_all", steps, "[" END("31", "501", "0") "]");
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->outcome, COMMIT_SUSPEND, "%s", c->error ? c->error : "");
+	cr_assert_eq(c->await.seq, 4);
+	cr_assert_eq(c->await.want, 2, "502's end, taken before, counts");
+	cr_assert_eq(c->await.n, 2);
+	cr_assert_eq(c->await.children[0], 501);
+	cr_assert_eq(c->await.children[1], 503);
+	commit_free(c);
+	job_free(j);
+
+	j = claimed("kids_any_all", steps, "[" END("31", "501", "0") "," END("32", "503", "4") "]");
+	c = exec_job(&env, j);
+	cr_assert_eq(c->status, RUN_COMPLETED, "%s", c->error ? c->error : "");
+	cr_assert_str_eq(c->output, "[{\"y\":0},{\"y\":1},{\"y\":4}]");
+	cr_assert_eq(c->nsig, 2, "an end taken before was consumed again");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, a_wait_for_more_ends_than_the_claim_brought_fetches_the_rest)
+{
+	job *j = claimed("kids_all", "[" STARTS3 "]", "[" END("41", "502", "1") "]");
+	j->max_signals = 1; /* the claim brought one signal: maybe not all */
+	more_json = "[" END("42", "501", "0") "," END("43", "503", "4") "]";
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(more_after, 41);
+	cr_assert_eq(c->status, RUN_COMPLETED, "%s", c->error ? c->error : "");
+	cr_assert_str_eq(c->output, "[{\"y\":0},{\"y\":1},{\"y\":4}]");
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, waiting_for_a_run_that_is_no_child_of_this_run_fails_it)
+{
+	job *j = claimed("kid_stranger", NULL, NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(c->status, RUN_FAILED);
+	cr_assert(strstr(c->error, "waiting for run 12345, which is not a child this run started"),
+	          "%s", c->error);
+	commit_free(c);
+	job_free(j);
+}
+
+Test(replay, the_replayed_entries_are_counted)
+{
+	uint64_t before = atomic_load(&counters.replayed_entries);
+	job *j = claimed("kids_all", "[" STARTS3 "]", NULL);
+	commit *c = exec_job(&env, j);
+	cr_assert_eq(atomic_load(&counters.replayed_entries) - before, 3);
+	cr_assert_eq(ids_asked, 0, "a replayed start asked for an id");
+	commit_free(c);
+	job_free(j);
+}
+
 /* --------------------------------------------------------------- commits */
 
 static void statement_of(commit *c, buf *sql);
@@ -833,6 +1090,56 @@ Test(commit, progress_unclaims_and_cut_messages_are_encoded)
 	commit_params_free(&p);
 	for (int i = 0; i < 4; i++)
 		commit_free(batch[i]);
+}
+
+Test(commit, children_started_and_a_wait_for_them_fill_their_slots)
+{
+	commit *c = made(COMMIT_SUSPEND);
+	c->status = RUN_WAITING;
+	commit_child k = {.id = 501,
+	                  .seq = 0,
+	                  .shard = 5,
+	                  .workflow = "square",
+	                  .key = "cairn.child:7:0",
+	                  .input = "{\"x\":0}"};
+	cr_assert_eq(commit_add_child(c, &k), 0);
+	int64_t kids[] = {501, 502};
+	cr_assert_eq(commit_set_await(c, 3, 2, kids, 2), 0);
+	commit_params p;
+	cr_assert_eq(commit_encode(&c, 1, NULL, NULL, &p), 0);
+	cr_assert_str_eq(slot(&p, SLOT_kn_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_kn_id), "{501}");
+	cr_assert_str_eq(slot(&p, SLOT_kn_key), "{\"cairn.child:7:0\"}");
+	cr_assert_str_eq(slot(&p, SLOT_kn_shard), "{5}");
+	cr_assert_str_eq(slot(&p, SLOT_aw_run), "{7}");
+	cr_assert_str_eq(slot(&p, SLOT_aw_seq), "{3}");
+	cr_assert_str_eq(slot(&p, SLOT_aw_want), "{2}");
+	cr_assert_str_eq(slot(&p, SLOT_awc_child), "{501,502}");
+	commit_params_free(&p);
+	/* A retry that starts over before them drops both. */
+	commit_truncate(c, 0);
+	cr_assert_eq(c->nkids, 0);
+	cr_assert_eq(c->await.n, 0);
+	commit_free(c);
+}
+
+Test(commit, a_batch_never_holds_a_parent_and_its_child)
+{
+	commit_run p = {.id = 7, .group = "g"}, kid = {.id = 8, .group = "g", .parent = 7},
+	           other = {.id = 9, .group = "g", .parent = 3};
+	commit *cp = commit_new(&p), *ck = commit_new(&kid), *co = commit_new(&other);
+	commit *batch[] = {cp, co};
+	commit_run lone = {.id = 10, .group = "g"};
+	commit *cl = commit_new(&lone);
+	cr_assert(commit_batch_fits(batch, 2, cl), "a run of no kin was kept out");
+	commit_free(cl);
+	cr_assert_not(commit_batch_fits(batch, 1, ck), "a child joined its parent's batch");
+	commit *kids[] = {ck};
+	cr_assert_not(commit_batch_fits(kids, 1, cp), "a parent joined its child's batch");
+	cr_assert(commit_batch_fits(&co, 1, ck), "a child of another run was kept out");
+	commit_free(cp);
+	commit_free(ck);
+	commit_free(co);
 }
 
 Test(commit, a_suspend_without_a_wake_time_adds_no_message)

@@ -979,6 +979,31 @@ Test(sdk_python, a_workflow_that_continues_as_new_hands_on_and_cairn_result_foll
 	teardown(&e);
 }
 
+Test(sdk_python, a_wait_for_many_children_is_one_durable_call_with_results_in_order)
+{
+	env e;
+	setup(&e);
+	py p = {0};
+	py_start(&e, &p);
+	int64_t id = enqueue(&e, "t.fanout", "{\"n\": 40, \"bad\": 1}");
+	cairn_run *r = completed(&e, id, 60000);
+	cJSON *o = output_of(r);
+	cr_assert_eq(cJSON_GetObjectItem(o, "sum")->valuedouble, 20540, "%s", r->output);
+	cr_assert_geq(cJSON_GetObjectItem(o, "first")->valuedouble, 1, "%s", r->output);
+	cr_assert(jstr(o, "failed") && strstr(jstr(o, "failed"), "ValueError: boom"), "%s",
+	          r->output);
+	cJSON_Delete(o);
+	cairn_run_free(r);
+	/* Its waits are journaled as such, one entry each. */
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+	                 " AND kind = 'children'",
+	                 id),
+	             3);
+	py_stop(&p);
+	teardown(&e);
+}
+
 /* ----------------------------------------------------------- clients */
 
 Test(sdk_python, the_client_calls_enqueue_signal_cancel_and_read_runs_over_http)

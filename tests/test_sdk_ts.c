@@ -755,6 +755,27 @@ Test(sdk_ts, a_workflow_that_continues_as_new_hands_on_and_cairn_result_follows_
 	teardown(&e);
 }
 
+Test(sdk_ts, a_wait_for_many_children_is_one_durable_call_with_results_in_order)
+{
+	env e;
+	setup(&e);
+	sdkp p;
+	node_start(&p, &e, FLOWS, FLOWS_ENV);
+	int64_t id = enqueue(&e, "ts.t.fanout", "{\"n\": 40}");
+	cJSON *out = completed(&e, id);
+	cr_assert_eq(jnum(out, "sum"), 20540);
+	cr_assert_geq(jnum(out, "first"), 1);
+	cr_assert(strstr(jstr(out, "failed"), "Error: child says no"), "%s", jstr(out, "failed"));
+	cJSON_Delete(out);
+	cr_assert_eq(tdb_intf(e.c,
+	                      "SELECT count(*) FROM cairn.steps WHERE run_id = %" PRId64
+	                      " AND kind = 'children'",
+	                      id),
+	             3);
+	cr_assert_eq(node_stop(&p, SIGTERM), 0);
+	teardown(&e);
+}
+
 Test(sdk_ts, now_random_patched_events_enqueue_and_send_are_journaled_and_replay_the_same)
 {
 	env e;

@@ -941,7 +941,7 @@ static int wf_order(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 
 /* ------------------------------------------------------- fanout, square */
 
-#define FANOUT_MAX 10000
+#define FANOUT_MAX 100000
 
 /* {"x": N}: its square, computed in a step; a negative x fails the run. */
 static int square_fn(cairn_ctx *ctx, void *arg, cJSON **result)
@@ -970,9 +970,35 @@ static int wf_square(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return *output ? CAIRN_OK : cairn_retryable(ctx, "square: out of memory");
 }
 
-/* {"n": N}: N child runs of square (x = 0 .. N-1), each waited for, and
- * the sum of their squares; "progress" is published as children finish. A
- * failed child fails the fan-out, naming it. */
+/* The sum of the squares the children of results returned. */
+static double sum_of(const cairn_child_result *results, int64_t n)
+{
+	double sum = 0;
+	for (int64_t i = 0; i < n; i++) {
+		const cJSON *y = cJSON_GetObjectItemCaseSensitive(results[i].output, "y");
+		sum += cJSON_IsNumber(y) ? y->valuedouble : 0;
+	}
+	return sum;
+}
+
+/* Publishes "progress": {"done": done, "of": n}. */
+static int progress(cairn_ctx *ctx, int64_t done, int64_t n)
+{
+	cJSON *p = cJSON_CreateObject();
+	if (!p || !cJSON_AddNumberToObject(p, "done", (double)done) ||
+	    !cJSON_AddNumberToObject(p, "of", (double)n)) {
+		cJSON_Delete(p);
+		return cairn_retryable(ctx, "fanout: out of memory");
+	}
+	int rc = cairn_set_event(ctx, "progress", p);
+	cJSON_Delete(p);
+	return rc;
+}
+
+/* {"n": N}: N child runs of square (x = 0 .. N-1) and the sum of their
+ * squares. It waits for the first half of them, publishes "progress", then
+ * waits for all: woken twice, however many children. A failed child fails
+ * the fan-out, naming it. */
 static int wf_fanout(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 {
 	char t[128];
@@ -983,8 +1009,9 @@ static int wf_fanout(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 		                  FANOUT_MAX, json_text(nv, t, sizeof t));
 	const cJSON *neg = cJSON_GetObjectItemCaseSensitive(input, "negative");
 	int64_t *ids = calloc((size_t)n, sizeof *ids);
+	cairn_child_result *results = calloc((size_t)n, sizeof *results);
 	cJSON *in = cJSON_CreateObject(), *x = in ? cJSON_AddNumberToObject(in, "x", 0) : NULL;
-	int rc = ids && x ? CAIRN_OK : cairn_retryable(ctx, "fanout: out of memory");
+	int rc = ids && results && x ? CAIRN_OK : cairn_retryable(ctx, "fanout: out of memory");
 	for (int64_t i = 0; i < n && rc == CAIRN_OK; i++) {
 		/* {"negative": K} makes child K fail, to show a failed child. */
 		cJSON_SetNumberValue(
@@ -992,22 +1019,20 @@ static int wf_fanout(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 		rc = cairn_child_start(ctx, "child", "square", in, &ids[i]);
 	}
 	cJSON_Delete(in);
-	double sum = 0;
-	for (int64_t i = 0; i < n && rc == CAIRN_OK; i++) {
-		cJSON *out, *p;
-		if ((rc = cairn_child_wait(ctx, ids[i], -1, &out)))
-			break;
-		const cJSON *y = cJSON_GetObjectItemCaseSensitive(out, "y");
-		sum += cJSON_IsNumber(y) ? y->valuedouble : 0;
-		if ((i + 1) % 100 == 0 || i + 1 == n) {
-			p = cJSON_CreateObject();
-			cJSON_AddNumberToObject(p, "done", (double)(i + 1));
-			cJSON_AddNumberToObject(p, "of", (double)n);
-			rc = cairn_set_event(ctx, "progress", p);
-			cJSON_Delete(p);
-		}
-	}
+	int half = (int)(n + 1) / 2, done = 0;
+	if (rc == CAIRN_OK)
+		rc = cairn_child_wait_first(ctx, ids, (int)n, half, -1, results);
+	for (int64_t i = 0; rc == CAIRN_OK && i < n; i++)
+		done += results[i].done;
+	if (rc == CAIRN_OK && done < n)
+		rc = progress(ctx, done, n);
+	if (rc == CAIRN_OK)
+		rc = cairn_child_wait_all(ctx, ids, (int)n, -1, results);
+	if (rc == CAIRN_OK)
+		rc = progress(ctx, n, n);
+	double sum = rc == CAIRN_OK ? sum_of(results, n) : 0;
 	free(ids);
+	free(results);
 	if (rc)
 		return rc;
 	*output = cJSON_CreateObject();

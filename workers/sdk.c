@@ -489,6 +489,70 @@ static int op_child_wait(exec *e, const cJSON *m)
 	return answer(e, rc, out);
 }
 
+/* The results of a wait for children as the protocol renders them: null
+ * for a child that has not ended, else {"status", "output", "error"}. */
+static cJSON *results_value(const cairn_child_result *r, int n)
+{
+	static const char *const status[] = {
+	    [CAIRN_OK] = "completed", [CAIRN_EFAIL] = "failed", [CAIRN_CANCELLED] = "cancelled"};
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; a && i < n; i++) {
+		cJSON *o = r[i].done ? cJSON_CreateObject() : cJSON_CreateNull();
+		if (r[i].done) {
+			cJSON_AddStringToObject(o, "status", status[r[i].status]);
+			cJSON_AddItemToObject(o, "output",
+			                      r[i].output ? cJSON_Duplicate(r[i].output, 1)
+			                                  : cJSON_CreateNull());
+			if (r[i].error)
+				cJSON_AddStringToObject(o, "error", r[i].error);
+			else
+				cJSON_AddNullToObject(o, "error");
+		}
+		cJSON_AddItemToArray(a, o);
+	}
+	return a;
+}
+
+/* child_wait_all: cairn_child_wait_first of the children, k of them
+ * (absent: all). A child that failed is in the results, not an error. */
+static int op_child_wait_all(exec *e, const cJSON *m)
+{
+	const cJSON *kids = cJSON_GetObjectItemCaseSensitive(m, "children"), *it;
+	int n = cJSON_IsArray(kids) ? cJSON_GetArraySize(kids) : 0;
+	int64_t k, timeout;
+	if (n < 1 || n > 1000000)
+		return invalid(e, "child_wait_all", "children", "an array of 1 to 1000000 run ids");
+	if (ms_field(m, "k", 1, &k) < 0 || k == 0 || k > n)
+		return invalid(e, "child_wait_all", "k",
+		               "null or a whole number from 1 to its children");
+	if (ms_field(m, "timeout_ms", 1, &timeout) < 0)
+		return invalid(e, "child_wait_all", "timeout_ms",
+		               "null or a whole number of ms >= 0");
+	int64_t *ids = calloc((size_t)n, sizeof *ids);
+	cairn_child_result *r = calloc((size_t)n, sizeof *r);
+	int i = 0, bad = !ids || !r;
+	cJSON_ArrayForEach(it, kids)
+	{
+		bad |= !cJSON_IsNumber(it) || it->valuedouble < 1 ||
+		       it->valuedouble > 9007199254740992.0;
+		if (ids)
+			ids[i++] = bad ? 0 : (int64_t)it->valuedouble;
+	}
+	int rc;
+	if (bad) {
+		rc = ids && r ? invalid(e, "child_wait_all", "children", "an array of run ids")
+		              : answer(e, CAIRN_ENOMEM, NULL);
+	} else {
+		rc = cairn_child_wait_first(e->ctx, ids, n, k < 0 ? n : (int)k, timeout, r);
+		cJSON *v = rc == CAIRN_OK || rc == CAIRN_EFAIL ? results_value(r, n) : NULL;
+		rc = answer(e, v ? CAIRN_OK : rc, v);
+		cJSON_Delete(v);
+	}
+	free(ids);
+	free(r);
+	return rc;
+}
+
 static int op_send(exec *e, const cJSON *m)
 {
 	const char *name = str_field(m, "name"), *sig = str_field(m, "signal");
@@ -558,6 +622,7 @@ static const struct {
     {"random", op_random},
     {"child_start", op_child_start},
     {"child_wait", op_child_wait},
+    {"child_wait_all", op_child_wait_all},
     {"send", op_send},
     {"enqueue", op_enqueue},
     {"set_event", op_set_event},

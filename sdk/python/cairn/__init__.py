@@ -22,7 +22,7 @@ The protocol between this package and the engine is docs/protocol.md.
 """
 from ._wire import RetryPolicy
 from .client import Client, Enqueued, Run
-from .context import Context, ContinueAsNew
+from .context import ChildResult, Context, ContinueAsNew
 from .errors import (CairnError, Cancelled, ChildFailed, ClientError, EngineFailed, EngineGone,
                      EngineNotFound, Fail, Failed, Handover, InvalidArgument, Nondeterminism,
                      ProtocolError, Retry, RunCancelled, RunFailed, StepFailed, Stopped,
@@ -30,7 +30,8 @@ from .errors import (CairnError, Cancelled, ChildFailed, ClientError, EngineFail
 from .worker import SDK, Worker, __version__
 
 __all__ = [
-    "Worker", "Context", "ContinueAsNew", "RetryPolicy", "Client", "Enqueued", "Run", "SDK", "__version__",
+    "Worker", "Context", "ContinueAsNew", "ChildResult", "RetryPolicy", "Client", "Enqueued", "Run",
+    "SDK", "__version__",
     "CairnError", "Failed", "StepFailed", "ChildFailed", "InvalidArgument", "WaitTimeout",
     "ProtocolError", "EngineNotFound", "ClientError", "RunFailed", "RunCancelled",
     "Fail", "Retry", "Stopped", "Suspended", "Cancelled", "Handover", "Nondeterminism",

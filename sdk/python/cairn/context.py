@@ -13,7 +13,8 @@ import json
 import logging
 import socket
 import threading
-from typing import Any, Callable, NoReturn, Optional, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, NoReturn, Optional, Sequence, TypeVar
 
 from . import errors
 from ._wire import Duration, Instant, Lane, RetryPolicy, dumps, from_unix_ms, to_ms, to_unix_ms
@@ -40,6 +41,17 @@ class ContinueAsNew:
                     "message": "continue_as_new needs protocol version 2; the engine speaks "
                                f"{protocol}: use a newer cairn-worker"}
         return {"op": "continue_as_new", "input": self.input}
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """One child's end in a wait for many (``Context.wait_children``):
+    ``status`` is ``"completed"``, ``"failed"`` or ``"cancelled"``;
+    ``output`` its output when it completed, ``error`` why it did not."""
+    child: int
+    status: str
+    output: Any = None
+    error: Optional[str] = None
 
 
 class Context:
@@ -263,6 +275,37 @@ class Context:
         or was cancelled, ``WaitTimeout`` once ``timeout`` has passed."""
         ms = None if timeout is None else to_ms(timeout, "timeout")
         return self._call({"op": "child_wait", "child": child, "timeout_ms": ms}, ChildFailed)
+
+    def wait_children(self, children: Sequence[int], *, first: Optional[int] = None,
+                      timeout: Optional[Duration] = None) -> list[Optional[ChildResult]]:
+        """Waits for the children ``children`` (ids this run started, none
+        twice) as one durable call: all of them, or the ``first`` to end
+        (1: any). The run suspends and is woken once, when the wait can be
+        met. Returns, in the order given, a ``ChildResult`` for each child
+        that has ended (those that ended by then, ``first`` or more) and
+        None for the others; a failed child is a result, not an exception.
+        Raises ``WaitTimeout`` once ``timeout`` has passed, and
+        ``InvalidArgument`` for an id this run did not start."""
+        ms = None if timeout is None else to_ms(timeout, "timeout")
+        ids = [int(c) for c in children]
+        value = self._call({"op": "child_wait_all", "children": ids, "k": first,
+                            "timeout_ms": ms})
+        return [None if r is None else
+                ChildResult(child, str(r.get("status")), r.get("output"), r.get("error"))
+                for child, r in zip(ids, value)]
+
+    def wait_all_children(self, children: Sequence[int],
+                          timeout: Optional[Duration] = None) -> list[Any]:
+        """``wait_children`` of all of them: their outputs, in the order
+        given. Raises ``ChildFailed`` naming the first that failed or was
+        cancelled."""
+        out = []
+        for r in self.wait_children(children, timeout=timeout):
+            assert r is not None
+            if r.status != "completed":
+                raise ChildFailed(f"child run {r.child} {r.status}: {r.error}")
+            out.append(r.output)
+        return out
 
     def run_child(self, workflow: str, input: Any = None, *, name: str = "child",
                   timeout: Optional[Duration] = None) -> Any:

@@ -212,6 +212,21 @@ def chain(ctx: cairn.Context, input: dict):
     return ctx.continue_as_new({"n": n + 1, "until": until})
 
 
+@worker.workflow("t.fanout")
+def fanout(ctx: cairn.Context, input: dict) -> dict:
+    """{"n": N} children of t.square and the sum of their squares: one wait
+    for any, then one for all, each woken once; {"bad": K} adds a child
+    that fails, reported not raised by wait_children."""
+    ids = [ctx.start_child("t.square", {"x": i}, name="kid") for i in range(input["n"])]
+    bad = ctx.start_child("t.boom", None, name="bad") if "bad" in input else None
+    first = [r for r in ctx.wait_children(ids, first=1) if r is not None]
+    total = sum(o["y"] for o in ctx.wait_all_children(ids))
+    failed = None
+    if bad is not None:
+        failed = ctx.wait_children([bad])[0].error
+    return {"sum": total, "first": len(first), "failed": failed}
+
+
 def client() -> None:
     """The client calls against a worker's HTTP API (CAIRN_URL,
     CAIRN_HTTP_TOKEN); prints one line per check."""

@@ -237,6 +237,29 @@ class Calls(unittest.TestCase):
                                      2**64 - 1, 99, {"y": 4}, 100, True])
         e.close()
 
+    def test_a_wait_for_many_children_is_one_call_with_results_in_order(self):
+        def wf(ctx, i):
+            some = ctx.wait_children([5, 6, 7], first=1, timeout=2)
+            try:
+                ctx.wait_all_children([5, 6, 7])
+                failed = None
+            except cairn.ChildFailed as err:
+                failed = err.message
+            return [[None if r is None else [r.child, r.status, r.output, r.error]
+                     for r in some], failed]
+        e = Engine(wf)
+        e.run()
+        e.expect(op="child_wait_all", children=[5, 6, 7], k=1, timeout_ms=2000)
+        e.reply(t="ok", value=[None, {"status": "completed", "output": {"y": 1}, "error": None},
+                               None])
+        e.expect(op="child_wait_all", children=[5, 6, 7], k=None, timeout_ms=None)
+        e.reply(t="ok", value=[{"status": "completed", "output": 0, "error": None},
+                               {"status": "completed", "output": {"y": 1}, "error": None},
+                               {"status": "failed", "output": None, "error": "x is -1"}])
+        e.expect(op="return", value=[[None, [6, "completed", {"y": 1}, None], None],
+                                     "child run 7 failed: x is -1"])
+        e.close()
+
     def test_timeouts_and_errors_raise_what_a_workflow_may_handle(self):
         def wf(ctx, i):
             out = []

@@ -47,6 +47,24 @@ export class ContinueAsNew {
 	constructor(readonly input: unknown) {}
 }
 
+/** One child's end in a wait for many ({@link Context.waitForChildren}). */
+export interface ChildResult<O = unknown> {
+	/** The child's id. */
+	child: RunId;
+	/** How it ended. */
+	status: "completed" | "failed" | "cancelled";
+	/** Its output, when it completed. */
+	output: O | null;
+	/** Why it did not complete. */
+	error: string | null;
+}
+
+/** Which children a wait for many waits for. */
+export interface ChildrenWaitOptions extends WaitOptions {
+	/** Met once this many of them ended (1: any); all of them when absent. */
+	first?: number;
+}
+
 declare global {
 	/** What the SDK needs of AbortSignal; merges with the DOM's and @types/node's. */
 	interface AbortSignal {
@@ -199,6 +217,44 @@ export class Context {
 			if (reply.t === "ok") return reply.value as O;
 			if (reply.t === "timeout") throw new WaitTimeoutError(`child run ${child} did not finish within ${opts.timeoutMs} ms`);
 			throw this.exec.refusal(reply, ChildFailedError, "child_wait");
+		});
+	}
+
+	/**
+	 * Waits for the children `children` (ids this run started, none twice)
+	 * as one durable call: all of them, or the `first` to end (1: any). The
+	 * run suspends and is woken once, when the wait can be met. Resolves to
+	 * one entry per child, in the order given: its {@link ChildResult}, or
+	 * null for one that has not ended (those that ended by then, `first` or
+	 * more); a child that failed is a result, not an error. Throws
+	 * {@link WaitTimeoutError} once `timeoutMs` has passed since the first
+	 * call, {@link InvalidArgumentError} for an id this run did not start.
+	 */
+	waitForChildren<O = unknown>(children: RunId[], opts: ChildrenWaitOptions = {}): Promise<(ChildResult<O> | null)[]> {
+		return this.exec.serial(async () => {
+			const ids = children.map(Number);
+			const msg: Record<string, unknown> = { op: "child_wait_all", children: ids };
+			if (opts.first !== undefined) msg.k = opts.first;
+			if (opts.timeoutMs !== undefined) msg.timeout_ms = whole(opts.timeoutMs, "timeoutMs");
+			const reply = await this.exec.request(msg);
+			if (reply.t === "timeout") throw new WaitTimeoutError(`the children did not finish within ${opts.timeoutMs} ms`);
+			if (reply.t !== "ok") throw this.exec.refusal(reply, ChildFailedError, "child_wait_all");
+			return (reply.value as ({ status: ChildResult["status"]; output?: O; error?: string } | null)[]).map((r, i) =>
+				r === null ? null : { child: ids[i], status: r.status, output: r.output ?? null, error: r.error ?? null },
+			);
+		});
+	}
+
+	/**
+	 * {@link waitForChildren} of all of them: their outputs, in the order
+	 * given. Throws {@link ChildFailedError} naming the first that failed or
+	 * was cancelled.
+	 */
+	async waitForAllChildren<O = unknown>(children: RunId[], opts: WaitOptions = {}): Promise<O[]> {
+		const results = await this.waitForChildren<O>(children, { timeoutMs: opts.timeoutMs });
+		return results.map((r) => {
+			if (r === null || r.status !== "completed") throw new ChildFailedError(`child run ${r?.child} ${r?.status}: ${r?.error}`);
+			return r.output as O;
 		});
 	}
 

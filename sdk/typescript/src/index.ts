@@ -17,7 +17,16 @@
  * @packageDocumentation
  */
 export { Worker, WorkerOptions, WorkflowFunction, WorkflowOptions } from "./worker";
-export { Context, ContinueAsNew, NameOptions, RunId, StepFunction, WaitOptions } from "./context";
+export {
+	ChildResult,
+	ChildrenWaitOptions,
+	Context,
+	ContinueAsNew,
+	NameOptions,
+	RunId,
+	StepFunction,
+	WaitOptions,
+} from "./context";
 export { RetryPolicy, RunRetryPolicy } from "./policy";
 export { Client, ClientOptions, EnqueueOptions, Enqueued, ResultOptions, Run, RunStatus } from "./client";
 export {

@@ -119,6 +119,26 @@ const SCENARIOS = {
     ]);
   },
 
+  // A wait for many children: one request, its results in order.
+  async children() {
+    await welcome();
+    const [a] = lanes;
+    a.send({ t: "run", x: 1, run: 100, workflow: "w.children", input: null, attempt: 1 });
+    await a.expect({ x: 1, op: "child_wait_all", children: [5, 6, 7], k: 1, timeout_ms: 2000 }, { t: "ok", value: [null, { status: "completed", output: { y: 1 }, error: null }, null] });
+    await a.expect(
+      { x: 1, op: "child_wait_all", children: [5, 6, 7] },
+      {
+        t: "ok",
+        value: [
+          { status: "completed", output: 0, error: null },
+          { status: "completed", output: { y: 1 }, error: null },
+          { status: "failed", output: null, error: "x is -1" },
+        ],
+      },
+    );
+    out({ end: await a.next() });
+  },
+
   // After a stop the SDK sends nothing more for the execution, whatever
   // its code does, and the lane serves the next run.
   async stop() {

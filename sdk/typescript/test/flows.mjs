@@ -150,6 +150,16 @@ worker.workflow("ts.t.parent", async (ctx, input) => {
   return { y, failed };
 });
 
+worker.workflow("ts.t.fanout", async (ctx, input) => {
+  const ids = [];
+  for (let i = 0; i < input.n; i++) ids.push(await ctx.startChild("ts.t.square", { x: i }, { name: "kid" }));
+  const bad = await ctx.startChild("ts.t.failing", null, { name: "bad" });
+  const first = (await ctx.waitForChildren(ids, { first: 1 })).filter((r) => r !== null).length;
+  const sum = (await ctx.waitForAllChildren(ids)).reduce((s, o) => s + o.y, 0);
+  const failed = (await ctx.waitForChildren([bad]))[0].error;
+  return { sum, first, failed };
+});
+
 worker.workflow("ts.t.misc", async (ctx) => {
   const now = await ctx.now();
   const random = await ctx.random();

@@ -99,6 +99,28 @@ test("every durable call is one request as docs/protocol.md spells it, with its 
   });
 });
 
+test("a wait for many children is one request, its results in order and a failed child named", async () => {
+  const { worker, events } = fake("children", 1);
+  worker.workflow("w.children", async (ctx) => {
+    const some = await ctx.waitForChildren([5, 6, 7], { first: 1, timeoutMs: 2000 });
+    let failed = null;
+    try {
+      await ctx.waitForAllChildren([5, 6, 7]);
+    } catch (err) {
+      if (!(err instanceof ChildFailedError)) throw err;
+      failed = err.message;
+    }
+    return { some, failed };
+  });
+  assert.equal(await worker.run(), 0);
+  const end = events().find((e) => e.end).end;
+  assert.deepEqual(end, {
+    x: 1,
+    op: "return",
+    value: { some: [null, { child: 6, status: "completed", output: { y: 1 }, error: null }, null], failed: "child run 7 failed: x is -1" },
+  });
+});
+
 test("after a stop nothing more is sent for the execution, even when its code swallows the error", async () => {
   const { worker } = fake("stop", 2);
   const seen = [];
