@@ -107,6 +107,9 @@ typedef struct bench {
 	double drain3_rps;
 	/* fleet: transactions per run of the first (smallest) fleet */
 	double fleet_xact_base;
+	/* One more setting of the drains' workers (the tracing phase's
+	 * endpoint), or NULL. */
+	const char *drain_env_name, *drain_env_value;
 } bench;
 
 typedef enum goal { NONE, LE, GE, RATIO_LE, RATIO_GE } goal;
@@ -1323,7 +1326,7 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
 	char name[64];
 	snprintf(name, sizeof name, "%s-%s-%s", phase, s->name, workflow);
 	int64_t t0 = now_ms();
-	worker_start_of(b, s, &w, name, url, conc, NULL, NULL);
+	worker_start_of(b, s, &w, name, url, conc, b->drain_env_name, b->drain_env_value);
 	int64_t t1 = worker_ready(&w, 60000, 5);
 	if (t1 < 0)
 		note_error(b, phase, "the worker did not become ready (log in %s)", b->log_dir);
@@ -1518,6 +1521,175 @@ static void phase_baseline(bench *b)
 	         rounds);
 	measure(b, "baseline_x8", label, "runs/s", quantile(cur, rounds, 0.5),
 	        quantile(base, rounds, 0.5), b->base.name, RATIO_GE, 0.9);
+}
+
+/* ------------------------------------------------------------- tracing */
+
+/* An OTLP/HTTP sink: accepts connections and answers every request 200
+ * with nothing, reading (and discarding) its body, on one thread per
+ * connection. It counts requests and bytes, so the phase can tell that
+ * spans went out. */
+typedef struct sink {
+	int fd, port;
+	_Atomic long requests, bytes;
+	pthread_t thread;
+} sink;
+
+typedef struct sink_conn {
+	sink *s;
+	int fd;
+} sink_conn;
+
+static void *sink_serve(void *arg)
+{
+	sink_conn *c = arg;
+	char buf[65536];
+	size_t have = 0;
+	for (;;) {
+		char *end = have ? memmem(buf, have, "\r\n\r\n", 4) : NULL;
+		if (!end) {
+			if (have == sizeof buf)
+				break;
+			ssize_t n = read(c->fd, buf + have, sizeof buf - have);
+			if (n <= 0)
+				break;
+			have += (size_t)n;
+			continue;
+		}
+		size_t head = (size_t)(end + 4 - buf);
+		long len = 0;
+		for (char *h = buf; h < end; h++)
+			if (strncasecmp(h, "\ncontent-length:", 16) == 0)
+				len = strtol(h + 16, NULL, 10);
+		size_t upto = head + (size_t)len;
+		while (have < upto && have < sizeof buf) {
+			ssize_t n = read(c->fd, buf + have, sizeof buf - have);
+			if (n <= 0)
+				goto out;
+			have += (size_t)n;
+		}
+		long left = (long)upto - (long)have; /* a body larger than buf */
+		while (left > 0) {
+			ssize_t n = read(c->fd, buf, sizeof buf < (size_t)left ? sizeof buf : (size_t)left);
+			if (n <= 0)
+				goto out;
+			left -= n;
+		}
+		c->s->requests++;
+		c->s->bytes += len;
+		static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"
+		                         "Content-Length: 0\r\n\r\n";
+		if (write(c->fd, ok, sizeof ok - 1) < 0)
+			break;
+		size_t used = upto < have ? upto : have;
+		memmove(buf, buf + used, have - used);
+		have -= used;
+	}
+out:
+	close(c->fd);
+	free(c);
+	return NULL;
+}
+
+static void *sink_accept(void *arg)
+{
+	sink *s = arg;
+	for (;;) {
+		int fd = accept(s->fd, NULL, NULL);
+		if (fd < 0)
+			return NULL; /* the listening socket was shut down */
+		sink_conn *c = malloc(sizeof *c);
+		pthread_t t;
+		if (!c || (c->s = s, c->fd = fd, pthread_create(&t, NULL, sink_serve, c)) != 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		pthread_detach(t);
+	}
+}
+
+static int sink_start(sink *s)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof sa;
+	s->requests = s->bytes = 0;
+	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    listen(s->fd, 64) < 0 || getsockname(s->fd, (struct sockaddr *)&sa, &len) < 0 ||
+	    pthread_create(&s->thread, NULL, sink_accept, s) != 0) {
+		if (s->fd >= 0)
+			close(s->fd);
+		return -1;
+	}
+	s->port = ntohs(sa.sin_port);
+	return 0;
+}
+
+static void sink_stop(sink *s)
+{
+	shutdown(s->fd, SHUT_RDWR);
+	pthread_join(s->thread, NULL);
+	close(s->fd);
+}
+
+/* Tracing's cost: the 3-step drain of the bench's own build with its spans
+ * exported (OTEL_EXPORTER_OTLP_ENDPOINT to the sink above, the exporter's
+ * defaults otherwise) against without, alternating on this server
+ * (BENCH_BASELINE_ROUNDS rounds of BENCH_BASELINE_3STEP runs); the
+ * medians' ratio should be at least 0.9. */
+static void phase_tracing(bench *b)
+{
+	enum { MAX_ROUNDS = 15 };
+	drain on[MAX_ROUNDS], off[MAX_ROUNDS];
+	int rounds = b->ab_rounds < MAX_ROUNDS ? b->ab_rounds : MAX_ROUNDS, done = 0;
+	sink k;
+	if (sink_start(&k) < 0) {
+		note_error(b, "tracing", "cannot start the OTLP sink: %s", strerror(errno));
+		return;
+	}
+	char url[64];
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", k.port);
+	cJSON *each = cJSON_AddArrayToObject(b->extra, "tracing");
+	for (; done < rounds; done++) {
+		int rc = 0;
+		long req0 = k.requests;
+		on[done] = off[done] = (drain){0};
+		for (int i = 0; i < 2 && !rc; i++) {
+			int traced = (i + done) % 2; /* off first in even rounds */
+			b->drain_env_name = traced ? "OTEL_EXPORTER_OTLP_ENDPOINT" : NULL;
+			b->drain_env_value = traced ? url : NULL;
+			rc = drain_fresh(b, &b->cur, "tracing", "bench_ab", "bench3", b->ab_3step_n,
+			                 DRAIN_CONCURRENCY, 0, traced ? &on[done] : &off[done]);
+		}
+		b->drain_env_name = b->drain_env_value = NULL;
+		if (rc) {
+			cJSON_Delete(on[done].top);
+			cJSON_Delete(off[done].top);
+			break;
+		}
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddNumberToObject(r, "on_runs_per_s", on[done].start_rps);
+		cJSON_AddNumberToObject(r, "off_runs_per_s", off[done].start_rps);
+		cJSON_AddNumberToObject(r, "export_requests", (double)(k.requests - req0));
+		cJSON_AddItemToArray(each, r);
+		fprintf(stderr, "bench: tracing round %d: on %.0f, off %.0f runs/s (%ld exports)\n",
+		        done + 1, on[done].start_rps, off[done].start_rps, k.requests - req0);
+	}
+	sink_stop(&k);
+	cJSON_AddNumberToObject(b->extra, "tracing_export_bytes", (double)k.bytes);
+	if (done == rounds) {
+		char label[96];
+		drain *c = drain_median(on, rounds), *f = drain_median(off, rounds);
+		snprintf(label, sizeof label, "3-step drain runs/s, traced vs not (median of %d)",
+		         rounds);
+		measure(b, "tracing_bench3", label, "runs/s", c->start_rps, f->start_rps, "untraced",
+		        RATIO_GE, 0.9);
+		if (!k.requests)
+			note_error(b, "tracing", "the traced drains exported nothing to the sink");
+	}
+	drains_free(on, done);
+	drains_free(off, done);
 }
 
 /* The planner's luck: the bench's own build drains a bulk enqueue into
@@ -2508,8 +2680,10 @@ static const char USAGE[] =
     "The sdk phase compares the Python and TypeScript SDKs' workers with C's:\n"
     "BENCH_SDK_ROUNDS (3) alternated 3-step drains, the stamp, and the language\n"
     "process's memory over BENCH_SDK_MEMORY (100000) runs.\n"
+    "The tracing phase drains BENCH_BASELINE_3STEP 3-step runs with spans exported\n"
+    "to a local OTLP sink and without, alternating, BENCH_BASELINE_ROUNDS rounds.\n"
     "BENCH_PHASES (enqueue,x8,batch,sql,stamp,drain,plan,baseline,fanout,long,\n"
-    "chain,flow,fleet,sdk) runs only those after the floors. The JSON goes to --out,\n"
+    "chain,flow,fleet,sdk,tracing) runs only those after the floors. The JSON goes to --out,\n"
     "$BENCH_OUT or bench.json.\n";
 
 /* The side of a built tree dir (scripts/bench.sh builds BENCH_BASELINE's);
@@ -2686,6 +2860,8 @@ int main(int argc, char **argv)
 			phase_baseline(&b);
 		if (wanted(&b, "sdk"))
 			phase_sdk(&b);
+		if (wanted(&b, "tracing"))
+			phase_tracing(&b);
 	}
 	reset(&b);
 

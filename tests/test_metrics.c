@@ -846,7 +846,7 @@ Test(metrics, a_real_prometheus_scrapes_three_workers_and_reads_the_backlog_the_
 
 	/* It loaded the alert rules, and every dashboard query runs. */
 	int all, ok = prom_rules_ok(&p, &all);
-	cr_assert(all == 8 && ok == 8, "%d of %d alert rules loaded and healthy", ok, all);
+	cr_assert(all == 9 && ok == 9, "%d of %d alert rules loaded and healthy", ok, all);
 	cJSON *d = dashboard();
 	const char *exprs[128];
 	int n = dashboard_exprs(cJSON_GetObjectItem(d, "panels"), exprs, 0, 128);

@@ -954,6 +954,36 @@ Test(sdk_python, a_child_run_its_result_and_the_other_composing_calls)
 	teardown(&e);
 }
 
+/* ctx.traceparent (protocol version 3): the run's trace context outside a
+ * step, the step attempt's inside, both in the trace the client's
+ * traceparent named. */
+Test(sdk_python, ctx_traceparent_is_the_runs_and_in_a_step_the_attempts_in_the_callers_trace)
+{
+	env e;
+	setup(&e);
+	py p = {0};
+	py_start(&e, &p);
+	cairn_enqueue_opts o = {.group = "python",
+	                        .traceparent =
+	                            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"};
+	cairn_enqueued en;
+	cr_assert_eq(cairn_enqueue(e.cl, "t.trace", &o, &en), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	cairn_run *r = completed(&e, en.id, 30000);
+	cJSON *out = output_of(r);
+	const char *run = jstr(out, "run"), *step = jstr(out, "step");
+	cr_assert(run && step, "%s", r->output);
+	cr_assert_eq(strlen(run), 55, "%s", run);
+	cr_assert(strncmp(run, "00-4bf92f3577b34da6a3ce929d0e0e4736-", 36) == 0, "%s", run);
+	cr_assert(strncmp(step, run, 36) == 0, "one trace: %s, %s", run, step);
+	cr_assert(strcmp(run + 36, "00f067aa0ba902b7-01") != 0 && strcmp(step + 36, run + 36) != 0,
+	          "the run's span, then the step's: %s, %s", run, step);
+	cJSON_Delete(out);
+	cairn_run_free(r);
+	py_stop(&p);
+	teardown(&e);
+}
+
 /* A workflow that returns ctx.continue_as_new(input) ends, completed, and
  * its successor runs with that input (protocol version 2): the chain goes
  * on to its end, and `cairn result` of its first run prints the last's. */

@@ -732,6 +732,35 @@ Test(sdk_ts, a_child_run_returns_its_output_and_a_failed_child_is_an_error_the_p
 	teardown(&e);
 }
 
+/* ctx.traceparent (protocol version 3): the run's trace context outside a
+ * step, the step attempt's inside, both in the trace the client's
+ * traceparent named. */
+Test(sdk_ts, ctx_traceparent_is_the_runs_and_in_a_step_the_attempts_in_the_callers_trace)
+{
+	env e;
+	setup(&e);
+	sdkp p;
+	node_start(&p, &e, FLOWS, FLOWS_ENV);
+	char *o = NULL, *err = NULL;
+	int rc = tcli(e.db, &o, &err, "enqueue", "ts.t.trace", "--group", "typescript",
+	              "--traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	              NULL);
+	cr_assert_eq(rc, 0, "enqueue: %s", err);
+	int64_t id = strtoll(o, NULL, 10);
+	free(o);
+	free(err);
+	cJSON *out = completed(&e, id);
+	const char *run = jstr(out, "run"), *step = jstr(out, "step");
+	cr_assert_eq(strlen(run), 55, "%s", run);
+	cr_assert(strncmp(run, "00-4bf92f3577b34da6a3ce929d0e0e4736-", 36) == 0, "%s", run);
+	cr_assert(strncmp(step, run, 36) == 0, "one trace: %s, %s", run, step);
+	cr_assert(strcmp(run + 36, "00f067aa0ba902b7-01") != 0 && strcmp(step + 36, run + 36) != 0,
+	          "the run's span, then the step's: %s, %s", run, step);
+	cJSON_Delete(out);
+	cr_assert_eq(node_stop(&p, SIGTERM), 0);
+	teardown(&e);
+}
+
 /* A workflow that returns ctx.continueAsNew(input) ends, completed, and its
  * successor runs with that input (protocol version 2): the chain goes on to
  * its end, and `cairn result` of its first run prints the last's. */

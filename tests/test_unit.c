@@ -959,7 +959,11 @@ static void claim_row(const char *v[CLAIM_NCOLS])
 	                                             [CLAIM_PRIORITY] = "-7",
 	                                             [CLAIM_JOURNAL_FROM] = "0",
 	                                             [CLAIM_JOURNAL_CUTS] = "0",
-	                                             [CLAIM_CHAIN] = "42"};
+	                                             [CLAIM_CHAIN] = "42",
+	                                             [CLAIM_TRACEPARENT] =
+	                                                 "00-4bf92f3577b34da6a3ce929d0e0e4736-"
+	                                                 "00f067aa0ba902b7-01",
+	                                             [CLAIM_CREATED] = "1764763291000123"};
 	memcpy(v, row, sizeof row);
 }
 
@@ -978,6 +982,8 @@ Test(claimrow, a_claimed_row_decodes_into_the_job_of_its_run)
 	cr_assert_str_eq(j->workflow, "order");
 	cr_assert_str_eq(j->input, "{\"id\": 7}");
 	cr_assert_eq(j->status, RUN_RUNNING);
+	cr_assert_str_eq(j->traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+	cr_assert_eq(j->created_us, 1764763291000123);
 	cr_assert(j->attempt == 1 && j->max_attempts == 3 && !j->cancel_requested);
 	cr_assert(j->scheduled_ms == 1764763292000 && j->db_now_ms == 1764763292417);
 	cr_assert(j->marked && j->claims == 0, "the claim's own count is not an earlier stop");
