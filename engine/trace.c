@@ -647,47 +647,43 @@ static int add_header(const char *k, const char *v, void *arg)
 	return 0;
 }
 
-int tracer_start(const trace_settings *s, metrics *m, const logger *log, tracer **out, buf *err)
+/* A UUIDv4 for service.instance.id into id (37 bytes). */
+static void instance_id(char *id)
 {
-	*out = NULL;
-	atomic_store(&m->otel_queue_capacity, s->url && *s->url ? s->queue_max : 0);
-	if (!s->url || !*s->url)
-		return 0;
-	tracer *t = calloc(1, sizeof *t);
-	char why[PARSE_ERR_MAX] = "out of memory";
-	if (!t)
-		goto oom;
-	t->s = *s;
-	t->m = m;
-	t->log = log;
-	pthread_mutex_init(&t->mu, NULL);
-	clock_cond_init(&t->cv);
-	t->url = strdup(s->url);
-	t->ring = calloc((size_t)s->queue_max, sizeof *t->ring);
-	t->curl = curl_easy_init();
-	uint8_t inst[16];
-	char id[37];
-	randombytes_buf(inst, sizeof inst);
-	inst[6] = (uint8_t)((inst[6] & 0x0f) | 0x40); /* a UUIDv4 */
-	inst[8] = (uint8_t)((inst[8] & 0x3f) | 0x80);
-	hex(id, inst, 4);
-	id[8] = '-';
-	hex(id + 9, inst + 4, 2);
-	id[13] = '-';
-	hex(id + 14, inst + 6, 2);
-	id[18] = '-';
-	hex(id + 19, inst + 8, 2);
-	id[23] = '-';
-	hex(id + 24, inst + 10, 6);
-	id[36] = '\0';
-	if (!t->url || !t->ring || !t->curl)
-		goto oom;
-	if (trace_resource(s, id, &t->resource, why) < 0 ||
+	uint8_t b[16];
+	randombytes_buf(b, sizeof b);
+	b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+	b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+	static const int groups[] = {4, 2, 2, 2, 6};
+	char *p = id;
+	const uint8_t *q = b;
+	for (int g = 0; g < 5; g++) {
+		if (g)
+			*p++ = '-';
+		hex(p, q, (size_t)groups[g]);
+		p += 2 * groups[g];
+		q += groups[g];
+	}
+	*p = '\0';
+}
+
+/* t's curl handle, resource and headers: 0, or -CAIRN_ENOMEM /
+ * -CAIRN_EINVAL with why. */
+static int tracer_setup(tracer *t, const char *instance, char *why)
+{
+	const trace_settings *s = &t->s;
+	if (!t->url || !t->ring || !t->curl) {
+		snprintf(why, PARSE_ERR_MAX, "out of memory starting the span exporter");
+		return -CAIRN_ENOMEM;
+	}
+	if (trace_resource(s, instance, &t->resource, why) < 0 ||
 	    pairs_each("OTEL_EXPORTER_OTLP_HEADERS", s->headers, why, add_header, t) < 0)
-		goto fail;
+		return -CAIRN_EINVAL;
 	struct curl_slist *l = curl_slist_append(t->headers, "Content-Type: application/x-protobuf");
-	if (!l)
-		goto oom;
+	if (!l) {
+		snprintf(why, PARSE_ERR_MAX, "out of memory starting the span exporter");
+		return -CAIRN_ENOMEM;
+	}
 	t->headers = l;
 	curl_easy_setopt(t->curl, CURLOPT_URL, t->url);
 	curl_easy_setopt(t->curl, CURLOPT_HTTPHEADER, t->headers);
@@ -696,19 +692,41 @@ int tracer_start(const trace_settings *s, metrics *m, const logger *log, tracer 
 	curl_easy_setopt(t->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(t->curl, CURLOPT_WRITEFUNCTION, discard);
 	curl_easy_setopt(t->curl, CURLOPT_USERAGENT, "cairn/" CAIRN_VERSION " (otlp)");
-	if (pthread_create(&t->thread, NULL, exporter_main, t) != 0)
-		goto oom;
+	return 0;
+}
+
+int tracer_start(const trace_settings *s, metrics *m, const logger *log, tracer **out, buf *err)
+{
+	*out = NULL;
+	atomic_store(&m->otel_queue_capacity, s->url && *s->url ? s->queue_max : 0);
+	if (!s->url || !*s->url)
+		return 0;
+	char why[PARSE_ERR_MAX] = "out of memory starting the span exporter", id[37];
+	tracer *t = calloc(1, sizeof *t);
+	int rc = -CAIRN_ENOMEM;
+	if (t) {
+		t->s = *s;
+		t->m = m;
+		t->log = log;
+		pthread_mutex_init(&t->mu, NULL);
+		clock_cond_init(&t->cv);
+		t->url = strdup(s->url);
+		t->ring = calloc((size_t)s->queue_max, sizeof *t->ring);
+		t->curl = curl_easy_init();
+		instance_id(id);
+		rc = tracer_setup(t, id, why);
+		if (!rc && pthread_create(&t->thread, NULL, exporter_main, t) != 0)
+			rc = -CAIRN_ENOMEM;
+	}
+	if (rc) {
+		tracer_free(t);
+		buf_reset(err);
+		buf_puts(err, why);
+		return rc;
+	}
 	*out = t;
 	log_kv(log, LOG_INFO, "exporting traces", "url", t->url, "service.instance.id", id, NULL);
 	return 0;
-oom:
-	snprintf(why, sizeof why, "out of memory starting the span exporter");
-fail:
-	tracer_free(t);
-	buf_reset(err);
-	buf_puts(err, why);
-	return strcmp(why, "out of memory starting the span exporter") == 0 ? -CAIRN_ENOMEM
-	                                                                     : -CAIRN_EINVAL;
 }
 
 void tracer_stop(tracer *t, int64_t wait_ms)
