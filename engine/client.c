@@ -907,7 +907,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   o->require_served ? "t" : "f",
 	                   traceparent_of(o, tp)};
 	/* ST_ENQUEUE_TO's parameters: the first 11, and the traceparent. */
-	const char *pto[] = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[13]};
+	const char *pto[] = {p[0], p[1], p[2], p[3], p[4],  p[5],
+	                     p[6], p[7], p[8], p[9], p[10], p[13]};
 
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};

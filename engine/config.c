@@ -203,8 +203,9 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 		char **f = field;
 		if (s->off == OFF(otel_headers) && strcmp(source, "flag") == 0) {
 			buf_reset(err);
-			buf_puts(err, "--otel-exporter-otlp-headers is not accepted: every user of the "
-			              "machine can read a command line; set OTEL_EXPORTER_OTLP_HEADERS");
+			buf_puts(err,
+			         "--otel-exporter-otlp-headers is not accepted: every user of the "
+			         "machine can read a command line; set OTEL_EXPORTER_OTLP_HEADERS");
 			return -CAIRN_EINVAL;
 		}
 		if (s->off == OFF(encryption_keys) && strcmp(source, "flag") == 0) {
@@ -344,7 +345,8 @@ static int check_otel(config *cfg, buf *err)
 {
 	char why[PARSE_ERR_MAX];
 	const char *const urls[] = {"OTEL_EXPORTER_OTLP_ENDPOINT", cfg->otel_endpoint,
-	                            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", cfg->otel_traces_endpoint};
+	                            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	                            cfg->otel_traces_endpoint};
 	const char *const protos[] = {"OTEL_EXPORTER_OTLP_PROTOCOL", cfg->otel_protocol,
 	                              "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
 	                              cfg->otel_traces_protocol};
@@ -356,11 +358,12 @@ static int check_otel(config *cfg, buf *err)
 		}
 	for (int i = 0; i < 4; i += 2)
 		if (*protos[i + 1] && strcmp(protos[i + 1], "http/protobuf") != 0) {
-			buf_printf(err,
-			           "invalid value for %s: \"%s\": expected http/protobuf (cairn "
-			           "exports OTLP over HTTP in protobuf; point it at the collector's "
-			           "OTLP/HTTP port, 4318 by default)",
-			           protos[i], protos[i + 1]);
+			buf_printf(
+			    err,
+			    "invalid value for %s: \"%s\": expected http/protobuf (cairn "
+			    "exports OTLP over HTTP in protobuf; point it at the collector's "
+			    "OTLP/HTTP port, 4318 by default)",
+			    protos[i], protos[i + 1]);
 			return -CAIRN_EINVAL;
 		}
 	if (trace_check_pairs("OTEL_EXPORTER_OTLP_HEADERS", cfg->otel_headers, why) < 0 ||

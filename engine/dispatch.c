@@ -1017,8 +1017,7 @@ static const char SQL_CLAIM_NEW[] =
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, 0::bigint AS bytes, "
     "  NULL::text AS last_step, NULL::text AS journal, NULL::text AS signals, 0 AS jfrom, "
     "  r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain, " CLAIM_TRACE
-    "), " CLAIM_FX_PLAIN
-    "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
+    "), " CLAIM_FX_PLAIN "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
 
 /* The claim statements, prepared on every poll connection. claim() takes
  * the one with limits or without (limited * 2) for all that is due or for

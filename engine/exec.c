@@ -57,7 +57,7 @@ struct cairn_ctx {
 	int step_seq;          /* the seq of the step running now (with step_attempt) */
 	int trace_ready;       /* job->trace is set (always when the worker traces) */
 	char tp[TRACEPARENT_LEN + 1]; /* cairn_ctx_traceparent's answer */
-	int64_t replayed;      /* journal entries this execution replayed */
+	int64_t replayed;             /* journal entries this execution replayed */
 	/* Children: those this run started (by the calls so far), each to the
 	 * outcome (a cJSON object ctx keeps) a wait took, or NULL. */
 	idmap kids;
@@ -340,9 +340,8 @@ const char *cairn_ctx_traceparent(cairn_ctx *ctx)
  * Its parent is the run span, which whichever execution ends the run
  * exports: a call's span never points at an execution that a crash kept
  * from being exported. */
-static void trace_call(cairn_ctx *ctx, step_kind kind, const char *name, int seq,
-                       int step_attempt, int64_t start_ns, const char *outcome,
-                       const char *error_type)
+static void trace_call(cairn_ctx *ctx, step_kind kind, const char *name, int seq, int step_attempt,
+                       int64_t start_ns, const char *outcome, const char *error_type)
 {
 	job *j = ctx->job;
 	const char *what = step_kind_name(kind);
@@ -574,10 +573,10 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	src = step_result(ctx, src, out, &text);
 	if (ctx->job->traced)
 		trace_call(ctx, kind, name, seq, attempts, t0_ns, NULL,
-		           src == CAIRN_OK                              ? NULL
+		           src == CAIRN_OK                            ? NULL
 		           : p.timeout_ms > 0 && took >= p.timeout_ms ? "cairn.timeout"
-		           : src == CAIRN_ERETRY                        ? "cairn.retryable"
-		                                                        : "cairn.failed");
+		           : src == CAIRN_ERETRY                      ? "cairn.retryable"
+		                                                      : "cairn.failed");
 	if (conn) {
 		/* The result is journaled in the step's own transaction, or the
 		 * transaction is rolled back with whatever the step did. */
@@ -825,8 +824,8 @@ static int start_fn(cairn_ctx *ctx, void *arg, cJSON **out)
 		return CAIRN_ERETRY;
 	/* Routed: this run's group if it serves the workflow, else one that does. */
 	/* The new run's span is a child of this step's (trace.h). */
-	cairn_enqueue_opts o = {.key = a->key, .input = a->input,
-	                        .traceparent = cairn_ctx_traceparent(ctx)};
+	cairn_enqueue_opts o = {
+	    .key = a->key, .input = a->input, .traceparent = cairn_ctx_traceparent(ctx)};
 	cairn_enqueued e;
 	int rc = client_enqueue_child(c, a->workflow, &o, 0, ctx->job->group_name, &e);
 	if (!rc && e.warning) {
@@ -1100,8 +1099,8 @@ static int child_new(cairn_ctx *ctx, int seq, const char *name, const char *work
 	if (warning) {
 		char child[24];
 		snprintf(child, sizeof child, "%" PRId64, *id);
-		log_kv(ctx->env->log, LOG_WARN, "started a run of a workflow no worker serves", "run",
-		       child, "workflow", workflow, "warning", warning, NULL);
+		log_kv(ctx->env->log, LOG_WARN, "started a run of a workflow no worker serves",
+		       "run", child, "workflow", workflow, "warning", warning, NULL);
 		free(warning);
 	}
 	char key[64], out[48];
@@ -1439,7 +1438,8 @@ static int wait_children(cairn_ctx *ctx, child_wait *w)
 		row.status = STEP_TIMED_OUT;
 		row.finished_ms = now;
 		if (ctx->job->traced)
-			trace_call(ctx, w->kind, w->name, seq, 0, started * 1000000, "timed_out", NULL);
+			trace_call(ctx, w->kind, w->name, seq, 0, started * 1000000, "timed_out",
+			           NULL);
 		return (rc = add_row(ctx, &row)) ? rc : CAIRN_ETIMEOUT;
 	}
 	row.status = STEP_WAITING;
@@ -1685,7 +1685,8 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 		row.status = STEP_COMPLETED;
 		row.finished_ms = now;
 		if (ctx->job->traced)
-			trace_call(ctx, KIND_SLEEP, name, seq, 0, row.started_ms * 1000000, NULL, NULL);
+			trace_call(ctx, KIND_SLEEP, name, seq, 0, row.started_ms * 1000000, NULL,
+			           NULL);
 		return add_row(ctx, &row);
 	}
 	if (e)
@@ -1756,7 +1757,8 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 		row.finished_ms = now;
 		row.output = (char *)sig->payload;
 		if (ctx->job->traced)
-			trace_call(ctx, KIND_SIGNAL, name, seq, 0, row.started_ms * 1000000, NULL, NULL);
+			trace_call(ctx, KIND_SIGNAL, name, seq, 0, row.started_ms * 1000000, NULL,
+			           NULL);
 		rc = add_row(ctx, &row);
 		if (!rc && commit_add_signal(pending(ctx), sig->id, seq) < 0)
 			rc = no_memory(ctx);

@@ -55,8 +55,7 @@ static int all_zero(const uint8_t *b, size_t n)
 	return 1;
 }
 
-int trace_parse(const char *s, uint8_t trace_id[16], uint8_t span_id[8], uint8_t *flags,
-                char *why)
+int trace_parse(const char *s, uint8_t trace_id[16], uint8_t span_id[8], uint8_t *flags, char *why)
 {
 	static const char want[] = "expected a W3C traceparent: 00-<32 lower-case hex digits of "
 	                           "the trace id>-<16 of the parent span id>-<2 of the flags>, "
@@ -64,8 +63,8 @@ int trace_parse(const char *s, uint8_t trace_id[16], uint8_t span_id[8], uint8_t
 	uint8_t ver;
 	size_t n = s ? strlen(s) : 0;
 	int ok = n >= TRACEPARENT_LEN && unhex(s, &ver, 1) == 0 && ver != 0xff && s[2] == '-' &&
-	         unhex(s + 3, trace_id, 16) == 0 && s[35] == '-' && unhex(s + 36, span_id, 8) == 0 &&
-	         s[52] == '-' && unhex(s + 53, flags, 1) == 0 &&
+	         unhex(s + 3, trace_id, 16) == 0 && s[35] == '-' &&
+	         unhex(s + 36, span_id, 8) == 0 && s[52] == '-' && unhex(s + 53, flags, 1) == 0 &&
 	         (ver == 0 ? n == TRACEPARENT_LEN : n == TRACEPARENT_LEN || s[55] == '-') &&
 	         !all_zero(trace_id, 16) && !all_zero(span_id, 8);
 	if (ok)
@@ -150,12 +149,50 @@ int64_t trace_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Copies at most n bytes of s (cut at a character) into out as UTF-8: a
+ * byte that starts no valid sequence becomes '?', since a protobuf string
+ * must be UTF-8 and a collector refuses a request that holds one that is
+ * not. Returns the bytes written (no NUL). */
+static size_t utf8_copy(char *out, const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = 0;
+	while (*p && o < n) {
+		size_t len = *p < 0x80                           ? 1
+		             : (*p & 0xe0) == 0xc0 && *p >= 0xc2 ? 2
+		             : (*p & 0xf0) == 0xe0               ? 3
+		             : (*p & 0xf8) == 0xf0 && *p <= 0xf4 ? 4
+		                                                 : 0;
+		for (size_t k = 1; k < len; k++)
+			if ((p[k] & 0xc0) != 0x80)
+				len = 0; /* cut short (a NUL ends it too) */
+		if (len == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0)))
+			len = 0; /* overlong, or a surrogate */
+		if (len == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90)))
+			len = 0;
+		if (!len) {
+			out[o++] = '?';
+			p++;
+			continue;
+		}
+		if (o + len > n)
+			break;
+		memcpy(out + o, p, len);
+		o += len;
+		p += len;
+	}
+	return o;
+}
+
 trace_span *trace_span_new(const char *what, const char *name, const char *workflow,
                            const char *group, const char *error)
 {
 	size_t lw = strlen(what), ln = name ? strlen(name) : 0, lf = strlen(workflow),
 	       lg = group ? strlen(group) : 0, le = error ? strlen(error) : 0;
-	trace_span *s = malloc(sizeof *s + lw + 1 + ln + 1 + lf + 1 + lg + 1 + (error ? le + 1 : 0));
+	if (le > TRACE_ERROR_MAX)
+		le = TRACE_ERROR_MAX;
+	trace_span *s =
+	    malloc(sizeof *s + lw + 1 + ln + 1 + lf + 1 + lg + 1 + (error ? le + 1 : 0));
 	if (!s)
 		return NULL;
 	memset(s, 0, sizeof *s);
@@ -176,8 +213,10 @@ trace_span *trace_span_new(const char *what, const char *name, const char *workf
 		memcpy(p, group, lg);
 	p[lg] = '\0';
 	p += lg + 1;
-	if (error)
-		s->error = memcpy(p, error, le + 1);
+	if (error) {
+		s->error = p;
+		p[utf8_copy(p, error, le)] = '\0';
+	}
 	s->seq = -1;
 	return s;
 }
@@ -407,10 +446,11 @@ static int pairs_each(const char *what, const char *pairs, char *why,
 		buf_free(&k);
 		buf_free(&v);
 		if (bad && n) {
-			snprintf(why, PARSE_ERR_MAX,
-			         "invalid value for %s: member \"%.*s\": expected key=value members "
-			         "separated by commas, values percent-encoded (a=b,c=d%%20e)",
-			         what, (int)(n > 80 ? 80 : n), p);
+			snprintf(
+			    why, PARSE_ERR_MAX,
+			    "invalid value for %s: member \"%.*s\": expected key=value members "
+			    "separated by commas, values percent-encoded (a=b,c=d%%20e)",
+			    what, (int)(n > 80 ? 80 : n), p);
 			return -1;
 		}
 		p = end ? end + 1 : NULL;
@@ -567,10 +607,11 @@ static void export_batch(tracer *t, trace_span **spans, int n)
 	if (!t->failing) {
 		char cnt[24];
 		snprintf(cnt, sizeof cnt, "%d", n);
-		log_kv(t->log, LOG_WARN,
-		       "cannot export spans; they are dropped (cairn_otel_spans_dropped_total) until "
-		       "the collector answers",
-		       "url", t->url, "spans", cnt, "error", why, NULL);
+		log_kv(
+		    t->log, LOG_WARN,
+		    "cannot export spans; they are dropped (cairn_otel_spans_dropped_total) until "
+		    "the collector answers",
+		    "url", t->url, "spans", cnt, "error", why, NULL);
 	}
 	t->failing = 1;
 }
@@ -679,7 +720,8 @@ static int tracer_setup(tracer *t, const char *instance, char *why)
 	if (trace_resource(s, instance, &t->resource, why) < 0 ||
 	    pairs_each("OTEL_EXPORTER_OTLP_HEADERS", s->headers, why, add_header, t) < 0)
 		return -CAIRN_EINVAL;
-	struct curl_slist *l = curl_slist_append(t->headers, "Content-Type: application/x-protobuf");
+	struct curl_slist *l =
+	    curl_slist_append(t->headers, "Content-Type: application/x-protobuf");
 	if (!l) {
 		snprintf(why, PARSE_ERR_MAX, "out of memory starting the span exporter");
 		return -CAIRN_ENOMEM;

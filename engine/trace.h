@@ -46,11 +46,9 @@ typedef struct trace_ctx {
  * fields): 0, or -1 with why (PARSE_ERR_MAX bytes) naming what is wrong.
  * An all-zero trace or span id, version ff, or upper-case hex is refused.
  */
-int trace_parse(const char *s, uint8_t trace_id[16], uint8_t span_id[8], uint8_t *flags,
-                char *why);
+int trace_parse(const char *s, uint8_t trace_id[16], uint8_t span_id[8], uint8_t *flags, char *why);
 /* "00-TRACE-SPAN-FLAGS" into out (TRACEPARENT_LEN + 1 bytes). */
-void trace_format(char *out, const uint8_t trace_id[16], const uint8_t span_id[8],
-                  uint8_t flags);
+void trace_format(char *out, const uint8_t trace_id[16], const uint8_t span_id[8], uint8_t flags);
 /*
  * The trace context of run run_id enqueued at created_us (Unix
  * microseconds) with traceparent tp (NULL or "": none, or one that does
@@ -85,15 +83,19 @@ typedef struct trace_span {
 	trace_span_kind kind;
 	int64_t run_id;
 	int attempt, shard, seq, step_attempt;
-	const char *call_kind;  /* a call's: "step", "sleep" ... (static) */
-	const char *outcome;    /* static, or NULL */
-	const char *error_type; /* static; with error: the span failed */
+	const char *call_kind;                 /* a call's: "step", "sleep" ... (static) */
+	const char *outcome;                   /* static, or NULL */
+	const char *error_type;                /* static; with error: the span failed */
 	char *name, *workflow, *group, *error; /* at the tail; error may be NULL */
 	char tail[];
 } trace_span;
 
+/* The most bytes of an error a span keeps. */
+#define TRACE_ERROR_MAX 4096
+
 /* A span named "what name" of a run of workflow in group, with error
- * (NULL: none), every other field zero: NULL when out of memory. */
+ * (NULL: none; its first TRACE_ERROR_MAX bytes, a byte that is not UTF-8
+ * as '?'), every other field zero: NULL when out of memory. */
 trace_span *trace_span_new(const char *what, const char *name, const char *workflow,
                            const char *group, const char *error);
 

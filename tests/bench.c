@@ -1570,15 +1570,17 @@ static void *sink_serve(void *arg)
 		}
 		long left = (long)upto - (long)have; /* a body larger than buf */
 		while (left > 0) {
-			ssize_t n = read(c->fd, buf, sizeof buf < (size_t)left ? sizeof buf : (size_t)left);
+			ssize_t n =
+			    read(c->fd, buf, sizeof buf < (size_t)left ? sizeof buf : (size_t)left);
 			if (n <= 0)
 				goto out;
 			left -= n;
 		}
 		c->s->requests++;
 		c->s->bytes += len;
-		static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"
-		                         "Content-Length: 0\r\n\r\n";
+		static const char ok[] =
+		    "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"
+		    "Content-Length: 0\r\n\r\n";
 		if (write(c->fd, ok, sizeof ok - 1) < 0)
 			break;
 		size_t used = upto < have ? upto : have;
@@ -1683,8 +1685,8 @@ static void phase_tracing(bench *b)
 		drain *c = drain_median(on, rounds), *f = drain_median(off, rounds);
 		snprintf(label, sizeof label, "3-step drain runs/s, traced vs not (median of %d)",
 		         rounds);
-		measure(b, "tracing_bench3", label, "runs/s", c->start_rps, f->start_rps, "untraced",
-		        RATIO_GE, 0.9);
+		measure(b, "tracing_bench3", label, "runs/s", c->start_rps, f->start_rps,
+		        "untraced", RATIO_GE, 0.9);
 		if (!k.requests)
 			note_error(b, "tracing", "the traced drains exported nothing to the sink");
 	}

@@ -169,8 +169,8 @@ static const char *attr_str(const cJSON *s, const char *name)
 
 static double attr_num(const cJSON *s, const char *name)
 {
-	const cJSON *v =
-	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "attributes"), name);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(s, "attributes"), name);
 	return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
@@ -234,8 +234,8 @@ static void wk_start(wk *w, const char *db, const char *endpoint, const char *ex
 	                       "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
 	                       "CAIRN_RUNNER_TTL=2s", "CAIRN_HTTP_TOKEN=tracing-test-token-0123",
 	                       "OTEL_SERVICE_NAME=cairn-test", "OTEL_BSP_SCHEDULE_DELAY=100",
-	                       "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test",
-	                       plugins, endpoint, extra, extra2, NULL);
+	                       "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test", plugins,
+	                       endpoint, extra, extra2, NULL);
 	live_add(w->pid);
 	cr_assert(thttp_wait(w->port, "/readyz", 200, 20000), "worker never became ready; log %s",
 	          w->log);
@@ -254,8 +254,9 @@ typedef struct run_done {
 static int finished(void *arg)
 {
 	run_done *d = arg;
-	return tdb_intf(d->c, "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
-	                      " AND finished_at IS NOT NULL",
+	return tdb_intf(d->c,
+	                "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                " AND finished_at IS NOT NULL",
 	                d->id) == 1;
 }
 
@@ -299,9 +300,8 @@ Test(tracing, one_trace_from_the_clients_traceparent_through_a_kill_and_replay_t
 	/* A ran "first" and started the child; the child ran; A's spans of them
 	 * are out; the run waits in step "gate". Then A dies. */
 	wait_span(&r, "child kid", id);
-	int64_t kid = tdb_intf(c,
-	                       "SELECT coalesce(max(id), 0) FROM cairn.runs WHERE parent_id = %" PRId64,
-	                       id);
+	int64_t kid = tdb_intf(
+	    c, "SELECT coalesce(max(id), 0) FROM cairn.runs WHERE parent_id = %" PRId64, id);
 	cr_assert_gt(kid, 0);
 	wait_span(&r, "run t.traced_kid", kid);
 	cr_assert(tdb_wait_at_leastf(c, 1, 20000,
@@ -333,7 +333,8 @@ Test(tracing, one_trace_from_the_clients_traceparent_through_a_kill_and_replay_t
 	cr_assert_str_eq(str(cJSON_GetObjectItemCaseSensitive(run, "resource"), "service.name"),
 	                 "cairn-test");
 	cr_assert_str_eq(
-	    str(cJSON_GetObjectItemCaseSensitive(run, "resource"), "deployment.environment"), "test");
+	    str(cJSON_GetObjectItemCaseSensitive(run, "resource"), "deployment.environment"),
+	    "test");
 	const char *run_span = str(run, "span_id");
 
 	/* "first" ran on A only: the replay on B took it from the journal. */
@@ -366,11 +367,10 @@ Test(tracing, one_trace_from_the_clients_traceparent_through_a_kill_and_replay_t
 	/* "gate" ran again on B (A's attempt never ended), and the rest. */
 	cr_assert_eq(find(all, "step gate", id, &gate), 1);
 	cr_assert_str_eq(str(gate, "parent"), run_span);
-	cr_assert_str_neq(str(cJSON_GetObjectItemCaseSensitive(gate, "resource"),
-	                      "service.instance.id"),
-	                  str(cJSON_GetObjectItemCaseSensitive(first, "resource"),
-	                      "service.instance.id"),
-	                  "B is another instance than A");
+	cr_assert_str_neq(
+	    str(cJSON_GetObjectItemCaseSensitive(gate, "resource"), "service.instance.id"),
+	    str(cJSON_GetObjectItemCaseSensitive(first, "resource"), "service.instance.id"),
+	    "B is another instance than A");
 	cr_assert_eq(find(all, "sleep nap", id, &nap), 1);
 	cr_assert_str_eq(str(nap, "parent"), run_span);
 	cr_assert_geq(find(all, "execute t.traced", id, NULL), 1);
@@ -447,10 +447,10 @@ Test(tracing, a_failed_step_has_error_status_and_an_exception_event_and_so_does_
 	/* The steps that went well have no status. */
 	const cJSON *first;
 	cr_assert_eq(find(all, "step first", id, &first), 1);
-	cr_assert_eq(
-	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(first, "status"), "code")
-	        ->valuedouble,
-	    0);
+	cr_assert_eq(cJSON_GetObjectItemCaseSensitive(
+	                 cJSON_GetObjectItemCaseSensitive(first, "status"), "code")
+	                 ->valuedouble,
+	             0);
 	cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(first, "events")), 0);
 	cJSON_Delete(all);
 
@@ -458,8 +458,8 @@ Test(tracing, a_failed_step_has_error_status_and_an_exception_event_and_so_does_
 	const char *hdr[] = {"Authorization: Bearer tracing-test-token-0123",
 	                     "Content-Type: application/json", "traceparent: " TP, NULL};
 	char *body;
-	long status = thttp_req(a.port, "POST", "/v1/runs", hdr,
-	                        "{\"workflow\": \"t.traced_kid\"}", &body, NULL);
+	long status = thttp_req(a.port, "POST", "/v1/runs", hdr, "{\"workflow\": \"t.traced_kid\"}",
+	                        &body, NULL);
 	cr_assert_eq(status, 201, "%s", body);
 	cJSON *made = cJSON_Parse(body);
 	int64_t api_run = (int64_t)cJSON_GetObjectItemCaseSensitive(made, "id")->valuedouble;
@@ -506,8 +506,9 @@ Test(tracing, enqueue_stores_a_traceparent_from_the_cli_and_sql_and_refuses_a_ba
 	tdb_exec(c, "SELECT cairn.enqueue('t.traced', '{}'::jsonb, 'k-jsonb', traceparent => '" TP
 	            "')");
 	tdb_exec(c, "SELECT cairn.enqueue('t.traced', '{}', 'k-text', traceparent => '" TP "')");
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key IN ('k-jsonb', 'k-text') "
-	                        "AND traceparent = '" TP "'"),
+	cr_assert_eq(tdb_int(c,
+	                     "SELECT count(*) FROM cairn.runs WHERE key IN ('k-jsonb', 'k-text') "
+	                     "AND traceparent = '" TP "'"),
 	             2);
 	cr_assert_eq(tdb_intf(c, "SELECT count(*) FROM cairn.enqueue('t.traced', '{}'::jsonb, "
 	                         "'k-old', NULL, NULL, 2)"),
@@ -565,16 +566,16 @@ Test(tracing, a_collector_that_never_answers_costs_runs_nothing_and_spans_are_dr
 	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
 	cairn_enqueue_opts o[200] = {{0}};
 	cairn_enqueued res[200];
-	cr_assert_eq(cairn_enqueue_batch(cl, "noop", 200, o, res), CAIRN_OK,
-	             "%s", cairn_client_errmsg(cl));
+	cr_assert_eq(cairn_enqueue_batch(cl, "noop", 200, o, res), CAIRN_OK, "%s",
+	             cairn_client_errmsg(cl));
 	int64_t t0 = tnow_ms();
 	all_done d = {c, 200};
 	cr_assert(twait(all_finished, &d, 30000), "runs waited for the exporter; log %s", a.log);
 	int64_t took = tnow_ms() - t0;
 	char *page;
-	cr_assert_eq(thttp_auth(a.port, "GET", "/metrics", "Bearer tracing-test-token-0123", &page,
-	                        NULL),
-	             200);
+	cr_assert_eq(
+	    thttp_auth(a.port, "GET", "/metrics", "Bearer tracing-test-token-0123", &page, NULL),
+	    200);
 	double full = tmetric_in(page, "cairn_otel_spans_dropped_total", "reason=\"queue_full\"");
 	cr_assert_geq(full, 200 * 2 - 8 - 8, "each run's spans past the queue are dropped:\n%s",
 	              page);
@@ -673,4 +674,22 @@ Test(tracing, traceparents_parse_as_the_w3c_recommendation_says_and_ids_are_deri
 	trace_call_id(&a, 42, 1, 3, 2, c3);
 	cr_assert_eq(memcmp(c1, c2, 8), 0);
 	cr_assert_neq(memcmp(c1, c3, 8), 0);
+}
+
+Test(tracing, a_spans_error_is_cut_at_its_limit_and_made_utf8)
+{
+	trace_span *s =
+	    trace_span_new("step", "pay", "order", "default", "bad \xff byte, caf\xc3\xa9");
+	cr_assert_not_null(s);
+	cr_assert_str_eq(s->name, "step pay");
+	cr_assert_str_eq(s->error, "bad ? byte, caf\xc3\xa9");
+	free(s);
+	char *big = malloc(TRACE_ERROR_MAX + 100);
+	memset(big, 'x', TRACE_ERROR_MAX + 99);
+	memcpy(big + TRACE_ERROR_MAX - 1, "\xc3\xa9", 2); /* a character across the limit */
+	big[TRACE_ERROR_MAX + 99] = '\0';
+	s = trace_span_new("run", "order", "order", NULL, big);
+	cr_assert_eq(strlen(s->error), TRACE_ERROR_MAX - 1, "cut before the character");
+	free(s);
+	free(big);
 }
