@@ -324,6 +324,15 @@ static void call_traceparent(cairn_ctx *ctx, int seq, int attempt, char *out)
 	trace_format(out, t->trace_id, id, t->flags);
 }
 
+/* Whether the runs this run starts carry its trace context: it is traced
+ * here, or was given a traceparent. A run in neither starts runs that are
+ * roots of traces of their own, at no cost to a worker that does not
+ * trace. */
+static int in_a_trace(const cairn_ctx *ctx)
+{
+	return ctx->job->traced || ctx->job->traceparent[0];
+}
+
 const char *cairn_ctx_traceparent(cairn_ctx *ctx)
 {
 	const trace_ctx *t = run_trace(ctx);
@@ -822,10 +831,11 @@ static int start_fn(cairn_ctx *ctx, void *arg, cJSON **out)
 	cairn_client *c = exec_client(ctx);
 	if (!c)
 		return CAIRN_ERETRY;
-	/* Routed: this run's group if it serves the workflow, else one that does. */
-	/* The new run's span is a child of this step's (trace.h). */
-	cairn_enqueue_opts o = {
-	    .key = a->key, .input = a->input, .traceparent = cairn_ctx_traceparent(ctx)};
+	/* Routed: this run's group if it serves the workflow, else one that
+	 * does. The new run's span is a child of this step's (trace.h). */
+	cairn_enqueue_opts o = {.key = a->key,
+	                        .input = a->input,
+	                        .traceparent = in_a_trace(ctx) ? cairn_ctx_traceparent(ctx) : NULL};
 	cairn_enqueued e;
 	int rc = client_enqueue_child(c, a->workflow, &o, 0, ctx->job->group_name, &e);
 	if (!rc && e.warning) {
@@ -1113,8 +1123,11 @@ static int child_new(cairn_ctx *ctx, int seq, const char *name, const char *work
 	                    .key = key,
 	                    .input = text,
 	                    .group = (char *)group};
-	/* The child's run span is the child of this call's (trace.h). */
-	call_traceparent(ctx, seq, attempts + 1, kid.tp);
+	/* The child's run span is the child of this call's (trace.h), when
+	 * the run is in a trace someone records: traced here, or given a
+	 * traceparent (a worker that traces may execute the child). */
+	if (in_a_trace(ctx))
+		call_traceparent(ctx, seq, attempts + 1, kid.tp);
 	if (ctx->job->traced)
 		trace_call(ctx, KIND_CHILD, name, seq, attempts + 1, now * 1000000, NULL, NULL);
 	commit *c = pending(ctx);

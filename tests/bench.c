@@ -1243,8 +1243,29 @@ typedef struct drain {
 	double xacts;     /* the database's transactions per run while the worker ran */
 	double stmts;     /* statements per run (pg_stat_statements), -1 without it */
 	double server_ms; /* their planning and execution time per run, ms, or -1 */
+	double cpu_us;    /* the worker's CPU time (user + system) per run, us, or -1 */
 	cJSON *top;       /* the most frequent statements, or NULL */
 } drain;
+
+/* The CPU time process pid has used (user + system), ms, or -1. */
+static double cpu_ms_of(pid_t pid)
+{
+	char path[64], line[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(line, 1, sizeof line - 1, f) : 0;
+	if (f)
+		fclose(f);
+	line[n] = '\0';
+	/* Past "(comm)", which may hold spaces: fields 3 on; utime and stime
+	 * are fields 14 and 15. */
+	const char *p = strrchr(line, ')');
+	unsigned long ut, st;
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
 
 /* The database's transactions once every session but the bench's has
  * ended: a backend reports its counters as it exits, before it leaves
@@ -1303,7 +1324,7 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
                        const char *workflow, int n, int conc, int analyze, drain *d)
 {
 	char out[4096], count[16];
-	*d = (drain){.stmts = -1, .server_ms = -1};
+	*d = (drain){.stmts = -1, .server_ms = -1, .cpu_us = -1};
 	snprintf(count, sizeof count, "%d", n);
 	char *url = side_db(b, s, phase, db);
 	char *const load[] = {(char *)s->load, "batch", (char *)workflow, count, "t-", NULL};
@@ -1334,11 +1355,13 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
 	         wait_finished(b, phase, pg, &polls, workflow, "t-%", n, &w, 1, 10) == 0)
 		rc = 0;
 	int64_t t2 = now_ms();
+	double cpu = rc ? -1 : cpu_ms_of(w.pid);
 	PQfinish(pg);
 	pg = NULL;
 	workers_stop(&w, 1);
 	if (rc)
 		goto out;
+	d->cpu_us = cpu < 0 ? -1 : cpu * 1000 / n;
 	d->start_rps = n / ((double)(t2 - t0) / 1000);
 	d->ready_rps = n / ((double)(t2 - t1) / 1000);
 	d->xacts = (db_xacts_settled(b, db) - x0 - (double)polls) / n;
@@ -1453,9 +1476,14 @@ static void baseline_drain(bench *b, const char *workflow, int n, const char *ke
 		cJSON_AddNumberToObject(r, "baseline_runs_per_s", base[done].start_rps);
 		cJSON_AddNumberToObject(r, "current_ready_runs_per_s", cur[done].ready_rps);
 		cJSON_AddNumberToObject(r, "baseline_ready_runs_per_s", base[done].ready_rps);
+		cJSON_AddNumberToObject(r, "current_worker_cpu_us_per_run", cur[done].cpu_us);
+		cJSON_AddNumberToObject(r, "baseline_worker_cpu_us_per_run", base[done].cpu_us);
 		cJSON_AddItemToArray(each, r);
-		fprintf(stderr, "bench: %s round %d: current %.0f, %s %.0f runs/s\n", key, done + 1,
-		        cur[done].start_rps, b->base.name, base[done].start_rps);
+		fprintf(stderr,
+		        "bench: %s round %d: current %.0f, %s %.0f runs/s; worker CPU %.0f, %.0f "
+		        "us/run\n",
+		        key, done + 1, cur[done].start_rps, b->base.name, base[done].start_rps,
+		        cur[done].cpu_us, base[done].cpu_us);
 	}
 	if (done == rounds) {
 		char label[96];
@@ -1673,10 +1701,16 @@ static void phase_tracing(bench *b)
 		cJSON *r = cJSON_CreateObject();
 		cJSON_AddNumberToObject(r, "on_runs_per_s", on[done].start_rps);
 		cJSON_AddNumberToObject(r, "off_runs_per_s", off[done].start_rps);
+		cJSON_AddNumberToObject(r, "on_worker_cpu_us_per_run", on[done].cpu_us);
+		cJSON_AddNumberToObject(r, "off_worker_cpu_us_per_run", off[done].cpu_us);
 		cJSON_AddNumberToObject(r, "export_requests", (double)(k.requests - req0));
 		cJSON_AddItemToArray(each, r);
-		fprintf(stderr, "bench: tracing round %d: on %.0f, off %.0f runs/s (%ld exports)\n",
-		        done + 1, on[done].start_rps, off[done].start_rps, k.requests - req0);
+		fprintf(
+		    stderr,
+		    "bench: tracing round %d: on %.0f, off %.0f runs/s; worker CPU on %.0f, off "
+		    "%.0f us/run (%ld exports)\n",
+		    done + 1, on[done].start_rps, off[done].start_rps, on[done].cpu_us,
+		    off[done].cpu_us, k.requests - req0);
 	}
 	sink_stop(&k);
 	cJSON_AddNumberToObject(b->extra, "tracing_export_bytes", (double)k.bytes);
@@ -1687,6 +1721,19 @@ static void phase_tracing(bench *b)
 		         rounds);
 		measure(b, "tracing_bench3", label, "runs/s", c->start_rps, f->start_rps,
 		        "untraced", RATIO_GE, 0.9);
+		/* The worker's CPU per run, less at the mercy of what else the
+		 * machine runs than the rate: the medians of the rounds. */
+		double con[MAX_ROUNDS], coff[MAX_ROUNDS];
+		int cpu_ok = 1;
+		for (int i = 0; i < rounds; i++) {
+			con[i] = on[i].cpu_us;
+			coff[i] = off[i].cpu_us;
+			cpu_ok &= con[i] > 0 && coff[i] > 0;
+		}
+		snprintf(label, sizeof label, "3-step drain worker CPU us/run, traced vs not");
+		if (cpu_ok)
+			measure(b, "tracing_bench3_cpu", label, "us", quantile(con, rounds, 0.5),
+			        quantile(coff, rounds, 0.5), "untraced", RATIO_LE, 1.1);
 		if (!k.requests)
 			note_error(b, "tracing", "the traced drains exported nothing to the sink");
 	}
