@@ -33,16 +33,7 @@ typedef struct env {
 	char log[64];
 } env;
 
-static pid_t live;
-
-static void kill_live(void)
-{
-	if (live)
-		tworker_stop(live, SIGKILL, 5000);
-	live = 0;
-}
-
-TestSuite(children, .fini = kill_live);
+TestSuite(children, .fini = tlive_kill);
 
 /* A database, a client and a worker with the test workflows. */
 static void setup(env *e)
@@ -54,8 +45,8 @@ static void setup(env *e)
 	char plugins[1100];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	tlog_file(e->log);
-	e->worker = live =
-	    tworker_start(e->db, &e->port, e->log, "CAIRN_POLL_INTERVAL=5s", plugins, NULL);
+	e->worker = tworker_start(e->db, &e->port, e->log, "CAIRN_POLL_INTERVAL=5s", plugins, NULL);
+	tlive_add(e->worker);
 	cr_assert(thttp_wait(e->port, "/readyz", 200, 20000), "worker never ready; log in %s",
 	          e->log);
 }
@@ -63,7 +54,7 @@ static void setup(env *e)
 static void teardown(env *e)
 {
 	int rc = tworker_stop(e->worker, SIGTERM, 15000);
-	live = 0;
+	tlive_del(e->worker);
 	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, e->log);
 	unlink(e->log);
 	cairn_client_free(e->cl);
@@ -79,6 +70,7 @@ static int64_t enqueue(env *e, const char *workflow, const char *input)
 	cairn_enqueued r;
 	cr_assert_eq(cairn_enqueue(e->cl, workflow, &o, &r), CAIRN_OK, "%s",
 	             cairn_client_errmsg(e->cl));
+	cairn_enqueued_clear(&r);
 	return r.id;
 }
 

@@ -28,38 +28,8 @@ enum { SHARDS = 4, DEADLINE = 60000 };
 
 extern char **environ;
 
-/* Node processes this test started and has not ended: killed by the
- * suite's fini, so a failed assertion never leaves one running (their
- * engines follow: they exit when the SDK process is gone). */
-static pid_t live[8];
-
-static void live_add(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (!live[i]) {
-			live[i] = pid;
-			return;
-		}
-}
-
-static void live_del(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i] == pid)
-			live[i] = 0;
-}
-
-static void kill_live(void)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i]) {
-			tworker_stop(live[i], SIGKILL, 5000);
-			live[i] = 0;
-		}
-}
-
 /* No per-test .timeout (see test_exec.c): tests/run.sh bounds each test. */
-TestSuite(sdk_ts, .fini = kill_live);
+TestSuite(sdk_ts, .fini = tlive_kill);
 
 /* The repository (tests/run.sh exports it). */
 static const char *top(void)
@@ -172,7 +142,7 @@ static void node_spawn(sdkp *p, env *e, const char *script, const char *const *e
 		execlp("node", "node", path, (char *)NULL);
 		_exit(127);
 	}
-	live_add(p->pid);
+	tlive_add(p->pid);
 }
 
 /* node_spawn, then waits until its engine is ready (welcome). */
@@ -191,7 +161,7 @@ static const char *const FLOWS_ENV[] = {NULL};
 static int node_stop(sdkp *p, int sig)
 {
 	int rc = tworker_stop(p->pid, sig, 20000);
-	live_del(p->pid);
+	tlive_del(p->pid);
 	return rc;
 }
 
@@ -466,7 +436,7 @@ static void kill_mid_step(int engine)
 	kill(victim, SIGKILL);
 	if (!engine) {
 		waitpid(p.pid, NULL, 0);
-		live_del(p.pid);
+		tlive_del(p.pid);
 	}
 	pid_t old_engine = engine ? victim : engine_pid(&p);
 	cr_assert(twait(proc_gone, &old_engine, 20000), "the engine outlived the kill");
@@ -547,7 +517,7 @@ Test(sdk_ts, a_workflow_that_crashes_node_every_time_fails_as_poison_and_takes_n
 	while (!status_is(&e, bad, "failed", 0) && tnow_ms() < deadline) {
 		int st;
 		if (waitpid(p.pid, &st, WNOHANG) == p.pid) {
-			live_del(p.pid);
+			tlive_del(p.pid);
 			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 70, "node ended %d", st);
 			crashes++;
 			node_start(&p, &e, FLOWS, poison);
@@ -852,7 +822,7 @@ Test(sdk_ts, an_engine_that_cannot_start_ends_the_node_process_with_its_status_a
 	pid_t r = 0;
 	while ((r = waitpid(p.pid, &st, WNOHANG)) == 0 && tnow_ms() < deadline)
 		usleep(10000);
-	live_del(p.pid);
+	tlive_del(p.pid);
 	tcheck(dump_log, r == p.pid && WIFEXITED(st) && WEXITSTATUS(st) == 2,
 	       "node did not exit 2 (status %d)", st);
 	char *log = tfile_read(p.log);
