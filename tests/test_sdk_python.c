@@ -949,6 +949,7 @@ Test(sdk_python, ctx_traceparent_is_the_runs_and_in_a_step_the_attempts_in_the_c
 	cairn_enqueued en;
 	cr_assert_eq(cairn_enqueue(e.cl, "t.trace", &o, &en), CAIRN_OK, "%s",
 	             cairn_client_errmsg(e.cl));
+	cairn_enqueued_clear(&en);
 	cairn_run *r = completed(&e, en.id, 30000);
 	cJSON *out = output_of(r);
 	const char *run = jstr(out, "run"), *step = jstr(out, "step");

@@ -34,37 +34,15 @@
 
 static const char TABLES[] = "CREATE TABLE t_flags (run_id bigint NOT NULL);";
 
-/* Processes this test started and has not ended: killed by the suite's
- * fini, so a failed assertion leaves nothing running. */
-static pid_t live[8];
-
-static void live_add(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (!live[i]) {
-			live[i] = pid;
-			return;
-		}
-}
-
+/* A process this test started, ended now (tlive_del: the suite's fini
+ * need not). */
 static void live_end(pid_t pid)
 {
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i] == pid)
-			live[i] = 0;
+	tlive_del(pid);
 	tworker_stop(pid, SIGKILL, 5000);
 }
 
-static void kill_live(void)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i]) {
-			tworker_stop(live[i], SIGKILL, 5000);
-			live[i] = 0;
-		}
-}
-
-TestSuite(tracing, .fini = kill_live);
+TestSuite(tracing, .fini = tlive_kill);
 
 /* ------------------------------------------------------------- receiver */
 
@@ -125,7 +103,7 @@ static void receiver_start(receiver *r)
 		_exit(127);
 	}
 	close(p[1]);
-	live_add(pid);
+	tlive_add(pid);
 	r->pid = pid;
 	char line[64] = "";
 	size_t n = 0;
@@ -236,7 +214,7 @@ static void wk_start(wk *w, const char *db, const char *endpoint, const char *ex
 	                       "OTEL_SERVICE_NAME=cairn-test", "OTEL_BSP_SCHEDULE_DELAY=100",
 	                       "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test", plugins,
 	                       endpoint, extra, extra2, NULL);
-	live_add(w->pid);
+	tlive_add(w->pid);
 	cr_assert(thttp_wait(w->port, "/readyz", 200, 20000), "worker never became ready; log %s",
 	          w->log);
 }
