@@ -612,9 +612,10 @@ struct tracer {
 	pthread_cond_t cv;
 	trace_span **ring; /* [s.queue_max] */
 	int head, len;
-	int stop, flush_wanted;
-	int64_t stop_by; /* monotonic ms: the last export starts before it */
-	int failing;     /* the last export failed: the next success is logged */
+	int stop;
+	_Atomic int64_t stop_by; /* monotonic ms: exports end by then once stop is set (0: not
+	                            stopping) */
+	int failing;             /* the last export failed: the next success is logged */
 };
 
 void tracer_emit(tracer *t, trace_span *s)
@@ -637,6 +638,16 @@ void tracer_emit(tracer *t, trace_span *s)
 static size_t discard(char *p, size_t size, size_t n, void *arg)
 {
 	return size * n;
+}
+
+/* Ends an export in progress once the worker stops and its deadline for
+ * the last exports has passed: a collector that hangs holds a drain up for
+ * tracer_stop's wait, not for OTEL_EXPORTER_OTLP_TIMEOUT. */
+static int export_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	tracer *t = arg;
+	int64_t by = atomic_load(&t->stop_by);
+	return by && clock_mono_ms() >= by;
 }
 
 /* POSTs body: 0, or -1 with why. */
@@ -805,6 +816,9 @@ static int tracer_setup(tracer *t, const char *instance, char *why)
 	curl_easy_setopt(t->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)s->timeout_ms);
 	curl_easy_setopt(t->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(t->curl, CURLOPT_WRITEFUNCTION, discard);
+	curl_easy_setopt(t->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(t->curl, CURLOPT_XFERINFOFUNCTION, export_progress);
+	curl_easy_setopt(t->curl, CURLOPT_XFERINFODATA, t);
 	curl_easy_setopt(t->curl, CURLOPT_USERAGENT, "cairn/" CAIRN_VERSION " (otlp)");
 	return 0;
 }
@@ -849,7 +863,7 @@ void tracer_stop(tracer *t, int64_t wait_ms)
 		return;
 	pthread_mutex_lock(&t->mu);
 	t->stop = 1;
-	t->stop_by = clock_mono_ms() + wait_ms;
+	atomic_store(&t->stop_by, clock_mono_ms() + (wait_ms > 0 ? wait_ms : 1));
 	pthread_cond_signal(&t->cv);
 	pthread_mutex_unlock(&t->mu);
 	pthread_join(t->thread, NULL);
