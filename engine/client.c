@@ -1320,7 +1320,9 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 /* A run that has not started is cancelled at once; a started one gets the
  * request and a cancel message, and ends cancelled at its next durable call.
  * A cancel of a run that continued as new is for the last run of its chain,
- * as a signal is (SQL_SIGNAL). */
+ * as a signal is (SQL_SIGNAL). A child cancelled at once tells its parent
+ * as the commit that ends a child does (cairn.children_ended, migration
+ * 0024): its outcome, and the parent's wait counted down. */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
     "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR UPDATE), "
@@ -1328,9 +1330,12 @@ static const char SQL_CANCEL[] =
     "             cancel_requested = true, finished_at = now(), updated_at = now(), "
     "             start_at = NULL, held = false "
     "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
-    "           AND attempt = 0 RETURNING id), "
+    "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS child), "
     "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
     "notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
+    "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), array_agg(parent_id), "
+    "             array_agg('cancelled'::text), array_agg('cancelled'::text)) AS n "
+    "         FROM now_ WHERE parent_id IS NOT NULL), "
     "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
     "        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
     "        RETURNING id, shard_group, shard), "
@@ -1338,7 +1343,8 @@ static const char SQL_CANCEL[] =
     "      SELECT id, shard_group, shard, 'cancel' FROM req "
     "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-    "  + (SELECT count(*) FROM notify_), 'it has already finished', "
+    "  + (SELECT count(*) FROM notify_) + (SELECT count(n) FROM told), "
+    "  'it has already finished', "
     "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
 
 int cairn_cancel(cairn_client *c, int64_t run_id)
