@@ -1144,7 +1144,10 @@ static int db_more_ends(const exec_env *env, int64_t run, int64_t after, char **
 	int rc = 0;
 	if (!PQgetisnull(res, 0, 0) && !(*json = strdup(PQgetvalue(res, 0, 0))))
 		rc = -CAIRN_ENOMEM;
+	int big = PQgetlength(res, 0, 0) > DB_BUFFER_KEEP_MAX;
 	PQclear(res);
+	if (big) /* its buffers go with it (DB_BUFFER_KEEP_MAX) */
+		thread_client_drop();
 	return rc;
 }
 
@@ -2027,14 +2030,14 @@ static void cache_journal(cairn_ctx *ctx, const commit *c)
 }
 
 /*
- * An execution that replayed a journal this long gives the memory it freed
- * back to the system as it ends: glibc keeps freed small blocks in the
+ * An execution that replayed a journal this long (or made as many durable
+ * calls) gives the memory it freed back to the system as it ends: glibc keeps freed small blocks in the
  * thread's arena, so the worker's RSS stayed at the peak of the largest
  * replay (a parent of 100,000 children: about 400 MB, once).
  */
 #define TRIM_AFTER_ENTRIES 10000
 
-static void give_back_memory(int entries)
+void exec_give_back_memory(int entries)
 {
 #ifdef __GLIBC__
 	if (entries >= TRIM_AFTER_ENTRIES)
@@ -2085,7 +2088,10 @@ commit *exec_job(const exec_env *env, job *j)
 	}
 	cache_journal(&ctx, c);
 out:
+	/* What it replayed, or the calls it made (a parent's first execution
+	 * that starts 100,000 children replays nothing). */
 	entries = ctx.jr.n + ctx.sigs.n + ctx.more.n;
+	entries = entries > ctx.seq ? entries : ctx.seq;
 	cJSON_Delete(output);
 	cJSON_Delete(input);
 	cJSON_Delete(ctx.keep);
@@ -2096,6 +2102,6 @@ out:
 	idmap_free(&ctx.kids);
 	exec_ids_free(&ctx.ids);
 	buf_free(&ctx.err);
-	give_back_memory(entries);
+	exec_give_back_memory(entries);
 	return c;
 }
