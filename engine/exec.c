@@ -55,6 +55,7 @@ struct cairn_ctx {
 	int step_attempt;      /* the attempt of the step running now (0: none) */
 	char *next_input;      /* cairn_continue_as_new: the successor's input (JSON text) */
 	int64_t replayed;      /* journal entries this execution replayed */
+	int rows_made;         /* journal rows this execution wrote */
 	/* Children: those this run started (by the calls so far), each to the
 	 * outcome (a cJSON object ctx keeps) a wait took, or NULL. */
 	idmap kids;
@@ -161,6 +162,7 @@ static int add_row(cairn_ctx *ctx, const jrow *r)
 	if (!step_status_settled(r->status) && r->seq < ctx->first_unsettled)
 		ctx->first_unsettled = r->seq;
 	commit *c = pending(ctx);
+	ctx->rows_made++;
 	return c && commit_add_row(c, r) == 0 ? CAIRN_OK : no_memory(ctx);
 }
 
@@ -2030,8 +2032,8 @@ static void cache_journal(cairn_ctx *ctx, const commit *c)
 }
 
 /*
- * An execution that replayed a journal this long (or made as many durable
- * calls) gives the memory it freed back to the system as it ends: glibc keeps freed small blocks in the
+ * An execution that loaded a journal this long (or wrote as many rows)
+ * gives the memory it freed back to the system as it ends: glibc keeps freed small blocks in the
  * thread's arena, so the worker's RSS stayed at the peak of the largest
  * replay (a parent of 100,000 children: about 400 MB, once).
  */
@@ -2088,10 +2090,11 @@ commit *exec_job(const exec_env *env, job *j)
 	}
 	cache_journal(&ctx, c);
 out:
-	/* What it replayed, or the calls it made (a parent's first execution
-	 * that starts 100,000 children replays nothing). */
+	/* What it loaded, or the rows it wrote (a parent's first execution
+	 * that starts 100,000 children loads nothing); not what it replayed
+	 * from the cache: a long run would trim at every wake. */
 	entries = ctx.jr.n + ctx.sigs.n + ctx.more.n;
-	entries = entries > ctx.seq ? entries : ctx.seq;
+	entries = entries > ctx.rows_made ? entries : ctx.rows_made;
 	cJSON_Delete(output);
 	cJSON_Delete(input);
 	cJSON_Delete(ctx.keep);
