@@ -488,21 +488,26 @@ static const char SQL_ENQUEUE_NEW[] = ENQUEUE_NEW("0::bigint");
 static const char SQL_ENQUEUE_NEW_KEYED[] =
     ENQUEUE_NEW("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
 
-/* Orders the rows of SQL_ENQUEUE_NEW: by run id, as text of digits. */
-static int by_id_text(const void *a, const void *b)
+/* A row of SQL_ENQUEUE_NEW: its run id and its row number. */
+typedef struct new_row {
+	int64_t id;
+	int row;
+} new_row;
+
+static int by_id(const void *a, const void *b)
 {
-	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-	size_t lx = strlen(x), ly = strlen(y);
-	return lx != ly ? (lx > ly) - (lx < ly) : strcmp(x, y);
+	int64_t x = ((const new_row *)a)->id, y = ((const new_row *)b)->id;
+	return (x > y) - (x < y);
 }
 
 /* Reads the rows of SQL_ENQUEUE_NEW (freed here) into out, in input order:
- * CAIRN_OK, or a failure (out untouched). */
+ * CAIRN_OK, or a failure (out untouched). The runs' ids rise in input
+ * order; RETURNING gives them in the order inserted, so the rows are
+ * sorted only when they came otherwise. */
 static int read_new(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out)
 {
-	/* Row numbers' ids, sorted: the order the runs came in. */
-	const char **ids = (size_t)PQntuples(r) == n ? malloc(n * sizeof *ids + 1) : NULL;
-	if (!ids) {
+	new_row *rows = (size_t)PQntuples(r) == n ? malloc(n * sizeof *rows + 1) : NULL;
+	if (!rows) {
 		int got = PQntuples(r);
 		PQclear(r);
 		return (size_t)got == n
@@ -511,18 +516,21 @@ static int read_new(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out)
 		                         "the batch's insert returned %d rows for %zu runs", got,
 		                         n);
 	}
-	for (size_t i = 0; i < n; i++)
-		ids[i] = PQgetvalue(r, (int)i, 0);
-	qsort(ids, n, sizeof *ids, by_id_text);
-	for (int row = 0; row < PQntuples(r); row++) {
-		const char *id = PQgetvalue(r, row, 0);
-		const char **at = bsearch(&id, ids, n, sizeof *ids, by_id_text);
-		cairn_enqueued *e = &out[at - ids];
+	int sorted = 1;
+	for (size_t i = 0; i < n; i++) {
+		rows[i] = (new_row){strtoll(PQgetvalue(r, (int)i, 0), NULL, 10), (int)i};
+		sorted &= i == 0 || rows[i - 1].id < rows[i].id;
+	}
+	if (!sorted)
+		qsort(rows, n, sizeof *rows, by_id);
+	for (size_t i = 0; i < n; i++) {
+		int row = rows[i].row;
+		cairn_enqueued *e = &out[i];
 		cairn_enqueued_clear(e);
-		*e = (cairn_enqueued){.id = strtoll(id, NULL, 10), .held = db_get_bool(r, row, 5)};
+		*e = (cairn_enqueued){.id = rows[i].id, .held = db_get_bool(r, row, 5)};
 		snprintf(e->status, sizeof e->status, "%s", PQgetvalue(r, row, 2));
 	}
-	free(ids);
+	free(rows);
 	PQclear(r);
 	return CAIRN_OK;
 }
@@ -947,6 +955,14 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	return rc;
 }
 
+/* Whether runs a and b are routed alike: the same group asked (or none)
+ * and the same require_served. */
+static int same_route(const cairn_enqueue_opts *a, const cairn_enqueue_opts *b)
+{
+	return a->require_served == b->require_served &&
+	       (a->group == b->group || (a->group && b->group && strcmp(a->group, b->group) == 0));
+}
+
 /* cairn_enqueue_batch, and with want_result also each existing finished
  * run's output and error (cairn_enqueue). */
 static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
@@ -980,6 +996,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT, tps = PGARR_INIT;
 	buf sealed = BUF_INIT;
 	int keyed = 0; /* a run of the batch has a concurrency key */
+	const client_route *to = NULL; /* the route of the run before */
 	for (size_t i = 0; i < n; i++) {
 		const cairn_enqueue_opts *o = &opts[i];
 		const char *key = o->key;
@@ -989,11 +1006,13 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		}
 		/* Routed here, with the client's routes (cached for a second),
 		 * so that the insert of new runs reads no other table; their
-		 * warnings are the batch's if its runs are all new. */
-		const client_route *to;
-		if ((rc = route_to(c, workflow, o->group, NULL, o->require_served, &to)))
-			goto done;
-		add_warning(c, to->warning[0] ? to->warning : NULL);
+		 * warnings are the batch's if its runs are all new. A run asked
+		 * as the one before it goes where that one went. */
+		if (!to || !same_route(o, &opts[i - 1])) {
+			if ((rc = route_to(c, workflow, o->group, NULL, o->require_served, &to)))
+				goto done;
+			add_warning(c, to->warning[0] ? to->warning : NULL);
+		}
 		pgarr_add(&keys, key);
 		pgarr_add(&groups, to->group);
 		pgarr_add(&reqs, o->require_served ? "t" : "f");
@@ -1345,7 +1364,9 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 /* A run that has not started is cancelled at once; a started one gets the
  * request and a cancel message, and ends cancelled at its next durable call.
  * A cancel of a run that continued as new is for the last run of its chain,
- * as a signal is (SQL_SIGNAL). */
+ * as a signal is (SQL_SIGNAL). A child cancelled at once tells its parent
+ * as the commit that ends a child does (cairn.children_ended, migration
+ * 0024): its outcome, and the parent's wait counted down. */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
     "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR UPDATE), "
@@ -1353,9 +1374,12 @@ static const char SQL_CANCEL[] =
     "             cancel_requested = true, finished_at = now(), updated_at = now(), "
     "             start_at = NULL, held = false "
     "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
-    "           AND attempt = 0 RETURNING id), "
+    "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS child), "
     "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
     "notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
+    "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), array_agg(parent_id), "
+    "             array_agg('cancelled'::text), array_agg('cancelled'::text)) AS n "
+    "         FROM now_ WHERE parent_id IS NOT NULL), "
     "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
     "        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
     "        RETURNING id, shard_group, shard), "
@@ -1363,7 +1387,8 @@ static const char SQL_CANCEL[] =
     "      SELECT id, shard_group, shard, 'cancel' FROM req "
     "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-    "  + (SELECT count(*) FROM notify_), 'it has already finished', "
+    "  + (SELECT count(*) FROM notify_) + (SELECT count(n) FROM told), "
+    "  'it has already finished', "
     "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
 
 int cairn_cancel(cairn_client *c, int64_t run_id)

@@ -779,6 +779,7 @@ struct committer {
 	int failures;    /* failed connects since the last write that succeeded */
 	int64_t pid;     /* the server process of the commit connection */
 	int64_t old_pid; /* that of a connection that broke with a write in flight; 0: none */
+	int big_write;   /* the last statement sent more than DB_BUFFER_KEEP_MAX */
 	/* The sets of parts whose statement the connection has prepared (as
 	 * cairn_commit_<parts in hex>), one bit each: a set is prepared the
 	 * first time a batch needs it, and a worker meets a handful. */
@@ -996,6 +997,10 @@ static int write_batch(committer *k, PGconn *conn, commit *const *batch, int n, 
 	}
 	const char *values[COMMIT_NSLOTS];
 	int nv = commit_values(&p, parts, values);
+	size_t bytes = 0;
+	for (int i = 0; i < nv; i++)
+		bytes += values[i] ? strlen(values[i]) : 0;
+	k->big_write |= bytes > DB_BUFFER_KEEP_MAX;
 	PGresult *r = PQexecPrepared(conn, name, nv, values, NULL, NULL, 0);
 	commit_params_free(&p);
 	int rc = 0;
@@ -1367,7 +1372,15 @@ static void *committer_main(void *arg)
 			k->env.on_children(k->env.arg);
 		if (!told_since)
 			told_since = clock_mono_ms();
-		if (queue_empty(k) || clock_mono_ms() - told_since >= TELL_DELAY_MS) {
+		if (k->big_write && conn) {
+			/* Its buffers go with it (DB_BUFFER_KEEP_MAX); the next
+			 * batch connects again. */
+			notify_done(conn, &told);
+			told_since = 0;
+			PQfinish(conn);
+			conn = NULL;
+			k->big_write = 0;
+		} else if (queue_empty(k) || clock_mono_ms() - told_since >= TELL_DELAY_MS) {
 			telling = notify_send(conn, &told);
 			told_since = 0;
 		}

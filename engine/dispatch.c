@@ -80,6 +80,7 @@ struct dispatch {
 	int exec_stop;
 	_Atomic int stopping;
 	_Atomic int claiming;    /* the poller is connected and its first claim there answered */
+	int big_claim; /* the last claim read more than DB_BUFFER_KEEP_MAX; the poller's */
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
 	/* What a wake-up asks of the poller (see poller_main). */
 	_Atomic int claim_wanted;         /* claim now */
@@ -464,7 +465,12 @@ static void on_final(void *arg, commit *c)
 		}
 	/* A wait for children met as it began: the run is due again. */
 	job_end(arg, j, settled && !c->woken, next_at);
+	/* Freed here, on the committer's thread, after its execution gave
+	 * back what it freed: a parent's final commit takes the ends of all
+	 * its children. */
+	int size = c->nrows + c->nsig + c->nkids + c->await.n;
 	commit_free(c);
+	exec_give_back_memory(size);
 }
 
 /* ------------------------------------------------------------- executors */
@@ -1292,6 +1298,7 @@ static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, i
 		got++;
 		take_row(d, &env, v, &refused, &marked);
 	}
+	d->big_claim = PQresultMemorySize(r) > DB_BUFFER_KEEP_MAX;
 	PQclear(r);
 	if (refused.n)
 		unclaim(d, conn, owner, &refused, &marked);
@@ -1928,6 +1935,11 @@ static void *poller_main(void *arg)
 		}
 		if (rd.rc < 0)
 			claim_failed(&p);
+		if (d->big_claim && p.conn) { /* its buffers go with it (DB_BUFFER_KEEP_MAX) */
+			PQfinish(p.conn);
+			p.conn = NULL;
+			d->big_claim = 0;
+		}
 		int refill = refill_now(d, rd.full);
 		if (rd.again || refill) {
 			atomic_store(&d->claim_wanted, 1);

@@ -58,6 +58,7 @@ struct cairn_ctx {
 	int trace_ready;       /* job->trace is set (always when the worker traces) */
 	char tp[TRACEPARENT_LEN + 1]; /* cairn_ctx_traceparent's answer */
 	int64_t replayed;             /* journal entries this execution replayed */
+	int rows_made;                /* journal rows this execution wrote */
 	/* Children: those this run started (by the calls so far), each to the
 	 * outcome (a cJSON object ctx keeps) a wait took, or NULL. */
 	idmap kids;
@@ -164,6 +165,7 @@ static int add_row(cairn_ctx *ctx, const jrow *r)
 	if (!step_status_settled(r->status) && r->seq < ctx->first_unsettled)
 		ctx->first_unsettled = r->seq;
 	commit *c = pending(ctx);
+	ctx->rows_made++;
 	return c && commit_add_row(c, r) == 0 ? CAIRN_OK : no_memory(ctx);
 }
 
@@ -1239,7 +1241,10 @@ static int db_more_ends(const exec_env *env, int64_t run, int64_t after, char **
 	int rc = 0;
 	if (!PQgetisnull(res, 0, 0) && !(*json = strdup(PQgetvalue(res, 0, 0))))
 		rc = -CAIRN_ENOMEM;
+	int big = PQgetlength(res, 0, 0) > DB_BUFFER_KEEP_MAX;
 	PQclear(res);
+	if (big) /* its buffers go with it (DB_BUFFER_KEEP_MAX) */
+		thread_client_drop();
 	return rc;
 }
 
@@ -2136,14 +2141,14 @@ static void cache_journal(cairn_ctx *ctx, const commit *c)
 }
 
 /*
- * An execution that replayed a journal this long gives the memory it freed
- * back to the system as it ends: glibc keeps freed small blocks in the
+ * An execution that loaded a journal this long (or wrote as many rows)
+ * gives the memory it freed back to the system as it ends: glibc keeps freed small blocks in the
  * thread's arena, so the worker's RSS stayed at the peak of the largest
  * replay (a parent of 100,000 children: about 400 MB, once).
  */
 #define TRIM_AFTER_ENTRIES 10000
 
-static void give_back_memory(int entries)
+void exec_give_back_memory(int entries)
 {
 #ifdef __GLIBC__
 	if (entries >= TRIM_AFTER_ENTRIES)
@@ -2206,7 +2211,11 @@ commit *exec_job(const exec_env *env, job *j)
 	}
 	cache_journal(&ctx, c);
 out:
+	/* What it loaded, or the rows it wrote (a parent's first execution
+	 * that starts 100,000 children loads nothing); not what it replayed
+	 * from the cache: a long run would trim at every wake. */
 	entries = ctx.jr.n + ctx.sigs.n + ctx.more.n;
+	entries = entries > ctx.rows_made ? entries : ctx.rows_made;
 	cJSON_Delete(output);
 	cJSON_Delete(input);
 	cJSON_Delete(ctx.keep);
@@ -2217,6 +2226,6 @@ out:
 	idmap_free(&ctx.kids);
 	exec_ids_free(&ctx.ids);
 	buf_free(&ctx.err);
-	give_back_memory(entries);
+	exec_give_back_memory(entries);
 	return c;
 }

@@ -150,4 +150,8 @@ typedef struct exec_env {
  * claim counts as a stop).
  */
 commit *exec_job(const exec_env *env, job *j);
+/* After an execution, or its final commit, that handled entries journal
+ * entries, signals or children: gives the memory freed back to the system
+ * when they were many (glibc keeps freed small blocks in their arena). */
+void exec_give_back_memory(int entries);
 #endif

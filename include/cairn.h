@@ -269,7 +269,8 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 
 /*
  * Requests cancellation of the run: its next durable call returns
- * CAIRN_CANCELLED. A pending run that never started is cancelled at once.
+ * CAIRN_CANCELLED. A pending run that never started is cancelled at once
+ * (a child tells its parent then, as a child's end always does).
  * CAIRN_ESTATE if the run has already finished.
  */
 int cairn_cancel(cairn_client *c, int64_t run_id);
