@@ -995,7 +995,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT, ckeys = PGARR_INIT,
 	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT, tps = PGARR_INIT;
 	buf sealed = BUF_INIT;
-	int keyed = 0; /* a run of the batch has a concurrency key */
+	int keyed = 0;                 /* a run of the batch has a concurrency key */
 	const client_route *to = NULL; /* the route of the run before */
 	for (size_t i = 0; i < n; i++) {
 		const cairn_enqueue_opts *o = &opts[i];

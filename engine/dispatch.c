@@ -78,9 +78,9 @@ struct dispatch {
 	int executing;
 	int idle; /* executors waiting for a job */
 	int exec_stop;
+	int big_claim; /* the last claim read more than DB_BUFFER_KEEP_MAX; the poller's */
 	_Atomic int stopping;
 	_Atomic int claiming;    /* the poller is connected and its first claim there answered */
-	int big_claim; /* the last claim read more than DB_BUFFER_KEEP_MAX; the poller's */
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
 	/* What a wake-up asks of the poller (see poller_main). */
 	_Atomic int claim_wanted;         /* claim now */

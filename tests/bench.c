@@ -995,8 +995,9 @@ static void phase_enqueue_batch(bench *b)
 {
 	enum { MAX_ROUNDS = 15 };
 	double floors[MAX_ROUNDS], batches[MAX_ROUNDS];
-	int rounds = b->batch_rounds < 1 ? 1 : b->batch_rounds > MAX_ROUNDS ? MAX_ROUNDS
-	                                                                    : b->batch_rounds;
+	int rounds = b->batch_rounds < 1            ? 1
+	             : b->batch_rounds > MAX_ROUNDS ? MAX_ROUNDS
+	                                            : b->batch_rounds;
 	if (reset(b))
 		return;
 	for (int i = 0; i < rounds; i++) {

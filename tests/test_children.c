@@ -404,7 +404,7 @@ static const char *result_status(const cJSON *out, int i)
 	const cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "results"), i);
 	const cJSON *st = cJSON_GetObjectItem(r, "status");
 	return cJSON_IsTrue(cJSON_GetObjectItem(r, "done")) && cJSON_IsString(st) ? st->valuestring
-	                                                                        : "";
+	                                                                          : "";
 }
 
 /* The parent holds the signal a child cancelled at once sends, in the
@@ -445,7 +445,8 @@ Test(children, a_wait_for_all_counts_children_cancelled_before_they_start_and_wa
 	int64_t p = many_ghosts(&e, N, "all", NULL);
 	/* Through the SQL API (cairn.cancel), all but the first. */
 	for (int i = N - 1; i >= 1; i--)
-		tdb_intf(e.c, "SELECT count(*) FROM (SELECT cairn.cancel(%" PRId64 ")) c", kid(&e, p, i));
+		tdb_intf(e.c, "SELECT count(*) FROM (SELECT cairn.cancel(%" PRId64 ")) c",
+		         kid(&e, p, i));
 	cr_assert_eq(num(&e, "SELECT need FROM cairn.child_waits WHERE run_id = %" PRId64, p), 1,
 	             "the cancels did not count the wait down");
 	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.messages WHERE run_id = %" PRId64, p), 0,
@@ -531,36 +532,41 @@ Test(children, a_chain_cancelled_before_its_next_link_starts_tells_its_parent_by
 	env e;
 	setup(&e);
 	for (int via_sql = 0; via_sql < 2; via_sql++) {
-		int64_t p = tdb_intf(e.c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-		                          "status) VALUES ('p', gen_random_uuid(), 'ghosts', 0, "
-		                          "'waiting') RETURNING id");
+		int64_t p =
+		    tdb_intf(e.c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
+		                  "status) VALUES ('p', gen_random_uuid(), 'ghosts', 0, "
+		                  "'waiting') RETURNING id");
 		int64_t first = tdb_intf(
 		    e.c,
 		    "INSERT INTO cairn.runs (workflow, key, shard_group, shard, parent_id, status, "
 		    "attempt, finished_at) VALUES ('c', gen_random_uuid(), 'ghosts', 0, %" PRId64
 		    ", 'completed', 1, now()) RETURNING id",
 		    p);
-		int64_t next = tdb_intf(e.c,
-		                        "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-		                        "parent_id, continued_from, chain_id) VALUES ('c', "
-		                        "'cairn.next:%" PRId64 "', 'ghosts', 0, %" PRId64 ", %" PRId64
-		                        ", %" PRId64 ") RETURNING id",
-		                        first, p, first, first);
-		tdb_intf(e.c, "INSERT INTO cairn.child_waits (run_id) VALUES (%" PRId64 ") RETURNING 1",
+		int64_t next =
+		    tdb_intf(e.c,
+		             "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
+		             "parent_id, continued_from, chain_id) VALUES ('c', "
+		             "'cairn.next:%" PRId64 "', 'ghosts', 0, %" PRId64 ", %" PRId64
+		             ", %" PRId64 ") RETURNING id",
+		             first, p, first, first);
+		tdb_intf(e.c,
+		         "INSERT INTO cairn.child_waits (run_id) VALUES (%" PRId64 ") RETURNING 1",
 		         p);
 		cr_assert_eq(wait_sql(e.c, p, &first, 1, 1), 0);
 		if (via_sql)
-			tdb_intf(e.c, "SELECT count(*) FROM (SELECT cairn.cancel(%" PRId64 ")) c", first);
+			tdb_intf(e.c, "SELECT count(*) FROM (SELECT cairn.cancel(%" PRId64 ")) c",
+			         first);
 		else
 			cr_assert_eq(cairn_cancel(e.cl, first), CAIRN_OK, "%s",
 			             cairn_client_errmsg(e.cl));
-		cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
-		                     " AND status = 'cancelled'",
+		cr_assert_eq(num(&e,
+		                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+		                 " AND status = 'cancelled'",
 		                 next),
 		             1, "the chain's last link was not cancelled");
 		told_cancelled(&e, p, first);
-		cr_assert_eq(num(&e, "SELECT need FROM cairn.child_waits WHERE run_id = %" PRId64, p),
-		             0);
+		cr_assert_eq(
+		    num(&e, "SELECT need FROM cairn.child_waits WHERE run_id = %" PRId64, p), 0);
 		cr_assert_eq(num(&e,
 		                 "SELECT count(*) FROM cairn.messages WHERE run_id = %" PRId64
 		                 " AND kind = 'signal'",
