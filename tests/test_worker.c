@@ -751,6 +751,88 @@ Test(worker, pollers_whose_claims_are_slow_together_refresh_the_statistics_once)
 	PQfinish(pg);
 }
 
+static char grow_log[64];
+static int grow_port;
+
+static int grow_claimed_thrice(void *arg)
+{
+	(void)arg;
+	return tmetric(grow_port, "cairn_claims_total{of=\"shards\"}") >= 3;
+}
+
+/* Holds a share lock on cairn.runs until the poller's claim has waited
+ * for it over 50 ms, then lets it go: one slow claim. */
+static void make_one_claim_slow(PGconn *pg, PGconn *lk)
+{
+	tdb_exec(lk, "BEGIN");
+	tdb_exec(lk, "LOCK TABLE cairn.runs IN SHARE MODE");
+	cr_assert(tdb_wait_at_least(pg,
+	                            "SELECT count(*) FROM pg_stat_activity "
+	                            "WHERE application_name = 'cairn-worker poll' "
+	                            "AND wait_event_type = 'Lock' "
+	                            "AND now() - query_start > interval '50 ms'",
+	                            1, 60000),
+	          "the poller never waited for the lock");
+	tdb_exec(lk, "COMMIT");
+}
+
+/* A slow claim refreshes the statistics at once (not once a minute) when
+ * the tables gained more live rows than their statistics counted (a run
+ * that started 10,000 children), not when cairn.runs only grew by the dead
+ * versions of the rows a drain updated: that ANALYZE changed no plan and
+ * made every session plan its statements again, mid-drain. */
+Test(worker, a_slow_claim_refreshes_the_statistics_for_new_rows_not_for_dead_ones)
+{
+	const char *db = tdb_new_migrated();
+	PGconn *pg = tdb_connect(db), *lk = tdb_connect(db);
+	tdb_exec(pg, "ALTER TABLE cairn.runs SET (autovacuum_enabled = false)");
+	tdb_exec(pg, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
+	const char *fill = "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, "
+	                   "                        finished_at) "
+	                   "SELECT 'ended', '%s' || g, 'default', 0, 'completed', now() "
+	                   "FROM generate_series(1, 3000) g";
+	char sql[512];
+	snprintf(sql, sizeof sql, fill, "a");
+	tdb_exec(pg, sql);
+	const char *count = "SELECT analyze_count FROM pg_stat_user_tables "
+	                    "WHERE relid = 'cairn.runs'::regclass";
+	int64_t before = tdb_int(pg, count);
+	/* As it connects, the poller analyzes tables never analyzed. */
+	pid_t w = tworker_start(db, &grow_port, tlog_file(grow_log), "CAIRN_POLL_INTERVAL=100ms",
+	                        NULL);
+	cr_assert(twait(grow_claimed_thrice, NULL, 30000), "the poller did not claim");
+	cr_assert_eq(tdb_int(pg, count), before + 1, "the connecting poller did not analyze");
+	/* Three new versions of every row (a key changed: not updated in place):
+	 * the table is over twice its size. */
+	for (int i = 0; i < 3; i++)
+		tdb_exec(pg, "UPDATE cairn.runs SET key = key || 'x' WHERE workflow = 'ended'");
+	cr_assert(tdb_int(pg, "SELECT (pg_relation_size('cairn.runs') > 2 * relpages * 8192)::int "
+	                      "FROM pg_class WHERE oid = 'cairn.runs'::regclass"),
+	          "the updates did not double cairn.runs");
+	make_one_claim_slow(pg, lk);
+	cr_assert(tfile_wait(grow_log, "refreshed in the last minute", 30000),
+	          "the slow claim was not seen, or refreshed the statistics");
+	cr_assert_eq(tdb_int(pg, count), before + 1, "dead rows made the poller analyze");
+	/* Twice the live rows the statistics counted, and more. */
+	snprintf(sql, sizeof sql, fill, "b");
+	tdb_exec(pg, sql);
+	snprintf(sql, sizeof sql, fill, "c");
+	tdb_exec(pg, sql);
+	/* The cumulative statistics see the inserts within a second. */
+	cr_assert(tdb_wait_at_least(pg,
+	                            "SELECT n_live_tup FROM pg_stat_user_tables "
+	                            "WHERE relid = 'cairn.runs'::regclass",
+	                            9000, 30000),
+	          "the inserts never reached the cumulative statistics");
+	make_one_claim_slow(pg, lk);
+	cr_assert(tfile_wait(grow_log, "slow claim: refreshed the statistics", 30000),
+	          "new rows did not make the slow claim refresh the statistics");
+	cr_assert_eq(tdb_int(pg, count), before + 2);
+	tworker_stop(w, SIGTERM, 30000);
+	PQfinish(lk);
+	PQfinish(pg);
+}
+
 /* ------------------------------------------------------- slow clients */
 
 /* The sockets the process pid holds open. */
