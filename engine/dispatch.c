@@ -1655,9 +1655,9 @@ static int stats_stale(PGconn *conn, int rows)
 
 static void refresh_stale_stats(dispatch *d, PGconn *conn)
 {
-	if (stats_stale(conn, 0) && db_analyze_unless_recent(conn, DB_LOCK_ANALYZE_QUEUE,
-	                                                  "cairn.messages, cairn.runs",
-	                                                  STATS_FRESH_MS) > 0)
+	if (stats_stale(conn, 0) &&
+	    db_analyze_unless_recent(conn, DB_LOCK_ANALYZE_QUEUE, "cairn.messages, cairn.runs",
+	                             STATS_FRESH_MS) > 0)
 		log_kv(d->env.log, LOG_INFO,
 		       "refreshed the statistics of cairn.messages and cairn.runs: never taken, or "
 		       "the tables grew",

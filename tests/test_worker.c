@@ -798,8 +798,8 @@ Test(worker, a_slow_claim_refreshes_the_statistics_for_new_rows_not_for_dead_one
 	                    "WHERE relid = 'cairn.runs'::regclass";
 	int64_t before = tdb_int(pg, count);
 	/* As it connects, the poller analyzes tables never analyzed. */
-	pid_t w = tworker_start(db, &grow_port, tlog_file(grow_log), "CAIRN_POLL_INTERVAL=100ms",
-	                        NULL);
+	pid_t w =
+	    tworker_start(db, &grow_port, tlog_file(grow_log), "CAIRN_POLL_INTERVAL=100ms", NULL);
 	cr_assert(twait(grow_claimed_thrice, NULL, 30000), "the poller did not claim");
 	cr_assert_eq(tdb_int(pg, count), before + 1, "the connecting poller did not analyze");
 	/* Three new versions of every row (a key changed: not updated in place):
