@@ -135,7 +135,7 @@ static const setting SETTINGS[] = {
      "headers sent with every export, key=value comma-separated, values percent-encoded "
      "(api-key=abc); environment only"},
     {"OTEL_EXPORTER_OTLP_TIMEOUT", K_INT, OFF(otel_timeout_ms), "10000", 100, 600000,
-     "milliseconds an export may take before it fails (its spans are dropped)"},
+     "milliseconds one try of an export may take (five tries, then its spans are dropped)"},
     {"OTEL_SERVICE_NAME", K_STR, OFF(otel_service_name), "", 0, 0,
      "the traces' service.name (default: service.name of OTEL_RESOURCE_ATTRIBUTES, else "
      "cairn-worker)"},

@@ -104,6 +104,7 @@ typedef struct metrics {
 	 * queue's length and capacity (0: tracing is off). */
 	_Atomic uint64_t otel_spans_exported, otel_spans_dropped_full, otel_spans_dropped_failed;
 	_Atomic uint64_t otel_export_failures;
+	_Atomic uint64_t otel_export_retries;
 	_Atomic int otel_queue_length, otel_queue_capacity;
 } metrics;
 

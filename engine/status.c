@@ -219,9 +219,13 @@ static void metrics_page(const status_env *e, http_reply *r)
 	       "Spans the OpenTelemetry exporter sent and its collector accepted.", NULL,
 	       (double)atomic_load(&m->otel_spans_exported));
 	metric(b, "cairn_otel_export_failures_total", "counter",
-	       "Exports of a batch of spans that failed (the collector unreachable, slow or "
-	       "refusing).",
+	       "Tries to export a batch of spans that failed (the collector unreachable, slow or "
+	       "refusing), whether or not a later try succeeded.",
 	       NULL, (double)atomic_load(&m->otel_export_failures));
+	metric(b, "cairn_otel_export_retries_total", "counter",
+	       "Exports of a batch of spans tried again after a retryable failure (HTTP 429, "
+	       "502, 503, 504, or no answer).",
+	       NULL, (double)atomic_load(&m->otel_export_retries));
 	metric(b, "cairn_otel_queue_length", "gauge", "Spans waiting for the exporter.", NULL,
 	       atomic_load(&m->otel_queue_length));
 	metric(b, "cairn_otel_queue_capacity", "gauge",

@@ -650,42 +650,126 @@ static int export_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t u
 	return by && clock_mono_ms() >= by;
 }
 
-/* POSTs body: 0, or -1 with why. */
-static int post(tracer *t, const buf *body, char *why, size_t n)
+/*
+ * Retries. An export the collector may take on a later try (OTLP/HTTP's
+ * retryable answers 429, 502, 503 and 504, or no answer: refused, reset,
+ * timed out) is tried again, EXPORT_TRIES in all, after a backoff that
+ * doubles from EXPORT_BACKOFF_MS up to EXPORT_BACKOFF_MAX_MS with jitter
+ * (its upper half), or after the collector's Retry-After when it sends one
+ * (capped at EXPORT_RETRY_AFTER_MAX_MS). Meanwhile new spans queue up and,
+ * past the queue, are dropped and counted: a run never waits. Another
+ * answer (400: the collector will never take the batch) drops it at once.
+ */
+#define EXPORT_TRIES              5
+#define EXPORT_BACKOFF_MS         500
+#define EXPORT_BACKOFF_MAX_MS     8000
+#define EXPORT_RETRY_AFTER_MAX_MS 30000
+
+/* What an export try came to. */
+typedef struct try_result {
+	int ok;
+	int retryable;
+	int64_t retry_after_ms; /* the collector's Retry-After; 0: none */
+	char why[256];
+} try_result;
+
+static int retryable_curl(CURLcode rc)
+{
+	switch (rc) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE: return 1;
+	default: return 0;
+	}
+}
+
+/* POSTs body once. */
+static void post(tracer *t, const buf *body, try_result *r)
 {
 	curl_easy_setopt(t->curl, CURLOPT_POSTFIELDS, body->data);
 	curl_easy_setopt(t->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
 	CURLcode rc = curl_easy_perform(t->curl);
 	long status = 0;
-	if (rc == CURLE_OK)
+	curl_off_t after = 0;
+	if (rc == CURLE_OK) {
 		curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
-	if (rc == CURLE_OK && status >= 200 && status < 300)
-		return 0;
+		curl_easy_getinfo(t->curl, CURLINFO_RETRY_AFTER, &after);
+	}
+	r->ok = rc == CURLE_OK && status >= 200 && status < 300;
+	r->retryable = rc == CURLE_OK
+	                   ? status == 429 || status == 502 || status == 503 || status == 504
+	                   : retryable_curl(rc);
+	r->retry_after_ms = after > 0 ? (int64_t)after * 1000 : 0;
 	if (rc != CURLE_OK)
-		snprintf(why, n, "%s", curl_easy_strerror(rc));
-	else
-		snprintf(why, n, "the collector answered HTTP %ld", status);
-	return -1;
+		snprintf(r->why, sizeof r->why, "%s", curl_easy_strerror(rc));
+	else if (!r->ok)
+		snprintf(r->why, sizeof r->why, "the collector answered HTTP %ld", status);
 }
 
-/* Sends spans[0..n) and frees them. */
+/* Waits ms before the next try, or less when the worker stops and its
+ * deadline for the last exports comes first. 0, or -1: no time is left. */
+static int wait_to_retry(tracer *t, int64_t ms)
+{
+	int64_t until = clock_mono_ms() + ms;
+	pthread_mutex_lock(&t->mu);
+	for (;;) {
+		int64_t now = clock_mono_ms(), by = atomic_load(&t->stop_by);
+		if (t->stop && now >= by) {
+			pthread_mutex_unlock(&t->mu);
+			return -1;
+		}
+		int64_t end = t->stop && by < until ? by : until;
+		if (now >= end)
+			break;
+		clock_cond_wait_ms(&t->cv, &t->mu, end - now);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return 0;
+}
+
+/* How long to wait after failed try k (1, 2, ...) with result r. */
+static int64_t backoff_ms(int k, const try_result *r)
+{
+	if (r->retry_after_ms)
+		return r->retry_after_ms < EXPORT_RETRY_AFTER_MAX_MS ? r->retry_after_ms
+		                                                     : EXPORT_RETRY_AFTER_MAX_MS;
+	int64_t ms = EXPORT_BACKOFF_MS;
+	for (int i = 1; i < k && ms < EXPORT_BACKOFF_MAX_MS; i++)
+		ms *= 2;
+	if (ms > EXPORT_BACKOFF_MAX_MS)
+		ms = EXPORT_BACKOFF_MAX_MS;
+	return ms / 2 + (int64_t)randombytes_uniform((uint32_t)(ms / 2) + 1);
+}
+
+/* Sends spans[0..n), trying again while that may help, and frees them. */
 static void export_batch(tracer *t, trace_span **spans, int n)
 {
 	buf body = BUF_INIT;
-	char why[256] = "out of memory encoding spans";
+	try_result r = {.why = "out of memory encoding spans"};
 	trace_encode(&t->resource, spans, n, &body);
-	int rc = body.oom ? -1 : post(t, &body, why, sizeof why);
+	for (int k = 1; !body.oom; k++) {
+		post(t, &body, &r);
+		if (r.ok)
+			break;
+		atomic_fetch_add(&t->m->otel_export_failures, 1);
+		if (!r.retryable || k == EXPORT_TRIES || wait_to_retry(t, backoff_ms(k, &r)))
+			break;
+		atomic_fetch_add(&t->m->otel_export_retries, 1);
+	}
 	buf_free(&body);
 	for (int i = 0; i < n; i++)
 		free(spans[i]);
-	if (rc == 0) {
+	if (r.ok) {
 		atomic_fetch_add(&t->m->otel_spans_exported, (uint64_t)n);
 		if (t->failing)
 			log_kv(t->log, LOG_INFO, "exporting spans again", "url", t->url, NULL);
 		t->failing = 0;
 		return;
 	}
-	atomic_fetch_add(&t->m->otel_export_failures, 1);
 	atomic_fetch_add(&t->m->otel_spans_dropped_failed, (uint64_t)n);
 	if (!t->failing) {
 		char cnt[24];
@@ -694,7 +778,7 @@ static void export_batch(tracer *t, trace_span **spans, int n)
 		    t->log, LOG_WARN,
 		    "cannot export spans; they are dropped (cairn_otel_spans_dropped_total) until "
 		    "the collector answers",
-		    "url", t->url, "spans", cnt, "error", why, NULL);
+		    "url", t->url, "spans", cnt, "error", r.why, NULL);
 	}
 	t->failing = 1;
 }

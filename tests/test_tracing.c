@@ -79,8 +79,9 @@ typedef struct receiver {
 	char out[64]; /* the spans, one JSON line each */
 } receiver;
 
-/* Starts node tests/otlp/receiver.js and waits for its port. */
-static void receiver_start(receiver *r)
+/* Starts node tests/otlp/receiver.js with the options in opts (NULL or
+ * NULL-terminated) and waits for its port. */
+static void receiver_start_with(receiver *r, const char *const *opts)
 {
 	const char *mods = node_modules();
 	snprintf(r->out, sizeof r->out, "/tmp/cairn-spans-XXXXXX");
@@ -99,7 +100,10 @@ static void receiver_start(receiver *r)
 		close(p[0]);
 		close(p[1]);
 		putenv(path);
-		execlp("node", "node", script, "--out", r->out, (char *)NULL);
+		const char *argv[16] = {"node", script, "--out", r->out};
+		for (int i = 0; opts && opts[i] && i < 11; i++)
+			argv[4 + i] = opts[i];
+		execvp("node", (char *const *)argv);
 		_exit(127);
 	}
 	close(p[1]);
@@ -112,6 +116,11 @@ static void receiver_start(receiver *r)
 	line[n] = '\0';
 	close(p[0]);
 	cr_assert(sscanf(line, "listening %d", &r->port) == 1, "receiver said \"%s\"", line);
+}
+
+static void receiver_start(receiver *r)
+{
+	receiver_start_with(r, NULL);
 }
 
 static void receiver_stop(receiver *r)
@@ -573,6 +582,84 @@ Test(
 	cr_assert_lt(tnow_ms() - t1, 12000, "the drain waited for the collector");
 	close(hole);
 	PQfinish(c);
+}
+
+/* A worker's exporter metric name (labels: NULL), from its /metrics. */
+static double otel_metric(int port, const char *name, const char *labels)
+{
+	char *page;
+	cr_assert_eq(
+	    thttp_auth(port, "GET", "/metrics", "Bearer tracing-test-token-0123", &page, NULL),
+	    200);
+	double v = tmetric_in(page, name, labels);
+	free(page);
+	return v;
+}
+
+/* A run of t.traced_kid (a step, then done), enqueued by the CLI. */
+static int64_t enqueue_kid(const char *db)
+{
+	char *out, *err;
+	cr_assert_eq(tcli(db, &out, &err, "enqueue", "t.traced_kid", NULL), 0, "cairn enqueue: %s",
+	             err);
+	int64_t id = strtoll(out, NULL, 10);
+	free(out);
+	free(err);
+	return id;
+}
+
+typedef struct metric_want {
+	int port;
+	const char *name;
+	double at_least;
+} metric_want;
+
+static int metric_reached(void *arg)
+{
+	const metric_want *w = arg;
+	return otel_metric(w->port, w->name, NULL) >= w->at_least;
+}
+
+/* OTLP/HTTP's retryable answers (429, 502, 503, 504) get the same batch
+ * again after the collector's Retry-After, and nothing is lost; any other
+ * answer (400: the collector will never take it) drops the batch at once,
+ * counted, and the next batch goes as usual. */
+Test(tracing, an_export_answered_503_is_tried_again_after_retry_after_and_one_answered_400_is_not)
+{
+	const char *db = tdb_new_migrated_shards(8);
+	receiver r;
+	const char *busy[] = {
+	    "--fail-first", "2", "--fail-status", "503", "--retry-after", "1", NULL};
+	receiver_start_with(&r, busy);
+	char ep[128];
+	endpoint_of(&r, ep, sizeof ep);
+	wk a;
+	wk_start(&a, db, ep, NULL, NULL);
+	int64_t t0 = tnow_ms();
+	wait_span(&r, "run t.traced_kid", enqueue_kid(db));
+	int64_t took = tnow_ms() - t0;
+	cr_assert_eq(otel_metric(a.port, "cairn_otel_export_failures_total", NULL), 2);
+	cr_assert_eq(otel_metric(a.port, "cairn_otel_export_retries_total", NULL), 2);
+	cr_assert_eq(
+	    otel_metric(a.port, "cairn_otel_spans_dropped_total", "reason=\"export_failed\""), 0);
+	cr_assert_geq(took, 2000, "the exporter did not wait the collector's Retry-After");
+	live_end(a.pid);
+	receiver_stop(&r);
+
+	const char *refusing[] = {"--fail-first", "1", "--fail-status", "400", NULL};
+	receiver_start_with(&r, refusing);
+	endpoint_of(&r, ep, sizeof ep);
+	wk_start(&a, db, ep, NULL, NULL);
+	enqueue_kid(db);
+	metric_want failed = {a.port, "cairn_otel_export_failures_total", 1};
+	cr_assert(twait(metric_reached, &failed, 30000), "no export failed; log %s", a.log);
+	wait_span(&r, "run t.traced_kid", enqueue_kid(db));
+	cr_assert_eq(otel_metric(a.port, "cairn_otel_export_failures_total", NULL), 1);
+	cr_assert_eq(otel_metric(a.port, "cairn_otel_export_retries_total", NULL), 0);
+	cr_assert_geq(
+	    otel_metric(a.port, "cairn_otel_spans_dropped_total", "reason=\"export_failed\""), 1);
+	live_end(a.pid);
+	receiver_stop(&r);
 }
 
 /* cairn-worker --check-config with env: its exit code, stderr in err. */

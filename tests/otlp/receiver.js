@@ -5,8 +5,12 @@
 // the file --out names: ids in hex, name, times, attributes, status, events
 // and the resource's attributes. It answers 200 with an empty
 // ExportTraceServiceResponse, or with --discard only that (the bench's sink).
+// With --fail-first N it answers its first N exports --fail-status (503)
+// instead, with a Retry-After of --retry-after seconds when given, and
+// writes nothing of them.
 //
 //   node receiver.js [--out FILE] [--discard] [--port N]
+//                    [--fail-first N [--fail-status S] [--retry-after SECONDS]]
 //
 // Prints "listening PORT" on stdout once it accepts connections.
 'use strict';
@@ -23,6 +27,9 @@ const opt = (name) => {
 const out = opt('--out');
 const discard = args.includes('--discard');
 const port = Number(opt('--port') || 0);
+let failLeft = Number(opt('--fail-first') || 0);
+const failStatus = Number(opt('--fail-status') || 503);
+const retryAfter = opt('--retry-after');
 
 const base = path.dirname(require.resolve('@opentelemetry/otlp-proto-exporter-base/package.json'));
 const protos = path.join(base, 'build', 'protos');
@@ -77,6 +84,11 @@ const server = http.createServer((q, r) => {
   q.on('end', () => {
     if (q.method !== 'POST' || q.url !== '/v1/traces') {
       r.writeHead(404).end();
+      return;
+    }
+    if (failLeft > 0) {
+      failLeft--;
+      r.writeHead(failStatus, retryAfter !== undefined ? { 'Retry-After': retryAfter } : {}).end();
       return;
     }
     if (!discard) {
