@@ -710,6 +710,30 @@ static int every_poller_claimed_thrice(void *arg)
 	return 1;
 }
 
+/* Autovacuum leaves cairn.runs and cairn.messages alone: only the
+ * pollers analyze them. */
+static void only_pollers_analyze(PGconn *pg)
+{
+	tdb_exec(pg, "ALTER TABLE cairn.runs SET (autovacuum_enabled = false)");
+	tdb_exec(pg, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
+}
+
+/* Holds a share lock on cairn.runs until the claims of n pollers have
+ * waited for it together over 50 ms, then lets it go: n slow claims. */
+static void slow_claims(PGconn *pg, PGconn *lk, int n)
+{
+	tdb_exec(lk, "BEGIN");
+	tdb_exec(lk, "LOCK TABLE cairn.runs IN SHARE MODE");
+	cr_assert(tdb_wait_at_least(pg,
+	                            "SELECT count(*) FROM pg_stat_activity "
+	                            "WHERE application_name = 'cairn-worker poll' "
+	                            "AND wait_event_type = 'Lock' "
+	                            "AND now() - query_start > interval '50 ms'",
+	                            n, 60000),
+	          "%d pollers never waited for the lock together", n);
+	tdb_exec(lk, "COMMIT");
+}
+
 /* The pollers of a fleet see the same slow claims at the same time; one
  * ANALYZE serves them all (each used to run its own, and every session then
  * planned again). */
@@ -717,9 +741,7 @@ Test(worker, pollers_whose_claims_are_slow_together_refresh_the_statistics_once)
 {
 	const char *db = tdb_new_migrated();
 	PGconn *pg = tdb_connect(db), *lk = tdb_connect(db);
-	/* Only the pollers analyze here. */
-	tdb_exec(pg, "ALTER TABLE cairn.runs SET (autovacuum_enabled = false)");
-	tdb_exec(pg, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
+	only_pollers_analyze(pg);
 	const char *count = "SELECT analyze_count + autoanalyze_count FROM pg_stat_user_tables "
 	                    "WHERE relid = 'cairn.runs'::regclass";
 	int64_t before = tdb_int(pg, count);
@@ -729,16 +751,7 @@ Test(worker, pollers_whose_claims_are_slow_together_refresh_the_statistics_once)
 		                     "CAIRN_POLL_INTERVAL=100ms", NULL);
 	cr_assert(twait(every_poller_claimed_thrice, NULL, 30000), "the pollers did not claim");
 	/* Every poller's claim waits for the lock for over 50 ms: all slow. */
-	tdb_exec(lk, "BEGIN");
-	tdb_exec(lk, "LOCK TABLE cairn.runs IN SHARE MODE");
-	cr_assert(tdb_wait_at_least(pg,
-	                            "SELECT count(*) FROM pg_stat_activity "
-	                            "WHERE application_name = 'cairn-worker poll' "
-	                            "AND wait_event_type = 'Lock' "
-	                            "AND now() - query_start > interval '50 ms'",
-	                            3, 60000),
-	          "the three pollers never waited for the lock together");
-	tdb_exec(lk, "COMMIT");
+	slow_claims(pg, lk, 3);
 	for (int i = 0; i < 3; i++)
 		cr_assert(tfile_wait(slow_logs[i], "slow claim:", 30000),
 		          "poller %d did not see its slow claim", i);
@@ -760,22 +773,6 @@ static int grow_claimed_thrice(void *arg)
 	return tmetric(grow_port, "cairn_claims_total{of=\"shards\"}") >= 3;
 }
 
-/* Holds a share lock on cairn.runs until the poller's claim has waited
- * for it over 50 ms, then lets it go: one slow claim. */
-static void make_one_claim_slow(PGconn *pg, PGconn *lk)
-{
-	tdb_exec(lk, "BEGIN");
-	tdb_exec(lk, "LOCK TABLE cairn.runs IN SHARE MODE");
-	cr_assert(tdb_wait_at_least(pg,
-	                            "SELECT count(*) FROM pg_stat_activity "
-	                            "WHERE application_name = 'cairn-worker poll' "
-	                            "AND wait_event_type = 'Lock' "
-	                            "AND now() - query_start > interval '50 ms'",
-	                            1, 60000),
-	          "the poller never waited for the lock");
-	tdb_exec(lk, "COMMIT");
-}
-
 /* A slow claim refreshes the statistics at once (not once a minute) when
  * the tables gained more live rows than their statistics counted (a run
  * that started 10,000 children), not when cairn.runs only grew by the dead
@@ -785,8 +782,7 @@ Test(worker, a_slow_claim_refreshes_the_statistics_for_new_rows_not_for_dead_one
 {
 	const char *db = tdb_new_migrated();
 	PGconn *pg = tdb_connect(db), *lk = tdb_connect(db);
-	tdb_exec(pg, "ALTER TABLE cairn.runs SET (autovacuum_enabled = false)");
-	tdb_exec(pg, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
+	only_pollers_analyze(pg);
 	const char *fill = "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, "
 	                   "                        finished_at) "
 	                   "SELECT 'ended', '%s' || g, 'default', 0, 'completed', now() "
@@ -809,7 +805,7 @@ Test(worker, a_slow_claim_refreshes_the_statistics_for_new_rows_not_for_dead_one
 	cr_assert(tdb_int(pg, "SELECT (pg_relation_size('cairn.runs') > 2 * relpages * 8192)::int "
 	                      "FROM pg_class WHERE oid = 'cairn.runs'::regclass"),
 	          "the updates did not double cairn.runs");
-	make_one_claim_slow(pg, lk);
+	slow_claims(pg, lk, 1);
 	cr_assert(tfile_wait(grow_log, "refreshed in the last minute", 30000),
 	          "the slow claim was not seen, or refreshed the statistics");
 	cr_assert_eq(tdb_int(pg, count), before + 1, "dead rows made the poller analyze");
@@ -824,7 +820,7 @@ Test(worker, a_slow_claim_refreshes_the_statistics_for_new_rows_not_for_dead_one
 	                            "WHERE relid = 'cairn.runs'::regclass",
 	                            9000, 30000),
 	          "the inserts never reached the cumulative statistics");
-	make_one_claim_slow(pg, lk);
+	slow_claims(pg, lk, 1);
 	cr_assert(tfile_wait(grow_log, "slow claim: refreshed the statistics", 30000),
 	          "new rows did not make the slow claim refresh the statistics");
 	cr_assert_eq(tdb_int(pg, count), before + 2);
