@@ -635,6 +635,29 @@ const char *tflows_path(void)
 	return path;
 }
 
+/* The tables plugin_flows.c's workflows write. */
+static const char TFLOWS_TABLES[] =
+    "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL);"
+    "CREATE TABLE t_flags (run_id bigint NOT NULL);"
+    "CREATE TABLE t_attempts (run_id bigint NOT NULL, at timestamptz NOT NULL);"
+    "CREATE TABLE t_exec (id bigserial, run_id bigint, t_enter timestamptz, t_exit timestamptz);"
+    "CREATE TABLE t_hits (run_id bigint NOT NULL, step text NOT NULL);";
+
+void tflows_setup(tflows_env *e, int shards)
+{
+	e->db = tdb_new_migrated_shards(shards);
+	e->c = tdb_connect(e->db);
+	tdb_exec(e->c, TFLOWS_TABLES);
+	int rc = cairn_client_open(e->db, &e->cl);
+	cr_assert_eq(rc, CAIRN_OK, "client: %s", e->cl ? cairn_client_errmsg(e->cl) : "no memory");
+}
+
+void tflows_teardown(tflows_env *e)
+{
+	cairn_client_free(e->cl);
+	PQfinish(e->c);
+}
+
 struct sql_want {
 	PGconn *c;
 	const char *sql;

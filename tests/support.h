@@ -106,6 +106,17 @@ double tmetric_in(const char *text, const char *name, const char *labels);
 const char *tplugin_path(void);
 /* The path of the execution tests' plugin (tests/plugin_flows.so): $CAIRN_TEST_FLOWS. */
 const char *tflows_path(void);
+/* What a test of plugin_flows.so's workflows works with: a new database of
+ * shards shards, migrated, with the tables those workflows write
+ * (t_counter, t_flags, t_attempts, t_exec, t_hits), a connection and a
+ * client (cairn.h's cairn_client). */
+typedef struct tflows_env {
+	const char *db;
+	PGconn *c;
+	struct cairn_client *cl;
+} tflows_env;
+void tflows_setup(tflows_env *e, int shards);
+void tflows_teardown(tflows_env *e);
 /* Polls the number sql returns (tdb_int) every 10 ms until it is at least want;
  * 1 if it got there within timeout_ms, else 0. */
 int tdb_wait_at_least(PGconn *c, const char *sql, int64_t want, int64_t timeout_ms);

@@ -20,35 +20,18 @@
 #include "cairn.h"
 #include "support.h"
 
-/* The tables the plugin's workflows write (see plugin_flows.c). */
-static const char TABLES[] =
-    "CREATE TABLE t_counter (run_id bigint PRIMARY KEY, n integer NOT NULL);"
-    "CREATE TABLE t_flags (run_id bigint NOT NULL);"
-    "CREATE TABLE t_attempts (run_id bigint NOT NULL, at timestamptz NOT NULL);"
-    "CREATE TABLE t_exec (id bigserial, run_id bigint, t_enter timestamptz, t_exit timestamptz);"
-    "CREATE TABLE t_hits (run_id bigint NOT NULL, step text NOT NULL);";
-
 #define TOKEN "test-token-0123456789"
 
-typedef struct env {
-	const char *db;
-	PGconn *c;
-	cairn_client *cl;
-} env;
+typedef tflows_env env;
 
 static void setup(env *e)
 {
-	e->db = tdb_new_migrated_shards(64);
-	e->c = tdb_connect(e->db);
-	tdb_exec(e->c, TABLES);
-	int rc = cairn_client_open(e->db, &e->cl);
-	cr_assert_eq(rc, CAIRN_OK, "client: %s", e->cl ? cairn_client_errmsg(e->cl) : "no memory");
+	tflows_setup(e, 64);
 }
 
 static void teardown(env *e)
 {
-	cairn_client_free(e->cl);
-	PQfinish(e->c);
+	tflows_teardown(e);
 }
 
 typedef struct wk {
