@@ -259,6 +259,12 @@ int client_shards(cairn_client *c, int *shards)
 	return CAIRN_OK;
 }
 
+int client_part(const cairn_client *c, int shard)
+{
+	int n = c->settings.nparts;
+	return n > 0 ? c->settings.part_keys[shard % n] : 0;
+}
+
 int client_schema_version(cairn_client *c)
 {
 	int shards;
@@ -334,6 +340,15 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
                                      "  ON l.shard_group = r.shard_group AND l.shard = r.shard "
                                      "  " WAKE_OWNER("$2") "WHERE r.id = ANY ($1::bigint[])"};
 
+/* A new run's id, which carries its shard (migration 0025,
+ * cairn.new_run_id, written out so that the statement calls no function),
+ * and the key of the part of a shard, from the parts read once by the
+ * statement (PART_KEYS, as pk); the single enqueue gets its part from the
+ * client (client_part). */
+#define NEW_RUN_ID(shard) "(nextval('cairn.runs_id_seq') * " RUN_ID_SHARDS_SQL " + " shard ")"
+#define PART_KEYS         "SELECT array_agg(p.key ORDER BY p.part_no) AS keys FROM cairn.parts p"
+#define PART_OF(shard)    "pk.keys[" shard " % cardinality(pk.keys) + 1]"
+
 /* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
 #define START_AT(at, delay)                                                                        \
 	"CASE WHEN " at " IS NOT NULL THEN to_timestamp(" at " / 1000.0) "                         \
@@ -369,29 +384,32 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
 static const db_stmt ST_ENQUEUE = {
     "cairn_enqueue",
     "WITH rt AS (SELECT * FROM cairn.route($1, $3, $12, $13)) "
-    "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
-    "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held) "
-    "SELECT $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
-    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held "
-    "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-    "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
-    "          (SELECT warning FROM rt), r.shard_group"};
+    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
+    "                             max_attempts, scheduled_at, start_at, parent_id, "
+    "                             concurrency_key, priority, held) "
+    "SELECT " NEW_RUN_ID(
+        "$4") ", $14, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
+              "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held "
+              "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
+              "ON CONFLICT (workflow, key, part) DO NOTHING "
+              "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
+              "          (SELECT warning FROM rt), r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
  * CLIENT_ROUTE_TTL_MS (see route_cached; the route's warning is the
  * client's to give): the statement of before routing, which reads no other
  * table. */
 static const db_stmt ST_ENQUEUE_TO = {
     "cairn_enqueue_to",
-    "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
-    "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held) "
-    "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, CASE WHEN h.held THEN NULL ELSE t.at END, "
-    "       $9::bigint, $10, $11, h.held "
-    "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-    "ON CONFLICT (workflow, key) DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
+    "                             max_attempts, scheduled_at, start_at, parent_id, "
+    "                             concurrency_key, priority, held) "
+    "SELECT " NEW_RUN_ID("$4") ", $12, $1, $2, $3, $4, $5::jsonb, $6, t.at, CASE WHEN h.held THEN "
+                               "NULL ELSE t.at END, "
+                               "       $9::bigint, $10, $11, h.held "
+                               "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE
+                               " AS held) h "
+                               "ON CONFLICT (workflow, key, part) DO NOTHING "
+                               "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -427,28 +445,37 @@ static const char SQL_ENQUEUED[] =
 	"rt AS (SELECT d.grp, d.req, x.shard_group, x.warning "                                    \
 	"  FROM (SELECT DISTINCT coalesce(grp, '') AS grp, req FROM input) d, "                    \
 	"  LATERAL cairn.route($1, nullif(d.grp, ''), NULL, d.req) x), "                           \
+	"pk AS (" PART_KEYS "), "                                                                  \
 	"ins AS ("                                                                                 \
-	"  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "       \
-	"                          scheduled_at, start_at, concurrency_key, priority, held) "      \
-	"  SELECT $1, key, g, shard, input::jsonb, max_attempts, at, "                             \
-	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "                         \
-	"  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH " AS held "    \
-	"        FROM (SELECT *, " rank " AS rank "                                                \
-	"              FROM input) i "                                                             \
-	"        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i ORDER BY ord "      \
-	"  ON CONFLICT (workflow, key) DO NOTHING "                                                \
-	"  RETURNING id, key, status, held) "                                                      \
-	"SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "          \
-	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "        \
-	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "               \
-	"       coalesce(ins.held, r.held), "                                                      \
-	"       CASE WHEN ins.id IS NOT NULL THEN (SELECT rt.warning FROM rt "                     \
-	"         WHERE rt.grp = coalesce(i.grp, '') AND rt.req = i.req) END "                     \
-	"FROM input i LEFT JOIN ins ON ins.key = i.key "                                           \
-	"LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error, r.held "      \
-	"  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key "          \
-	"  LIMIT 1) r ON true "                                                                    \
-	"ORDER BY i.ord"
+	"  INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "           \
+	"                          max_attempts, scheduled_at, start_at, concurrency_key, "        \
+	"                          priority, held) "                                               \
+	"  SELECT " NEW_RUN_ID("shard") ", " PART_OF(                                              \
+	    "shard") ", $1, key, g, shard, input::jsonb, max_attempts, at, "                       \
+	             "         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "            \
+	             "  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH   \
+	             " AS held "                                                                   \
+	             "        FROM (SELECT *, " rank " AS rank "                                   \
+	             "              FROM input) i "                                                \
+	             "        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i, pk "  \
+	             "ORDER BY ord "                                                               \
+	             "  ON CONFLICT (workflow, key, part) DO NOTHING "                             \
+	             "  RETURNING id, key, status, held) "                                         \
+	             "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, "        \
+	             "r.status), "                                                                 \
+	             "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN "               \
+	             "r.output::text END, "                                                        \
+	             "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "  \
+	             "       coalesce(ins.held, r.held), "                                         \
+	             "       CASE WHEN ins.id IS NOT NULL THEN (SELECT rt.warning FROM rt "        \
+	             "         WHERE rt.grp = coalesce(i.grp, '') AND rt.req = i.req) END "        \
+	             "FROM input i LEFT JOIN ins ON ins.key = i.key "                              \
+	             "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, "         \
+	             "r.error, r.held "                                                            \
+	             "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = "   \
+	             "i.key "                                                                      \
+	             "  LIMIT 1) r ON true "                                                       \
+	             "ORDER BY i.ord"
 static const char SQL_ENQUEUE_BATCH[] = ENQUEUE_BATCH("0::bigint");
 static const char SQL_ENQUEUE_BATCH_KEYED[] =
     ENQUEUE_BATCH("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
@@ -473,14 +500,17 @@ static const char SQL_ENQUEUE_BATCH_KEYED[] =
 	"                       $7::bigint[], $8::bigint[], $9::text[], $10::int[]) "              \
 	"    WITH ORDINALITY "                                                                     \
 	"    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, "                 \
-	"         ckey, prio, ord)) "                                                              \
-	"INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "    \
-	"                             scheduled_at, start_at, concurrency_key, priority, held) "   \
-	"SELECT $1, key, shard_group, shard, input::jsonb, max_attempts, at, "                     \
-	"       CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "                           \
-	"FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "                             \
-	"      FROM (SELECT *, " rank " AS rank FROM input) i) i ORDER BY ord "                    \
-	"RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
+	"         ckey, prio, ord)), "                                                             \
+	"pk AS (" PART_KEYS ") "                                                                   \
+	"INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "        \
+	"                             max_attempts, scheduled_at, start_at, concurrency_key, "     \
+	"                             priority, held) "                                            \
+	"SELECT " NEW_RUN_ID("shard") ", " PART_OF(                                                \
+	    "shard") ", $1, key, shard_group, shard, input::jsonb, max_attempts, at, "             \
+	             "       CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "              \
+	             "FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "                \
+	             "      FROM (SELECT *, " rank " AS rank FROM input) i) i, pk ORDER BY ord "   \
+	             "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
 static const char SQL_ENQUEUE_NEW[] = ENQUEUE_NEW("0::bigint");
 static const char SQL_ENQUEUE_NEW_KEYED[] =
     ENQUEUE_NEW("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
@@ -868,7 +898,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
                        cairn_enqueued *out)
 {
 	int64_t parent = from.parent;
-	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24];
+	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24], part[24];
+	int sh = run_shard(o, key, shards);
 	buf sealed = BUF_INIT;
 	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
 	if (!input) {
@@ -878,7 +909,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	const char *p[] = {workflow,
 	                   key,
 	                   o->group,
-	                   db_i64(shard, run_shard(o, key, shards)),
+	                   db_i64(shard, sh),
 	                   input,
 	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
 	                   db_i64(delay, o->delay_ms),
@@ -887,18 +918,22 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   o->concurrency_key,
 	                   db_i64(prio, o->priority),
 	                   from.prefer,
-	                   o->require_served ? "t" : "f"};
+	                   o->require_served ? "t" : "f",
+	                   db_i64(part, client_part(c, sh))};
+	/* ST_ENQUEUE_TO's: the first eleven, then the part. */
+	const char *to[] = {p[0], p[1], p[2], p[3], p[4],  p[5],
+	                    p[6], p[7], p[8], p[9], p[10], p[13]};
 
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
 	if (cached) /* no route: the group, and its warning, as just before */
-		p[2] = wake[0] = cached->group;
+		to[2] = wake[0] = cached->group;
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 11, p, &ST_WAKE_TO, 5, wake)
-		                     : exec_then(c, &ST_ENQUEUE, 13, p, &ST_WAKE_SHARD, 6, wake);
+		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 12, to, &ST_WAKE_TO, 5, wake)
+		                     : exec_then(c, &ST_ENQUEUE, 14, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			if (!rc && cached && !out->existed && cached->warning[0])

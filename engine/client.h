@@ -164,6 +164,9 @@ int client_placement(cairn_client *c, const char *workflow, const char *group, i
 
 /* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
+/* The key of the part (cairn.parts, migration 0025) that holds the rows of
+ * shard, from the settings client_shards read. */
+int client_part(const cairn_client *c, int shard);
 /* What client_signal_once says of a nonce used before. */
 #define CLIENT_NONCE_USED "this link was used already"
 /* What a write to a run reports it did (`cairn signal --json`, `cairn

@@ -358,17 +358,17 @@ Test(children, a_fanout_of_500_replays_at_most_three_entries_per_child)
 /* A parent run and n children of it, inserted as the worker would. */
 static int64_t family(env *e, int n, int64_t *kids)
 {
-	int64_t p =
-	    tdb_intf(e->c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-	                   "status) VALUES ('p', gen_random_uuid(), 'default', 0, 'waiting') "
-	                   "RETURNING id");
+	int64_t p = tdb_intf(
+	    e->c,
+	    "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+	    "status) VALUES (cairn.new_run_id(0), 'p', gen_random_uuid(), 'default', 0, 'waiting') "
+	    "RETURNING id");
 	for (int i = 0; i < n; i++)
-		kids[i] =
-		    tdb_intf(e->c,
-		             "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-		             "parent_id) VALUES ('c', gen_random_uuid(), 'default', 0, %" PRId64
-		             ") RETURNING id",
-		             p);
+		kids[i] = tdb_intf(e->c,
+		                   "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+		                   "parent_id) VALUES (cairn.new_run_id(0), 'c', "
+		                   "gen_random_uuid(), 'default', 0, %" PRId64 ") RETURNING id",
+		                   p);
 	tdb_intf(e->c, "INSERT INTO cairn.child_waits (run_id) VALUES (%" PRId64 ") RETURNING 1",
 	         p);
 	return p;

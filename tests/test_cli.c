@@ -618,9 +618,10 @@ Test(client_api, a_batch_finds_existing_runs_by_key_without_reading_every_run_of
 	const char *db = tdb_new_migrated();
 	PGconn *pg = tdb_connect(db);
 	tdb_intf(pg,
-	         "WITH i AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, "
+	         "WITH i AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
 	         "                                   status, finished_at) "
-	         "  SELECT 'order', 'old-' || g, 'default', g %% 64, '{}', 'completed', now() "
+	         "  SELECT cairn.new_run_id(g %% 64), 'order', 'old-' || g, 'default', g %% 64, "
+	         "'{}', 'completed', now() "
 	         "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
 	         OLD);
 	tdb_exec(pg, "ANALYZE cairn.runs");
