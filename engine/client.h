@@ -23,6 +23,17 @@ typedef struct migrate_report {
  * free it with migrate_report_clear. */
 int migrate_apply(cairn_client *c, const char *dir, int shards_per_group, migrate_report *out);
 void migrate_report_clear(migrate_report *r);
+/* What `cairn migrate --citus` found and did: cairn's tables distributed
+ * by part (colocated with cairn.runs) and reference tables, after it, how
+ * many of them it made now, and the parts. */
+typedef struct migrate_citus_report {
+	int distributed, reference, made_now, parts;
+} migrate_citus_report;
+/* On the coordinator of a Citus cluster, after migrate_apply: makes the
+ * parts (once), the reference tables and the distributed tables that
+ * pg_dist_partition does not list yet, in one transaction under the
+ * migrators' lock; CAIRN_OK, or a failure that changed nothing. */
+int migrate_citus(cairn_client *c, migrate_citus_report *out);
 /* The newest migration applied to c's database, read with its settings
  * (client_shards); 0 when they cannot be read (no schema). */
 int client_schema_version(cairn_client *c);

@@ -8,8 +8,14 @@
  * reads or writes one table; a notification sent by a statement on a
  * distributed table is sent on the worker node, not on the coordinator.
  * Each test works in a schema of its own in the cluster's database.
+ *
+ * Then cairn's own schema on the cluster: `cairn migrate --citus` run for
+ * real on a database of its own (tests/citus.sh createdb), fresh or with
+ * runs stored before the conversion.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,4 +230,181 @@ Test(citus,
 	free(got);
 	PQfinish(listener);
 	drop_tables(c, s);
+}
+
+/* The tables `cairn migrate --citus` distributes by part, and those it makes
+ * reference tables (engine/migrate.c, SQL_CITUS). */
+static const char *const DISTRIBUTED[] = {"runs",        "steps",         "messages",
+                                          "signals",     "events",        "signal_links",
+                                          "child_waits", "child_awaited", "shard_leases"};
+static const char *const REFERENCE[] = {"settings",  "runners",   "parts",
+                                        "schedules", "limits",    "rates",
+                                        "slots",     "workflows", "runner_workflows"};
+#define NDIST (sizeof DISTRIBUTED / sizeof *DISTRIBUTED)
+#define NREF  (sizeof REFERENCE / sizeof *REFERENCE)
+
+/* A database of its own on the harness cluster (Citus and the nodes in it),
+ * named for this test and process: its URL (static). */
+static const char *citus_db(const char *test)
+{
+	const char *sh = getenv("CAIRN_CITUS_SH"), *dir = getenv("CAIRN_CITUS_DIR");
+	if (!sh || !dir || !getenv("CAIRN_CITUS_URL"))
+		cr_skip_test("no Citus cluster of the harness (tests/run.sh starts one when Citus "
+		             "is installed)");
+	static char url[512];
+	char name[64];
+	snprintf(name, sizeof name, "%s_%d", test, (int)getpid());
+	const char *argv[] = {"/bin/sh", sh, "createdb", dir, name, NULL};
+	char *out = NULL, *err = NULL;
+	int rc = trun(argv, NULL, &out, &err);
+	cr_assert_eq(rc, 0, "citus.sh createdb %s: %s", name, err ? err : "");
+	snprintf(url, sizeof url, "%s", out ? out : "");
+	url[strcspn(url, "\n")] = '\0';
+	free(out);
+	free(err);
+	return url;
+}
+
+/* `cairn migrate --citus --json` on db: its "citus" object's member name. */
+static int migrate_citus_json(const char *db, const char *name)
+{
+	char *out = NULL, *err = NULL;
+	int rc = tcli(db, &out, &err, "migrate", "--citus", "--json", NULL);
+	cr_assert_eq(rc, 0, "cairn migrate --citus: %s", err ? err : "");
+	cJSON *j = cJSON_Parse(out);
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "citus"), name);
+	cr_assert(cJSON_IsNumber(v), "%s", out);
+	int n = v->valueint;
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+	return n;
+}
+
+/* Checks what pg_dist_partition and cairn.parts say after the conversion. */
+static void check_distributed(PGconn *c)
+{
+	int shards = (int)tdb_int(c, "SELECT current_setting('citus.shard_count')::int");
+	int64_t colocation = tdb_int(c, "SELECT colocationid FROM pg_dist_partition "
+	                                "WHERE logicalrelid = 'cairn.runs'::regclass");
+	for (size_t i = 0; i < NDIST; i++) {
+		/* Hash-distributed by part, colocated with runs. */
+		cr_assert_eq(
+		    tdb_intf(c,
+		             "SELECT count(*) FROM pg_dist_partition "
+		             "WHERE logicalrelid = 'cairn.%s'::regclass AND partmethod = 'h' "
+		             "  AND column_to_column_name(logicalrelid, partkey) = 'part' "
+		             "  AND colocationid = %" PRId64,
+		             DISTRIBUTED[i], colocation),
+		    1, "cairn.%s is not distributed by part colocated with cairn.runs",
+		    DISTRIBUTED[i]);
+		/* Over both worker nodes. */
+		cr_assert_eq(tdb_intf(c,
+		                      "SELECT count(DISTINCT nodename) FROM citus_shards "
+		                      "WHERE table_name = 'cairn.%s'::regclass",
+		                      DISTRIBUTED[i]),
+		             2, "cairn.%s", DISTRIBUTED[i]);
+	}
+	for (size_t i = 0; i < NREF; i++)
+		cr_assert_eq(
+		    tdb_intf(c,
+		             "SELECT count(*) FROM pg_dist_partition "
+		             "WHERE logicalrelid = 'cairn.%s'::regclass AND partmethod = 'n' "
+		             "  AND repmodel = 't'",
+		             REFERENCE[i]),
+		    1, "cairn.%s is not a reference table", REFERENCE[i]);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_dist_partition "
+	                        "WHERE logicalrelid = 'cairn.schema_migrations'::regclass"),
+	             0, "schema_migrations stays the coordinator's");
+	/* One part per Citus shard, each key hashing into a Citus shard of its
+	 * own, so that the parts spread over every shard. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.parts"), shards);
+	cr_assert_eq(tdb_int(c, "SELECT count(DISTINCT get_shard_id_for_distribution_column("
+	                        "'cairn.runs', key)) FROM cairn.parts"),
+	             shards);
+	/* The foreign keys to runs are there again, on (run_id, part). */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
+	                        "AND confrelid = 'cairn.runs'::regclass "
+	                        "AND pg_get_constraintdef(oid) LIKE 'FOREIGN KEY (run_id, part)%'"),
+	             6);
+}
+
+Test(citus, migrate_citus_distributes_the_tables_of_runs_by_part_and_a_second_run_does_nothing,
+     .timeout = 300)
+{
+	const char *db = citus_db("migrate_fresh");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	check_distributed(c);
+	int64_t parts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	/* Again: what pg_dist_partition lists is not done twice. */
+	cr_assert_eq(migrate_citus_json(db, "made_now"), 0);
+	cr_assert_eq(migrate_citus_json(db, "distributed"), (int)NDIST);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.parts"), parts);
+	check_distributed(c);
+	PQfinish(c);
+}
+
+Test(citus, migrate_citus_converts_a_database_with_runs_in_place_keeping_every_row, .timeout = 300)
+{
+	const char *db = citus_db("migrate_convert");
+	char *out = NULL, *err = NULL;
+	/* A single server's schema and runs: migrations applied, nothing
+	 * distributed (the coordinator's tables are plain PostgreSQL tables). */
+	cr_assert_eq(tcli(db, &out, &err, "migrate", NULL), 0, "%s", err ? err : "");
+	free(out);
+	free(err);
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_dist_partition"), 0);
+	const int runs = 40;
+	for (int i = 0; i < runs; i++) {
+		char key[32];
+		snprintf(key, sizeof key, "k%d", i);
+		cr_assert_eq(
+		    tcli(db, &out, &err, "enqueue", "noop", "--key", key, "--delay", "1h", NULL), 0,
+		    "%s", err ? err : "");
+		free(out);
+		free(err);
+		if (i % 4 == 0) { /* some with a signal waiting, and its message */
+			char id[32];
+			snprintf(id, sizeof id, "%" PRId64,
+			         tdb_intf(c, "SELECT id FROM cairn.runs WHERE key = '%s'", key));
+			cr_assert_eq(tcli(db, &out, &err, "signal", id, "go", NULL), 0, "%s",
+			             err ? err : "");
+			free(out);
+			free(err);
+		}
+	}
+	/* Every run's id carries its shard (migration 0025). */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE id % 65536 = shard"), runs);
+	char *ids = tdb_str(c, "SELECT string_agg(id::text, ',' ORDER BY id) FROM cairn.runs");
+	int64_t signals = tdb_int(c, "SELECT count(*) FROM cairn.signals");
+	int64_t messages = tdb_int(c, "SELECT count(*) FROM cairn.messages");
+	cr_assert_eq(signals, runs / 4);
+
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	check_distributed(c);
+	/* The same runs under the same ids, each in the part of its shard,
+	 * their signals and messages with them. */
+	char *after = tdb_str(c, "SELECT string_agg(id::text, ',' ORDER BY id) FROM cairn.runs");
+	cr_assert_str_eq(after, ids);
+	/* (A join with the reference table: cairn.part_of, which reads it, is
+	 * the coordinator's, and cannot run inside a statement on the shards.) */
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.runs r JOIN cairn.parts p "
+	                      "ON p.part_no = r.shard %% %" PRId64 " AND p.key = r.part",
+	                      tdb_int(c, "SELECT count(*) FROM cairn.parts")),
+	             runs);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals"), signals);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), messages);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals g JOIN cairn.runs r "
+	                        "ON r.id = g.run_id AND r.part = g.part"),
+	             signals);
+	/* The parts are not all in one place: the runs sit in several parts. */
+	cr_assert_gt(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs"), 1);
+	free(ids);
+	free(after);
+	PQfinish(c);
 }

@@ -995,7 +995,7 @@ Test(completion, bash_completes_commands_subcommands_and_options)
 	} cases[] = {
 	    {"cairn sig", "signal signal-link"},
 	    {"cairn re", "retry result reencrypt"},
-	    {"cairn migrate --", "--status --dir --shards --json --db --help"},
+	    {"cairn migrate --", "--status --dir --shards --citus --json --db --help"},
 	    {"cairn cancel 12 --j", "--json"},
 	    {"cairn schedule ''", "create list pause resume delete"},
 	    {"cairn schedule create nightly --c", "--cron --catchup"},
