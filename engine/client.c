@@ -410,6 +410,25 @@ static const db_stmt ST_ENQUEUE_TO = {
                                " AS held) h "
                                "ON CONFLICT (workflow, key, part) DO NOTHING "
                                "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+/* The same for a run without a concurrency key (most runs): nothing can
+ * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
+ * ($10 is NULL). Citus routes it whole to the node of its part ($12) with
+ * a generic plan (a fast-path router insert, tests/test_citus.c), where
+ * the INSERT ... SELECT above, whose held column calls cairn.flow_active,
+ * cannot be planned at all. */
+static const db_stmt ST_ENQUEUE_VALUES = {
+    "cairn_enqueue_values",
+    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
+    "                             max_attempts, scheduled_at, start_at, parent_id, "
+    "                             concurrency_key, priority) "
+    "VALUES (" NEW_RUN_ID("$4") ", $12, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+                                "        " START_ONE ", $9::bigint, $10::text, $11) "
+                                "ON CONFLICT (workflow, key, part) DO NOTHING "
+                                "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+const char *client_sql_enqueue_values(void)
+{
+	return ST_ENQUEUE_VALUES.sql;
+}
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -586,7 +605,8 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
 static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
-    &ST_ENQUEUE, &ST_WAKE_SHARD, &ST_WAKE_SHARDS, &ST_WAKE_RUNS, &ST_ENQUEUE_TO, &ST_WAKE_TO};
+    &ST_ENQUEUE,    &ST_WAKE_SHARD, &ST_WAKE_SHARDS,   &ST_WAKE_RUNS,
+    &ST_ENQUEUE_TO, &ST_WAKE_TO,    &ST_ENQUEUE_VALUES};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -932,7 +952,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 12, to, &ST_WAKE_TO, 5, wake)
+		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
+		PGresult *r = cached ? exec_then(c, ins, 12, to, &ST_WAKE_TO, 5, wake)
 		                     : exec_then(c, &ST_ENQUEUE, 14, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);

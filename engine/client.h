@@ -76,7 +76,7 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
-#define CLIENT_NSTMTS 6
+#define CLIENT_NSTMTS 7
 enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
 
 /* A route a client used (client.c, route_cached): runs of workflow
@@ -178,6 +178,9 @@ int client_shards(cairn_client *c, int *shards);
 /* The key of the part (cairn.parts, migration 0025) that holds the rows of
  * shard, from the settings client_shards read. */
 int client_part(const cairn_client *c, int shard);
+/* The text of the client's enqueue of one run without a concurrency key to
+ * a group it routed (tests/test_citus.c explains it on Citus). */
+const char *client_sql_enqueue_values(void);
 /* What client_signal_once says of a nonce used before. */
 #define CLIENT_NONCE_USED "this link was used already"
 /* What a write to a run reports it did (`cairn signal --json`, `cairn

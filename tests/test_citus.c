@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "support.h"
 
 static PGconn *citus_connect(void)
@@ -406,5 +407,154 @@ Test(citus, migrate_citus_converts_a_database_with_runs_in_place_keeping_every_r
 	cr_assert_gt(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs"), 1);
 	free(ids);
 	free(after);
+	PQfinish(c);
+}
+
+Test(citus, the_enqueue_of_a_run_without_a_concurrency_key_is_one_task_on_the_node_of_its_part,
+     .timeout = 300)
+{
+	const char *db = citus_db("enqueue_router");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	/* As a worker's or a client's session prepares it: a generic plan. */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	char nodes[2][512] = {"", ""};
+	/* Shards whose parts lie on both worker nodes: each enqueue is one
+	 * task, on the node of its part, and its run is stored there. */
+	for (int shard = 0; shard < 64; shard++) {
+		int64_t part = tdb_intf(
+		    c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64, shard, nparts);
+		char args[256];
+		snprintf(
+		    args, sizeof args,
+		    "EXECUTE enq('router', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, 0, "
+		    "%" PRId64 ")",
+		    shard, shard, part);
+		char *plan = explain(c, args);
+		cr_assert_eq(task_count(plan), 1, "%s\n%s", args, plan);
+		cr_assert_eq(node_count(plan), 1, "%s\n%s", args, plan);
+		const char *host = strstr(plan, "Node: host=");
+		cr_assert(host, "%s", plan);
+		char node[512];
+		sscanf(host, "Node: host=%511s", node);
+		for (int k = 0; k < 2; k++)
+			if (!nodes[k][0] || strcmp(nodes[k], node) == 0) {
+				snprintf(nodes[k], sizeof nodes[k], "%s", node);
+				break;
+			}
+		free(plan);
+		exec_ok(c, args);
+		cr_assert_eq(tdb_intf(c,
+		                      "SELECT count(*) FROM cairn.runs WHERE workflow = 'router' "
+		                      "AND key = 'k%d' AND part = %" PRId64 " AND id %% 65536 = %d",
+		                      shard, part, shard),
+		             1);
+	}
+	cr_assert(nodes[0][0] && nodes[1][0] && strcmp(nodes[0], nodes[1]) != 0,
+	          "the enqueues went to one node only: %s", nodes[0]);
+	/* The same key again: nothing inserted, as on one server. */
+	int64_t part0 = tdb_int(c, "SELECT key FROM cairn.parts WHERE part_no = 0");
+	char again[256];
+	snprintf(again, sizeof again,
+	         "EXECUTE enq('router', 'k0', 'default', 0, '{}', 3, 0, NULL, NULL, NULL, 0, "
+	         "%" PRId64 ")",
+	         part0);
+	exec_ok(c, again);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'router'"), 64);
+	PQfinish(c);
+}
+
+/*
+ * Growing a cluster moves Citus shards between nodes while they are
+ * written (citus_rebalance_start, by logical replication). cairn's tables
+ * allow it: each distributed table has a primary key (the replica identity
+ * logical replication needs) and its foreign keys stay within a colocation
+ * group, so a part moves with all of its tables at once.
+ */
+Test(citus, a_part_moves_to_another_node_with_all_of_its_tables_by_logical_replication,
+     .timeout = 300)
+{
+	const char *db = citus_db("move_part");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	/* Runs in every part, one with a journal entry, as the enqueue and the
+	 * commit write them (ids carry their shards, parts as the client
+	 * computes them). */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	for (int shard = 0; shard < 2 * nparts; shard++) {
+		snprintf(
+		    sql, sizeof sql,
+		    "EXECUTE enq('move', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, 0, "
+		    "%" PRId64 ")",
+		    shard, shard,
+		    tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64, shard,
+		             nparts));
+		exec_ok(c, sql);
+	}
+	int64_t run = tdb_int(c, "SELECT id FROM cairn.runs WHERE key = 'k0'");
+	int64_t part = tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, run);
+	tdb_intf(c,
+	         "INSERT INTO cairn.steps (run_id, part, seq, name, kind, status, output) "
+	         "VALUES (%" PRId64 ", %" PRId64 ", 0, 'a', 'step', 'completed', '1') RETURNING 1",
+	         run, part);
+	/* The Citus shard of the part, on one node, moves to the other. */
+	char *from = tdb_str(c, "SELECT nodename FROM citus_shards WHERE shardid = "
+	                        "get_shard_id_for_distribution_column('cairn.runs', "
+	                        "(SELECT part FROM cairn.runs WHERE key = 'k0'))");
+	char *to = tdb_str(c, "SELECT nodename FROM pg_dist_node WHERE noderole = 'primary' "
+	                      "AND groupid > 0 AND nodename <> (SELECT nodename FROM citus_shards "
+	                      "WHERE shardid = get_shard_id_for_distribution_column('cairn.runs', "
+	                      "(SELECT part FROM cairn.runs WHERE key = 'k0'))) LIMIT 1");
+	snprintf(sql, sizeof sql,
+	         "SELECT citus_move_shard_placement(get_shard_id_for_distribution_column("
+	         "'cairn.runs', %" PRId64 "), '%s', 5432, '%s', 5432, "
+	         "shard_transfer_mode => 'force_logical')",
+	         part, from, to);
+	exec_ok(c, sql);
+	/* Every table of the part went with it, and its rows with them. */
+	cr_assert_eq(
+	    tdb_intf(c,
+	             "SELECT count(*) FILTER (WHERE s.nodename = '%s') FROM citus_shards s "
+	             "JOIN pg_dist_shard d USING (shardid) "
+	             "JOIN pg_class t ON t.oid = s.table_name "
+	             "WHERE t.relnamespace = 'cairn'::regnamespace "
+	             "AND d.shardminvalue IS NOT NULL "
+	             "AND hashint4(%" PRId64 ") BETWEEN d.shardminvalue::int "
+	             "AND d.shardmaxvalue::int",
+	             to, part),
+	    (int64_t)NDIST);
+	char *now_on = tdb_str(c, "SELECT nodename FROM citus_shards WHERE shardid = "
+	                          "get_shard_id_for_distribution_column('cairn.runs', "
+	                          "(SELECT part FROM cairn.runs WHERE key = 'k0'))");
+	cr_assert_str_eq(now_on, to);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'move'"),
+	             2 * nparts);
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.steps WHERE part = %" PRId64
+	                      " AND run_id = %" PRId64,
+	                      part, run),
+	             1);
+	/* And the foreign key holds there: a journal entry of no run is refused. */
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.steps (run_id, part, seq, name, kind, status) "
+	         "VALUES (%" PRId64 ", %" PRId64 ", 0, 'a', 'step', 'completed')",
+	         run + 65536 * 1000, part);
+	PGresult *r = PQexec(c, sql);
+	cr_assert_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
+	cr_assert(strstr(PQerrorMessage(c), "foreign key"), "%s", PQerrorMessage(c));
+	PQclear(r);
+	free(from);
+	free(to);
+	free(now_on);
 	PQfinish(c);
 }
