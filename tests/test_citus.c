@@ -405,6 +405,28 @@ Test(citus, migrate_citus_converts_a_database_with_runs_in_place_keeping_every_r
 	             signals);
 	/* The parts are not all in one place: the runs sit in several parts. */
 	cr_assert_gt(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs"), 1);
+	/* After: the client's enqueue (its router statement, as it sends it)
+	 * of a key stored before the conversion finds it in the same part and
+	 * inserts nothing; new keys go in beside the old runs. */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	for (int i = 0; i < 20; i++) {
+		char key[32];
+		snprintf(key, sizeof key, i < 10 ? "k%d" : "new%d", i);
+		int shard = (int)tdb_intf(c, "SELECT cairn.shard_of('%s', 4096)", key);
+		snprintf(
+		    sql, sizeof sql,
+		    "EXECUTE enq('noop', '%s', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, 0, "
+		    "%" PRId64 ")",
+		    key, shard,
+		    tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64, shard,
+		             nparts));
+		exec_ok(c, sql);
+	}
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), runs + 10);
 	free(ids);
 	free(after);
 	PQfinish(c);
