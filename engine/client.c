@@ -391,7 +391,7 @@ static const db_stmt ST_ENQUEUE = {
         "$4") ", $14, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
               "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held "
               "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-              "ON CONFLICT (workflow, key, part) DO NOTHING "
+              "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
               "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
               "          (SELECT warning FROM rt), r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
@@ -408,7 +408,7 @@ static const db_stmt ST_ENQUEUE_TO = {
                                "       $9::bigint, $10, $11, h.held "
                                "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE
                                " AS held) h "
-                               "ON CONFLICT (workflow, key, part) DO NOTHING "
+                               "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
                                "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 /* The same for a run without a concurrency key (most runs): nothing can
  * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
@@ -423,7 +423,7 @@ static const db_stmt ST_ENQUEUE_VALUES = {
     "                             concurrency_key, priority) "
     "VALUES (" NEW_RUN_ID("$4") ", $12, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
                                 "        " START_ONE ", $9::bigint, $10::text, $11) "
-                                "ON CONFLICT (workflow, key, part) DO NOTHING "
+                                "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
                                 "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 const char *client_sql_enqueue_values(void)
 {
@@ -478,7 +478,7 @@ static const char SQL_ENQUEUED[] =
 	             "              FROM input) i "                                                \
 	             "        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i, pk "  \
 	             "ORDER BY ord "                                                               \
-	             "  ON CONFLICT (workflow, key, part) DO NOTHING "                             \
+	             "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "               \
 	             "  RETURNING id, key, status, held) "                                         \
 	             "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, "        \
 	             "r.status), "                                                                 \

@@ -666,7 +666,7 @@ static const char SQL_TX_JOURNAL[] =
     "                                 started_at, finished_at) "
     "  SELECT $5, $6, $7, 'step', 'completed', $8::jsonb, $9, to_timestamp($10 / 1000.0), "
     "         to_timestamp($11 / 1000.0) FROM ok "
-    "  ON CONFLICT (run_id, seq, part) DO UPDATE SET status = 'completed', "
+    "  ON CONFLICT ON CONSTRAINT steps_pkey DO UPDATE SET status = 'completed', "
     "    output = excluded.output, attempts = excluded.attempts, "
     "    finished_at = excluded.finished_at "
     "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out') RETURNING run_id), "

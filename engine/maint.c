@@ -630,7 +630,8 @@ static const char SQL_SCHEDULE_FIRE[] =
     "  SELECT cairn.new_run_id(x.sh), cairn.part_of(x.sh), s.workflow, x.k, s.shard_group, x.sh, "
     "s.input, to_timestamp(x.d / 1000.0), now() "
     "  FROM s, unnest($4::text[], $5::int[], $6::bigint[]) AS x(k, sh, d) "
-    "  ON CONFLICT (workflow, key, part) DO NOTHING RETURNING r.id, r.shard_group, r.shard) "
+    "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING r.id, r.shard_group, "
+    "r.shard) "
     "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), "
     "  (SELECT count(cairn.wake(ins.shard_group, ins.shard, ins.id, false)) FROM ins)";
 

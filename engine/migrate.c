@@ -380,9 +380,10 @@ done:
  * tables, and schema_migrations stays the coordinator's. A table of the
  * schema in neither list is refused, so that a new migration's table is
  * placed on purpose. Each step is done only if pg_dist_partition says it is
- * not: the parts and the parts of the rows a single server stored (while
+ * not: the keys with part (one server's keys leave it out, migration
+ * 0025), the parts and the parts of the rows a single server stored (while
  * cairn.runs is not distributed), then each table, then the foreign keys
- * that had to go while their tables were distributed. One transaction: a
+ * that had to go while their tables were distributed, on (run_id, part). One transaction: a
  * failure leaves the database as it was.
  */
 static const char SQL_CITUS[] =
@@ -433,9 +434,11 @@ static const char SQL_CITUS[] =
     "k.confrelid))\n"
     "    LOOP\n"
     "        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', v_fk.t, v_fk.conname);\n"
-    "        v_fks := v_fks || format('ALTER TABLE %s ADD CONSTRAINT %I %s', v_fk.t, "
-    "v_fk.conname,\n"
-    "                                 v_fk.def);\n"
+    "        -- A foreign key to runs names its part (the keys below).\n"
+    "        v_fks := v_fks || format('ALTER TABLE %s ADD CONSTRAINT %I %s', v_fk.t,\n"
+    "            v_fk.conname, regexp_replace(v_fk.def,\n"
+    "                '^FOREIGN KEY \\(run_id\\) REFERENCES (\\S*runs)\\(id\\)',\n"
+    "                'FOREIGN KEY (run_id, part) REFERENCES \\1(id, part)'));\n"
     "    END LOOP;\n"
     "\n"
     "    -- The parts, once (before runs is distributed): one per Citus shard,\n"
@@ -446,6 +449,28 @@ static const char SQL_CITUS[] =
     "    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = "
     "'cairn.runs'::regclass)\n"
     "    THEN\n"
+    "        -- Citus's keys: each unique key with part, under the name it\n"
+    "        -- had (the statements upsert by name; migration 0025).\n"
+    "        ALTER TABLE cairn.runs DROP CONSTRAINT runs_pkey,\n"
+    "            ADD CONSTRAINT runs_pkey PRIMARY KEY (id, part),\n"
+    "            DROP CONSTRAINT runs_workflow_key_key,\n"
+    "            ADD CONSTRAINT runs_workflow_key_key UNIQUE (workflow, key, part);\n"
+    "        ALTER TABLE cairn.steps DROP CONSTRAINT steps_pkey,\n"
+    "            ADD CONSTRAINT steps_pkey PRIMARY KEY (run_id, seq, part);\n"
+    "        ALTER TABLE cairn.signals DROP CONSTRAINT signals_pkey,\n"
+    "            ADD CONSTRAINT signals_pkey PRIMARY KEY (id, part);\n"
+    "        ALTER TABLE cairn.messages DROP CONSTRAINT messages_pkey,\n"
+    "            ADD CONSTRAINT messages_pkey PRIMARY KEY (id, part);\n"
+    "        ALTER TABLE cairn.signal_links DROP CONSTRAINT signal_links_pkey,\n"
+    "            ADD CONSTRAINT signal_links_pkey PRIMARY KEY (nonce, part);\n"
+    "        ALTER TABLE cairn.events DROP CONSTRAINT events_pkey,\n"
+    "            ADD CONSTRAINT events_pkey PRIMARY KEY (run_id, key, part);\n"
+    "        ALTER TABLE cairn.child_waits DROP CONSTRAINT child_waits_pkey,\n"
+    "            ADD CONSTRAINT child_waits_pkey PRIMARY KEY (run_id, part);\n"
+    "        ALTER TABLE cairn.child_awaited DROP CONSTRAINT child_awaited_pkey,\n"
+    "            ADD CONSTRAINT child_awaited_pkey PRIMARY KEY (child_id, part);\n"
+    "        ALTER TABLE cairn.shard_leases DROP CONSTRAINT shard_leases_pkey,\n"
+    "            ADD CONSTRAINT shard_leases_pkey PRIMARY KEY (shard_group, shard, part);\n"
     "        v_n := current_setting('citus.shard_count')::integer;\n"
     "        IF v_n > 1024 THEN\n"
     "            RAISE EXCEPTION 'citus.shard_count is %: cairn takes at most 1024 parts', v_n;\n"

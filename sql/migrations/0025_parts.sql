@@ -1,16 +1,20 @@
 -- 0025: parts, the model of docs/architecture.md "On Citus", for both
 -- deployments.
 --
--- Citus distributes a table by one column, and a unique key or a foreign
--- key of a distributed table must include it. So every hot table gets
--- part, the distribution column on Citus: the key of the part that holds
--- the row's run (cairn.parts: part_no = shard mod the number of parts).
--- Every unique key and foreign key of those tables includes it, under the
--- name it had, so that ON CONFLICT ON CONSTRAINT keeps naming it. On one
--- server there is one part, key 0: every row is in it, each key is as
--- unique as it was, and a statement that writes no part writes 0.
--- `cairn migrate --citus` makes the parts of a Citus cluster (one per
--- Citus shard) and distributes the tables by part.
+-- Citus distributes a table by one column. So every hot table gets part,
+-- the distribution column on Citus: the key of the part that holds the
+-- row's run (cairn.parts: part_no = shard mod the number of parts). On one
+-- server there is one part, key 0: every row is in it, and a statement
+-- that writes no part writes 0.
+--
+-- Citus also wants every unique key and foreign key of a distributed table
+-- to include the column. One server keeps its keys as they are: a key that
+-- a join names whole lets PostgreSQL's planner prove the join unique (a
+-- join of runs by id alone, with runs_pkey on (id, part), lost that proof
+-- and changed plans: the drains of `make bench` were slower). `cairn
+-- migrate --citus` remakes the keys with part, under the same names, as it
+-- distributes the tables, and the statements name the keys they upsert by
+-- name (ON CONFLICT ON CONSTRAINT), which holds on both.
 
 -- The parts: part_no 0 to N-1, each with the value stored in part (on
 -- Citus chosen so that each part's key hashes into a Citus shard of its
@@ -47,14 +51,6 @@ SELECT 'first_placed_id', ((s.last_value + CASE WHEN s.is_called THEN 1 ELSE 0 E
 FROM cairn.runs_id_seq s
 ON CONFLICT (name) DO NOTHING;
 
--- The foreign keys to runs go first: they name its primary key.
-ALTER TABLE cairn.steps DROP CONSTRAINT steps_run_id_fkey;
-ALTER TABLE cairn.signals DROP CONSTRAINT signals_run_id_fkey;
-ALTER TABLE cairn.messages DROP CONSTRAINT messages_run_id_fkey;
-ALTER TABLE cairn.signal_links DROP CONSTRAINT signal_links_run_id_fkey;
-ALTER TABLE cairn.events DROP CONSTRAINT events_run_id_fkey;
-ALTER TABLE cairn.child_waits DROP CONSTRAINT child_waits_run_id_fkey;
-
 -- A column with a constant default is added without rewriting the table.
 ALTER TABLE cairn.runs ADD COLUMN part integer NOT NULL DEFAULT 0;
 ALTER TABLE cairn.steps ADD COLUMN part integer NOT NULL DEFAULT 0;
@@ -67,46 +63,6 @@ ALTER TABLE cairn.child_awaited ADD COLUMN part integer NOT NULL DEFAULT 0;
 -- The fence of a claim and of a commit reads a shard's lease row in the
 -- same statement as the shard's runs: colocated with them.
 ALTER TABLE cairn.shard_leases ADD COLUMN part integer NOT NULL DEFAULT 0;
-
--- The keys, each extended by part. (workflow, key) stays unique across
--- parts on one server (one part) and, on Citus, for every run without a
--- concurrency key: such a run lives in the shard of its key, so the same
--- (workflow, key) is always in the same part.
-ALTER TABLE cairn.runs DROP CONSTRAINT runs_pkey,
-    ADD CONSTRAINT runs_pkey PRIMARY KEY (id, part),
-    DROP CONSTRAINT runs_workflow_key_key,
-    ADD CONSTRAINT runs_workflow_key_key UNIQUE (workflow, key, part);
-ALTER TABLE cairn.steps DROP CONSTRAINT steps_pkey,
-    ADD CONSTRAINT steps_pkey PRIMARY KEY (run_id, seq, part);
-ALTER TABLE cairn.signals DROP CONSTRAINT signals_pkey,
-    ADD CONSTRAINT signals_pkey PRIMARY KEY (id, part);
-ALTER TABLE cairn.messages DROP CONSTRAINT messages_pkey,
-    ADD CONSTRAINT messages_pkey PRIMARY KEY (id, part);
--- A link names its run: a nonce is unique in its run's part.
-ALTER TABLE cairn.signal_links DROP CONSTRAINT signal_links_pkey,
-    ADD CONSTRAINT signal_links_pkey PRIMARY KEY (nonce, part);
-ALTER TABLE cairn.events DROP CONSTRAINT events_pkey,
-    ADD CONSTRAINT events_pkey PRIMARY KEY (run_id, key, part);
-ALTER TABLE cairn.child_waits DROP CONSTRAINT child_waits_pkey,
-    ADD CONSTRAINT child_waits_pkey PRIMARY KEY (run_id, part);
--- A child is awaited by its one parent, in the parent's part.
-ALTER TABLE cairn.child_awaited DROP CONSTRAINT child_awaited_pkey,
-    ADD CONSTRAINT child_awaited_pkey PRIMARY KEY (child_id, part);
-ALTER TABLE cairn.shard_leases DROP CONSTRAINT shard_leases_pkey,
-    ADD CONSTRAINT shard_leases_pkey PRIMARY KEY (shard_group, shard, part);
-
-ALTER TABLE cairn.steps ADD CONSTRAINT steps_run_id_fkey FOREIGN KEY (run_id, part)
-    REFERENCES cairn.runs (id, part) ON DELETE CASCADE;
-ALTER TABLE cairn.signals ADD CONSTRAINT signals_run_id_fkey FOREIGN KEY (run_id, part)
-    REFERENCES cairn.runs (id, part) ON DELETE CASCADE;
-ALTER TABLE cairn.messages ADD CONSTRAINT messages_run_id_fkey FOREIGN KEY (run_id, part)
-    REFERENCES cairn.runs (id, part) ON DELETE CASCADE;
-ALTER TABLE cairn.signal_links ADD CONSTRAINT signal_links_run_id_fkey
-    FOREIGN KEY (run_id, part) REFERENCES cairn.runs (id, part) ON DELETE CASCADE;
-ALTER TABLE cairn.events ADD CONSTRAINT events_run_id_fkey FOREIGN KEY (run_id, part)
-    REFERENCES cairn.runs (id, part) ON DELETE CASCADE;
-ALTER TABLE cairn.child_waits ADD CONSTRAINT child_waits_run_id_fkey FOREIGN KEY (run_id, part)
-    REFERENCES cairn.runs (id, part) ON DELETE CASCADE;
 
 -- The SQL API's enqueue (migration 0020) names the new run's id and part:
 -- its definition as the server holds it, with its INSERT's column list and
@@ -130,7 +86,8 @@ END
 $$;
 
 -- cairn.children_sync (migration 0021) names the keys of child_waits and
--- child_awaited in its ON CONFLICT clauses: the same, with part.
+-- child_awaited in its ON CONFLICT clauses by their columns: by their
+-- names instead, which hold once `cairn migrate --citus` has added part.
 DO $$
 DECLARE
     v_fn regprocedure := 'cairn.children_sync(bigint[], bigint[], integer[], integer[], '
@@ -142,8 +99,9 @@ BEGIN
     IF strpos(v_def, v_waits) = 0 OR strpos(v_def, v_awaited) = 0 THEN
         RAISE EXCEPTION 'cairn.children_sync does not write as migration 0021 did';
     END IF;
-    v_def := replace(v_def, v_waits, 'ON CONFLICT (run_id, part) DO NOTHING');
-    v_def := replace(v_def, v_awaited, 'ON CONFLICT (child_id, part) DO UPDATE');
+    v_def := replace(v_def, v_waits, 'ON CONFLICT ON CONSTRAINT child_waits_pkey DO NOTHING');
+    v_def := replace(v_def, v_awaited,
+                     'ON CONFLICT ON CONSTRAINT child_awaited_pkey DO UPDATE');
     EXECUTE v_def;
 END
 $$;
