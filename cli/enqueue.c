@@ -17,7 +17,8 @@ const cli_opt ENQUEUE_OPTS[] = {{"key", 1},      {"input", 1},          {"delay"
                                 {"at", 1},       {"max-attempts", 1},   {"group", 1},
                                 {"wait", 0},     {"timeout", 1},        {"json", 0},
                                 {"db", 1},       {"help", 0},           {"concurrency-key", 1},
-                                {"priority", 1}, {"require-served", 0}, {NULL, 0}};
+                                {"priority", 1}, {"require-served", 0}, {"traceparent", 1},
+                                {NULL, 0}};
 
 int cmd_enqueue(int argc, char **argv)
 {
@@ -25,7 +26,8 @@ int cmd_enqueue(int argc, char **argv)
 	    "usage: cairn enqueue WORKFLOW [--key K] [--input JSON | --input @FILE]\n"
 	    "                     [--delay DURATION | --at TIME] [--max-attempts N]\n"
 	    "                     [--group G] [--concurrency-key K] [--priority P]\n"
-	    "                     [--require-served] [--wait [--timeout DURATION]] [--json]\n"
+	    "                     [--require-served] [--traceparent TP]\n"
+	    "                     [--wait [--timeout DURATION]] [--json]\n"
 	    "\n"
 	    "Enqueues a run of WORKFLOW and prints its id. The same (WORKFLOW, KEY)\n"
 	    "again writes nothing, prints the id of the existing run and says so on\n"
@@ -50,6 +52,10 @@ int cmd_enqueue(int argc, char **argv)
 	    "                    workflow's key limits (cairn limit) count it under K\n"
 	    "  --priority P      -1000 to 1000 (default 0): among due runs of a worker,\n"
 	    "                    higher starts first\n"
+	    "  --traceparent TP  W3C trace context (OpenTelemetry) of the caller's span,\n"
+	    "                    00-<32 hex trace id>-<16 hex span id>-<2 hex flags>: the\n"
+	    "                    run's spans join that trace as its children (default: the\n"
+	    "                    run starts a trace of its own)\n"
 	    "  --wait            wait for the run to finish and print its result (exit 0\n"
 	    "                    completed, 1 failed or cancelled); an existing run that\n"
 	    "                    has finished returns its result at once\n"
@@ -76,6 +82,7 @@ int cmd_enqueue(int argc, char **argv)
 	o.group = cli_get(&a, "group");
 	o.concurrency_key = cli_get(&a, "concurrency-key");
 	o.require_served = cli_has(&a, "require-served");
+	o.traceparent = cli_get(&a, "traceparent");
 	int64_t prio = 0;
 	if (cli_has(&a, "priority") && parse_int(cli_get(&a, "priority"), -CAIRN_PRIORITY_MAX,
 	                                         CAIRN_PRIORITY_MAX, &prio, err) < 0)
@@ -107,6 +114,7 @@ int cmd_enqueue(int argc, char **argv)
 	                            {"max_attempts", "--max-attempts", NULL},
 	                            {"concurrency_key", "--concurrency-key", NULL},
 	                            {"priority", "--priority", NULL},
+	                            {"traceparent", "--traceparent", NULL},
 	                            {NULL, NULL, NULL}};
 	cairn_client *c;
 	int code = cli_open("enqueue", &a, &c);

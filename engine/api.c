@@ -349,7 +349,8 @@ static int run_opts(const PGresult *res, int i, const char **workflow, cairn_enq
 
 /* The runs of rows[0..n): one enqueue (an object) or a batch (an array,
  * every run of one workflow). */
-static void create_runs(cairn_client *c, const PGresult *res, http_reply *r, int *rc)
+static void create_runs(cairn_client *c, const PGresult *res, const char *traceparent,
+                        http_reply *r, int *rc)
 {
 	int n = PQntuples(res), array = n > 0 && db_get_bool(res, 0, SP_ARRAY);
 	char why[512] = "";
@@ -380,6 +381,7 @@ static void create_runs(cairn_client *c, const PGresult *res, http_reply *r, int
 		if (why[0])
 			goto done;
 		workflow = wf;
+		opts[i].traceparent = traceparent;
 	}
 	if (!opts || !done) {
 		api_error(r, 500, "out of memory");
@@ -429,7 +431,9 @@ static void post_runs(cairn_client *c, const http_request *q, http_reply *r, int
 		*rc = CAIRN_EDB;
 		api_error(r, 503, buf_str(&dberr));
 	} else {
-		create_runs(c, res, r, rc);
+		/* W3C trace context: the caller's span is the parent of every
+		 * run of the request (trace.h). */
+		create_runs(c, res, http_header(q, "traceparent"), r, rc);
 	}
 	PQclear(res);
 	buf_free(&dberr);

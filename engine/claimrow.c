@@ -119,7 +119,12 @@ int claimrow_decode(const claimrow_env *env, const char *const *v, job **out)
 	          int_col(v, CLAIM_PRIORITY, -CAIRN_PRIORITY_MAX, CAIRN_PRIORITY_MAX, &priority) < 0 ||
 	          int_col(v, CLAIM_JOURNAL_FROM, 0, INT_MAX, &jfrom) < 0 ||
 	          int_col(v, CLAIM_JOURNAL_CUTS, 0, INT_MAX, &jcuts) < 0 ||
-	          int_col(v, CLAIM_CHAIN, 1, INT64_MAX, &j->chain_id) < 0;
+	          int_col(v, CLAIM_CHAIN, 1, INT64_MAX, &j->chain_id) < 0 ||
+	          int_col(v, CLAIM_CREATED, INT64_MIN, INT64_MAX, &j->created_us) < 0;
+	/* A traceparent is only kept here; one that does not parse makes the
+	 * run the root of a trace of its own (trace_run), not a refused row. */
+	if (!bad && v[CLAIM_TRACEPARENT] && strlen(v[CLAIM_TRACEPARENT]) <= TRACEPARENT_LEN)
+		memcpy(j->traceparent, v[CLAIM_TRACEPARENT], strlen(v[CLAIM_TRACEPARENT]) + 1);
 	int rc = bad ? -CAIRN_EINVAL : 0;
 	if (!rc && (j->nmsgs = msgs_col(v[CLAIM_MSGS], &j->msgs)) < 0)
 		rc = j->nmsgs;

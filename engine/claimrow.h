@@ -53,6 +53,10 @@ enum {
 	CLAIM_JOURNAL_CUTS,
 	/* The first run of its chain: itself unless it continues one. */
 	CLAIM_CHAIN,
+	/* runs.traceparent: the run span's parent (trace.h); NULL: none. */
+	CLAIM_TRACEPARENT,
+	/* runs.created_at in Unix microseconds: the run span's start. */
+	CLAIM_CREATED,
 	CLAIM_NCOLS
 };
 

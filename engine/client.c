@@ -26,6 +26,7 @@
 #include "parse.h"
 #include "pgarr.h"
 #include "state.h"
+#include "trace.h"
 
 const char *cairn_strstatus(int status)
 {
@@ -386,14 +387,13 @@ static const db_stmt ST_ENQUEUE = {
     "WITH rt AS (SELECT * FROM cairn.route($1, $3, $12, $13)) "
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
-    "                             concurrency_key, priority, held) "
-    "SELECT " NEW_RUN_ID(
-        "$4") ", $14, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
-              "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held "
-              "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-              "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-              "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
-              "          (SELECT warning FROM rt), r.shard_group"};
+    "                             concurrency_key, priority, held, traceparent) "
+    "SELECT " NEW_RUN_ID("$4") ", $15, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $14 "
+    "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
+    "          (SELECT warning FROM rt), r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
  * CLIENT_ROUTE_TTL_MS (see route_cached; the route's warning is the
  * client's to give): the statement of before routing, which reads no other
@@ -402,17 +402,15 @@ static const db_stmt ST_ENQUEUE_TO = {
     "cairn_enqueue_to",
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
-    "                             concurrency_key, priority, held) "
-    "SELECT " NEW_RUN_ID("$4") ", $12, $1, $2, $3, $4, $5::jsonb, $6, t.at, CASE WHEN h.held THEN "
-                               "NULL ELSE t.at END, "
-                               "       $9::bigint, $10, $11, h.held "
-                               "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE
-                               " AS held) h "
-                               "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-                               "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+    "                             concurrency_key, priority, held, traceparent) "
+    "SELECT " NEW_RUN_ID("$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "
+    "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 /* The same for a run without a concurrency key (most runs): nothing can
  * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
- * ($10 is NULL). Citus routes it whole to the node of its part ($12) with
+ * ($10 is NULL). Citus routes it whole to the node of its part ($13) with
  * a generic plan (a fast-path router insert, tests/test_citus.c), where
  * the INSERT ... SELECT above, whose held column calls cairn.flow_active,
  * cannot be planned at all. */
@@ -420,11 +418,11 @@ static const db_stmt ST_ENQUEUE_VALUES = {
     "cairn_enqueue_values",
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
-    "                             concurrency_key, priority) "
-    "VALUES (" NEW_RUN_ID("$4") ", $12, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
-                                "        " START_ONE ", $9::bigint, $10::text, $11) "
-                                "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-                                "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+    "                             concurrency_key, priority, traceparent) "
+    "VALUES (" NEW_RUN_ID("$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+    "        " START_ONE ", $9::bigint, $10::text, $11, $12) "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 const char *client_sql_enqueue_values(void)
 {
 	return ST_ENQUEUE_VALUES.sql;
@@ -450,17 +448,18 @@ static const char SQL_ENQUEUED[] =
  * join, and with many runs of the workflow it hashed them all (measured:
  * 393 ms for 1,000 runs among 500,000 of their workflow, 28 ms with it).
  *
- * Runs are routed (cairn.route) once per distinct group given ('' for
- * none) and require_served ($12) of the batch, not once per run.
+ * The client has routed the runs ($3: their groups, enqueue's route_to);
+ * cairn.route gives each distinct group ($3, '' for none, which a routed
+ * batch has not) and require_served ($12) of the batch its warning once.
  */
 #define ENQUEUE_BATCH(rank)                                                                        \
 	"WITH input AS ("                                                                          \
 	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::int[], "        \
 	"                       $7::bigint[], $8::bigint[], $10::text[], $11::int[], "             \
-	"                       $12::bool[]) "                                                     \
+	"                       $12::bool[], $13::text[]) "                                        \
 	"    WITH ORDINALITY "                                                                     \
 	"    AS t(key, grp, shard, input, max_attempts, delay_ms, at_ms, "                         \
-	"         ckey, prio, req, ord)), "                                                        \
+	"         ckey, prio, req, tp, ord)), "                                                    \
 	"rt AS (SELECT d.grp, d.req, x.shard_group, x.warning "                                    \
 	"  FROM (SELECT DISTINCT coalesce(grp, '') AS grp, req FROM input) d, "                    \
 	"  LATERAL cairn.route($1, nullif(d.grp, ''), NULL, d.req) x), "                           \
@@ -468,10 +467,10 @@ static const char SQL_ENQUEUED[] =
 	"ins AS ("                                                                                 \
 	"  INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "           \
 	"                          max_attempts, scheduled_at, start_at, concurrency_key, "        \
-	"                          priority, held) "                                               \
+	"                          priority, held, traceparent) "                                  \
 	"  SELECT " NEW_RUN_ID("shard") ", " PART_OF(                                              \
 	    "shard") ", $1, key, g, shard, input::jsonb, max_attempts, at, "                       \
-	             "         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "            \
+	             "         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held, tp "        \
 	             "  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH   \
 	             " AS held "                                                                   \
 	             "        FROM (SELECT *, " rank " AS rank "                                   \
@@ -534,21 +533,26 @@ static const char SQL_ENQUEUE_NEW[] = ENQUEUE_NEW("0::bigint");
 static const char SQL_ENQUEUE_NEW_KEYED[] =
     ENQUEUE_NEW("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
 
-/* Orders the rows of SQL_ENQUEUE_NEW: by run id, as text of digits. */
-static int by_id_text(const void *a, const void *b)
+/* A row of SQL_ENQUEUE_NEW: its run id and its row number. */
+typedef struct new_row {
+	int64_t id;
+	int row;
+} new_row;
+
+static int by_id(const void *a, const void *b)
 {
-	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-	size_t lx = strlen(x), ly = strlen(y);
-	return lx != ly ? (lx > ly) - (lx < ly) : strcmp(x, y);
+	int64_t x = ((const new_row *)a)->id, y = ((const new_row *)b)->id;
+	return (x > y) - (x < y);
 }
 
 /* Reads the rows of SQL_ENQUEUE_NEW (freed here) into out, in input order:
- * CAIRN_OK, or a failure (out untouched). */
+ * CAIRN_OK, or a failure (out untouched). The runs' ids rise in input
+ * order; RETURNING gives them in the order inserted, so the rows are
+ * sorted only when they came otherwise. */
 static int read_new(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out)
 {
-	/* Row numbers' ids, sorted: the order the runs came in. */
-	const char **ids = (size_t)PQntuples(r) == n ? malloc(n * sizeof *ids + 1) : NULL;
-	if (!ids) {
+	new_row *rows = (size_t)PQntuples(r) == n ? malloc(n * sizeof *rows + 1) : NULL;
+	if (!rows) {
 		int got = PQntuples(r);
 		PQclear(r);
 		return (size_t)got == n
@@ -557,18 +561,21 @@ static int read_new(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out)
 		                         "the batch's insert returned %d rows for %zu runs", got,
 		                         n);
 	}
-	for (size_t i = 0; i < n; i++)
-		ids[i] = PQgetvalue(r, (int)i, 0);
-	qsort(ids, n, sizeof *ids, by_id_text);
-	for (int row = 0; row < PQntuples(r); row++) {
-		const char *id = PQgetvalue(r, row, 0);
-		const char **at = bsearch(&id, ids, n, sizeof *ids, by_id_text);
-		cairn_enqueued *e = &out[at - ids];
+	int sorted = 1;
+	for (size_t i = 0; i < n; i++) {
+		rows[i] = (new_row){strtoll(PQgetvalue(r, (int)i, 0), NULL, 10), (int)i};
+		sorted &= i == 0 || rows[i - 1].id < rows[i].id;
+	}
+	if (!sorted)
+		qsort(rows, n, sizeof *rows, by_id);
+	for (size_t i = 0; i < n; i++) {
+		int row = rows[i].row;
+		cairn_enqueued *e = &out[i];
 		cairn_enqueued_clear(e);
-		*e = (cairn_enqueued){.id = strtoll(id, NULL, 10), .held = db_get_bool(r, row, 5)};
+		*e = (cairn_enqueued){.id = rows[i].id, .held = db_get_bool(r, row, 5)};
 		snprintf(e->status, sizeof e->status, "%s", PQgetvalue(r, row, 2));
 	}
-	free(ids);
+	free(rows);
 	PQclear(r);
 	return CAIRN_OK;
 }
@@ -678,6 +685,9 @@ static const char *check_opts(const cairn_client *c, const char *workflow,
 	if (o->input && (parse_check_json("input", o->input, c->max_payload, msg) < 0 ||
 	                 client_check_unsealed("input", o->input, msg) < 0))
 		return "input";
+	uint8_t tid[16], sid[8], flags;
+	if (o->traceparent && trace_parse(o->traceparent, tid, sid, &flags, msg) < 0)
+		return "traceparent";
 	if (o->max_attempts < 0 || o->max_attempts > MAX_ATTEMPTS_LIMIT) {
 		snprintf(msg, PARSE_ERR_MAX,
 		         "invalid max_attempts %d: expected an integer from 1 to %d",
@@ -913,12 +923,24 @@ typedef struct enqueue_from {
  * The INSERT waits for a concurrent enqueue of the same key to commit, so
  * the read sees that run, unless it was deleted in between: then the key
  * is free again, and the INSERT is tried once more. */
+/* o's traceparent as it is stored (version 00, trace.h) into tp, or NULL. */
+static const char *traceparent_of(const cairn_enqueue_opts *o, char *tp)
+{
+	uint8_t tid[16], sid[8], flags;
+	char why[PARSE_ERR_MAX];
+	if (!o->traceparent || trace_parse(o->traceparent, tid, sid, &flags, why) < 0)
+		return NULL;
+	trace_format(tp, tid, sid, flags);
+	return tp;
+}
+
 static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
                        const char *key, int shards, int want_result, enqueue_from from,
                        cairn_enqueued *out)
 {
 	int64_t parent = from.parent;
 	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24], part[24];
+	char tp[TRACEPARENT_LEN + 1];
 	int sh = run_shard(o, key, shards);
 	buf sealed = BUF_INIT;
 	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
@@ -939,22 +961,24 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   db_i64(prio, o->priority),
 	                   from.prefer,
 	                   o->require_served ? "t" : "f",
+	                   traceparent_of(o, tp),
 	                   db_i64(part, client_part(c, sh))};
-	/* ST_ENQUEUE_TO's: the first eleven, then the part. */
-	const char *to[] = {p[0], p[1], p[2], p[3], p[4],  p[5],
-	                    p[6], p[7], p[8], p[9], p[10], p[13]};
+	/* ST_ENQUEUE_TO's parameters: the first 11, the traceparent and the
+	 * part. */
+	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
+	                     p[7], p[8], p[9], p[10], p[13], p[14]};
 
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
 	if (cached) /* no route: the group, and its warning, as just before */
-		to[2] = wake[0] = cached->group;
+		p[2] = pto[2] = wake[0] = cached->group;
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
 		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
-		PGresult *r = cached ? exec_then(c, ins, 12, to, &ST_WAKE_TO, 5, wake)
-		                     : exec_then(c, &ST_ENQUEUE, 14, p, &ST_WAKE_SHARD, 6, wake);
+		PGresult *r = cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
+		                     : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			if (!rc && cached && !out->existed && cached->warning[0])
@@ -980,6 +1004,14 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		pgarr_free(&k);
 	}
 	return rc;
+}
+
+/* Whether runs a and b are routed alike: the same group asked (or none)
+ * and the same require_served. */
+static int same_route(const cairn_enqueue_opts *a, const cairn_enqueue_opts *b)
+{
+	return a->require_served == b->require_served &&
+	       (a->group == b->group || (a->group && b->group && strcmp(a->group, b->group) == 0));
 }
 
 /* cairn_enqueue_batch, and with want_result also each existing finished
@@ -1012,9 +1044,10 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT, ckeys = PGARR_INIT,
-	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT;
+	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT, tps = PGARR_INIT;
 	buf sealed = BUF_INIT;
-	int keyed = 0; /* a run of the batch has a concurrency key */
+	int keyed = 0;                 /* a run of the batch has a concurrency key */
+	const client_route *to = NULL; /* the route of the run before */
 	for (size_t i = 0; i < n; i++) {
 		const cairn_enqueue_opts *o = &opts[i];
 		const char *key = o->key;
@@ -1024,14 +1057,18 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		}
 		/* Routed here, with the client's routes (cached for a second),
 		 * so that the insert of new runs reads no other table; their
-		 * warnings are the batch's if its runs are all new. */
-		const client_route *to;
-		if ((rc = route_to(c, workflow, o->group, NULL, o->require_served, &to)))
-			goto done;
-		add_warning(c, to->warning[0] ? to->warning : NULL);
+		 * warnings are the batch's if its runs are all new. A run asked
+		 * as the one before it goes where that one went. */
+		if (!to || !same_route(o, &opts[i - 1])) {
+			if ((rc = route_to(c, workflow, o->group, NULL, o->require_served, &to)))
+				goto done;
+			add_warning(c, to->warning[0] ? to->warning : NULL);
+		}
 		pgarr_add(&keys, key);
 		pgarr_add(&groups, to->group);
 		pgarr_add(&reqs, o->require_served ? "t" : "f");
+		char tp[TRACEPARENT_LEN + 1];
+		pgarr_add(&tps, traceparent_of(o, tp));
 		pgarr_add_i64(&sh, run_shard(o, key, shards));
 		pgarr_add(&ckeys, o->concurrency_key);
 		keyed |= o->concurrency_key != NULL;
@@ -1049,11 +1086,12 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	const char *params[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f",
-	                        pgarr_str(&ckeys),  pgarr_str(&prios),  pgarr_str(&reqs)};
+	                        pgarr_str(&ckeys),  pgarr_str(&prios),  pgarr_str(&reqs),
+	                        pgarr_str(&tps)};
 	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), "", workflow};
 	const db_stmt batch = {NULL, keyed ? SQL_ENQUEUE_BATCH_KEYED : SQL_ENQUEUE_BATCH};
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom || sh.b.oom || maxa.b.oom ||
-	    delays.b.oom || ckeys.b.oom || prios.b.oom || reqs.b.oom) {
+	    delays.b.oom || ckeys.b.oom || prios.b.oom || reqs.b.oom || tps.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
 		goto done;
 	}
@@ -1087,7 +1125,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	buf_reset(&c->warning);
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &batch, 12, params, &ST_WAKE_SHARDS, 4, wake);
+		PGresult *r = exec_then(c, &batch, 13, params, &ST_WAKE_SHARDS, 4, wake);
 		if (!r) {
 			rc = enqueue_failed(c);
 			goto done;
@@ -1116,6 +1154,7 @@ done:
 	pgarr_free(&prios);
 	pgarr_free(&held);
 	pgarr_free(&reqs);
+	pgarr_free(&tps);
 	buf_free(&sealed);
 	return rc;
 }
@@ -1376,7 +1415,9 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 /* A run that has not started is cancelled at once; a started one gets the
  * request and a cancel message, and ends cancelled at its next durable call.
  * A cancel of a run that continued as new is for the last run of its chain,
- * as a signal is (SQL_SIGNAL). */
+ * as a signal is (SQL_SIGNAL). A child cancelled at once tells its parent
+ * as the commit that ends a child does (cairn.children_ended, migration
+ * 0024): its outcome, and the parent's wait counted down. */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
     "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR UPDATE), "
@@ -1384,9 +1425,12 @@ static const char SQL_CANCEL[] =
     "             cancel_requested = true, finished_at = now(), updated_at = now(), "
     "             start_at = NULL, held = false "
     "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
-    "           AND attempt = 0 RETURNING id), "
+    "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS child), "
     "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
     "notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
+    "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), array_agg(parent_id), "
+    "             array_agg('cancelled'::text), array_agg('cancelled'::text)) AS n "
+    "         FROM now_ WHERE parent_id IS NOT NULL), "
     "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
     "        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
     "        RETURNING id, shard_group, shard), "
@@ -1394,7 +1438,8 @@ static const char SQL_CANCEL[] =
     "      SELECT id, shard_group, shard, 'cancel' FROM req "
     "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-    "  + (SELECT count(*) FROM notify_), 'it has already finished', "
+    "  + (SELECT count(*) FROM notify_) + (SELECT count(n) FROM told), "
+    "  'it has already finished', "
     "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
 
 int cairn_cancel(cairn_client *c, int64_t run_id)

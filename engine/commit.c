@@ -280,19 +280,21 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      * and the parent's child_waits row, which tells the ends of its
      * children to count down its waits (cairn.children_sync). */
     {"kn AS (INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "
-     "                               max_attempts, scheduled_at, start_at, parent_id) "
-     "  SELECT x.id, cairn.part_of(x.s), x.w, x.k, coalesce(x.g, ok.g), x.s, x.i::jsonb, 3, now(), "
-     "now(), x.p "
+     "                               max_attempts, scheduled_at, start_at, parent_id, "
+     "                               traceparent) "
+     "  SELECT x.id, cairn.part_of(x.s), x.w, x.k, coalesce(x.g, ok.g), x.s, x.i::jsonb, 3, "
+     "         now(), now(), x.p, x.tp "
      "  FROM unnest(:kn_run::bigint[], :kn_id::bigint[], :kn_workflow::text[], "
-     "              :kn_key::text[], :kn_shard::int[], :kn_group::text[], :kn_input::text[]) "
-     "       AS x(p, id, w, k, s, g, i) "
+     "              :kn_key::text[], :kn_shard::int[], :kn_group::text[], :kn_input::text[], "
+     "              :kn_tp::text[]) "
+     "       AS x(p, id, w, k, s, g, i, tp) "
      "  JOIN ok ON ok.run_id = x.p "
      "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING), "
      "knw AS (INSERT INTO cairn.child_waits (run_id) "
      "  SELECT DISTINCT x.p FROM unnest(:kn_run::bigint[]) AS x(p) "
      "  WHERE x.p IN (SELECT run_id FROM ok) "
      "  ON CONFLICT ON CONSTRAINT child_waits_pkey DO NOTHING)",
-     SLOT_kn_run, SLOT_kn_input},
+     SLOT_kn_run, SLOT_kn_tp},
     /* A run retry cuts the journal where the run starts over, and gives
      * back the signals consumed from there on. */
     {"rst AS (DELETE FROM cairn.steps s USING unnest(:reset_run::bigint[], :reset_from::int[]) "
@@ -391,11 +393,11 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      */
     {"cont AS (INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "
      "    max_attempts, start_at, parent_id, concurrency_key, priority, continued_from, "
-     "    chain_id, cancel_requested) "
+     "    chain_id, cancel_requested, traceparent) "
      "  SELECT cairn.new_run_id(p.shard), p.part, p.workflow, 'cairn.next:' || p.id, "
-     "p.shard_group, p.shard, x.i::jsonb, "
+     "         p.shard_group, p.shard, x.i::jsonb, "
      "         p.max_attempts, now(), p.parent_id, p.concurrency_key, p.priority, p.id, "
-     "         coalesce(p.chain_id, p.id), u.cancel_requested "
+     "         coalesce(p.chain_id, p.id), u.cancel_requested, p.traceparent "
      "  FROM unnest(:cont_run::bigint[], :cont_input::text[]) AS x(r, i) "
      "  JOIN upd u ON u.id = x.r JOIN cairn.runs p ON p.id = x.r "
      "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING id, continued_from), "
@@ -616,6 +618,7 @@ static void add_children(commit_params *p, const commit *c)
 		pgarr_add_i64(&s[SLOT_kn_shard], kid->shard);
 		pgarr_add(&s[SLOT_kn_group], kid->group);
 		add_sealed(&s[SLOT_kn_input], p->keys, SEAL_RUN_INPUT, kid->input);
+		pgarr_add(&s[SLOT_kn_tp], kid->tp[0] ? kid->tp : NULL);
 	}
 }
 
@@ -778,6 +781,7 @@ struct committer {
 	int failures;    /* failed connects since the last write that succeeded */
 	int64_t pid;     /* the server process of the commit connection */
 	int64_t old_pid; /* that of a connection that broke with a write in flight; 0: none */
+	int big_write;   /* the last statement sent more than DB_BUFFER_KEEP_MAX */
 	/* The sets of parts whose statement the connection has prepared (as
 	 * cairn_commit_<parts in hex>), one bit each: a set is prepared the
 	 * first time a batch needs it, and a worker meets a handful. */
@@ -995,6 +999,10 @@ static int write_batch(committer *k, PGconn *conn, commit *const *batch, int n, 
 	}
 	const char *values[COMMIT_NSLOTS];
 	int nv = commit_values(&p, parts, values);
+	size_t bytes = 0;
+	for (int i = 0; i < nv; i++)
+		bytes += values[i] ? strlen(values[i]) : 0;
+	k->big_write |= bytes > DB_BUFFER_KEEP_MAX;
 	PGresult *r = PQexecPrepared(conn, name, nv, values, NULL, NULL, 0);
 	commit_params_free(&p);
 	int rc = 0;
@@ -1366,7 +1374,15 @@ static void *committer_main(void *arg)
 			k->env.on_children(k->env.arg);
 		if (!told_since)
 			told_since = clock_mono_ms();
-		if (queue_empty(k) || clock_mono_ms() - told_since >= TELL_DELAY_MS) {
+		if (k->big_write && conn) {
+			/* Its buffers go with it (DB_BUFFER_KEEP_MAX); the next
+			 * batch connects again. */
+			notify_done(conn, &told);
+			told_since = 0;
+			PQfinish(conn);
+			conn = NULL;
+			k->big_write = 0;
+		} else if (queue_empty(k) || clock_mono_ms() - told_since >= TELL_DELAY_MS) {
 			telling = notify_send(conn, &told);
 			told_since = 0;
 		}

@@ -98,6 +98,7 @@ typedef struct commit_child {
 	int shard;
 	char *workflow, *key, *input; /* input: JSON text */
 	char *group;
+	char tp[56]; /* its traceparent: of the call that starts it (trace.h); "": none */
 } commit_child;
 
 /* A wait for children the run suspends in (cairn_child_wait and the like):
@@ -184,7 +185,7 @@ int commit_batch_fits(commit *const *batch, int n, const commit *c);
 	X(new_run) X(new_kind) X(new_at)                                            \
 	X(sig_id) X(sig_seq) X(sig_run)                                             \
 	X(kn_run) X(kn_id) X(kn_workflow) X(kn_key) X(kn_shard) X(kn_group)         \
-	X(kn_input)                                                                 \
+	X(kn_input) X(kn_tp)                                                        \
 	X(reset_run) X(reset_from)                                                  \
 	X(defer_msg) X(defer_at)                                                    \
 	X(prog_run) X(unclaim_run) X(refund_run)                                    \

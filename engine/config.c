@@ -21,6 +21,7 @@
 #include "log.h"
 #include "netpolicy.h"
 #include "parse.h"
+#include "trace.h"
 
 enum kind { K_STR, K_INT, K_DUR, K_SIZE, K_LEVEL, K_FORMAT };
 
@@ -121,6 +122,33 @@ static const setting SETTINGS[] = {
     {"CAIRN_HTTP_PROXY", K_STR, OFF(http_proxy), "", 0, 0,
      "proxy URL for the http built-in (http://, https://, socks5://...); the proxy environment "
      "variables are ignored"},
+    {"OTEL_EXPORTER_OTLP_ENDPOINT", K_STR, OFF(otel_endpoint), "", 0, 0,
+     "OpenTelemetry collector (OTLP/HTTP) base URL: spans go to it + /v1/traces; unset (and "
+     "no OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), tracing is off"},
+    {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", K_STR, OFF(otel_traces_endpoint), "", 0, 0,
+     "or the full URL spans are sent to (wins over OTEL_EXPORTER_OTLP_ENDPOINT)"},
+    {"OTEL_EXPORTER_OTLP_PROTOCOL", K_STR, OFF(otel_protocol), "http/protobuf", 0, 0,
+     "the export's encoding: http/protobuf (the only one spoken)"},
+    {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", K_STR, OFF(otel_traces_protocol), "", 0, 0,
+     "the same for traces (wins over OTEL_EXPORTER_OTLP_PROTOCOL)"},
+    {"OTEL_EXPORTER_OTLP_HEADERS", K_STR, OFF(otel_headers), "", 0, 0,
+     "headers sent with every export, key=value comma-separated, values percent-encoded "
+     "(api-key=abc); environment only"},
+    {"OTEL_EXPORTER_OTLP_TIMEOUT", K_INT, OFF(otel_timeout_ms), "10000", 100, 600000,
+     "milliseconds an export may take before it fails (its spans are dropped)"},
+    {"OTEL_SERVICE_NAME", K_STR, OFF(otel_service_name), "", 0, 0,
+     "the traces' service.name (default: service.name of OTEL_RESOURCE_ATTRIBUTES, else "
+     "cairn-worker)"},
+    {"OTEL_RESOURCE_ATTRIBUTES", K_STR, OFF(otel_resource_attributes), "", 0, 0,
+     "more attributes of the traces' resource, key=value comma-separated, values "
+     "percent-encoded (deployment.environment=prod)"},
+    {"OTEL_BSP_SCHEDULE_DELAY", K_INT, OFF(otel_delay_ms), "5000", 1, 3600000,
+     "milliseconds between two exports of the spans queued (sooner when a batch is full)"},
+    {"OTEL_BSP_MAX_QUEUE_SIZE", K_INT, OFF(otel_queue_max), "2048", 1, 1000000,
+     "spans waiting for export; past it spans are dropped and counted "
+     "(cairn_otel_spans_dropped_total), never waited for"},
+    {"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", K_INT, OFF(otel_batch_max), "512", 1, 1000000,
+     "spans per export, at most OTEL_BSP_MAX_QUEUE_SIZE"},
 };
 #define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
@@ -142,7 +170,8 @@ static void flag_name(const setting *s, char *out, size_t n)
 		snprintf(out, n, "plugin");
 		return;
 	}
-	const char *p = s->env + 6;
+	/* OTEL_SERVICE_NAME -> "otel-service-name". */
+	const char *p = strncmp(s->env, "OTEL_", 5) == 0 ? s->env : s->env + 6;
 	size_t i = 0;
 	for (; *p && i + 1 < n; p++)
 		out[i++] = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
@@ -172,6 +201,13 @@ static int set_value(config *cfg, const setting *s, const char *source, const ch
 	switch (s->kind) {
 	case K_STR: {
 		char **f = field;
+		if (s->off == OFF(otel_headers) && strcmp(source, "flag") == 0) {
+			buf_reset(err);
+			buf_puts(err,
+			         "--otel-exporter-otlp-headers is not accepted: every user of the "
+			         "machine can read a command line; set OTEL_EXPORTER_OTLP_HEADERS");
+			return -CAIRN_EINVAL;
+		}
 		if (s->off == OFF(encryption_keys) && strcmp(source, "flag") == 0) {
 			buf_reset(err);
 			buf_puts(err,
@@ -300,6 +336,65 @@ static int check_http(config *cfg, buf *err)
 	           "socks5 or socks5h), or nothing for no proxy",
 	           u);
 	return -CAIRN_EINVAL;
+}
+
+/* The OTEL_* variables: the endpoints are http(s) URLs, the protocol is
+ * http/protobuf, headers and attributes are key=value lists, a batch fits
+ * in the queue; and the URL spans go to (cfg->otel_traces_url). */
+static int check_otel(config *cfg, buf *err)
+{
+	char why[PARSE_ERR_MAX];
+	const char *const urls[] = {"OTEL_EXPORTER_OTLP_ENDPOINT", cfg->otel_endpoint,
+	                            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	                            cfg->otel_traces_endpoint};
+	const char *const protos[] = {"OTEL_EXPORTER_OTLP_PROTOCOL", cfg->otel_protocol,
+	                              "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	                              cfg->otel_traces_protocol};
+	buf_reset(err);
+	for (int i = 0; i < 4; i += 2)
+		if (*urls[i + 1] && trace_check_url(urls[i + 1], why) < 0) {
+			buf_printf(err, "invalid value for %s: %s", urls[i], why);
+			return -CAIRN_EINVAL;
+		}
+	for (int i = 0; i < 4; i += 2)
+		if (*protos[i + 1] && strcmp(protos[i + 1], "http/protobuf") != 0) {
+			buf_printf(
+			    err,
+			    "invalid value for %s: \"%s\": expected http/protobuf (cairn "
+			    "exports OTLP over HTTP in protobuf; point it at the collector's "
+			    "OTLP/HTTP port, 4318 by default)",
+			    protos[i], protos[i + 1]);
+			return -CAIRN_EINVAL;
+		}
+	if (trace_check_pairs("OTEL_EXPORTER_OTLP_HEADERS", cfg->otel_headers, why) < 0 ||
+	    trace_check_pairs("OTEL_RESOURCE_ATTRIBUTES", cfg->otel_resource_attributes, why) < 0) {
+		buf_puts(err, why);
+		return -CAIRN_EINVAL;
+	}
+	if (cfg->otel_batch_max > cfg->otel_queue_max) {
+		buf_printf(err,
+		           "invalid value for OTEL_BSP_MAX_EXPORT_BATCH_SIZE: %d: expected at most "
+		           "OTEL_BSP_MAX_QUEUE_SIZE (%d)",
+		           cfg->otel_batch_max, cfg->otel_queue_max);
+		return -CAIRN_EINVAL;
+	}
+	buf url = BUF_INIT;
+	if (*cfg->otel_traces_endpoint) {
+		buf_puts(&url, cfg->otel_traces_endpoint);
+	} else if (*cfg->otel_endpoint) {
+		size_t n = strlen(cfg->otel_endpoint);
+		while (n && cfg->otel_endpoint[n - 1] == '/')
+			n--;
+		buf_append(&url, cfg->otel_endpoint, n);
+		buf_puts(&url, "/v1/traces");
+	}
+	free(cfg->otel_traces_url);
+	cfg->otel_traces_url = buf_detach(&url);
+	if (!cfg->otel_traces_url && !(cfg->otel_traces_url = strdup(""))) {
+		buf_puts(err, "out of memory reading OTEL_EXPORTER_OTLP_ENDPOINT");
+		return -CAIRN_ENOMEM;
+	}
+	return 0;
 }
 
 /* CAIRN_HTTP_ADDR into cfg->http_sa (parse_listen_addr). */
@@ -472,7 +567,8 @@ static int finish(config *cfg, buf *err)
 			return -CAIRN_ENOMEM;
 		}
 	}
-	if ((rc = check_http(cfg, err)) < 0 || (rc = check_keys(cfg, err)) < 0)
+	if ((rc = check_http(cfg, err)) < 0 || (rc = check_keys(cfg, err)) < 0 ||
+	    (rc = check_otel(cfg, err)) < 0)
 		return rc;
 	if (cfg->runner_ttl_ms < 2 * cfg->heartbeat_interval_ms) {
 		buf_reset(err);
@@ -591,6 +687,7 @@ void config_free(config *cfg)
 			free(*(char **)((char *)cfg + SETTINGS[i].off));
 	for (int i = 0; i < cfg->ngroups; i++)
 		free(cfg->groups[i]);
+	free(cfg->otel_traces_url);
 	sodium_memzero(cfg->link_key, sizeof cfg->link_key);
 	memset(cfg, 0, sizeof *cfg);
 }
@@ -638,7 +735,8 @@ void config_describe(const config *cfg, buf *out)
 				config_describe_db(*(char *const *)f, out);
 			else if (s->off == OFF(http_proxy))
 				mask_proxy(*(char *const *)f, out);
-			else if (s->off == OFF(http_token) || s->off == OFF(signing_key))
+			else if (s->off == OFF(http_token) || s->off == OFF(signing_key) ||
+			         s->off == OFF(otel_headers))
 				buf_puts(out, **(char *const *)f ? "****" : "");
 			else if (s->off == OFF(encryption_keys) && **(char *const *)f)
 				describe_keys(cfg->keys, out);

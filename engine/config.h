@@ -57,6 +57,18 @@ typedef struct config {
 	char *encryption_keys;                  /* ID=BASE64,...; only from the environment */
 	char *encryption_keys_file;             /* or a file of them */
 	seal_keys *keys; /* either, parsed; NULL: payloads are written in plaintext */
+	/* OpenTelemetry traces (trace.h): the standard OTEL_* variables. */
+	char *otel_endpoint;        /* OTEL_EXPORTER_OTLP_ENDPOINT: a base URL */
+	char *otel_traces_endpoint; /* OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: the URL itself */
+	char *otel_protocol, *otel_traces_protocol; /* only http/protobuf is spoken */
+	char *otel_headers;                         /* k=v,... sent with every export */
+	char *otel_service_name;
+	char *otel_resource_attributes;
+	int otel_timeout_ms;     /* OTEL_EXPORTER_OTLP_TIMEOUT */
+	int otel_delay_ms;       /* OTEL_BSP_SCHEDULE_DELAY */
+	int otel_queue_max;      /* OTEL_BSP_MAX_QUEUE_SIZE */
+	int otel_batch_max;      /* OTEL_BSP_MAX_EXPORT_BATCH_SIZE */
+	char *otel_traces_url;   /* derived: where spans go; "": tracing is off */
 } config;
 
 /*

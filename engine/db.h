@@ -110,6 +110,14 @@ const char *db_last_message(void);
 /* The connection is still usable (not CONNECTION_BAD). */
 int db_ok(PGconn *c);
 
+/* libpq keeps a connection's input and output buffers at the size of the
+ * largest message it read or sent, for the life of the connection: a
+ * parent of 100,000 children claimed with its journal in one value (20 MB)
+ * left its worker 80 MB larger for good. A long-lived connection that
+ * moved a message larger than this is closed and opened again by its
+ * owner, after that message. */
+#define DB_BUFFER_KEEP_MAX (8 * 1024 * 1024)
+
 /* Parses a timestamptz column rendered by SQL as epoch milliseconds (bigint). */
 int64_t db_get_i64(const PGresult *r, int row, int col);
 int db_get_int(const PGresult *r, int row, int col);

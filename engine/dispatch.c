@@ -78,6 +78,7 @@ struct dispatch {
 	int executing;
 	int idle; /* executors waiting for a job */
 	int exec_stop;
+	int big_claim; /* the last claim read more than DB_BUFFER_KEEP_MAX; the poller's */
 	_Atomic int stopping;
 	_Atomic int claiming;    /* the poller is connected and its first claim there answered */
 	_Atomic int cancel_wake; /* a wake-up said a run in flight may be cancelled */
@@ -374,6 +375,51 @@ static void count_end(const commit *c)
 		                                           : METRICS_RUNS_CANCELLED);
 }
 
+/* What an execution's final commit c did, as its span says it. */
+static const char *outcome_name(const commit *c)
+{
+	if (!c->ok)
+		return "refused"; /* the fence: the shard moved meanwhile */
+	switch (c->outcome) {
+	case COMMIT_FINISH: return run_status_name(c->status);
+	case COMMIT_SUSPEND: return run_status_name(c->status); /* sleeping, waiting */
+	case COMMIT_RETRY: return "retrying";
+	case COMMIT_DEFER: return "deferred";
+	case COMMIT_MOVE: return "moved";
+	case COMMIT_DISCARD: return "discarded";
+	default: return "handed_over";
+	}
+}
+
+/* The spans an execution's final commit c ends (trace.h), once it is
+ * written: the execution's, and the run's when the run ended. The run
+ * span's id is derived from the run, so whichever worker ends the run
+ * exports it once, from the run's enqueue to now. */
+static void trace_end(dispatch *d, const commit *c, const job *j)
+{
+	int ended = c->ok && c->outcome == COMMIT_FINISH;
+	int failed = ended && c->status == RUN_FAILED;
+	int64_t now = trace_now_ns();
+	for (int run = 0; run <= ended; run++) {
+		trace_span *s = trace_span_new(run ? "run" : "execute", j->workflow, j->workflow,
+		                               j->group_name, failed ? c->error : NULL);
+		if (!s)
+			return;
+		memcpy(s->trace_id, j->trace.trace_id, 16);
+		memcpy(s->span_id, run ? j->trace.run_span : j->exec_span, 8);
+		memcpy(s->parent, run ? j->trace.parent : j->trace.run_span, 8);
+		s->kind = run ? TRACE_RUN : TRACE_EXECUTION;
+		s->start_ns = run ? j->created_us * 1000 : j->exec_start_ns;
+		s->end_ns = now;
+		s->run_id = j->run_id;
+		s->attempt = c->attempt ? c->attempt : j->attempt;
+		s->shard = j->shard;
+		s->outcome = outcome_name(c);
+		s->error_type = failed ? "cairn.run_failed" : NULL;
+		tracer_emit(d->env.tracer, s);
+	}
+}
+
 /* The committer wrote children a run started: most are in this worker's
  * shards, due now. */
 static void children_due(void *arg)
@@ -385,6 +431,8 @@ static void children_due(void *arg)
 static void on_final(void *arg, commit *c)
 {
 	job *j = c->tag;
+	if (j->traced)
+		trace_end(arg, c, j);
 	if (c->ok)
 		count_end(c);
 	if (c->ok && c->outcome == COMMIT_FINISH &&
@@ -417,7 +465,12 @@ static void on_final(void *arg, commit *c)
 		}
 	/* A wait for children met as it began: the run is due again. */
 	job_end(arg, j, settled && !c->woken, next_at);
+	/* Freed here, on the committer's thread, after its execution gave
+	 * back what it freed: a parent's final commit takes the ends of all
+	 * its children. */
+	int size = c->nrows + c->nsig + c->nkids + c->await.n;
 	commit_free(c);
+	exec_give_back_memory(size);
 }
 
 /* ------------------------------------------------------------- executors */
@@ -717,6 +770,10 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * while that one ended (see cont in commit.c). Then where its journal
  * starts, how many times a retry cut it, and the first run of its
  * chain. */
+/* What tracing needs of run r (trace.h): its stored traceparent and its
+ * enqueue time, in Unix microseconds. */
+#define CLAIM_TRACE                                                                                \
+	"r.traceparent AS tp, (extract(epoch FROM r.created_at) * 1000000)::bigint AS created"
 #define CLAIM_RUN_DATA(jfrom)                                                                      \
 	"CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "   \
 	"  AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "               \
@@ -735,7 +792,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	" FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "                              \
 	"       WHERE g.run_id = ANY (ARRAY[r.id, r.continued_from]) "                             \
 	"         AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) AS signals, " jfrom     \
-	" AS jfrom, r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain"
+	" AS jfrom, r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain, " CLAIM_TRACE
 /* CLAIM_RUN_DATA of the claims of CLAIM_MARK (the admitted run: d) and of
  * SQL_CLAIM_ONE (the run as it was: o). */
 #define CLAIM_RUN_DATA_D CLAIM_RUN_DATA("d.jfrom")
@@ -786,7 +843,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"  c.max_attempts, c.cancel_requested, c.scheduled, c.now_ms, c.claims, c.bytes, "         \
 	"  c.last_step, c.journal, c.signals, least(next.ms, fx.pushed), c.mark, c.parent_id, "    \
 	"  c.flow, fx.parked, fx.back, fx.limited, c.queued, c.priority, c.jfrom, c.jcuts, "       \
-	"  c.chain "                                                                               \
+	"  c.chain, c.tp, c.created "                                                              \
 	"FROM next CROSS JOIN fx LEFT JOIN c ON true "                                             \
 	"ORDER BY c.mark DESC, c.queued NULLS FIRST, c.prio DESC, c.at, c.first"
 
@@ -965,8 +1022,8 @@ static const char SQL_CLAIM_NEW[] =
     "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, 0::bigint AS bytes, "
     "  NULL::text AS last_step, NULL::text AS journal, NULL::text AS signals, 0 AS jfrom, "
-    "  r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain), " CLAIM_FX_PLAIN
-    "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
+    "  r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain, " CLAIM_TRACE
+    "), " CLAIM_FX_PLAIN "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
 
 /* The claim statements, prepared on every poll connection. claim() takes
  * the one with limits or without (limited * 2) for all that is due or for
@@ -1241,6 +1298,7 @@ static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, i
 		got++;
 		take_row(d, &env, v, &refused, &marked);
 	}
+	d->big_claim = PQresultMemorySize(r) > DB_BUFFER_KEEP_MAX;
 	PQclear(r);
 	if (refused.n)
 		unclaim(d, conn, owner, &refused, &marked);
@@ -1877,6 +1935,11 @@ static void *poller_main(void *arg)
 		}
 		if (rd.rc < 0)
 			claim_failed(&p);
+		if (d->big_claim && p.conn) { /* its buffers go with it (DB_BUFFER_KEEP_MAX) */
+			PQfinish(p.conn);
+			p.conn = NULL;
+			d->big_claim = 0;
+		}
 		int refill = refill_now(d, rd.full);
 		if (rd.again || refill) {
 			atomic_store(&d->claim_wanted, 1);
@@ -1958,7 +2021,8 @@ int dispatch_start(const dispatch_env *env, dispatch **out)
 	                     .flush = exec_flush,
 	                     .must_stop = exec_must_stop,
 	                     .step_state = exec_step_state,
-	                     .arg = d};
+	                     .arg = d,
+	                     .tracer = env->tracer};
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	d->jc = jcache_new(env->cfg->journal_cache_bytes);
 	pthread_mutex_init(&d->mu, NULL);

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "registry.h"
 #include "shardmap.h"
+#include "trace.h"
 #include "watchdog.h"
 
 struct cJSON;
@@ -28,6 +29,7 @@ typedef struct dispatch_env {
 	const config *cfg; /* database, poll interval and batch, concurrency, limits */
 	const logger *log;
 	metrics *m;
+	tracer *tracer;      /* spans of executions and runs; NULL: tracing is off */
 	shardmap *map;       /* read, and runs counted in and out */
 	const registry *reg; /* the workflows */
 	const lease *lease;  /* the runner id claims are made under */

@@ -54,7 +54,11 @@ struct cairn_ctx {
 	int64_t step_deadline; /* monotonic ms the running step must end by (0: none) */
 	int step_attempt;      /* the attempt of the step running now (0: none) */
 	char *next_input;      /* cairn_continue_as_new: the successor's input (JSON text) */
-	int64_t replayed;      /* journal entries this execution replayed */
+	int step_seq;          /* the seq of the step running now (with step_attempt) */
+	int trace_ready;       /* job->trace is set (always when the worker traces) */
+	char tp[TRACEPARENT_LEN + 1]; /* cairn_ctx_traceparent's answer */
+	int64_t replayed;             /* journal entries this execution replayed */
+	int rows_made;                /* journal rows this execution wrote */
 	/* Children: those this run started (by the calls so far), each to the
 	 * outcome (a cJSON object ctx keeps) a wait took, or NULL. */
 	idmap kids;
@@ -161,6 +165,7 @@ static int add_row(cairn_ctx *ctx, const jrow *r)
 	if (!step_status_settled(r->status) && r->seq < ctx->first_unsettled)
 		ctx->first_unsettled = r->seq;
 	commit *c = pending(ctx);
+	ctx->rows_made++;
 	return c && commit_add_row(c, r) == 0 ? CAIRN_OK : no_memory(ctx);
 }
 
@@ -296,6 +301,80 @@ int cairn_ctx_attempt(const cairn_ctx *ctx)
 int cairn_ctx_step_attempt(const cairn_ctx *ctx)
 {
 	return ctx->step_attempt;
+}
+
+/* The run's trace context, derived the first time it is asked for on a
+ * worker that does not trace (then a run without a traceparent is not
+ * sampled: nothing of it is recorded here). */
+static const trace_ctx *run_trace(cairn_ctx *ctx)
+{
+	job *j = ctx->job;
+	if (!ctx->trace_ready) {
+		trace_run(&j->trace, j->run_id, j->created_us, j->traceparent, 0);
+		ctx->trace_ready = 1;
+	}
+	return &j->trace;
+}
+
+/* The traceparent of the durable call at seq in its attempt into out
+ * (TRACEPARENT_LEN + 1 bytes). */
+static void call_traceparent(cairn_ctx *ctx, int seq, int attempt, char *out)
+{
+	const trace_ctx *t = run_trace(ctx);
+	uint8_t id[8];
+	trace_call_id(t, ctx->job->run_id, ctx->job->attempt, seq, attempt, id);
+	trace_format(out, t->trace_id, id, t->flags);
+}
+
+/* Whether the runs this run starts carry its trace context: it is traced
+ * here, or was given a traceparent. A run in neither starts runs that are
+ * roots of traces of their own, at no cost to a worker that does not
+ * trace. */
+static int in_a_trace(const cairn_ctx *ctx)
+{
+	return ctx->job->traced || ctx->job->traceparent[0];
+}
+
+const char *cairn_ctx_traceparent(cairn_ctx *ctx)
+{
+	const trace_ctx *t = run_trace(ctx);
+	if (ctx->step_attempt)
+		call_traceparent(ctx, ctx->step_seq, ctx->step_attempt, ctx->tp);
+	else
+		trace_format(ctx->tp, t->trace_id, t->run_span, t->flags);
+	return ctx->tp;
+}
+
+/* The span of a durable call that ended now (trace.h): the step attempt
+ * step_attempt at seq (0: a call that has none, a sleep or a signal wait),
+ * from start_ns, failed with error of type error_type unless that is NULL.
+ * Its parent is the run span, which whichever execution ends the run
+ * exports: a call's span never points at an execution that a crash kept
+ * from being exported. */
+static void trace_call(cairn_ctx *ctx, step_kind kind, const char *name, int seq, int step_attempt,
+                       int64_t start_ns, const char *outcome, const char *error_type)
+{
+	job *j = ctx->job;
+	const char *what = step_kind_name(kind);
+	trace_span *s = trace_span_new(what, name, j->workflow, j->group_name,
+	                               error_type ? buf_str(&ctx->err) : NULL);
+	if (!s)
+		return;
+	memcpy(s->trace_id, j->trace.trace_id, 16);
+	trace_call_id(&j->trace, j->run_id, j->attempt, seq, step_attempt, s->span_id);
+	memcpy(s->parent, j->trace.run_span, 8);
+	s->kind = TRACE_CALL;
+	s->start_ns = start_ns;
+	s->end_ns = trace_now_ns();
+	s->run_id = j->run_id;
+	s->attempt = j->attempt;
+	s->shard = j->shard;
+	s->seq = seq;
+	s->step_attempt = step_attempt;
+	s->call_kind = what;
+	s->outcome = outcome;
+	s->error_type = error_type;
+	tracer_emit(ctx->env->tracer, s);
 }
 
 const char *cairn_ctx_error(const cairn_ctx *ctx)
@@ -470,6 +549,8 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	const exec_env *env = ctx->env;
 	ctx->step_deadline = p.timeout_ms > 0 ? m0 + p.timeout_ms : 0;
 	ctx->step_attempt = attempts;
+	ctx->step_seq = seq;
+	int64_t t0_ns = ctx->job->traced ? trace_now_ns() : 0;
 	if (env->step_state)
 		env->step_state(env->arg, ctx->job, name, p.timeout_ms > 0 ? p.timeout_ms : 0);
 	PGconn *conn = NULL;
@@ -501,6 +582,12 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 	            .finished_ms = clock_unix_ms()};
 	char *text;
 	src = step_result(ctx, src, out, &text);
+	if (ctx->job->traced)
+		trace_call(ctx, kind, name, seq, attempts, t0_ns, NULL,
+		           src == CAIRN_OK                            ? NULL
+		           : p.timeout_ms > 0 && took >= p.timeout_ms ? "cairn.timeout"
+		           : src == CAIRN_ERETRY                      ? "cairn.retryable"
+		                                                      : "cairn.failed");
 	if (conn) {
 		/* The result is journaled in the step's own transaction, or the
 		 * transaction is rolled back with whatever the step did. */
@@ -747,8 +834,11 @@ static int start_fn(cairn_ctx *ctx, void *arg, cJSON **out)
 	cairn_client *c = exec_client(ctx);
 	if (!c)
 		return CAIRN_ERETRY;
-	/* Routed: this run's group if it serves the workflow, else one that does. */
-	cairn_enqueue_opts o = {.key = a->key, .input = a->input};
+	/* Routed: this run's group if it serves the workflow, else one that
+	 * does. The new run's span is a child of this step's (trace.h). */
+	cairn_enqueue_opts o = {.key = a->key,
+	                        .input = a->input,
+	                        .traceparent = in_a_trace(ctx) ? cairn_ctx_traceparent(ctx) : NULL};
 	cairn_enqueued e;
 	int rc = client_enqueue_child(c, a->workflow, &o, 0, ctx->job->group_name, &e);
 	if (!rc && e.warning) {
@@ -1039,6 +1129,13 @@ static int child_new(cairn_ctx *ctx, int seq, const char *name, const char *work
 	                    .key = key,
 	                    .input = text,
 	                    .group = (char *)group};
+	/* The child's run span is the child of this call's (trace.h), when
+	 * the run is in a trace someone records: traced here, or given a
+	 * traceparent (a worker that traces may execute the child). */
+	if (in_a_trace(ctx))
+		call_traceparent(ctx, seq, attempts + 1, kid.tp);
+	if (ctx->job->traced)
+		trace_call(ctx, KIND_CHILD, name, seq, attempts + 1, now * 1000000, NULL, NULL);
 	commit *c = pending(ctx);
 	if (!c || (!found && commit_add_child(c, &kid) < 0)) {
 		free(text);
@@ -1148,7 +1245,10 @@ static int db_more_ends(const exec_env *env, int64_t run, int64_t after, char **
 	int rc = 0;
 	if (!PQgetisnull(res, 0, 0) && !(*json = strdup(PQgetvalue(res, 0, 0))))
 		rc = -CAIRN_ENOMEM;
+	int big = PQgetlength(res, 0, 0) > DB_BUFFER_KEEP_MAX;
 	PQclear(res);
+	if (big) /* its buffers go with it (DB_BUFFER_KEEP_MAX) */
+		thread_client_drop();
 	return rc;
 }
 
@@ -1290,6 +1390,8 @@ static int take_ends(cairn_ctx *ctx, child_wait *w, int seq, int64_t started_ms)
 		            .started_ms = started_ms,
 		            .finished_ms = ctx_now(ctx)};
 		rc = add_row(ctx, &row);
+		if (!rc && ctx->job->traced)
+			trace_call(ctx, w->kind, w->name, seq, 0, started_ms * 1000000, NULL, NULL);
 	}
 	buf_free(&out);
 	return rc;
@@ -1357,6 +1459,9 @@ static int wait_children(cairn_ctx *ctx, child_wait *w)
 	if (deadline && deadline <= now) {
 		row.status = STEP_TIMED_OUT;
 		row.finished_ms = now;
+		if (ctx->job->traced)
+			trace_call(ctx, w->kind, w->name, seq, 0, started * 1000000, "timed_out",
+			           NULL);
 		return (rc = add_row(ctx, &row)) ? rc : CAIRN_ETIMEOUT;
 	}
 	row.status = STEP_WAITING;
@@ -1601,6 +1706,9 @@ int cairn_sleep_until(cairn_ctx *ctx, const char *name, int64_t until_ms)
 	if (wake <= now) {
 		row.status = STEP_COMPLETED;
 		row.finished_ms = now;
+		if (ctx->job->traced)
+			trace_call(ctx, KIND_SLEEP, name, seq, 0, row.started_ms * 1000000, NULL,
+			           NULL);
 		return add_row(ctx, &row);
 	}
 	if (e)
@@ -1670,6 +1778,9 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 		row.status = STEP_COMPLETED;
 		row.finished_ms = now;
 		row.output = (char *)sig->payload;
+		if (ctx->job->traced)
+			trace_call(ctx, KIND_SIGNAL, name, seq, 0, row.started_ms * 1000000, NULL,
+			           NULL);
 		rc = add_row(ctx, &row);
 		if (!rc && commit_add_signal(pending(ctx), sig->id, seq) < 0)
 			rc = no_memory(ctx);
@@ -1678,6 +1789,9 @@ int cairn_await_signal(cairn_ctx *ctx, const char *name, int64_t timeout_ms, cJS
 	if (deadline && deadline <= now) {
 		row.status = STEP_TIMED_OUT;
 		row.finished_ms = now;
+		if (ctx->job->traced)
+			trace_call(ctx, KIND_SIGNAL, name, seq, 0, row.started_ms * 1000000,
+			           "timed_out", NULL);
 		return (rc = add_row(ctx, &row)) ? rc : CAIRN_ETIMEOUT;
 	}
 	if (e)
@@ -2031,14 +2145,14 @@ static void cache_journal(cairn_ctx *ctx, const commit *c)
 }
 
 /*
- * An execution that replayed a journal this long gives the memory it freed
- * back to the system as it ends: glibc keeps freed small blocks in the
+ * An execution that loaded a journal this long (or wrote as many rows)
+ * gives the memory it freed back to the system as it ends: glibc keeps freed small blocks in the
  * thread's arena, so the worker's RSS stayed at the peak of the largest
  * replay (a parent of 100,000 children: about 400 MB, once).
  */
 #define TRIM_AFTER_ENTRIES 10000
 
-static void give_back_memory(int entries)
+void exec_give_back_memory(int entries)
 {
 #ifdef __GLIBC__
 	if (entries >= TRIM_AFTER_ENTRIES)
@@ -2058,11 +2172,23 @@ commit *exec_job(const exec_env *env, job *j)
 			c->outcome = COMMIT_DISCARD; /* a late message for a finished run */
 		return c;
 	}
+	if (env->tracer) {
+		/* Sampled unless the traceparent it was given says not. */
+		trace_run(&j->trace, j->run_id, j->created_us, j->traceparent, 1);
+		if ((j->traced = j->trace.flags & 1)) {
+			trace_random_id(j->exec_span);
+			j->exec_start_ns = trace_now_ns();
+		}
+	}
 	if (j->claims >= env->poison_after)
 		return (c = job_commit(j)) ? poisoned(env, j, c) : NULL;
 	if (!def)
 		return (c = job_commit(j)) ? unknown_workflow(env, j, c) : NULL;
-	cairn_ctx ctx = {.env = env, .job = j, .def = def, .first_unsettled = INT_MAX};
+	cairn_ctx ctx = {.env = env,
+	                 .job = j,
+	                 .def = def,
+	                 .first_unsettled = INT_MAX,
+	                 .trace_ready = env->tracer != NULL};
 	cJSON *input = NULL, *output = NULL;
 	int entries;
 	char key[SEAL_ID_MAX + 1] = "";
@@ -2089,7 +2215,11 @@ commit *exec_job(const exec_env *env, job *j)
 	}
 	cache_journal(&ctx, c);
 out:
+	/* What it loaded, or the rows it wrote (a parent's first execution
+	 * that starts 100,000 children loads nothing); not what it replayed
+	 * from the cache: a long run would trim at every wake. */
 	entries = ctx.jr.n + ctx.sigs.n + ctx.more.n;
+	entries = entries > ctx.rows_made ? entries : ctx.rows_made;
 	cJSON_Delete(output);
 	cJSON_Delete(input);
 	cJSON_Delete(ctx.keep);
@@ -2100,6 +2230,6 @@ out:
 	idmap_free(&ctx.kids);
 	exec_ids_free(&ctx.ids);
 	buf_free(&ctx.err);
-	give_back_memory(entries);
+	exec_give_back_memory(entries);
 	return c;
 }

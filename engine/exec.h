@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "registry.h"
 #include "state.h"
+#include "trace.h"
 
 /* One claimed run. Built by the poller; read by the executor. */
 typedef struct job {
@@ -70,6 +71,16 @@ typedef struct job {
 	int nmsgs;
 	/* Its workflow's metrics slot (set by exec_job), or NULL. */
 	metrics_flow *mx;
+	/* Tracing (trace.h): the traceparent stored with the run ("": none)
+	 * and when it was enqueued; set by exec_job when its spans are
+	 * exported (traced): the run's trace context, and this execution's
+	 * span id and start. */
+	char traceparent[TRACEPARENT_LEN + 1];
+	int64_t created_us;
+	int traced;
+	trace_ctx trace;
+	uint8_t exec_span[8];
+	int64_t exec_start_ns;
 	struct job *next;
 } job;
 
@@ -130,6 +141,7 @@ typedef struct exec_env {
 	int (*more_ends)(const struct exec_env *env, int64_t run, int64_t after, char **json,
 	                 buf *err);
 	void *arg;
+	tracer *tracer; /* spans of durable calls; NULL: tracing is off */
 } exec_env;
 
 /*
@@ -138,4 +150,8 @@ typedef struct exec_env {
  * claim counts as a stop).
  */
 commit *exec_job(const exec_env *env, job *j);
+/* After an execution, or its final commit, that handled entries journal
+ * entries, signals or children: gives the memory freed back to the system
+ * when they were many (glibc keeps freed small blocks in their arena). */
+void exec_give_back_memory(int entries);
 #endif

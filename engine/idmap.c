@@ -21,11 +21,15 @@ static size_t find(const idmap *m, int64_t key)
 }
 
 /* Doubles the table (at least 16 slots), keeping it at most half full. */
+/* The values are allocated with the first that is not NULL: a parent's
+ * map of the children it started holds no values until it takes their
+ * ends, and 100,000 children then cost 2 MB of keys instead of 4. */
 static int grow(idmap *m)
 {
 	size_t cap = m->cap ? m->cap * 2 : 16;
-	idmap g = {calloc(cap, sizeof *g.keys), calloc(cap, sizeof *g.vals), cap, m->n};
-	if (!g.keys || !g.vals) {
+	idmap g = {calloc(cap, sizeof *g.keys), m->vals ? calloc(cap, sizeof *g.vals) : NULL, cap,
+	           m->n};
+	if (!g.keys || (m->vals && !g.vals)) {
 		free(g.keys);
 		free(g.vals);
 		return -CAIRN_ENOMEM;
@@ -34,7 +38,8 @@ static int grow(idmap *m)
 		if (m->keys[i]) {
 			size_t k = find(&g, m->keys[i]);
 			g.keys[k] = m->keys[i];
-			g.vals[k] = m->vals[i];
+			if (g.vals)
+				g.vals[k] = m->vals[i];
 		}
 	free(m->keys);
 	free(m->vals);
@@ -46,12 +51,15 @@ int idmap_put(idmap *m, int64_t key, const void *val)
 {
 	if ((m->n + 1) * 2 > m->cap && grow(m) < 0)
 		return -CAIRN_ENOMEM;
+	if (val && !m->vals && !(m->vals = calloc(m->cap, sizeof *m->vals)))
+		return -CAIRN_ENOMEM;
 	size_t i = find(m, key);
 	if (!m->keys[i]) {
 		m->keys[i] = key;
 		m->n++;
 	}
-	m->vals[i] = val;
+	if (m->vals)
+		m->vals[i] = val;
 	return 0;
 }
 
@@ -62,7 +70,7 @@ int idmap_get(const idmap *m, int64_t key, const void **val)
 	size_t i = find(m, key);
 	if (!m->keys[i])
 		return 0;
-	*val = m->vals[i];
+	*val = m->vals ? m->vals[i] : NULL;
 	return 1;
 }
 

@@ -4,7 +4,8 @@
  * (exec.c: the children a run started, and the ends its waits took), so
  * that a run with N children costs O(N) to replay, not O(N^2). Pure.
  *
- * Owns: its table; never the values it points to.
+ * Owns: its table (the values' half only once one is not NULL); never the
+ * values it points to.
  */
 #ifndef CAIRN_IDMAP_H
 #define CAIRN_IDMAP_H

@@ -30,13 +30,9 @@ void jcache_run_free(jcache_run *r)
 {
 	if (!r)
 		return;
-	for (int i = 0; i < r->upto; i++) {
-		journal_entry *e = &r->e[i];
-		free((char *)e->name);
-		free((char *)e->output);
-		free((char *)e->error);
-		cJSON_Delete(e->value);
-	}
+	for (int i = 0; i < r->upto; i++)
+		cJSON_Delete(r->e[i].value);
+	jstrings_free(r->strs);
 	free(r->e);
 	free(r);
 }
@@ -155,20 +151,17 @@ static size_t entry_bytes(const journal_entry *e)
 	       (e->error ? strlen(e->error) + 1 : 0);
 }
 
-/* Copies tail entry t into d (its value moved): 0 or -CAIRN_ENOMEM. */
-static int copy_entry(journal_entry *d, journal_entry *t)
+/* Copies tail entry t into d, its strings into strs (one block for many
+ * entries, not three allocations each) and its value moved: 0 or
+ * -CAIRN_ENOMEM. */
+static int copy_entry(jstrings **strs, journal_entry *d, journal_entry *t)
 {
 	*d = *t;
-	d->row = NULL;
-	d->name = strdup(t->name);
-	d->output = t->output ? strdup(t->output) : NULL;
-	d->error = t->error ? strdup(t->error) : NULL;
-	if (!d->name || (t->output && !d->output) || (t->error && !d->error)) {
-		free((char *)d->name);
-		free((char *)d->output);
-		free((char *)d->error);
+	d->name = jstrings_dup(strs, t->name);
+	d->output = jstrings_dup(strs, t->output);
+	d->error = jstrings_dup(strs, t->error);
+	if (!d->name || (t->output && !d->output) || (t->error && !d->error))
 		return -CAIRN_ENOMEM;
-	}
 	t->value = NULL;
 	return 0;
 }
@@ -218,7 +211,7 @@ int jcache_run_extend(jcache_run **rp, int64_t run_id, int cuts, journal *tail)
 	}
 	for (; i < k; i++) {
 		journal_entry *d = &r->e[r->upto];
-		if (copy_entry(d, &tail->e[i]) < 0) {
+		if (copy_entry(&r->strs, d, &tail->e[i]) < 0) {
 			jcache_run_free(r);
 			*rp = NULL;
 			return -CAIRN_ENOMEM;

@@ -43,7 +43,8 @@ typedef struct jcache_run {
 	int upto;         /* e[seq] for 0 <= seq < upto, each settled */
 	int64_t db_bytes; /* their stored size (max_journal_bytes counts it) */
 	size_t mem_bytes; /* their size in memory (the cache's bound counts it) */
-	journal_entry *e; /* strings and values owned */
+	journal_entry *e; /* values owned; strings in strs */
+	jstrings *strs;
 	int cap;
 	struct jcache_run *newer, *older; /* in the cache, by use */
 } jcache_run;

@@ -74,7 +74,6 @@ static int parse_entry(const cJSON *o, journal_entry *e, buf *err)
 		return -CAIRN_EINVAL;
 	}
 	e->output = cJSON_IsString(out) ? out->valuestring : NULL;
-	e->row = (cJSON *)o;
 	e->error = str_field(o, "error");
 	if (int_field(o, "attempts", 0, INT_MAX, 0, &v, err))
 		return -CAIRN_EINVAL;
@@ -92,45 +91,182 @@ static int by_seq(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Parses text into a JSON array; NULL or "" is an empty one. */
-static int parse_array(const char *text, cJSON **out, const char *what, buf *err)
+/* ------------------------------------------------------------- strings */
+
+struct jstrings {
+	jstrings *next;
+	size_t used, cap;
+	char data[];
+};
+
+const char *jstrings_dup(jstrings **b, const char *s)
 {
-	*out = text && *text ? cJSON_Parse(text) : cJSON_CreateArray();
-	if (cJSON_IsArray(*out))
+	if (!s)
+		return NULL;
+	size_t n = strlen(s) + 1;
+	jstrings *h = *b;
+	if (!h || h->cap - h->used < n) {
+		/* Blocks double from 1 kB: a small journal (or a cached one)
+		 * holds little more than its strings. */
+		size_t cap = h ? h->cap * 2 : 1024;
+		cap = cap > JSTRINGS_BLOCK ? JSTRINGS_BLOCK : cap;
+		cap = n > cap ? n : cap;
+		jstrings *g = malloc(sizeof *g + cap);
+		if (!g)
+			return NULL;
+		*g = (jstrings){.cap = cap};
+		/* A block for one large string goes behind the one being
+		 * filled, which keeps taking the small ones. */
+		if (h && n > JSTRINGS_BLOCK) {
+			g->next = h->next;
+			h->next = g;
+		} else {
+			g->next = h;
+			*b = g;
+		}
+		h = g;
+	}
+	char *d = h->data + h->used;
+	memcpy(d, s, n);
+	h->used += n;
+	return d;
+}
+
+size_t jstrings_bytes(const jstrings *b)
+{
+	size_t n = 0;
+	for (; b; b = b->next)
+		n += sizeof *b + b->cap;
+	return n;
+}
+
+void jstrings_free(jstrings *b)
+{
+	while (b) {
+		jstrings *next = b->next;
+		free(b);
+		b = next;
+	}
+}
+
+/* ---------------------------------------------------------------- rows */
+
+/* The elements of a JSON array's text, parsed one at a time (the array is
+ * never one tree). */
+typedef struct rows {
+	const char *p, *end; /* end: the text's NUL */
+	int started, done;
+} rows;
+
+static const char *skip_ws(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	return p;
+}
+
+/* The next element into *row (the caller deletes it), NULL after the last:
+ * 0, or -CAIRN_EINVAL when the text is not a JSON array ("what is not a
+ * JSON array" in err). NULL or "" is an empty array. */
+static int rows_next(rows *r, cJSON **row, const char *what, buf *err)
+{
+	*row = NULL;
+	if (!r->p || r->done)
 		return 0;
-	cJSON_Delete(*out);
-	*out = NULL;
-	if (!text || !*text)
-		return -CAIRN_ENOMEM;
+	const char *p = skip_ws(r->p);
+	if (!r->started) {
+		if (!*p) {
+			r->done = 1;
+			return 0;
+		}
+		if (*p != '[')
+			goto bad;
+		r->started = 1;
+		p = skip_ws(p + 1);
+		if (*p == ']') {
+			r->done = 1;
+			return 0;
+		}
+	}
+	/* With its length: cJSON_ParseWithOpts measures the rest of the
+	 * text for each element, which made a journal quadratic. */
+	if (!r->end)
+		r->end = p + strlen(p);
+	const char *end = NULL;
+	cJSON *v = cJSON_ParseWithLengthOpts(p, (size_t)(r->end - p) + 1, &end, 0);
+	if (!v)
+		goto bad;
+	p = skip_ws(end);
+	if (*p == ']' && !*skip_ws(p + 1)) {
+		r->done = 1;
+	} else if (*p == ',') {
+		p++;
+	} else {
+		cJSON_Delete(v);
+		goto bad;
+	}
+	r->p = p;
+	*row = v;
+	return 0;
+bad:
 	buf_printf(err, "%s is not a JSON array", what);
 	return -CAIRN_EINVAL;
+}
+
+/* Room for one more element of size each in *e (*cap of them). */
+static int grow(void **e, int n, int *cap, size_t each)
+{
+	if (n < *cap)
+		return 0;
+	int c = *cap ? *cap * 2 : 64;
+	void *g = realloc(*e, (size_t)c * each);
+	if (!g)
+		return -CAIRN_ENOMEM;
+	*e = g;
+	*cap = c;
+	return 0;
+}
+
+/* The strings of e, copied into strs: 0 or -CAIRN_ENOMEM. */
+static int keep_entry_strings(jstrings **strs, journal_entry *e)
+{
+	const char *out = e->output, *er = e->error;
+	e->name = jstrings_dup(strs, e->name);
+	e->output = jstrings_dup(strs, out);
+	e->error = jstrings_dup(strs, er);
+	return !e->name || (out && !e->output) || (er && !e->error) ? -CAIRN_ENOMEM : 0;
 }
 
 int journal_parse(const char *text, journal *j, buf *err)
 {
 	memset(j, 0, sizeof *j);
-	int rc = parse_array(text, &j->tree, "the journal", err);
-	if (rc)
-		return rc;
-	int n = cJSON_GetArraySize(j->tree);
-	j->e = calloc((size_t)n + 1, sizeof *j->e);
-	if (!j->e) {
-		journal_free(j);
-		return -CAIRN_ENOMEM;
-	}
-	const cJSON *it;
-	cJSON_ArrayForEach(it, j->tree)
-	{
+	rows r = {.p = text};
+	cJSON *row;
+	int rc;
+	while (!(rc = rows_next(&r, &row, "the journal", err)) && row) {
 		buf why = BUF_INIT;
-		if (parse_entry(it, &j->e[j->n], &why) < 0) {
-			buf_printf(err, "journal row %d: %s", j->n + 1, buf_str(&why));
-			buf_free(&why);
-			journal_free(j);
-			return -CAIRN_EINVAL;
+		if ((rc = grow((void **)&j->e, j->n, &j->cap, sizeof *j->e)) == 0) {
+			journal_entry *e = &j->e[j->n];
+			*e = (journal_entry){0};
+			if (parse_entry(row, e, &why) < 0) {
+				buf_printf(err, "journal row %d: %s", j->n + 1, buf_str(&why));
+				rc = -CAIRN_EINVAL;
+			} else {
+				rc = keep_entry_strings(&j->strs, e);
+			}
 		}
+		cJSON_Delete(row);
+		buf_free(&why);
+		if (rc)
+			break;
 		j->n++;
 	}
-	qsort(j->e, (size_t)j->n, sizeof *j->e, by_seq);
+	if (rc) {
+		journal_free(j);
+		return rc;
+	}
+	if (j->n)
+		qsort(j->e, (size_t)j->n, sizeof *j->e, by_seq);
 	for (int i = 1; i < j->n; i++)
 		if (j->e[i].seq == j->e[i - 1].seq) {
 			buf_printf(err, "journal row with seq %d: the seq appears twice",
@@ -141,21 +277,21 @@ int journal_parse(const char *text, journal *j, buf *err)
 	return 0;
 }
 
-/* Opens the value *v of row's field name (read from a field f) and puts its
- * plaintext in the tree in its place; what names the value for err. */
-static int unseal_field(cJSON *row, const char *name, const char **v, const seal_keys *k,
-                        seal_field f, const char *what, buf *err, char *key)
+/* Opens the value *v (read from a field f) and puts its plaintext in
+ * strs in its place; what names the value for err. */
+static int unseal_field(jstrings **strs, const char **v, const seal_keys *k, seal_field f,
+                        const char *what, buf *err, char *key)
 {
 	buf plain = BUF_INIT;
 	int rc = *v ? seal_open(k, f, *v, &plain, key) : 1;
-	cJSON *item = rc == 0 ? cJSON_CreateString(buf_str(&plain)) : NULL;
-	buf_free(&plain);
-	if (rc == 0 && (!item || !cJSON_ReplaceItemInObjectCaseSensitive(row, name, item))) {
-		cJSON_Delete(item);
-		rc = -CAIRN_ENOMEM;
+	if (rc == 0) {
+		const char *d = jstrings_dup(strs, buf_str(&plain));
+		if (d && !plain.oom)
+			*v = d;
+		else
+			rc = -CAIRN_ENOMEM;
 	}
-	if (rc == 0)
-		*v = item->valuestring;
+	buf_free(&plain);
 	if (rc > 0)
 		return 0;
 	if (rc < 0) {
@@ -171,11 +307,9 @@ int journal_unseal(journal *j, const seal_keys *k, buf *err, char *key)
 		journal_entry *e = &j->e[i];
 		char what[64];
 		snprintf(what, sizeof what, "journal row with seq %d", e->seq);
-		int rc =
-		    unseal_field(e->row, "output", &e->output, k, SEAL_STEP_OUTPUT, what, err, key);
+		int rc = unseal_field(&j->strs, &e->output, k, SEAL_STEP_OUTPUT, what, err, key);
 		if (!rc)
-			rc = unseal_field(e->row, "error", &e->error, k, SEAL_STEP_ERROR, what, err,
-			                  key);
+			rc = unseal_field(&j->strs, &e->error, k, SEAL_STEP_ERROR, what, err, key);
 		if (rc)
 			return rc;
 	}
@@ -188,8 +322,8 @@ int signals_unseal(signal_box *b, const seal_keys *k, buf *err, char *key)
 		signal_entry *s = &b->e[i];
 		char what[64];
 		snprintf(what, sizeof what, "signal %" PRId64, s->id);
-		int rc = unseal_field(s->row, "payload", &s->payload, k, SEAL_SIGNAL_PAYLOAD, what,
-		                      err, key);
+		int rc =
+		    unseal_field(&b->strs, &s->payload, k, SEAL_SIGNAL_PAYLOAD, what, err, key);
 		if (rc)
 			return rc;
 	}
@@ -211,7 +345,7 @@ void journal_free(journal *j)
 {
 	for (int i = 0; i < j->n; i++)
 		cJSON_Delete(j->e[i].value);
-	cJSON_Delete(j->tree);
+	jstrings_free(j->strs);
 	free(j->e);
 	memset(j, 0, sizeof *j);
 }
@@ -252,34 +386,34 @@ int journal_value(journal_entry *e, const cJSON **out, size_t *added, buf *err)
 int signals_parse(const char *text, signal_box *b, buf *err)
 {
 	memset(b, 0, sizeof *b);
-	int rc = parse_array(text, &b->tree, "the signal list", err);
-	if (rc)
-		return rc;
-	int n = cJSON_GetArraySize(b->tree);
-	b->e = calloc((size_t)n + 1, sizeof *b->e);
-	if (!b->e) {
-		signals_free(b);
-		return -CAIRN_ENOMEM;
-	}
-	const cJSON *it;
-	cJSON_ArrayForEach(it, b->tree)
-	{
-		signal_entry *s = &b->e[b->n];
+	rows r = {.p = text};
+	cJSON *row;
+	int rc;
+	while (!(rc = rows_next(&r, &row, "the signal list", err)) && row) {
 		buf why = BUF_INIT;
-		s->name = str_field(it, "name");
-		s->payload = str_field(it, "payload");
-		s->row = (cJSON *)it;
-		if (int_field(it, "id", 1, INT64_MAX, 0, &s->id, &why) < 0 || !s->name ||
-		    !s->payload) {
-			buf_printf(err, "signal row %d: %s", b->n + 1,
-			           why.len ? buf_str(&why) : "name or payload is missing");
-			buf_free(&why);
-			signals_free(b);
-			return -CAIRN_EINVAL;
+		if ((rc = grow((void **)&b->e, b->n, &b->cap, sizeof *b->e)) == 0) {
+			signal_entry *s = &b->e[b->n];
+			*s = (signal_entry){.name = str_field(row, "name"),
+			                    .payload = str_field(row, "payload")};
+			if (int_field(row, "id", 1, INT64_MAX, 0, &s->id, &why) < 0 || !s->name ||
+			    !s->payload) {
+				buf_printf(err, "signal row %d: %s", b->n + 1,
+				           why.len ? buf_str(&why) : "name or payload is missing");
+				rc = -CAIRN_EINVAL;
+			} else if (!(s->name = jstrings_dup(&b->strs, s->name)) ||
+			           !(s->payload = jstrings_dup(&b->strs, s->payload))) {
+				rc = -CAIRN_ENOMEM;
+			}
 		}
+		cJSON_Delete(row);
+		buf_free(&why);
+		if (rc)
+			break;
 		b->n++;
 	}
-	return 0;
+	if (rc)
+		signals_free(b);
+	return rc;
 }
 
 static int by_name_id(const void *a, const void *b)
@@ -335,7 +469,7 @@ signal_entry *signals_take(signal_box *b, const char *name)
 
 void signals_free(signal_box *b)
 {
-	cJSON_Delete(b->tree);
+	jstrings_free(b->strs);
 	free(b->e);
 	free(b->by_name);
 	memset(b, 0, sizeof *b);

@@ -48,6 +48,7 @@ static const struct {
     {"runner_id", V_NUMBER},
     {"runs", V_NUMBER},
     {"shard", V_NUMBER},
+    {"spans", V_NUMBER},
 };
 
 static enum value_kind kind_of(const char *key)

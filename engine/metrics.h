@@ -99,6 +99,12 @@ typedef struct metrics {
 	_Atomic int journal_cache_runs;
 	_Atomic int64_t journal_cache_bytes;
 	_Atomic uint64_t runs_continued; /* runs that continued as new (cairn_continue_as_new) */
+	/* The span exporter (trace.h): spans sent, spans dropped because the
+	 * queue was full or their export failed, failed exports, and the
+	 * queue's length and capacity (0: tracing is off). */
+	_Atomic uint64_t otel_spans_exported, otel_spans_dropped_full, otel_spans_dropped_failed;
+	_Atomic uint64_t otel_export_failures;
+	_Atomic int otel_queue_length, otel_queue_capacity;
 } metrics;
 
 /* Room for max workflows' slots (CAIRN_METRICS_MAX_WORKFLOWS): 0 or

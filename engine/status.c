@@ -208,6 +208,25 @@ static void metrics_page(const status_env *e, http_reply *r)
 	metric(b, "cairn_executors_idle", "gauge",
 	       "Executors waiting for a run (CAIRN_CONCURRENCY in all).", NULL,
 	       dispatch_executors_idle(e->dispatch));
+	metrics_family(b, "cairn_otel_spans_dropped_total", "counter",
+	               "Spans the OpenTelemetry exporter dropped: its queue was full "
+	               "(OTEL_BSP_MAX_QUEUE_SIZE), or their export failed.");
+	buf_printf(b, "cairn_otel_spans_dropped_total{reason=\"queue_full\"} %" PRIu64 "\n",
+	           atomic_load(&m->otel_spans_dropped_full));
+	buf_printf(b, "cairn_otel_spans_dropped_total{reason=\"export_failed\"} %" PRIu64 "\n",
+	           atomic_load(&m->otel_spans_dropped_failed));
+	metric(b, "cairn_otel_spans_exported_total", "counter",
+	       "Spans the OpenTelemetry exporter sent and its collector accepted.", NULL,
+	       (double)atomic_load(&m->otel_spans_exported));
+	metric(b, "cairn_otel_export_failures_total", "counter",
+	       "Exports of a batch of spans that failed (the collector unreachable, slow or "
+	       "refusing).",
+	       NULL, (double)atomic_load(&m->otel_export_failures));
+	metric(b, "cairn_otel_queue_length", "gauge", "Spans waiting for the exporter.", NULL,
+	       atomic_load(&m->otel_queue_length));
+	metric(b, "cairn_otel_queue_capacity", "gauge",
+	       "Spans the exporter's queue holds (OTEL_BSP_MAX_QUEUE_SIZE); 0: tracing is off.",
+	       NULL, atomic_load(&m->otel_queue_capacity));
 	metrics_render_flows(m, b);
 	if (e->backlog)
 		backlog_render(e->backlog, b);

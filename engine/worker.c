@@ -196,6 +196,7 @@ void cairn_worker_free(cairn_worker *w)
 	if (!w)
 		return;
 	dispatch_free(w->dispatch);
+	tracer_stop(w->tracer, 0);
 	singletons_free(w->singletons);
 	lease_free(w->lease);
 	shardmap_free(w->map);
@@ -687,9 +688,26 @@ static int start_modules(cairn_worker *w)
 	se.lease = w->lease;
 	if (!rc)
 		rc = singletons_new(&se, &w->singletons);
+	trace_settings ts = {.url = w->cfg.otel_traces_url,
+	                     .headers = w->cfg.otel_headers,
+	                     .service_name = w->cfg.otel_service_name,
+	                     .resource_attrs = w->cfg.otel_resource_attributes,
+	                     .queue_max = w->cfg.otel_queue_max,
+	                     .batch_max = w->cfg.otel_batch_max,
+	                     .delay_ms = w->cfg.otel_delay_ms,
+	                     .timeout_ms = w->cfg.otel_timeout_ms};
+	buf terr = BUF_INIT;
+	if (!rc && !w->tracer && (rc = tracer_start(&ts, &w->m, &w->log, &w->tracer, &terr)) < 0) {
+		buf_reset(&w->err);
+		buf_printf(&w->err, "cannot start the worker: %s", buf_str(&terr));
+		buf_free(&terr);
+		return rc;
+	}
+	buf_free(&terr);
 	dispatch_env de = {.cfg = &w->cfg,
 	                   .log = &w->log,
 	                   .m = &w->m,
+	                   .tracer = w->tracer,
 	                   .map = w->map,
 	                   .reg = w->reg,
 	                   .lease = w->lease,
@@ -867,6 +885,12 @@ int cairn_worker_run(cairn_worker *w)
 		abandoned = second_signal(w, &sigs, 20);
 	if (!abandoned)
 		dispatch_stop_end(w->dispatch, &finished, &cut);
+	if (!abandoned && !cut) {
+		/* Every execution has ended: the spans still queued go now (an
+		 * export that hangs takes at most OTEL_EXPORTER_OTLP_TIMEOUT). */
+		tracer_stop(w->tracer, 2000);
+		w->tracer = NULL;
+	}
 	cairn_worker_stop(w);
 
 	/* Releasing gets at least two seconds; a second signal cuts it short. */

@@ -26,6 +26,7 @@
 #include "shardmap.h"
 #include "singleton.h"
 #include "status.h"
+#include "trace.h"
 #include "watchdog.h"
 
 #define WORKER_STATE_MAP(X)                                                                        \
@@ -50,6 +51,7 @@ struct cairn_worker {
 	shardmap *map; /* from cairn_worker_new */
 	lease *lease;  /* from cairn_worker_run on */
 	dispatch *dispatch;
+	tracer *tracer; /* the span exporter; NULL: tracing is off */
 	singletons *singletons;
 	http_server *http;
 	int http_port; /* the bound port */

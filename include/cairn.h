@@ -176,6 +176,13 @@ typedef struct cairn_enqueue_opts {
 	 * caught): CAIRN_ENOTFOUND naming the workflow, nothing written. 0: it
 	 * is accepted with a warning (cairn_enqueued.warning). */
 	int require_served;
+	/* W3C trace context (OpenTelemetry): the caller's span, as a
+	 * `traceparent` header value ("00-<trace id>-<span id>-<flags>"). The
+	 * run's span becomes its child, in its trace, on every worker that
+	 * executes the run; flags without the sampled bit (00) keep the run's
+	 * spans from being exported. NULL: the run starts a trace of its own.
+	 * One that does not parse is CAIRN_EINVAL. */
+	const char *traceparent;
 } cairn_enqueue_opts;
 
 /*
@@ -262,7 +269,8 @@ int cairn_signal(cairn_client *c, int64_t run_id, const char *name, const char *
 
 /*
  * Requests cancellation of the run: its next durable call returns
- * CAIRN_CANCELLED. A pending run that never started is cancelled at once.
+ * CAIRN_CANCELLED. A pending run that never started is cancelled at once
+ * (a child tells its parent then, as a child's end always does).
  * CAIRN_ESTATE if the run has already finished.
  */
 int cairn_cancel(cairn_client *c, int64_t run_id);
@@ -1054,6 +1062,15 @@ const char *cairn_ctx_workflow(const cairn_ctx *ctx);
 int cairn_ctx_attempt(const cairn_ctx *ctx); /* 1 for the first attempt of the run */
 /* Inside a step function: its attempt (1 for the first); 0 outside one. */
 int cairn_ctx_step_attempt(const cairn_ctx *ctx);
+/*
+ * The W3C `traceparent` of where the workflow is now (OpenTelemetry,
+ * docs/monitoring.md#traces): inside a step function, its attempt's span;
+ * elsewhere, the run's span. The same in every replay and on every worker,
+ * so a step may pass it on (as the http built-in does in its requests).
+ * Its flags end in 01 when the run's spans are exported. Owned by ctx and
+ * valid until the next call of this function or the end of the execution.
+ */
+const char *cairn_ctx_traceparent(cairn_ctx *ctx);
 /* The message of the error the last durable call returned (the step's
  * journaled failure, a child's, a bad argument), or ""; owned by ctx and
  * valid until the next durable call. */

@@ -56,10 +56,12 @@ worker() {
 	printf '%s\n' "$help" | sed -n '3,/^Settings come from/p' | sed '$d' | verbatim
 	printf '.SH SETTINGS\n'
 	printf '%s\n' "$help" | sed -n '/^Settings come from/,/:$/p' | esc
-	# One row per setting: "  NAME  --flag  meaning (default D)".
+	# One row per setting: "  NAME  --flag  meaning (default D)". The flag
+	# opens the row's text, not its tag: a long name and flag together
+	# (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) are wider than 80 columns.
 	printf '%s\n' "$help" | sed -n 's/^  \([A-Z][A-Z_]*\)  *\(--[a-z-]*\)  *\(.*\)$/\1\t\2\t\3/p' |
 		while IFS='	' read -r name flag text; do
-			printf '.TP\n.BR %s " (" %s )\n%s\n' "$name" "$(printf '%s' "$flag" | esc)" \
+			printf '.TP\n.B %s\n.RB ( %s ):\n%s\n' "$name" "$(printf '%s' "$flag" | esc)" \
 				"$(printf '%s\n' "$text" | esc)"
 		done
 	printf '.SH SIGNALS\nSIGTERM or SIGINT drains: the worker stops claiming, lets in\\-flight runs reach a durable point within\n.BR CAIRN_SHUTDOWN_TIMEOUT ,\nreleases its shards and exits 0; a second signal exits at once (1).\n'

@@ -87,7 +87,8 @@ typedef struct bench {
 	side cur, base; /* base.worker is NULL without a baseline */
 	int ab_rounds, ab_noop_n, ab_3step_n, ab_x8_n;
 	int have_statements; /* pg_stat_statements is loaded and created */
-	int commits_n, single_n, threads_n, threads_runs, batch_n, stamp_n, noop_n, flow3_n;
+	int commits_n, single_n, threads_n, threads_runs, batch_n, batch_rounds, stamp_n, noop_n,
+	    flow3_n;
 	int drain_concurrency; /* BENCH_DRAIN_CONCURRENCY: the drains' worker's */
 	int fleet_runs, memory_runs, fanout_n, flow_n, flow_keys, flow_backlog;
 	int sdk_rounds, sdk_memory_n; /* BENCH_SDK_ROUNDS, BENCH_SDK_MEMORY */
@@ -107,6 +108,9 @@ typedef struct bench {
 	double drain3_rps;
 	/* fleet: transactions per run of the first (smallest) fleet */
 	double fleet_xact_base;
+	/* One more setting of the drains' workers (the tracing phase's
+	 * endpoint), or NULL. */
+	const char *drain_env_name, *drain_env_value;
 } bench;
 
 typedef enum goal { NONE, LE, GE, RATIO_LE, RATIO_GE } goal;
@@ -590,6 +594,24 @@ static void workers_stop(worker *ws, int n)
 	}
 }
 
+/*
+ * How long to wait before asking a worker's /metrics again, with ended of
+ * n runs ended elapsed ms after the start: a quarter of the time the rest
+ * should take at the rate so far, between poll_ms and 200 ms. The page is
+ * tens of KB, and asking for it every poll_ms through a drain of seconds
+ * cost the worker it measures a few per cent of a core. Asked this way,
+ * a drain's end is seen within poll_ms of it unless its rate more than
+ * quadruples on the way.
+ */
+static int poll_wait(long ended, int n, int64_t elapsed, int poll_ms)
+{
+	if (ended <= 0 || elapsed <= 0)
+		return poll_ms;
+	double rest = (double)(n - ended) * (double)elapsed / (double)ended;
+	int wait = (int)(rest / 4);
+	return wait < poll_ms ? poll_ms : wait > 200 ? 200 : wait;
+}
+
 /* Waits until n runs of workflow (keys like key_like) have finished, asking
  * pg every poll_ms (each ask counted in *count); gives up after 10 minutes, or
  * 30 s without progress, or when a worker died. 0 when all did. */
@@ -614,7 +636,7 @@ static int wait_finished(bench *b, const char *phase, PGconn *pg, long *count, c
 			if (ended != done)
 				done = ended, last_change = t;
 			if (t - last_change <= 30000 && t - start <= 600000) {
-				sleep_ms(poll_ms);
+				sleep_ms(poll_wait(ended, n, t - start, poll_ms));
 				continue;
 			}
 		}
@@ -941,7 +963,7 @@ static void phase_enqueue_threads(bench *b, int with_worker)
 
 /* The floor of a batch: the same number of rows written into cairn.runs by
  * one bare INSERT ... SELECT (every index of the table, no API), from the
- * client's clock; seconds, or 0. */
+ * client's clock, then emptied; seconds, or 0. */
 static double batch_floor(bench *b)
 {
 	char n[24];
@@ -960,27 +982,49 @@ static double batch_floor(bench *b)
 	if (!ok)
 		note_error(b, "enqueue_batch", "the bare INSERT failed: %s", PQerrorMessage(b->pg));
 	PQclear(r);
-	if (!ok || reset(b))
-		return 0;
-	measure(b, "floor_insert_batch_s", "floor: bare INSERT of 10,000 rows into cairn.runs", "s",
-	        secs, 0, "", NONE, 0);
-	return secs;
+	return !ok || reset(b) ? 0 : secs;
 }
 
+/*
+ * The batch and its floor, alternated BENCH_BATCH_ROUNDS (5) times from
+ * emptied tables and a CHECKPOINT each: the medians. One of each took from
+ * 0.13 to 0.80 s on a loaded 2-core machine whose disk other builds share,
+ * which made a single ratio anything from 0.7x to 3x: the two write the
+ * same WAL (6.4 MB for 10,000 runs) and wait for the same fsync.
+ */
 static void phase_enqueue_batch(bench *b)
 {
+	enum { MAX_ROUNDS = 15 };
+	double floors[MAX_ROUNDS], batches[MAX_ROUNDS];
+	int rounds = b->batch_rounds < 1            ? 1
+	             : b->batch_rounds > MAX_ROUNDS ? MAX_ROUNDS
+	                                            : b->batch_rounds;
 	if (reset(b))
 		return;
-	double floor = batch_floor(b);
-	int64_t t0 = now_ns();
-	if (enqueue_batched(b->c, "noop", 0, b->batch_n, b->batch_n, "b-")) {
-		note_error(b, "enqueue_batch", "%s", cairn_client_errmsg(b->c));
-		return;
+	for (int i = 0; i < rounds; i++) {
+		char prefix[24];
+		snprintf(prefix, sizeof prefix, "b%d-", i);
+		if (!(floors[i] = batch_floor(b)))
+			return;
+		int64_t t0 = now_ns();
+		if (enqueue_batched(b->c, "noop", 0, b->batch_n, b->batch_n, prefix)) {
+			note_error(b, "enqueue_batch", "%s", cairn_client_errmsg(b->c));
+			return;
+		}
+		batches[i] = (double)(now_ns() - t0) / 1e9;
+		fprintf(stderr, "bench: batch round %d: floor %.3f s, cairn_enqueue_batch %.3f s\n",
+		        i + 1, floors[i], batches[i]);
+		if (i + 1 < rounds && reset(b))
+			return;
 	}
-	double secs = (double)(now_ns() - t0) / 1e9;
+	double floor = quantile(floors, rounds, 0.5), secs = quantile(batches, rounds, 0.5);
+	char label[96];
+	snprintf(label, sizeof label, "floor: bare INSERT of 10,000 rows (median of %d)", rounds);
+	measure(b, "floor_insert_batch_s", label, "s", floor, 0, "", NONE, 0);
 	b->c_batch_s = secs;
-	measure(b, "enqueue_batch_s", "cairn_enqueue_batch of 10,000 runs", "s", secs, floor,
-	        "bare INSERT of 10,000 rows", RATIO_LE, 1.5);
+	snprintf(label, sizeof label, "cairn_enqueue_batch of 10,000 runs (median of %d)", rounds);
+	measure(b, "enqueue_batch_s", label, "s", secs, floor, "bare INSERT of 10,000 rows",
+	        RATIO_LE, 1.5);
 }
 
 /* ------------------------------------------------------- 4b: the SQL API */
@@ -1086,6 +1130,30 @@ static void phase_sql(bench *b)
 #define STAMP_GAP_NS 10000000
 #define STAMP_WARM   100
 
+/* Prints the runs of the tail (the 5 slowest of n, ms each, call[] their
+ * enqueue calls): how much of each was the enqueue's own commit, and how
+ * much came after it (the wake-up, the claim, the start). */
+static void stamp_tail(const double *ms, const double *call, int n)
+{
+	int worst[5], k = 0;
+	for (; k < 5 && k < n; k++) {
+		int w = -1;
+		for (int i = 0; i < n; i++) {
+			int taken = 0;
+			for (int j = 0; j < k; j++)
+				taken |= worst[j] == i;
+			if (!taken && (w < 0 || ms[i] > ms[w]))
+				w = i;
+		}
+		worst[k] = w;
+	}
+	fprintf(stderr, "bench: stamp tail (run: total = enqueue call + after it, ms):");
+	for (int j = 0; j < k; j++)
+		fprintf(stderr, " #%d: %.2f = %.2f + %.2f;", worst[j], ms[worst[j]], call[worst[j]],
+		        ms[worst[j]] - call[worst[j]]);
+	fprintf(stderr, "\n");
+}
+
 /* Side s's worker, idle, takes BENCH_STAMP runs of its stamp workflow
  * enqueued one per 10 ms after STAMP_WARM others: each run's time from its
  * enqueue to its first instruction into run[] (n of them, sorted), the
@@ -1150,6 +1218,7 @@ static int stamp_side(bench *b, const side *s, double *run, double *call, double
 		if (i < STAMP_WARM && ms[i] > *warm_max)
 			*warm_max = ms[i];
 	}
+	stamp_tail(ms + STAMP_WARM, calls + STAMP_WARM, n);
 	memcpy(run, ms + STAMP_WARM, (size_t)n * sizeof *run);
 	memcpy(call, calls + STAMP_WARM, (size_t)n * sizeof *call);
 	qsort(run, (size_t)n, sizeof *run, cmp_double);
@@ -1223,8 +1292,29 @@ typedef struct drain {
 	double xacts;     /* the database's transactions per run while the worker ran */
 	double stmts;     /* statements per run (pg_stat_statements), -1 without it */
 	double server_ms; /* their planning and execution time per run, ms, or -1 */
+	double cpu_us;    /* the worker's CPU time (user + system) per run, us, or -1 */
 	cJSON *top;       /* the most frequent statements, or NULL */
 } drain;
+
+/* The CPU time process pid has used (user + system), ms, or -1. */
+static double cpu_ms_of(pid_t pid)
+{
+	char path[64], line[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(line, 1, sizeof line - 1, f) : 0;
+	if (f)
+		fclose(f);
+	line[n] = '\0';
+	/* Past "(comm)", which may hold spaces: fields 3 on; utime and stime
+	 * are fields 14 and 15. */
+	const char *p = strrchr(line, ')');
+	unsigned long ut, st;
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
 
 /* The database's transactions once every session but the bench's has
  * ended: a backend reports its counters as it exits, before it leaves
@@ -1283,7 +1373,7 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
                        const char *workflow, int n, int conc, int analyze, drain *d)
 {
 	char out[4096], count[16];
-	*d = (drain){.stmts = -1, .server_ms = -1};
+	*d = (drain){.stmts = -1, .server_ms = -1, .cpu_us = -1};
 	snprintf(count, sizeof count, "%d", n);
 	char *url = side_db(b, s, phase, db);
 	char *const load[] = {(char *)s->load, "batch", (char *)workflow, count, "t-", NULL};
@@ -1306,7 +1396,7 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
 	char name[64];
 	snprintf(name, sizeof name, "%s-%s-%s", phase, s->name, workflow);
 	int64_t t0 = now_ms();
-	worker_start_of(b, s, &w, name, url, conc, NULL, NULL);
+	worker_start_of(b, s, &w, name, url, conc, b->drain_env_name, b->drain_env_value);
 	int64_t t1 = worker_ready(&w, 60000, 5);
 	if (t1 < 0)
 		note_error(b, phase, "the worker did not become ready (log in %s)", b->log_dir);
@@ -1314,11 +1404,13 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
 	         wait_finished(b, phase, pg, &polls, workflow, "t-%", n, &w, 1, 10) == 0)
 		rc = 0;
 	int64_t t2 = now_ms();
+	double cpu = rc ? -1 : cpu_ms_of(w.pid);
 	PQfinish(pg);
 	pg = NULL;
 	workers_stop(&w, 1);
 	if (rc)
 		goto out;
+	d->cpu_us = cpu < 0 ? -1 : cpu * 1000 / n;
 	d->start_rps = n / ((double)(t2 - t0) / 1000);
 	d->ready_rps = n / ((double)(t2 - t1) / 1000);
 	d->xacts = (db_xacts_settled(b, db) - x0 - (double)polls) / n;
@@ -1433,9 +1525,14 @@ static void baseline_drain(bench *b, const char *workflow, int n, const char *ke
 		cJSON_AddNumberToObject(r, "baseline_runs_per_s", base[done].start_rps);
 		cJSON_AddNumberToObject(r, "current_ready_runs_per_s", cur[done].ready_rps);
 		cJSON_AddNumberToObject(r, "baseline_ready_runs_per_s", base[done].ready_rps);
+		cJSON_AddNumberToObject(r, "current_worker_cpu_us_per_run", cur[done].cpu_us);
+		cJSON_AddNumberToObject(r, "baseline_worker_cpu_us_per_run", base[done].cpu_us);
 		cJSON_AddItemToArray(each, r);
-		fprintf(stderr, "bench: %s round %d: current %.0f, %s %.0f runs/s\n", key, done + 1,
-		        cur[done].start_rps, b->base.name, base[done].start_rps);
+		fprintf(stderr,
+		        "bench: %s round %d: current %.0f, %s %.0f runs/s; worker CPU %.0f, %.0f "
+		        "us/run\n",
+		        key, done + 1, cur[done].start_rps, b->base.name, base[done].start_rps,
+		        cur[done].cpu_us, base[done].cpu_us);
 	}
 	if (done == rounds) {
 		char label[96];
@@ -1501,6 +1598,196 @@ static void phase_baseline(bench *b)
 	         rounds);
 	measure(b, "baseline_x8", label, "runs/s", quantile(cur, rounds, 0.5),
 	        quantile(base, rounds, 0.5), b->base.name, RATIO_GE, 0.9);
+}
+
+/* ------------------------------------------------------------- tracing */
+
+/* An OTLP/HTTP sink: accepts connections and answers every request 200
+ * with nothing, reading (and discarding) its body, on one thread per
+ * connection. It counts requests and bytes, so the phase can tell that
+ * spans went out. */
+typedef struct sink {
+	int fd, port;
+	_Atomic long requests, bytes;
+	pthread_t thread;
+} sink;
+
+typedef struct sink_conn {
+	sink *s;
+	int fd;
+} sink_conn;
+
+static void *sink_serve(void *arg)
+{
+	sink_conn *c = arg;
+	char buf[65536];
+	size_t have = 0;
+	for (;;) {
+		char *end = have ? memmem(buf, have, "\r\n\r\n", 4) : NULL;
+		if (!end) {
+			if (have == sizeof buf)
+				break;
+			ssize_t n = read(c->fd, buf + have, sizeof buf - have);
+			if (n <= 0)
+				break;
+			have += (size_t)n;
+			continue;
+		}
+		size_t head = (size_t)(end + 4 - buf);
+		long len = 0;
+		for (char *h = buf; h < end; h++)
+			if (strncasecmp(h, "\ncontent-length:", 16) == 0)
+				len = strtol(h + 16, NULL, 10);
+		size_t upto = head + (size_t)len;
+		while (have < upto && have < sizeof buf) {
+			ssize_t n = read(c->fd, buf + have, sizeof buf - have);
+			if (n <= 0)
+				goto out;
+			have += (size_t)n;
+		}
+		long left = (long)upto - (long)have; /* a body larger than buf */
+		while (left > 0) {
+			ssize_t n =
+			    read(c->fd, buf, sizeof buf < (size_t)left ? sizeof buf : (size_t)left);
+			if (n <= 0)
+				goto out;
+			left -= n;
+		}
+		c->s->requests++;
+		c->s->bytes += len;
+		static const char ok[] =
+		    "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"
+		    "Content-Length: 0\r\n\r\n";
+		if (write(c->fd, ok, sizeof ok - 1) < 0)
+			break;
+		size_t used = upto < have ? upto : have;
+		memmove(buf, buf + used, have - used);
+		have -= used;
+	}
+out:
+	close(c->fd);
+	free(c);
+	return NULL;
+}
+
+static void *sink_accept(void *arg)
+{
+	sink *s = arg;
+	for (;;) {
+		int fd = accept(s->fd, NULL, NULL);
+		if (fd < 0)
+			return NULL; /* the listening socket was shut down */
+		sink_conn *c = malloc(sizeof *c);
+		pthread_t t;
+		if (!c || (c->s = s, c->fd = fd, pthread_create(&t, NULL, sink_serve, c)) != 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		pthread_detach(t);
+	}
+}
+
+static int sink_start(sink *s)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof sa;
+	s->requests = s->bytes = 0;
+	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    listen(s->fd, 64) < 0 || getsockname(s->fd, (struct sockaddr *)&sa, &len) < 0 ||
+	    pthread_create(&s->thread, NULL, sink_accept, s) != 0) {
+		if (s->fd >= 0)
+			close(s->fd);
+		return -1;
+	}
+	s->port = ntohs(sa.sin_port);
+	return 0;
+}
+
+static void sink_stop(sink *s)
+{
+	shutdown(s->fd, SHUT_RDWR);
+	pthread_join(s->thread, NULL);
+	close(s->fd);
+}
+
+/* Tracing's cost: the 3-step drain of the bench's own build with its spans
+ * exported (OTEL_EXPORTER_OTLP_ENDPOINT to the sink above, the exporter's
+ * defaults otherwise) against without, alternating on this server
+ * (BENCH_BASELINE_ROUNDS rounds of BENCH_BASELINE_3STEP runs); the
+ * medians' ratio should be at least 0.9. */
+static void phase_tracing(bench *b)
+{
+	enum { MAX_ROUNDS = 15 };
+	drain on[MAX_ROUNDS], off[MAX_ROUNDS];
+	int rounds = b->ab_rounds < MAX_ROUNDS ? b->ab_rounds : MAX_ROUNDS, done = 0;
+	sink k;
+	if (sink_start(&k) < 0) {
+		note_error(b, "tracing", "cannot start the OTLP sink: %s", strerror(errno));
+		return;
+	}
+	char url[64];
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", k.port);
+	cJSON *each = cJSON_AddArrayToObject(b->extra, "tracing");
+	for (; done < rounds; done++) {
+		int rc = 0;
+		long req0 = k.requests;
+		on[done] = off[done] = (drain){0};
+		for (int i = 0; i < 2 && !rc; i++) {
+			int traced = (i + done) % 2; /* off first in even rounds */
+			b->drain_env_name = traced ? "OTEL_EXPORTER_OTLP_ENDPOINT" : NULL;
+			b->drain_env_value = traced ? url : NULL;
+			rc = drain_fresh(b, &b->cur, "tracing", "bench_ab", "bench3", b->ab_3step_n,
+			                 DRAIN_CONCURRENCY, 0, traced ? &on[done] : &off[done]);
+		}
+		b->drain_env_name = b->drain_env_value = NULL;
+		if (rc) {
+			cJSON_Delete(on[done].top);
+			cJSON_Delete(off[done].top);
+			break;
+		}
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddNumberToObject(r, "on_runs_per_s", on[done].start_rps);
+		cJSON_AddNumberToObject(r, "off_runs_per_s", off[done].start_rps);
+		cJSON_AddNumberToObject(r, "on_worker_cpu_us_per_run", on[done].cpu_us);
+		cJSON_AddNumberToObject(r, "off_worker_cpu_us_per_run", off[done].cpu_us);
+		cJSON_AddNumberToObject(r, "export_requests", (double)(k.requests - req0));
+		cJSON_AddItemToArray(each, r);
+		fprintf(
+		    stderr,
+		    "bench: tracing round %d: on %.0f, off %.0f runs/s; worker CPU on %.0f, off "
+		    "%.0f us/run (%ld exports)\n",
+		    done + 1, on[done].start_rps, off[done].start_rps, on[done].cpu_us,
+		    off[done].cpu_us, k.requests - req0);
+	}
+	sink_stop(&k);
+	cJSON_AddNumberToObject(b->extra, "tracing_export_bytes", (double)k.bytes);
+	if (done == rounds) {
+		char label[96];
+		drain *c = drain_median(on, rounds), *f = drain_median(off, rounds);
+		snprintf(label, sizeof label, "3-step drain runs/s, traced vs not (median of %d)",
+		         rounds);
+		measure(b, "tracing_bench3", label, "runs/s", c->start_rps, f->start_rps,
+		        "untraced", RATIO_GE, 0.9);
+		/* The worker's CPU per run, less at the mercy of what else the
+		 * machine runs than the rate: the medians of the rounds. */
+		double con[MAX_ROUNDS], coff[MAX_ROUNDS];
+		int cpu_ok = 1;
+		for (int i = 0; i < rounds; i++) {
+			con[i] = on[i].cpu_us;
+			coff[i] = off[i].cpu_us;
+			cpu_ok &= con[i] > 0 && coff[i] > 0;
+		}
+		snprintf(label, sizeof label, "3-step drain worker CPU us/run, traced vs not");
+		if (cpu_ok)
+			measure(b, "tracing_bench3_cpu", label, "us", quantile(con, rounds, 0.5),
+			        quantile(coff, rounds, 0.5), "untraced", RATIO_LE, 1.1);
+		if (!k.requests)
+			note_error(b, "tracing", "the traced drains exported nothing to the sink");
+	}
+	drains_free(on, done);
+	drains_free(off, done);
 }
 
 /* The planner's luck: the bench's own build drains a bulk enqueue into
@@ -2478,9 +2765,10 @@ static const char USAGE[] =
     "creates and drops the databases bench_pgbench and bench_fleetN: use a\n"
     "server of its own (`make bench` starts one). Sizes: BENCH_COMMITS (2000),\n"
     "BENCH_SINGLE (1000), BENCH_THREADS (10000), BENCH_BATCH (10000),\n"
+    "BENCH_BATCH_ROUNDS (5, the batch and its floor alternated: medians),\n"
     "BENCH_STAMP (300), BENCH_NOOP (20000), BENCH_3STEP (5000),\n"
     "BENCH_DRAIN_CONCURRENCY (16, the drains' worker: their goals hold at 16),\n"
-    "BENCH_FLEET (1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (1000 children),\n"
+    "BENCH_FLEET (1,10,50), BENCH_FLEET_RUNS (1000), BENCH_FANOUT (10000 children),\n"
     "BENCH_FLOW_RUNS (20000), BENCH_FLOW_KEYS (1000), BENCH_FLOW_BACKLOG (100000),\n"
     "BENCH_LONG_STEPS (10000 steps of one run), BENCH_CHAIN (10000 continues);\n"
     "BENCH_MEMORY_RUNS=N runs only the memory phase. --baseline DIR (a built\n"
@@ -2491,8 +2779,10 @@ static const char USAGE[] =
     "The sdk phase compares the Python and TypeScript SDKs' workers with C's:\n"
     "BENCH_SDK_ROUNDS (3) alternated 3-step drains, the stamp, and the language\n"
     "process's memory over BENCH_SDK_MEMORY (100000) runs.\n"
+    "The tracing phase drains BENCH_BASELINE_3STEP 3-step runs with spans exported\n"
+    "to a local OTLP sink and without, alternating, BENCH_BASELINE_ROUNDS rounds.\n"
     "BENCH_PHASES (enqueue,x8,batch,sql,stamp,drain,plan,baseline,fanout,long,\n"
-    "chain,flow,fleet,sdk) runs only those after the floors. The JSON goes to --out,\n"
+    "chain,flow,fleet,sdk,tracing) runs only those after the floors. The JSON goes to --out,\n"
     "$BENCH_OUT or bench.json.\n";
 
 /* The side of a built tree dir (scripts/bench.sh builds BENCH_BASELINE's);
@@ -2573,6 +2863,7 @@ int main(int argc, char **argv)
 	b.single_n = env_int("BENCH_SINGLE", 1000);
 	b.threads_runs = env_int("BENCH_THREADS", 10000);
 	b.batch_n = env_int("BENCH_BATCH", 10000);
+	b.batch_rounds = env_int("BENCH_BATCH_ROUNDS", 5);
 	b.stamp_n = env_int("BENCH_STAMP", 300);
 	b.noop_n = env_int("BENCH_NOOP", 20000);
 	b.flow3_n = env_int("BENCH_3STEP", 5000);
@@ -2669,6 +2960,8 @@ int main(int argc, char **argv)
 			phase_baseline(&b);
 		if (wanted(&b, "sdk"))
 			phase_sdk(&b);
+		if (wanted(&b, "tracing"))
+			phase_tracing(&b);
 	}
 	reset(&b);
 

@@ -72,6 +72,13 @@
  *              with n + 1 until n reaches until: {"n": until}.
  *   t.inbox    {"got": [...], "want": W}: awaits "msg", then continues as
  *              new with the payload added to got until it holds W: got.
+ *   t.traced   tracing (test_tracing.c): step "first" returns {"tp": its
+ *              cairn_ctx_traceparent}, child "kid" of t.traced_kid, step
+ *              "gate" waits for a t_flags row (as t.await's), then waits for
+ *              the child, sleeps "nap" 10 ms, and with {"fail": true} runs
+ *              step "boom", which fails for good ("card declined"):
+ *              {"tp": first's, "kid": its id, "kid_tp": the child's}.
+ *   t.traced_kid  step "kidstep" returns its traceparent: {"tp": ...}.
  *   t.stubborn step "work" writes a row to t_attempts as it starts, takes
  *              {"ms": N}, or with {"until_flag": true} runs until t_flags has a
  *              row for the run, and does not check cairn_should_stop; then
@@ -718,6 +725,50 @@ static int wf_hold(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return CAIRN_OK;
 }
 
+/* ------------------------------------------------------------ t.traced */
+
+static int step_traceparent(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	*result = cJSON_CreateObject();
+	cJSON_AddStringToObject(*result, "tp", cairn_ctx_traceparent(ctx));
+	return CAIRN_OK;
+}
+
+static int step_declined(cairn_ctx *ctx, void *arg, cJSON **result)
+{
+	return cairn_fail(ctx, "card declined");
+}
+
+static int wf_traced_kid(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *r;
+	CAIRN_TRY(cairn_step(ctx, "kidstep", step_traceparent, NULL, &r));
+	*output = cJSON_Duplicate(r, 1); /* r is ctx's */
+	return CAIRN_OK;
+}
+
+static int wf_traced(cairn_ctx *ctx, const cJSON *input, cJSON **output)
+{
+	cJSON *first, *kid_out;
+	int64_t kid;
+	CAIRN_TRY(cairn_step(ctx, "first", step_traceparent, NULL, &first));
+	CAIRN_TRY(cairn_child_start(ctx, "kid", "t.traced_kid", NULL, &kid));
+	CAIRN_TRY(cairn_step(ctx, "gate", step_block, NULL, NULL));
+	CAIRN_TRY(cairn_child_wait(ctx, kid, -1, &kid_out));
+	CAIRN_TRY(cairn_sleep(ctx, "nap", 10));
+	if (cJSON_IsTrue(field(input, "fail"))) {
+		cairn_retry_policy once = {.max_attempts = 1};
+		CAIRN_TRY(cairn_step_retry(ctx, "boom", &once, step_declined, NULL, NULL));
+	}
+	*output = cJSON_CreateObject();
+	cJSON_AddItemToObject(*output, "tp",
+	                      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(first, "tp"), 1));
+	cJSON_AddNumberToObject(*output, "kid", (double)kid);
+	cJSON_AddItemToObject(*output, "kid_tp",
+	                      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(kid_out, "tp"), 1));
+	return CAIRN_OK;
+}
+
 /* -------------------------------------------------------- t.versioned */
 
 static int step_named_ok(cairn_ctx *ctx, void *arg, cJSON **result)
@@ -934,7 +985,9 @@ int cairn_plugin_init(cairn_worker *w)
 	             {"t.long", wf_long},
 	             {"t.cut", wf_cut},
 	             {"t.loop", wf_loop},
-	             {"t.inbox", wf_inbox}};
+	             {"t.inbox", wf_inbox},
+	             {"t.traced", wf_traced},
+	             {"t.traced_kid", wf_traced_kid}};
 	const char *only = getenv("T_FLOWS");
 	cairn_workflow_opts opts = {.runtime = getenv("T_RUNTIME")};
 	for (size_t i = 0; i < sizeof flows / sizeof flows[0]; i++) {

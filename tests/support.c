@@ -880,3 +880,30 @@ void tpgbouncer_admin(tpgbouncer *b, const char *command)
 	PQclear(r);
 	PQfinish(c);
 }
+
+static pid_t tlive[8];
+
+void tlive_add(pid_t pid)
+{
+	for (size_t i = 0; i < sizeof tlive / sizeof tlive[0]; i++)
+		if (!tlive[i]) {
+			tlive[i] = pid;
+			return;
+		}
+}
+
+void tlive_del(pid_t pid)
+{
+	for (size_t i = 0; pid && i < sizeof tlive / sizeof tlive[0]; i++)
+		if (tlive[i] == pid)
+			tlive[i] = 0;
+}
+
+void tlive_kill(void)
+{
+	for (size_t i = 0; i < sizeof tlive / sizeof tlive[0]; i++)
+		if (tlive[i]) {
+			tworker_stop(tlive[i], SIGKILL, 5000);
+			tlive[i] = 0;
+		}
+}

@@ -56,6 +56,12 @@ pid_t tworker_start(const char *db, int *port, const char *log_path, ...);
 pid_t tworker_spawn(const char *db, const char *log_path, ...);
 /* Sends sig and waits up to timeout_ms for the exit; returns the exit code or -1. */
 int tworker_stop(pid_t pid, int sig, int64_t timeout_ms);
+/* Processes a test started and has not ended yet (workers, language
+ * processes), at most 8: tlive_kill, a suite's .fini, kills them, so a
+ * failed assertion never leaves one running. tlive_del(0) does nothing. */
+void tlive_add(pid_t pid);
+void tlive_del(pid_t pid);
+void tlive_kill(void);
 /* GET (or another method) http://127.0.0.1:port/path; returns the status or 0. */
 long thttp(int port, const char *method, const char *path, char **body, char **ctype);
 /* thttp with an Authorization header (NULL: none). */

@@ -33,19 +33,11 @@ typedef struct env {
 	char log[64];
 } env;
 
-static pid_t live;
+TestSuite(children, .fini = tlive_kill);
 
-static void kill_live(void)
-{
-	if (live)
-		tworker_stop(live, SIGKILL, 5000);
-	live = 0;
-}
-
-TestSuite(children, .fini = kill_live);
-
-/* A database, a client and a worker with the test workflows. */
-static void setup(env *e)
+/* A database, a client and a worker with the test workflows, and the
+ * setting extra ("NAME=value"; NULL: none). */
+static void setup_with(env *e, const char *extra)
 {
 	e->db = tdb_new_migrated_shards(64);
 	e->c = tdb_connect(e->db);
@@ -54,16 +46,22 @@ static void setup(env *e)
 	char plugins[1100];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	tlog_file(e->log);
-	e->worker = live =
-	    tworker_start(e->db, &e->port, e->log, "CAIRN_POLL_INTERVAL=5s", plugins, NULL);
+	e->worker =
+	    tworker_start(e->db, &e->port, e->log, "CAIRN_POLL_INTERVAL=5s", plugins, extra, NULL);
+	tlive_add(e->worker);
 	cr_assert(thttp_wait(e->port, "/readyz", 200, 20000), "worker never ready; log in %s",
 	          e->log);
+}
+
+static void setup(env *e)
+{
+	setup_with(e, NULL);
 }
 
 static void teardown(env *e)
 {
 	int rc = tworker_stop(e->worker, SIGTERM, 15000);
-	live = 0;
+	tlive_del(e->worker);
 	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, e->log);
 	unlink(e->log);
 	cairn_client_free(e->cl);
@@ -79,23 +77,31 @@ static int64_t enqueue(env *e, const char *workflow, const char *input)
 	cairn_enqueued r;
 	cr_assert_eq(cairn_enqueue(e->cl, workflow, &o, &r), CAIRN_OK, "%s",
 	             cairn_client_errmsg(e->cl));
+	cairn_enqueued_clear(&r);
 	return r.id;
+}
+
+/* A t.many parent of n children of workflow (each with input {"name":
+ * "end"}), waiting as mode says (extra: more of the input). */
+static int64_t many_of(env *e, int n, const char *workflow, const char *mode, const char *extra)
+{
+	char *in = malloc(64 + (size_t)n * (64 + strlen(workflow)) + (extra ? strlen(extra) : 0));
+	char *p = in + sprintf(in, "{\"mode\": \"%s\", %s%s\"children\": [", mode,
+	                       extra ? extra : "", extra ? ", " : "");
+	for (int i = 0; i < n; i++)
+		p += sprintf(p, "%s{\"workflow\": \"%s\", \"input\": {\"name\": \"end\"}}",
+		             i ? ", " : "", workflow);
+	strcpy(p, "]}");
+	int64_t id = enqueue(e, "t.many", in);
+	free(in);
+	return id;
 }
 
 /* A t.many parent of n children of t.await (each awaits signal "end", its
  * payload its output), waiting as mode says (extra: more of the input). */
 static int64_t many_awaiting(env *e, int n, const char *mode, const char *extra)
 {
-	char *in = malloc(64 + (size_t)n * 64 + (extra ? strlen(extra) : 0));
-	char *p = in + sprintf(in, "{\"mode\": \"%s\", %s%s\"children\": [", mode,
-	                       extra ? extra : "", extra ? ", " : "");
-	for (int i = 0; i < n; i++)
-		p += sprintf(p, "%s{\"workflow\": \"t.await\", \"input\": {\"name\": \"end\"}}",
-		             i ? ", " : "");
-	strcpy(p, "]}");
-	int64_t id = enqueue(e, "t.many", in);
-	free(in);
-	return id;
+	return many_of(e, n, "t.await", mode, extra);
 }
 
 /* Waits until the parent waits, with every child waiting for "end". */
@@ -350,6 +356,225 @@ Test(children, a_fanout_of_500_replays_at_most_three_entries_per_child)
 	        replayed, parent);
 	cr_assert_leq(replayed, 3 * 500, "%.0f entries replayed", replayed);
 	cr_assert_leq(parent, 3, "the parent ran %.0f times", parent);
+	teardown(&e);
+}
+
+/* ------------------------------------ children cancelled before they start */
+
+/* Children of t.ghost go to group "ghosts", where a worker served the
+ * workflow once (cairn.workflows) and none runs now: they stay pending,
+ * never started, until cancelled, which ends them at once, with no worker
+ * and no commit of theirs. */
+static void ghosts(env *e)
+{
+	tdb_exec(e->c, "INSERT INTO cairn.workflows (workflow, shard_group, runtime, live_until) "
+	               "VALUES ('t.ghost', 'ghosts', 'c', now())");
+}
+
+/* A t.many parent of n t.ghost children, once it waits for them as mode
+ * says and they are all pending in group ghosts, never started. */
+static int64_t many_ghosts(env *e, int n, const char *mode, const char *extra)
+{
+	int64_t p = many_of(e, n, "t.ghost", mode, extra);
+	cr_assert(wait_num(e, n, 30000,
+	                   "SELECT count(*) FROM cairn.runs WHERE parent_id = %" PRId64
+	                   " AND status = 'pending' AND attempt = 0 AND shard_group = 'ghosts'",
+	                   p),
+	          "the children were not all pending in group ghosts");
+	cr_assert(wait_num(e, 1, 30000,
+	                   "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                   " AND status = 'waiting'",
+	                   p),
+	          "the parent never waited");
+	return p;
+}
+
+/* The parent, finished with its output parsed, once woken by the ends of
+ * its children: it ran twice (started them, then took their ends). */
+static cJSON *woken_once(env *e, int64_t p)
+{
+	cJSON *out = finished(e, p);
+	cr_assert_eq(execs(e, p), 2, "the parent ran %" PRId64 " times", execs(e, p));
+	return out;
+}
+
+/* The status results[i] of a t.many output gives ("" when not done). */
+static const char *result_status(const cJSON *out, int i)
+{
+	const cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "results"), i);
+	const cJSON *st = cJSON_GetObjectItem(r, "status");
+	return cJSON_IsTrue(cJSON_GetObjectItem(r, "done")) && cJSON_IsString(st) ? st->valuestring
+	                                                                          : "";
+}
+
+/* The parent holds the signal a child cancelled at once sends, in the
+ * words the commit of a child's end uses. */
+static void told_cancelled(env *e, int64_t p, int64_t child)
+{
+	cr_assert_eq(num(e,
+	                 "SELECT count(*) FROM cairn.signals WHERE run_id = %" PRId64
+	                 " AND name = 'cairn.child:%" PRId64 "' AND payload = '{\"status\": "
+	                 "\"cancelled\", \"output\": null, \"error\": \"cancelled\"}'",
+	                 p, child),
+	             1, "the parent holds no cancelled end of child %" PRId64, child);
+}
+
+Test(children, a_single_wait_ends_when_its_child_is_cancelled_before_it_starts)
+{
+	env e;
+	setup(&e);
+	ghosts(&e);
+	int64_t p = many_ghosts(&e, 1, "each", NULL);
+	int64_t k = kid(&e, p, 0);
+	cr_assert_eq(cairn_cancel(e.cl, k), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	cJSON *out = woken_once(&e, p);
+	cr_assert_str_eq(cJSON_GetObjectItem(out, "rc")->valuestring, "failed");
+	const char *err = cJSON_GetObjectItem(out, "error")->valuestring;
+	cr_assert(strstr(err, "cancelled: cancelled"), "%s", err);
+	told_cancelled(&e, p, k);
+	cJSON_Delete(out);
+	teardown(&e);
+}
+
+Test(children, a_wait_for_all_counts_children_cancelled_before_they_start_and_wakes_once)
+{
+	env e;
+	setup(&e);
+	ghosts(&e);
+	enum { N = 5 };
+	int64_t p = many_ghosts(&e, N, "all", NULL);
+	/* Through the SQL API (cairn.cancel), all but the first. */
+	for (int i = N - 1; i >= 1; i--)
+		tdb_intf(e.c, "SELECT count(*) FROM (SELECT cairn.cancel(%" PRId64 ")) c",
+		         kid(&e, p, i));
+	cr_assert_eq(num(&e, "SELECT need FROM cairn.child_waits WHERE run_id = %" PRId64, p), 1,
+	             "the cancels did not count the wait down");
+	cr_assert_eq(num(&e, "SELECT count(*) FROM cairn.messages WHERE run_id = %" PRId64, p), 0,
+	             "a cancel woke the parent before its wait could be met");
+	cr_assert_eq(execs(&e, p), 1);
+	cr_assert_eq(cairn_cancel(e.cl, kid(&e, p, 0)), CAIRN_OK);
+	cJSON *out = woken_once(&e, p);
+	for (int i = 0; i < N; i++)
+		cr_assert_str_eq(result_status(out, i), "cancelled", "child %d", i);
+	cJSON_Delete(out);
+	teardown(&e);
+}
+
+#define TOKEN39 "issue-39-cancel-token"
+
+Test(children, a_wait_for_any_is_met_by_a_child_cancelled_over_http_before_it_starts)
+{
+	env e;
+	setup_with(&e, "CAIRN_HTTP_TOKEN=" TOKEN39);
+	ghosts(&e);
+	int64_t p = many_ghosts(&e, 3, "any", NULL);
+	char path[96], *body = NULL;
+	snprintf(path, sizeof path, "/v1/runs/%" PRId64 "/cancel", kid(&e, p, 1));
+	long st = thttp_send(e.port, "POST", path, "Bearer " TOKEN39, NULL, &body, NULL);
+	cr_assert_eq(st, 202, "POST %s: %ld %s", path, st, body ? body : "");
+	free(body);
+	cJSON *out = woken_once(&e, p);
+	cr_assert_str_eq(result_status(out, 1), "cancelled");
+	cr_assert_str_eq(result_status(out, 0), "", "a child that had not ended was reported done");
+	cr_assert_str_eq(result_status(out, 2), "");
+	cJSON_Delete(out);
+	teardown(&e);
+}
+
+Test(children, cairn_cancel_on_the_command_line_of_a_pending_child_wakes_its_parent)
+{
+	env e;
+	setup(&e);
+	ghosts(&e);
+	int64_t p = many_ghosts(&e, 2, "all", NULL);
+	for (int i = 0; i < 2; i++) {
+		char id[24], *out = NULL, *err = NULL;
+		snprintf(id, sizeof id, "%" PRId64, kid(&e, p, i));
+		int rc = tcli(e.db, &out, &err, "cancel", id, NULL);
+		cr_assert_eq(rc, 0, "cairn cancel %s: %d %s %s", id, rc, out, err);
+		free(out);
+		free(err);
+	}
+	cJSON *out = woken_once(&e, p);
+	cr_assert_str_eq(result_status(out, 0), "cancelled");
+	cr_assert_str_eq(result_status(out, 1), "cancelled");
+	cJSON_Delete(out);
+	teardown(&e);
+}
+
+Test(children, a_child_cancelled_while_it_runs_still_tells_its_parent_at_its_end)
+{
+	env e;
+	setup(&e);
+	int64_t p = many_awaiting(&e, 2, "all", NULL);
+	all_waiting(&e, p, 2);
+	int64_t k = kid(&e, p, 0);
+	cr_assert_eq(cairn_cancel(e.cl, k), CAIRN_OK);
+	cr_assert_eq(cairn_run_wait(e.cl, k, 30000), CAIRN_OK, "the child never ended");
+	cr_assert_eq(execs(&e, p), 1, "the parent was woken before its wait could be met");
+	end_child(&e, p, 1);
+	cJSON *out = woken_once(&e, p);
+	cr_assert_str_eq(result_status(out, 0), "cancelled");
+	int done;
+	cr_assert_eq(result_i(out, "results", 1, &done), 1);
+	cJSON_Delete(out);
+	teardown(&e);
+}
+
+static int64_t wait_sql(PGconn *c, int64_t p, const int64_t *kids, int n, int want);
+
+/* A child that continued as new, its next link not started yet: cancelling
+ * the child (the run its parent started) ends that link and tells the
+ * parent by the first run's id, through the client and the SQL API alike.
+ * Rows as the worker writes them, in group ghosts, so no worker takes them. */
+Test(children, a_chain_cancelled_before_its_next_link_starts_tells_its_parent_by_its_first_run)
+{
+	env e;
+	setup(&e);
+	for (int via_sql = 0; via_sql < 2; via_sql++) {
+		int64_t p = tdb_intf(
+		    e.c,
+		    "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+		    "status) VALUES (cairn.new_run_id(0), 'p', gen_random_uuid(), 'ghosts', 0, "
+		    "'waiting') RETURNING id");
+		int64_t first = tdb_intf(e.c,
+		                         "INSERT INTO cairn.runs (id, workflow, key, shard_group, "
+		                         "shard, parent_id, status, "
+		                         "attempt, finished_at) VALUES (cairn.new_run_id(0), 'c', "
+		                         "gen_random_uuid(), 'ghosts', 0, %" PRId64
+		                         ", 'completed', 1, now()) RETURNING id",
+		                         p);
+		int64_t next = tdb_intf(
+		    e.c,
+		    "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+		    "parent_id, continued_from, chain_id) VALUES (cairn.new_run_id(0), 'c', "
+		    "'cairn.next:%" PRId64 "', 'ghosts', 0, %" PRId64 ", %" PRId64 ", %" PRId64
+		    ") RETURNING id",
+		    first, p, first, first);
+		tdb_intf(e.c,
+		         "INSERT INTO cairn.child_waits (run_id) VALUES (%" PRId64 ") RETURNING 1",
+		         p);
+		cr_assert_eq(wait_sql(e.c, p, &first, 1, 1), 0);
+		if (via_sql)
+			tdb_intf(e.c, "SELECT count(*) FROM (SELECT cairn.cancel(%" PRId64 ")) c",
+			         first);
+		else
+			cr_assert_eq(cairn_cancel(e.cl, first), CAIRN_OK, "%s",
+			             cairn_client_errmsg(e.cl));
+		cr_assert_eq(num(&e,
+		                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+		                 " AND status = 'cancelled'",
+		                 next),
+		             1, "the chain's last link was not cancelled");
+		told_cancelled(&e, p, first);
+		cr_assert_eq(
+		    num(&e, "SELECT need FROM cairn.child_waits WHERE run_id = %" PRId64, p), 0);
+		cr_assert_eq(num(&e,
+		                 "SELECT count(*) FROM cairn.messages WHERE run_id = %" PRId64
+		                 " AND kind = 'signal'",
+		                 p),
+		             1, "the parent whose wait was met got no message");
+	}
 	teardown(&e);
 }
 

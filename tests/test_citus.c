@@ -417,13 +417,13 @@ Test(citus, migrate_citus_converts_a_database_with_runs_in_place_keeping_every_r
 		char key[32];
 		snprintf(key, sizeof key, i < 10 ? "k%d" : "new%d", i);
 		int shard = (int)tdb_intf(c, "SELECT cairn.shard_of('%s', 4096)", key);
-		snprintf(
-		    sql, sizeof sql,
-		    "EXECUTE enq('noop', '%s', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, 0, "
-		    "%" PRId64 ")",
-		    key, shard,
-		    tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64, shard,
-		             nparts));
+		snprintf(sql, sizeof sql,
+		         "EXECUTE enq('noop', '%s', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, "
+		         "0, NULL, "
+		         "%" PRId64 ")",
+		         key, shard,
+		         tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64,
+		                  shard, nparts));
 		exec_ok(c, sql);
 	}
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), runs + 10);
@@ -452,11 +452,11 @@ Test(citus, the_enqueue_of_a_run_without_a_concurrency_key_is_one_task_on_the_no
 		int64_t part = tdb_intf(
 		    c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64, shard, nparts);
 		char args[256];
-		snprintf(
-		    args, sizeof args,
-		    "EXECUTE enq('router', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, 0, "
-		    "%" PRId64 ")",
-		    shard, shard, part);
+		snprintf(args, sizeof args,
+		         "EXECUTE enq('router', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, "
+		         "NULL, 0, NULL, "
+		         "%" PRId64 ")",
+		         shard, shard, part);
 		char *plan = explain(c, args);
 		cr_assert_eq(task_count(plan), 1, "%s\n%s", args, plan);
 		cr_assert_eq(node_count(plan), 1, "%s\n%s", args, plan);
@@ -483,7 +483,7 @@ Test(citus, the_enqueue_of_a_run_without_a_concurrency_key_is_one_task_on_the_no
 	int64_t part0 = tdb_int(c, "SELECT key FROM cairn.parts WHERE part_no = 0");
 	char again[256];
 	snprintf(again, sizeof again,
-	         "EXECUTE enq('router', 'k0', 'default', 0, '{}', 3, 0, NULL, NULL, NULL, 0, "
+	         "EXECUTE enq('router', 'k0', 'default', 0, '{}', 3, 0, NULL, NULL, NULL, 0, NULL, "
 	         "%" PRId64 ")",
 	         part0);
 	exec_ok(c, again);
@@ -514,13 +514,13 @@ Test(citus, a_part_moves_to_another_node_with_all_of_its_tables_by_logical_repli
 	exec_ok(c, sql);
 	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
 	for (int shard = 0; shard < 2 * nparts; shard++) {
-		snprintf(
-		    sql, sizeof sql,
-		    "EXECUTE enq('move', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, 0, "
-		    "%" PRId64 ")",
-		    shard, shard,
-		    tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64, shard,
-		             nparts));
+		snprintf(sql, sizeof sql,
+		         "EXECUTE enq('move', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, "
+		         "0, NULL, "
+		         "%" PRId64 ")",
+		         shard, shard,
+		         tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64,
+		                  shard, nparts));
 		exec_ok(c, sql);
 	}
 	int64_t run = tdb_int(c, "SELECT id FROM cairn.runs WHERE key = 'k0'");

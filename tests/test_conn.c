@@ -287,6 +287,7 @@ Test(conn, a_frozen_worker_loses_its_shards_to_the_healthy_one_within_the_ttl_an
 		cairn_enqueued r;
 		cr_assert_eq(cairn_enqueue(cl, "t.replay", &o, &r), CAIRN_OK, "%s",
 		             cairn_client_errmsg(cl));
+		cairn_enqueued_clear(&r);
 	}
 	check(tdb_wait_at_leastf(c, SHARDS, 30000, "SELECT count(*) FROM t_counter WHERE n >= 1"),
 	      "the runs never all started");
@@ -378,6 +379,7 @@ Test(conn, healthz_fails_while_the_commit_connection_is_frozen_and_recovers_afte
 		cairn_enqueued r;
 		cr_assert_eq(cairn_enqueue(cl, "t.spread", &o, &r), CAIRN_OK, "%s",
 		             cairn_client_errmsg(cl));
+		cairn_enqueued_clear(&r);
 	}
 	/* Busy and healthy: /healthz says ok on every look while 20 runs finish. */
 	int64_t looks = 0, bad = 0;

@@ -86,7 +86,8 @@ Test(journal, corrupt_rows_are_refused_naming_the_row_and_the_field)
 	                                                                   "completed", "1") "]",
 	               "seq 3: the seq appears twice");
 	expect_corrupt("{\"seq\":\"0\"}", "not a JSON array");
-	expect_corrupt("[1,2", "not a JSON array");
+	expect_corrupt("[1,2", "journal row 1: not an object");
+	expect_corrupt("[" ROW("0", "a", "step", "completed", "1") ",", "not a JSON array");
 }
 
 Test(journal, signals_are_taken_oldest_first_per_name)

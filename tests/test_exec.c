@@ -55,39 +55,10 @@ typedef struct wk {
 	char log[64];
 } wk;
 
-/* Workers this test started and has not ended: killed by the suite's fini,
- * so a failed assertion never leaves a worker running. */
-static pid_t live[8];
-
-static void live_add(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (!live[i]) {
-			live[i] = pid;
-			return;
-		}
-}
-
-static void live_del(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i] == pid)
-			live[i] = 0;
-}
-
-static void kill_live(void)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i]) {
-			tworker_stop(live[i], SIGKILL, 5000);
-			live[i] = 0;
-		}
-}
-
 /* No per-test .timeout: with --jobs 2, Criterion 2.4.1's runner leaks a
  * timer of a test that sets one, and LeakSanitizer fails the suite for it.
  * tests/run.sh's --timeout bounds every test instead. */
-TestSuite(exec, .fini = kill_live);
+TestSuite(exec, .fini = tlive_kill);
 
 /* Starts a worker with quick polls and takeovers and the test plugin,
  * without waiting for it (it may crash at its first claim). extra is one
@@ -100,7 +71,7 @@ static void wk_spawn(wk *w, const char *db, const char *extra)
 	w->pid = tworker_start(db, &w->port, w->log, "CAIRN_POLL_INTERVAL=100ms",
 	                       "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
 	                       "CAIRN_RUNNER_TTL=2s", plugins, extra, NULL);
-	live_add(w->pid);
+	tlive_add(w->pid);
 }
 
 /* wk_spawn, and waits until the worker is ready. */
@@ -114,7 +85,7 @@ static void wk_start(wk *w, const char *db, const char *extra)
 static void wk_kill(wk *w)
 {
 	int rc = tworker_stop(w->pid, SIGKILL, 5000);
-	live_del(w->pid);
+	tlive_del(w->pid);
 	cr_assert_eq(rc, 128 + SIGKILL, "kill -9: exit %d", rc);
 	unlink(w->log);
 }
@@ -124,7 +95,7 @@ static void wk_kill(wk *w)
 static void wk_stop(wk *w)
 {
 	int rc = tworker_stop(w->pid, SIGTERM, 15000);
-	live_del(w->pid);
+	tlive_del(w->pid);
 	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, w->log);
 	unlink(w->log);
 }
@@ -146,6 +117,7 @@ static int64_t enqueue(env *e, const char *workflow, const char *input, int max_
 	cairn_enqueue_opts o = {.input = input, .max_attempts = max_attempts};
 	cairn_enqueued r;
 	int rc = cairn_enqueue(e->cl, workflow, &o, &r);
+	cairn_enqueued_clear(&r);
 	cr_assert_eq(rc, CAIRN_OK, "enqueue %s: %s", workflow, cairn_client_errmsg(e->cl));
 	return r.id;
 }
@@ -484,7 +456,7 @@ Test(exec, sigterm_lets_a_running_step_finish_and_journals_it_before_exiting)
 	cr_assert(wait_log(&a, "msg=\"draining\"", 20000), "the worker never began to drain");
 	set_flag(&e, id); /* now the step can finish */
 	int rc = tworker_stop(a.pid, 0, 30000);
-	live_del(a.pid);
+	tlive_del(a.pid);
 	char *log = tfile_take(a.log);
 	cr_assert_eq(rc, 0, "exit %d:\n%s", rc, log);
 	cr_assert(strstr(log, "finished_cleanly=1 cut_off=0"), "%s", log);
@@ -521,7 +493,7 @@ Test(exec, sigterm_cuts_off_a_step_past_the_shutdown_timeout_and_a_second_signal
 	    "step work never started");
 	int64_t t0 = tnow_ms();
 	int rc = tworker_stop(a.pid, SIGTERM, 60000);
-	live_del(a.pid);
+	tlive_del(a.pid);
 	char *log = tfile_take(a.log);
 	cr_assert_eq(rc, 0, "exit %d:\n%s", rc, log);
 	cr_assert(strstr(log, "cut_off=1"), "%s", log);
@@ -546,7 +518,7 @@ Test(exec, sigterm_cuts_off_a_step_past_the_shutdown_timeout_and_a_second_signal
 	 * the 60 s timeout (exit 0): exit 1 is the second signal's doing. */
 	t0 = tnow_ms();
 	rc = tworker_stop(b.pid, SIGTERM, 30000);
-	live_del(b.pid);
+	tlive_del(b.pid);
 	log = tfile_take(b.log);
 	cr_assert_eq(rc, 1, "exit %d after a second SIGTERM:\n%s", rc, log);
 	cr_assert(strstr(log, "second signal"), "%s", log);
@@ -1059,7 +1031,7 @@ Test(exec, a_backlog_is_claimed_in_batches_not_once_per_finished_run)
 	/* No fallback polls: only the claims the drain asks for count. */
 	w.pid = tworker_start(e.db, &w.port, tlog_file(w.log), "CAIRN_POLL_INTERVAL=1h",
 	                      "CAIRN_POLL_BATCH=64", plugins, NULL);
-	live_add(w.pid);
+	tlive_add(w.pid);
 	cr_assert(tdb_wait_at_least(e.c,
 	                            "SELECT count(*) FROM cairn.runs WHERE status = 'completed'",
 	                            RUNS, 120000),
@@ -1292,7 +1264,7 @@ static int workers_until_failed(env *e, int64_t id, wk *w)
 		if (num(e, RUN_FAILED_SQL, id) == 0) {
 			cr_assert(exited_within(w->pid, 1000),
 			          "the worker neither crashed nor failed the run");
-			live_del(w->pid);
+			tlive_del(w->pid);
 			unlink(w->log);
 			w->pid = 0;
 			crashes++;
@@ -1374,6 +1346,7 @@ static int64_t enqueue_blocking_first(env *e)
 	cairn_enqueued r;
 	cr_assert_eq(cairn_enqueue(e->cl, "t.replay", &o, &r), CAIRN_OK, "%s",
 	             cairn_client_errmsg(e->cl));
+	cairn_enqueued_clear(&r);
 	return r.id;
 }
 
@@ -1421,7 +1394,7 @@ Test(exec, a_run_that_crashes_its_worker_after_waiting_in_the_queue_fails_as_poi
 		if (num(&e, RUN_FAILED_SQL, bad) == 0) {
 			cr_assert(exited_within(w.pid, 1000),
 			          "the worker neither crashed nor failed the run");
-			live_del(w.pid);
+			tlive_del(w.pid);
 			unlink(w.log);
 			crashes++;
 		} else {
@@ -1872,7 +1845,7 @@ Test(exec, a_patched_deploy_keeps_old_runs_on_the_old_path_and_records_each_runs
 	tlog_file(b.log);
 	b.pid = tworker_start(e.db, &b.port, b.log, "CAIRN_POLL_INTERVAL=100ms", plugins,
 	                      "CAIRN_CODE_VERSION=v2", "T_PATCHED=1", NULL);
-	live_add(b.pid);
+	tlive_add(b.pid);
 	int64_t fresh = enqueue(&e, "t.versioned", NULL, 1);
 	wait_status(&e, fresh, "waiting", 20000);
 	int64_t ids[] = {old, bare, fresh};

@@ -104,6 +104,8 @@ static void enqueue_holds(cairn_client *c, const char *p, const char *ck, int pr
 	int rc = n == 1 ? cairn_enqueue(c, "t.hold", o, out)
 	                : cairn_enqueue_batch(c, "t.hold", (size_t)n, o, out);
 	cr_assert_eq(rc, 0, "enqueue: %s", cairn_client_errmsg(c));
+	for (int i = 0; i < n; i++)
+		cairn_enqueued_clear(&out[i]);
 	free(o);
 	free(out);
 	free(keys);

@@ -57,38 +57,9 @@ typedef struct wk {
 	char log[64];
 } wk;
 
-/* Workers this test started and has not ended: killed by the suite's fini,
- * so a failed assertion never leaves a worker running. */
-static pid_t live[8];
-
-static void live_add(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (!live[i]) {
-			live[i] = pid;
-			return;
-		}
-}
-
-static void live_del(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i] == pid)
-			live[i] = 0;
-}
-
-static void kill_live(void)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i]) {
-			tworker_stop(live[i], SIGKILL, 5000);
-			live[i] = 0;
-		}
-}
-
 /* No per-test .timeout (see test_exec.c): tests/run.sh bounds every test. */
-TestSuite(journal, .fini = kill_live);
-TestSuite(chain, .fini = kill_live);
+TestSuite(journal, .fini = tlive_kill);
+TestSuite(chain, .fini = tlive_kill);
 
 /* Starts a worker with quick polls and takeovers, the test plugin and the
  * HTTP API, plus up to two more NAME=value settings (or NULL), and waits
@@ -102,7 +73,7 @@ static void wk_start(wk *w, const char *db, const char *extra, const char *extra
 	                       "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
 	                       "CAIRN_RUNNER_TTL=2s", "CAIRN_HTTP_TOKEN=" TOKEN, plugins, extra,
 	                       extra2, NULL);
-	live_add(w->pid);
+	tlive_add(w->pid);
 	cr_assert(thttp_wait(w->port, "/readyz", 200, 20000),
 	          "worker never became ready; log in %s", w->log);
 }
@@ -110,7 +81,7 @@ static void wk_start(wk *w, const char *db, const char *extra, const char *extra
 static void wk_kill(wk *w)
 {
 	int rc = tworker_stop(w->pid, SIGKILL, 5000);
-	live_del(w->pid);
+	tlive_del(w->pid);
 	cr_assert_eq(rc, 128 + SIGKILL, "kill -9: exit %d", rc);
 	unlink(w->log);
 }
@@ -119,7 +90,7 @@ static void wk_kill(wk *w)
 static void wk_stop(wk *w)
 {
 	int rc = tworker_stop(w->pid, SIGTERM, 15000);
-	live_del(w->pid);
+	tlive_del(w->pid);
 	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, w->log);
 	unlink(w->log);
 }
@@ -376,6 +347,7 @@ Test(journal, a_retry_from_the_cli_or_the_sql_api_counts_the_cut_it_makes)
 	cairn_enqueue_opts o = {.input = "{\"attempts\": 1}", .max_attempts = 1};
 	cairn_enqueued r;
 	cr_assert_eq(cairn_enqueue(e.cl, "t.flaky", &o, &r), CAIRN_OK);
+	cairn_enqueued_clear(&r);
 	cairn_run *run = finished(&e, r.id, 30000);
 	cr_assert_str_eq(run->status, "failed");
 	cairn_run_free(run);

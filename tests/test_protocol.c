@@ -258,7 +258,7 @@ Test(protocol, a_hello_without_a_common_version_is_refused_and_the_engine_exits_
 	cr_assert(m);
 	cr_assert_str_eq(cJSON_GetObjectItem(m, "t")->valuestring, "refused");
 	cr_assert(strstr(cJSON_GetObjectItem(m, "message")->valuestring,
-	                 "speaks no protocol version this engine does (1 to 2"),
+	                 "speaks no protocol version this engine does (1 to 3"),
 	          "%s", cJSON_GetObjectItem(m, "message")->valuestring);
 	cJSON_Delete(m);
 	cr_assert_eq(exit_code(&e, 30000), 2);

@@ -55,19 +55,7 @@ typedef struct wk {
 	char log[64];
 } wk;
 
-/* Workers a test started and has not ended, killed by the suite's fini. */
-static pid_t live[8];
-
-static void kill_live(void)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i]) {
-			tworker_stop(live[i], SIGKILL, 5000);
-			live[i] = 0;
-		}
-}
-
-TestSuite(routing, .fini = kill_live);
+TestSuite(routing, .fini = tlive_kill);
 
 /* Starts a worker in shard group group, with plugin_flows.so registering
  * only flows (a T_FLOWS list; NULL: no plugin, the built-ins alone) with
@@ -106,11 +94,7 @@ static void wk_start(wk *w, const char *db, const char *group, const char *flows
 	w->pid = tworker_start(db, &w->port, w->log, set[0], set[1], set[2], set[3], set[4], set[5],
 	                       set[6], set[7], set[8], set[9], set[10], set[11], set[12], set[13],
 	                       set[14], set[15], NULL);
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (!live[i]) {
-			live[i] = w->pid;
-			break;
-		}
+	tlive_add(w->pid);
 	cr_assert(thttp_wait(w->port, "/readyz", 200, 30000),
 	          "worker never became ready; log in %s", w->log);
 }
@@ -118,9 +102,7 @@ static void wk_start(wk *w, const char *db, const char *group, const char *flows
 static void wk_end(wk *w, int sig)
 {
 	int rc = tworker_stop(w->pid, sig, 15000);
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i] == w->pid)
-			live[i] = 0;
+	tlive_del(w->pid);
 	if (sig == SIGTERM)
 		cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, w->log);
 }

@@ -42,31 +42,9 @@ typedef struct py {
 	char log[64];
 } py;
 
-/* Python processes this test started and has not ended: killed by the
- * suite's fini (their engines follow: they see the control lane close). */
-static pid_t live[8];
-
-static void live_set(pid_t old, pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i] == old) {
-			live[i] = pid;
-			return;
-		}
-}
-
-static void kill_live(void)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i]) {
-			tworker_stop(live[i], SIGKILL, 5000);
-			live[i] = 0;
-		}
-}
-
 /* No per-test .timeout (see test_exec.c): tests/run.sh's --timeout bounds
  * each test. */
-TestSuite(sdk_python, .fini = kill_live);
+TestSuite(sdk_python, .fini = tlive_kill);
 
 static const char *top(void)
 {
@@ -147,7 +125,8 @@ static void py_spawn(env *e, py *p, const char *script, ...)
 		execlp("python3", "python3", script, (char *)NULL);
 		_exit(127);
 	}
-	live_set(p->pid, pid);
+	tlive_del(p->pid);
+	tlive_add(pid);
 	p->pid = pid;
 	p->port = 0;
 }
@@ -204,7 +183,7 @@ static void py_start(env *e, py *p)
 static void py_stop(py *p)
 {
 	int rc = tworker_stop(p->pid, SIGTERM, 30000);
-	live_set(p->pid, 0);
+	tlive_del(p->pid);
 	if (rc != 0)
 		dump_log(p);
 	cr_assert_eq(rc, 0, "python exited %d after SIGTERM", rc);
@@ -215,7 +194,7 @@ static void py_stop(py *p)
 static void py_kill(py *p)
 {
 	int rc = tworker_stop(p->pid, SIGKILL, 5000);
-	live_set(p->pid, 0);
+	tlive_del(p->pid);
 	cr_assert_eq(rc, 128 + SIGKILL, "kill -9: exit %d", rc);
 }
 
@@ -249,6 +228,7 @@ static int64_t enqueue(env *e, const char *workflow, const char *input)
 	cairn_enqueued r;
 	int rc = cairn_enqueue(e->cl, workflow, &o, &r);
 	cr_assert_eq(rc, CAIRN_OK, "enqueue %s: %s", workflow, cairn_client_errmsg(e->cl));
+	cairn_enqueued_clear(&r); /* a warning, before the workflow is served */
 	return r.id;
 }
 
@@ -412,7 +392,7 @@ Test(sdk_python, the_order_example_charges_sleeps_waits_for_approval_and_ships)
 		execlp("python3", "python3", script, (char *)NULL);
 		_exit(127);
 	}
-	live_set(0, pid);
+	tlive_add(pid);
 	p.pid = pid;
 	py_ready(&p);
 
@@ -654,7 +634,7 @@ Test(sdk_python, a_workflow_that_crashes_its_python_process_fails_as_poison_alon
 			cr_assert(!alive(p.pid),
 			          "the Python process neither crashed nor failed the run");
 			cr_assert_eq(tworker_stop(p.pid, 0, 5000), 7, "python did not exit 7");
-			live_set(p.pid, 0);
+			tlive_del(p.pid);
 			crashes++;
 			py_spawn(&e, &p, flows_py(), NULL);
 		}
@@ -740,7 +720,7 @@ Test(sdk_python, two_python_processes_and_a_c_worker_share_one_database)
 	py_start(&e, &b);
 	pid_t c = tworker_start(e.db, NULL, NULL, "CAIRN_HEARTBEAT_INTERVAL=200ms",
 	                        "CAIRN_REBALANCE_INTERVAL=200ms", "CAIRN_RUNNER_TTL=2s", NULL);
-	live_set(0, c);
+	tlive_add(c);
 	/* Both own shards of group python before the runs come. */
 	cr_assert(
 	    wait_num(&e, 2, 30000,
@@ -764,7 +744,7 @@ Test(sdk_python, two_python_processes_and_a_c_worker_share_one_database)
 	cairn_run_free(r);
 	cr_assert_eq(side_pids(&e), 2, "the runs did not spread over both Python processes");
 	cr_assert_eq(tworker_stop(c, SIGTERM, 20000), 0);
-	live_set(c, 0);
+	tlive_del(c);
 	py_stop(&a);
 	py_stop(&b);
 	teardown(&e);
@@ -954,6 +934,37 @@ Test(sdk_python, a_child_run_its_result_and_the_other_composing_calls)
 	teardown(&e);
 }
 
+/* ctx.traceparent (protocol version 3): the run's trace context outside a
+ * step, the step attempt's inside, both in the trace the client's
+ * traceparent named. */
+Test(sdk_python, ctx_traceparent_is_the_runs_and_in_a_step_the_attempts_in_the_callers_trace)
+{
+	env e;
+	setup(&e);
+	py p = {0};
+	py_start(&e, &p);
+	cairn_enqueue_opts o = {.group = "python",
+	                        .traceparent =
+	                            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"};
+	cairn_enqueued en;
+	cr_assert_eq(cairn_enqueue(e.cl, "t.trace", &o, &en), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	cairn_enqueued_clear(&en);
+	cairn_run *r = completed(&e, en.id, 30000);
+	cJSON *out = output_of(r);
+	const char *run = jstr(out, "run"), *step = jstr(out, "step");
+	cr_assert(run && step, "%s", r->output);
+	cr_assert_eq(strlen(run), 55, "%s", run);
+	cr_assert(strncmp(run, "00-4bf92f3577b34da6a3ce929d0e0e4736-", 36) == 0, "%s", run);
+	cr_assert(strncmp(step, run, 36) == 0, "one trace: %s, %s", run, step);
+	cr_assert(strcmp(run + 36, "00f067aa0ba902b7-01") != 0 && strcmp(step + 36, run + 36) != 0,
+	          "the run's span, then the step's: %s, %s", run, step);
+	cJSON_Delete(out);
+	cairn_run_free(r);
+	py_stop(&p);
+	teardown(&e);
+}
+
 /* A workflow that returns ctx.continue_as_new(input) ends, completed, and
  * its successor runs with that input (protocol version 2): the chain goes
  * on to its end, and `cairn result` of its first run prints the last's. */
@@ -1077,7 +1088,7 @@ Test(sdk_python, pip_installs_the_package_offline_into_a_fresh_venv_that_serves_
 		execl(python, python, flows_py(), (char *)NULL);
 		_exit(127);
 	}
-	live_set(0, pid);
+	tlive_add(pid);
 	p.pid = pid;
 	py_ready(&p);
 	char *log = tfile_read(p.log);
@@ -1116,7 +1127,7 @@ Test(sdk_python, a_bad_setting_ends_the_python_process_with_the_engines_status)
 	py p = {0};
 	py_spawn(&e, &p, flows_py(), "CAIRN_POLL_INTERVAL=soon", NULL);
 	int rc = tworker_stop(p.pid, 0, 30000);
-	live_set(p.pid, 0);
+	tlive_del(p.pid);
 	char *log = tfile_take(p.log);
 	cr_assert_eq(rc, 2, "python exited %d:\n%s", rc, log);
 	cr_assert(strstr(log, "CAIRN_POLL_INTERVAL"), "%s", log);

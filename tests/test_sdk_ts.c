@@ -28,38 +28,8 @@ enum { SHARDS = 4, DEADLINE = 60000 };
 
 extern char **environ;
 
-/* Node processes this test started and has not ended: killed by the
- * suite's fini, so a failed assertion never leaves one running (their
- * engines follow: they exit when the SDK process is gone). */
-static pid_t live[8];
-
-static void live_add(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (!live[i]) {
-			live[i] = pid;
-			return;
-		}
-}
-
-static void live_del(pid_t pid)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i] == pid)
-			live[i] = 0;
-}
-
-static void kill_live(void)
-{
-	for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
-		if (live[i]) {
-			tworker_stop(live[i], SIGKILL, 5000);
-			live[i] = 0;
-		}
-}
-
 /* No per-test .timeout (see test_exec.c): tests/run.sh bounds each test. */
-TestSuite(sdk_ts, .fini = kill_live);
+TestSuite(sdk_ts, .fini = tlive_kill);
 
 /* The repository (tests/run.sh exports it). */
 static const char *top(void)
@@ -172,7 +142,7 @@ static void node_spawn(sdkp *p, env *e, const char *script, const char *const *e
 		execlp("node", "node", path, (char *)NULL);
 		_exit(127);
 	}
-	live_add(p->pid);
+	tlive_add(p->pid);
 }
 
 /* node_spawn, then waits until its engine is ready (welcome). */
@@ -191,7 +161,7 @@ static const char *const FLOWS_ENV[] = {NULL};
 static int node_stop(sdkp *p, int sig)
 {
 	int rc = tworker_stop(p->pid, sig, 20000);
-	live_del(p->pid);
+	tlive_del(p->pid);
 	return rc;
 }
 
@@ -466,7 +436,7 @@ static void kill_mid_step(int engine)
 	kill(victim, SIGKILL);
 	if (!engine) {
 		waitpid(p.pid, NULL, 0);
-		live_del(p.pid);
+		tlive_del(p.pid);
 	}
 	pid_t old_engine = engine ? victim : engine_pid(&p);
 	cr_assert(twait(proc_gone, &old_engine, 20000), "the engine outlived the kill");
@@ -547,7 +517,7 @@ Test(sdk_ts, a_workflow_that_crashes_node_every_time_fails_as_poison_and_takes_n
 	while (!status_is(&e, bad, "failed", 0) && tnow_ms() < deadline) {
 		int st;
 		if (waitpid(p.pid, &st, WNOHANG) == p.pid) {
-			live_del(p.pid);
+			tlive_del(p.pid);
 			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 70, "node ended %d", st);
 			crashes++;
 			node_start(&p, &e, FLOWS, poison);
@@ -732,6 +702,35 @@ Test(sdk_ts, a_child_run_returns_its_output_and_a_failed_child_is_an_error_the_p
 	teardown(&e);
 }
 
+/* ctx.traceparent (protocol version 3): the run's trace context outside a
+ * step, the step attempt's inside, both in the trace the client's
+ * traceparent named. */
+Test(sdk_ts, ctx_traceparent_is_the_runs_and_in_a_step_the_attempts_in_the_callers_trace)
+{
+	env e;
+	setup(&e);
+	sdkp p;
+	node_start(&p, &e, FLOWS, FLOWS_ENV);
+	char *o = NULL, *err = NULL;
+	int rc = tcli(e.db, &o, &err, "enqueue", "ts.t.trace", "--group", "typescript",
+	              "--traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	              NULL);
+	cr_assert_eq(rc, 0, "enqueue: %s", err);
+	int64_t id = strtoll(o, NULL, 10);
+	free(o);
+	free(err);
+	cJSON *out = completed(&e, id);
+	const char *run = jstr(out, "run"), *step = jstr(out, "step");
+	cr_assert_eq(strlen(run), 55, "%s", run);
+	cr_assert(strncmp(run, "00-4bf92f3577b34da6a3ce929d0e0e4736-", 36) == 0, "%s", run);
+	cr_assert(strncmp(step, run, 36) == 0, "one trace: %s, %s", run, step);
+	cr_assert(strcmp(run + 36, "00f067aa0ba902b7-01") != 0 && strcmp(step + 36, run + 36) != 0,
+	          "the run's span, then the step's: %s, %s", run, step);
+	cJSON_Delete(out);
+	cr_assert_eq(node_stop(&p, SIGTERM), 0);
+	teardown(&e);
+}
+
 /* A workflow that returns ctx.continueAsNew(input) ends, completed, and its
  * successor runs with that input (protocol version 2): the chain goes on to
  * its end, and `cairn result` of its first run prints the last's. */
@@ -823,7 +822,7 @@ Test(sdk_ts, an_engine_that_cannot_start_ends_the_node_process_with_its_status_a
 	pid_t r = 0;
 	while ((r = waitpid(p.pid, &st, WNOHANG)) == 0 && tnow_ms() < deadline)
 		usleep(10000);
-	live_del(p.pid);
+	tlive_del(p.pid);
 	tcheck(dump_log, r == p.pid && WIFEXITED(st) && WEXITSTATUS(st) == 2,
 	       "node did not exit 2 (status %d)", st);
 	char *log = tfile_read(p.log);

@@ -2,6 +2,7 @@
  * the http built-in's address policy, claimed rows, the worker endpoint's routes. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "db.h"
 #include "form.h"
 #include "hash.h"
+#include "idmap.h"
 #include "link.h"
 #include "netpolicy.h"
 #include "parse.h"
@@ -959,7 +961,11 @@ static void claim_row(const char *v[CLAIM_NCOLS])
 	                                             [CLAIM_PRIORITY] = "-7",
 	                                             [CLAIM_JOURNAL_FROM] = "0",
 	                                             [CLAIM_JOURNAL_CUTS] = "0",
-	                                             [CLAIM_CHAIN] = "42"};
+	                                             [CLAIM_CHAIN] = "42",
+	                                             [CLAIM_TRACEPARENT] =
+	                                                 "00-4bf92f3577b34da6a3ce929d0e0e4736-"
+	                                                 "00f067aa0ba902b7-01",
+	                                             [CLAIM_CREATED] = "1764763291000123"};
 	memcpy(v, row, sizeof row);
 }
 
@@ -978,6 +984,8 @@ Test(claimrow, a_claimed_row_decodes_into_the_job_of_its_run)
 	cr_assert_str_eq(j->workflow, "order");
 	cr_assert_str_eq(j->input, "{\"id\": 7}");
 	cr_assert_eq(j->status, RUN_RUNNING);
+	cr_assert_str_eq(j->traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+	cr_assert_eq(j->created_us, 1764763291000123);
 	cr_assert(j->attempt == 1 && j->max_attempts == 3 && !j->cancel_requested);
 	cr_assert(j->scheduled_ms == 1764763292000 && j->db_now_ms == 1764763292417);
 	cr_assert(j->marked && j->claims == 0, "the claim's own count is not an earlier stop");
@@ -1369,4 +1377,38 @@ Test(db, a_malformed_connection_string_never_shows_its_password)
 		buf_free(&msg);
 		buf_free(&out);
 	}
+}
+
+/* A parent's map of its children holds keys only until it takes an end. */
+Test(idmap, keys_put_without_values_then_values_put_later_are_all_found)
+{
+	idmap m = IDMAP_INIT;
+	enum { N = 100000 };
+	for (int64_t k = 1; k <= N; k++)
+		cr_assert_eq(idmap_put(&m, k * 7919, NULL), 0);
+	cr_assert_null(m.vals, "values allocated while every value was NULL");
+	static const int v = 42;
+	cr_assert_eq(idmap_put(&m, 7919 * 500, &v), 0);
+	for (int64_t k = N + 1; k <= 2 * N; k++) /* grows with values */
+		cr_assert_eq(idmap_put(&m, k * 7919, NULL), 0);
+	const void *got = &v;
+	for (int64_t k = 1; k <= 2 * N; k++) {
+		cr_assert(idmap_get(&m, k * 7919, &got), "key %" PRId64 " lost", k * 7919);
+		cr_assert(k == 500 ? got == &v : got == NULL);
+	}
+	cr_assert_not(idmap_get(&m, 3, &got));
+	cr_assert_eq(m.n, 2 * N);
+	idmap_free(&m);
+}
+
+/* pgarr_add_i64 writes its digits by hand: the extremes too. */
+Test(pgarr, integers_are_written_as_printf_writes_them)
+{
+	pgarr a = PGARR_INIT;
+	int64_t v[] = {0, 7, -7, 1234567890123LL, INT64_MAX, INT64_MIN};
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+		pgarr_add_i64(&a, v[i]);
+	cr_assert_str_eq(pgarr_str(&a),
+	                 "{0,7,-7,1234567890123,9223372036854775807,-9223372036854775808}");
+	pgarr_free(&a);
 }

@@ -637,17 +637,44 @@ static int next_hop(http_req *hop, const char *location, long status)
 	return 0;
 }
 
+/* The request's headers h with this step attempt's traceparent (W3C
+ * trace context, cairn_ctx_traceparent) unless h sets one; NULL when out
+ * of memory. */
+static struct curl_slist *traced_headers(cairn_ctx *ctx, const struct curl_slist *h)
+{
+	struct curl_slist *out = NULL, *l;
+	int own = 0;
+	for (; h; h = h->next) {
+		own |= strncasecmp(h->data, "traceparent", 11) == 0 &&
+		       (h->data[11] == ':' || h->data[11] == ';');
+		if (!(l = curl_slist_append(out, h->data)))
+			goto oom;
+		out = l;
+	}
+	char tp[80];
+	snprintf(tp, sizeof tp, "traceparent: %s", cairn_ctx_traceparent(ctx));
+	if (!own && !(l = curl_slist_append(out, tp)))
+		goto oom;
+	return own ? out : l;
+oom:
+	curl_slist_free_all(out);
+	return NULL;
+}
+
 static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 {
 	const http_req *r = arg;
 	http_resp resp = {.ctx = ctx, .env = r->env, .body = BUF_INIT};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	CURL *e = curl_easy_init();
-	struct curl_slist *bare = curl_slist_append(NULL, "Expect:");
+	/* The request's own headers go to its host; to another host (a
+	 * redirect) only the trace context goes. */
+	struct curl_slist *mine = traced_headers(ctx, r->headers);
+	struct curl_slist *bare = traced_headers(ctx, &(struct curl_slist){.data = "Expect:"});
 	char *host0 = url_host(r->url);
 	http_req *hop = malloc(sizeof *hop);
 	int rc;
-	if (!e || !bare || !hop) {
+	if (!e || !bare || !mine || !hop) {
 		rc = cairn_retryable(
 		    ctx, "http: cannot set up the request to %.200s (out of memory?)", r->url);
 		goto out;
@@ -657,6 +684,7 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 		goto out;
 	}
 	*hop = *r;
+	hop->headers = mine;
 	CURLcode c = CURLE_OK;
 	long status = 0;
 	for (int hops = 0;; hops++) {
@@ -750,6 +778,7 @@ static int http_step(cairn_ctx *ctx, void *arg, cJSON **result)
 out:
 	curl_easy_cleanup(e);
 	curl_slist_free_all(bare);
+	curl_slist_free_all(mine);
 	curl_free(host0);
 	free(hop);
 	cJSON_Delete(resp.headers);

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 enum {
-	PROTOCOL = 2,         /* the newest version this engine speaks (all up to it) */
+	PROTOCOL = 3,         /* the newest version this engine speaks (all up to it) */
 	HELLO_WAIT_S = 30,    /* how long the SDK has to say hello */
 	LINE_SLACK = 64 << 10 /* a line may exceed max_payload by this much */
 };
@@ -343,6 +343,8 @@ static int remote_step(cairn_ctx *ctx, void *arg, cJSON **result)
 	cJSON *m = cJSON_CreateObject();
 	cJSON_AddStringToObject(m, "t", "run_step");
 	cJSON_AddNumberToObject(m, "attempt", cairn_ctx_step_attempt(ctx));
+	/* Version 3: the attempt's trace context (an older SDK ignores it). */
+	cJSON_AddStringToObject(m, "traceparent", cairn_ctx_traceparent(ctx));
 	send_or_exit(e->l, m);
 	cJSON_Delete(m);
 	for (;;) {
@@ -693,6 +695,7 @@ static int sdk_workflow(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	else
 		cJSON_AddNullToObject(m, "input");
 	cJSON_AddNumberToObject(m, "attempt", cairn_ctx_attempt(ctx));
+	cJSON_AddStringToObject(m, "traceparent", cairn_ctx_traceparent(ctx));
 	send_or_exit(e.l, m);
 	cJSON_Delete(m);
 	int rc = serve(&e, output);

@@ -64,19 +64,19 @@ ALTER TABLE cairn.child_awaited ADD COLUMN part integer NOT NULL DEFAULT 0;
 -- same statement as the shard's runs: colocated with them.
 ALTER TABLE cairn.shard_leases ADD COLUMN part integer NOT NULL DEFAULT 0;
 
--- The SQL API's enqueue (migration 0020) names the new run's id and part:
+-- The SQL API's enqueue (migration 0023) names the new run's id and part:
 -- its definition as the server holds it, with its INSERT's column list and
 -- VALUES extended (its rights, settings and grants stay as they are).
 DO $$
 DECLARE
     v_fn regprocedure := 'cairn.enqueue(text, jsonb, text, interval, timestamptz, integer, '
-                         'text, text, integer, boolean)';
+                         'text, text, integer, boolean, text)';
     v_def text := pg_get_functiondef(v_fn);
     v_cols text := 'INSERT INTO cairn.runs AS r (workflow, key,';
     v_vals text := 'VALUES (workflow, v_key,';
 BEGIN
     IF strpos(v_def, v_cols) = 0 OR strpos(v_def, v_vals) = 0 THEN
-        RAISE EXCEPTION 'cairn.enqueue does not insert its runs as migration 0020 did';
+        RAISE EXCEPTION 'cairn.enqueue does not insert its runs as migration 0023 did';
     END IF;
     v_def := replace(v_def, v_cols, 'INSERT INTO cairn.runs AS r (id, part, workflow, key,');
     v_def := replace(v_def, v_vals,
@@ -102,6 +102,39 @@ BEGIN
     v_def := replace(v_def, v_waits, 'ON CONFLICT ON CONSTRAINT child_waits_pkey DO NOTHING');
     v_def := replace(v_def, v_awaited,
                      'ON CONFLICT ON CONSTRAINT child_awaited_pkey DO UPDATE');
+    EXECUTE v_def;
+END
+$$;
+
+-- cairn.children_ended and cairn.cancel (migration 0024) write a parent's
+-- signal and message, and a cancelled run's message, in the part of that
+-- run (on one server 0, the column's default; on Citus the part's key).
+DO $$
+DECLARE
+    v_fn regprocedure := 'cairn.children_ended(bigint[], bigint[], bigint[], text[], text[])';
+    v_def text := pg_get_functiondef(v_fn);
+    v_sig text := E'INSERT INTO cairn.signals (run_id, name, payload)\n    SELECT p.id, ';
+    v_msg text := E'INSERT INTO cairn.messages (run_id, shard_group, shard, kind)\n'
+                  '        SELECT p.id, ';
+BEGIN
+    IF strpos(v_def, v_sig) = 0 OR strpos(v_def, v_msg) = 0 THEN
+        RAISE EXCEPTION 'cairn.children_ended does not write as migration 0024 did';
+    END IF;
+    v_def := replace(v_def, v_sig,
+                     E'INSERT INTO cairn.signals (part, run_id, name, payload)\n    SELECT p.part, p.id, ');
+    v_def := replace(v_def, v_msg,
+                     E'INSERT INTO cairn.messages (part, run_id, shard_group, shard, kind)\n'
+                     '        SELECT p.part, p.id, ');
+    EXECUTE v_def;
+    v_fn := 'cairn.cancel(bigint)';
+    v_def := pg_get_functiondef(v_fn);
+    v_msg := E'INSERT INTO cairn.messages (run_id, shard_group, shard, kind)\n'
+             '        VALUES (r.id, ';
+    IF strpos(v_def, v_msg) = 0 THEN
+        RAISE EXCEPTION 'cairn.cancel does not write as migration 0024 did';
+    END IF;
+    v_def := replace(v_def, v_msg, E'INSERT INTO cairn.messages (part, run_id, shard_group, shard, kind)\n'
+                                   '        VALUES (r.part, r.id, ');
     EXECUTE v_def;
 END
 $$;

@@ -19,7 +19,7 @@ from .errors import InvalidArgument, ProtocolError
 
 PROTOCOL = 1
 # The versions this SDK speaks: 2 adds continue_as_new (docs/protocol.md).
-PROTOCOLS = (1, 2)
+PROTOCOLS = (1, 2, 3)
 # Lines may be max_payload + 64 KiB long; until `welcome` says otherwise the
 # engine's default max_payload is assumed.
 DEFAULT_MAX_PAYLOAD = 1 << 20

@@ -59,7 +59,10 @@ class Context:
 
     Attributes: ``run_id`` (the run's id), ``workflow`` (its name),
     ``input`` (its input, as the function also gets it), ``attempt`` (1 for
-    the run's first attempt, 2 after a workflow-level retry, ...).
+    the run's first attempt, 2 after a workflow-level retry, ...),
+    ``traceparent`` (the W3C trace context of where the run is: in a step
+    function its attempt's OpenTelemetry span, elsewhere the run's; None
+    from an engine older than protocol version 3).
 
     Durable calls are journaled: when the run resumes (after a sleep, a
     signal, a crash) the function runs again from the top and each call
@@ -71,7 +74,7 @@ class Context:
     """
 
     def __init__(self, lane: Lane, x: int, run_id: int, workflow: str, input: Any,
-                 attempt: int) -> None:
+                 attempt: int, traceparent: Optional[str] = None) -> None:
         self.run_id = run_id
         self.workflow = workflow
         self.input = input
@@ -83,6 +86,16 @@ class Context:
         self._step: Optional[str] = None  # the step whose function is running
         self._over = False  # the function has returned: the context is dead
         self.step_attempt = 0  # the attempt of the step whose function runs
+        self._run_tp = traceparent  # the run span's trace context
+        self._step_tp: Optional[str] = None  # the running step attempt's
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        """The W3C ``traceparent`` of where the run is now: inside a step
+        function, the OpenTelemetry span of its attempt; elsewhere, the
+        run's span. The same in every replay; pass it on to the services a
+        step calls (``{"traceparent": ctx.traceparent}``)."""
+        return self._step_tp if self._step is not None else self._run_tp
 
     # ------------------------------------------------------------ plumbing
 
@@ -185,11 +198,12 @@ class Context:
         reply = self._exchange(msg)
         if reply.get("t") != "run_step":
             return self._value(reply, StepFailed)
-        return self._run_step(name, fn, args, kwargs, awaited, int(reply.get("attempt", 1)))
+        return self._run_step(name, fn, args, kwargs, awaited, int(reply.get("attempt", 1)),
+                              reply.get("traceparent"))
 
     def _run_step(self, name: str, fn: Callable[..., T], args: tuple, kwargs: dict,
-                  awaited: bool, attempt: int) -> T:
-        self._step, self.step_attempt = name, attempt
+                  awaited: bool, attempt: int, traceparent: Optional[str] = None) -> T:
+        self._step, self.step_attempt, self._step_tp = name, attempt, traceparent
         try:
             value = fn(*args, **kwargs)
         except Stopped:
@@ -197,7 +211,7 @@ class Context:
         except BaseException as e:  # noqa: BLE001 - every failure is the step's
             return self._step_error(errors.describe(e), not isinstance(e, errors.Fail))
         finally:
-            self._step = None
+            self._step = self._step_tp = None
         try:
             text = dumps(value)
             size = len(text.encode("utf-8"))

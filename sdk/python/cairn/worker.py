@@ -329,7 +329,7 @@ class Worker:
     def _execute(self, lane: Lane, msg: dict[str, Any]) -> None:
         name = str(msg.get("workflow"))
         ctx = Context(lane, int(msg["x"]), int(msg.get("run", 0)), name, msg.get("input"),
-                      int(msg.get("attempt", 1)))
+                      int(msg.get("attempt", 1)), msg.get("traceparent"))
         wf = self._workflows.get(name)
         outcome: dict[str, Any]
         try:

@@ -178,6 +178,11 @@ def square(ctx: cairn.Context, input: dict) -> dict:
     return {"y": ctx.step("square", lambda: input["x"] * input["x"])}
 
 
+@worker.workflow("t.trace")
+def trace(ctx: cairn.Context, input: dict) -> dict:
+    return {"run": ctx.traceparent, "step": ctx.step("tp", lambda: ctx.traceparent)}
+
+
 @worker.workflow("t.boom")
 def boom(ctx: cairn.Context, input: dict) -> None:
     raise ValueError("boom")

@@ -102,7 +102,7 @@ class RetryPolicies(unittest.TestCase):
 
     def test_hello_lists_the_workflows_with_their_run_policies(self):
         h = _wire.hello({"a": None, "b": RetryPolicy(max_attempts=2)}, "cairn-python/0", "python 3")
-        self.assertEqual(h, {"op": "hello", "protocols": [1, 2], "sdk": "cairn-python/0",
+        self.assertEqual(h, {"op": "hello", "protocols": [1, 2, 3], "sdk": "cairn-python/0",
                              "runtime": "python 3",
                              "workflows": [{"name": "a"},
                                            {"name": "b", "retry": {"max_attempts": 2}}]})

@@ -109,6 +109,16 @@ export class Context {
 	}
 
 	/**
+	 * The W3C `traceparent` of where the run is now: inside a step function,
+	 * the OpenTelemetry span of its attempt; elsewhere, the run's span. The
+	 * same in every replay; pass it on to the services a step calls.
+	 * Undefined from an engine older than protocol version 3.
+	 */
+	get traceparent(): string | undefined {
+		return this.exec.stepTraceparent ?? this.exec.traceparent;
+	}
+
+	/**
 	 * Runs `fn` once and journals its result under `name`; a replay returns
 	 * the journaled result without running it. A failed attempt is retried
 	 * after a durable backoff (the run suspends meanwhile) per `policy`
@@ -127,7 +137,13 @@ export class Context {
 			let reply = await exec.request(msg);
 			if (reply.t === "run_step") {
 				const attempt = typeof reply.attempt === "number" ? reply.attempt : 1;
-				const outcome = await exec.runAttempt(fn, attempt, timeoutMs);
+				exec.stepTraceparent = typeof reply.traceparent === "string" ? reply.traceparent : undefined;
+				let outcome;
+				try {
+					outcome = await exec.runAttempt(fn, attempt, timeoutMs);
+				} finally {
+					exec.stepTraceparent = undefined;
+				}
 				exec.check();
 				if (outcome.ok) {
 					const line = exec.line("step_result", {}, "value", outcome.text);

@@ -49,7 +49,12 @@ export class Execution {
 		readonly runId: number,
 		readonly workflow: string,
 		readonly attempt: number,
+		/** The run span's W3C trace context (protocol version 3). */
+		readonly traceparent?: string,
 	) {}
+
+	/** The trace context of the step attempt whose function runs now. */
+	stepTraceparent?: string;
 
 	/** Runs call after every durable call made before it has settled. */
 	serial<T>(call: () => Promise<T>): Promise<T> {

@@ -9,7 +9,7 @@ import { InvalidArgumentError, ProtocolError } from "./errors";
 import { RunRetryPolicy, wirePolicy } from "./policy";
 
 /** The protocol versions this SDK speaks: 2 adds `continue_as_new`. */
-export const PROTOCOLS = [1, 2];
+export const PROTOCOLS = [1, 2, 3];
 
 /** What a line may hold beyond `max_payload` (docs/protocol.md, Framing). */
 export const LINE_SLACK = 64 * 1024;

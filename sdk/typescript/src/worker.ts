@@ -170,7 +170,14 @@ export class Worker {
 			this.engine?.kill("SIGKILL");
 			return;
 		}
-		const exec = new Execution(lane, x, run, workflow, typeof msg.attempt === "number" ? msg.attempt : 1);
+		const exec = new Execution(
+			lane,
+			x,
+			run,
+			workflow,
+			typeof msg.attempt === "number" ? msg.attempt : 1,
+			typeof msg.traceparent === "string" ? msg.traceparent : undefined,
+		);
 		lane.onClose = () => exec.kill(stopError("gone", "the engine is gone"));
 		void this.perform(exec, this.flows.get(workflow), msg.input);
 	}

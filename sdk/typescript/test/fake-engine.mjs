@@ -81,7 +81,7 @@ const SCENARIOS = {
   // Every durable call, its request and its reply; how a workflow ends.
   async calls() {
     const h = await welcome();
-    assert.deepEqual(h.protocols, [1, 2]);
+    assert.deepEqual(h.protocols, [1, 2, 3]);
     assert.match(h.sdk, /^cairn-typescript\/\d+\.\d+\.\d+$/);
     assert.match(h.runtime, /^node \d+\.\d+\.\d+$/);
     assert.deepEqual(h.workflows, [

@@ -134,6 +134,11 @@ worker.workflow("ts.t.timeout", async (ctx) => {
 
 worker.workflow("ts.t.square", async (ctx, input) => ({ y: input.x * input.x }));
 
+worker.workflow("ts.t.trace", async (ctx) => ({
+  run: ctx.traceparent,
+  step: await ctx.step("tp", async () => ctx.traceparent),
+}));
+
 worker.workflow("ts.t.failing", async () => {
   throw new Error("child says no");
 });

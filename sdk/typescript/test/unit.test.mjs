@@ -112,7 +112,7 @@ test("hello is the protocol's first message, as docs/protocol.md shows it", () =
   ]);
   assert.equal(
     encode(h),
-    '{"op":"hello","protocols":[1,2],"sdk":"cairn-typescript/0.1.0","runtime":"node 20.1.0",' +
+    '{"op":"hello","protocols":[1,2,3],"sdk":"cairn-typescript/0.1.0","runtime":"node 20.1.0",' +
       '"workflows":[{"name":"ts.order","retry":{"max_attempts":3,"initial_ms":1000}},{"name":"ts.plain"}]}\n',
   );
 });
