@@ -1252,11 +1252,44 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 
 /* The run a signal or a cancel sent to run $1 is for: the last of its
  * chain (cairn_continue_as_new, migration 0022), $1 itself when it never
- * continued, as the statement's snapshot sees it. */
-#define LIVE_RUN                                                                                   \
+ * continued, as the statement's snapshot sees it. A chain stays in its
+ * shard, so in the part of $1 (part, a parameter: client_run_part). */
+#define LIVE_RUN(part)                                                                             \
 	"(SELECT coalesce((SELECT max(c.id) FROM cairn.runs c "                                    \
-	"                   WHERE c.chain_id = coalesce(x.chain_id, x.id)), x.id) "                \
-	"  FROM cairn.runs x WHERE x.id = $1)"
+	"                   WHERE c.part = " part " AND c.chain_id = coalesce(x.chain_id, x.id)), " \
+	"                 x.id) "                                                                  \
+	"  FROM cairn.runs x WHERE x.part = " part " AND x.id = $1)"
+
+/*
+ * The part that holds run id (docs/architecture.md, "On Citus"), for the
+ * statements that name it: the one part of one server; with parts, the
+ * part of the shard the id carries (cairn.new_run_id), or, for a run made
+ * before migration 0025 (an id below first_placed_id, which carries no
+ * shard), the part its row names, read once. A run that does not exist
+ * gets the first part: the statement then finds no run.
+ */
+int client_run_part(cairn_client *c, int64_t id, int *part)
+{
+	int shards, rc = client_shards(c, &shards);
+	if (rc)
+		return rc;
+	*part = c->settings.part_keys[0];
+	if (c->settings.nparts <= 1)
+		return CAIRN_OK;
+	if (id >= c->settings.first_placed_id) {
+		*part = client_part(c, (int)(id % RUN_ID_SHARDS));
+		return CAIRN_OK;
+	}
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, id)};
+	PGresult *r = db_exec(c->conn, &c->err, "SELECT part FROM cairn.runs WHERE id = $1", 1, p);
+	if (!r)
+		return client_db_fail(c);
+	if (PQntuples(r) == 1)
+		*part = db_get_int(r, 0, 0);
+	PQclear(r);
+	return CAIRN_OK;
+}
 
 /* A run holds at most max_pending_signals unconsumed signals (cairn.settings):
  * one more is refused. Two signals sent at the same moment can both pass the
@@ -1269,31 +1302,32 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 static const char SQL_SIGNAL[] =
     "WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done, "
     "             (SELECT count(*) FROM cairn.signals g "
-    "              WHERE g.run_id = runs.id AND g.consumed_by_seq IS NULL) AS pending "
-    "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR SHARE), "
+    "              WHERE g.part = $6 AND g.run_id = runs.id AND g.consumed_by_seq IS NULL) "
+    "             AS pending "
+    "           FROM cairn.runs WHERE part = $6 AND id = " LIVE_RUN("$6") " FOR SHARE), "
     /* $5: the nonce of a signal link used once (NULL: none), recorded
      * with the signal; a second use finds it and writes nothing. */
-    "used AS (INSERT INTO cairn.signal_links (nonce, run_id) "
-    "         SELECT $5, id FROM r WHERE $5::text IS NOT NULL AND NOT done AND pending < $4 "
+    "used AS (INSERT INTO cairn.signal_links (nonce, run_id, part) "
+    "         SELECT $5, id, $6 FROM r WHERE $5::text IS NOT NULL AND NOT done AND pending < $4 "
     "         ON CONFLICT DO NOTHING RETURNING 1), "
     "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4 "
     "         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM used))), "
-    "s AS (INSERT INTO cairn.signals (run_id, name, payload) "
-    "      SELECT id, $2, $3::jsonb FROM ok RETURNING run_id), "
-    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-    "      SELECT id, shard_group, shard, 'signal' FROM ok "
+    "s AS (INSERT INTO cairn.signals (run_id, part, name, payload) "
+    "      SELECT id, $6, $2, $3::jsonb FROM ok RETURNING run_id), "
+    "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+    "      SELECT id, $6, shard_group, shard, 'signal' FROM ok "
     "      RETURNING 1) "
     "SELECT done OR pending >= $4 OR NOT EXISTS (SELECT 1 FROM ok), "
     "       (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
     "       CASE WHEN $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.signal_links "
-    "                  WHERE nonce = $5) THEN '" CLIENT_NONCE_USED "' "
+    "                  WHERE part = $6 AND nonce = $5) THEN '" CLIENT_NONCE_USED "' "
     "            WHEN done THEN 'it has already finished' "
     "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; the "
     "limit (max_pending_signals in cairn.settings) is ' || $4 "
     "            ELSE '" CLIENT_NONCE_USED "' END, "
     /* Sent to a run that awaits it: the message wakes the run to take it. */
     "       CASE WHEN EXISTS (SELECT 1 FROM s) AND EXISTS (SELECT 1 FROM cairn.steps "
-    "                  WHERE run_id = r.id AND kind = 'signal' AND status = 'waiting' "
+    "                  WHERE part = $6 AND run_id = r.id AND kind = 'signal' AND status = 'waiting' "
     "                    AND name = $2) "
     "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END, r.id "
     "FROM r";
@@ -1401,12 +1435,18 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 	int shards, rc = client_shards(c, &shards); /* reads the limits too */
 	if (rc)
 		return rc;
-	char idtxt[24], cap[24];
+	int part;
+	if ((rc = client_run_part(c, run_id, &part)))
+		return rc;
+	char idtxt[24], cap[24], parttxt[24];
 	buf sealed = BUF_INIT;
-	const char *p[] = {db_i64(idtxt, run_id), name,
+	const char *p[] = {db_i64(idtxt, run_id),
+	                   name,
 	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, payload ? payload : "null", &sealed),
-	                   db_i64(cap, c->settings.max_pending_signals), nonce};
-	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "", outcome)
+	                   db_i64(cap, c->settings.max_pending_signals),
+	                   nonce,
+	                   db_i64(parttxt, part)};
+	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 6, p, "signal", "", outcome)
 	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
 	buf_free(&sealed);
 	return rc;
@@ -1420,27 +1460,41 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
  * 0024): its outcome, and the parent's wait counted down. */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
-    "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR UPDATE), "
+    "           FROM cairn.runs WHERE part = $2 AND id = " LIVE_RUN("$2") " FOR UPDATE), "
     "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
     "             cancel_requested = true, finished_at = now(), updated_at = now(), "
     "             start_at = NULL, held = false "
-    "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
+    "         WHERE part = $2 AND id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
     "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS child), "
-    "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
-    "notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
+    "drop_ AS (DELETE FROM cairn.messages WHERE part = $2 AND run_id IN (SELECT id FROM now_) "
+    "          RETURNING 1), "
+    /* A count: on Citus a CTE's rows may be passed on as a result,
+     * which cannot hold pg_notify's void. */
+    "notify_ AS (SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) AS n FROM now_), "
     "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), array_agg(parent_id), "
     "             array_agg('cancelled'::text), array_agg('cancelled'::text)) AS n "
     "         FROM now_ WHERE parent_id IS NOT NULL), "
     "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
-    "        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
+    "        WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT done) "
+    "          AND id NOT IN (SELECT id FROM now_) "
     "        RETURNING id, shard_group, shard), "
-    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-    "      SELECT id, shard_group, shard, 'cancel' FROM req "
+    "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+    "      SELECT id, $2, shard_group, shard, 'cancel' FROM req "
     "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-    "  + (SELECT count(*) FROM notify_) + (SELECT count(n) FROM told), "
+    "  + (SELECT n FROM notify_) + (SELECT count(n) FROM told), "
     "  'it has already finished', "
     "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
+
+const char *client_sql_signal(void)
+{
+	return SQL_SIGNAL;
+}
+
+const char *client_sql_cancel(void)
+{
+	return SQL_CANCEL;
+}
 
 int cairn_cancel(cairn_client *c, int64_t run_id)
 {
@@ -1449,9 +1503,12 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 
 int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 {
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, run_id)};
-	int rc = live_run_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL, status);
+	int part, rc = client_run_part(c, run_id, &part);
+	if (rc)
+		return rc;
+	char idtxt[24], parttxt[24];
+	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part)};
+	rc = live_run_cmd(c, run_id, SQL_CANCEL, 2, p, "cancel", CAIRN_WAKE_CANCEL, status);
 	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
 }
 

@@ -178,9 +178,16 @@ int client_shards(cairn_client *c, int *shards);
 /* The key of the part (cairn.parts, migration 0025) that holds the rows of
  * shard, from the settings client_shards read. */
 int client_part(const cairn_client *c, int shard);
+/* The part of run id into *part (client.c: from the id, or read for a run
+ * older than migration 0025): CAIRN_OK or an error. */
+int client_run_part(cairn_client *c, int64_t id, int *part);
 /* The text of the client's enqueue of one run without a concurrency key to
  * a group it routed (tests/test_citus.c explains it on Citus). */
 const char *client_sql_enqueue_values(void);
+/* The texts of the client's signal ($1 run, $2 name, $3 payload, $4 the most
+ * pending signals, $5 nonce, $6 part) and cancel ($1 run, $2 part). */
+const char *client_sql_signal(void);
+const char *client_sql_cancel(void);
 /* What client_signal_once says of a nonce used before. */
 #define CLIENT_NONCE_USED "this link was used already"
 /* What a write to a run reports it did (`cairn signal --json`, `cairn

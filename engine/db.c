@@ -510,7 +510,8 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 	                     .max_journal_bytes = DB_DEFAULT_MAX_JOURNAL_BYTES};
 	PGresult *r = db_exec(c, err,
 	                      "SELECT name, value FROM cairn.settings WHERE name IN "
-	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes') "
+	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes', "
+	                      " 'first_placed_id') "
 	                      "UNION ALL SELECT 'backend_pid', pg_backend_pid()::text "
 	                      "UNION ALL SELECT 'schema_version', coalesce(max(version), 0)::text "
 	                      "FROM cairn.schema_migrations "
@@ -542,6 +543,8 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 			out->pooled = v != PQbackendPID(c); /* as db_behind_pooler */
 		else if (strcmp(name, "schema_version") == 0)
 			out->schema_version = (int)v;
+		else if (strcmp(name, "first_placed_id") == 0)
+			out->first_placed_id = v;
 	}
 	PQclear(r);
 	if (out->shards <= 0) {

@@ -140,6 +140,7 @@ typedef struct db_settings {
 	int schema_version;          /* the newest migration applied (schema_migrations) */
 	int nparts;                  /* cairn.parts: how many (1 on one server) */
 	int part_keys[DB_PARTS_MAX]; /* the key of part_no i, stored in the rows' part */
+	int64_t first_placed_id;     /* runs from this id on carry their shard (migration 0025) */
 } db_settings;
 
 /*

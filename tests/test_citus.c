@@ -580,3 +580,83 @@ Test(citus, a_part_moves_to_another_node_with_all_of_its_tables_by_logical_repli
 	free(now_on);
 	PQfinish(c);
 }
+
+/* One run in each part (so on both worker nodes), enqueued as the client
+ * does (ST_ENQUEUE_VALUES), in workflow wf; the number of parts. */
+static int64_t run_per_part(PGconn *c, const char *wf)
+{
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	for (int shard = 0; shard < nparts; shard++) {
+		snprintf(sql, sizeof sql,
+		         "EXECUTE enq('%s', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, "
+		         "0, NULL, %" PRId64 ")",
+		         wf, shard, shard,
+		         tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64,
+		                  shard, nparts));
+		exec_ok(c, sql);
+	}
+	return nparts;
+}
+
+/*
+ * The client's signal and cancel name the part of their run, from its id
+ * (client_run_part), and write the signal, the message and the signal
+ * link there: on Citus the foreign keys on (run_id, part) refuse a row in
+ * another part, so a signal to a run whose part's key is not 0 failed.
+ */
+Test(citus, a_signal_and_a_cancel_write_in_the_part_of_their_run_on_both_nodes, .timeout = 300)
+{
+	const char *db = citus_db("signal_cancel");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	int64_t nparts = run_per_part(c, "sig");
+	char *ids = tdb_str(c, "SELECT string_agg(id::text, ' ' ORDER BY id) FROM cairn.runs");
+	/* The parts' keys are not all 0: the part matters. */
+	cr_assert_gt(tdb_int(c, "SELECT count(*) FROM cairn.parts WHERE key <> 0"), 0);
+	char *save = NULL;
+	int n = 0;
+	for (char *id = strtok_r(ids, " ", &save); id; id = strtok_r(NULL, " ", &save), n++) {
+		char *out = NULL, *err = NULL;
+		cr_assert_eq(tcli(db, &out, &err, "signal", id, "go", "--input", "1", NULL), 0,
+		             "signal %s: %s", id, err ? err : "");
+		free(out);
+		free(err);
+		/* Half the cancels as if the run were older than migration 0025
+		 * (its id carries no shard): the client reads its part. */
+		exec_ok(c, n < nparts / 2 ? "UPDATE cairn.settings SET value = '0' "
+		                            "WHERE name = 'first_placed_id'"
+		                          : "UPDATE cairn.settings SET value = '9223372036854775807' "
+		                            "WHERE name = 'first_placed_id'");
+		/* Started runs get the request and a cancel message; the others
+		 * end at once. */
+		if (n % 2)
+			tdb_intf(c,
+			         "UPDATE cairn.runs SET status = 'running', attempt = 1 "
+			         "WHERE id = %s RETURNING 1",
+			         id);
+		cr_assert_eq(tcli(db, &out, &err, "cancel", id, NULL), 0, "cancel %s: %s", id,
+		             err ? err : "");
+		free(out);
+		free(err);
+	}
+	cr_assert_eq(n, nparts);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals g JOIN cairn.runs r "
+	                        "ON r.id = g.run_id AND r.part = g.part WHERE g.name = 'go'"),
+	             nparts);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled'"),
+	             (nparts + 1) / 2);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE cancel_requested"), nparts);
+	/* The started runs keep a signal and a cancel message each, in their
+	 * parts; the cancelled ones none. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages m JOIN cairn.runs r "
+	                        "ON r.id = m.run_id AND r.part = m.part"),
+	             2 * (nparts / 2));
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), 2 * (nparts / 2));
+	free(ids);
+	PQfinish(c);
+}

@@ -106,9 +106,10 @@ BEGIN
 END
 $$;
 
--- cairn.children_ended and cairn.cancel (migration 0024) write a parent's
--- signal and message, and a cancelled run's message, in the part of that
--- run (on one server 0, the column's default; on Citus the part's key).
+-- cairn.children_ended and cairn.cancel (migration 0024) and cairn.signal
+-- (0022) write a signal and a message in the part of the run they are for
+-- (on one server 0, the column's default; on Citus the part's key, which
+-- the foreign keys on (run_id, part) check).
 DO $$
 DECLARE
     v_fn regprocedure := 'cairn.children_ended(bigint[], bigint[], bigint[], text[], text[])';
@@ -135,6 +136,18 @@ BEGIN
     END IF;
     v_def := replace(v_def, v_msg, E'INSERT INTO cairn.messages (part, run_id, shard_group, shard, kind)\n'
                                    '        VALUES (r.part, r.id, ');
+    EXECUTE v_def;
+    v_fn := 'cairn.signal(bigint, text, jsonb)';
+    v_def := pg_get_functiondef(v_fn);
+    v_sig := 'INSERT INTO cairn.signals (run_id, name, payload) VALUES (r.id, ';
+    v_msg := E'INSERT INTO cairn.messages (run_id, shard_group, shard, kind)\n    VALUES (r.id, ';
+    IF strpos(v_def, v_sig) = 0 OR strpos(v_def, v_msg) = 0 THEN
+        RAISE EXCEPTION 'cairn.signal does not write as migration 0022 did';
+    END IF;
+    v_def := replace(v_def, v_sig,
+                     'INSERT INTO cairn.signals (part, run_id, name, payload) VALUES (r.part, r.id, ');
+    v_def := replace(v_def, v_msg, E'INSERT INTO cairn.messages (part, run_id, shard_group, shard, kind)\n'
+                                   '    VALUES (r.part, r.id, ');
     EXECUTE v_def;
 END
 $$;
