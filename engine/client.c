@@ -332,14 +332,13 @@ static const db_stmt ST_WAKE_SHARDS = {
     "      JOIN cairn.shard_leases l ON l.shard_group = coalesce(x.g, "
     "        (SELECT shard_group FROM cairn.route($4))) AND l.shard = x.s "
     "      " WAKE_OWNER("$3") ") o"};
-/* Runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
-static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
-                                     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL
-                                     "', l.owner || $2 || ' ' || r.id)), "
-                                     "       " WAKE_NO_DISK " "
-                                     "FROM cairn.runs r JOIN cairn.shard_leases l "
-                                     "  ON l.shard_group = r.shard_group AND l.shard = r.shard "
-                                     "  " WAKE_OWNER("$2") "WHERE r.id = ANY ($1::bigint[])"};
+/* Runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL, $3 their part. A function
+ * (migration 0025) that reads each run and its owner in the part and
+ * notifies by cairn.wake: on Citus its notifications are sent by the
+ * coordinator, where the relay listens, not by the node of the part. */
+static const db_stmt ST_WAKE_RUNS = {
+    "cairn_wake_runs",
+    "SELECT cairn.wake_runs($1::bigint[], $3::int, $2 <> ''), " WAKE_NO_DISK};
 
 /* A new run's id, which carries its shard (migration 0025,
  * cairn.new_run_id, written out so that the statement calls no function),
@@ -1334,32 +1333,32 @@ static const char SQL_SIGNAL[] =
 
 /* Wakes the owner of run id's shard (the payload wake), in a statement of
  * its own. */
-static void wake_run(cairn_client *c, int64_t id, const char *wake)
+static void wake_run(cairn_client *c, int64_t id, const char *wake, const char *part)
 {
 	char ids[32];
 	snprintf(ids, sizeof ids, "{%" PRId64 "}", id);
-	const char *w[] = {ids, wake};
+	const char *w[] = {ids, wake, part};
 	int slot;
 	db_send how = send_how(c, &ST_WAKE_RUNS, &slot);
-	PQclear(how == DB_NAMED ? db_exec_prepared(c->conn, NULL, ST_WAKE_RUNS.name, 2, w)
-	                        : db_exec(c->conn, NULL, ST_WAKE_RUNS.sql, 2, w));
+	PQclear(how == DB_NAMED ? db_exec_prepared(c->conn, NULL, ST_WAKE_RUNS.name, 3, w)
+	                        : db_exec(c->conn, NULL, ST_WAKE_RUNS.sql, 3, w));
 }
 
 /* Runs a statement whose first row's first column is "run already finished"
  * (its third, if any, why the run refused), then wakes the run's owner with
- * the payload wake. outcome (CLIENT_OUTCOME_MAX bytes; may be NULL) gets
+ * the payload wake (the run in part, which its chain shares). outcome (CLIENT_OUTCOME_MAX bytes; may be NULL) gets
  * the fourth column: what the write did. A fifth column is the run the
  * statement wrote for (the last of a chain, LIVE_RUN), into *target (may
  * be NULL), whose owner is woken too when it is another. */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
                          const char *const *params, const char *verb, const char *wake,
-                         char *outcome, int64_t *target)
+                         const char *part, char *outcome, int64_t *target)
 {
 	char ids[32];
 	snprintf(ids, sizeof ids, "{%" PRId64 "}", run_id);
-	const char *w[] = {ids, wake};
+	const char *w[] = {ids, wake, part};
 	const db_stmt st = {NULL, sql};
-	PGresult *r = exec_then(c, &st, n, params, &ST_WAKE_RUNS, 2, w);
+	PGresult *r = exec_then(c, &st, n, params, &ST_WAKE_RUNS, 3, w);
 	if (!r)
 		return client_db_fail(c);
 	int rc = CAIRN_OK;
@@ -1378,7 +1377,7 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 		snprintf(outcome, CLIENT_OUTCOME_MAX, "%s", PQgetvalue(r, 0, 3));
 	PQclear(r);
 	if (rc == CAIRN_OK && to != run_id)
-		wake_run(c, to, wake);
+		wake_run(c, to, wake, part);
 	return rc;
 }
 
@@ -1387,12 +1386,12 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
  * write waited for its lock; then the write goes to its successor. */
 static int live_run_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
                         const char *const *params, const char *verb, const char *wake,
-                        char *outcome)
+                        const char *part, char *outcome)
 {
 	int rc;
 	for (int tries = 0;; tries++) {
 		int64_t tried, last;
-		rc = run_state_cmd(c, run_id, sql, n, params, verb, wake, outcome, &tried);
+		rc = run_state_cmd(c, run_id, sql, n, params, verb, wake, part, outcome, &tried);
 		if (rc != CAIRN_ESTATE || tries == 10 || cairn_run_last(c, run_id, &last) ||
 		    last == tried)
 			break;
@@ -1446,7 +1445,7 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 	                   db_i64(cap, c->settings.max_pending_signals),
 	                   nonce,
 	                   db_i64(parttxt, part)};
-	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 6, p, "signal", "", outcome)
+	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 6, p, "signal", "", p[5], outcome)
 	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
 	buf_free(&sealed);
 	return rc;
@@ -1508,7 +1507,7 @@ int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 		return rc;
 	char idtxt[24], parttxt[24];
 	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part)};
-	rc = live_run_cmd(c, run_id, SQL_CANCEL, 2, p, "cancel", CAIRN_WAKE_CANCEL, status);
+	rc = live_run_cmd(c, run_id, SQL_CANCEL, 2, p, "cancel", CAIRN_WAKE_CANCEL, p[1], status);
 	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
 }
 
@@ -1518,20 +1517,24 @@ int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
  * back; completed steps and timed-out signal waits before it are replayed. */
 static const char SQL_RETRY[] =
     "WITH r AS (SELECT id, status, status NOT IN ('failed', 'cancelled') AS bad "
-    "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+    "           FROM cairn.runs WHERE part = $2 AND id = $1 FOR UPDATE), "
     /* The first seq that is missing or not settled: the run starts over there. */
     "cut AS (SELECT coalesce(min(g), 0) AS f FROM generate_series(0, "
-    "          (SELECT coalesce(max(seq), -1) + 1 FROM cairn.steps WHERE run_id = $1)) g "
-    "        WHERE NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = $1 AND s.seq = g "
+    "          (SELECT coalesce(max(seq), -1) + 1 FROM cairn.steps "
+    "           WHERE part = $2 AND run_id = $1)) g "
+    "        WHERE NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.part = $2 AND s.run_id = $1 "
+    "                          AND s.seq = g "
     "                          AND s.status IN ('completed', 'timed_out'))), "
     "up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
     "           cancel_requested = false, finished_at = NULL, updated_at = now(), "
     "           scheduled_at = now(), start_at = now(), claims = 0, "
     "           journal_cuts = journal_cuts + 1 "
-    "       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
-    "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) "
+    "       WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT bad) "
+    "       RETURNING id, shard_group, shard), "
+    "st AS (DELETE FROM cairn.steps WHERE part = $2 AND run_id IN (SELECT id FROM up) "
     "         AND seq >= (SELECT f FROM cut) RETURNING 1), "
-    "gb AS (UPDATE cairn.signals SET consumed_by_seq = NULL WHERE run_id IN (SELECT id FROM up) "
+    "gb AS (UPDATE cairn.signals SET consumed_by_seq = NULL "
+    "         WHERE part = $2 AND run_id IN (SELECT id FROM up) "
     "         AND consumed_by_seq >= (SELECT f FROM cut) RETURNING 1) "
     "SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM gb) + "
     "       (SELECT count(*) FROM up), "
@@ -1539,9 +1542,12 @@ static const char SQL_RETRY[] =
 
 int cairn_retry(cairn_client *c, int64_t run_id)
 {
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "", NULL, NULL);
+	int part, rc = client_run_part(c, run_id, &part);
+	if (rc)
+		return rc;
+	char idtxt[24], parttxt[24];
+	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part)};
+	return run_state_cmd(c, run_id, SQL_RETRY, 2, p, "retry", "", p[1], NULL, NULL);
 }
 
 /* ------------------------------------------------------------ run reads */

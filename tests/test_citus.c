@@ -606,9 +606,14 @@ static int64_t run_per_part(PGconn *c, const char *wf)
  * The client's signal and cancel name the part of their run, from its id
  * (client_run_part), and write the signal, the message and the signal
  * link there: on Citus the foreign keys on (run_id, part) refuse a row in
- * another part, so a signal to a run whose part's key is not 0 failed.
+ * another part, so a signal to a run whose part's key was not 0 failed.
+ * Their wake-up (cairn.wake_runs, migration 0025) reads the owner in the
+ * part and notifies from the coordinator, where the relay listens: the
+ * statement it replaced sent its notification on the worker node.
  */
-Test(citus, a_signal_and_a_cancel_write_in_the_part_of_their_run_on_both_nodes, .timeout = 300)
+Test(citus,
+     a_signal_and_a_cancel_write_in_the_part_of_their_run_and_wake_its_owner_from_the_coordinator,
+     .timeout = 300)
 {
 	const char *db = citus_db("signal_cancel");
 	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
@@ -618,20 +623,39 @@ Test(citus, a_signal_and_a_cancel_write_in_the_part_of_their_run_on_both_nodes, 
 	char *ids = tdb_str(c, "SELECT string_agg(id::text, ' ' ORDER BY id) FROM cairn.runs");
 	/* The parts' keys are not all 0: the part matters. */
 	cr_assert_gt(tdb_int(c, "SELECT count(*) FROM cairn.parts WHERE key <> 0"), 0);
+	/* An idle runner owns the shards of the runs, in their parts. */
+	int64_t owner = tdb_int(c, "INSERT INTO cairn.runners (name, address, version, groups, "
+	                           "lease_pid, idle) VALUES ('w', 'a', 'v', '{default}', 1, true) "
+	                           "RETURNING id");
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.shard_leases (shard_group, shard, part, owner) "
+	         "SELECT 'default', part_no, key, %" PRId64 " FROM cairn.parts",
+	         owner);
+	exec_ok(c, sql);
+	PGconn *listener = PQconnectdb(db);
+	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
+	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
 	char *save = NULL;
 	int n = 0;
 	for (char *id = strtok_r(ids, " ", &save); id; id = strtok_r(NULL, " ", &save), n++) {
-		char *out = NULL, *err = NULL;
+		char *out = NULL, *err = NULL, want[64];
 		cr_assert_eq(tcli(db, &out, &err, "signal", id, "go", "--input", "1", NULL), 0,
 		             "signal %s: %s", id, err ? err : "");
 		free(out);
 		free(err);
+		char *got = tdb_next_notification(listener, 30000);
+		snprintf(want, sizeof want, "%" PRId64 " %s", owner, id);
+		cr_assert(got, "no wake-up on the coordinator for the signal to run %s", id);
+		cr_assert_str_eq(got, want);
+		free(got);
 		/* Half the cancels as if the run were older than migration 0025
 		 * (its id carries no shard): the client reads its part. */
-		exec_ok(c, n < nparts / 2 ? "UPDATE cairn.settings SET value = '0' "
-		                            "WHERE name = 'first_placed_id'"
-		                          : "UPDATE cairn.settings SET value = '9223372036854775807' "
-		                            "WHERE name = 'first_placed_id'");
+		exec_ok(c, n < nparts / 2
+		               ? "UPDATE cairn.settings SET value = '0' "
+		                 "WHERE name = 'first_placed_id'"
+		               : "UPDATE cairn.settings SET value = '9223372036854775807' "
+		                 "WHERE name = 'first_placed_id'");
 		/* Started runs get the request and a cancel message; the others
 		 * end at once. */
 		if (n % 2)
@@ -643,8 +667,36 @@ Test(citus, a_signal_and_a_cancel_write_in_the_part_of_their_run_on_both_nodes, 
 		             err ? err : "");
 		free(out);
 		free(err);
+		got = tdb_next_notification(listener, 30000);
+		snprintf(want, sizeof want, "%" PRId64 CAIRN_WAKE_CANCEL " %s", owner, id);
+		cr_assert(got, "no wake-up on the coordinator for the cancel of run %s", id);
+		cr_assert_str_eq(got, want);
+		free(got);
 	}
+	PQfinish(listener);
 	cr_assert_eq(n, nparts);
+	/* The reads of cairn.wake_runs and cairn.wake (migration 0025), with
+	 * the values of a run: one task each, on the node of the part. */
+	int64_t run = tdb_int(c, "SELECT max(id) FROM cairn.runs");
+	int64_t part = tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, run);
+	int shard = (int)(run % 65536);
+	snprintf(sql, sizeof sql,
+	         "SELECT r.id, r.shard_group, r.shard FROM cairn.runs r "
+	         "WHERE r.part = %" PRId64 " AND r.id = ANY ('{%" PRId64 "}'::bigint[])",
+	         part, run);
+	char *plan = explain(c, sql);
+	cr_assert_eq(task_count(plan), 1, "%s\n%s", sql, plan);
+	cr_assert_eq(node_count(plan), 1, "%s\n%s", sql, plan);
+	free(plan);
+	snprintf(sql, sizeof sql,
+	         "SELECT l.owner FROM cairn.shard_leases l "
+	         "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR false) "
+	         "WHERE l.part = %" PRId64 " AND l.shard_group = 'default' AND l.shard = %d",
+	         part, shard);
+	plan = explain(c, sql);
+	cr_assert_eq(task_count(plan), 1, "%s\n%s", sql, plan);
+	cr_assert_eq(node_count(plan), 1, "%s\n%s", sql, plan);
+	free(plan);
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals g JOIN cairn.runs r "
 	                        "ON r.id = g.run_id AND r.part = g.part WHERE g.name = 'go'"),
 	             nparts);

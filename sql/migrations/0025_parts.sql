@@ -151,3 +151,60 @@ BEGIN
     EXECUTE v_def;
 END
 $$;
+
+-- cairn.wake (migration 0015) reads the lease of the shard in the shard's
+-- part: on Citus one task, on the node of the part. Its notification is
+-- sent where the function runs, which on Citus is the coordinator, where
+-- the relay listens: a pg_notify in a statement that touches a distributed
+-- table would be sent on the node that holds its rows.
+CREATE OR REPLACE FUNCTION cairn.wake(p_group text, p_shard integer, p_run bigint, p_cancel boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner bigint;
+    v_kind text := CASE WHEN p_cancel THEN '/cancel' ELSE '' END;
+    v_tag text := pg_current_xact_id()::text || ':';
+    v_seen text := coalesce(current_setting('cairn.woken', true), '');
+    v_any boolean := p_cancel OR current_setting('transaction_isolation') <> 'read committed';
+    v_part integer := cairn.part_of(p_shard);
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(cairn.wake_lock(p_group, p_shard));
+    SELECT l.owner INTO v_owner FROM cairn.shard_leases l
+      JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR v_any)
+     WHERE l.part = v_part AND l.shard_group = p_group AND l.shard = p_shard;
+    IF v_owner IS NULL THEN
+        RETURN;
+    END IF;
+    IF left(v_seen, length(v_tag)) <> v_tag THEN
+        v_seen := v_tag || ',';
+    END IF;
+    IF strpos(v_seen, ',' || v_owner || v_kind || ',') > 0 THEN
+        PERFORM pg_notify('cairn_wake', v_owner || v_kind);
+    ELSE
+        PERFORM pg_notify('cairn_wake', v_owner || v_kind || ' ' || p_run);
+        PERFORM set_config('cairn.woken', v_seen || v_owner || v_kind || ',', false);
+    END IF;
+END
+$$;
+
+-- The owners of runs p_runs, all in part p_part, woken (cairn.wake) after
+-- the write that gave them work committed: the client's wake-up after a
+-- signal or a cancel. Each run's shard is read in its part (one task on
+-- Citus), and the notifications go out from here, as cairn.wake's do.
+-- Returns how many runs it looked at.
+CREATE FUNCTION cairn.wake_runs(p_runs bigint[], p_part integer, p_cancel boolean)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v record;
+    v_n integer := 0;
+BEGIN
+    FOR v IN SELECT r.id, r.shard_group, r.shard FROM cairn.runs r
+              WHERE r.part = p_part AND r.id = ANY (p_runs) LOOP
+        PERFORM cairn.wake(v.shard_group, v.shard, v.id, p_cancel);
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+GRANT EXECUTE ON FUNCTION cairn.wake_runs(bigint[], integer, boolean) TO PUBLIC;
