@@ -2,7 +2,8 @@
  * migrate.c - `cairn migrate`: applies the pending schema migrations, built
  * into cairn or read from --dir, in order (migrate_apply in the client), or
  * lists them with --status; --shards records the shards per group on a fresh
- * database.
+ * database; --citus then distributes the schema over a Citus cluster
+ * (migrate_citus).
  */
 #include <stdio.h>
 
@@ -11,13 +12,13 @@
 #include "commands.h"
 #include "parse.h"
 
-const cli_opt MIGRATE_OPTS[] = {{"status", 0}, {"dir", 1},  {"shards", 1}, {"json", 0},
-                                {"db", 1},     {"help", 0}, {NULL, 0}};
+const cli_opt MIGRATE_OPTS[] = {{"status", 0}, {"dir", 1}, {"shards", 1}, {"citus", 0},
+                                {"json", 0},   {"db", 1},  {"help", 0},   {NULL, 0}};
 
 int cmd_migrate(int argc, char **argv)
 {
 	static const char help[] =
-	    "usage: cairn migrate [--status] [--dir DIR] [--shards N] [--json]\n"
+	    "usage: cairn migrate [--status] [--dir DIR] [--shards N] [--citus] [--json]\n"
 	    "\n"
 	    "Applies the pending migrations in order, each in its own transaction.\n"
 	    "Concurrent migrators are serialized; running it again is a no-op. An\n"
@@ -28,9 +29,16 @@ int cmd_migrate(int argc, char **argv)
 	    "                    built into cairn\n"
 	    "  --shards N        shards per group (1-65536; default 4096), recorded on\n"
 	    "                    a fresh database; must match the recorded value after\n"
+	    "  --citus           on the coordinator of a Citus cluster, after the\n"
+	    "                    migrations: distribute the tables of runs by part\n"
+	    "                    (one part per Citus shard) and make the small ones\n"
+	    "                    reference tables; converts a database that has runs\n"
+	    "                    in place; does only what is not done yet\n"
 	    "  --json            print {\"applied\": [versions this run applied],\n"
 	    "                    \"version_before\", \"version_after\"} (the newest applied\n"
-	    "                    migration before and after; 0: none); with --status,\n"
+	    "                    migration before and after; 0: none; with --citus,\n"
+	    "                    \"citus\": {\"distributed\", \"reference\", \"made_now\",\n"
+	    "                    \"parts\"}); with --status,\n"
 	    "                    an array of {\"version\", \"name\", \"checksum\",\n"
 	    "                    \"applied\", \"applied_at\", \"changed\"}\n" COMMON_HELP;
 	cli_args a = {MIGRATE_OPTS, {0}, {0}, 0};
@@ -86,7 +94,10 @@ int cmd_migrate(int argc, char **argv)
 			cairn_migration_list_free(m, n);
 	} else {
 		migrate_report m;
-		if ((rc = migrate_apply(c, dir, (int)shards, &m))) {
+		migrate_citus_report ct = {0};
+		int citus = cli_has(&a, "citus");
+		if ((rc = migrate_apply(c, dir, (int)shards, &m)) ||
+		    (citus && (rc = migrate_citus(c, &ct)))) {
 			code = cli_fail("migrate", c, rc, NULL);
 		} else if (cli_has(&a, "json")) {
 			cJSON *o = cJSON_CreateObject();
@@ -95,11 +106,24 @@ int cmd_migrate(int argc, char **argv)
 				cJSON_AddItemToArray(v, cJSON_CreateNumber(m.versions[i]));
 			cJSON_AddNumberToObject(o, "version_before", m.before);
 			cJSON_AddNumberToObject(o, "version_after", m.after);
+			if (citus) {
+				cJSON *t = cJSON_AddObjectToObject(o, "citus");
+				cJSON_AddNumberToObject(t, "distributed", ct.distributed);
+				cJSON_AddNumberToObject(t, "reference", ct.reference);
+				cJSON_AddNumberToObject(t, "made_now", ct.made_now);
+				cJSON_AddNumberToObject(t, "parts", ct.parts);
+			}
 			cli_print_json(o);
-		} else if (m.n) {
-			printf("applied %zu migration%s\n", m.n, m.n == 1 ? "" : "s");
 		} else {
-			printf("schema is up to date\n");
+			if (m.n)
+				printf("applied %zu migration%s\n", m.n, m.n == 1 ? "" : "s");
+			else
+				printf("schema is up to date\n");
+			if (citus)
+				printf("citus: %d tables distributed by part in %d parts, %d "
+				       "reference "
+				       "tables (%d made now)\n",
+				       ct.distributed, ct.parts, ct.reference, ct.made_now);
 		}
 		migrate_report_clear(&m);
 	}

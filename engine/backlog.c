@@ -71,7 +71,7 @@ static const char SQL_BACKLOG[] =
     "due_msg AS ("
     "  SELECT r.shard_group AS g, r.workflow AS w, r.status AS s, min(m.deliver_at) AS at "
     "  FROM msgs m JOIN cairn.runs r ON r.id = m.run_id "
-    "  WHERE r.status IN ('sleeping', 'waiting') GROUP BY r.id), "
+    "  WHERE r.status IN ('sleeping', 'waiting') GROUP BY r.id, r.part), "
     "delayed AS ("
     "  SELECT shard_group AS g, workflow AS w FROM cairn.runs "
     "  WHERE start_at > now() AND status = 'pending' LIMIT $1), "

@@ -260,6 +260,12 @@ int client_shards(cairn_client *c, int *shards)
 	return CAIRN_OK;
 }
 
+int client_part(const cairn_client *c, int shard)
+{
+	int n = c->settings.nparts;
+	return n > 0 ? c->settings.part_keys[shard % n] : 0;
+}
+
 int client_schema_version(cairn_client *c)
 {
 	int shards;
@@ -326,14 +332,22 @@ static const db_stmt ST_WAKE_SHARDS = {
     "      JOIN cairn.shard_leases l ON l.shard_group = coalesce(x.g, "
     "        (SELECT shard_group FROM cairn.route($4))) AND l.shard = x.s "
     "      " WAKE_OWNER("$3") ") o"};
-/* Runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL. */
-static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
-                                     "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL
-                                     "', l.owner || $2 || ' ' || r.id)), "
-                                     "       " WAKE_NO_DISK " "
-                                     "FROM cairn.runs r JOIN cairn.shard_leases l "
-                                     "  ON l.shard_group = r.shard_group AND l.shard = r.shard "
-                                     "  " WAKE_OWNER("$2") "WHERE r.id = ANY ($1::bigint[])"};
+/* Runs: $1 run ids, $2 "" or CAIRN_WAKE_CANCEL, $3 their part. A function
+ * (migration 0025) that reads each run and its owner in the part and
+ * notifies by cairn.wake: on Citus its notifications are sent by the
+ * coordinator, where the relay listens, not by the node of the part. */
+static const db_stmt ST_WAKE_RUNS = {
+    "cairn_wake_runs",
+    "SELECT cairn.wake_runs($1::bigint[], $3::int, $2 <> ''), " WAKE_NO_DISK};
+
+/* A new run's id, which carries its shard (migration 0025,
+ * cairn.new_run_id, written out so that the statement calls no function),
+ * and the key of the part of a shard, from the parts read once by the
+ * statement (PART_KEYS, as pk); the single enqueue gets its part from the
+ * client (client_part). */
+#define NEW_RUN_ID(shard) "(nextval('cairn.runs_id_seq') * " RUN_ID_SHARDS_SQL " + " shard ")"
+#define PART_KEYS         "SELECT array_agg(p.key ORDER BY p.part_no) AS keys FROM cairn.parts p"
+#define PART_OF(shard)    "pk.keys[" shard " % cardinality(pk.keys) + 1]"
 
 /* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
 #define START_AT(at, delay)                                                                        \
@@ -370,13 +384,13 @@ static const db_stmt ST_WAKE_RUNS = {"cairn_wake_runs",
 static const db_stmt ST_ENQUEUE = {
     "cairn_enqueue",
     "WITH rt AS (SELECT * FROM cairn.route($1, $3, $12, $13)) "
-    "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
-    "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held, traceparent) "
-    "SELECT $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
+    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
+    "                             max_attempts, scheduled_at, start_at, parent_id, "
+    "                             concurrency_key, priority, held, traceparent) "
+    "SELECT " NEW_RUN_ID("$4") ", $15, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
     "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $14 "
     "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-    "ON CONFLICT (workflow, key) DO NOTHING "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
     "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
     "          (SELECT warning FROM rt), r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
@@ -385,14 +399,33 @@ static const db_stmt ST_ENQUEUE = {
  * table. */
 static const db_stmt ST_ENQUEUE_TO = {
     "cairn_enqueue_to",
-    "INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "
-    "                             scheduled_at, start_at, parent_id, concurrency_key, "
-    "                             priority, held, traceparent) "
-    "SELECT $1, $2, $3, $4, $5::jsonb, $6, t.at, CASE WHEN h.held THEN NULL ELSE t.at END, "
-    "       $9::bigint, $10, $11, h.held, $12 "
+    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
+    "                             max_attempts, scheduled_at, start_at, parent_id, "
+    "                             concurrency_key, priority, held, traceparent) "
+    "SELECT " NEW_RUN_ID("$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "
     "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-    "ON CONFLICT (workflow, key) DO NOTHING "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
     "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+/* The same for a run without a concurrency key (most runs): nothing can
+ * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
+ * ($10 is NULL). Citus routes it whole to the node of its part ($13) with
+ * a generic plan (a fast-path router insert, tests/test_citus.c), where
+ * the INSERT ... SELECT above, whose held column calls cairn.flow_active,
+ * cannot be planned at all. */
+static const db_stmt ST_ENQUEUE_VALUES = {
+    "cairn_enqueue_values",
+    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
+    "                             max_attempts, scheduled_at, start_at, parent_id, "
+    "                             concurrency_key, priority, traceparent) "
+    "VALUES (" NEW_RUN_ID("$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+    "        " START_ONE ", $9::bigint, $10::text, $11, $12) "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+const char *client_sql_enqueue_values(void)
+{
+	return ST_ENQUEUE_VALUES.sql;
+}
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -429,29 +462,37 @@ static const char SQL_ENQUEUED[] =
 	"rt AS (SELECT d.grp, d.req, x.shard_group, x.warning "                                    \
 	"  FROM (SELECT DISTINCT coalesce(grp, '') AS grp, req FROM input) d, "                    \
 	"  LATERAL cairn.route($1, nullif(d.grp, ''), NULL, d.req) x), "                           \
+	"pk AS (" PART_KEYS "), "                                                                  \
 	"ins AS ("                                                                                 \
-	"  INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "       \
-	"                          scheduled_at, start_at, concurrency_key, priority, held, "      \
-	"                          traceparent) "                                                  \
-	"  SELECT $1, key, g, shard, input::jsonb, max_attempts, at, "                             \
-	"         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held, tp "                     \
-	"  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH " AS held "    \
-	"        FROM (SELECT *, " rank " AS rank "                                                \
-	"              FROM input) i "                                                             \
-	"        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i ORDER BY ord "      \
-	"  ON CONFLICT (workflow, key) DO NOTHING "                                                \
-	"  RETURNING id, key, status, held) "                                                      \
-	"SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, r.status), "          \
-	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.output::text END, "        \
-	"       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "               \
-	"       coalesce(ins.held, r.held), "                                                      \
-	"       CASE WHEN ins.id IS NOT NULL THEN (SELECT rt.warning FROM rt "                     \
-	"         WHERE rt.grp = coalesce(i.grp, '') AND rt.req = i.req) END "                     \
-	"FROM input i LEFT JOIN ins ON ins.key = i.key "                                           \
-	"LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, r.error, r.held "      \
-	"  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = i.key "          \
-	"  LIMIT 1) r ON true "                                                                    \
-	"ORDER BY i.ord"
+	"  INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "           \
+	"                          max_attempts, scheduled_at, start_at, concurrency_key, "        \
+	"                          priority, held, traceparent) "                                  \
+	"  SELECT " NEW_RUN_ID("shard") ", " PART_OF(                                              \
+	    "shard") ", $1, key, g, shard, input::jsonb, max_attempts, at, "                       \
+	             "         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held, tp "        \
+	             "  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH   \
+	             " AS held "                                                                   \
+	             "        FROM (SELECT *, " rank " AS rank "                                   \
+	             "              FROM input) i "                                                \
+	             "        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i, pk "  \
+	             "ORDER BY ord "                                                               \
+	             "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "               \
+	             "  RETURNING id, key, status, held) "                                         \
+	             "SELECT coalesce(ins.id, r.id), ins.id IS NULL, coalesce(ins.status, "        \
+	             "r.status), "                                                                 \
+	             "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN "               \
+	             "r.output::text END, "                                                        \
+	             "       CASE WHEN $9::bool AND r.finished_at IS NOT NULL THEN r.error END, "  \
+	             "       coalesce(ins.held, r.held), "                                         \
+	             "       CASE WHEN ins.id IS NOT NULL THEN (SELECT rt.warning FROM rt "        \
+	             "         WHERE rt.grp = coalesce(i.grp, '') AND rt.req = i.req) END "        \
+	             "FROM input i LEFT JOIN ins ON ins.key = i.key "                              \
+	             "LEFT JOIN LATERAL (SELECT r.id, r.status, r.finished_at, r.output, "         \
+	             "r.error, r.held "                                                            \
+	             "  FROM cairn.runs r WHERE ins.id IS NULL AND r.workflow = $1 AND r.key = "   \
+	             "i.key "                                                                      \
+	             "  LIMIT 1) r ON true "                                                       \
+	             "ORDER BY i.ord"
 static const char SQL_ENQUEUE_BATCH[] = ENQUEUE_BATCH("0::bigint");
 static const char SQL_ENQUEUE_BATCH_KEYED[] =
     ENQUEUE_BATCH("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
@@ -476,14 +517,17 @@ static const char SQL_ENQUEUE_BATCH_KEYED[] =
 	"                       $7::bigint[], $8::bigint[], $9::text[], $10::int[]) "              \
 	"    WITH ORDINALITY "                                                                     \
 	"    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, "                 \
-	"         ckey, prio, ord)) "                                                              \
-	"INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, max_attempts, "    \
-	"                             scheduled_at, start_at, concurrency_key, priority, held) "   \
-	"SELECT $1, key, shard_group, shard, input::jsonb, max_attempts, at, "                     \
-	"       CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "                           \
-	"FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "                             \
-	"      FROM (SELECT *, " rank " AS rank FROM input) i) i ORDER BY ord "                    \
-	"RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
+	"         ckey, prio, ord)), "                                                             \
+	"pk AS (" PART_KEYS ") "                                                                   \
+	"INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "        \
+	"                             max_attempts, scheduled_at, start_at, concurrency_key, "     \
+	"                             priority, held) "                                            \
+	"SELECT " NEW_RUN_ID("shard") ", " PART_OF(                                                \
+	    "shard") ", $1, key, shard_group, shard, input::jsonb, max_attempts, at, "             \
+	             "       CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "              \
+	             "FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "                \
+	             "      FROM (SELECT *, " rank " AS rank FROM input) i) i, pk ORDER BY ord "   \
+	             "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
 static const char SQL_ENQUEUE_NEW[] = ENQUEUE_NEW("0::bigint");
 static const char SQL_ENQUEUE_NEW_KEYED[] =
     ENQUEUE_NEW("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
@@ -567,7 +611,8 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
 static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
-    &ST_ENQUEUE, &ST_WAKE_SHARD, &ST_WAKE_SHARDS, &ST_WAKE_RUNS, &ST_ENQUEUE_TO, &ST_WAKE_TO};
+    &ST_ENQUEUE,    &ST_WAKE_SHARD, &ST_WAKE_SHARDS,   &ST_WAKE_RUNS,
+    &ST_ENQUEUE_TO, &ST_WAKE_TO,    &ST_ENQUEUE_VALUES};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -893,7 +938,9 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
                        cairn_enqueued *out)
 {
 	int64_t parent = from.parent;
-	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24], tp[TRACEPARENT_LEN + 1];
+	char shard[24], maxa[24], delay[24], at[24], par[24], prio[24], part[24];
+	char tp[TRACEPARENT_LEN + 1];
+	int sh = run_shard(o, key, shards);
 	buf sealed = BUF_INIT;
 	const char *input = seal_for(c, SEAL_RUN_INPUT, o->input ? o->input : "null", &sealed);
 	if (!input) {
@@ -903,7 +950,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	const char *p[] = {workflow,
 	                   key,
 	                   o->group,
-	                   db_i64(shard, run_shard(o, key, shards)),
+	                   db_i64(shard, sh),
 	                   input,
 	                   db_i64(maxa, o->max_attempts ? o->max_attempts : 3),
 	                   db_i64(delay, o->delay_ms),
@@ -913,10 +960,12 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   db_i64(prio, o->priority),
 	                   from.prefer,
 	                   o->require_served ? "t" : "f",
-	                   traceparent_of(o, tp)};
-	/* ST_ENQUEUE_TO's parameters: the first 11, and the traceparent. */
-	const char *pto[] = {p[0], p[1], p[2], p[3], p[4],  p[5],
-	                     p[6], p[7], p[8], p[9], p[10], p[13]};
+	                   traceparent_of(o, tp),
+	                   db_i64(part, client_part(c, sh))};
+	/* ST_ENQUEUE_TO's parameters: the first 11, the traceparent and the
+	 * part. */
+	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
+	                     p[7], p[8], p[9], p[10], p[13], p[14]};
 
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
@@ -926,8 +975,9 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		PGresult *r = cached ? exec_then(c, &ST_ENQUEUE_TO, 12, pto, &ST_WAKE_TO, 5, wake)
-		                     : exec_then(c, &ST_ENQUEUE, 14, p, &ST_WAKE_SHARD, 6, wake);
+		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
+		PGresult *r = cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
+		                     : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			if (!rc && cached && !out->existed && cached->warning[0])
@@ -1201,11 +1251,44 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 
 /* The run a signal or a cancel sent to run $1 is for: the last of its
  * chain (cairn_continue_as_new, migration 0022), $1 itself when it never
- * continued, as the statement's snapshot sees it. */
-#define LIVE_RUN                                                                                   \
+ * continued, as the statement's snapshot sees it. A chain stays in its
+ * shard, so in the part of $1 (part, a parameter: client_run_part). */
+#define LIVE_RUN(part)                                                                             \
 	"(SELECT coalesce((SELECT max(c.id) FROM cairn.runs c "                                    \
-	"                   WHERE c.chain_id = coalesce(x.chain_id, x.id)), x.id) "                \
-	"  FROM cairn.runs x WHERE x.id = $1)"
+	"                   WHERE c.part = " part " AND c.chain_id = coalesce(x.chain_id, x.id)), " \
+	"                 x.id) "                                                                  \
+	"  FROM cairn.runs x WHERE x.part = " part " AND x.id = $1)"
+
+/*
+ * The part that holds run id (docs/architecture.md, "On Citus"), for the
+ * statements that name it: the one part of one server; with parts, the
+ * part of the shard the id carries (cairn.new_run_id), or, for a run made
+ * before migration 0025 (an id below first_placed_id, which carries no
+ * shard), the part its row names, read once. A run that does not exist
+ * gets the first part: the statement then finds no run.
+ */
+int client_run_part(cairn_client *c, int64_t id, int *part)
+{
+	int shards, rc = client_shards(c, &shards);
+	if (rc)
+		return rc;
+	*part = c->settings.part_keys[0];
+	if (c->settings.nparts <= 1)
+		return CAIRN_OK;
+	if (id >= c->settings.first_placed_id) {
+		*part = client_part(c, (int)(id % RUN_ID_SHARDS));
+		return CAIRN_OK;
+	}
+	char idtxt[24];
+	const char *p[] = {db_i64(idtxt, id)};
+	PGresult *r = db_exec(c->conn, &c->err, "SELECT part FROM cairn.runs WHERE id = $1", 1, p);
+	if (!r)
+		return client_db_fail(c);
+	if (PQntuples(r) == 1)
+		*part = db_get_int(r, 0, 0);
+	PQclear(r);
+	return CAIRN_OK;
+}
 
 /* A run holds at most max_pending_signals unconsumed signals (cairn.settings):
  * one more is refused. Two signals sent at the same moment can both pass the
@@ -1218,63 +1301,64 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
 static const char SQL_SIGNAL[] =
     "WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done, "
     "             (SELECT count(*) FROM cairn.signals g "
-    "              WHERE g.run_id = runs.id AND g.consumed_by_seq IS NULL) AS pending "
-    "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR SHARE), "
+    "              WHERE g.part = $6 AND g.run_id = runs.id AND g.consumed_by_seq IS NULL) "
+    "             AS pending "
+    "           FROM cairn.runs WHERE part = $6 AND id = " LIVE_RUN("$6") " FOR SHARE), "
     /* $5: the nonce of a signal link used once (NULL: none), recorded
      * with the signal; a second use finds it and writes nothing. */
-    "used AS (INSERT INTO cairn.signal_links (nonce, run_id) "
-    "         SELECT $5, id FROM r WHERE $5::text IS NOT NULL AND NOT done AND pending < $4 "
+    "used AS (INSERT INTO cairn.signal_links (nonce, run_id, part) "
+    "         SELECT $5, id, $6 FROM r WHERE $5::text IS NOT NULL AND NOT done AND pending < $4 "
     "         ON CONFLICT DO NOTHING RETURNING 1), "
     "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4 "
     "         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM used))), "
-    "s AS (INSERT INTO cairn.signals (run_id, name, payload) "
-    "      SELECT id, $2, $3::jsonb FROM ok RETURNING run_id), "
-    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-    "      SELECT id, shard_group, shard, 'signal' FROM ok "
+    "s AS (INSERT INTO cairn.signals (run_id, part, name, payload) "
+    "      SELECT id, $6, $2, $3::jsonb FROM ok RETURNING run_id), "
+    "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+    "      SELECT id, $6, shard_group, shard, 'signal' FROM ok "
     "      RETURNING 1) "
     "SELECT done OR pending >= $4 OR NOT EXISTS (SELECT 1 FROM ok), "
     "       (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
     "       CASE WHEN $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.signal_links "
-    "                  WHERE nonce = $5) THEN '" CLIENT_NONCE_USED "' "
+    "                  WHERE part = $6 AND nonce = $5) THEN '" CLIENT_NONCE_USED "' "
     "            WHEN done THEN 'it has already finished' "
     "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; the "
     "limit (max_pending_signals in cairn.settings) is ' || $4 "
     "            ELSE '" CLIENT_NONCE_USED "' END, "
     /* Sent to a run that awaits it: the message wakes the run to take it. */
     "       CASE WHEN EXISTS (SELECT 1 FROM s) AND EXISTS (SELECT 1 FROM cairn.steps "
-    "                  WHERE run_id = r.id AND kind = 'signal' AND status = 'waiting' "
+    "                  WHERE part = $6 AND run_id = r.id AND kind = 'signal' AND status = 'waiting' "
     "                    AND name = $2) "
     "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END, r.id "
     "FROM r";
 
 /* Wakes the owner of run id's shard (the payload wake), in a statement of
  * its own. */
-static void wake_run(cairn_client *c, int64_t id, const char *wake)
+static void wake_run(cairn_client *c, int64_t id, const char *wake, const char *part)
 {
 	char ids[32];
 	snprintf(ids, sizeof ids, "{%" PRId64 "}", id);
-	const char *w[] = {ids, wake};
+	const char *w[] = {ids, wake, part};
 	int slot;
 	db_send how = send_how(c, &ST_WAKE_RUNS, &slot);
-	PQclear(how == DB_NAMED ? db_exec_prepared(c->conn, NULL, ST_WAKE_RUNS.name, 2, w)
-	                        : db_exec(c->conn, NULL, ST_WAKE_RUNS.sql, 2, w));
+	PQclear(how == DB_NAMED ? db_exec_prepared(c->conn, NULL, ST_WAKE_RUNS.name, 3, w)
+	                        : db_exec(c->conn, NULL, ST_WAKE_RUNS.sql, 3, w));
 }
 
 /* Runs a statement whose first row's first column is "run already finished"
  * (its third, if any, why the run refused), then wakes the run's owner with
- * the payload wake. outcome (CLIENT_OUTCOME_MAX bytes; may be NULL) gets
+ * the payload wake (the run in part, which its chain shares). outcome (CLIENT_OUTCOME_MAX bytes; may be NULL) gets
  * the fourth column: what the write did. A fifth column is the run the
  * statement wrote for (the last of a chain, LIVE_RUN), into *target (may
  * be NULL), whose owner is woken too when it is another. */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
                          const char *const *params, const char *verb, const char *wake,
-                         char *outcome, int64_t *target)
+                         const char *part, char *outcome, int64_t *target)
 {
 	char ids[32];
 	snprintf(ids, sizeof ids, "{%" PRId64 "}", run_id);
-	const char *w[] = {ids, wake};
+	const char *w[] = {ids, wake, part};
 	const db_stmt st = {NULL, sql};
-	PGresult *r = exec_then(c, &st, n, params, &ST_WAKE_RUNS, 2, w);
+	PGresult *r = exec_then(c, &st, n, params, &ST_WAKE_RUNS, 3, w);
 	if (!r)
 		return client_db_fail(c);
 	int rc = CAIRN_OK;
@@ -1293,7 +1377,7 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
 		snprintf(outcome, CLIENT_OUTCOME_MAX, "%s", PQgetvalue(r, 0, 3));
 	PQclear(r);
 	if (rc == CAIRN_OK && to != run_id)
-		wake_run(c, to, wake);
+		wake_run(c, to, wake, part);
 	return rc;
 }
 
@@ -1302,12 +1386,12 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
  * write waited for its lock; then the write goes to its successor. */
 static int live_run_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
                         const char *const *params, const char *verb, const char *wake,
-                        char *outcome)
+                        const char *part, char *outcome)
 {
 	int rc;
 	for (int tries = 0;; tries++) {
 		int64_t tried, last;
-		rc = run_state_cmd(c, run_id, sql, n, params, verb, wake, outcome, &tried);
+		rc = run_state_cmd(c, run_id, sql, n, params, verb, wake, part, outcome, &tried);
 		if (rc != CAIRN_ESTATE || tries == 10 || cairn_run_last(c, run_id, &last) ||
 		    last == tried)
 			break;
@@ -1350,12 +1434,18 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 	int shards, rc = client_shards(c, &shards); /* reads the limits too */
 	if (rc)
 		return rc;
-	char idtxt[24], cap[24];
+	int part;
+	if ((rc = client_run_part(c, run_id, &part)))
+		return rc;
+	char idtxt[24], cap[24], parttxt[24];
 	buf sealed = BUF_INIT;
-	const char *p[] = {db_i64(idtxt, run_id), name,
+	const char *p[] = {db_i64(idtxt, run_id),
+	                   name,
 	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, payload ? payload : "null", &sealed),
-	                   db_i64(cap, c->settings.max_pending_signals), nonce};
-	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 5, p, "signal", "", outcome)
+	                   db_i64(cap, c->settings.max_pending_signals),
+	                   nonce,
+	                   db_i64(parttxt, part)};
+	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 6, p, "signal", "", p[5], outcome)
 	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
 	buf_free(&sealed);
 	return rc;
@@ -1369,27 +1459,41 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
  * 0024): its outcome, and the parent's wait counted down. */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
-    "           FROM cairn.runs WHERE id = " LIVE_RUN " FOR UPDATE), "
+    "           FROM cairn.runs WHERE part = $2 AND id = " LIVE_RUN("$2") " FOR UPDATE), "
     "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
     "             cancel_requested = true, finished_at = now(), updated_at = now(), "
     "             start_at = NULL, held = false "
-    "         WHERE id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
+    "         WHERE part = $2 AND id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
     "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS child), "
-    "drop_ AS (DELETE FROM cairn.messages WHERE run_id IN (SELECT id FROM now_) RETURNING 1), "
-    "notify_ AS (SELECT pg_notify('" CAIRN_DONE_CHANNEL "', id::text) FROM now_), "
+    "drop_ AS (DELETE FROM cairn.messages WHERE part = $2 AND run_id IN (SELECT id FROM now_) "
+    "          RETURNING 1), "
+    /* A count: on Citus a CTE's rows may be passed on as a result,
+     * which cannot hold pg_notify's void. */
+    "notify_ AS (SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) AS n FROM now_), "
     "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), array_agg(parent_id), "
     "             array_agg('cancelled'::text), array_agg('cancelled'::text)) AS n "
     "         FROM now_ WHERE parent_id IS NOT NULL), "
     "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
-    "        WHERE id IN (SELECT id FROM r WHERE NOT done) AND id NOT IN (SELECT id FROM now_) "
+    "        WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT done) "
+    "          AND id NOT IN (SELECT id FROM now_) "
     "        RETURNING id, shard_group, shard), "
-    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-    "      SELECT id, shard_group, shard, 'cancel' FROM req "
+    "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+    "      SELECT id, $2, shard_group, shard, 'cancel' FROM req "
     "      RETURNING 1) "
     "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-    "  + (SELECT count(*) FROM notify_) + (SELECT count(n) FROM told), "
+    "  + (SELECT n FROM notify_) + (SELECT count(n) FROM told), "
     "  'it has already finished', "
     "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
+
+const char *client_sql_signal(void)
+{
+	return SQL_SIGNAL;
+}
+
+const char *client_sql_cancel(void)
+{
+	return SQL_CANCEL;
+}
 
 int cairn_cancel(cairn_client *c, int64_t run_id)
 {
@@ -1398,9 +1502,12 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 
 int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 {
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, run_id)};
-	int rc = live_run_cmd(c, run_id, SQL_CANCEL, 1, p, "cancel", CAIRN_WAKE_CANCEL, status);
+	int part, rc = client_run_part(c, run_id, &part);
+	if (rc)
+		return rc;
+	char idtxt[24], parttxt[24];
+	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part)};
+	rc = live_run_cmd(c, run_id, SQL_CANCEL, 2, p, "cancel", CAIRN_WAKE_CANCEL, p[1], status);
 	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
 }
 
@@ -1410,20 +1517,24 @@ int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
  * back; completed steps and timed-out signal waits before it are replayed. */
 static const char SQL_RETRY[] =
     "WITH r AS (SELECT id, status, status NOT IN ('failed', 'cancelled') AS bad "
-    "           FROM cairn.runs WHERE id = $1 FOR UPDATE), "
+    "           FROM cairn.runs WHERE part = $2 AND id = $1 FOR UPDATE), "
     /* The first seq that is missing or not settled: the run starts over there. */
     "cut AS (SELECT coalesce(min(g), 0) AS f FROM generate_series(0, "
-    "          (SELECT coalesce(max(seq), -1) + 1 FROM cairn.steps WHERE run_id = $1)) g "
-    "        WHERE NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = $1 AND s.seq = g "
+    "          (SELECT coalesce(max(seq), -1) + 1 FROM cairn.steps "
+    "           WHERE part = $2 AND run_id = $1)) g "
+    "        WHERE NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.part = $2 AND s.run_id = $1 "
+    "                          AND s.seq = g "
     "                          AND s.status IN ('completed', 'timed_out'))), "
     "up AS (UPDATE cairn.runs SET status = 'pending', attempt = 0, error = NULL, output = NULL, "
     "           cancel_requested = false, finished_at = NULL, updated_at = now(), "
     "           scheduled_at = now(), start_at = now(), claims = 0, "
     "           journal_cuts = journal_cuts + 1 "
-    "       WHERE id IN (SELECT id FROM r WHERE NOT bad) RETURNING id, shard_group, shard), "
-    "st AS (DELETE FROM cairn.steps WHERE run_id IN (SELECT id FROM up) "
+    "       WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT bad) "
+    "       RETURNING id, shard_group, shard), "
+    "st AS (DELETE FROM cairn.steps WHERE part = $2 AND run_id IN (SELECT id FROM up) "
     "         AND seq >= (SELECT f FROM cut) RETURNING 1), "
-    "gb AS (UPDATE cairn.signals SET consumed_by_seq = NULL WHERE run_id IN (SELECT id FROM up) "
+    "gb AS (UPDATE cairn.signals SET consumed_by_seq = NULL "
+    "         WHERE part = $2 AND run_id IN (SELECT id FROM up) "
     "         AND consumed_by_seq >= (SELECT f FROM cut) RETURNING 1) "
     "SELECT bad, (SELECT count(*) FROM st) + (SELECT count(*) FROM gb) + "
     "       (SELECT count(*) FROM up), "
@@ -1431,9 +1542,12 @@ static const char SQL_RETRY[] =
 
 int cairn_retry(cairn_client *c, int64_t run_id)
 {
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, run_id)};
-	return run_state_cmd(c, run_id, SQL_RETRY, 1, p, "retry", "", NULL, NULL);
+	int part, rc = client_run_part(c, run_id, &part);
+	if (rc)
+		return rc;
+	char idtxt[24], parttxt[24];
+	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part)};
+	return run_state_cmd(c, run_id, SQL_RETRY, 2, p, "retry", "", p[1], NULL, NULL);
 }
 
 /* ------------------------------------------------------------ run reads */

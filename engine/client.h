@@ -23,6 +23,17 @@ typedef struct migrate_report {
  * free it with migrate_report_clear. */
 int migrate_apply(cairn_client *c, const char *dir, int shards_per_group, migrate_report *out);
 void migrate_report_clear(migrate_report *r);
+/* What `cairn migrate --citus` found and did: cairn's tables distributed
+ * by part (colocated with cairn.runs) and reference tables, after it, how
+ * many of them it made now, and the parts. */
+typedef struct migrate_citus_report {
+	int distributed, reference, made_now, parts;
+} migrate_citus_report;
+/* On the coordinator of a Citus cluster, after migrate_apply: makes the
+ * parts (once), the reference tables and the distributed tables that
+ * pg_dist_partition does not list yet, in one transaction under the
+ * migrators' lock; CAIRN_OK, or a failure that changed nothing. */
+int migrate_citus(cairn_client *c, migrate_citus_report *out);
 /* The newest migration applied to c's database, read with its settings
  * (client_shards); 0 when they cannot be read (no schema). */
 int client_schema_version(cairn_client *c);
@@ -65,7 +76,7 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
-#define CLIENT_NSTMTS 6
+#define CLIENT_NSTMTS 7
 enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
 
 /* A route a client used (client.c, route_cached): runs of workflow
@@ -164,6 +175,19 @@ int client_placement(cairn_client *c, const char *workflow, const char *group, i
 
 /* Reads cairn.settings once (cached) and gives shards_per_group. */
 int client_shards(cairn_client *c, int *shards);
+/* The key of the part (cairn.parts, migration 0025) that holds the rows of
+ * shard, from the settings client_shards read. */
+int client_part(const cairn_client *c, int shard);
+/* The part of run id into *part (client.c: from the id, or read for a run
+ * older than migration 0025): CAIRN_OK or an error. */
+int client_run_part(cairn_client *c, int64_t id, int *part);
+/* The text of the client's enqueue of one run without a concurrency key to
+ * a group it routed (tests/test_citus.c explains it on Citus). */
+const char *client_sql_enqueue_values(void);
+/* The texts of the client's signal ($1 run, $2 name, $3 payload, $4 the most
+ * pending signals, $5 nonce, $6 part) and cancel ($1 run, $2 part). */
+const char *client_sql_signal(void);
+const char *client_sql_cancel(void);
 /* What client_signal_once says of a nonce used before. */
 #define CLIENT_NONCE_USED "this link was used already"
 /* What a write to a run reports it did (`cairn signal --json`, `cairn

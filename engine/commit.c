@@ -236,7 +236,7 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "       AS t(r, q, n, k, st, o, er, a, w, sa, fa) "
      "  WHERE t.r IN (SELECT run_id FROM ok) "
      /* A settled entry is never overwritten: the journal only grows. */
-     "  ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
+     "  ON CONFLICT ON CONSTRAINT steps_pkey DO UPDATE SET status = excluded.status, "
      "    output = excluded.output, error = excluded.error, attempts = excluded.attempts, "
      "    wake_at = excluded.wake_at, finished_at = excluded.finished_at "
      "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out'))",
@@ -279,21 +279,21 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      * journal, in the group that serves their workflow (NULL: the run's),
      * and the parent's child_waits row, which tells the ends of its
      * children to count down its waits (cairn.children_sync). */
-    {"kn AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
+    {"kn AS (INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "
      "                               max_attempts, scheduled_at, start_at, parent_id, "
      "                               traceparent) "
-     "  SELECT x.id, x.w, x.k, coalesce(x.g, ok.g), x.s, x.i::jsonb, 3, now(), now(), x.p, "
-     "         x.tp "
+     "  SELECT x.id, cairn.part_of(x.s), x.w, x.k, coalesce(x.g, ok.g), x.s, x.i::jsonb, 3, "
+     "         now(), now(), x.p, x.tp "
      "  FROM unnest(:kn_run::bigint[], :kn_id::bigint[], :kn_workflow::text[], "
      "              :kn_key::text[], :kn_shard::int[], :kn_group::text[], :kn_input::text[], "
      "              :kn_tp::text[]) "
      "       AS x(p, id, w, k, s, g, i, tp) "
      "  JOIN ok ON ok.run_id = x.p "
-     "  ON CONFLICT (workflow, key) DO NOTHING), "
+     "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING), "
      "knw AS (INSERT INTO cairn.child_waits (run_id) "
      "  SELECT DISTINCT x.p FROM unnest(:kn_run::bigint[]) AS x(p) "
      "  WHERE x.p IN (SELECT run_id FROM ok) "
-     "  ON CONFLICT (run_id) DO NOTHING)",
+     "  ON CONFLICT ON CONSTRAINT child_waits_pkey DO NOTHING)",
      SLOT_kn_run, SLOT_kn_tp},
     /* A run retry cuts the journal where the run starts over, and gives
      * back the signals consumed from there on. */
@@ -362,7 +362,8 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  FROM unnest(:ev_run::bigint[], :ev_key::text[], :ev_value::text[], :ev_seq::int[]) "
      "    AS x(r, k, v, q) "
      "  WHERE x.r IN (SELECT run_id FROM ok) ORDER BY x.r, x.k, x.q DESC "
-     "  ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, updated_at = now())",
+     "  ON CONFLICT ON CONSTRAINT events_pkey DO UPDATE SET value = excluded.value, updated_at = "
+     "now())",
      SLOT_ev_run, SLOT_ev_seq},
     /* A run moves to a group whose workers serve its workflow (migration
      * 0020): its row and every message of it, still due; the shard is the
@@ -390,15 +391,16 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      * CLAIM_RUN_DATA) and takes them over as it consumes them (sig), and
      * its own successor carries them over.
      */
-    {"cont AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, max_attempts, "
-     "    start_at, parent_id, concurrency_key, priority, continued_from, chain_id, "
-     "    cancel_requested, traceparent) "
-     "  SELECT p.workflow, 'cairn.next:' || p.id, p.shard_group, p.shard, x.i::jsonb, "
+    {"cont AS (INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "
+     "    max_attempts, start_at, parent_id, concurrency_key, priority, continued_from, "
+     "    chain_id, cancel_requested, traceparent) "
+     "  SELECT cairn.new_run_id(p.shard), p.part, p.workflow, 'cairn.next:' || p.id, "
+     "         p.shard_group, p.shard, x.i::jsonb, "
      "         p.max_attempts, now(), p.parent_id, p.concurrency_key, p.priority, p.id, "
      "         coalesce(p.chain_id, p.id), u.cancel_requested, p.traceparent "
      "  FROM unnest(:cont_run::bigint[], :cont_input::text[]) AS x(r, i) "
      "  JOIN upd u ON u.id = x.r JOIN cairn.runs p ON p.id = x.r "
-     "  ON CONFLICT (workflow, key) DO NOTHING RETURNING id, continued_from), "
+     "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING id, continued_from), "
      "carry AS (UPDATE cairn.signals g SET run_id = n.id FROM cont n "
      "  WHERE g.consumed_by_seq IS NULL AND g.id <> ALL (:cont_taken::bigint[]) "
      "    AND (g.run_id = n.continued_from "

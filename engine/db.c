@@ -485,16 +485,38 @@ char *db_i64(char out[24], int64_t v)
 	return out;
 }
 
+/* The keys of cairn.parts, "K0,K1,..." in part_no order, into out (one
+ * part, key 0, when there are none or more than DB_PARTS_MAX). */
+static void read_part_keys(const char *list, db_settings *out)
+{
+	out->nparts = 0;
+	for (const char *p = list; *p && out->nparts < DB_PARTS_MAX;) {
+		char *end;
+		long k = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		out->part_keys[out->nparts++] = (int)k;
+		p = *end == ',' ? end + 1 : end;
+	}
+	if (out->nparts == 0) {
+		out->nparts = 1;
+		out->part_keys[0] = 0;
+	}
+}
+
 int db_read_settings(PGconn *c, db_settings *out, buf *err)
 {
 	*out = (db_settings){.max_pending_signals = DB_DEFAULT_MAX_PENDING_SIGNALS,
 	                     .max_journal_bytes = DB_DEFAULT_MAX_JOURNAL_BYTES};
 	PGresult *r = db_exec(c, err,
 	                      "SELECT name, value FROM cairn.settings WHERE name IN "
-	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes') "
+	                      "('shards_per_group', 'max_pending_signals', 'max_journal_bytes', "
+	                      " 'first_placed_id') "
 	                      "UNION ALL SELECT 'backend_pid', pg_backend_pid()::text "
 	                      "UNION ALL SELECT 'schema_version', coalesce(max(version), 0)::text "
-	                      "FROM cairn.schema_migrations",
+	                      "FROM cairn.schema_migrations "
+	                      "UNION ALL SELECT 'part_keys', string_agg(key::text, ',' "
+	                      "  ORDER BY part_no) FROM cairn.parts",
 	                      0, NULL);
 	if (!r) {
 		const char *st = db_last_sqlstate();
@@ -506,6 +528,10 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 	}
 	for (int i = 0; i < PQntuples(r); i++) {
 		const char *name = PQgetvalue(r, i, 0);
+		if (strcmp(name, "part_keys") == 0) {
+			read_part_keys(PQgetvalue(r, i, 1), out);
+			continue;
+		}
 		int64_t v = db_get_i64(r, i, 1);
 		if (strcmp(name, "shards_per_group") == 0)
 			out->shards = (int)v;
@@ -517,6 +543,8 @@ int db_read_settings(PGconn *c, db_settings *out, buf *err)
 			out->pooled = v != PQbackendPID(c); /* as db_behind_pooler */
 		else if (strcmp(name, "schema_version") == 0)
 			out->schema_version = (int)v;
+		else if (strcmp(name, "first_placed_id") == 0)
+			out->first_placed_id = v;
 	}
 	PQclear(r);
 	if (out->shards <= 0) {

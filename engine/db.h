@@ -129,12 +129,18 @@ char *db_get_str(const PGresult *r, int row, int col);
 /* What cairn.settings records for every front door and worker. */
 #define DB_DEFAULT_MAX_PENDING_SIGNALS 1000
 #define DB_DEFAULT_MAX_JOURNAL_BYTES   (64LL * 1024 * 1024)
+/* The most parts (cairn.parts) a database may have: `cairn migrate --citus`
+ * makes one per Citus shard (citus.shard_count, 32 by default). */
+#define DB_PARTS_MAX 1024
 typedef struct db_settings {
-	int shards;                /* shards_per_group */
-	int max_pending_signals;   /* unconsumed signals one run may hold */
-	int64_t max_journal_bytes; /* stored size of one run's journal */
-	int pooled;                /* the connection reaches its server through a pooler */
-	int schema_version;        /* the newest migration applied (schema_migrations) */
+	int shards;                  /* shards_per_group */
+	int max_pending_signals;     /* unconsumed signals one run may hold */
+	int64_t max_journal_bytes;   /* stored size of one run's journal */
+	int pooled;                  /* the connection reaches its server through a pooler */
+	int schema_version;          /* the newest migration applied (schema_migrations) */
+	int nparts;                  /* cairn.parts: how many (1 on one server) */
+	int part_keys[DB_PARTS_MAX]; /* the key of part_no i, stored in the rows' part */
+	int64_t first_placed_id;     /* runs from this id on carry their shard (migration 0025) */
 } db_settings;
 
 /*

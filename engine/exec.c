@@ -753,8 +753,9 @@ static const char SQL_TX_JOURNAL[] =
     "                                 started_at, finished_at) "
     "  SELECT $5, $6, $7, 'step', 'completed', $8::jsonb, $9, to_timestamp($10 / 1000.0), "
     "         to_timestamp($11 / 1000.0) FROM ok "
-    "  ON CONFLICT (run_id, seq) DO UPDATE SET status = 'completed', output = excluded.output, "
-    "    attempts = excluded.attempts, finished_at = excluded.finished_at "
+    "  ON CONFLICT ON CONSTRAINT steps_pkey DO UPDATE SET status = 'completed', "
+    "    output = excluded.output, attempts = excluded.attempts, "
+    "    finished_at = excluded.finished_at "
     "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out') RETURNING run_id), "
     "prog AS (UPDATE cairn.runs SET claims = 0 WHERE id IN (SELECT run_id FROM ins) "
     "  AND claims > 1) "
@@ -1108,6 +1109,11 @@ static int child_new(cairn_ctx *ctx, int seq, const char *name, const char *work
 		free(text);
 		return rc;
 	}
+	char key[64], out[48];
+	snprintf(key, sizeof key, "cairn.child:%" PRId64 ":%d", ctx->job->run_id, seq);
+	int shard = hash_shard(key, ctx->ids.shards > 0 ? ctx->ids.shards : 1);
+	if (!found) /* a value of the sequence: the id carries the shard (RUN_ID) */
+		*id = RUN_ID(*id, shard);
 	if (warning) {
 		char child[24];
 		snprintf(child, sizeof child, "%" PRId64, *id);
@@ -1115,12 +1121,10 @@ static int child_new(cairn_ctx *ctx, int seq, const char *name, const char *work
 		       "run", child, "workflow", workflow, "warning", warning, NULL);
 		free(warning);
 	}
-	char key[64], out[48];
-	snprintf(key, sizeof key, "cairn.child:%" PRId64 ":%d", ctx->job->run_id, seq);
 	snprintf(out, sizeof out, "{\"run\":%" PRId64 "}", *id);
 	commit_child kid = {.id = *id,
 	                    .seq = seq,
-	                    .shard = hash_shard(key, ctx->ids.shards > 0 ? ctx->ids.shards : 1),
+	                    .shard = shard,
 	                    .workflow = (char *)workflow,
 	                    .key = key,
 	                    .input = text,

@@ -93,7 +93,7 @@ commit *job_commit(const job *j);
 /* What cairn_child_start needs from the database before it journals a new
  * child (exec_env.child_ids). */
 typedef struct exec_ids {
-	int64_t *ids; /* fresh run ids, from runs' sequence */
+	int64_t *ids; /* values of runs' sequence: a child's id is RUN_ID(value, its shard) */
 	int nids;
 	/* Children of the run that lost their journal entries: started by an
 	 * execution whose entry was not committed (or cut by a retry). */

@@ -7,6 +7,13 @@
 #define HASH_FNV64_OFFSET 0xcbf29ce484222325ULL
 #define HASH_FNV64_PRIME  0x100000001b3ULL
 
+/* Run ids carry their shard (migration 0025, cairn.new_run_id): a value of
+ * cairn.runs_id_seq times RUN_ID_SHARDS (the most shards a group may have)
+ * plus the run's shard, so that an id names its shard, hence its part. */
+#define RUN_ID_SHARDS      65536
+#define RUN_ID_SHARDS_SQL  "65536"
+#define RUN_ID(seq, shard) ((int64_t)(seq)*RUN_ID_SHARDS + (shard))
+
 uint64_t hash_fnv1a64(const void *data, size_t n);
 /* shard = FNV-1a-64(key) mod shards_per_group. */
 int hash_shard(const char *key, int shards_per_group);

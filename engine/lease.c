@@ -344,9 +344,9 @@ static const char SQL_LIVE[] =
 
 static const char SQL_ACQUIRE[] =
     "WITH got AS (SELECT s FROM unnest($3::int[]) s WHERE pg_try_advisory_lock($2::int, s)) "
-    "INSERT INTO cairn.shard_leases (shard_group, shard, owner, epoch, acquired_at) "
-    "SELECT $1, s, $4, 1, now() FROM got ORDER BY s "
-    "ON CONFLICT (shard_group, shard) DO UPDATE "
+    "INSERT INTO cairn.shard_leases (shard_group, shard, part, owner, epoch, acquired_at) "
+    "SELECT $1, s, cairn.part_of(s), $4, 1, now() FROM got ORDER BY s "
+    "ON CONFLICT ON CONSTRAINT shard_leases_pkey DO UPDATE "
     "  SET owner = excluded.owner, epoch = cairn.shard_leases.epoch + 1, acquired_at = now() "
     "RETURNING shard, epoch";
 

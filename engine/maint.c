@@ -625,11 +625,13 @@ static const char SQL_SCHEDULE_FIRE[] =
     "                       last_at), "
     "    fires = fires + cardinality($4::text[]), skipped = skipped + $7 "
     "  WHERE name = $1 AND next_at = to_timestamp($2::bigint / 1000.0) RETURNING *), "
-    "ins AS (INSERT INTO cairn.runs AS r (workflow, key, shard_group, shard, input, "
+    "ins AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                                     scheduled_at, start_at) "
-    "  SELECT s.workflow, x.k, s.shard_group, x.sh, s.input, to_timestamp(x.d / 1000.0), now() "
+    "  SELECT cairn.new_run_id(x.sh), cairn.part_of(x.sh), s.workflow, x.k, s.shard_group, x.sh, "
+    "s.input, to_timestamp(x.d / 1000.0), now() "
     "  FROM s, unnest($4::text[], $5::int[], $6::bigint[]) AS x(k, sh, d) "
-    "  ON CONFLICT (workflow, key) DO NOTHING RETURNING r.id, r.shard_group, r.shard) "
+    "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING r.id, r.shard_group, "
+    "r.shard) "
     "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), "
     "  (SELECT count(cairn.wake(ins.shard_group, ins.shard, ins.id, false)) FROM ins)";
 

@@ -373,6 +373,208 @@ done:
 	return rc;
 }
 
+/*
+ * `cairn migrate --citus` (docs/architecture.md, "On Citus"): the tables a
+ * claim or a commit touches are distributed by part and colocated with
+ * cairn.runs, the small ones every node's statements read are reference
+ * tables, and schema_migrations stays the coordinator's. A table of the
+ * schema in neither list is refused, so that a new migration's table is
+ * placed on purpose. Each step is done only if pg_dist_partition says it is
+ * not: the keys with part (one server's keys leave it out, migration
+ * 0025), the parts and the parts of the rows a single server stored (while
+ * cairn.runs is not distributed), then each table, then the foreign keys
+ * that had to go while their tables were distributed, on (run_id, part). One transaction: a
+ * failure leaves the database as it was.
+ */
+static const char SQL_CITUS[] =
+    /* In one transaction, Citus's statements that follow a write to a
+     * reference table must run over one connection per node. */
+    "SET LOCAL citus.multi_shard_modify_mode TO 'sequential';\n"
+    "SET LOCAL client_min_messages TO warning;\n"
+    "DO $$\n"
+    "DECLARE\n"
+    "    -- Every table of a claim or a commit, distributed by part and\n"
+    "    -- colocated with runs (runs first: the others name it).\n"
+    "    v_dist text[] := ARRAY['runs', 'steps', 'messages', 'signals', 'events', 'signal_links',\n"
+    "                           'child_waits', 'child_awaited', 'shard_leases'];\n"
+    "    -- Small tables every node's statements read: a copy on every node.\n"
+    "    v_ref text[] := ARRAY['settings', 'runners', 'parts', 'schedules', 'limits', 'rates',\n"
+    "                          'slots', 'workflows', 'runner_workflows'];\n"
+    "    v_n integer;\n"
+    "    v_t text;\n"
+    "    v_fk record;\n"
+    "    v_fks text[] := '{}';\n"
+    "BEGIN\n"
+    "    IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN\n"
+    "        RAISE EXCEPTION 'Citus is not installed in this database'\n"
+    "            USING HINT = 'CREATE EXTENSION citus on the coordinator and each worker node, '\n"
+    "                         'and add the workers (SELECT citus_add_node(host, port)) first';\n"
+    "    END IF;\n"
+    "    SELECT string_agg(c.relname, ', ' ORDER BY c.relname) INTO v_t FROM pg_class c\n"
+    "     WHERE c.relnamespace = 'cairn'::regnamespace AND c.relkind IN ('r', 'p')\n"
+    "       AND c.relname <> ALL (v_dist || v_ref || '{schema_migrations}'::text[]);\n"
+    "    IF v_t IS NOT NULL THEN\n"
+    "        RAISE EXCEPTION 'cairn migrate --citus does not know where table(s) % belong', v_t\n"
+    "            USING HINT = 'a table a claim or commit touches is distributed by part, a small "
+    "'\n"
+    "                         'one is a reference table: add it to one of the lists "
+    "(engine/migrate.c)';\n"
+    "    END IF;\n"
+    "\n"
+    "    -- The foreign keys of the tables not distributed yet are remade once\n"
+    "    -- all are: Citus distributes a table only with foreign keys it can\n"
+    "    -- keep (to a colocated table by part, or to a reference table).\n"
+    "    FOR v_fk IN\n"
+    "        SELECT k.conrelid::regclass AS t, k.conname, pg_get_constraintdef(k.oid) AS def\n"
+    "          FROM pg_constraint k\n"
+    "         WHERE k.contype = 'f' AND k.connamespace = 'cairn'::regnamespace\n"
+    "           AND (NOT EXISTS (SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = "
+    "k.conrelid)\n"
+    "             OR NOT EXISTS (SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = "
+    "k.confrelid))\n"
+    "    LOOP\n"
+    "        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', v_fk.t, v_fk.conname);\n"
+    "        -- A foreign key to runs names its part (the keys below).\n"
+    "        v_fks := v_fks || format('ALTER TABLE %s ADD CONSTRAINT %I %s', v_fk.t,\n"
+    "            v_fk.conname, regexp_replace(v_fk.def,\n"
+    "                '^FOREIGN KEY \\(run_id\\) REFERENCES (\\S*runs)\\(id\\)',\n"
+    "                'FOREIGN KEY (run_id, part) REFERENCES \\1(id, part)'));\n"
+    "    END LOOP;\n"
+    "\n"
+    "    -- The parts, once (before runs is distributed): one per Citus shard,\n"
+    "    -- each with the smallest key that Citus hashes into that shard (the\n"
+    "    -- shard's hash range: citus.shard_count equal slices of the int32\n"
+    "    -- range, hashint4), so that no two parts share a Citus shard; then the\n"
+    "    -- part of every row a single server stored in part 0.\n"
+    "    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = "
+    "'cairn.runs'::regclass)\n"
+    "    THEN\n"
+    "        -- Citus's keys: each unique key with part, under the name it\n"
+    "        -- had (the statements upsert by name; migration 0025).\n"
+    "        ALTER TABLE cairn.runs DROP CONSTRAINT runs_pkey,\n"
+    "            ADD CONSTRAINT runs_pkey PRIMARY KEY (id, part),\n"
+    "            DROP CONSTRAINT runs_workflow_key_key,\n"
+    "            ADD CONSTRAINT runs_workflow_key_key UNIQUE (workflow, key, part);\n"
+    "        ALTER TABLE cairn.steps DROP CONSTRAINT steps_pkey,\n"
+    "            ADD CONSTRAINT steps_pkey PRIMARY KEY (run_id, seq, part);\n"
+    "        ALTER TABLE cairn.signals DROP CONSTRAINT signals_pkey,\n"
+    "            ADD CONSTRAINT signals_pkey PRIMARY KEY (id, part);\n"
+    "        ALTER TABLE cairn.messages DROP CONSTRAINT messages_pkey,\n"
+    "            ADD CONSTRAINT messages_pkey PRIMARY KEY (id, part);\n"
+    "        ALTER TABLE cairn.signal_links DROP CONSTRAINT signal_links_pkey,\n"
+    "            ADD CONSTRAINT signal_links_pkey PRIMARY KEY (nonce, part);\n"
+    "        ALTER TABLE cairn.events DROP CONSTRAINT events_pkey,\n"
+    "            ADD CONSTRAINT events_pkey PRIMARY KEY (run_id, key, part);\n"
+    "        ALTER TABLE cairn.child_waits DROP CONSTRAINT child_waits_pkey,\n"
+    "            ADD CONSTRAINT child_waits_pkey PRIMARY KEY (run_id, part);\n"
+    "        ALTER TABLE cairn.child_awaited DROP CONSTRAINT child_awaited_pkey,\n"
+    "            ADD CONSTRAINT child_awaited_pkey PRIMARY KEY (child_id, part);\n"
+    "        ALTER TABLE cairn.shard_leases DROP CONSTRAINT shard_leases_pkey,\n"
+    "            ADD CONSTRAINT shard_leases_pkey PRIMARY KEY (shard_group, shard, part);\n"
+    "        v_n := current_setting('citus.shard_count')::integer;\n"
+    "        IF v_n > 1024 THEN\n"
+    "            RAISE EXCEPTION 'citus.shard_count is %: cairn takes at most 1024 parts', v_n;\n"
+    "        END IF;\n"
+    "        DELETE FROM cairn.parts;\n"
+    "        INSERT INTO cairn.parts (part_no, key)\n"
+    "        SELECT i, min(g) FROM (\n"
+    "            SELECT g, least(((hashint4(g)::bigint + 2147483648) / (4294967296 / "
+    "v_n))::integer,\n"
+    "                            v_n - 1) AS i\n"
+    "              FROM generate_series(0, v_n * 256) g) x\n"
+    "         GROUP BY i;\n"
+    "        IF (SELECT count(*) FROM cairn.parts) <> v_n THEN\n"
+    "            RAISE EXCEPTION 'no key found for every one of % Citus shards', v_n;\n"
+    "        END IF;\n"
+    "        UPDATE cairn.runs r SET part = cairn.part_of(r.shard) WHERE r.part <> "
+    "cairn.part_of(r.shard);\n"
+    "        UPDATE cairn.shard_leases l SET part = cairn.part_of(l.shard)\n"
+    "         WHERE l.part <> cairn.part_of(l.shard);\n"
+    "        UPDATE cairn.steps t SET part = r.part FROM cairn.runs r\n"
+    "         WHERE r.id = t.run_id AND t.part <> r.part;\n"
+    "        UPDATE cairn.messages t SET part = r.part FROM cairn.runs r\n"
+    "         WHERE r.id = t.run_id AND t.part <> r.part;\n"
+    "        UPDATE cairn.signals t SET part = r.part FROM cairn.runs r\n"
+    "         WHERE r.id = t.run_id AND t.part <> r.part;\n"
+    "        UPDATE cairn.events t SET part = r.part FROM cairn.runs r\n"
+    "         WHERE r.id = t.run_id AND t.part <> r.part;\n"
+    "        UPDATE cairn.signal_links t SET part = r.part FROM cairn.runs r\n"
+    "         WHERE r.id = t.run_id AND t.part <> r.part;\n"
+    "        UPDATE cairn.child_waits t SET part = r.part FROM cairn.runs r\n"
+    "         WHERE r.id = t.run_id AND t.part <> r.part;\n"
+    "        UPDATE cairn.child_awaited t SET part = r.part FROM cairn.runs r\n"
+    "         WHERE r.id = t.run_id AND t.part <> r.part;\n"
+    "    END IF;\n"
+    "\n"
+    "    FOREACH v_t IN ARRAY v_ref LOOP\n"
+    "        IF NOT EXISTS (SELECT 1 FROM pg_dist_partition\n"
+    "                        WHERE logicalrelid = ('cairn.' || v_t)::regclass) THEN\n"
+    "            PERFORM create_reference_table('cairn.' || v_t);\n"
+    "            PERFORM truncate_local_data_after_distributing_table('cairn.' || v_t);\n"
+    "        END IF;\n"
+    "    END LOOP;\n"
+    "    FOREACH v_t IN ARRAY v_dist LOOP\n"
+    "        IF NOT EXISTS (SELECT 1 FROM pg_dist_partition\n"
+    "                        WHERE logicalrelid = ('cairn.' || v_t)::regclass) THEN\n"
+    "            PERFORM create_distributed_table('cairn.' || v_t, 'part',\n"
+    "                colocate_with => CASE WHEN v_t = 'runs' THEN 'none' ELSE 'cairn.runs' END);\n"
+    "            -- The rows were copied to the shards; the coordinator's own\n"
+    "            -- copy would only take space.\n"
+    "            PERFORM truncate_local_data_after_distributing_table('cairn.' || v_t);\n"
+    "        END IF;\n"
+    "    END LOOP;\n"
+    "    FOREACH v_t IN ARRAY v_fks LOOP\n"
+    "        EXECUTE v_t;\n"
+    "    END LOOP;\n"
+    "END\n"
+    "$$\n";
+
+/* The counts of migrate_citus_report from pg_dist_partition and cairn.parts. */
+static const char SQL_CITUS_STATE[] =
+    "SELECT count(*) FILTER (WHERE p.partmethod = 'h'), count(*) FILTER (WHERE p.partmethod = "
+    "'n'), "
+    "  (SELECT count(*) FROM cairn.parts) "
+    "FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
+    "WHERE c.relnamespace = 'cairn'::regnamespace";
+
+static int citus_state(cairn_client *c, migrate_citus_report *out)
+{
+	PGresult *r = db_exec(c->conn, &c->err, SQL_CITUS_STATE, 0, NULL);
+	if (!r)
+		return CAIRN_EDB;
+	out->distributed = db_get_int(r, 0, 0);
+	out->reference = db_get_int(r, 0, 1);
+	out->parts = db_get_int(r, 0, 2);
+	PQclear(r);
+	return CAIRN_OK;
+}
+
+int migrate_citus(cairn_client *c, migrate_citus_report *out)
+{
+	*out = (migrate_citus_report){0};
+	PGresult *r = db_exec(c->conn, &c->err,
+	                      "SELECT count(*) FROM pg_extension WHERE extname = 'citus'", 0, NULL);
+	if (!r)
+		return CAIRN_EDB;
+	int have = db_get_int(r, 0, 0);
+	PQclear(r);
+	if (!have)
+		return client_fail(
+		    c, CAIRN_EINVAL,
+		    "Citus is not installed in this database: CREATE EXTENSION citus "
+		    "on the coordinator and on each worker node, and add the workers "
+		    "(SELECT citus_add_node(host, port)), before cairn migrate --citus");
+	migrate_citus_report before;
+	int rc = citus_state(c, &before);
+	if (!rc)
+		rc = locked_tx(c, SQL_CITUS);
+	if (!rc)
+		rc = citus_state(c, out);
+	out->made_now = out->distributed + out->reference - before.distributed - before.reference;
+	c->settings.shards = 0; /* the parts changed: read the settings again */
+	return rc;
+}
+
 void migrate_report_clear(migrate_report *r)
 {
 	free(r->versions);

@@ -970,12 +970,13 @@ static double batch_floor(bench *b)
 	snprintf(n, sizeof n, "%d", b->batch_n);
 	const char *p[] = {n};
 	int64_t t0 = now_ns();
-	PGresult *r = PQexecParams(b->pg,
-	                           "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-	                           "                        input, start_at) "
-	                           "SELECT 'floor', 'f-' || g, 'default', g % 64, '{}', now() "
-	                           "FROM generate_series(1, $1::int) g",
-	                           1, NULL, p, NULL, NULL, 0);
+	PGresult *r = PQexecParams(
+	    b->pg,
+	    "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+	    "                        input, start_at) "
+	    "SELECT cairn.new_run_id(g % 64), 'floor', 'f-' || g, 'default', g % 64, '{}', now() "
+	    "FROM generate_series(1, $1::int) g",
+	    1, NULL, p, NULL, NULL, 0);
 	double secs = (double)(now_ns() - t0) / 1e9;
 	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 	if (!ok)

@@ -127,6 +127,10 @@ createdb)
 	case "$name" in
 	"" | *[!a-z0-9_]*) echo "citus.sh: createdb DIR NAME: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
 	esac
+	# One at a time: Citus's extension made in two databases of a node at
+	# once fails ("tuple concurrently updated"), and tests run in parallel.
+	exec 9>"$dir/createdb.lock"
+	flock 9
 	for n in $nodes; do
 		node_sql "$n" -c "CREATE DATABASE $name"
 	done

@@ -53,7 +53,11 @@ if [ $wants_citus -eq 1 ] && [ -z "${CAIRN_CITUS_URL:-}" ]; then
 	if sh "$top/scripts/citus.sh" check 2>/dev/null; then
 		citusdir=$(mktemp -d /tmp/cairn-test-citus.XXXXXX)
 		CAIRN_CITUS_URL=$(sh "$top/tests/citus.sh" start "$citusdir") || exit 1
-		export CAIRN_CITUS_URL
+		# Where the cluster is, for tests that make a database of their own
+		# on it (tests/citus.sh createdb).
+		CAIRN_CITUS_DIR=$citusdir
+		CAIRN_CITUS_SH=$top/tests/citus.sh
+		export CAIRN_CITUS_URL CAIRN_CITUS_DIR CAIRN_CITUS_SH
 		echo "tests: private Citus cluster (a coordinator, two workers) in $citusdir"
 	else
 		echo "tests: Citus is not installed ($CITUS_SUITES skip): sh scripts/deps.sh --citus && sh scripts/citus.sh build"

@@ -532,23 +532,25 @@ Test(children, a_chain_cancelled_before_its_next_link_starts_tells_its_parent_by
 	env e;
 	setup(&e);
 	for (int via_sql = 0; via_sql < 2; via_sql++) {
-		int64_t p =
-		    tdb_intf(e.c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-		                  "status) VALUES ('p', gen_random_uuid(), 'ghosts', 0, "
-		                  "'waiting') RETURNING id");
-		int64_t first = tdb_intf(
+		int64_t p = tdb_intf(
 		    e.c,
-		    "INSERT INTO cairn.runs (workflow, key, shard_group, shard, parent_id, status, "
-		    "attempt, finished_at) VALUES ('c', gen_random_uuid(), 'ghosts', 0, %" PRId64
-		    ", 'completed', 1, now()) RETURNING id",
-		    p);
-		int64_t next =
-		    tdb_intf(e.c,
-		             "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-		             "parent_id, continued_from, chain_id) VALUES ('c', "
-		             "'cairn.next:%" PRId64 "', 'ghosts', 0, %" PRId64 ", %" PRId64
-		             ", %" PRId64 ") RETURNING id",
-		             first, p, first, first);
+		    "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+		    "status) VALUES (cairn.new_run_id(0), 'p', gen_random_uuid(), 'ghosts', 0, "
+		    "'waiting') RETURNING id");
+		int64_t first = tdb_intf(e.c,
+		                         "INSERT INTO cairn.runs (id, workflow, key, shard_group, "
+		                         "shard, parent_id, status, "
+		                         "attempt, finished_at) VALUES (cairn.new_run_id(0), 'c', "
+		                         "gen_random_uuid(), 'ghosts', 0, %" PRId64
+		                         ", 'completed', 1, now()) RETURNING id",
+		                         p);
+		int64_t next = tdb_intf(
+		    e.c,
+		    "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+		    "parent_id, continued_from, chain_id) VALUES (cairn.new_run_id(0), 'c', "
+		    "'cairn.next:%" PRId64 "', 'ghosts', 0, %" PRId64 ", %" PRId64 ", %" PRId64
+		    ") RETURNING id",
+		    first, p, first, first);
 		tdb_intf(e.c,
 		         "INSERT INTO cairn.child_waits (run_id) VALUES (%" PRId64 ") RETURNING 1",
 		         p);
@@ -581,17 +583,17 @@ Test(children, a_chain_cancelled_before_its_next_link_starts_tells_its_parent_by
 /* A parent run and n children of it, inserted as the worker would. */
 static int64_t family(env *e, int n, int64_t *kids)
 {
-	int64_t p =
-	    tdb_intf(e->c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-	                   "status) VALUES ('p', gen_random_uuid(), 'default', 0, 'waiting') "
-	                   "RETURNING id");
+	int64_t p = tdb_intf(
+	    e->c,
+	    "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+	    "status) VALUES (cairn.new_run_id(0), 'p', gen_random_uuid(), 'default', 0, 'waiting') "
+	    "RETURNING id");
 	for (int i = 0; i < n; i++)
-		kids[i] =
-		    tdb_intf(e->c,
-		             "INSERT INTO cairn.runs (workflow, key, shard_group, shard, "
-		             "parent_id) VALUES ('c', gen_random_uuid(), 'default', 0, %" PRId64
-		             ") RETURNING id",
-		             p);
+		kids[i] = tdb_intf(e->c,
+		                   "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+		                   "parent_id) VALUES (cairn.new_run_id(0), 'c', "
+		                   "gen_random_uuid(), 'default', 0, %" PRId64 ") RETURNING id",
+		                   p);
 	tdb_intf(e->c, "INSERT INTO cairn.child_waits (run_id) VALUES (%" PRId64 ") RETURNING 1",
 	         p);
 	return p;

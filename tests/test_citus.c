@@ -8,14 +8,21 @@
  * reads or writes one table; a notification sent by a statement on a
  * distributed table is sent on the worker node, not on the coordinator.
  * Each test works in a schema of its own in the cluster's database.
+ *
+ * Then cairn's own schema on the cluster: `cairn migrate --citus` run for
+ * real on a database of its own (tests/citus.sh createdb), fresh or with
+ * runs stored before the conversion.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "support.h"
 
 static PGconn *citus_connect(void)
@@ -224,4 +231,484 @@ Test(citus,
 	free(got);
 	PQfinish(listener);
 	drop_tables(c, s);
+}
+
+/* The tables `cairn migrate --citus` distributes by part, and those it makes
+ * reference tables (engine/migrate.c, SQL_CITUS). */
+static const char *const DISTRIBUTED[] = {"runs",        "steps",         "messages",
+                                          "signals",     "events",        "signal_links",
+                                          "child_waits", "child_awaited", "shard_leases"};
+static const char *const REFERENCE[] = {"settings",  "runners",   "parts",
+                                        "schedules", "limits",    "rates",
+                                        "slots",     "workflows", "runner_workflows"};
+#define NDIST (sizeof DISTRIBUTED / sizeof *DISTRIBUTED)
+#define NREF  (sizeof REFERENCE / sizeof *REFERENCE)
+
+/* A database of its own on the harness cluster (Citus and the nodes in it),
+ * named for this test and process: its URL (static). */
+static const char *citus_db(const char *test)
+{
+	const char *sh = getenv("CAIRN_CITUS_SH"), *dir = getenv("CAIRN_CITUS_DIR");
+	if (!sh || !dir || !getenv("CAIRN_CITUS_URL"))
+		cr_skip_test("no Citus cluster of the harness (tests/run.sh starts one when Citus "
+		             "is installed)");
+	static char url[512];
+	char name[64];
+	snprintf(name, sizeof name, "%s_%d", test, (int)getpid());
+	const char *argv[] = {"/bin/sh", sh, "createdb", dir, name, NULL};
+	char *out = NULL, *err = NULL;
+	int rc = trun(argv, NULL, &out, &err);
+	cr_assert_eq(rc, 0, "citus.sh createdb %s: %s", name, err ? err : "");
+	snprintf(url, sizeof url, "%s", out ? out : "");
+	url[strcspn(url, "\n")] = '\0';
+	free(out);
+	free(err);
+	return url;
+}
+
+/* `cairn migrate --citus --json` on db: its "citus" object's member name. */
+static int migrate_citus_json(const char *db, const char *name)
+{
+	char *out = NULL, *err = NULL;
+	int rc = tcli(db, &out, &err, "migrate", "--citus", "--json", NULL);
+	cr_assert_eq(rc, 0, "cairn migrate --citus: %s", err ? err : "");
+	cJSON *j = cJSON_Parse(out);
+	cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "citus"), name);
+	cr_assert(cJSON_IsNumber(v), "%s", out);
+	int n = v->valueint;
+	cJSON_Delete(j);
+	free(out);
+	free(err);
+	return n;
+}
+
+/* Checks what pg_dist_partition and cairn.parts say after the conversion. */
+static void check_distributed(PGconn *c)
+{
+	int shards = (int)tdb_int(c, "SELECT current_setting('citus.shard_count')::int");
+	int64_t colocation = tdb_int(c, "SELECT colocationid FROM pg_dist_partition "
+	                                "WHERE logicalrelid = 'cairn.runs'::regclass");
+	for (size_t i = 0; i < NDIST; i++) {
+		/* Hash-distributed by part, colocated with runs. */
+		cr_assert_eq(
+		    tdb_intf(c,
+		             "SELECT count(*) FROM pg_dist_partition "
+		             "WHERE logicalrelid = 'cairn.%s'::regclass AND partmethod = 'h' "
+		             "  AND column_to_column_name(logicalrelid, partkey) = 'part' "
+		             "  AND colocationid = %" PRId64,
+		             DISTRIBUTED[i], colocation),
+		    1, "cairn.%s is not distributed by part colocated with cairn.runs",
+		    DISTRIBUTED[i]);
+		/* Over both worker nodes. */
+		cr_assert_eq(tdb_intf(c,
+		                      "SELECT count(DISTINCT nodename) FROM citus_shards "
+		                      "WHERE table_name = 'cairn.%s'::regclass",
+		                      DISTRIBUTED[i]),
+		             2, "cairn.%s", DISTRIBUTED[i]);
+	}
+	for (size_t i = 0; i < NREF; i++)
+		cr_assert_eq(
+		    tdb_intf(c,
+		             "SELECT count(*) FROM pg_dist_partition "
+		             "WHERE logicalrelid = 'cairn.%s'::regclass AND partmethod = 'n' "
+		             "  AND repmodel = 't'",
+		             REFERENCE[i]),
+		    1, "cairn.%s is not a reference table", REFERENCE[i]);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_dist_partition "
+	                        "WHERE logicalrelid = 'cairn.schema_migrations'::regclass"),
+	             0, "schema_migrations stays the coordinator's");
+	/* One part per Citus shard, each key hashing into a Citus shard of its
+	 * own, so that the parts spread over every shard. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.parts"), shards);
+	cr_assert_eq(tdb_int(c, "SELECT count(DISTINCT get_shard_id_for_distribution_column("
+	                        "'cairn.runs', key)) FROM cairn.parts"),
+	             shards);
+	/* The foreign keys to runs are there again, on (run_id, part). */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
+	                        "AND confrelid = 'cairn.runs'::regclass "
+	                        "AND pg_get_constraintdef(oid) LIKE 'FOREIGN KEY (run_id, part)%'"),
+	             6);
+}
+
+Test(citus, migrate_citus_distributes_the_tables_of_runs_by_part_and_a_second_run_does_nothing,
+     .timeout = 300)
+{
+	const char *db = citus_db("migrate_fresh");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	check_distributed(c);
+	int64_t parts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	/* Again: what pg_dist_partition lists is not done twice. */
+	cr_assert_eq(migrate_citus_json(db, "made_now"), 0);
+	cr_assert_eq(migrate_citus_json(db, "distributed"), (int)NDIST);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.parts"), parts);
+	check_distributed(c);
+	PQfinish(c);
+}
+
+Test(citus, migrate_citus_converts_a_database_with_runs_in_place_keeping_every_row, .timeout = 300)
+{
+	const char *db = citus_db("migrate_convert");
+	char *out = NULL, *err = NULL;
+	/* A single server's schema and runs: migrations applied, nothing
+	 * distributed (the coordinator's tables are plain PostgreSQL tables). */
+	cr_assert_eq(tcli(db, &out, &err, "migrate", NULL), 0, "%s", err ? err : "");
+	free(out);
+	free(err);
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM pg_dist_partition"), 0);
+	const int runs = 40;
+	for (int i = 0; i < runs; i++) {
+		char key[32];
+		snprintf(key, sizeof key, "k%d", i);
+		cr_assert_eq(
+		    tcli(db, &out, &err, "enqueue", "noop", "--key", key, "--delay", "1h", NULL), 0,
+		    "%s", err ? err : "");
+		free(out);
+		free(err);
+		if (i % 4 == 0) { /* some with a signal waiting, and its message */
+			char id[32];
+			snprintf(id, sizeof id, "%" PRId64,
+			         tdb_intf(c, "SELECT id FROM cairn.runs WHERE key = '%s'", key));
+			cr_assert_eq(tcli(db, &out, &err, "signal", id, "go", NULL), 0, "%s",
+			             err ? err : "");
+			free(out);
+			free(err);
+		}
+	}
+	/* Every run's id carries its shard (migration 0025). */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE id % 65536 = shard"), runs);
+	char *ids = tdb_str(c, "SELECT string_agg(id::text, ',' ORDER BY id) FROM cairn.runs");
+	int64_t signals = tdb_int(c, "SELECT count(*) FROM cairn.signals");
+	int64_t messages = tdb_int(c, "SELECT count(*) FROM cairn.messages");
+	cr_assert_eq(signals, runs / 4);
+
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	check_distributed(c);
+	/* The same runs under the same ids, each in the part of its shard,
+	 * their signals and messages with them. */
+	char *after = tdb_str(c, "SELECT string_agg(id::text, ',' ORDER BY id) FROM cairn.runs");
+	cr_assert_str_eq(after, ids);
+	/* (A join with the reference table: cairn.part_of, which reads it, is
+	 * the coordinator's, and cannot run inside a statement on the shards.) */
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.runs r JOIN cairn.parts p "
+	                      "ON p.part_no = r.shard %% %" PRId64 " AND p.key = r.part",
+	                      tdb_int(c, "SELECT count(*) FROM cairn.parts")),
+	             runs);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals"), signals);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), messages);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals g JOIN cairn.runs r "
+	                        "ON r.id = g.run_id AND r.part = g.part"),
+	             signals);
+	/* The parts are not all in one place: the runs sit in several parts. */
+	cr_assert_gt(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs"), 1);
+	/* After: the client's enqueue (its router statement, as it sends it)
+	 * of a key stored before the conversion finds it in the same part and
+	 * inserts nothing; new keys go in beside the old runs. */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	for (int i = 0; i < 20; i++) {
+		char key[32];
+		snprintf(key, sizeof key, i < 10 ? "k%d" : "new%d", i);
+		int shard = (int)tdb_intf(c, "SELECT cairn.shard_of('%s', 4096)", key);
+		snprintf(sql, sizeof sql,
+		         "EXECUTE enq('noop', '%s', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, "
+		         "0, NULL, "
+		         "%" PRId64 ")",
+		         key, shard,
+		         tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64,
+		                  shard, nparts));
+		exec_ok(c, sql);
+	}
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), runs + 10);
+	free(ids);
+	free(after);
+	PQfinish(c);
+}
+
+Test(citus, the_enqueue_of_a_run_without_a_concurrency_key_is_one_task_on_the_node_of_its_part,
+     .timeout = 300)
+{
+	const char *db = citus_db("enqueue_router");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	/* As a worker's or a client's session prepares it: a generic plan. */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	char nodes[2][512] = {"", ""};
+	/* Shards whose parts lie on both worker nodes: each enqueue is one
+	 * task, on the node of its part, and its run is stored there. */
+	for (int shard = 0; shard < 64; shard++) {
+		int64_t part = tdb_intf(
+		    c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64, shard, nparts);
+		char args[256];
+		snprintf(args, sizeof args,
+		         "EXECUTE enq('router', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, "
+		         "NULL, 0, NULL, "
+		         "%" PRId64 ")",
+		         shard, shard, part);
+		char *plan = explain(c, args);
+		cr_assert_eq(task_count(plan), 1, "%s\n%s", args, plan);
+		cr_assert_eq(node_count(plan), 1, "%s\n%s", args, plan);
+		const char *host = strstr(plan, "Node: host=");
+		cr_assert(host, "%s", plan);
+		char node[512];
+		sscanf(host, "Node: host=%511s", node);
+		for (int k = 0; k < 2; k++)
+			if (!nodes[k][0] || strcmp(nodes[k], node) == 0) {
+				snprintf(nodes[k], sizeof nodes[k], "%s", node);
+				break;
+			}
+		free(plan);
+		exec_ok(c, args);
+		cr_assert_eq(tdb_intf(c,
+		                      "SELECT count(*) FROM cairn.runs WHERE workflow = 'router' "
+		                      "AND key = 'k%d' AND part = %" PRId64 " AND id %% 65536 = %d",
+		                      shard, part, shard),
+		             1);
+	}
+	cr_assert(nodes[0][0] && nodes[1][0] && strcmp(nodes[0], nodes[1]) != 0,
+	          "the enqueues went to one node only: %s", nodes[0]);
+	/* The same key again: nothing inserted, as on one server. */
+	int64_t part0 = tdb_int(c, "SELECT key FROM cairn.parts WHERE part_no = 0");
+	char again[256];
+	snprintf(again, sizeof again,
+	         "EXECUTE enq('router', 'k0', 'default', 0, '{}', 3, 0, NULL, NULL, NULL, 0, NULL, "
+	         "%" PRId64 ")",
+	         part0);
+	exec_ok(c, again);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'router'"), 64);
+	PQfinish(c);
+}
+
+/*
+ * Growing a cluster moves Citus shards between nodes while they are
+ * written (citus_rebalance_start, by logical replication). cairn's tables
+ * allow it: each distributed table has a primary key (the replica identity
+ * logical replication needs) and its foreign keys stay within a colocation
+ * group, so a part moves with all of its tables at once.
+ */
+Test(citus, a_part_moves_to_another_node_with_all_of_its_tables_by_logical_replication,
+     .timeout = 300)
+{
+	const char *db = citus_db("move_part");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	/* Runs in every part, one with a journal entry, as the enqueue and the
+	 * commit write them (ids carry their shards, parts as the client
+	 * computes them). */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	for (int shard = 0; shard < 2 * nparts; shard++) {
+		snprintf(sql, sizeof sql,
+		         "EXECUTE enq('move', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, "
+		         "0, NULL, "
+		         "%" PRId64 ")",
+		         shard, shard,
+		         tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64,
+		                  shard, nparts));
+		exec_ok(c, sql);
+	}
+	int64_t run = tdb_int(c, "SELECT id FROM cairn.runs WHERE key = 'k0'");
+	int64_t part = tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, run);
+	tdb_intf(c,
+	         "INSERT INTO cairn.steps (run_id, part, seq, name, kind, status, output) "
+	         "VALUES (%" PRId64 ", %" PRId64 ", 0, 'a', 'step', 'completed', '1') RETURNING 1",
+	         run, part);
+	/* The Citus shard of the part, on one node, moves to the other. */
+	char *from = tdb_str(c, "SELECT nodename FROM citus_shards WHERE shardid = "
+	                        "get_shard_id_for_distribution_column('cairn.runs', "
+	                        "(SELECT part FROM cairn.runs WHERE key = 'k0'))");
+	char *to = tdb_str(c, "SELECT nodename FROM pg_dist_node WHERE noderole = 'primary' "
+	                      "AND groupid > 0 AND nodename <> (SELECT nodename FROM citus_shards "
+	                      "WHERE shardid = get_shard_id_for_distribution_column('cairn.runs', "
+	                      "(SELECT part FROM cairn.runs WHERE key = 'k0'))) LIMIT 1");
+	snprintf(sql, sizeof sql,
+	         "SELECT citus_move_shard_placement(get_shard_id_for_distribution_column("
+	         "'cairn.runs', %" PRId64 "), '%s', 5432, '%s', 5432, "
+	         "shard_transfer_mode => 'force_logical')",
+	         part, from, to);
+	exec_ok(c, sql);
+	/* Every table of the part went with it, and its rows with them. */
+	cr_assert_eq(
+	    tdb_intf(c,
+	             "SELECT count(*) FILTER (WHERE s.nodename = '%s') FROM citus_shards s "
+	             "JOIN pg_dist_shard d USING (shardid) "
+	             "JOIN pg_class t ON t.oid = s.table_name "
+	             "WHERE t.relnamespace = 'cairn'::regnamespace "
+	             "AND d.shardminvalue IS NOT NULL "
+	             "AND hashint4(%" PRId64 ") BETWEEN d.shardminvalue::int "
+	             "AND d.shardmaxvalue::int",
+	             to, part),
+	    (int64_t)NDIST);
+	char *now_on = tdb_str(c, "SELECT nodename FROM citus_shards WHERE shardid = "
+	                          "get_shard_id_for_distribution_column('cairn.runs', "
+	                          "(SELECT part FROM cairn.runs WHERE key = 'k0'))");
+	cr_assert_str_eq(now_on, to);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'move'"),
+	             2 * nparts);
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.steps WHERE part = %" PRId64
+	                      " AND run_id = %" PRId64,
+	                      part, run),
+	             1);
+	/* And the foreign key holds there: a journal entry of no run is refused. */
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.steps (run_id, part, seq, name, kind, status) "
+	         "VALUES (%" PRId64 ", %" PRId64 ", 0, 'a', 'step', 'completed')",
+	         run + 65536 * 1000, part);
+	PGresult *r = PQexec(c, sql);
+	cr_assert_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
+	cr_assert(strstr(PQerrorMessage(c), "foreign key"), "%s", PQerrorMessage(c));
+	PQclear(r);
+	free(from);
+	free(to);
+	free(now_on);
+	PQfinish(c);
+}
+
+/* One run in each part (so on both worker nodes), enqueued as the client
+ * does (ST_ENQUEUE_VALUES), in workflow wf; the number of parts. */
+static int64_t run_per_part(PGconn *c, const char *wf)
+{
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char sql[4096];
+	snprintf(sql, sizeof sql, "PREPARE enq AS %s", client_sql_enqueue_values());
+	exec_ok(c, sql);
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	for (int shard = 0; shard < nparts; shard++) {
+		snprintf(sql, sizeof sql,
+		         "EXECUTE enq('%s', 'k%d', 'default', %d, '{}', 3, 0, NULL, NULL, NULL, "
+		         "0, NULL, %" PRId64 ")",
+		         wf, shard, shard,
+		         tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %d %% %" PRId64,
+		                  shard, nparts));
+		exec_ok(c, sql);
+	}
+	return nparts;
+}
+
+/*
+ * The client's signal and cancel name the part of their run, from its id
+ * (client_run_part), and write the signal, the message and the signal
+ * link there: on Citus the foreign keys on (run_id, part) refuse a row in
+ * another part, so a signal to a run whose part's key was not 0 failed.
+ * Their wake-up (cairn.wake_runs, migration 0025) reads the owner in the
+ * part and notifies from the coordinator, where the relay listens: the
+ * statement it replaced sent its notification on the worker node.
+ */
+Test(citus,
+     a_signal_and_a_cancel_write_in_the_part_of_their_run_and_wake_its_owner_from_the_coordinator,
+     .timeout = 300)
+{
+	const char *db = citus_db("signal_cancel");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	int64_t nparts = run_per_part(c, "sig");
+	char *ids = tdb_str(c, "SELECT string_agg(id::text, ' ' ORDER BY id) FROM cairn.runs");
+	/* The parts' keys are not all 0: the part matters. */
+	cr_assert_gt(tdb_int(c, "SELECT count(*) FROM cairn.parts WHERE key <> 0"), 0);
+	/* An idle runner owns the shards of the runs, in their parts. */
+	int64_t owner = tdb_int(c, "INSERT INTO cairn.runners (name, address, version, groups, "
+	                           "lease_pid, idle) VALUES ('w', 'a', 'v', '{default}', 1, true) "
+	                           "RETURNING id");
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.shard_leases (shard_group, shard, part, owner) "
+	         "SELECT 'default', part_no, key, %" PRId64 " FROM cairn.parts",
+	         owner);
+	exec_ok(c, sql);
+	PGconn *listener = PQconnectdb(db);
+	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
+	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	char *save = NULL;
+	int n = 0;
+	for (char *id = strtok_r(ids, " ", &save); id; id = strtok_r(NULL, " ", &save), n++) {
+		char *out = NULL, *err = NULL, want[64];
+		cr_assert_eq(tcli(db, &out, &err, "signal", id, "go", "--input", "1", NULL), 0,
+		             "signal %s: %s", id, err ? err : "");
+		free(out);
+		free(err);
+		char *got = tdb_next_notification(listener, 30000);
+		snprintf(want, sizeof want, "%" PRId64 " %s", owner, id);
+		cr_assert(got, "no wake-up on the coordinator for the signal to run %s", id);
+		cr_assert_str_eq(got, want);
+		free(got);
+		/* Half the cancels as if the run were older than migration 0025
+		 * (its id carries no shard): the client reads its part. */
+		exec_ok(c, n < nparts / 2
+		               ? "UPDATE cairn.settings SET value = '0' "
+		                 "WHERE name = 'first_placed_id'"
+		               : "UPDATE cairn.settings SET value = '9223372036854775807' "
+		                 "WHERE name = 'first_placed_id'");
+		/* Started runs get the request and a cancel message; the others
+		 * end at once. */
+		if (n % 2)
+			tdb_intf(c,
+			         "UPDATE cairn.runs SET status = 'running', attempt = 1 "
+			         "WHERE id = %s RETURNING 1",
+			         id);
+		cr_assert_eq(tcli(db, &out, &err, "cancel", id, NULL), 0, "cancel %s: %s", id,
+		             err ? err : "");
+		free(out);
+		free(err);
+		got = tdb_next_notification(listener, 30000);
+		snprintf(want, sizeof want, "%" PRId64 CAIRN_WAKE_CANCEL " %s", owner, id);
+		cr_assert(got, "no wake-up on the coordinator for the cancel of run %s", id);
+		cr_assert_str_eq(got, want);
+		free(got);
+	}
+	PQfinish(listener);
+	cr_assert_eq(n, nparts);
+	/* The reads of cairn.wake_runs and cairn.wake (migration 0025), with
+	 * the values of a run: one task each, on the node of the part. */
+	int64_t run = tdb_int(c, "SELECT max(id) FROM cairn.runs");
+	int64_t part = tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, run);
+	int shard = (int)(run % 65536);
+	snprintf(sql, sizeof sql,
+	         "SELECT r.id, r.shard_group, r.shard FROM cairn.runs r "
+	         "WHERE r.part = %" PRId64 " AND r.id = ANY ('{%" PRId64 "}'::bigint[])",
+	         part, run);
+	char *plan = explain(c, sql);
+	cr_assert_eq(task_count(plan), 1, "%s\n%s", sql, plan);
+	cr_assert_eq(node_count(plan), 1, "%s\n%s", sql, plan);
+	free(plan);
+	snprintf(sql, sizeof sql,
+	         "SELECT l.owner FROM cairn.shard_leases l "
+	         "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR false) "
+	         "WHERE l.part = %" PRId64 " AND l.shard_group = 'default' AND l.shard = %d",
+	         part, shard);
+	plan = explain(c, sql);
+	cr_assert_eq(task_count(plan), 1, "%s\n%s", sql, plan);
+	cr_assert_eq(node_count(plan), 1, "%s\n%s", sql, plan);
+	free(plan);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals g JOIN cairn.runs r "
+	                        "ON r.id = g.run_id AND r.part = g.part WHERE g.name = 'go'"),
+	             nparts);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE status = 'cancelled'"),
+	             (nparts + 1) / 2);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE cancel_requested"), nparts);
+	/* The started runs keep a signal and a cancel message each, in their
+	 * parts; the cancelled ones none. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages m JOIN cairn.runs r "
+	                        "ON r.id = m.run_id AND r.part = m.part"),
+	             2 * (nparts / 2));
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), 2 * (nparts / 2));
+	free(ids);
+	PQfinish(c);
 }

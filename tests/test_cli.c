@@ -618,9 +618,10 @@ Test(client_api, a_batch_finds_existing_runs_by_key_without_reading_every_run_of
 	const char *db = tdb_new_migrated();
 	PGconn *pg = tdb_connect(db);
 	tdb_intf(pg,
-	         "WITH i AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, "
+	         "WITH i AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
 	         "                                   status, finished_at) "
-	         "  SELECT 'order', 'old-' || g, 'default', g %% 64, '{}', 'completed', now() "
+	         "  SELECT cairn.new_run_id(g %% 64), 'order', 'old-' || g, 'default', g %% 64, "
+	         "'{}', 'completed', now() "
 	         "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
 	         OLD);
 	tdb_exec(pg, "ANALYZE cairn.runs");
@@ -994,7 +995,7 @@ Test(completion, bash_completes_commands_subcommands_and_options)
 	} cases[] = {
 	    {"cairn sig", "signal signal-link"},
 	    {"cairn re", "retry result reencrypt"},
-	    {"cairn migrate --", "--status --dir --shards --json --db --help"},
+	    {"cairn migrate --", "--status --dir --shards --citus --json --db --help"},
 	    {"cairn cancel 12 --j", "--json"},
 	    {"cairn schedule ''", "create list pause resume delete"},
 	    {"cairn schedule create nightly --c", "--cron --catchup"},

@@ -6,6 +6,7 @@
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include "clock.h"
 #include "commit.h"
 #include "exec.h"
+#include "hash.h"
 #include "jcache.h"
 #include "journal.h"
 #include "shardmap.h"
@@ -410,7 +412,8 @@ static int kid_stranger(cairn_ctx *ctx, const cJSON *input, cJSON **output)
 	return cairn_child_wait_all(ctx, &stranger, 1, -1, r);
 }
 
-/* exec_env.child_ids without a database: ids from 501 on, and the orphan
+/* exec_env.child_ids without a database: values of the sequence from 501
+ * on (exec makes each a run id with its shard), and the orphan
  * of square at orphan_seq (< 0: none) as run 900. */
 static int64_t next_id;
 static int orphan_seq, ids_asked;
@@ -780,8 +783,10 @@ Test(replay, children_started_in_a_row_go_with_the_commit_that_journals_them)
 		char key[32], in[32], out[32];
 		snprintf(key, sizeof key, "cairn.child:7:%d", i);
 		snprintf(in, sizeof in, "{\"x\":%d}", i);
-		snprintf(out, sizeof out, "{\"run\":%d}", 501 + i);
-		cr_assert_eq(c->kids[i].id, 501 + i);
+		/* A value of the sequence, the id carrying the child's shard. */
+		int64_t id = RUN_ID(501 + i, hash_shard(key, 16));
+		snprintf(out, sizeof out, "{\"run\":%" PRId64 "}", id);
+		cr_assert_eq(c->kids[i].id, id);
 		cr_assert_str_eq(c->kids[i].key, key);
 		cr_assert_str_eq(c->kids[i].workflow, "square");
 		cr_assert_str_eq(c->kids[i].input, in);

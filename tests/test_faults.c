@@ -44,8 +44,9 @@ static int64_t leased_run(PGconn *c, int64_t owner)
 	         "INSERT INTO cairn.shard_leases (shard_group, shard, owner, epoch, acquired_at) "
 	         "VALUES ('default', 0, %" PRId64 ", 1, now()) RETURNING epoch",
 	         owner);
-	return tdb_int(c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status) "
-	                  "VALUES ('w', 'k', 'default', 0, 'running') RETURNING id");
+	return tdb_int(
+	    c, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, status) "
+	       "VALUES (cairn.new_run_id(0), 'w', 'k', 'default', 0, 'running') RETURNING id");
 }
 
 /* A journal commit of one completed step at seq 0 with this output. */
@@ -146,10 +147,10 @@ Test(faults, retry_cuts_the_journal_at_the_first_unsettled_step_and_gives_back_i
 {
 	const char *db = tdb_new_migrated_shards(4);
 	PGconn *c = tdb_connect(db);
-	int64_t run =
-	    tdb_int(c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, "
-	               "attempt, finished_at, error) VALUES ('w', 'k', 'default', 0, "
-	               "'failed', 1, now(), 'b broke') RETURNING id");
+	int64_t run = tdb_int(
+	    c, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, status, "
+	       "attempt, finished_at, error) VALUES (cairn.new_run_id(0), 'w', 'k', 'default', 0, "
+	       "'failed', 1, now(), 'b broke') RETURNING id");
 	char sql[600];
 	snprintf(sql, sizeof sql,
 	         "INSERT INTO cairn.steps (run_id, seq, name, kind, status, output) VALUES "
@@ -182,8 +183,9 @@ Test(faults, the_janitor_spares_a_run_that_is_retried_while_it_deletes)
 	const char *db = tdb_new_migrated_shards(4);
 	PGconn *c = tdb_connect(db), *retry = tdb_connect(db);
 	int64_t run =
-	    tdb_int(c, "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, "
-	               "attempt, finished_at) VALUES ('w', 'k', 'default', 0, 'failed', 1, "
+	    tdb_int(c, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, status, "
+	               "attempt, finished_at) VALUES (cairn.new_run_id(0), 'w', 'k', 'default', 0, "
+	               "'failed', 1, "
 	               "now() - interval '1 hour') RETURNING id");
 	/* `cairn retry` has the row and has not committed yet. */
 	tdb_exec(retry, "BEGIN");

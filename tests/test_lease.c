@@ -500,9 +500,10 @@ Test(lease, killed_lease_connection_detaches_is_fenced_out_and_reattaches_after_
 	    "SELECT epoch FROM cairn.shard_leases WHERE shard_group = 'default' AND shard = %d",
 	    shard);
 	check(shard >= 0 && epoch > 0, "worker 0 owns no shard");
-	int64_t run = qint("INSERT INTO cairn.runs (workflow, key, shard_group, shard) "
-	                   "VALUES ('test.fence', 'k', 'default', %d) RETURNING id",
-	                   shard);
+	int64_t run = qint("INSERT INTO cairn.runs (id, workflow, key, shard_group, shard) "
+	                   "VALUES (cairn.new_run_id(%d), 'test.fence', 'k', 'default', %d) "
+	                   "RETURNING id",
+	                   shard, shard);
 	check(fenced_touch(shard, a, epoch, run) == 1, "the owner's fenced write was refused");
 	double before = tmetric(ws[0].port, "cairn_detachments_total");
 	check(before >= 0, "no cairn_detachments_total metric");

@@ -169,7 +169,9 @@ Test(ui, api_names_the_bad_parameter)
 	cJSON_Delete(api_get("/api/run?id=999", 404));
 }
 
-/* The ids of a page of /api/runs, comma-separated, and its next_before. */
+/* The runs of a page of /api/runs, comma-separated, and its next_before.
+ * Each run shows as its number in the order runs were made: its id without
+ * the shard it carries (id / 65536, migration 0025). */
 static int64_t page(const char *query, char *ids, size_t n)
 {
 	char path[256];
@@ -180,8 +182,8 @@ static int64_t page(const char *query, char *ids, size_t n)
 	cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(j, "runs"))
 	{
 		size_t l = strlen(ids);
-		snprintf(ids + l, n - l, "%s%.0f", l ? "," : "",
-		         cJSON_GetObjectItemCaseSensitive(r, "id")->valuedouble);
+		snprintf(ids + l, n - l, "%s%" PRId64, l ? "," : "",
+		         (int64_t)cJSON_GetObjectItemCaseSensitive(r, "id")->valuedouble / 65536);
 	}
 	const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "next_before");
 	int64_t before = cJSON_IsNumber(next) ? (int64_t)next->valuedouble : 0;
@@ -953,8 +955,9 @@ Test(ui, a_run_page_links_the_runs_before_and_after_it_in_a_chain, .timeout = 18
 	snprintf(sql, sizeof sql,
 	         "UPDATE cairn.runs SET status = 'completed', finished_at = now(), start_at = NULL "
 	         "WHERE id = %" PRId64 ";"
-	         "INSERT INTO cairn.runs (workflow, key, shard_group, shard, continued_from, "
-	         "chain_id) SELECT workflow, 'cairn.next:' || id, shard_group, shard, id, id "
+	         "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, continued_from, "
+	         "chain_id) SELECT cairn.new_run_id(shard), workflow, 'cairn.next:' || id, "
+	         "shard_group, shard, id, id "
 	         "FROM cairn.runs WHERE id = %" PRId64,
 	         first, first);
 	tdb_exec(c, sql);

@@ -515,15 +515,17 @@ Test(wake, a_new_run_takes_the_short_claim_and_a_run_with_a_signal_waiting_the_f
 	       NEW, c.new_runs, c.runs, c.shards);
 	claims c1 = claims_of_a();
 	int64_t id = tdb_int(
-	    conn, "WITH r AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, "
-	          "                                start_at) "
-	          "  VALUES ('t.signals', 'waited', 'default', cairn.shard_of('waited'), "
-	          "          '{\"n\": 1}', now()) RETURNING id, shard_group, shard), "
-	          "g AS (INSERT INTO cairn.signals (run_id, name, payload) "
-	          "      SELECT id, 's', '{\"v\": 7}' FROM r), "
-	          "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-	          "      SELECT id, shard_group, shard, 'signal' FROM r) "
-	          "SELECT id FROM r");
+	    conn,
+	    "WITH r AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
+	    "                                start_at) "
+	    "  VALUES (cairn.new_run_id(cairn.shard_of('waited')), 't.signals', 'waited', "
+	    "'default', cairn.shard_of('waited'), "
+	    "          '{\"n\": 1}', now()) RETURNING id, shard_group, shard), "
+	    "g AS (INSERT INTO cairn.signals (run_id, name, payload) "
+	    "      SELECT id, 's', '{\"v\": 7}' FROM r), "
+	    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
+	    "      SELECT id, shard_group, shard, 'signal' FROM r) "
+	    "SELECT id FROM r");
 	tdb_intf(conn,
 	         "SELECT count(cairn.wake(shard_group, shard, id, false)) FROM cairn.runs "
 	         "WHERE id = %" PRId64,
@@ -568,9 +570,10 @@ Test(wake, a_claim_of_named_runs_finds_their_messages_by_run_whatever_is_due_els
 	enum { ELSEWHERE = 20000, RUNS = 40 };
 	tdb_exec(conn, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
 	tdb_intf(conn,
-	         "WITH i AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, input, "
+	         "WITH i AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
 	         "                                   status, attempt) "
-	         "  SELECT 'noop', 'elsewhere-' || g, 'elsewhere', g %% 64, '{}', 'sleeping', 1 "
+	         "  SELECT cairn.new_run_id(g %% 64), 'noop', 'elsewhere-' || g, 'elsewhere', g %% "
+	         "64, '{}', 'sleeping', 1 "
 	         "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
 	         ELSEWHERE);
 	/* A wake-up each, tomorrow, seen by ANALYZE; then a signal each, due. */

@@ -535,12 +535,13 @@ Test(worker, janitor_deletes_old_finished_runs_and_health_checker_removes_dead_r
 	const char *db = tdb_new_migrated_shards(64);
 	PGconn *c = tdb_connect(db);
 	tdb_exec(
-	    c,
-	    "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, input, "
-	    "finished_at) VALUES "
-	    "('noop', 'old-done', 'default', 1, 'completed', 'null', now() - interval '2 days'), "
-	    "('noop', 'new-done', 'default', 2, 'completed', 'null', now() - interval '1 hour'), "
-	    "('noop', 'old-live', 'default', 3, 'sleeping', 'null', NULL)");
+	    c, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, status, input, "
+	       "finished_at) VALUES "
+	       "(cairn.new_run_id(1), 'noop', 'old-done', 'default', 1, 'completed', 'null', now() "
+	       "- interval '2 days'), "
+	       "(cairn.new_run_id(2), 'noop', 'new-done', 'default', 2, 'completed', 'null', now() "
+	       "- interval '1 hour'), "
+	       "(cairn.new_run_id(3), 'noop', 'old-live', 'default', 3, 'sleeping', 'null', NULL)");
 	tdb_exec(
 	    c,
 	    "UPDATE cairn.runs SET created_at = now() - interval '3 days' WHERE key LIKE 'old-%'");
@@ -581,14 +582,16 @@ Test(worker, the_janitor_deletes_old_runs_and_their_signals_without_reading_ever
 	enum { OLD = 1000, KEPT = 20000 };
 	const char *db = tdb_new_migrated_shards(64);
 	PGconn *c = tdb_connect(db);
-	tdb_intf(c,
-	         "WITH i AS (INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, "
-	         "                                   input, finished_at) "
-	         "  SELECT 'noop', CASE WHEN g <= %d THEN 'old-' ELSE 'kept-' END || g, "
-	         "         'default', g %% 64, 'completed', 'null', now() - CASE WHEN g <= %d "
-	         "         THEN interval '2 days' ELSE interval '1 hour' END "
-	         "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
-	         OLD, OLD, OLD + KEPT);
+	tdb_intf(
+	    c,
+	    "WITH i AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, status, "
+	    "                                   input, finished_at) "
+	    "  SELECT cairn.new_run_id(g %% 64), 'noop', CASE WHEN g <= %d THEN 'old-' ELSE "
+	    "'kept-' END || g, "
+	    "         'default', g %% 64, 'completed', 'null', now() - CASE WHEN g <= %d "
+	    "         THEN interval '2 days' ELSE interval '1 hour' END "
+	    "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
+	    OLD, OLD, OLD + KEPT);
 	tdb_exec(c, "INSERT INTO cairn.signals (run_id, name, payload, consumed_by_seq) "
 	            "SELECT id, 'approval', '{}', 0 FROM cairn.runs");
 	tdb_exec(c, "ANALYZE cairn.signals");
@@ -783,9 +786,10 @@ Test(worker, a_slow_claim_refreshes_the_statistics_for_new_rows_not_for_dead_one
 	const char *db = tdb_new_migrated();
 	PGconn *pg = tdb_connect(db), *lk = tdb_connect(db);
 	only_pollers_analyze(pg);
-	const char *fill = "INSERT INTO cairn.runs (workflow, key, shard_group, shard, status, "
+	const char *fill = "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, status, "
 	                   "                        finished_at) "
-	                   "SELECT 'ended', '%s' || g, 'default', 0, 'completed', now() "
+	                   "SELECT cairn.new_run_id(0), 'ended', '%s' || g, 'default', 0, "
+	                   "       'completed', now() "
 	                   "FROM generate_series(1, 3000) g";
 	char sql[512];
 	snprintf(sql, sizeof sql, fill, "a");
