@@ -348,13 +348,26 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
      "  RETURNING run_id)",
      SLOT_kid_run, SLOT_awc_child},
-    /* A cancelled parent asks its unfinished children to cancel. */
-    {"canc AS (UPDATE cairn.runs c SET cancel_requested = true, updated_at = now() "
+    /* A cancelled parent asks its unfinished children to cancel; those
+     * that never started end cancelled here, as cairn_cancel ends such a
+     * run (client.c, SQL_CANCEL), whatever group they are in: one that no
+     * worker serves would otherwise wait for ever. Their parent is the run
+     * this commit ends, which needs no signal of their ends. */
+    {"canc AS (UPDATE cairn.runs c SET cancel_requested = true, updated_at = now(), "
+     "    status = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN 'cancelled' "
+     "             ELSE c.status END, "
+     "    error = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN 'cancelled' "
+     "            ELSE c.error END, "
+     "    finished_at = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN now() END, "
+     "    start_at = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN NULL "
+     "               ELSE c.start_at END, "
+     "    held = c.held AND NOT (c.status = 'pending' AND c.attempt = 0) "
      "  WHERE c.parent_id = ANY (:can_run::bigint[]) AND c.parent_id IN (SELECT run_id FROM ok) "
      "    AND c.finished_at IS NULL AND NOT c.cancel_requested "
-     "  RETURNING c.id, c.shard_group, c.shard), "
+     "  RETURNING c.id, c.shard_group, c.shard, c.finished_at IS NOT NULL AS now_), "
      "cancm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-     "  SELECT id, shard_group, shard, 'cancel' FROM canc)",
+     "  SELECT id, shard_group, shard, 'cancel' FROM canc WHERE NOT now_), "
+     "cand AS (DELETE FROM cairn.messages m WHERE m.run_id IN (SELECT id FROM canc WHERE now_))",
      SLOT_can_run, SLOT_can_run},
     /* Events: the latest value of each key (the highest seq) wins. */
     {"ev AS (INSERT INTO cairn.events AS e (run_id, key, value) "
@@ -408,7 +421,8 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
 };
 
 /* Tells `cairn wait` and the like that runs finished ($1) and that runs
- * published events ($2), and wakes the owners (when idle) of the parents
+ * published events ($2) and that children of cancelled runs ($4) ended
+ * with them, and wakes the owners (when idle) of the parents
  * of finished children that are due ($3: their waits were met), of the
  * children of cancelled runs ($4) and, other than this runner ($6), of
  * children just started ($5; bare, so that PostgreSQL folds them into one
@@ -417,6 +431,13 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
  * this one writes no WAL, so it is short. */
 static const char SQL_DONE[] =
     "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM unnest($1::bigint[]) id "
+    "UNION ALL "
+    /* The children of cancelled runs that ended with them (never started):
+     * those cancelled before are told again, which a waiter reads as
+     * nothing new. */
+    "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM cairn.runs "
+    "WHERE cardinality($4::bigint[]) > 0 AND parent_id = ANY ($4::bigint[]) "
+    "  AND status = 'cancelled' "
     "UNION ALL "
     "SELECT count(pg_notify('" CAIRN_EVENT_CHANNEL "', id::text)) FROM unnest($2::bigint[]) id "
     "UNION ALL "
