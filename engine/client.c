@@ -1455,8 +1455,9 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
  * request and a cancel message, and ends cancelled at its next durable call.
  * A cancel of a run that continued as new is for the last run of its chain,
  * as a signal is (SQL_SIGNAL). A child cancelled at once tells its parent
- * as the commit that ends a child does (cairn.children_ended, migration
- * 0024): its outcome, and the parent's wait counted down. */
+ * as the commit that ends a child does (cairn.children_ended, migrations
+ * 0024 and 0027): its outcome ($3, sealed as the commit seals it), and the
+ * parent's wait counted down. */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
     "           FROM cairn.runs WHERE part = $2 AND id = " LIVE_RUN("$2") " FOR UPDATE), "
@@ -1471,7 +1472,8 @@ static const char SQL_CANCEL[] =
      * which cannot hold pg_notify's void. */
     "notify_ AS (SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) AS n FROM now_), "
     "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), array_agg(parent_id), "
-    "             array_agg('cancelled'::text), array_agg('cancelled'::text)) AS n "
+    "             array_agg('cancelled'::text), array_agg('cancelled'::text), "
+    "             array_agg($3::text)) AS n "
     "         FROM now_ WHERE parent_id IS NOT NULL), "
     "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
     "        WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT done) "
@@ -1500,15 +1502,27 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 	return client_cancel_outcome(c, run_id, NULL);
 }
 
+/* The end a child cancelled before it starts sends its parent ($3 of
+ * SQL_CANCEL), as the commit that ends a child writes it: sealed when
+ * this client has keys, as every signal payload at rest is. */
+#define CANCELLED_END "{\"status\":\"cancelled\",\"output\":null,\"error\":\"cancelled\"}"
+
 int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 {
 	int part, rc = client_run_part(c, run_id, &part);
 	if (rc)
 		return rc;
 	char idtxt[24], parttxt[24];
-	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part)};
-	rc = live_run_cmd(c, run_id, SQL_CANCEL, 2, p, "cancel", CAIRN_WAKE_CANCEL, p[1], status);
-	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
+	buf sealed = BUF_INIT;
+	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part),
+	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, CANCELLED_END, &sealed)};
+	rc = p[2] ? live_run_cmd(c, run_id, SQL_CANCEL, 3, p, "cancel", CAIRN_WAKE_CANCEL, p[1],
+	                         status)
+	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
+	if (!rc)
+		rc = client_release(c, CLIENT_RELEASE_RUN, p);
+	buf_free(&sealed);
+	return rc;
 }
 
 /* The journal is cut from its first step that is missing or not settled
