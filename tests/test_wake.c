@@ -493,6 +493,98 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 	tworker_stop(a, SIGTERM, 30000);
 }
 
+/* The wake-ups listener has had: each is freed. */
+static int wake_ups(PGconn *listener)
+{
+	int n = 0;
+	for (char *note; (note = tdb_next_notification(listener, 0)); n++)
+		free(note);
+	return n;
+}
+
+/* The worker's runner is idle (its poller sleeps; writers wake it). */
+static int runner_idle(void *arg)
+{
+	(void)arg;
+	return tdb_int(conn, "SELECT count(*) FROM cairn.runners WHERE idle") == 1;
+}
+
+/*
+ * The C client's enqueue wakes an idle owner from inside its INSERT's
+ * transaction (cairn.wake_in, migration 0026), and the wake-up it sends
+ * after the commit then wakes nobody: one wake-up a run, not two. While
+ * another writer notifies from inside its transaction (it holds
+ * cairn.notify_lock), cairn.wake_in does not wait for it and leaves the
+ * wake-up to after the commit, which still wakes the owner: the runs start
+ * without a poll either way. cairn.wake_in itself: its notification goes
+ * out with the commit and names the owner and the run; it records its
+ * token in the session (cairn.woke); it returns false, notifies nobody and
+ * records nothing while the lock is held.
+ */
+Test(wake,
+     an_enqueue_wakes_an_idle_owner_once_from_its_transaction_or_after_it_when_another_notifies)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	int64_t done = settle_a();
+	/* The calls of cairn.wake_in are counted (track_functions) in a client
+	 * session of its own, whose first enqueue routes its workflow. */
+	tdb_exec(conn, "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = "
+	               "''pl''', current_database()); END $$");
+	cairn_client_free(client);
+	cr_assert_eq(cairn_client_open(db, &client), CAIRN_OK, "%s", cairn_client_errmsg(client));
+	one_by_one(1, &done, "routing");
+	PGconn *listener = tdb_connect(db), *other = tdb_connect(db);
+	tdb_exec(listener, "LISTEN cairn_wake");
+	claims c = one_by_one(5, &done, "woken from the enqueue's transaction");
+	int n = wake_ups(listener);
+	tcheck(dump_logs, n == 5 && c.runs == 5 && c.shards == 0,
+	       "5 runs one by one: %d wake-ups, %g claims of named runs, %g of the shards", n,
+	       c.runs, c.shards);
+	cairn_client_free(client);
+	int64_t calls = tdb_stat_after_sessions(
+	    conn, "cairn",
+	    "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'wake_in'",
+	    DEADLINE);
+	cr_assert_eq(cairn_client_open(db, &client), CAIRN_OK, "%s", cairn_client_errmsg(client));
+	fprintf(stderr, "test_wake: 5 enqueues called cairn.wake_in %" PRId64 " times\n", calls);
+	/* Each, but one whose route (cached for a second) ran out meanwhile. */
+	tcheck(dump_logs, calls >= 4 && calls <= 5,
+	       "5 enqueues to an idle owner called cairn.wake_in %" PRId64 " times", calls);
+
+	tdb_exec(other, "SELECT pg_advisory_lock(cairn.notify_lock())");
+	c = one_by_one(5, &done, "woken after the enqueue's commit");
+	n = wake_ups(listener);
+	tcheck(dump_logs, n == 5 && c.runs == 5 && c.shards == 0,
+	       "5 runs one by one while another writer holds the notify lock: %d wake-ups, %g "
+	       "claims of named runs, %g of the shards",
+	       n, c.runs, c.shards);
+
+	int64_t owner = tdb_int(conn, "SELECT id FROM cairn.runners");
+	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
+	tdb_exec(conn, "BEGIN");
+	cr_assert_eq(tdb_int(conn, "SELECT cairn.wake_in('default', 0, 424242, 'held')::int"), 0,
+	             "cairn.wake_in notified while another writer held the notify lock");
+	tdb_exec(conn, "COMMIT");
+	tdb_exec(other, "SELECT pg_advisory_unlock(cairn.notify_lock())");
+	tdb_exec(conn, "BEGIN");
+	cr_assert_eq(tdb_int(conn, "SELECT cairn.wake_in('default', 0, 424243, 'free')::int"), 1);
+	tdb_exec(conn, "COMMIT");
+	char *note = tdb_next_notification(listener, DEADLINE), want[64];
+	snprintf(want, sizeof want, "%" PRId64 " 424243", owner);
+	cr_assert(note, "cairn.wake_in's notification never came");
+	cr_assert_str_eq(note, want, "the first wake-up after cairn.wake_in's commit is \"%s\"",
+	                 note);
+	free(note);
+	char *woke = tdb_str(conn, "SELECT current_setting('cairn.woke')");
+	cr_assert_str_eq(woke, "free", "the session's cairn.woke is \"%s\"", woke);
+	free(woke);
+	PQfinish(other);
+	PQfinish(listener);
+	tworker_stop(a, SIGTERM, 30000);
+}
+
 /*
  * The claim of a named run that is new (pending, never executed, nothing
  * journaled or waiting for it) is a short statement of its own. A run that
