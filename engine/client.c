@@ -403,7 +403,7 @@ static const db_stmt ST_ENQUEUE_TO = {
 /*
  * ST_ENQUEUE_TO that also wakes the new run's owner from inside its own
  * transaction (cairn.wake_in, migration 0026; $13 its token): the relay
- * hears of the run as the INSERT commits, not 0.3 to 0.45 ms later from the
+ * hears of the run as the INSERT commits, not 0.31 to 0.56 ms later from the
  * wake-up's transaction after it (the bench's stamp phase, where that was a
  * third of what followed the enqueue's commit before its run's first
  * instruction). Only at low load, where that latency is the figure:

@@ -3,8 +3,8 @@
 -- Until now the C client's enqueue of one run committed its INSERT and then,
 -- in a transaction of its own sent in the same round trip, read the run's
 -- owner and notified it (client.c, ST_WAKE_TO). That second transaction
--- came after the INSERT's commit, so the wake relay heard of the run 0.3
--- to 0.45 ms after it was on disk (measured on the bench's stamp phase): a
+-- came after the INSERT's commit, so the wake relay heard of the run 0.31
+-- to 0.56 ms after it was on disk (measured on the bench's stamp phase): a
 -- third of the time from an enqueue to its run's first instruction at low
 -- load, beyond the enqueue's own commit. A notification sent inside the
 -- INSERT's transaction reaches the relay as the commit does.
