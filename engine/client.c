@@ -293,7 +293,9 @@ int client_schema_version(cairn_client *c)
  * again before it sleeps) is not woken either, except to look for cancelled
  * runs in flight. It reads the owner after the write committed: an owner
  * that takes a shard later claims its due work as it takes it, and a shard
- * that has no owner wakes nobody.
+ * that has no owner wakes nobody. One run sent by a cached route is the
+ * exception: it wakes an idle owner from inside its own transaction when
+ * no other writer does so at the moment (ST_ENQUEUE_WAKE, below).
  */
 #define WAKE_NO_DISK "set_config('synchronous_commit', 'off', true)"
 /* The owners to wake: idle ones, and every one for a cancel (wake: $n). */
@@ -316,12 +318,17 @@ static const db_stmt ST_WAKE_SHARD = {
     "WHERE l.shard_group = coalesce($1, (SELECT shard_group FROM cairn.route($4, NULL, $6))) "
     "  AND l.shard = $2"};
 /* With the group known ($1): as before routing. */
-static const db_stmt ST_WAKE_TO = {
-    "cairn_wake_to",
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $3 || "
-    "         coalesce(' ' || (SELECT r.id FROM cairn.runs r WHERE r.workflow = $4 "
-    "                          AND r.key = $5), ''))), " WAKE_NO_DISK " "
-    "FROM cairn.shard_leases l " WAKE_OWNER_3 "WHERE l.shard_group = $1 AND l.shard = $2"};
+#define WAKE_TO(skip)                                                                              \
+	"SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || $3 || "                       \
+	"         coalesce(' ' || (SELECT r.id FROM cairn.runs r WHERE r.workflow = $4 "           \
+	"                          AND r.key = $5), ''))), " WAKE_NO_DISK " "                      \
+	"FROM cairn.shard_leases l " WAKE_OWNER_3 "WHERE l.shard_group = $1 AND l.shard = $2" skip
+static const db_stmt ST_WAKE_TO = {"cairn_wake_to", WAKE_TO("")};
+/* The same after ST_ENQUEUE_WAKE, unless its cairn.wake_in did the work:
+ * $6 is the token it was given. */
+static const db_stmt ST_WAKE_TO_UNLESS = {
+    "cairn_wake_to_unless",
+    WAKE_TO(" AND current_setting('cairn.woke', true) IS DISTINCT FROM $6")};
 /* Shards: $1 groups (NULL: routed, as the enqueue of workflow $4 routed
  * it: cairn.route gives the same group again), $2 shards, $3 as above; for
  * every due run there. */
@@ -337,8 +344,7 @@ static const db_stmt ST_WAKE_SHARDS = {
  * notifies by cairn.wake: on Citus its notifications are sent by the
  * coordinator, where the relay listens, not by the node of the part. */
 static const db_stmt ST_WAKE_RUNS = {
-    "cairn_wake_runs",
-    "SELECT cairn.wake_runs($1::bigint[], $3::int, $2 <> ''), " WAKE_NO_DISK};
+    "cairn_wake_runs", "SELECT cairn.wake_runs($1::bigint[], $3::int, $2 <> ''), " WAKE_NO_DISK};
 
 /* A new run's id, which carries its shard (migration 0025,
  * cairn.new_run_id, written out so that the statement calls no function),
@@ -387,12 +393,13 @@ static const db_stmt ST_ENQUEUE = {
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
     "                             concurrency_key, priority, held, traceparent) "
-    "SELECT " NEW_RUN_ID("$4") ", $15, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
-    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $14 "
-    "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
-    "          (SELECT warning FROM rt), r.shard_group"};
+    "SELECT " NEW_RUN_ID(
+        "$4") ", $15, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
+              "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $14 "
+              "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
+              "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+              "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
+              "          (SELECT warning FROM rt), r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
  * CLIENT_ROUTE_TTL_MS (see route_cached; the route's warning is the
  * client's to give): the statement of before routing, which reads no other
@@ -402,11 +409,12 @@ static const db_stmt ST_ENQUEUE_TO = {
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
     "                             concurrency_key, priority, held, traceparent) "
-    "SELECT " NEW_RUN_ID("$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "
-    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "
-    "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+    "SELECT " NEW_RUN_ID(
+        "$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "
+              "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "
+              "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
+              "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+              "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 /* The same for a run without a concurrency key (most runs): nothing can
  * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
  * ($10 is NULL). Citus routes it whole to the node of its part ($13) with
@@ -419,13 +427,58 @@ static const db_stmt ST_ENQUEUE_VALUES = {
     "                             max_attempts, scheduled_at, start_at, parent_id, "
     "                             concurrency_key, priority, traceparent) "
     "VALUES (" NEW_RUN_ID("$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
-    "        " START_ONE ", $9::bigint, $10::text, $11, $12) "
-    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+                                "        " START_ONE ", $9::bigint, $10::text, $11, $12) "
+                                "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+                                "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 const char *client_sql_enqueue_values(void)
 {
 	return ST_ENQUEUE_VALUES.sql;
 }
+/*
+ * ST_ENQUEUE_VALUES that also wakes the new run's owner from inside its own
+ * transaction (cairn.wake_in, migration 0026; $14 its token): the relay
+ * hears of the run as the INSERT commits, not 0.31 to 0.56 ms later from the
+ * wake-up's transaction after it (the bench's stamp phase, where that was a
+ * third of what followed the enqueue's commit before its run's first
+ * instruction). Only at low load, where that latency is the figure:
+ *  - a client sends it only when its last enqueue of one run ended
+ *    CLIENT_WAKE_IN_GAP_MS ago or more. Clients that enqueue back to back
+ *    wake after their commits, as before: 8 of them with a worker running
+ *    enqueued 0.31x and 0.31x the same run's pgbench INSERT TPS (bench,
+ *    x8 phase) with it in every call, against 0.47x and 0.37x without, the
+ *    two alternated, since while the owner was idle the writer that
+ *    notified held PostgreSQL's lock of notifying commits through its
+ *    fsync and the others' wake-ups waited behind it;
+ *  - the statement calls cairn.wake_in only if it sees an idle owner (none:
+ *    no worker, or a busy one, under load); the call alone cost 8 clients
+ *    with no worker a third of their runs/s (1,600 and 1,310 against 2,256
+ *    and 2,104);
+ *  - cairn.wake_in notifies only if no other writer does so from inside its
+ *    transaction at the moment (the commits of notifying transactions wait
+ *    for the disk one after the other), else it leaves the wake-up to
+ *    ST_WAKE_TO_UNLESS, sent after it in the same round trip as before,
+ *    which reads the owner again after the commit.
+ * A key that exists inserts nothing and wakes nobody from here. On one
+ * server only (one part): on Citus the INSERT of a CTE is a step through
+ * the coordinator, not the router insert of ST_ENQUEUE_VALUES.
+ */
+/* The idle owner of inserted run n's shard. */
+#define IDLE_OWNER_OF_N                                                                            \
+	"SELECT 1 FROM cairn.shard_leases l JOIN cairn.runners w ON w.id = l.owner AND w.idle "    \
+	"WHERE l.shard_group = n.shard_group AND l.shard = n.shard"
+static const db_stmt ST_ENQUEUE_WAKE = {
+    "cairn_enqueue_wake",
+    "WITH n AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, "
+    "             input, max_attempts, scheduled_at, start_at, parent_id, concurrency_key, "
+    "             priority, traceparent) "
+    "  VALUES (" NEW_RUN_ID(
+        "$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+              "          " START_ONE ", $9::bigint, $10::text, $11, $12) "
+              "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+              "  RETURNING r.id, r.status, r.held, r.shard_group, r.shard) "
+              "SELECT n.id, false, n.status, NULL::text, NULL::text, n.held FROM n "
+              "WHERE NOT EXISTS (" IDLE_OWNER_OF_N ") "
+              "   OR cairn.wake_in(n.shard_group, n.shard, n.id, $14) IS NOT NULL"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -611,8 +664,8 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
 static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
-    &ST_ENQUEUE,    &ST_WAKE_SHARD, &ST_WAKE_SHARDS,   &ST_WAKE_RUNS,
-    &ST_ENQUEUE_TO, &ST_WAKE_TO,    &ST_ENQUEUE_VALUES};
+    &ST_ENQUEUE, &ST_WAKE_SHARD,     &ST_WAKE_SHARDS,  &ST_WAKE_RUNS,     &ST_ENQUEUE_TO,
+    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_WAKE, &ST_WAKE_TO_UNLESS};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -1002,7 +1055,18 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
 	                     p[7], p[8], p[9], p[10], p[13], p[14]};
 
+	/* The token of this enqueue's wake-up from inside its transaction
+	 * (ST_ENQUEUE_WAKE): the client's own random prefix, so that a
+	 * session a pooler shares never takes another client's for its own,
+	 * and a count. */
+	char token[CLIENT_WAKE_ID_LEN + 24];
+	if (!c->wake_id[0])
+		fresh_key(c->wake_id);
+	snprintf(token, sizeof token, "%s.%" PRIu64, c->wake_id, ++c->wake_count);
+	const char *pw[] = {p[0], p[1], p[2], p[3],  p[4],  p[5],  p[6],
+	                    p[7], p[8], p[9], p[10], p[13], p[14], token};
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
+	const char *wake_un[] = {o->group, shard, "", workflow, key, token};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
 	int rc = -1;
@@ -1025,13 +1089,19 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		rc = -1;
 	}
 	if (cached) /* no route: the group, and its warning, as just before */
-		p[2] = pto[2] = wake[0] = cached->group;
+		p[2] = pto[2] = pw[2] = wake[0] = wake_un[0] = cached->group;
+	int64_t now = clock_mono_ms();
+	int in_tx = cached && !o->concurrency_key && c->settings.nparts <= 1 &&
+	            now - c->last_enqueue_ms >= CLIENT_WAKE_IN_GAP_MS &&
+	            client_schema_version(c) >= WAKE_IN_SCHEMA;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
 		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
-		PGresult *r = split    ? exec_one(c, ins, 13, pto)
-		              : cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
-		                       : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
+		PGresult *r =
+		    split    ? exec_one(c, ins, 13, pto)
+		    : in_tx  ? exec_then(c, &ST_ENQUEUE_WAKE, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
+		    : cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
+		             : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			if (!rc && cached && !out->existed && cached->warning[0])
@@ -1048,6 +1118,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 			rc = -1;
 	}
 	buf_free(&sealed);
+	c->last_enqueue_ms = clock_mono_ms();
 	if (rc < 0)
 		return raced(c);
 	if (!rc && split)
@@ -1311,7 +1382,8 @@ int cairn_run_resolve(cairn_client *c, const char *ref, int64_t *id)
  * shard, so in the part of $1 (part, a parameter: client_run_part). */
 #define LIVE_RUN(part)                                                                             \
 	"(SELECT coalesce((SELECT max(c.id) FROM cairn.runs c "                                    \
-	"                   WHERE c.part = " part " AND c.chain_id = coalesce(x.chain_id, x.id)), " \
+	"                   WHERE c.part = " part                                                  \
+	" AND c.chain_id = coalesce(x.chain_id, x.id)), "                                          \
 	"                 x.id) "                                                                  \
 	"  FROM cairn.runs x WHERE x.part = " part " AND x.id = $1)"
 
@@ -1359,33 +1431,37 @@ static const char SQL_SIGNAL[] =
     "             (SELECT count(*) FROM cairn.signals g "
     "              WHERE g.part = $6 AND g.run_id = runs.id AND g.consumed_by_seq IS NULL) "
     "             AS pending "
-    "           FROM cairn.runs WHERE part = $6 AND id = " LIVE_RUN("$6") " FOR SHARE), "
-    /* $5: the nonce of a signal link used once (NULL: none), recorded
-     * with the signal; a second use finds it and writes nothing. */
-    "used AS (INSERT INTO cairn.signal_links (nonce, run_id, part) "
-    "         SELECT $5, id, $6 FROM r WHERE $5::text IS NOT NULL AND NOT done AND pending < $4 "
-    "         ON CONFLICT DO NOTHING RETURNING 1), "
-    "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4 "
-    "         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM used))), "
-    "s AS (INSERT INTO cairn.signals (run_id, part, name, payload) "
-    "      SELECT id, $6, $2, $3::jsonb FROM ok RETURNING run_id), "
-    "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
-    "      SELECT id, $6, shard_group, shard, 'signal' FROM ok "
-    "      RETURNING 1) "
-    "SELECT done OR pending >= $4 OR NOT EXISTS (SELECT 1 FROM ok), "
-    "       (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
-    "       CASE WHEN $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.signal_links "
-    "                  WHERE part = $6 AND nonce = $5) THEN '" CLIENT_NONCE_USED "' "
-    "            WHEN done THEN 'it has already finished' "
-    "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; the "
-    "limit (max_pending_signals in cairn.settings) is ' || $4 "
-    "            ELSE '" CLIENT_NONCE_USED "' END, "
-    /* Sent to a run that awaits it: the message wakes the run to take it. */
-    "       CASE WHEN EXISTS (SELECT 1 FROM s) AND EXISTS (SELECT 1 FROM cairn.steps "
-    "                  WHERE part = $6 AND run_id = r.id AND kind = 'signal' AND status = 'waiting' "
-    "                    AND name = $2) "
-    "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END, r.id "
-    "FROM r";
+    "           FROM cairn.runs WHERE part = $6 AND id = " LIVE_RUN(
+        "$6") " FOR SHARE), "
+              /* $5: the nonce of a signal link used once (NULL: none), recorded
+               * with the signal; a second use finds it and writes nothing. */
+              "used AS (INSERT INTO cairn.signal_links (nonce, run_id, part) "
+              "         SELECT $5, id, $6 FROM r WHERE $5::text IS NOT NULL AND NOT done AND "
+              "pending < $4 "
+              "         ON CONFLICT DO NOTHING RETURNING 1), "
+              "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4 "
+              "         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM used))), "
+              "s AS (INSERT INTO cairn.signals (run_id, part, name, payload) "
+              "      SELECT id, $6, $2, $3::jsonb FROM ok RETURNING run_id), "
+              "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+              "      SELECT id, $6, shard_group, shard, 'signal' FROM ok "
+              "      RETURNING 1) "
+              "SELECT done OR pending >= $4 OR NOT EXISTS (SELECT 1 FROM ok), "
+              "       (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
+              "       CASE WHEN $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.signal_links "
+              "                  WHERE part = $6 AND nonce = $5) THEN '" CLIENT_NONCE_USED "' "
+              "            WHEN done THEN 'it has already finished' "
+              "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; "
+              "the "
+              "limit (max_pending_signals in cairn.settings) is ' || $4 "
+              "            ELSE '" CLIENT_NONCE_USED "' END, "
+              /* Sent to a run that awaits it: the message wakes the run to take it. */
+              "       CASE WHEN EXISTS (SELECT 1 FROM s) AND EXISTS (SELECT 1 FROM cairn.steps "
+              "                  WHERE part = $6 AND run_id = r.id AND kind = 'signal' AND status "
+              "= 'waiting' "
+              "                    AND name = $2) "
+              "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END, r.id "
+              "FROM r";
 
 /* Wakes the owner of run id's shard (the payload wake), in a statement of
  * its own. */
@@ -1402,10 +1478,10 @@ static void wake_run(cairn_client *c, int64_t id, const char *wake, const char *
 
 /* Runs a statement whose first row's first column is "run already finished"
  * (its third, if any, why the run refused), then wakes the run's owner with
- * the payload wake (the run in part, which its chain shares). outcome (CLIENT_OUTCOME_MAX bytes; may be NULL) gets
- * the fourth column: what the write did. A fifth column is the run the
- * statement wrote for (the last of a chain, LIVE_RUN), into *target (may
- * be NULL), whose owner is woken too when it is another. */
+ * the payload wake (the run in part, which its chain shares). outcome (CLIENT_OUTCOME_MAX bytes;
+ * may be NULL) gets the fourth column: what the write did. A fifth column is the run the statement
+ * wrote for (the last of a chain, LIVE_RUN), into *target (may be NULL), whose owner is woken too
+ * when it is another. */
 static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
                          const char *const *params, const char *verb, const char *wake,
                          const char *part, char *outcome, int64_t *target)
@@ -1511,35 +1587,43 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
  * request and a cancel message, and ends cancelled at its next durable call.
  * A cancel of a run that continued as new is for the last run of its chain,
  * as a signal is (SQL_SIGNAL). A child cancelled at once tells its parent
- * as the commit that ends a child does (cairn.children_ended, migration
- * 0024): its outcome, and the parent's wait counted down. */
+ * as the commit that ends a child does (cairn.children_ended, migrations
+ * 0024 and 0027): its outcome ($3, sealed as the commit seals it), and the
+ * parent's wait counted down. */
 static const char SQL_CANCEL[] =
     "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
-    "           FROM cairn.runs WHERE part = $2 AND id = " LIVE_RUN("$2") " FOR UPDATE), "
-    "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
-    "             cancel_requested = true, finished_at = now(), updated_at = now(), "
-    "             start_at = NULL, held = false "
-    "         WHERE part = $2 AND id IN (SELECT id FROM r WHERE status = 'pending' AND NOT done) "
-    "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS child), "
-    "drop_ AS (DELETE FROM cairn.messages WHERE part = $2 AND run_id IN (SELECT id FROM now_) "
-    "          RETURNING 1), "
-    /* A count: on Citus a CTE's rows may be passed on as a result,
-     * which cannot hold pg_notify's void. */
-    "notify_ AS (SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) AS n FROM now_), "
-    "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), array_agg(parent_id), "
-    "             array_agg('cancelled'::text), array_agg('cancelled'::text)) AS n "
-    "         FROM now_ WHERE parent_id IS NOT NULL), "
-    "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
-    "        WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT done) "
-    "          AND id NOT IN (SELECT id FROM now_) "
-    "        RETURNING id, shard_group, shard), "
-    "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
-    "      SELECT id, $2, shard_group, shard, 'cancel' FROM req "
-    "      RETURNING 1) "
-    "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-    "  + (SELECT n FROM notify_) + (SELECT count(n) FROM told), "
-    "  'it has already finished', "
-    "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
+    "           FROM cairn.runs WHERE part = $2 AND id = " LIVE_RUN(
+        "$2") " FOR UPDATE), "
+              "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
+              "             cancel_requested = true, finished_at = now(), updated_at = now(), "
+              "             start_at = NULL, held = false "
+              "         WHERE part = $2 AND id IN (SELECT id FROM r WHERE status = 'pending' AND "
+              "NOT done) "
+              "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS "
+              "child), "
+              "drop_ AS (DELETE FROM cairn.messages WHERE part = $2 AND run_id IN (SELECT id FROM "
+              "now_) "
+              "          RETURNING 1), "
+              /* A count: on Citus a CTE's rows may be passed on as a result,
+               * which cannot hold pg_notify's void. */
+              "notify_ AS (SELECT count(pg_notify('" CAIRN_DONE_CHANNEL
+              "', id::text)) AS n FROM now_), "
+              "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), "
+              "array_agg(parent_id), "
+              "             array_agg('cancelled'::text), array_agg('cancelled'::text), "
+              "             array_agg($3::text)) AS n "
+              "         FROM now_ WHERE parent_id IS NOT NULL), "
+              "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
+              "        WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT done) "
+              "          AND id NOT IN (SELECT id FROM now_) "
+              "        RETURNING id, shard_group, shard), "
+              "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+              "      SELECT id, $2, shard_group, shard, 'cancel' FROM req "
+              "      RETURNING 1) "
+              "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
+              "  + (SELECT n FROM notify_) + (SELECT count(n) FROM told), "
+              "  'it has already finished', "
+              "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
 
 const char *client_sql_signal(void)
 {
@@ -1556,15 +1640,27 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 	return client_cancel_outcome(c, run_id, NULL);
 }
 
+/* The end a child cancelled before it starts sends its parent ($3 of
+ * SQL_CANCEL), as the commit that ends a child writes it: sealed when
+ * this client has keys, as every signal payload at rest is. */
+#define CANCELLED_END "{\"status\":\"cancelled\",\"output\":null,\"error\":\"cancelled\"}"
+
 int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 {
 	int part, rc = client_run_part(c, run_id, &part);
 	if (rc)
 		return rc;
 	char idtxt[24], parttxt[24];
-	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part)};
-	rc = live_run_cmd(c, run_id, SQL_CANCEL, 2, p, "cancel", CAIRN_WAKE_CANCEL, p[1], status);
-	return rc ? rc : client_release(c, CLIENT_RELEASE_RUN, p);
+	buf sealed = BUF_INIT;
+	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part),
+	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, CANCELLED_END, &sealed)};
+	rc = p[2] ? live_run_cmd(c, run_id, SQL_CANCEL, 3, p, "cancel", CAIRN_WAKE_CANCEL, p[1],
+	                         status)
+	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
+	if (!rc)
+		rc = client_release(c, CLIENT_RELEASE_RUN, p);
+	buf_free(&sealed);
+	return rc;
 }
 
 /* The journal is cut from its first step that is missing or not settled

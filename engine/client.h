@@ -76,7 +76,16 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
-#define CLIENT_NSTMTS 7
+#define CLIENT_NSTMTS 9
+/* The schema (migration 0026) from which an enqueue wakes the new run's
+ * owner from inside its own transaction (cairn.wake_in), and the length of
+ * the random part of its token (fresh_key's). */
+#define WAKE_IN_SCHEMA     26
+#define CLIENT_WAKE_ID_LEN 33
+/* A client wakes from inside its enqueue's transaction only when its last
+ * enqueue of one run ended at least this long ago (ms): see client.c,
+ * ST_ENQUEUE_WAKE. */
+#define CLIENT_WAKE_IN_GAP_MS 5
 enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
 
 /* A route a client used (client.c, route_cached): runs of workflow
@@ -104,6 +113,11 @@ struct cairn_client {
 	unsigned next_route;
 	char routed[129];    /* the group the last routed enqueue of one run chose */
 	seal_keys *own_keys; /* keys it parsed itself, which it frees */
+	/* Random ("": not drawn yet): with wake_count, the tokens of its
+	 * enqueues' wake-ups from inside their transactions. */
+	char wake_id[CLIENT_WAKE_ID_LEN];
+	uint64_t wake_count;
+	int64_t last_enqueue_ms; /* monotonic: when its last enqueue of one run ended */
 };
 
 /* Sets the handle's error message (and no error field) and returns code. */

@@ -349,13 +349,26 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
      "  RETURNING run_id)",
      SLOT_kid_run, SLOT_awc_child},
-    /* A cancelled parent asks its unfinished children to cancel. */
-    {"canc AS (UPDATE cairn.runs c SET cancel_requested = true, updated_at = now() "
+    /* A cancelled parent asks its unfinished children to cancel; those
+     * that never started end cancelled here, as cairn_cancel ends such a
+     * run (client.c, SQL_CANCEL), whatever group they are in: one that no
+     * worker serves would otherwise wait for ever. Their parent is the run
+     * this commit ends, which needs no signal of their ends. */
+    {"canc AS (UPDATE cairn.runs c SET cancel_requested = true, updated_at = now(), "
+     "    status = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN 'cancelled' "
+     "             ELSE c.status END, "
+     "    error = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN 'cancelled' "
+     "            ELSE c.error END, "
+     "    finished_at = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN now() END, "
+     "    start_at = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN NULL "
+     "               ELSE c.start_at END, "
+     "    held = c.held AND NOT (c.status = 'pending' AND c.attempt = 0) "
      "  WHERE c.parent_id = ANY (:can_run::bigint[]) AND c.parent_id IN (SELECT run_id FROM ok) "
      "    AND c.finished_at IS NULL AND NOT c.cancel_requested "
-     "  RETURNING c.id, c.part, c.shard_group, c.shard), "
-     "cancm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
-     "  SELECT id, part, shard_group, shard, 'cancel' FROM canc)",
+     "  RETURNING c.id, c.part, c.shard_group, c.shard, c.finished_at IS NOT NULL AS now_), "
+     "cancm AS (INSERT INTO cairn.messages (part, run_id, shard_group, shard, kind) "
+     "  SELECT part, id, shard_group, shard, 'cancel' FROM canc WHERE NOT now_), "
+     "cand AS (DELETE FROM cairn.messages m WHERE m.run_id IN (SELECT id FROM canc WHERE now_))",
      SLOT_can_run, SLOT_can_run},
     /* Events: the latest value of each key (the highest seq) wins. */
     {"ev AS (INSERT INTO cairn.events AS e (run_id, part, key, value) "
@@ -418,26 +431,38 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
  * notification per owner), after their commit and in a transaction of its
  * own: PostgreSQL serialises the commits of notifying transactions, and
  * this one writes no WAL, so it is short. */
-static const char SQL_DONE[] =
-    "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM unnest($1::bigint[]) id "
-    "UNION ALL "
-    "SELECT count(pg_notify('" CAIRN_EVENT_CHANNEL "', id::text)) FROM unnest($2::bigint[]) id "
-    "UNION ALL "
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || x.how || ' ' || x.id)) "
-    "FROM (SELECT r.id, r.shard_group, r.shard, '' AS how FROM cairn.runs r "
-    "      WHERE r.id = ANY ($3::bigint[]) AND r.finished_at IS NULL "
-    "        AND EXISTS (SELECT 1 FROM cairn.messages m WHERE m.run_id = r.id "
-    "                    AND m.deliver_at <= now()) "
-    "      UNION ALL SELECT id, shard_group, shard, '" CAIRN_WAKE_CANCEL "' FROM cairn.runs "
-    "      WHERE parent_id = ANY ($4::bigint[]) AND finished_at IS NULL) x "
-    "JOIN cairn.shard_leases l ON l.shard_group = x.shard_group AND l.shard = x.shard "
-    "JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR x.how <> '') "
-    "UNION ALL "
-    "SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner::text)) "
-    "FROM (SELECT DISTINCT l.owner FROM cairn.runs c "
-    "      JOIN cairn.shard_leases l ON l.shard_group = c.shard_group AND l.shard = c.shard "
-    "      JOIN cairn.runners w ON w.id = l.owner AND w.idle "
-    "      WHERE c.id = ANY ($5::bigint[]) AND l.owner <> $6) o";
+#define SQL_DONE_BODY                                                                              \
+	"SELECT count(pg_notify('" CAIRN_DONE_CHANNEL                                              \
+	"', id::text)) FROM unnest($1::bigint[]) id "                                              \
+	"UNION ALL "                                                                               \
+	"SELECT count(pg_notify('" CAIRN_EVENT_CHANNEL                                             \
+	"', id::text)) FROM unnest($2::bigint[]) id "                                              \
+	"UNION ALL "                                                                               \
+	"SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', l.owner || x.how || ' ' || x.id)) "      \
+	"FROM (SELECT r.id, r.shard_group, r.shard, '' AS how FROM cairn.runs r "                  \
+	"      WHERE r.id = ANY ($3::bigint[]) AND r.finished_at IS NULL "                         \
+	"        AND EXISTS (SELECT 1 FROM cairn.messages m WHERE m.run_id = r.id "                \
+	"                    AND m.deliver_at <= now()) "                                          \
+	"      UNION ALL SELECT id, shard_group, shard, '" CAIRN_WAKE_CANCEL "' FROM cairn.runs "  \
+	"      WHERE parent_id = ANY ($4::bigint[]) AND finished_at IS NULL) x "                   \
+	"JOIN cairn.shard_leases l ON l.shard_group = x.shard_group AND l.shard = x.shard "        \
+	"JOIN cairn.runners w ON w.id = l.owner AND (w.idle OR x.how <> '') "                      \
+	"UNION ALL "                                                                               \
+	"SELECT count(pg_notify('" CAIRN_WAKE_CHANNEL "', o.owner::text)) "                        \
+	"FROM (SELECT DISTINCT l.owner FROM cairn.runs c "                                         \
+	"      JOIN cairn.shard_leases l ON l.shard_group = c.shard_group AND l.shard = c.shard "  \
+	"      JOIN cairn.runners w ON w.id = l.owner AND w.idle "                                 \
+	"      WHERE c.id = ANY ($5::bigint[]) AND l.owner <> $6) o"
+static const char SQL_DONE[] = SQL_DONE_BODY;
+/* SQL_DONE when runs ended cancelled ($4): also tells that their children
+ * that never started ended with them (the commit's part canc); those
+ * cancelled before are told again, which a waiter reads as nothing new.
+ * A statement of its own, so that the one every other batch sends is not
+ * longer for it. */
+static const char SQL_DONE_CANCELLED[] =
+    "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM cairn.runs "
+    "WHERE parent_id = ANY ($4::bigint[]) AND status = 'cancelled' "
+    "UNION ALL " SQL_DONE_BODY;
 
 /* The slots of the statement of parts, in its $n order (the head's first):
  * their number. */
@@ -922,7 +947,8 @@ static void collect_tellings(commit *const *batch, int n, tellings *t)
 	}
 }
 
-/* Sends SQL_DONE for t (and empties t) without waiting for its answer,
+/* Sends SQL_DONE (SQL_DONE_CANCELLED when runs ended cancelled) for t
+ * (and empties t) without waiting for its answer,
  * which notify_collect reads before conn is used again: the server tells
  * the waiters while the committer takes the next batch. Returns whether it
  * sent one. */
@@ -939,8 +965,8 @@ static int notify_send(PGconn *conn, tellings *t)
 		oom |= a[i]->b.oom;
 	}
 	p[N] = db_i64(self, t->self);
-	int sent =
-	    conn && any && !oom && PQsendQueryPrepared(conn, "cairn_done", N + 1, p, NULL, NULL, 0);
+	const char *name = t->cancelled.n ? "cairn_done_cancelled" : "cairn_done";
+	int sent = conn && any && !oom && PQsendQueryPrepared(conn, name, N + 1, p, NULL, NULL, 0);
 	for (int i = 0; i < N; i++)
 		pgarr_free(a[i]);
 	return sent;
@@ -1091,9 +1117,10 @@ static PGconn *connect_committer(committer *k, buf *err)
 	 * SQL_DONE after batches that finished runs, and the commit statements,
 	 * prepared as batches need them (prepare_parts). */
 	memset(k->prepared, 0, sizeof k->prepared);
-	const db_stmt st = k->env.async_commit ? (db_stmt){"cairn_mark", SQL_MARK}
-	                                       : (db_stmt){"cairn_done", SQL_DONE};
-	int rc = db_prepare(c, &st, 1, err);
+	static const db_stmt mark[] = {{"cairn_mark", SQL_MARK}},
+	                     done[] = {{"cairn_done", SQL_DONE},
+	                               {"cairn_done_cancelled", SQL_DONE_CANCELLED}};
+	int rc = k->env.async_commit ? db_prepare(c, mark, 1, err) : db_prepare(c, done, 2, err);
 	/* Its server process, to end it should the connection break with a
 	 * write in flight (end_old_session). */
 	if (!rc && (k->pid = db_server_pid(c, err)) < 0)

@@ -1,61 +1,72 @@
-/* idmap.c - run ids to pointers by linear probing (see idmap.h). */
+/* idmap.c - run ids to pointers in a sorted array (see idmap.h). */
 #include "idmap.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "cairn.h"
 
-/* Run ids come from a sequence, so close ids must not share a probe run:
- * a multiplicative hash spreads them. */
-static size_t slot_of(int64_t key, size_t cap)
+/* The first place whose key is >= key (n: none). */
+static size_t lower(const idmap *m, int64_t key)
 {
-	return (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >> 17) & (cap - 1);
+	size_t lo = 0, hi = m->n;
+	if (hi && m->keys[hi - 1] < key)
+		return hi; /* the usual case: a child newer than all before */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (m->keys[mid] < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
-static size_t find(const idmap *m, int64_t key)
+int idmap_index(const idmap *m, int64_t key, size_t *at)
 {
-	size_t i = slot_of(key, m->cap);
-	while (m->keys[i] && m->keys[i] != key)
-		i = (i + 1) & (m->cap - 1);
-	return i;
+	size_t i = lower(m, key);
+	if (i == m->n || m->keys[i] != key)
+		return 0;
+	*at = i;
+	return 1;
 }
 
-/* Doubles the table (at least 16 slots), keeping it at most half full. */
-/* The values are allocated with the first that is not NULL: a parent's
- * map of the children it started holds no values until it takes their
- * ends, and 100,000 children then cost 2 MB of keys instead of 4. */
+/* Room for one more key (doubling, 16 at least): 0 or -CAIRN_ENOMEM. The
+ * values grow with the keys once there are any. */
 static int grow(idmap *m)
 {
+	if (m->n < m->cap)
+		return 0;
 	size_t cap = m->cap ? m->cap * 2 : 16;
-	idmap g = {calloc(cap, sizeof *g.keys), m->vals ? calloc(cap, sizeof *g.vals) : NULL, cap,
-	           m->n};
-	if (!g.keys || (m->vals && !g.vals)) {
-		free(g.keys);
-		free(g.vals);
+	int64_t *k = realloc(m->keys, cap * sizeof *k);
+	if (!k)
 		return -CAIRN_ENOMEM;
+	m->keys = k;
+	if (m->vals) {
+		const void **v = realloc(m->vals, cap * sizeof *v);
+		if (!v)
+			return -CAIRN_ENOMEM; /* keys has room to spare; cap stays */
+		m->vals = v;
 	}
-	for (size_t i = 0; i < m->cap; i++)
-		if (m->keys[i]) {
-			size_t k = find(&g, m->keys[i]);
-			g.keys[k] = m->keys[i];
-			if (g.vals)
-				g.vals[k] = m->vals[i];
-		}
-	free(m->keys);
-	free(m->vals);
-	*m = g;
+	m->cap = cap;
 	return 0;
 }
 
 int idmap_put(idmap *m, int64_t key, const void *val)
 {
-	if ((m->n + 1) * 2 > m->cap && grow(m) < 0)
+	size_t i = lower(m, key);
+	int found = i < m->n && m->keys[i] == key;
+	if (!found && grow(m) < 0)
 		return -CAIRN_ENOMEM;
-	if (val && !m->vals && !(m->vals = calloc(m->cap, sizeof *m->vals)))
+	if (val && !m->vals && !(m->vals = calloc(m->cap ? m->cap : 1, sizeof *m->vals)))
 		return -CAIRN_ENOMEM;
-	size_t i = find(m, key);
-	if (!m->keys[i]) {
+	if (!found) {
+		memmove(m->keys + i + 1, m->keys + i, (m->n - i) * sizeof *m->keys);
 		m->keys[i] = key;
+		if (m->vals) {
+			memmove(m->vals + i + 1, m->vals + i, (m->n - i) * sizeof *m->vals);
+			m->vals[i] = NULL;
+		}
 		m->n++;
 	}
 	if (m->vals)
@@ -65,10 +76,8 @@ int idmap_put(idmap *m, int64_t key, const void *val)
 
 int idmap_get(const idmap *m, int64_t key, const void **val)
 {
-	if (!m->cap)
-		return 0;
-	size_t i = find(m, key);
-	if (!m->keys[i])
+	size_t i;
+	if (!idmap_index(m, key, &i))
 		return 0;
 	*val = m->vals ? m->vals[i] : NULL;
 	return 1;

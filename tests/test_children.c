@@ -578,6 +578,78 @@ Test(children, a_chain_cancelled_before_its_next_link_starts_tells_its_parent_by
 	teardown(&e);
 }
 
+/* A parent cancelled while it waits for children that never started (in
+ * group ghosts, which no worker serves): its commit ends them cancelled at
+ * once, as cairn_cancel of each would, and tells `cairn wait`; nothing of
+ * theirs is left for a worker, so none stays pending for ever. */
+Test(children, a_cancelled_parent_ends_its_children_that_never_started_in_a_group_no_worker_serves)
+{
+	env e;
+	setup(&e);
+	ghosts(&e);
+	enum { N = 3 };
+	int64_t p = many_ghosts(&e, N, "all", NULL);
+	cr_assert_eq(cairn_cancel(e.cl, p), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	cr_assert_eq(cairn_run_wait(e.cl, p, 30000), CAIRN_OK, "the parent never ended");
+	for (int i = 0; i < N; i++) {
+		int64_t k = kid(&e, p, i);
+		cr_assert_eq(cairn_run_wait(e.cl, k, 30000), CAIRN_OK, "child %d never ended", i);
+		cairn_run *r;
+		cr_assert_eq(cairn_run_get(e.cl, k, &r), CAIRN_OK);
+		cr_assert_str_eq(r->status, "cancelled", "child %d", i);
+		cairn_run_free(r);
+	}
+	cr_assert_eq(
+	    num(&e,
+	        "SELECT count(*) FROM cairn.runs WHERE parent_id = %" PRId64
+	        " AND (finished_at IS NULL OR NOT cancel_requested OR start_at IS NOT NULL)",
+	        p),
+	    0, "a child was left unfinished");
+	cr_assert_eq(
+	    num(&e,
+	        "SELECT count(*) FROM cairn.messages m JOIN cairn.runs r ON r.id = m.run_id "
+	        "WHERE r.parent_id = %" PRId64,
+	        p),
+	    0, "a cancelled child kept a message for a worker");
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                 " AND status = 'cancelled'",
+	                 p),
+	             1);
+	teardown(&e);
+}
+
+#define SEAL_K1 "k1=q8RzO2m0mJbQm2Q0p7Z8pU4cK5tJz6k2lY0vX3wN1aE="
+
+/* With payloads encrypted at rest, the end a child cancelled before it
+ * starts sends its parent is sealed by the client that cancels it, as a
+ * commit seals a child's end: stored as cairn:enc:k1:..., without its
+ * words, and the parent's worker opens it and returns the child's end. */
+Test(children, a_child_cancelled_before_it_starts_seals_the_end_it_sends_its_parent)
+{
+	env e;
+	setup_with(&e, "CAIRN_ENCRYPTION_KEYS=" SEAL_K1);
+	cr_assert_eq(cairn_client_set_keys(e.cl, SEAL_K1), CAIRN_OK, "%s",
+	             cairn_client_errmsg(e.cl));
+	ghosts(&e);
+	int64_t p = many_ghosts(&e, 1, "each", NULL);
+	int64_t k = kid(&e, p, 0);
+	cr_assert_eq(cairn_cancel(e.cl, k), CAIRN_OK, "%s", cairn_client_errmsg(e.cl));
+	cr_assert_eq(num(&e,
+	                 "SELECT count(*) FROM cairn.signals WHERE run_id = %" PRId64
+	                 " AND name = 'cairn.child:%" PRId64 "' AND jsonb_typeof(payload) = "
+	                 "'string' AND payload #>> '{}' LIKE 'cairn:enc:k1:%%' "
+	                 "AND payload::text NOT LIKE '%%cancelled%%'",
+	                 p, k),
+	             1, "the parent's signal of child %" PRId64 " is not sealed", k);
+	cJSON *out = woken_once(&e, p);
+	cr_assert_str_eq(cJSON_GetObjectItem(out, "rc")->valuestring, "failed");
+	const char *err = cJSON_GetObjectItem(out, "error")->valuestring;
+	cr_assert(strstr(err, "cancelled: cancelled"), "%s", err);
+	cJSON_Delete(out);
+	teardown(&e);
+}
+
 /* ------------------------------------------- cairn.children_sync itself */
 
 /* A parent run and n children of it, inserted as the worker would. */

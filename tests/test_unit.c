@@ -1401,6 +1401,40 @@ Test(idmap, keys_put_without_values_then_values_put_later_are_all_found)
 	idmap_free(&m);
 }
 
+/* Ids out of order (orphans found again, a wait's own order) land in
+ * their place: every key is found with its value, at its rank, and the
+ * keys stay sorted, 8 bytes each with no values. */
+Test(idmap, keys_out_of_order_keep_their_values_and_ranks_and_cost_8_bytes_each)
+{
+	idmap m = IDMAP_INIT;
+	enum { N = 4096 };
+	static int vals[N];
+	for (int64_t k = N; k >= 1; k -= 2) /* the even ones, descending */
+		cr_assert_eq(idmap_put(&m, k, NULL), 0);
+	for (int64_t k = 1; k <= N; k += 2) /* then the odd ones, ascending */
+		cr_assert_eq(idmap_put(&m, k, NULL), 0);
+	cr_assert_null(m.vals);
+	cr_assert_leq(m.cap, (size_t)N, "%zu slots for %d keys", m.cap, N);
+	for (int64_t k = 1; k <= N; k += 3)
+		cr_assert_eq(idmap_put(&m, k, &vals[k - 1]), 0);
+	cr_assert_eq(idmap_put(&m, 10 * N, &vals[0]), 0); /* a new key with a value */
+	cr_assert_eq(m.n, (size_t)N + 1);
+	for (size_t i = 1; i < m.n; i++)
+		cr_assert_lt(m.keys[i - 1], m.keys[i]);
+	for (int64_t k = 1; k <= N; k++) {
+		const void *got;
+		size_t at;
+		cr_assert(idmap_get(&m, k, &got), "key %" PRId64 " lost", k);
+		cr_assert_eq(got, (k - 1) % 3 == 0 ? (const void *)&vals[k - 1] : NULL);
+		cr_assert(idmap_index(&m, k, &at));
+		cr_assert_eq(at, (size_t)(k - 1));
+	}
+	size_t at;
+	cr_assert_not(idmap_index(&m, N + 1, &at));
+	cr_assert_not(idmap_index(&m, 0, &at));
+	idmap_free(&m);
+}
+
 /* pgarr_add_i64 writes its digits by hand: the extremes too. */
 Test(pgarr, integers_are_written_as_printf_writes_them)
 {

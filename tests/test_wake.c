@@ -493,6 +493,148 @@ Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 	tworker_stop(a, SIGTERM, 30000);
 }
 
+/* The wake-ups listener has had: each is freed. */
+static int wake_ups(PGconn *listener)
+{
+	int n = 0;
+	for (char *note; (note = tdb_next_notification(listener, 0)); n++)
+		free(note);
+	return n;
+}
+
+/* The worker's runner is idle (its poller sleeps; writers wake it). */
+static int runner_idle(void *arg)
+{
+	(void)arg;
+	return tdb_int(conn, "SELECT count(*) FROM cairn.runners WHERE idle") == 1;
+}
+
+/* Past client.h's CLIENT_WAKE_IN_GAP_MS (5): a client whose last enqueue
+ * ended this long ago is at low load. */
+#define WAKE_IN_GAP_MS 6
+static int64_t last_enqueued;
+
+static int gap_passed(void *arg)
+{
+	(void)arg;
+	return tnow_ms() - last_enqueued >= WAKE_IN_GAP_MS;
+}
+
+/* one_by_one, each enqueue WAKE_IN_GAP_MS or more after the last ended. */
+static claims apart(int n, int64_t *done, const char *what)
+{
+	claims c0 = claims_of_a();
+	for (int i = 0; i < n; i++) {
+		twait(gap_passed, NULL, DEADLINE);
+		enqueue("noop", "{}", 0);
+		last_enqueued = tnow_ms();
+		all_completed(++*done, what);
+		tcheck(dump_logs, twait(executors_idle, NULL, DEADLINE),
+		       "%s: worker a's executors never went idle", what);
+	}
+	return claims_since(c0);
+}
+
+/* The calls of cairn.wake_in so far, once every client session has ended
+ * (the test's client is closed and opened again). */
+static int64_t wake_in_calls(void)
+{
+	cairn_client_free(client);
+	int64_t calls = tdb_stat_after_sessions(
+	    conn, "cairn",
+	    "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'wake_in'",
+	    DEADLINE);
+	cr_assert_eq(cairn_client_open(db, &client), CAIRN_OK, "%s", cairn_client_errmsg(client));
+	tcheck(dump_logs, calls >= 0, "a client session did not end");
+	return calls;
+}
+
+/*
+ * The C client's enqueue wakes an idle owner from inside its INSERT's
+ * transaction (cairn.wake_in, migration 0026), and the wake-up it sends
+ * after the commit then wakes nobody: one wake-up a run, not two. While
+ * another writer notifies from inside its transaction (it holds
+ * cairn.notify_lock), cairn.wake_in does not wait for it and leaves the
+ * wake-up to after the commit, which still wakes the owner: the runs start
+ * without a poll either way. cairn.wake_in itself: its notification goes
+ * out with the commit and names the owner and the run; it records its
+ * token in the session (cairn.woke); it returns false, notifies nobody and
+ * records nothing while the lock is held. A client that enqueues back to
+ * back does not call it (but for the first enqueue of a burst).
+ */
+Test(wake,
+     an_enqueue_wakes_an_idle_owner_once_from_its_transaction_or_after_it_when_another_notifies)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	int64_t done = settle_a();
+	/* The calls of cairn.wake_in are counted (track_functions) in a client
+	 * session of its own, whose first enqueue routes its workflow. */
+	tdb_exec(conn, "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = "
+	               "''pl''', current_database()); END $$");
+	cairn_client_free(client);
+	cr_assert_eq(cairn_client_open(db, &client), CAIRN_OK, "%s", cairn_client_errmsg(client));
+	one_by_one(1, &done, "routing");
+	PGconn *listener = tdb_connect(db), *other = tdb_connect(db);
+	tdb_exec(listener, "LISTEN cairn_wake");
+	int64_t t0 = tnow_ms();
+	claims c = apart(5, &done, "woken from the enqueue's transaction");
+	int64_t took = tnow_ms() - t0;
+	int n = wake_ups(listener);
+	tcheck(dump_logs, n == 5 && c.runs == 5 && c.shards == 0,
+	       "5 runs one by one: %d wake-ups, %g claims of named runs, %g of the shards", n,
+	       c.runs, c.shards);
+	int64_t calls = wake_in_calls();
+	fprintf(stderr, "test_wake: 5 enqueues called cairn.wake_in %" PRId64 " times\n", calls);
+	/* Each, but those whose route (cached for a second) had run out: one a
+	 * second at most. */
+	int64_t routed = took / 1000 + 1;
+	tcheck(dump_logs, calls >= 5 - routed && calls <= 5,
+	       "5 enqueues to an idle owner in %" PRId64 " ms called cairn.wake_in %" PRId64
+	       " times",
+	       took, calls);
+	one_by_one(1, &done, "routing");
+	burst(20);
+	done += 20;
+	all_completed(done, "back to back");
+	int64_t burst_calls = wake_in_calls() - calls;
+	tcheck(dump_logs, burst_calls <= 1,
+	       "20 enqueues back to back called cairn.wake_in %" PRId64 " times", burst_calls);
+	wake_ups(listener);
+
+	tdb_exec(other, "SELECT pg_advisory_lock(cairn.notify_lock())");
+	c = one_by_one(5, &done, "woken after the enqueue's commit");
+	n = wake_ups(listener);
+	tcheck(dump_logs, n == 5 && c.runs == 5 && c.shards == 0,
+	       "5 runs one by one while another writer holds the notify lock: %d wake-ups, %g "
+	       "claims of named runs, %g of the shards",
+	       n, c.runs, c.shards);
+
+	int64_t owner = tdb_int(conn, "SELECT id FROM cairn.runners");
+	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
+	tdb_exec(conn, "BEGIN");
+	cr_assert_eq(tdb_int(conn, "SELECT cairn.wake_in('default', 0, 424242, 'held')::int"), 0,
+	             "cairn.wake_in notified while another writer held the notify lock");
+	tdb_exec(conn, "COMMIT");
+	tdb_exec(other, "SELECT pg_advisory_unlock(cairn.notify_lock())");
+	tdb_exec(conn, "BEGIN");
+	cr_assert_eq(tdb_int(conn, "SELECT cairn.wake_in('default', 0, 424243, 'free')::int"), 1);
+	tdb_exec(conn, "COMMIT");
+	char *note = tdb_next_notification(listener, DEADLINE), want[64];
+	snprintf(want, sizeof want, "%" PRId64 " 424243", owner);
+	cr_assert(note, "cairn.wake_in's notification never came");
+	cr_assert_str_eq(note, want, "the first wake-up after cairn.wake_in's commit is \"%s\"",
+	                 note);
+	free(note);
+	char *woke = tdb_str(conn, "SELECT current_setting('cairn.woke')");
+	cr_assert_str_eq(woke, "free", "the session's cairn.woke is \"%s\"", woke);
+	free(woke);
+	PQfinish(other);
+	PQfinish(listener);
+	tworker_stop(a, SIGTERM, 30000);
+}
+
 /*
  * The claim of a named run that is new (pending, never executed, nothing
  * journaled or waiting for it) is a short statement of its own. A run that
