@@ -712,6 +712,23 @@ static PGresult *exec_then(cairn_client *c, const db_stmt *s, int n, const char 
 	return r;
 }
 
+/* s alone, prepared once per session where it can, as exec_then does. */
+static PGresult *exec_one(cairn_client *c, const db_stmt *s, int n, const char *const *params)
+{
+	int slot;
+	db_send how = send_how(c, s, &slot);
+	if (how == DB_PREPARE) {
+		int ok = db_prepare(c->conn, s, 1, &c->err) == 0;
+		sent(c, slot, how, ok, ok ? NULL : db_last_sqlstate());
+		how = c->stmt[slot] == STMT_PREPARED ? DB_NAMED : DB_TEXT;
+	}
+	if (how == DB_TEXT)
+		return db_exec(c->conn, &c->err, s->sql, n, params);
+	PGresult *r = db_exec_prepared(c->conn, &c->err, s->name, n, params);
+	sent(c, slot, how, r != NULL, db_last_sqlstate());
+	return r;
+}
+
 #define MAX_ATTEMPTS_LIMIT 1000
 
 /* Validates one run's options; on an error writes the message into msg and
@@ -927,7 +944,23 @@ static void route_keep(cairn_client *c, const char *workflow, const char *group,
 	e->at_ms = clock_mono_ms();
 }
 
-static const char SQL_ROUTE[] = "SELECT shard_group, warning FROM cairn.route($1, $2, $3, $4)";
+/* cairn.route($1, $2, $3, $4) (migration 0020), its body written out: Citus
+ * runs no SQL function that reads a distributed or reference table
+ * ("parameterized queries for SQL functions referencing distributed tables
+ * are not supported", even with constants), and reads cairn.workflows, a
+ * reference table, in a plain statement. One server inlined the function
+ * into the same statement. Keep the two alike. */
+static const char SQL_ROUTE[] =
+    "SELECT x.g, CASE WHEN x.s IS DISTINCT FROM x.g THEN cairn.unserved($1, x.g, x.s, $4) END "
+    "FROM (SELECT coalesce($2, s.g, $3, 'default') AS g, s.g AS s "
+    "      FROM (SELECT 1) one LEFT JOIN LATERAL ("
+    "          SELECT w.shard_group AS g FROM cairn.workflows w WHERE w.workflow = $1 "
+    "          ORDER BY w.shard_group = $2 DESC NULLS LAST, w.live_until > now() DESC, "
+    "                   w.shard_group = $3 DESC NULLS LAST, "
+    "                   CASE WHEN w.live_until > now() THEN NULL ELSE w.last_seen END "
+    "                       DESC NULLS FIRST, "
+    "                   w.shard_group = 'default' DESC, w.shard_group "
+    "          LIMIT 1) s ON true) x";
 
 /* The route of workflow's runs asked into group (NULL: none) with prefer
  * (NULL: none), a cached one or cairn.route's, kept: CAIRN_OK with *out,
@@ -986,6 +1019,8 @@ static const char *traceparent_of(const cairn_enqueue_opts *o, char *tp)
 	return tp;
 }
 
+static void wake_run(cairn_client *c, int64_t id, const char *wake, const char *part);
+
 static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
                        const char *key, int shards, int want_result, enqueue_from from,
                        cairn_enqueued *out)
@@ -1034,18 +1069,37 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	const char *wake_un[] = {o->group, shard, "", workflow, key, token};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
+	int rc = -1;
+	/* With parts (a database `cairn migrate --citus` distributed), the
+	 * route first, in a statement of its own (SQL_ROUTE reads reference
+	 * tables only), then the insert as with a cached route, alone, and the
+	 * wake-up after it by the run's id (wake_run: cairn.wake_runs reads the
+	 * run and its owner in the part and notifies from the coordinator).
+	 * Citus cannot plan ST_ENQUEUE, whose insert reads cairn.route in a
+	 * CTE, nor ST_WAKE_TO, which reads shard_leases and runs without their
+	 * part. One server keeps the one round trip. */
+	int split = c->settings.nparts > 1;
+	if (!cached && split) {
+		const client_route *e;
+		if ((rc = route_to(c, workflow, o->group, from.prefer, o->require_served, &e))) {
+			buf_free(&sealed);
+			return rc;
+		}
+		cached = (client_route *)e;
+		rc = -1;
+	}
 	if (cached) /* no route: the group, and its warning, as just before */
 		p[2] = pto[2] = pw[2] = wake[0] = wake_un[0] = cached->group;
 	int64_t now = clock_mono_ms();
 	int in_tx = cached && !o->concurrency_key && c->settings.nparts <= 1 &&
 	            now - c->last_enqueue_ms >= CLIENT_WAKE_IN_GAP_MS &&
 	            client_schema_version(c) >= WAKE_IN_SCHEMA;
-	int rc = -1;
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
 		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
 		PGresult *r =
-		    in_tx ? exec_then(c, &ST_ENQUEUE_WAKE, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
+		    split    ? exec_one(c, ins, 13, pto)
+		    : in_tx  ? exec_then(c, &ST_ENQUEUE_WAKE, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
 		    : cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
 		             : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
@@ -1067,6 +1121,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	c->last_enqueue_ms = clock_mono_ms();
 	if (rc < 0)
 		return raced(c);
+	if (!rc && split)
+		wake_run(c, out->id, "", p[14]);
 	if (!rc && out->held && !out->existed) {
 		pgarr k = PGARR_INIT;
 		pgarr_add(&k, o->concurrency_key);

@@ -204,7 +204,7 @@ void commit_truncate(commit *c, int from)
 	"WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "    \
 	"                                :b_owner::bigint[], :b_epoch::bigint[]) "                 \
 	"           AS b(run_id, g, s, o, e)), "                                                   \
-	"ok AS (SELECT b.run_id, b.g, b.s FROM b JOIN cairn.shard_leases l "                       \
+	"ok AS (SELECT b.run_id, b.g, b.s, l.part AS p FROM b JOIN cairn.shard_leases l "                       \
 	"       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o AND l.epoch = b.e "     \
 	"       ORDER BY l.shard_group, l.shard FOR SHARE OF l)"
 /* The fence of COMMIT_HEAD is a lock: the lease rows the batch depends on
@@ -226,15 +226,16 @@ typedef struct commit_part {
 } commit_part;
 
 static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
-    {"ins AS (INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, error, "
+    {"ins AS (INSERT INTO cairn.steps (run_id, part, seq, name, kind, status, output, error, "
      "                                 attempts, wake_at, started_at, finished_at) "
-     "  SELECT t.r, t.q, t.n, t.k, t.st, t.o::jsonb, t.er, t.a, to_timestamp(t.w / 1000.0), "
-     "         to_timestamp(t.sa / 1000.0), to_timestamp(t.fa / 1000.0) "
+     "  SELECT t.r, ok.p, t.q, t.n, t.k, t.st, t.o::jsonb, t.er, t.a, "
+     "         to_timestamp(t.w / 1000.0), to_timestamp(t.sa / 1000.0), "
+     "         to_timestamp(t.fa / 1000.0) "
      "  FROM unnest(:j_run::bigint[], :j_seq::int[], :j_name::text[], :j_kind::text[], "
      "              :j_status::text[], :j_output::text[], :j_error::text[], :j_attempts::int[], "
      "              :j_wake::bigint[], :j_started::bigint[], :j_finished::bigint[]) "
      "       AS t(r, q, n, k, st, o, er, a, w, sa, fa) "
-     "  WHERE t.r IN (SELECT run_id FROM ok) "
+     "  JOIN ok ON ok.run_id = t.r "
      /* A settled entry is never overwritten: the journal only grows. */
      "  ON CONFLICT ON CONSTRAINT steps_pkey DO UPDATE SET status = excluded.status, "
      "    output = excluded.output, error = excluded.error, attempts = excluded.attempts, "
@@ -262,8 +263,8 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
     {"delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY (:del_msg::bigint[]) "
      "    OR m.run_id = ANY (:del_run::bigint[])) AND m.run_id IN (SELECT run_id FROM ok))",
      SLOT_del_msg, SLOT_del_run},
-    {"newm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
-     "  SELECT ok.run_id, ok.g, ok.s, n.k, to_timestamp(n.at / 1000.0) "
+    {"newm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind, deliver_at) "
+     "  SELECT ok.run_id, ok.p, ok.g, ok.s, n.k, to_timestamp(n.at / 1000.0) "
      "  FROM unnest(:new_run::bigint[], :new_kind::text[], :new_at::bigint[]) AS n(r, k, at) "
      "  JOIN ok ON ok.run_id = n.r)",
      SLOT_new_run, SLOT_new_at},
@@ -290,9 +291,9 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "       AS x(p, id, w, k, s, g, i, tp) "
      "  JOIN ok ON ok.run_id = x.p "
      "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING), "
-     "knw AS (INSERT INTO cairn.child_waits (run_id) "
-     "  SELECT DISTINCT x.p FROM unnest(:kn_run::bigint[]) AS x(p) "
-     "  WHERE x.p IN (SELECT run_id FROM ok) "
+     "knw AS (INSERT INTO cairn.child_waits (run_id, part) "
+     "  SELECT DISTINCT x.p, ok.p FROM unnest(:kn_run::bigint[]) AS x(p) "
+     "  JOIN ok ON ok.run_id = x.p "
      "  ON CONFLICT ON CONSTRAINT child_waits_pkey DO NOTHING)",
      SLOT_kn_run, SLOT_kn_tp},
     /* A run retry cuts the journal where the run starts over, and gives
@@ -332,16 +333,16 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      * ended children's parents and sets up the new waits: the runs it
      * returns get a message, and the fence's runs among them are due again
      * (COMMIT_TAIL_WOKEN). */
-    {"kid AS (INSERT INTO cairn.signals (run_id, name, payload) "
-     "  SELECT p.id, x.n, x.pl::jsonb "
+    {"kid AS (INSERT INTO cairn.signals (run_id, part, name, payload) "
+     "  SELECT p.id, p.part, x.n, x.pl::jsonb "
      "  FROM unnest(:kid_run::bigint[], :kid_parent::bigint[], :kid_name::text[], "
      "              :kid_payload::text[]) AS x(r, p, n, pl) "
      "  JOIN cairn.runs p ON p.id = x.p "
      "  WHERE x.r IN (SELECT run_id FROM ok) AND p.finished_at IS NULL), "
      "awd AS (DELETE FROM cairn.messages m WHERE m.run_id = ANY (:aw_run::bigint[]) "
      "  AND m.kind = 'signal' AND m.run_id IN (SELECT run_id FROM ok)), "
-     "kidm AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-     "  SELECT p.id, p.shard_group, p.shard, 'signal' "
+     "kidm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+     "  SELECT p.id, p.part, p.shard_group, p.shard, 'signal' "
      "  FROM cairn.children_sync((SELECT array_agg(run_id) FROM ok), :aw_run::bigint[], "
      "         :aw_seq::int[], :aw_want::int[], :awc_run::bigint[], :awc_child::bigint[], "
      "         :kid_run::bigint[], :kid_child::bigint[], :kid_parent::bigint[]) AS w(id) "
@@ -370,11 +371,11 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "cand AS (DELETE FROM cairn.messages m WHERE m.run_id IN (SELECT id FROM canc WHERE now_))",
      SLOT_can_run, SLOT_can_run},
     /* Events: the latest value of each key (the highest seq) wins. */
-    {"ev AS (INSERT INTO cairn.events AS e (run_id, key, value) "
-     "  SELECT DISTINCT ON (x.r, x.k) x.r, x.k, x.v::jsonb "
+    {"ev AS (INSERT INTO cairn.events AS e (run_id, part, key, value) "
+     "  SELECT DISTINCT ON (x.r, x.k) x.r, ok.p, x.k, x.v::jsonb "
      "  FROM unnest(:ev_run::bigint[], :ev_key::text[], :ev_value::text[], :ev_seq::int[]) "
      "    AS x(r, k, v, q) "
-     "  WHERE x.r IN (SELECT run_id FROM ok) ORDER BY x.r, x.k, x.q DESC "
+     "  JOIN ok ON ok.run_id = x.r ORDER BY x.r, x.k, x.q DESC "
      "  ON CONFLICT ON CONSTRAINT events_pkey DO UPDATE SET value = excluded.value, updated_at = "
      "now())",
      SLOT_ev_run, SLOT_ev_seq},

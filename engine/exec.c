@@ -748,12 +748,12 @@ static int client_rc(cairn_ctx *ctx, cairn_client *c, int rc, const char *what)
  * (locked shared, so an epoch bump waits for this commit). Progress resets
  * the run's claims. */
 static const char SQL_TX_JOURNAL[] =
-    "WITH ok AS (SELECT 1 FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 "
+    "WITH ok AS (SELECT part FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 "
     "            AND owner = $3 AND epoch = $4 FOR SHARE), "
-    "ins AS (INSERT INTO cairn.steps (run_id, seq, name, kind, status, output, attempts, "
+    "ins AS (INSERT INTO cairn.steps (run_id, part, seq, name, kind, status, output, attempts, "
     "                                 started_at, finished_at) "
-    "  SELECT $5, $6, $7, 'step', 'completed', $8::jsonb, $9, to_timestamp($10 / 1000.0), "
-    "         to_timestamp($11 / 1000.0) FROM ok "
+    "  SELECT $5, ok.part, $6, $7, 'step', 'completed', $8::jsonb, $9, "
+    "         to_timestamp($10 / 1000.0), to_timestamp($11 / 1000.0) FROM ok "
     "  ON CONFLICT ON CONSTRAINT steps_pkey DO UPDATE SET status = 'completed', "
     "    output = excluded.output, attempts = excluded.attempts, "
     "    finished_at = excluded.finished_at "

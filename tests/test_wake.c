@@ -582,7 +582,10 @@ Test(wake,
 	claims c = apart(5, &done, "woken from the enqueue's transaction");
 	int64_t took = tnow_ms() - t0;
 	int n = wake_ups(listener);
-	tcheck(dump_logs, n == 5 && c.runs == 5 && c.shards == 0,
+	/* Each wake-up names its run, which the owner claims by id. (A claim of
+	 * the shards may come besides: a poller that cannot go idle while the
+	 * next enqueue holds its shard's wake lock claims again.) */
+	tcheck(dump_logs, n == 5 && c.runs == 5,
 	       "5 runs one by one: %d wake-ups, %g claims of named runs, %g of the shards", n,
 	       c.runs, c.shards);
 	int64_t calls = wake_in_calls();
@@ -606,7 +609,7 @@ Test(wake,
 	tdb_exec(other, "SELECT pg_advisory_lock(cairn.notify_lock())");
 	c = one_by_one(5, &done, "woken after the enqueue's commit");
 	n = wake_ups(listener);
-	tcheck(dump_logs, n == 5 && c.runs == 5 && c.shards == 0,
+	tcheck(dump_logs, n == 5 && c.runs == 5,
 	       "5 runs one by one while another writer holds the notify lock: %d wake-ups, %g "
 	       "claims of named runs, %g of the shards",
 	       n, c.runs, c.shards);
