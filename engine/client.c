@@ -1098,8 +1098,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		int missing;
 		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
 		PGresult *r =
-		    split    ? exec_one(c, ins, 13, pto)
-		    : in_tx  ? exec_then(c, &ST_ENQUEUE_WAKE, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
+		    split   ? exec_one(c, ins, 13, pto)
+		    : in_tx ? exec_then(c, &ST_ENQUEUE_WAKE, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
 		    : cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
 		             : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {

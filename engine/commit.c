@@ -204,7 +204,7 @@ void commit_truncate(commit *c, int from)
 	"WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "    \
 	"                                :b_owner::bigint[], :b_epoch::bigint[]) "                 \
 	"           AS b(run_id, g, s, o, e)), "                                                   \
-	"ok AS (SELECT b.run_id, b.g, b.s, l.part AS p FROM b JOIN cairn.shard_leases l "                       \
+	"ok AS (SELECT b.run_id, b.g, b.s, l.part AS p FROM b JOIN cairn.shard_leases l "          \
 	"       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o AND l.epoch = b.e "     \
 	"       ORDER BY l.shard_group, l.shard FOR SHARE OF l)"
 /* The fence of COMMIT_HEAD is a lock: the lease rows the batch depends on
