@@ -354,6 +354,8 @@ static const db_stmt ST_WAKE_RUNS = {
 #define NEW_RUN_ID(shard) "(nextval('cairn.runs_id_seq') * " RUN_ID_SHARDS_SQL " + " shard ")"
 #define PART_KEYS         "SELECT array_agg(p.key ORDER BY p.part_no) AS keys FROM cairn.parts p"
 #define PART_OF(shard)    "pk.keys[" shard " % cardinality(pk.keys) + 1]"
+/* The id of one run enqueued by the statements below (its shard: $4). */
+#define NEW_RUN_ID_4 NEW_RUN_ID("$4")
 
 /* When a run starts: $1 at (Unix ms) if set, else now + $2 ms. */
 #define START_AT(at, delay)                                                                        \
@@ -393,13 +395,12 @@ static const db_stmt ST_ENQUEUE = {
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
     "                             concurrency_key, priority, held, traceparent) "
-    "SELECT " NEW_RUN_ID(
-        "$4") ", $15, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
-              "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $14 "
-              "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-              "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-              "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
-              "          (SELECT warning FROM rt), r.shard_group"};
+    "SELECT " NEW_RUN_ID_4 ", $15, $1, $2, rt.shard_group, $4, $5::jsonb, $6, t.at, "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $14 "
+    "FROM rt, (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held, "
+    "          (SELECT warning FROM rt), r.shard_group"};
 /* The same into group $3, which the client routed the workflow to within
  * CLIENT_ROUTE_TTL_MS (see route_cached; the route's warning is the
  * client's to give): the statement of before routing, which reads no other
@@ -409,12 +410,11 @@ static const db_stmt ST_ENQUEUE_TO = {
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
     "                             concurrency_key, priority, held, traceparent) "
-    "SELECT " NEW_RUN_ID(
-        "$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "
-              "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "
-              "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-              "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-              "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+    "SELECT " NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "
+    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "
+    "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 /* The same for a run without a concurrency key (most runs): nothing can
  * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
  * ($10 is NULL). Citus routes it whole to the node of its part ($13) with
@@ -426,10 +426,10 @@ static const db_stmt ST_ENQUEUE_VALUES = {
     "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                             max_attempts, scheduled_at, start_at, parent_id, "
     "                             concurrency_key, priority, traceparent) "
-    "VALUES (" NEW_RUN_ID("$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
-                                "        " START_ONE ", $9::bigint, $10::text, $11, $12) "
-                                "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-                                "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+    "VALUES (" NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+    "        " START_ONE ", $9::bigint, $10::text, $11, $12) "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
 const char *client_sql_enqueue_values(void)
 {
 	return ST_ENQUEUE_VALUES.sql;
@@ -471,14 +471,13 @@ static const db_stmt ST_ENQUEUE_WAKE = {
     "WITH n AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, "
     "             input, max_attempts, scheduled_at, start_at, parent_id, concurrency_key, "
     "             priority, traceparent) "
-    "  VALUES (" NEW_RUN_ID(
-        "$4") ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
-              "          " START_ONE ", $9::bigint, $10::text, $11, $12) "
-              "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-              "  RETURNING r.id, r.status, r.held, r.shard_group, r.shard) "
-              "SELECT n.id, false, n.status, NULL::text, NULL::text, n.held FROM n "
-              "WHERE NOT EXISTS (" IDLE_OWNER_OF_N ") "
-              "   OR cairn.wake_in(n.shard_group, n.shard, n.id, $14) IS NOT NULL"};
+    "  VALUES (" NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+    "          " START_ONE ", $9::bigint, $10::text, $11, $12) "
+    "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "  RETURNING r.id, r.status, r.held, r.shard_group, r.shard) "
+    "SELECT n.id, false, n.status, NULL::text, NULL::text, n.held FROM n "
+    "WHERE NOT EXISTS (" IDLE_OWNER_OF_N ") "
+    "   OR cairn.wake_in(n.shard_group, n.shard, n.id, $14) IS NOT NULL"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
