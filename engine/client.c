@@ -894,12 +894,36 @@ static int run_shard(const cairn_enqueue_opts *o, const char *key, int shards)
 }
 
 /* After a commit that held runs: client_release of their keys (a text[]). */
+/* With parts (Citus), the keys' runs let go, then their owners woken by
+ * the runs' ids from the coordinator (wake_new): RELEASE_WAKE reads the
+ * runs by id alone, and its cairn.wake would run on the nodes. */
+static const char SQL_RELEASE_KEYS_IN[] =
+    "SELECT id, false FROM (SELECT unnest(cairn.flow_release($1, k)) AS id "
+    "  FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) go";
+
+static void wake_new(cairn_client *c, size_t n, const cairn_enqueued *out);
+
 static int release_held(cairn_client *c, const char *workflow, pgarr *keys)
 {
 	if (keys->b.oom)
 		return client_fail(c, CAIRN_ENOMEM, "out of memory releasing held runs");
 	const char *p[] = {workflow, pgarr_str(keys)};
-	return client_release(c, CLIENT_RELEASE_KEYS, p);
+	if (c->settings.nparts <= 1)
+		return client_release(c, CLIENT_RELEASE_KEYS, p);
+	PGresult *r = db_exec(c->conn, &c->err, SQL_RELEASE_KEYS_IN, 2, p);
+	if (!r)
+		return client_db_fail(c);
+	size_t n = (size_t)PQntuples(r);
+	cairn_enqueued *go = n ? calloc(n, sizeof *go) : NULL;
+	for (size_t i = 0; go && i < n; i++)
+		go[i].id = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
+	PQclear(r);
+	if (n && !go)
+		return client_fail(c, CAIRN_ENOMEM, "out of memory waking released runs");
+	if (n)
+		wake_new(c, n, go);
+	free(go);
+	return CAIRN_OK;
 }
 
 static int raced(cairn_client *c)

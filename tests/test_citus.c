@@ -1069,7 +1069,8 @@ Test(citus, the_batch_enqueue_stores_each_run_in_its_part_and_wakes_from_the_coo
  * the run in the part of the key's shard (every run of the key in one
  * part), its key's active runs counted there (cairn.flow_active_in,
  * migration 0028, one task on the node of the part), the run's owner
- * woken from the coordinator.
+ * woken from the coordinator; a run held over its key's limit, and let go
+ * by cairn.flow_release once a slot frees.
  */
 Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_key)
 {
@@ -1129,6 +1130,32 @@ Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_
 	                      tdb_int(c, "SELECT part FROM cairn.runs "
 	                                 "WHERE concurrency_key = 'alpha' LIMIT 1")),
 	             EACH);
+	/* Over the key's limit the run is held, and the release that follows
+	 * the enqueue (cairn.flow_release, migration 0028: in the key's part)
+	 * runs; once a slot frees, the release lets it go. */
+	exec_ok(c, "INSERT INTO cairn.limits (workflow, key_concurrency) VALUES ('held.wf', 1)");
+	int64_t ids[2];
+	for (int i = 0; i < 2; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "h%d", i);
+		cairn_enqueue_opts o = {.key = key, .concurrency_key = "zeta"};
+		cairn_enqueued r;
+		cr_assert_eq(cairn_enqueue(cl, "held.wf", &o, &r), CAIRN_OK, "%s",
+		             cairn_client_errmsg(cl));
+		cr_assert_eq(r.held, i == 1, "run %d", i);
+		ids[i] = r.id;
+		cairn_enqueued_clear(&r);
+	}
+	tdb_intf(c,
+	         "UPDATE cairn.runs SET status = 'completed', finished_at = now(), start_at = NULL "
+	         "WHERE id = %" PRId64 " RETURNING 1",
+	         ids[0]);
+	cr_assert_eq(tdb_int(c, "SELECT cardinality(cairn.flow_release('held.wf', 'zeta'))"), 1);
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                      " AND NOT held AND start_at IS NOT NULL",
+	                      ids[1]),
+	             1);
 	cairn_client_free(cl);
 	PQfinish(listener);
 	PQfinish(c);

@@ -187,3 +187,42 @@ BEGIN
         SELECT run_id FROM set_ WHERE need <= 0;
     END LOOP;
 END $$;
+
+-- cairn.flow_release (migration 0010) reads and writes a concurrency key's
+-- runs in their part (every run of a key lives in the part of the key's
+-- shard), found from one of its held runs: on Citus its lock of the held
+-- runs (FOR UPDATE) and its update are one task on the node of the part,
+-- where they were refused with no filter on the part, and the count of the
+-- key's active runs is cairn.flow_active_in's. A key with no held run has
+-- nothing to let go, and returns before counting. Otherwise as 0010 says.
+CREATE OR REPLACE FUNCTION cairn.flow_release(p_workflow text, p_key text) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_part integer;
+    v_free integer;
+    v_ids bigint[];
+BEGIN
+    PERFORM pg_advisory_xact_lock(cairn.flow_lock(p_workflow, p_key));
+    SELECT part INTO v_part FROM cairn.runs
+     WHERE workflow = p_workflow AND concurrency_key = p_key AND held LIMIT 1;
+    IF v_part IS NULL THEN
+        RETURN '{}';
+    END IF;
+    v_free := greatest(cairn.flow_cap(p_workflow)
+                       - cairn.flow_active_in(v_part, p_workflow, p_key), 0);
+    IF v_free = 0 THEN
+        RETURN '{}';
+    END IF;
+    WITH go AS (
+        SELECT id FROM cairn.runs
+        WHERE part = v_part AND workflow = p_workflow AND concurrency_key = p_key AND held
+        ORDER BY priority DESC, id LIMIT v_free
+        FOR UPDATE),
+    up AS (
+        UPDATE cairn.runs r SET held = false, start_at = r.scheduled_at, updated_at = now()
+        FROM go WHERE r.part = v_part AND r.id = go.id
+        RETURNING r.id)
+    SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_ids FROM up;
+    RETURN v_ids;
+END;
+$$;
