@@ -1363,21 +1363,6 @@ static int pushed_authentic(const dispatch *d, const char *mac_hex, const char *
 	return sodium_memcmp(mac, want, sizeof mac) == 0;
 }
 
-/* Fills v with the columns of a claim a notification carried (a JSON array
- * of CLAIM_NCOLS strings or nulls; v points into a); 0, or -1. */
-static int pushed_values(const cJSON *a, const char **v)
-{
-	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != CLAIM_NCOLS)
-		return -1;
-	int i = 0;
-	for (const cJSON *e = a->child; e; e = e->next, i++) {
-		if (!cJSON_IsNull(e) && !cJSON_IsString(e))
-			return -1;
-		v[i] = cJSON_IsString(e) ? e->valuestring : NULL;
-	}
-	return 0;
-}
-
 /* The monotonic ms a pushed claim's database time (now_ms, the enqueue's)
  * stands for. A claim anchors the run's clock when it is sent, before the
  * database reads its now(), so that the run's clock never runs behind the
@@ -1432,7 +1417,7 @@ static void take_pushed(dispatch *d, PGconn *conn)
 		}
 		cJSON *a = authentic ? cJSON_Parse(claim) : NULL;
 		int flying = 0, at_once = 0;
-		if (pushed_values(a, v) == 0 && v[CLAIM_ID] && strtoll(v[CLAIM_ID], NULL, 10) == runs[i])
+		if (claimrow_json(a, v) == 0 && v[CLAIM_ID] && strtoll(v[CLAIM_ID], NULL, 10) == runs[i])
 			pushed_fate(d, runs[i], &flying, &at_once);
 		if (!flying && !at_once) {
 			again[nagain++] = runs[i];

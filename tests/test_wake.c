@@ -733,6 +733,7 @@ Test(wake, a_forged_hand_over_is_not_started_from_its_claim_and_its_run_is_claim
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
+	int64_t done = settle_a(); /* the relay listens */
 	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
 	int64_t id = tdb_int(conn, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
 	                           "  input, start_at) VALUES (cairn.new_run_id(0), 'noop', "
@@ -748,7 +749,7 @@ Test(wake, a_forged_hand_over_is_not_started_from_its_claim_and_its_run_is_claim
 	         "FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = 'default' "
 	         "AND l.shard = 0 WHERE r.id = %" PRId64,
 	         id);
-	all_completed(1, "a run named by a forged hand-over");
+	all_completed(done + 1, "a run named by a forged hand-over");
 	c = claims_since(c);
 	tcheck(dump_logs, c.pushed == 0 && c.runs + c.shards >= 1,
 	       "a forged hand-over: %g runs started from it, %g claims of named runs (%g of new "
