@@ -1058,14 +1058,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
 	                     p[7], p[8], p[9], p[10], p[13], p[14]};
 
-	/* The token of this enqueue's wake-up from inside its transaction
-	 * (ST_ENQUEUE_PUSH): the client's own random prefix, so that a
-	 * session a pooler shares never takes another client's for its own,
-	 * and a count. */
-	char token[CLIENT_WAKE_ID_LEN + 24];
-	if (!c->wake_id[0])
-		fresh_key(c->wake_id);
-	snprintf(token, sizeof token, "%s.%" PRIu64, c->wake_id, ++c->wake_count);
+	char token[CLIENT_WAKE_ID_LEN + 24] = "";
 	const char *pw[] = {p[0], p[1], p[2], p[3],  p[4],  p[5],  p[6],
 	                    p[7], p[8], p[9], p[10], p[13], p[14], token};
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
@@ -1097,6 +1090,14 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	int in_tx = cached && !o->concurrency_key && !o->delay_ms && !o->at_unix_ms &&
 	            c->settings.nparts <= 1 && now - c->last_enqueue_ms >= CLIENT_WAKE_IN_GAP_MS &&
 	            client_schema_version(c) >= PUSH_SCHEMA;
+	if (in_tx) {
+		/* The token of this hand-over (ST_ENQUEUE_PUSH): the client's own
+		 * random prefix, so that a session a pooler shares never takes
+		 * another client's for its own, and a count. */
+		if (!c->wake_id[0])
+			fresh_key(c->wake_id);
+		snprintf(token, sizeof token, "%s.%" PRIu64, c->wake_id, ++c->wake_count);
+	}
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
 		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
