@@ -348,13 +348,12 @@ static const db_stmt ST_WAKE_RUNS = {
     "cairn_wake_runs", "SELECT cairn.wake_runs($1::bigint[], $3::int, $2 <> ''), " WAKE_NO_DISK};
 
 /* A new run's id, which carries its shard (migration 0025,
- * cairn.new_run_id, written out so that the statement calls no function),
- * and the key of the part of a shard, from the parts read once by the
- * statement (PART_KEYS, as pk); the single enqueue gets its part from the
- * client (client_part). */
+ * cairn.new_run_id, written out so that the statement calls no function).
+ * Its part comes from the client (client_part), for each run of a batch
+ * too: a batch that read the parts (a reference table) in its statement
+ * was, on Citus, a distributed INSERT ... SELECT that Citus sent with its
+ * columns mixed up ("operator does not exist: bigint + text"). */
 #define NEW_RUN_ID(shard) "(nextval('cairn.runs_id_seq') * " RUN_ID_SHARDS_SQL " + " shard ")"
-#define PART_KEYS         "SELECT array_agg(p.key ORDER BY p.part_no) AS keys FROM cairn.parts p"
-#define PART_OF(shard)    "pk.keys[" shard " % cardinality(pk.keys) + 1]"
 /* The id of one run enqueued by the statements below (its shard: $4). */
 #define NEW_RUN_ID_4 NEW_RUN_ID("$4")
 
@@ -371,8 +370,18 @@ static const db_stmt ST_WAKE_RUNS = {
  * worker never executes more than the limit whatever is due. */
 #define HELD(ck, rank)                                                                             \
 	"(" ck " IS NOT NULL AND cairn.flow_active($1, " ck ") + " rank " > cairn.flow_cap($1))"
-#define HELD_ONE   HELD("$10::text", "1")
-#define HELD_EACH  HELD("ckey", "rank")
+#define HELD_ONE  HELD("$10::text", "1")
+#define HELD_EACH HELD("ckey", "rank")
+/* HELD_ONE with the key's active runs read in the part of its shard ($13),
+ * where they all live (cairn.flow_active_in, migration 0028: on Citus one
+ * task on the node of the part, where cairn.flow_active, a SQL function
+ * over every part, is refused). */
+#define HELD_ONE_IN                                                                                \
+	"($10::text IS NOT NULL AND cairn.flow_active_in($13, $1, $10::text) + 1 > "               \
+	"cairn.flow_cap($1))"
+/* HELD_EACH so, each run's part its own ("part" of the batch's input). */
+#define HELD_EACH_IN                                                                               \
+	"(ckey IS NOT NULL AND cairn.flow_active_in(part, $1, ckey) + rank > cairn.flow_cap($1))"
 #define START_ONE  START_AT("$8::bigint", "$7::bigint")
 #define START_EACH START_AT("at_ms", "delay_ms")
 
@@ -406,16 +415,24 @@ static const db_stmt ST_ENQUEUE = {
  * CLIENT_ROUTE_TTL_MS (see route_cached; the route's warning is the
  * client's to give): the statement of before routing, which reads no other
  * table. */
-static const db_stmt ST_ENQUEUE_TO = {
-    "cairn_enqueue_to",
-    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
-    "                             max_attempts, scheduled_at, start_at, parent_id, "
-    "                             concurrency_key, priority, held, traceparent) "
-    "SELECT " NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "
-    "       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "
-    "FROM (SELECT " START_ONE " AS at) t, (SELECT " HELD_ONE " AS held) h "
-    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+#define ENQUEUE_TO(held)                                                                           \
+	"INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "        \
+	"                             max_attempts, scheduled_at, start_at, parent_id, "           \
+	"                             concurrency_key, priority, held, traceparent) "              \
+	"SELECT " NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, t.at, "                      \
+	"       CASE WHEN h.held THEN NULL ELSE t.at END, $9::bigint, $10, $11, h.held, $12 "      \
+	"FROM (SELECT " START_ONE " AS at) t, (SELECT " held " AS held) h "                        \
+	"ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "                              \
+	"RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
+static const db_stmt ST_ENQUEUE_TO = {"cairn_enqueue_to", ENQUEUE_TO(HELD_ONE)};
+/* The same on a database with parts (`cairn migrate --citus`, so migration
+ * 0028 is there): the key's runs counted in its part. Citus inserts it
+ * through the coordinator (an INSERT ... SELECT "pull to coordinator"), in
+ * the part of $13, and plans it with each execution's values: a client's
+ * session keeps PostgreSQL's choice of plans, which for this statement on
+ * Citus is a custom one (a generic plan fails: "could not create
+ * distributed plan"). Not prepared. */
+static const char SQL_ENQUEUE_TO_IN[] = ENQUEUE_TO(HELD_ONE_IN);
 /* The same for a run without a concurrency key (most runs): nothing can
  * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
  * ($10 is NULL). Citus routes it whole to the node of its part ($13) with
@@ -506,31 +523,32 @@ static const char SQL_ENQUEUED[] =
  * The client has routed the runs ($3: their groups, enqueue's route_to);
  * cairn.route gives each distinct group ($3, '' for none, which a routed
  * batch has not) and require_served ($12) of the batch its warning once.
+ * $14: each run's part (client_part). One server only: with parts, a
+ * batch that finds a key existing goes run by run (enqueue).
  */
 #define ENQUEUE_BATCH(rank)                                                                        \
 	"WITH input AS ("                                                                          \
 	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::int[], "        \
 	"                       $7::bigint[], $8::bigint[], $10::text[], $11::int[], "             \
-	"                       $12::bool[], $13::text[]) "                                        \
+	"                       $12::bool[], $13::text[], $14::int[]) "                            \
 	"    WITH ORDINALITY "                                                                     \
 	"    AS t(key, grp, shard, input, max_attempts, delay_ms, at_ms, "                         \
-	"         ckey, prio, req, tp, ord)), "                                                    \
+	"         ckey, prio, req, tp, part, ord)), "                                              \
 	"rt AS (SELECT d.grp, d.req, x.shard_group, x.warning "                                    \
 	"  FROM (SELECT DISTINCT coalesce(grp, '') AS grp, req FROM input) d, "                    \
 	"  LATERAL cairn.route($1, nullif(d.grp, ''), NULL, d.req) x), "                           \
-	"pk AS (" PART_KEYS "), "                                                                  \
 	"ins AS ("                                                                                 \
 	"  INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "           \
 	"                          max_attempts, scheduled_at, start_at, concurrency_key, "        \
 	"                          priority, held, traceparent) "                                  \
-	"  SELECT " NEW_RUN_ID("shard") ", " PART_OF(                                              \
-	    "shard") ", $1, key, g, shard, input::jsonb, max_attempts, at, "                       \
+	"  SELECT " NEW_RUN_ID(                                                                    \
+	    "shard") ", part, $1, key, g, shard, input::jsonb, max_attempts, at, "                 \
 	             "         CASE WHEN held THEN NULL ELSE at END, ckey, prio, held, tp "        \
 	             "  FROM (SELECT i.*, rt.shard_group AS g, " START_EACH " AS at, " HELD_EACH   \
 	             " AS held "                                                                   \
 	             "        FROM (SELECT *, " rank " AS rank "                                   \
 	             "              FROM input) i "                                                \
-	             "        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i, pk "  \
+	             "        JOIN rt ON rt.grp = coalesce(i.grp, '') AND rt.req = i.req) i "      \
 	             "ORDER BY ord "                                                               \
 	             "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "               \
 	             "  RETURNING id, key, status, held) "                                         \
@@ -565,28 +583,35 @@ static const char SQL_ENQUEUE_BATCH_KEYED[] =
  * 2x a bare INSERT ... SELECT of the same rows. The rows are inserted in
  * input order, so their ids, drawn as each is inserted, rise in it: the
  * client puts the rows it gets back in order by id. Parameters as
- * ENQUEUE_BATCH's but $9 (nothing to read back of an existing run).
+ * ENQUEUE_BATCH's but $9 (nothing to read back of an existing run) and
+ * the last, $11 (the runs' parts). No CTE: Citus ran the INSERT ... SELECT
+ * of a CTE over unnest with its columns mixed up (one server inlined the
+ * CTE: the same plan).
  */
-#define ENQUEUE_NEW(rank)                                                                          \
-	"WITH input AS ("                                                                          \
-	"  SELECT * FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::int[], "        \
-	"                       $7::bigint[], $8::bigint[], $9::text[], $10::int[]) "              \
-	"    WITH ORDINALITY "                                                                     \
-	"    AS t(key, shard_group, shard, input, max_attempts, delay_ms, at_ms, "                 \
-	"         ckey, prio, ord)), "                                                             \
-	"pk AS (" PART_KEYS ") "                                                                   \
+#define ENQUEUE_NEW(rank, held)                                                                    \
 	"INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "        \
 	"                             max_attempts, scheduled_at, start_at, concurrency_key, "     \
 	"                             priority, held) "                                            \
-	"SELECT " NEW_RUN_ID("shard") ", " PART_OF(                                                \
-	    "shard") ", $1, key, shard_group, shard, input::jsonb, max_attempts, at, "             \
-	             "       CASE WHEN held THEN NULL ELSE at END, ckey, prio, held "              \
-	             "FROM (SELECT *, " START_EACH " AS at, " HELD_EACH " AS held "                \
-	             "      FROM (SELECT *, " rank " AS rank FROM input) i) i, pk ORDER BY ord "   \
+	"SELECT " NEW_RUN_ID(                                                                      \
+	    "shard") ", part, $1, key, shard_group, shard, input::jsonb, "                         \
+	             "       max_attempts, at, CASE WHEN held THEN NULL ELSE at END, ckey, prio, " \
+	             "held "                                                                       \
+	             "FROM (SELECT *, " START_EACH " AS at, " held " AS held "                     \
+	             "      FROM (SELECT *, " rank " AS rank "                                     \
+	             "            FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], "     \
+	             "$6::int[], "                                                                 \
+	             "                        $7::bigint[], $8::bigint[], $9::text[], "            \
+	             "$10::int[], "                                                                \
+	             "                        $11::int[]) WITH ORDINALITY "                        \
+	             "                 AS t(key, shard_group, shard, input, max_attempts, "        \
+	             "delay_ms, at_ms, "                                                           \
+	             "                      ckey, prio, part, ord)) i) i ORDER BY ord "            \
 	             "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
-static const char SQL_ENQUEUE_NEW[] = ENQUEUE_NEW("0::bigint");
-static const char SQL_ENQUEUE_NEW_KEYED[] =
-    ENQUEUE_NEW("row_number() OVER (PARTITION BY ckey ORDER BY ord)");
+#define BY_KEY "row_number() OVER (PARTITION BY ckey ORDER BY ord)"
+static const char SQL_ENQUEUE_NEW[] = ENQUEUE_NEW("0::bigint", HELD_EACH);
+static const char SQL_ENQUEUE_NEW_KEYED[] = ENQUEUE_NEW(BY_KEY, HELD_EACH);
+/* On a database with parts (Citus), a key's runs counted in its part. */
+static const char SQL_ENQUEUE_NEW_KEYED_IN[] = ENQUEUE_NEW(BY_KEY, HELD_EACH_IN);
 
 /* A row of SQL_ENQUEUE_NEW: its run id and its row number. */
 typedef struct new_row {
@@ -873,12 +898,36 @@ static int run_shard(const cairn_enqueue_opts *o, const char *key, int shards)
 }
 
 /* After a commit that held runs: client_release of their keys (a text[]). */
+/* With parts (Citus), the keys' runs let go, then their owners woken by
+ * the runs' ids from the coordinator (wake_new): RELEASE_WAKE reads the
+ * runs by id alone, and its cairn.wake would run on the nodes. */
+static const char SQL_RELEASE_KEYS_IN[] =
+    "SELECT id, false FROM (SELECT unnest(cairn.flow_release($1, k)) AS id "
+    "  FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) go";
+
+static void wake_new(cairn_client *c, size_t n, const cairn_enqueued *out);
+
 static int release_held(cairn_client *c, const char *workflow, pgarr *keys)
 {
 	if (keys->b.oom)
 		return client_fail(c, CAIRN_ENOMEM, "out of memory releasing held runs");
 	const char *p[] = {workflow, pgarr_str(keys)};
-	return client_release(c, CLIENT_RELEASE_KEYS, p);
+	if (c->settings.nparts <= 1)
+		return client_release(c, CLIENT_RELEASE_KEYS, p);
+	PGresult *r = db_exec(c->conn, &c->err, SQL_RELEASE_KEYS_IN, 2, p);
+	if (!r)
+		return client_db_fail(c);
+	size_t n = (size_t)PQntuples(r);
+	cairn_enqueued *go = n ? calloc(n, sizeof *go) : NULL;
+	for (size_t i = 0; go && i < n; i++)
+		go[i].id = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
+	PQclear(r);
+	if (n && !go)
+		return client_fail(c, CAIRN_ENOMEM, "out of memory waking released runs");
+	if (n)
+		wake_new(c, n, go);
+	free(go);
+	return CAIRN_OK;
 }
 
 static int raced(cairn_client *c)
@@ -947,23 +996,12 @@ static void route_keep(cairn_client *c, const char *workflow, const char *group,
 	e->at_ms = clock_mono_ms();
 }
 
-/* cairn.route($1, $2, $3, $4) (migration 0020), its body written out: Citus
- * runs no SQL function that reads a distributed or reference table
- * ("parameterized queries for SQL functions referencing distributed tables
- * are not supported", even with constants), and reads cairn.workflows, a
- * reference table, in a plain statement. One server inlined the function
- * into the same statement. Keep the two alike. */
+/* cairn.route (migrations 0020 and 0028), in a statement of its own: a
+ * PL/pgSQL function since 0028, which Citus runs on the coordinator (its
+ * read of cairn.workflows, a reference table, planned as a statement of
+ * its own), where it refused the SQL function that 0020 made. */
 static const char SQL_ROUTE[] =
-    "SELECT x.g, CASE WHEN x.s IS DISTINCT FROM x.g THEN cairn.unserved($1, x.g, x.s, $4) END "
-    "FROM (SELECT coalesce($2, s.g, $3, 'default') AS g, s.g AS s "
-    "      FROM (SELECT 1) one LEFT JOIN LATERAL ("
-    "          SELECT w.shard_group AS g FROM cairn.workflows w WHERE w.workflow = $1 "
-    "          ORDER BY w.shard_group = $2 DESC NULLS LAST, w.live_until > now() DESC, "
-    "                   w.shard_group = $3 DESC NULLS LAST, "
-    "                   CASE WHEN w.live_until > now() THEN NULL ELSE w.last_seen END "
-    "                       DESC NULLS FIRST, "
-    "                   w.shard_group = 'default' DESC, w.shard_group "
-    "          LIMIT 1) s ON true) x";
+    "SELECT shard_group, warning FROM cairn.route($1, $2, $3, $4::bool)";
 
 /* The route of workflow's runs asked into group (NULL: none) with prefer
  * (NULL: none), a cached one or cairn.route's, kept: CAIRN_OK with *out,
@@ -1071,9 +1109,10 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	 * tables only), then the insert as with a cached route, alone, and the
 	 * wake-up after it by the run's id (wake_run: cairn.wake_runs reads the
 	 * run and its owner in the part and notifies from the coordinator).
-	 * Citus cannot plan ST_ENQUEUE, whose insert reads cairn.route in a
-	 * CTE, nor ST_WAKE_TO, which reads shard_leases and runs without their
-	 * part. One server keeps the one round trip. */
+	 * Citus cannot plan ST_ENQUEUE, whose held column calls
+	 * cairn.flow_active (a SQL function over every part), nor ST_WAKE_TO,
+	 * which reads shard_leases and runs without their part. One server
+	 * keeps the one round trip. */
 	int split = c->settings.nparts > 1;
 	if (!cached && split) {
 		const client_route *e;
@@ -1100,7 +1139,10 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	}
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
+		const db_stmt to_in = {NULL, SQL_ENQUEUE_TO_IN};
+		const db_stmt *ins = !o->concurrency_key ? &ST_ENQUEUE_VALUES
+		                     : split             ? &to_in
+		                                         : &ST_ENQUEUE_TO;
 		PGresult *r =
 		    split   ? exec_one(c, ins, 13, pto)
 		    : in_tx ? exec_then(c, &ST_ENQUEUE_PUSH, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
@@ -1144,6 +1186,27 @@ static int same_route(const cairn_enqueue_opts *a, const cairn_enqueue_opts *b)
 	       (a->group == b->group || (a->group && b->group && strcmp(a->group, b->group) == 0));
 }
 
+/* The owners of the n new runs out (their parts from their ids' shards)
+ * woken after the batch's commit, from the coordinator (cairn.wake_new,
+ * migration 0028). Like every wake-up, lost on failure: the poll
+ * fallback makes up for it. */
+static void wake_new(cairn_client *c, size_t n, const cairn_enqueued *out)
+{
+	pgarr ids = PGARR_INIT, parts = PGARR_INIT;
+	for (size_t i = 0; i < n; i++)
+		if (!out[i].existed) {
+			pgarr_add_i64(&ids, out[i].id);
+			pgarr_add_i64(&parts, client_part(c, (int)(out[i].id % RUN_ID_SHARDS)));
+		}
+	const char *p[] = {pgarr_str(&ids), pgarr_str(&parts)};
+	if (ids.n && !ids.b.oom && !parts.b.oom)
+		PQclear(db_exec(c->conn, NULL,
+		                "SELECT cairn.wake_new($1::bigint[], $2::int[]), " WAKE_NO_DISK, 2,
+		                p));
+	pgarr_free(&ids);
+	pgarr_free(&parts);
+}
+
 /* cairn_enqueue_batch, and with want_result also each existing finished
  * run's output and error (cairn_enqueue). */
 static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
@@ -1174,7 +1237,9 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	}
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT, ckeys = PGARR_INIT,
-	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT, tps = PGARR_INIT;
+	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT, tps = PGARR_INIT,
+	      parts = PGARR_INIT;
+	int split = c->settings.nparts > 1;
 	buf sealed = BUF_INIT;
 	int keyed = 0;                 /* a run of the batch has a concurrency key */
 	const client_route *to = NULL; /* the route of the run before */
@@ -1199,7 +1264,9 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		pgarr_add(&reqs, o->require_served ? "t" : "f");
 		char tp[TRACEPARENT_LEN + 1];
 		pgarr_add(&tps, traceparent_of(o, tp));
-		pgarr_add_i64(&sh, run_shard(o, key, shards));
+		int run_sh = run_shard(o, key, shards);
+		pgarr_add_i64(&sh, run_sh);
+		pgarr_add_i64(&parts, client_part(c, run_sh));
 		pgarr_add(&ckeys, o->concurrency_key);
 		keyed |= o->concurrency_key != NULL;
 		pgarr_add_i64(&prios, o->priority);
@@ -1217,11 +1284,11 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	                        pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                        pgarr_str(&delays), pgarr_str(&ats),    want_result ? "t" : "f",
 	                        pgarr_str(&ckeys),  pgarr_str(&prios),  pgarr_str(&reqs),
-	                        pgarr_str(&tps)};
+	                        pgarr_str(&tps),    pgarr_str(&parts)};
 	const char *wake[] = {pgarr_str(&groups), pgarr_str(&sh), "", workflow};
 	const db_stmt batch = {NULL, keyed ? SQL_ENQUEUE_BATCH_KEYED : SQL_ENQUEUE_BATCH};
 	if (keys.b.oom || inputs.b.oom || groups.b.oom || ats.b.oom || sh.b.oom || maxa.b.oom ||
-	    delays.b.oom || ckeys.b.oom || prios.b.oom || reqs.b.oom || tps.b.oom) {
+	    delays.b.oom || ckeys.b.oom || prios.b.oom || reqs.b.oom || tps.b.oom || parts.b.oom) {
 		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
 		goto done;
 	}
@@ -1236,16 +1303,45 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	const char *fresh[] = {workflow,           pgarr_str(&keys),   pgarr_str(&groups),
 	                       pgarr_str(&sh),     pgarr_str(&inputs), pgarr_str(&maxa),
 	                       pgarr_str(&delays), pgarr_str(&ats),    pgarr_str(&ckeys),
-	                       pgarr_str(&prios)};
-	const db_stmt news = {NULL, keyed ? SQL_ENQUEUE_NEW_KEYED : SQL_ENQUEUE_NEW};
-	PGresult *nr = exec_then(c, &news, 10, fresh, &ST_WAKE_SHARDS, 3, wake);
+	                       pgarr_str(&prios),  pgarr_str(&parts)};
+	const db_stmt news = {NULL, !keyed  ? SQL_ENQUEUE_NEW
+	                            : split ? SQL_ENQUEUE_NEW_KEYED_IN
+	                                    : SQL_ENQUEUE_NEW_KEYED};
+	/* With parts (Citus), the wake-up after the insert by the runs' ids
+	 * (cairn.wake_new, from the coordinator): ST_WAKE_SHARDS reads
+	 * shard_leases without their part and would notify from the nodes. */
+	PGresult *nr = split ? exec_one(c, &news, 11, fresh)
+	                     : exec_then(c, &news, 11, fresh, &ST_WAKE_SHARDS, 4, wake);
 	if (nr) {
 		if ((rc = read_new(c, nr, n, out)))
 			goto done;
+		if (split)
+			wake_new(c, n, out);
 		goto release;
 	}
 	if (strcmp(db_last_sqlstate(), "23505") != 0) {
 		rc = client_db_fail(c);
+		goto done;
+	}
+	/* With parts, a batch with a key that exists goes run by run (the
+	 * single enqueue finds the existing run): ENQUEUE_BATCH, whose
+	 * lookups of existing runs are joined to the insert's, is a statement
+	 * that Citus does not plan. The batch's warnings are then its runs'. */
+	if (split) {
+		buf_reset(&c->warning);
+		for (size_t i = 0; !rc && i < n; i++) {
+			const char *key = opts[i].key;
+			if (!key) {
+				fresh_key(gen);
+				key = gen;
+			}
+			rc = enqueue_one(c, workflow, &opts[i], key, shards, 0, from, &out[i]);
+			if (!rc && out[i].warning) {
+				add_warning(c, out[i].warning);
+				free(out[i].warning);
+				out[i].warning = NULL;
+			}
+		}
 		goto done;
 	}
 	/* The routes' warnings were those of new runs: ENQUEUE_BATCH gives
@@ -1255,7 +1351,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	buf_reset(&c->warning);
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int missing;
-		PGresult *r = exec_then(c, &batch, 13, params, &ST_WAKE_SHARDS, 4, wake);
+		PGresult *r = exec_then(c, &batch, 14, params, &ST_WAKE_SHARDS, 4, wake);
 		if (!r) {
 			rc = enqueue_failed(c);
 			goto done;
@@ -1285,6 +1381,7 @@ done:
 	pgarr_free(&held);
 	pgarr_free(&reqs);
 	pgarr_free(&tps);
+	pgarr_free(&parts);
 	buf_free(&sealed);
 	return rc;
 }

@@ -889,3 +889,357 @@ Test(citus, cairn_enqueue_on_a_distributed_database_stores_each_run_in_its_part)
 	PQfinish(listener);
 	PQfinish(c);
 }
+
+/* An idle runner that owns every shard of group default, each lease row in
+ * the part of its shard: its id. */
+static int64_t own_every_shard(PGconn *c)
+{
+	int64_t owner = tdb_int(c, "INSERT INTO cairn.runners (name, address, version, groups, "
+	                           "lease_pid, idle) VALUES ('w', 'a', 'v', '{default}', 1, true) "
+	                           "RETURNING id");
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	char sql[768];
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.shard_leases (shard_group, shard, part, owner) "
+	         "SELECT 'default', s, p.key, %" PRId64 " "
+	         "FROM generate_series(0, (SELECT value::int - 1 FROM cairn.settings "
+	         "                         WHERE name = 'shards_per_group')) s "
+	         "JOIN cairn.parts p ON p.part_no = s %% %" PRId64,
+	         owner, nparts);
+	exec_ok(c, sql);
+	return owner;
+}
+
+/* How many runs of workflow wf are in the part of their shard (the shard
+ * their id carries), and over how many worker nodes those parts lie. */
+static int64_t runs_in_their_part(PGconn *c, const char *wf)
+{
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	return tdb_intf(c,
+	                "SELECT count(*) FROM cairn.runs r JOIN cairn.parts p "
+	                "ON p.part_no = r.shard %% %" PRId64 " AND p.key = r.part "
+	                "WHERE r.workflow = '%s' AND r.id %% 65536 = r.shard",
+	                nparts, wf);
+}
+
+static int64_t nodes_of_runs(PGconn *c, const char *wf)
+{
+	return tdb_intf(c,
+	                "WITH p AS MATERIALIZED (SELECT DISTINCT part FROM cairn.runs "
+	                "                        WHERE workflow = '%s') "
+	                "SELECT count(DISTINCT s.nodename || s.nodeport) "
+	                "FROM p, citus_shards s "
+	                "WHERE s.table_name = 'cairn.runs'::regclass "
+	                "  AND s.shardid = get_shard_id_for_distribution_column("
+	                "        'cairn.runs', p.part)",
+	                wf);
+}
+
+/*
+ * The SQL API's cairn.enqueue inside an application's transaction on the
+ * coordinator: it routed by cairn.route, a SQL function that reads
+ * cairn.workflows, which Citus refused ("parameterized queries for SQL
+ * functions referencing distributed tables are not supported"); since
+ * migration 0028 cairn.route is PL/pgSQL. Each run lands in the part of
+ * its shard (a concurrency key's: the key's), on both nodes; its owner
+ * hears of it from the coordinator when the application commits, and
+ * nothing of a transaction rolled back.
+ */
+Test(citus, the_sql_api_enqueue_in_an_application_transaction_stores_runs_in_their_parts)
+{
+	const char *db = citus_db("sql_enqueue");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	int64_t owner = own_every_shard(c);
+	/* The application's own table, on the coordinator. */
+	exec_ok(c, "CREATE TABLE public.orders (id int PRIMARY KEY)");
+	PGconn *listener = PQconnectdb(db);
+	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
+	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	/* Rolled back: no run, no wake-up. */
+	exec_ok(c, "BEGIN");
+	exec_ok(c, "INSERT INTO public.orders VALUES (0)");
+	exec_ok(c, "SELECT * FROM cairn.enqueue('sql.wf', '{}'::jsonb, key => 'gone')");
+	exec_ok(c, "ROLLBACK");
+	enum { N = 16 };
+	exec_ok(c, "BEGIN");
+	exec_ok(c, "INSERT INTO public.orders VALUES (1)");
+	int64_t ids[N];
+	for (int i = 0; i < N; i++) {
+		char sql[256];
+		/* Every fourth with a concurrency key: in the key's part. */
+		snprintf(
+		    sql, sizeof sql,
+		    "SELECT id FROM cairn.enqueue('sql.wf', '{\"n\": %d}'::jsonb, key => 'k%d', "
+		    "concurrency_key => %s) WHERE NOT existed",
+		    i, i, i % 4 == 0 ? "'ck'" : "NULL");
+		ids[i] = tdb_int(c, sql);
+	}
+	/* The same key again in the transaction: the run it made. */
+	cr_assert_eq(tdb_int(c, "SELECT id FROM cairn.enqueue('sql.wf', '{}'::jsonb, key => 'k1') "
+	                        "WHERE existed"),
+	             ids[1]);
+	exec_ok(c, "COMMIT");
+	/* An owner is named with the first run it is woken for in a
+	 * transaction (cairn.wake); the rolled back one sent nothing. */
+	char want[64], *got = tdb_next_notification(listener, 30000);
+	snprintf(want, sizeof want, "%" PRId64 " %" PRId64, owner, ids[0]);
+	cr_assert(got, "no wake-up on the coordinator for the application's runs");
+	cr_assert_str_eq(got, want);
+	free(got);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key = 'gone'"), 0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'sql.wf'"), N);
+	cr_assert_eq(runs_in_their_part(c, "sql.wf"), N);
+	cr_assert_eq(nodes_of_runs(c, "sql.wf"), 2);
+	/* The runs of the concurrency key share its part. */
+	cr_assert_eq(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs "
+	                        "WHERE concurrency_key = 'ck'"),
+	             1);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE concurrency_key = 'ck' "
+	                        "AND part = (SELECT key FROM cairn.parts WHERE part_no = "
+	                        "  cairn.shard_of('ck') % (SELECT count(*) FROM cairn.parts))"),
+	             N / 4);
+	PQfinish(listener);
+	PQfinish(c);
+}
+
+/*
+ * The batch (cairn_enqueue_batch) on a distributed database: new runs,
+ * then the same keys again (the batch that finds existing runs), each run
+ * in the part of its shard on both nodes, and the owner woken from the
+ * coordinator.
+ */
+Test(citus, the_batch_enqueue_stores_each_run_in_its_part_and_wakes_from_the_coordinator)
+{
+	const char *db = citus_db("batch_enqueue");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	int64_t owner = own_every_shard(c);
+	PGconn *listener = PQconnectdb(db);
+	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
+	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	cairn_client *cl;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	enum { N = 40 };
+	cairn_enqueue_opts o[N];
+	char keys[N][16];
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof keys[i], "b%d", i);
+		/* Every fifth with a concurrency key: counted in its part. */
+		o[i] = (cairn_enqueue_opts){
+		    .key = keys[i], .input = "{}", .concurrency_key = i % 5 ? NULL : "bk"};
+	}
+	cairn_enqueued out[N], again[N];
+	cr_assert_eq(cairn_enqueue_batch(cl, "batch.wf", N, o, out), CAIRN_OK, "%s",
+	             cairn_client_errmsg(cl));
+	char *got = tdb_next_notification(listener, 30000);
+	cr_assert(got, "no wake-up on the coordinator for the batch");
+	char want[64];
+	snprintf(want, sizeof want, "%" PRId64 " ", owner);
+	cr_assert(strncmp(got, want, strlen(want)) == 0, "%s", got);
+	free(got);
+	cr_assert_eq(runs_in_their_part(c, "batch.wf"), N);
+	cr_assert_eq(nodes_of_runs(c, "batch.wf"), 2);
+	cr_assert_eq(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs "
+	                        "WHERE concurrency_key = 'bk' AND NOT held"),
+	             1);
+	/* Each id is the run of its key (the batch's rows back in input order). */
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(tdb_intf(c, "SELECT id FROM cairn.runs WHERE key = '%s'", keys[i]),
+		             out[i].id, "run %d", i);
+	/* Again, with one new key: the existing runs, and the new one. */
+	o[N - 1].key = "b-new";
+	cr_assert_eq(cairn_enqueue_batch(cl, "batch.wf", N, o, again), CAIRN_OK, "%s",
+	             cairn_client_errmsg(cl));
+	for (int i = 0; i < N - 1; i++) {
+		cr_assert(again[i].existed, "run %d", i);
+		cr_assert_eq(again[i].id, out[i].id, "run %d", i);
+	}
+	cr_assert(!again[N - 1].existed);
+	cr_assert_eq(runs_in_their_part(c, "batch.wf"), N + 1);
+	cairn_client_free(cl);
+	PQfinish(listener);
+	PQfinish(c);
+}
+
+/*
+ * The client's enqueue with a concurrency key on a distributed database:
+ * the run in the part of the key's shard (every run of the key in one
+ * part), its key's active runs counted there (cairn.flow_active_in,
+ * migration 0028, one task on the node of the part), the run's owner
+ * woken from the coordinator; a run held over its key's limit, and let go
+ * by cairn.flow_release once a slot frees.
+ */
+Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_key)
+{
+	const char *db = citus_db("key_enqueue");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	int64_t owner = own_every_shard(c);
+	PGconn *listener = PQconnectdb(db);
+	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
+	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	cairn_client *cl;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	static const char *const CKEYS[] = {"alpha", "beta", "gamma", "delta"};
+	enum { EACH = 3 };
+	for (size_t k = 0; k < sizeof CKEYS / sizeof *CKEYS; k++)
+		for (int i = 0; i < EACH; i++) {
+			char key[32];
+			snprintf(key, sizeof key, "%s-%d", CKEYS[k], i);
+			cairn_enqueue_opts o = {.key = key, .concurrency_key = CKEYS[k]};
+			cairn_enqueued r;
+			cr_assert_eq(cairn_enqueue(cl, "key.wf", &o, &r), CAIRN_OK, "%s",
+			             cairn_client_errmsg(cl));
+			cr_assert(!r.existed && !r.held);
+			char want[64], *got = tdb_next_notification(listener, 30000);
+			snprintf(want, sizeof want, "%" PRId64 " %" PRId64, owner, r.id);
+			cr_assert(got, "no wake-up on the coordinator for %s", key);
+			cr_assert_str_eq(got, want);
+			free(got);
+			cairn_enqueued_clear(&r);
+		}
+	int64_t n = (int64_t)(EACH * (sizeof CKEYS / sizeof *CKEYS));
+	cr_assert_eq(runs_in_their_part(c, "key.wf"), n);
+	/* Each key's runs in the part of the key's shard. */
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.runs r JOIN cairn.parts p "
+	                      "ON p.key = r.part AND p.part_no = cairn.shard_of(r.concurrency_key, "
+	                      "  %d) %% %" PRId64 " WHERE r.workflow = 'key.wf'",
+	                      (int)tdb_int(c, "SELECT value::int FROM cairn.settings "
+	                                      "WHERE name = 'shards_per_group'"),
+	                      tdb_int(c, "SELECT count(*) FROM cairn.parts")),
+	             n);
+	cr_assert_eq(nodes_of_runs(c, "key.wf"), 2);
+	/* The count of a key's active runs: one task on the node of its part. */
+	char sql[512];
+	snprintf(
+	    sql, sizeof sql,
+	    "SELECT count(*)::integer FROM cairn.runs WHERE part = %" PRId64 " "
+	    "AND workflow = 'key.wf' AND concurrency_key = 'alpha' AND finished_at IS NULL "
+	    "AND NOT held AND (status = 'running' OR (status = 'pending' AND start_at <= now()))",
+	    tdb_int(c, "SELECT part FROM cairn.runs WHERE concurrency_key = 'alpha' LIMIT 1"));
+	char *plan = explain(c, sql);
+	cr_assert_eq(task_count(plan), 1, "%s\n%s", sql, plan);
+	cr_assert_eq(node_count(plan), 1, "%s\n%s", sql, plan);
+	free(plan);
+	cr_assert_eq(tdb_intf(c, "SELECT cairn.flow_active_in(%" PRId64 ", 'key.wf', 'alpha')",
+	                      tdb_int(c, "SELECT part FROM cairn.runs "
+	                                 "WHERE concurrency_key = 'alpha' LIMIT 1")),
+	             EACH);
+	/* Over the key's limit the run is held, and the release that follows
+	 * the enqueue (cairn.flow_release, migration 0028: in the key's part)
+	 * runs; once a slot frees, the release lets it go. */
+	exec_ok(c, "INSERT INTO cairn.limits (workflow, key_concurrency) VALUES ('held.wf', 1)");
+	int64_t ids[2];
+	for (int i = 0; i < 2; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "h%d", i);
+		cairn_enqueue_opts o = {.key = key, .concurrency_key = "zeta"};
+		cairn_enqueued r;
+		cr_assert_eq(cairn_enqueue(cl, "held.wf", &o, &r), CAIRN_OK, "%s",
+		             cairn_client_errmsg(cl));
+		cr_assert_eq(r.held, i == 1, "run %d", i);
+		ids[i] = r.id;
+		cairn_enqueued_clear(&r);
+	}
+	tdb_intf(c,
+	         "UPDATE cairn.runs SET status = 'completed', finished_at = now(), start_at = NULL "
+	         "WHERE id = %" PRId64 " RETURNING 1",
+	         ids[0]);
+	cr_assert_eq(tdb_int(c, "SELECT cardinality(cairn.flow_release('held.wf', 'zeta'))"), 1);
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                      " AND NOT held AND start_at IS NOT NULL",
+	                      ids[1]),
+	             1);
+	cairn_client_free(cl);
+	PQfinish(listener);
+	PQfinish(c);
+}
+
+/*
+ * cairn.children_sync (migration 0021; 0028) on the cluster: a parent in a
+ * part on the second worker node waits for two children in other parts,
+ * and each child's end counts its wait down. It wrote child_waits and
+ * child_awaited in part 0 (which the foreign key on (run_id, part)
+ * refuses for a parent elsewhere) and locked child_waits with no filter on
+ * the part (which Citus refuses: "could not run distributed query with
+ * FOR UPDATE/SHARE commands"); now each row is in the parent's part and
+ * each statement names it.
+ */
+Test(citus, children_sync_writes_a_parents_wait_in_its_part_on_the_second_node)
+{
+	const char *db = citus_db("children_sync");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	/* The first part on the second node (w2), and two parts on the first. */
+	int64_t pn = tdb_int(c, "SELECT p.part_no FROM cairn.parts p JOIN citus_shards s "
+	                        "ON s.shardid = get_shard_id_for_distribution_column("
+	                        "     'cairn.runs', p.key) "
+	                        "WHERE s.table_name = 'cairn.runs'::regclass "
+	                        "  AND s.nodename LIKE '%/w2' ORDER BY p.part_no LIMIT 1");
+	int64_t cn[2];
+	for (int i = 0; i < 2; i++)
+		cn[i] =
+		    tdb_intf(c,
+		             "SELECT p.part_no FROM cairn.parts p JOIN citus_shards s "
+		             "ON s.shardid = get_shard_id_for_distribution_column("
+		             "     'cairn.runs', p.key) "
+		             "WHERE s.table_name = 'cairn.runs'::regclass "
+		             "  AND s.nodename LIKE '%%/w1' ORDER BY p.part_no OFFSET %d LIMIT 1",
+		             i);
+	int64_t parent = 900 * 65536 + pn, kid[2] = {901 * 65536 + cn[0], 902 * 65536 + cn[1]};
+	int64_t ppart = tdb_intf(c, "SELECT key FROM cairn.parts WHERE part_no = %" PRId64, pn);
+	char sql[1024];
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "
+	         "  max_attempts, scheduled_at, start_at, parent_id) "
+	         "SELECT x.id, p.key, 'cs', 'r' || x.id, 'default', x.s, '{}', 3, now(), now(), "
+	         "  nullif(%" PRId64 ", x.id) "
+	         "FROM (VALUES (%" PRId64 "::bigint, %" PRId64 "::int), (%" PRId64 ", %" PRId64
+	         "), (%" PRId64 ", %" PRId64 ")) x(id, s) "
+	         "JOIN cairn.parts p ON p.part_no = x.s",
+	         parent, parent, pn, kid[0], cn[0], kid[1], cn[1]);
+	exec_ok(c, sql);
+	/* The parent suspends in a wait (seq 3) for both children. */
+	snprintf(sql, sizeof sql,
+	         "SELECT count(*) FROM cairn.children_sync('{%" PRId64 "}', '{%" PRId64 "}', "
+	         "'{3}', '{2}', '{%" PRId64 ",%" PRId64 "}', '{%" PRId64 ",%" PRId64 "}', "
+	         "'{}', '{}', '{}')",
+	         parent, parent, parent, parent, kid[0], kid[1]);
+	cr_assert_eq(tdb_int(c, sql), 0, "the wait is not met yet");
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.child_waits WHERE run_id = %" PRId64
+	                      " AND part = %" PRId64 " AND seq = 3 AND need = 2",
+	                      parent, ppart),
+	             1);
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT count(*) FROM cairn.child_awaited WHERE run_id = %" PRId64
+	                      " AND part = %" PRId64 " AND seq = 3",
+	                      parent, ppart),
+	             2);
+	/* Each child ends: the first counts the wait down, the second meets
+	 * it, and the parent is the run to wake. */
+	for (int i = 0; i < 2; i++) {
+		snprintf(
+		    sql, sizeof sql,
+		    "SELECT coalesce(max(w), 0) FROM cairn.children_sync('{%" PRId64 "}', '{}', "
+		    "'{}', '{}', '{}', '{}', '{%" PRId64 "}', '{%" PRId64 "}', '{%" PRId64 "}') w",
+		    kid[i], kid[i], kid[i], parent);
+		cr_assert_eq(tdb_int(c, sql), i ? parent : 0, "end of child %d", i);
+		cr_assert_eq(tdb_intf(c,
+		                      "SELECT need FROM cairn.child_waits WHERE run_id = %" PRId64
+		                      " AND part = %" PRId64,
+		                      parent, ppart),
+		             1 - i);
+	}
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.child_awaited"), 0);
+	cr_assert_eq(
+	    tdb_intf(c, "SELECT count(*) FROM cairn.child_waits WHERE part <> %" PRId64, ppart), 0);
+	PQfinish(c);
+}

@@ -10,7 +10,8 @@
  * that took its shard meanwhile; a wake-up that names its run, claimed by id;
  * a new run claimed by a short statement of its own, and one that a signal
  * waits for by the full claim; a durable sleep that ends when it is due; a
- * worker that learns of a delayed run from its enqueue.
+ * worker that learns of a delayed run from its enqueue; a batch of new
+ * runs.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -147,6 +148,31 @@ Test(wake, a_burst_against_an_idle_worker_starts_without_a_poll)
 	/* Idle again: a second burst needs a second wake. */
 	burst(100);
 	all_completed(200, "idle worker, second burst");
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+/*
+ * A batch of new runs (cairn_enqueue_batch) wakes the idle owner of their
+ * shards: its wake-up (ST_WAKE_SHARDS) was sent 3 parameters for its 4, so
+ * it failed at bind, and the runs waited for a poll.
+ */
+Test(wake, a_batch_of_new_runs_against_an_idle_worker_starts_without_a_poll)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	enum { N = 50 };
+	cairn_enqueue_opts o[N];
+	cairn_enqueued out[N];
+	for (int round = 1; round <= 2; round++) {
+		for (int i = 0; i < N; i++)
+			o[i] = (cairn_enqueue_opts){.input = "{}"};
+		cr_assert_eq(cairn_enqueue_batch(client, "noop", N, o, out), CAIRN_OK, "%s",
+		             cairn_client_errmsg(client));
+		/* Idle again after the first: the second batch needs a second
+		 * wake. */
+		all_completed(round * N, round == 1 ? "a batch" : "a second batch");
+	}
 	tworker_stop(a, SIGTERM, 30000);
 }
 
