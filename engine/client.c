@@ -294,8 +294,9 @@ int client_schema_version(cairn_client *c)
  * runs in flight. It reads the owner after the write committed: an owner
  * that takes a shard later claims its due work as it takes it, and a shard
  * that has no owner wakes nobody. One run sent by a cached route is the
- * exception: it wakes an idle owner from inside its own transaction when
- * no other writer does so at the moment (ST_ENQUEUE_WAKE, below).
+ * exception: it hands the run to an idle owner from inside its own
+ * transaction when no other writer notifies so at the moment
+ * (ST_ENQUEUE_PUSH, below).
  */
 #define WAKE_NO_DISK "set_config('synchronous_commit', 'off', true)"
 /* The owners to wake: idle ones, and every one for a cancel (wake: $n). */
@@ -324,7 +325,7 @@ static const db_stmt ST_WAKE_SHARD = {
 	"                          AND r.key = $5), ''))), " WAKE_NO_DISK " "                      \
 	"FROM cairn.shard_leases l " WAKE_OWNER_3 "WHERE l.shard_group = $1 AND l.shard = $2" skip
 static const db_stmt ST_WAKE_TO = {"cairn_wake_to", WAKE_TO("")};
-/* The same after ST_ENQUEUE_WAKE, unless its cairn.wake_in did the work:
+/* The same after ST_ENQUEUE_PUSH, unless it left nothing to do (cairn.pushed):
  * $6 is the token it was given. */
 static const db_stmt ST_WAKE_TO_UNLESS = {
     "cairn_wake_to_unless",
@@ -435,49 +436,52 @@ const char *client_sql_enqueue_values(void)
 	return ST_ENQUEUE_VALUES.sql;
 }
 /*
- * ST_ENQUEUE_VALUES that also wakes the new run's owner from inside its own
- * transaction (cairn.wake_in, migration 0026; $14 its token): the relay
- * hears of the run as the INSERT commits, not 0.31 to 0.56 ms later from the
- * wake-up's transaction after it (the bench's stamp phase, where that was a
- * third of what followed the enqueue's commit before its run's first
- * instruction). Only at low load, where that latency is the figure:
- *  - a client sends it only when its last enqueue of one run ended
- *    CLIENT_WAKE_IN_GAP_MS ago or more. Clients that enqueue back to back
- *    wake after their commits, as before: 8 of them with a worker running
- *    enqueued 0.31x and 0.31x the same run's pgbench INSERT TPS (bench,
- *    x8 phase) with it in every call, against 0.47x and 0.37x without, the
- *    two alternated, since while the owner was idle the writer that
- *    notified held PostgreSQL's lock of notifying commits through its
- *    fsync and the others' wake-ups waited behind it;
- *  - the statement calls cairn.wake_in only if it sees an idle owner (none:
- *    no worker, or a busy one, under load); the call alone cost 8 clients
- *    with no worker a third of their runs/s (1,600 and 1,310 against 2,256
- *    and 2,104);
- *  - cairn.wake_in notifies only if no other writer does so from inside its
- *    transaction at the moment (the commits of notifying transactions wait
- *    for the disk one after the other), else it leaves the wake-up to
- *    ST_WAKE_TO_UNLESS, sent after it in the same round trip as before,
- *    which reads the owner again after the commit.
- * A key that exists inserts nothing and wakes nobody from here. On one
- * server only (one part): on Citus the INSERT of a CTE is a step through
- * the coordinator, not the router insert of ST_ENQUEUE_VALUES.
+ * ST_ENQUEUE_VALUES that hands the new run to the idle owner of its shard
+ * (migration 0030): the run is inserted already claimed for that owner
+ * (running, counted, queued_by the owner with no queued_seq), and the
+ * notification sent from inside the transaction (cairn.pushed) carries what
+ * the owner's claim would have returned, so the owner starts it as the
+ * commit reaches the relay, without a statement of its own. Timed hop by hop on the bench's stamp
+ * phase, the owner's claim (SQL_CLAIM_NEW, dispatch.c) had been 0.5 to 0.6
+ * ms of the time from the enqueue to the run's first instruction, more than
+ * the relay's hop and the executor's together. Only at low load, where that
+ * latency is the figure:
+ *  - a client sends it only for a run due now, without a concurrency key,
+ *    by a cached route, on one server, and when its last enqueue of one run
+ *    ended CLIENT_WAKE_IN_GAP_MS ago or more: clients that enqueue back to
+ *    back wake after their commits (8 of them with a worker running
+ *    enqueued 0.31x and 0.31x the same run's pgbench INSERT TPS, bench
+ *    x8 phase, with a wake-up inside every call, against 0.47x and 0.37x
+ *    without, since the writer that notified held PostgreSQL's lock of
+ *    notifying commits through its fsync and the others waited behind it);
+ *  - cairn.push_owner hands the run over only to an idle owner (none under
+ *    load: its owner is busy), when no fleet-wide limit exists, and when
+ *    this writer is the one that notifies from inside its transaction at
+ *    the moment (cairn.notify_lock); else the run is inserted pending, and
+ *    ST_WAKE_TO_UNLESS, sent after it in the same round trip, wakes the
+ *    owner after the commit as before;
+ *  - cairn.pushed records the call's token ($14) in the session when the
+ *    wake-up after the commit has nothing left to do.
+ * A key that exists inserts nothing and hands nothing over. On one server
+ * only (one part): on Citus the INSERT of a CTE is a step through the
+ * coordinator, not the router insert of ST_ENQUEUE_VALUES.
  */
-/* The idle owner of inserted run n's shard. */
-#define IDLE_OWNER_OF_N                                                                            \
-	"SELECT 1 FROM cairn.shard_leases l JOIN cairn.runners w ON w.id = l.owner AND w.idle "    \
-	"WHERE l.shard_group = n.shard_group AND l.shard = n.shard"
-static const db_stmt ST_ENQUEUE_WAKE = {
-    "cairn_enqueue_wake",
-    "WITH n AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, "
+/* What an owner o, when there is one, is handed as the run is inserted. */
+#define PUSHED_AS(pending, handed) "CASE WHEN o.owner IS NULL THEN " pending " ELSE " handed " END"
+static const db_stmt ST_ENQUEUE_PUSH = {
+    "cairn_enqueue_push",
+    "WITH o AS MATERIALIZED (SELECT * FROM cairn.push_owner($3, $4)), "
+    "n AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, "
     "             input, max_attempts, scheduled_at, start_at, parent_id, concurrency_key, "
-    "             priority, traceparent) "
-    "  VALUES (" NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
-    "          " START_ONE ", $9::bigint, $10::text, $11, $12) "
+    "             priority, traceparent, status, attempt, started_at, claims, queued_by) "
+    "  SELECT " NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+    "         " START_ONE ", $9::bigint, $10::text, $11, $12, "
+    "         " PUSHED_AS("'pending'", "'running'") ", " PUSHED_AS("0", "1") ", "
+    "         " PUSHED_AS("NULL", "now()") ", " PUSHED_AS("0", "1") ", o.owner FROM o "
     "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-    "  RETURNING r.id, r.status, r.held, r.shard_group, r.shard) "
-    "SELECT n.id, false, n.status, NULL::text, NULL::text, n.held FROM n "
-    "WHERE NOT EXISTS (" IDLE_OWNER_OF_N ") "
-    "   OR cairn.wake_in(n.shard_group, n.shard, n.id, $14) IS NOT NULL"};
+    "  RETURNING r.id, r.status, r.held) "
+    "SELECT n.id, false, n.status, NULL::text, NULL::text, n.held FROM n CROSS JOIN o "
+    "WHERE CASE WHEN o.settled THEN cairn.pushed(n.id, o.epoch, $14) ELSE true END"};
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -664,7 +668,7 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
  * are cairn_client.stmt[], in this order. */
 static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
     &ST_ENQUEUE, &ST_WAKE_SHARD,     &ST_WAKE_SHARDS,  &ST_WAKE_RUNS,     &ST_ENQUEUE_TO,
-    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_WAKE, &ST_WAKE_TO_UNLESS};
+    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_PUSH, &ST_WAKE_TO_UNLESS};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -1054,14 +1058,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
 	                     p[7], p[8], p[9], p[10], p[13], p[14]};
 
-	/* The token of this enqueue's wake-up from inside its transaction
-	 * (ST_ENQUEUE_WAKE): the client's own random prefix, so that a
-	 * session a pooler shares never takes another client's for its own,
-	 * and a count. */
-	char token[CLIENT_WAKE_ID_LEN + 24];
-	if (!c->wake_id[0])
-		fresh_key(c->wake_id);
-	snprintf(token, sizeof token, "%s.%" PRIu64, c->wake_id, ++c->wake_count);
+	char token[CLIENT_WAKE_ID_LEN + 24] = "";
 	const char *pw[] = {p[0], p[1], p[2], p[3],  p[4],  p[5],  p[6],
 	                    p[7], p[8], p[9], p[10], p[13], p[14], token};
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
@@ -1090,15 +1087,23 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	if (cached) /* no route: the group, and its warning, as just before */
 		p[2] = pto[2] = pw[2] = wake[0] = wake_un[0] = cached->group;
 	int64_t now = clock_mono_ms();
-	int in_tx = cached && !o->concurrency_key && c->settings.nparts <= 1 &&
-	            now - c->last_enqueue_ms >= CLIENT_WAKE_IN_GAP_MS &&
-	            client_schema_version(c) >= WAKE_IN_SCHEMA;
+	int in_tx = cached && !o->concurrency_key && !o->delay_ms && !o->at_unix_ms &&
+	            c->settings.nparts <= 1 && now - c->last_enqueue_ms >= CLIENT_WAKE_IN_GAP_MS &&
+	            client_schema_version(c) >= PUSH_SCHEMA;
+	if (in_tx) {
+		/* The token of this hand-over (ST_ENQUEUE_PUSH): the client's own
+		 * random prefix, so that a session a pooler shares never takes
+		 * another client's for its own, and a count. */
+		if (!c->wake_id[0])
+			fresh_key(c->wake_id);
+		snprintf(token, sizeof token, "%s.%" PRIu64, c->wake_id, ++c->wake_count);
+	}
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
 		const db_stmt *ins = o->concurrency_key ? &ST_ENQUEUE_TO : &ST_ENQUEUE_VALUES;
 		PGresult *r =
 		    split   ? exec_one(c, ins, 13, pto)
-		    : in_tx ? exec_then(c, &ST_ENQUEUE_WAKE, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
+		    : in_tx ? exec_then(c, &ST_ENQUEUE_PUSH, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
 		    : cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
 		             : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {

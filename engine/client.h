@@ -77,14 +77,14 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
 #define CLIENT_NSTMTS 9
-/* The schema (migration 0026) from which an enqueue wakes the new run's
- * owner from inside its own transaction (cairn.wake_in), and the length of
- * the random part of its token (fresh_key's). */
-#define WAKE_IN_SCHEMA     26
+/* The schema (migration 0030) from which an enqueue hands the new run to
+ * its idle owner from inside its own transaction (cairn.push_owner), and
+ * the length of the random part of its token (fresh_key's). */
+#define PUSH_SCHEMA        30
 #define CLIENT_WAKE_ID_LEN 33
 /* A client wakes from inside its enqueue's transaction only when its last
  * enqueue of one run ended at least this long ago (ms): see client.c,
- * ST_ENQUEUE_WAKE. */
+ * ST_ENQUEUE_PUSH. */
 #define CLIENT_WAKE_IN_GAP_MS 5
 enum { STMT_UNPREPARED, STMT_PREPARED, STMT_TEXT };
 

@@ -23,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 #include <poll.h>
+#include <sodium.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,9 @@ typedef struct flight {
 	job *job; /* valid while the run is in flight */
 	int64_t since_unix_ms;
 } flight;
+
+/* The bytes of cairn.push_key (migration 0030). */
+#define PUSH_KEY_LEN 32
 
 struct dispatch {
 	dispatch_env env;
@@ -91,10 +95,19 @@ struct dispatch {
 	_Atomic int took_shards;          /* shards were taken: busy until it may go idle */
 	int64_t targets[CAIRN_WAKE_RUNS]; /* runs wake-ups named, for the next claim; under mu */
 	int ntargets;
-	pgarr ended; /* runs of limited keys that ended: their keys' held runs may go; under mu */
-	int limited; /* the last claim saw limits (cairn.limits): claim with them */
-	int limits_told;        /* the log said that a database with parts does not apply them */
-	unsigned warm;          /* claim statements run in this session (bit per name) */
+	/* Runs enqueues handed to this runner (dispatch_push), each with its
+	 * claim's columns as a JSON array; under mu. */
+	int64_t pushed_runs[CAIRN_WAKE_RUNS];
+	char *pushed[CAIRN_WAKE_RUNS];
+	int npushed;
+	/* The key of their MACs (cairn.push_key), read by the poller as it
+	 * connects; the poller's alone. */
+	unsigned char push_key[PUSH_KEY_LEN];
+	int has_push_key;
+	pgarr ended;     /* runs of limited keys that ended: their keys' held runs may go; under mu */
+	int limited;     /* the last claim saw limits (cairn.limits): claim with them */
+	int limits_told; /* the log said that a database with parts does not apply them */
+	unsigned warm;   /* claim statements run in this session (bit per name) */
 	int64_t newest_claimed; /* the highest run id claimed here: a named run above it is
 	                           most likely new (see claim()) */
 	int cold_claim;         /* the last claim was its statement's first in the session */
@@ -1089,18 +1102,23 @@ static const char SQL_CLAIM_ONE[] =
  * low load that set-up is paid cold (the backend slept since the last run):
  * in 12 pairs of alternated bench runs, the time from an enqueue to the
  * run's first instruction (p50) was shorter in 11, by 0.28 ms at the median
- * (from -0.11 to 0.38 ms). Any other run comes back as the empty row, and
- * the poller claims it with SQL_CLAIM_ONE. $1 owner, $2 the runs in flight,
- * $3 idle executors, $4 the run.
+ * (from -0.11 to 0.38 ms). It also takes a run an enqueue handed to this
+ * runner (client.c, ST_ENQUEUE_PUSH: running, counted once, queued_by this
+ * runner without a queued_seq) whose notification could not bring it
+ * (take_pushed), keeping its one count. Any other run comes back as the
+ * empty row, and the poller claims it with SQL_CLAIM_ONE. $1 owner, $2 the
+ * runs in flight, $3 idle executors, $4 the run.
  */
 static const char SQL_CLAIM_NEW[] =
     "WITH c AS (UPDATE cairn.runs r SET status = 'running', "
     "  attempt = greatest(r.attempt, 1), started_at = coalesce(r.started_at, now()), "
-    "  claims = ($3 > 0)::int, updated_at = now(), held = false "
+    "  claims = ($3 > 0)::int, queued_by = NULL, updated_at = now(), held = false "
     "FROM cairn.shard_leases l "
     "WHERE r.id = $4 AND r.id <> ALL ($2::bigint[]) AND l.owner = $1 "
     "  AND l.shard_group = r.shard_group AND l.shard = r.shard "
-    "  AND r.status = 'pending' AND r.claims = 0 AND r.start_at <= now() "
+    "  AND (r.status = 'pending' AND r.claims = 0 "
+    "       OR r.status = 'running' AND r.claims = 1 AND r.queued_by = $1 "
+    "          AND r.queued_seq IS NULL) AND r.start_at <= now() "
     "  AND NOT EXISTS (SELECT 1 FROM cairn.messages m WHERE m.run_id = r.id) "
     "  AND NOT EXISTS (SELECT 1 FROM cairn.steps s WHERE s.run_id = r.id) "
     "  AND NOT EXISTS (SELECT 1 FROM cairn.signals g "
@@ -1425,6 +1443,121 @@ static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, i
 	pgarr_free(&refused);
 	pgarr_free(&marked);
 	return got;
+}
+
+/* Whether run is in flight here (a claim took it), and whether an executor
+ * would start a run queued now. */
+static void pushed_fate(dispatch *d, int64_t run, int *flying, int *at_once)
+{
+	pthread_mutex_lock(&d->mu);
+	int i = 0;
+	while (i < d->nfl && d->fl[i].run_id != run)
+		i++;
+	*flying = i < d->nfl;
+	*at_once = !d->solo && !d->solo_waiting && d->idle > d->qlen && !atomic_load(&d->stopping);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* Whether a hand-over's notification carries, before its claim, the MAC
+ * cairn.pushed made of it with cairn.push_key: sha256(key || sha256(key ||
+ * claim)), in hex. Any role may notify: a claim that does not
+ * authenticate is not started, and its run is claimed by id instead. */
+static int pushed_authentic(const dispatch *d, const char *mac_hex, const char *claim)
+{
+	unsigned char mac[crypto_hash_sha256_BYTES], inner[crypto_hash_sha256_BYTES],
+	    want[crypto_hash_sha256_BYTES];
+	size_t len = 0;
+	if (!d->has_push_key ||
+	    sodium_hex2bin(mac, sizeof mac, mac_hex, 2 * sizeof mac, NULL, &len, NULL) != 0 ||
+	    len != sizeof mac)
+		return 0;
+	crypto_hash_sha256_state st;
+	crypto_hash_sha256_init(&st);
+	crypto_hash_sha256_update(&st, d->push_key, sizeof d->push_key);
+	crypto_hash_sha256_update(&st, (const unsigned char *)claim, strlen(claim));
+	crypto_hash_sha256_final(&st, inner);
+	crypto_hash_sha256_init(&st);
+	crypto_hash_sha256_update(&st, d->push_key, sizeof d->push_key);
+	crypto_hash_sha256_update(&st, inner, sizeof inner);
+	crypto_hash_sha256_final(&st, want);
+	return sodium_memcmp(mac, want, sizeof mac) == 0;
+}
+
+/* The monotonic ms a pushed claim's database time (now_ms, the enqueue's)
+ * stands for. A claim anchors the run's clock when it is sent, before the
+ * database reads its now(), so that the run's clock never runs behind the
+ * database's; a pushed claim's now() was read before its notification came,
+ * so it is anchored back by how long ago that was by this host's clock, at
+ * most PUSH_ANCHOR_MAX_MS (a clock set apart from the database's moves the
+ * anchor no further). */
+#define PUSH_ANCHOR_MAX_MS 100
+static int64_t pushed_anchor(const char *now_ms)
+{
+	int64_t mono = clock_mono_ms(), ago = now_ms ? clock_unix_ms() - strtoll(now_ms, NULL, 10) : 0;
+	return mono - (ago < 0 ? 0 : ago > PUSH_ANCHOR_MAX_MS ? PUSH_ANCHOR_MAX_MS : ago);
+}
+
+/*
+ * Takes the runs enqueues handed to this runner (dispatch_push) as a claim's
+ * rows, to start at once, unless a claim took one first (it is in flight).
+ * One that would wait in the queue (every executor busy: the enqueue found
+ * the poller idle, but the queue is this poller's to fill, and it goes busy
+ * as it fills it) or whose columns do not decode is claimed by id instead,
+ * as a wake-up that names it (SQL_CLAIM_NEW takes a run handed over); one
+ * that cannot execute here (its shard is being released) is given back as
+ * a claimed run is (unclaim).
+ */
+static void take_pushed(dispatch *d, PGconn *conn)
+{
+	int64_t runs[CAIRN_WAKE_RUNS], again[CAIRN_WAKE_RUNS];
+	char *claims[CAIRN_WAKE_RUNS];
+	pthread_mutex_lock(&d->mu);
+	int n = d->npushed, nagain = 0;
+	memcpy(runs, d->pushed_runs, (size_t)n * sizeof *runs);
+	memcpy(claims, d->pushed, (size_t)n * sizeof *claims);
+	d->npushed = 0;
+	pthread_mutex_unlock(&d->mu);
+	if (!n)
+		return;
+	int64_t owner = lease_runner_id(d->env.lease);
+	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
+	for (int i = 0; i < n; i++) {
+		/* "MAC CLAIM", as the relay passed it on */
+		const char *v[CLAIM_NCOLS], *mac = claims[i], *claim = strchr(mac, ' ');
+		int authentic = claim && claim - mac == 2 * crypto_hash_sha256_BYTES;
+		if (authentic)
+			*(char *)claim++ = '\0';
+		authentic = authentic && pushed_authentic(d, mac, claim);
+		if (claim && !authentic && d->has_push_key) {
+			char run[24];
+			log_kv(d->env.log, LOG_WARN,
+			       "a notification handed this worker a run with a claim that does not "
+			       "authenticate (not cairn.pushed's): claiming the run by id instead",
+			       "run_id", db_i64(run, runs[i]), NULL);
+		}
+		cJSON *a = authentic ? cJSON_Parse(claim) : NULL;
+		int flying = 0, at_once = 0;
+		if (claimrow_json(a, v) == 0 && v[CLAIM_ID] && strtoll(v[CLAIM_ID], NULL, 10) == runs[i])
+			pushed_fate(d, runs[i], &flying, &at_once);
+		if (!flying && !at_once) {
+			again[nagain++] = runs[i];
+		} else if (!flying) {
+			claimrow_env env = {.map = d->env.map,
+			                    .owner = owner,
+			                    .mono_at_load = pushed_anchor(v[CLAIM_NOW]),
+			                    .max_journal_bytes = d->limits.max_journal_bytes};
+			take_row(d, &env, v, &refused, &marked);
+			atomic_fetch_add(&d->env.m->runs_pushed, 1);
+		}
+		cJSON_Delete(a);
+		free(claims[i]);
+	}
+	if (refused.n)
+		unclaim(d, conn, owner, &refused, &marked);
+	pgarr_free(&refused);
+	pgarr_free(&marked);
+	if (nagain)
+		dispatch_wake_runs(d, 0, again, nagain);
 }
 
 /*
@@ -1954,6 +2087,21 @@ typedef struct poll_round {
 
 /* Connects the poller (and refreshes stale statistics): 0, or -1 after
  * waiting out the backoff (or a wake-up). */
+/* The key of the hand-overs' MACs (cairn.push_key, migration 0030), read
+ * as the poller connects: a worker whose role may not read it claims by id
+ * every run handed to it. */
+static void read_push_key(dispatch *d, PGconn *conn)
+{
+	PGresult *r = db_exec(conn, NULL, "SELECT encode(key, 'hex') FROM cairn.push_key", 0, NULL);
+	size_t len = 0;
+	d->has_push_key =
+	    r && PQntuples(r) == 1 &&
+	    sodium_hex2bin(d->push_key, sizeof d->push_key, PQgetvalue(r, 0, 0),
+	                   strlen(PQgetvalue(r, 0, 0)), NULL, &len, NULL) == 0 &&
+	    len == sizeof d->push_key;
+	PQclear(r);
+}
+
 static int poller_connect(poller *p)
 {
 	dispatch *d = p->d;
@@ -1966,6 +2114,7 @@ static int poller_connect(poller *p)
 		return -1;
 	}
 	refresh_stale_stats(d, p->conn);
+	read_push_key(d, p->conn);
 	return 0;
 }
 
@@ -2175,6 +2324,7 @@ static void *poller_main(void *arg)
 			continue;
 		p.failures = 0;
 		poller_chores(&p);
+		take_pushed(d, p.conn);
 		int64_t runs[CAIRN_WAKE_RUNS];
 		poll_round rd = {.next_due = -1};
 		what_to_claim(&p, &rd, runs);
@@ -2235,6 +2385,26 @@ void dispatch_wake_runs(dispatch *d, int cancel, const int64_t *runs, int n)
 		wake_poller(d);
 	else
 		want_claim(d); /* a claim of all that is due */
+}
+
+int dispatch_push(dispatch *d, int64_t run, const char *claim)
+{
+	if (!d)
+		return 0;
+	char *copy = strdup(claim);
+	pthread_mutex_lock(&d->mu);
+	int kept = copy && d->npushed < CAIRN_WAKE_RUNS;
+	if (kept) {
+		d->pushed_runs[d->npushed] = run;
+		d->pushed[d->npushed++] = copy;
+	}
+	pthread_mutex_unlock(&d->mu);
+	if (!kept) {
+		free(copy);
+		return 0;
+	}
+	wake_poller(d);
+	return 1;
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -2409,6 +2579,8 @@ void dispatch_free(dispatch *d)
 {
 	if (!d)
 		return;
+	for (int i = 0; i < d->npushed; i++)
+		free(d->pushed[i]);
 	/* Jobs still queued when the executors stopped never started. */
 	for (job *j = d->qhead, *next; j; j = next) {
 		next = j->next;

@@ -521,7 +521,15 @@ static int relay_take(relay_state *r, buf *err)
 			size_t cl = strlen(CAIRN_WAKE_CANCEL);
 			int cancel = strncmp(end, CAIRN_WAKE_CANCEL, cl) == 0;
 			end += cancel ? cl : 0;
-			int64_t run = *end == ' ' ? strtoll(end + 1, NULL, 10) : 0;
+			char *after = end;
+			int64_t run = *end == ' ' ? strtoll(end + 1, &after, 10) : 0;
+			/* A run an enqueue handed to its owner brings its claim
+			 * (migration 0030): to this worker's own poller directly. */
+			if (!cancel && run > 0 && *after == ' ' && r->env->push_self &&
+			    r->env->push_self(r->env->poke_arg, id, run, after + 1)) {
+				PQfreemem(nt);
+				continue;
+			}
 			int k = 0;
 			while (k < r->n && r->rs[k].id != id)
 				k++;

@@ -412,7 +412,7 @@ static const char SQL_CITUS[] =
     "    END IF;\n"
     "    SELECT string_agg(c.relname, ', ' ORDER BY c.relname) INTO v_t FROM pg_class c\n"
     "     WHERE c.relnamespace = 'cairn'::regnamespace AND c.relkind IN ('r', 'p')\n"
-    "       AND c.relname <> ALL (v_dist || v_ref || '{schema_migrations}'::text[]);\n"
+    "       AND c.relname <> ALL (v_dist || v_ref || '{schema_migrations, push_key}'::text[]);\n"
     "    IF v_t IS NOT NULL THEN\n"
     "        RAISE EXCEPTION 'cairn migrate --citus does not know where table(s) % belong', v_t\n"
     "            USING HINT = 'a table a claim or commit touches is distributed by part, a small "

@@ -129,6 +129,10 @@ static void metrics_page(const status_env *e, http_reply *r)
 	       "Of the claims of runs a wake-up named, those of a new run (pending, never "
 	       "executed, nothing journaled or waiting for it), made with one short statement.",
 	       NULL, (double)atomic_load(&m->claims_new_run));
+	metric(b, "cairn_runs_pushed_total", "counter",
+	       "Runs an enqueue handed to this idle worker from inside its own transaction, with "
+	       "what a claim would have returned of them: started with no claim of their own.",
+	       NULL, (double)atomic_load(&m->runs_pushed));
 	metric(b, "cairn_claims_given_back_total", "counter",
 	       "Runs a claim took that did not execute here, mostly of a shard being handed over: "
 	       "the execution the claim counted and the slot it took were given back.",

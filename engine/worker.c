@@ -71,6 +71,13 @@ static int poke_self(void *arg, int64_t runner, const char *path)
 	return 1;
 }
 
+static int push_self(void *arg, int64_t runner, int64_t run, const char *claim)
+{
+	cairn_worker *w = arg;
+	return runner && lease_runner_id(w->lease) == runner &&
+	       dispatch_push(w->status.dispatch, run, claim);
+}
+
 /* Once the configuration is loaded: the registry (with the built-in
  * singletons, so that a user's singleton of the same name is refused at its
  * registration) and the shard map. 0 or a negated status. */
@@ -89,6 +96,7 @@ static int worker_setup(cairn_worker *w)
 	                       .log = &w->log,
 	                       .m = &w->m,
 	                       .poke_self = poke_self,
+	                       .push_self = push_self,
 	                       .poke_arg = w,
 	                       .backlog = w->backlog};
 	return maint_register(w->reg, &w->maint, &w->err);

@@ -414,22 +414,36 @@ Test(wake, an_sql_enqueue_that_read_the_old_owner_busy_starts_on_the_new_one_wit
 #define CLAIMS_OF_SHARDS "cairn_claims_total{of=\"shards\"}"
 #define CLAIMS_OF_RUNS   "cairn_claims_total{of=\"runs\"}"
 #define CLAIMS_OF_NEW    "cairn_claims_new_run_total"
+#define RUNS_PUSHED      "cairn_runs_pushed_total"
 
-/* Worker a's claims so far: of all that is due, of named runs, of new runs. */
+/* Worker a's claims so far: of all that is due, of named runs, of new runs;
+ * and the runs enqueues handed it, which it started with no claim. */
 typedef struct claims {
-	double shards, runs, new_runs;
+	double shards, runs, new_runs, pushed;
 } claims;
 
 static claims claims_of_a(void)
 {
 	return (claims){tmetric(port_a, CLAIMS_OF_SHARDS), tmetric(port_a, CLAIMS_OF_RUNS),
-	                tmetric(port_a, CLAIMS_OF_NEW)};
+	                tmetric(port_a, CLAIMS_OF_NEW), tmetric(port_a, RUNS_PUSHED)};
 }
 
 static claims claims_since(claims c0)
 {
 	claims c = claims_of_a();
-	return (claims){c.shards - c0.shards, c.runs - c0.runs, c.new_runs - c0.new_runs};
+	return (claims){c.shards - c0.shards, c.runs - c0.runs, c.new_runs - c0.new_runs,
+	                c.pushed - c0.pushed};
+}
+
+/* While the connection returned holds cairn.notify_lock (migration 0026),
+ * no enqueue hands its run over from inside its transaction (migration
+ * 0030): each wakes the owner after its commit, naming the run, and the
+ * owner claims it by id. */
+static PGconn *no_hand_over(void)
+{
+	PGconn *other = tdb_connect(db);
+	tdb_exec(other, "SELECT pg_advisory_lock(cairn.notify_lock())");
+	return other;
 }
 
 /* Every one of worker a's 4 executors waits for a run: the last run's end
@@ -470,21 +484,26 @@ static int64_t settle_a(void)
 	int64_t done = 0;
 	for (int clean = 0; clean < 2;) {
 		claims c = one_by_one(1, &done, "settling");
-		clean = c.shards == 0 && c.runs == 1 && c.new_runs == 1 ? clean + 1 : 0;
+		int named = c.runs == 1 && c.new_runs == 1 && c.pushed == 0;
+		int handed = c.runs == 0 && c.pushed == 1;
+		clean = c.shards == 0 && (named || handed) ? clean + 1 : 0;
 		tcheck(dump_logs, done < 20, "20 runs one by one and the claims never settled");
 	}
 	return done;
 }
 
-/* Once settled, every run of an idle owner is claimed by its wake-up,
- * which names it: by id, never looking through the owner's shards. */
+/* Once settled, every run of an idle owner that its enqueue did not hand
+ * over is claimed by its wake-up, which names it: by id, never looking
+ * through the owner's shards. */
 Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 {
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
 	int64_t done = settle_a();
+	PGconn *other = no_hand_over();
 	claims c = one_by_one(10, &done, "a run named by its wake-up");
+	PQfinish(other);
 	fprintf(stderr, "test_wake: 10 runs: %g claims of shards, %g of named runs\n", c.shards,
 	        c.runs);
 	tcheck(dump_logs, c.shards == 0 && c.runs == 10,
@@ -535,14 +554,15 @@ static claims apart(int n, int64_t *done, const char *what)
 	return claims_since(c0);
 }
 
-/* The calls of cairn.wake_in so far, once every client session has ended
- * (the test's client is closed and opened again). */
-static int64_t wake_in_calls(void)
+/* The calls of cairn.push_owner so far, once every client session has
+ * ended (the test's client is closed and opened again). */
+static int64_t push_owner_calls(void)
 {
 	cairn_client_free(client);
 	int64_t calls = tdb_stat_after_sessions(
 	    conn, "cairn",
-	    "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'wake_in'",
+	    "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+	    "WHERE funcname = 'push_owner'",
 	    DEADLINE);
 	cr_assert_eq(cairn_client_open(db, &client), CAIRN_OK, "%s", cairn_client_errmsg(client));
 	tcheck(dump_logs, calls >= 0, "a client session did not end");
@@ -550,91 +570,193 @@ static int64_t wake_in_calls(void)
 }
 
 /*
- * The C client's enqueue wakes an idle owner from inside its INSERT's
- * transaction (cairn.wake_in, migration 0026), and the wake-up it sends
- * after the commit then wakes nobody: one wake-up a run, not two. While
- * another writer notifies from inside its transaction (it holds
- * cairn.notify_lock), cairn.wake_in does not wait for it and leaves the
- * wake-up to after the commit, which still wakes the owner: the runs start
- * without a poll either way. cairn.wake_in itself: its notification goes
- * out with the commit and names the owner and the run; it records its
- * token in the session (cairn.woke); it returns false, notifies nobody and
- * records nothing while the lock is held. A client that enqueues back to
- * back does not call it (but for the first enqueue of a burst).
+ * The C client's enqueue of one run, at low load, hands the run to its
+ * idle owner from inside its INSERT's transaction (migration 0030): the run
+ * is inserted already claimed for that owner, the one notification names
+ * the owner and the run and carries what a claim would have returned, and
+ * the owner starts it with no claim at all; the wake-up sent after the
+ * commit then does nothing: one wake-up a run, not two. While another
+ * writer notifies from inside its transaction (it holds
+ * cairn.notify_lock), the enqueue does not wait for it: it inserts the run
+ * pending and leaves the wake-up to after the commit, which names the run,
+ * and the owner claims it by id. A run whose claim does not fit in a
+ * notification is handed over by name, and its owner claims it by id with
+ * the short claim of a new run. cairn.push_owner and cairn.pushed
+ * themselves: no owner while the lock is held; the owner and its lease's
+ * epoch when it is free; no notification for a run the transaction did not
+ * hand over, and the token is recorded in the session (cairn.woke). A
+ * client that enqueues back to back does not call them (but for the first
+ * enqueue of a burst).
  */
-Test(wake,
-     an_enqueue_wakes_an_idle_owner_once_from_its_transaction_or_after_it_when_another_notifies)
+Test(wake, an_enqueue_hands_its_run_to_an_idle_owner_that_starts_it_without_a_claim)
 {
 	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
 	int64_t done = settle_a();
-	/* The calls of cairn.wake_in are counted (track_functions) in a client
-	 * session of its own, whose first enqueue routes its workflow. */
+	/* The calls of cairn.push_owner are counted (track_functions) in a
+	 * client session of its own, whose first enqueue routes its workflow. */
 	tdb_exec(conn, "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = "
 	               "''pl''', current_database()); END $$");
 	cairn_client_free(client);
 	cr_assert_eq(cairn_client_open(db, &client), CAIRN_OK, "%s", cairn_client_errmsg(client));
 	one_by_one(1, &done, "routing");
-	PGconn *listener = tdb_connect(db), *other = tdb_connect(db);
+	PGconn *listener = tdb_connect(db);
 	tdb_exec(listener, "LISTEN cairn_wake");
 	int64_t t0 = tnow_ms();
-	claims c = apart(5, &done, "woken from the enqueue's transaction");
+	claims c = apart(5, &done, "handed over from the enqueue's transaction");
 	int64_t took = tnow_ms() - t0;
 	int n = wake_ups(listener);
-	/* Each wake-up names its run, which the owner claims by id. (A claim of
-	 * the shards may come besides: a poller that cannot go idle while the
-	 * next enqueue holds its shard's wake lock claims again.) */
-	tcheck(dump_logs, n == 5 && c.runs == 5,
-	       "5 runs one by one: %d wake-ups, %g claims of named runs, %g of the shards", n,
-	       c.runs, c.shards);
-	int64_t calls = wake_in_calls();
-	fprintf(stderr, "test_wake: 5 enqueues called cairn.wake_in %" PRId64 " times\n", calls);
+	tcheck(dump_logs, n == 5 && c.pushed == 5 && c.runs == 0 && c.shards == 0,
+	       "5 runs one by one: %d wake-ups, %g runs handed over, %g claims of named runs, %g "
+	       "of the shards",
+	       n, c.pushed, c.runs, c.shards);
+	tcheck(dump_logs,
+	       tdb_int(conn, "SELECT count(*) FROM (SELECT * FROM cairn.runs ORDER BY id DESC "
+	                     "LIMIT 5) r WHERE status = 'completed' AND attempt = 1 "
+	                     "AND queued_by IS NOT NULL") == 5,
+	       "the 5 runs handed over did not complete in their first attempt");
+	int64_t calls = push_owner_calls();
+	fprintf(stderr, "test_wake: 5 enqueues called cairn.push_owner %" PRId64 " times\n", calls);
 	/* Each, but those whose route (cached for a second) had run out: one a
 	 * second at most. */
 	int64_t routed = took / 1000 + 1;
 	tcheck(dump_logs, calls >= 5 - routed && calls <= 5,
-	       "5 enqueues to an idle owner in %" PRId64 " ms called cairn.wake_in %" PRId64
+	       "5 enqueues to an idle owner in %" PRId64 " ms called cairn.push_owner %" PRId64
 	       " times",
 	       took, calls);
 	one_by_one(1, &done, "routing");
 	burst(20);
 	done += 20;
 	all_completed(done, "back to back");
-	int64_t burst_calls = wake_in_calls() - calls;
+	int64_t burst_calls = push_owner_calls() - calls;
 	tcheck(dump_logs, burst_calls <= 1,
-	       "20 enqueues back to back called cairn.wake_in %" PRId64 " times", burst_calls);
+	       "20 enqueues back to back called cairn.push_owner %" PRId64 " times", burst_calls);
+	one_by_one(1, &done, "routing");
 	wake_ups(listener);
 
-	tdb_exec(other, "SELECT pg_advisory_lock(cairn.notify_lock())");
-	c = one_by_one(5, &done, "woken after the enqueue's commit");
+	/* A claim too large for a notification: handed over by name. */
+	char big[9000];
+	memset(big, 'x', sizeof big);
+	memcpy(big, "{\"pad\": \"", 9);
+	memcpy(big + sizeof big - 3, "\"}", 3);
+	c = claims_of_a();
+	twait(gap_passed, NULL, DEADLINE);
+	enqueue("noop", big, 0);
+	last_enqueued = tnow_ms();
+	all_completed(++done, "handed over by name");
+	tcheck(dump_logs, twait(executors_idle, NULL, DEADLINE), "the executors never went idle");
+	c = claims_since(c);
+	tcheck(dump_logs, c.pushed == 0 && c.new_runs == 1 && c.shards == 0,
+	       "a run whose claim does not fit in a notification: %g handed over with it, %g "
+	       "claims of new runs, %g of the shards",
+	       c.pushed, c.new_runs, c.shards);
+	wake_ups(listener);
+
+	PGconn *other = no_hand_over();
+	c = apart(5, &done, "woken after the enqueue's commit");
 	n = wake_ups(listener);
-	tcheck(dump_logs, n == 5 && c.runs == 5,
+	tcheck(dump_logs, n == 5 && c.runs == 5 && c.pushed == 0,
 	       "5 runs one by one while another writer holds the notify lock: %d wake-ups, %g "
-	       "claims of named runs, %g of the shards",
-	       n, c.runs, c.shards);
+	       "claims of named runs, %g handed over, %g of the shards",
+	       n, c.runs, c.pushed, c.shards);
 
 	int64_t owner = tdb_int(conn, "SELECT id FROM cairn.runners");
 	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
 	tdb_exec(conn, "BEGIN");
-	cr_assert_eq(tdb_int(conn, "SELECT cairn.wake_in('default', 0, 424242, 'held')::int"), 0,
-	             "cairn.wake_in notified while another writer held the notify lock");
+	cr_assert_eq(tdb_int(conn, "SELECT count(*) FROM cairn.push_owner('default', 0) "
+	                           "WHERE owner IS NULL AND NOT settled"),
+	             1, "cairn.push_owner gave an owner while another writer held the notify lock");
 	tdb_exec(conn, "COMMIT");
 	tdb_exec(other, "SELECT pg_advisory_unlock(cairn.notify_lock())");
 	tdb_exec(conn, "BEGIN");
-	cr_assert_eq(tdb_int(conn, "SELECT cairn.wake_in('default', 0, 424243, 'free')::int"), 1);
+	cr_assert_eq(tdb_intf(conn,
+	                      "SELECT count(*) FROM cairn.push_owner('default', 0) p "
+	                      "JOIN cairn.shard_leases l ON l.shard_group = 'default' "
+	                      "AND l.shard = 0 AND l.owner = p.owner AND l.epoch = p.epoch "
+	                      "WHERE p.owner = %" PRId64 " AND p.settled",
+	                      owner),
+	             1, "cairn.push_owner did not give the idle owner and its lease's epoch");
+	/* Not a run this transaction handed over: nothing to notify. */
+	cr_assert_eq(tdb_int(conn, "SELECT cairn.pushed(424243, 1, 'free')::int"), 1);
 	tdb_exec(conn, "COMMIT");
-	char *note = tdb_next_notification(listener, DEADLINE), want[64];
-	snprintf(want, sizeof want, "%" PRId64 " 424243", owner);
-	cr_assert(note, "cairn.wake_in's notification never came");
-	cr_assert_str_eq(note, want, "the first wake-up after cairn.wake_in's commit is \"%s\"",
-	                 note);
-	free(note);
+	cr_assert_null(tdb_next_notification(listener, 200),
+	               "cairn.pushed notified for a run its transaction did not hand over");
 	char *woke = tdb_str(conn, "SELECT current_setting('cairn.woke')");
 	cr_assert_str_eq(woke, "free", "the session's cairn.woke is \"%s\"", woke);
 	free(woke);
 	PQfinish(other);
 	PQfinish(listener);
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+/*
+ * A run handed over whose notification never reached its owner (the relay
+ * missed it, the owner died first) is still due by its start: the owner's
+ * next poll claims it, and it runs once. Here the hand-over is written as
+ * the enqueue writes it, but no notification is sent.
+ */
+Test(wake, a_run_handed_over_whose_notification_is_lost_starts_with_the_next_poll)
+{
+	pid_t a = tworker_start(db, &port_a, log_a, "CAIRN_POLL_INTERVAL=300ms",
+	                        "CAIRN_CONCURRENCY=4", NULL);
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
+	tdb_exec(conn, "BEGIN");
+	int64_t id = tdb_int(
+	    conn, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, start_at, "
+	          "                        status, attempt, started_at, claims, queued_by) "
+	          "SELECT cairn.new_run_id(0), 'noop', 'lost', 'default', 0, '{}', now(), "
+	          "       'running', 1, now(), 1, p.owner "
+	          "FROM cairn.push_owner('default', 0) p WHERE p.owner IS NOT NULL RETURNING id");
+	tdb_exec(conn, "COMMIT");
+	all_completed(1, "a run handed over without its notification");
+	tcheck(dump_logs,
+	       tdb_intf(conn,
+	                "SELECT count(*) FROM cairn.runs WHERE id = %" PRId64
+	                " AND status = 'completed' AND attempt = 1",
+	                id) == 1,
+	       "the run handed over without its notification did not complete in one attempt");
+	tworker_stop(a, SIGTERM, 30000);
+}
+
+/*
+ * Any role may notify on cairn_wake, so a claim a notification carries is
+ * started only with cairn.pushed's MAC (cairn.push_key). A forged one, for
+ * a pending run, with input the run does not have: the worker does not
+ * start it from the notification, says so, and claims the run, which then
+ * runs as stored.
+ */
+Test(wake, a_forged_hand_over_is_not_started_from_its_claim_and_its_run_is_claimed)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	int64_t done = settle_a(); /* the relay listens */
+	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
+	int64_t id = tdb_int(conn, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
+	                           "  input, start_at) VALUES (cairn.new_run_id(0), 'noop', "
+	                           "  'forged', 'default', 0, '{\"stored\": true}', now()) "
+	                           "RETURNING id");
+	claims c = claims_of_a();
+	tdb_intf(conn,
+	         "SELECT count(pg_notify('cairn_wake', l.owner || ' ' || r.id || ' ' || "
+	         "  repeat('ab', 32) || ' ' || json_build_array(r.id::text, 'default', '0', "
+	         "  l.epoch::text, '{0}', 'noop', 'running', '{\"forged\": true}', '1', '3', "
+	         "  'f', '0', '0', '1', '0', NULL, NULL, NULL, NULL, 't', NULL, 'f', NULL, NULL, "
+	         "  NULL, NULL, '0', '0', '0', r.id::text, NULL, '0')::text)) "
+	         "FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = 'default' "
+	         "AND l.shard = 0 WHERE r.id = %" PRId64,
+	         id);
+	all_completed(done + 1, "a run named by a forged hand-over");
+	c = claims_since(c);
+	tcheck(dump_logs, c.pushed == 0 && c.runs + c.shards >= 1,
+	       "a forged hand-over: %g runs started from it, %g claims of named runs (%g of new "
+	       "ones), %g of the shards",
+	       c.pushed, c.runs, c.new_runs, c.shards);
+	tcheck(dump_logs, tfile_wait(log_a, "claim that does not authenticate", DEADLINE),
+	       "the worker did not say the hand-over did not authenticate");
 	tworker_stop(a, SIGTERM, 30000);
 }
 
@@ -653,7 +775,9 @@ Test(wake, a_new_run_takes_the_short_claim_and_a_run_with_a_signal_waiting_the_f
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
 	int64_t done = settle_a();
+	PGconn *other = no_hand_over();
 	claims c = one_by_one(NEW, &done, "a new run");
+	PQfinish(other);
 	tcheck(dump_logs, c.runs == NEW && c.new_runs == NEW && c.shards == 0,
 	       "%d new runs named one by one: %g claims of new runs, %g of named runs, %g of "
 	       "the shards",
