@@ -1528,13 +1528,12 @@ static void take_pushed(dispatch *d, PGconn *conn)
 		if (authentic)
 			*(char *)claim++ = '\0';
 		authentic = authentic && pushed_authentic(d, mac, claim);
-		if (claim && !authentic && d->has_push_key) {
-			char run[24];
+		if (claim && !authentic && d->has_push_key)
 			log_kv(d->env.log, LOG_WARN,
 			       "a notification handed this worker a run with a claim that does not "
-			       "authenticate (not cairn.pushed's): claiming the run by id instead",
-			       "run_id", db_i64(run, runs[i]), NULL);
-		}
+			       "authenticate (not cairn.pushed's; whoever may connect may notify): "
+			       "the run is claimed from the database instead",
+			       NULL);
 		cJSON *a = authentic ? cJSON_Parse(claim) : NULL;
 		int flying = 0, at_once = 0;
 		if (claimrow_json(a, v) == 0 && v[CLAIM_ID] && strtoll(v[CLAIM_ID], NULL, 10) == runs[i])

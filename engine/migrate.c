@@ -377,7 +377,8 @@ done:
  * `cairn migrate --citus` (docs/architecture.md, "On Citus"): the tables a
  * claim or a commit touches are distributed by part and colocated with
  * cairn.runs, the small ones every node's statements read are reference
- * tables, and schema_migrations stays the coordinator's. A table of the
+ * tables, and schema_migrations and push_key (the key of the hand-overs
+ * of one server, migration 0030) stay the coordinator's. A table of the
  * schema in neither list is refused, so that a new migration's table is
  * placed on purpose. Each step is done only if pg_dist_partition says it is
  * not: the keys with part (one server's keys leave it out, migration
@@ -412,7 +413,7 @@ static const char SQL_CITUS[] =
     "    END IF;\n"
     "    SELECT string_agg(c.relname, ', ' ORDER BY c.relname) INTO v_t FROM pg_class c\n"
     "     WHERE c.relnamespace = 'cairn'::regnamespace AND c.relkind IN ('r', 'p')\n"
-    "       AND c.relname <> ALL (v_dist || v_ref || '{schema_migrations, push_key}'::text[]);\n"
+    "       AND c.relname <> ALL (v_dist || v_ref || '{schema_migrations,push_key}'::text[]);\n"
     "    IF v_t IS NOT NULL THEN\n"
     "        RAISE EXCEPTION 'cairn migrate --citus does not know where table(s) % belong', v_t\n"
     "            USING HINT = 'a table a claim or commit touches is distributed by part, a small "
