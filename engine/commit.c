@@ -26,6 +26,7 @@
 #include "client.h"
 #include "clock.h"
 #include "db.h"
+#include "hash.h"
 #include "parse.h"
 #include "sqlparam.h"
 
@@ -200,23 +201,31 @@ void commit_truncate(commit *c, int from)
  * parts took 0.35 to 0.45 ms to execute, the head with the journal's insert
  * 0.06 to 0.09 ms.
  */
+/* With parts (Citus), a batch's commits are written part by part, each
+ * statement filtering its tables by its part's key, the last parameter
+ * (SQLPARAM_IN_PART): a fence with an equality on the distribution column,
+ * which Citus needs to lock (FOR SHARE) on the node of the part. */
+#define IN_PART(a)  SQLPARAM_IN_PART(a)
+#define COMMIT_LOCK " FOR SHARE OF l"
 #define COMMIT_HEAD                                                                                \
 	"WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "    \
 	"                                :b_owner::bigint[], :b_epoch::bigint[]) "                 \
 	"           AS b(run_id, g, s, o, e)), "                                                   \
 	"ok AS (SELECT b.run_id, b.g, b.s, l.part AS p FROM b JOIN cairn.shard_leases l "          \
-	"       ON l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o AND l.epoch = b.e "     \
-	"       ORDER BY l.shard_group, l.shard FOR SHARE OF l)"
+	"       ON " IN_PART("l") "l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o "       \
+	                          "         AND l.epoch = b.e "                                    \
+	                          "       ORDER BY l.shard_group, l.shard" COMMIT_LOCK ")"
 /* The fence of COMMIT_HEAD is a lock: the lease rows the batch depends on
  * are locked shared, in a fixed order, so an epoch bump waits for the
  * commit, and a commit that waited sees the bumped row and writes nothing. */
 #define COMMIT_TAIL                                                                                \
-	" SELECT ok.run_id, r.cancel_requested FROM ok JOIN cairn.runs r ON r.id = ok.run_id"
+	" SELECT ok.run_id, r.cancel_requested FROM ok "                                           \
+	"JOIN cairn.runs r ON " IN_PART("r") "r.id = ok.run_id"
 /* With the part that tells parents (PART_KID): also whether the run is due
  * again because its wait for children was met as it began. */
 #define COMMIT_TAIL_WOKEN                                                                          \
 	" SELECT ok.run_id, r.cancel_requested, ok.run_id IN (SELECT run_id FROM kidm) "           \
-	"FROM ok JOIN cairn.runs r ON r.id = ok.run_id"
+	"FROM ok JOIN cairn.runs r ON " IN_PART("r") "r.id = ok.run_id"
 
 /* A part: its CTEs, and the slots they read (first to last, in the order
  * of COMMIT_SLOTS). */
@@ -250,18 +259,22 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
     {"upd AS (UPDATE cairn.runs r SET status = u.st, output = u.o::jsonb, error = u.er, "
      "    attempt = u.a, claims = 0, updated_at = now(), "
      "    code_version = coalesce(r.code_version, u.v), "
-     "    finished_at = CASE WHEN u.fin THEN now() END, "
+     /* now() outside CASE: Citus refuses a function that is not IMMUTABLE
+      * inside one (it evaluates them on the coordinator, unconditionally). */
+     "    finished_at = now() + CASE WHEN u.fin THEN interval '0' END, "
      "    start_at = CASE WHEN u.sa < 0 THEN r.start_at ELSE to_timestamp(u.sa / 1000.0) END, "
      "    journal_cuts = r.journal_cuts + u.cut "
      "  FROM unnest(:u_run::bigint[], :u_status::text[], :u_output::text[], :u_error::text[], "
      "              :u_attempt::int[], :u_finished::bool[], :u_start::bigint[], "
      "              :u_version::text[], :u_cut::int[]) "
      "       AS u(id, st, o, er, a, fin, sa, v, cut) "
-     "  WHERE r.id = u.id AND u.id IN (SELECT run_id FROM ok) "
-     "  RETURNING r.id, r.cancel_requested)",
+     "  WHERE " IN_PART("r") "r.id = u.id AND u.id IN (SELECT run_id FROM ok) "
+                             "  RETURNING r.id, r.cancel_requested)",
      SLOT_u_run, SLOT_u_cut},
-    {"delm AS (DELETE FROM cairn.messages m WHERE (m.id = ANY (:del_msg::bigint[]) "
-     "    OR m.run_id = ANY (:del_run::bigint[])) AND m.run_id IN (SELECT run_id FROM ok))",
+    {"delm AS (DELETE FROM cairn.messages m WHERE " IN_PART(
+         "m") "(m.id = ANY (:del_msg::bigint[]) "
+              "    OR m.run_id = ANY (:del_run::bigint[])) AND m.run_id IN (SELECT run_id FROM "
+              "ok))",
      SLOT_del_msg, SLOT_del_run},
     {"newm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind, deliver_at) "
      "  SELECT ok.run_id, ok.p, ok.g, ok.s, n.k, to_timestamp(n.at / 1000.0) "
@@ -273,8 +286,9 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      * its own. */
     {"sig AS (UPDATE cairn.signals g SET consumed_by_seq = x.q, run_id = x.r "
      "  FROM unnest(:sig_id::bigint[], :sig_seq::int[], :sig_run::bigint[]) AS x(id, q, r) "
-     "  WHERE g.id = x.id AND x.r IN (SELECT run_id FROM ok) AND (g.run_id = x.r "
-     "    OR g.run_id = (SELECT p.continued_from FROM cairn.runs p WHERE p.id = x.r)))",
+     "  WHERE " IN_PART("g") "g.id = x.id AND x.r IN (SELECT run_id FROM ok) AND (g.run_id = x.r "
+                             "    OR g.run_id = (SELECT p.continued_from FROM cairn.runs p "
+                             "                   WHERE " IN_PART("p") "p.id = x.r)))",
      SLOT_sig_id, SLOT_sig_run},
     /* Children started (cairn_child_start), under the ids their starts
      * journal, in the group that serves their workflow (NULL: the run's),
@@ -300,21 +314,23 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      * back the signals consumed from there on. */
     {"rst AS (DELETE FROM cairn.steps s USING unnest(:reset_run::bigint[], :reset_from::int[]) "
      "    AS x(r, f) "
-     "  WHERE s.run_id = x.r AND s.seq >= x.f AND s.run_id IN (SELECT run_id FROM ok)), "
-     "gb AS (UPDATE cairn.signals g SET consumed_by_seq = NULL "
-     "  FROM unnest(:reset_run::bigint[], :reset_from::int[]) AS x(r, f) "
-     "  WHERE g.run_id = x.r AND g.consumed_by_seq >= x.f "
-     "    AND g.run_id IN (SELECT run_id FROM ok))",
+     "  WHERE " IN_PART("s") "s.run_id = x.r AND s.seq >= x.f "
+                             "    AND s.run_id IN (SELECT run_id FROM ok)), "
+                             "gb AS (UPDATE cairn.signals g SET consumed_by_seq = NULL "
+                             "  FROM unnest(:reset_run::bigint[], :reset_from::int[]) AS x(r, f) "
+                             "  WHERE " IN_PART("g") "g.run_id = x.r AND g.consumed_by_seq >= x.f "
+                                                     "    AND g.run_id IN (SELECT run_id FROM ok))",
      SLOT_reset_run, SLOT_reset_from},
     {"dfr AS (UPDATE cairn.messages m SET deliver_at = to_timestamp(x.at / 1000.0), "
      "    attempts = m.attempts + 1 "
      "  FROM unnest(:defer_msg::bigint[], :defer_at::bigint[]) AS x(id, at) "
-     "  WHERE m.id = x.id AND m.run_id IN (SELECT run_id FROM ok))",
+     "  WHERE " IN_PART("m") "m.id = x.id AND m.run_id IN (SELECT run_id FROM ok))",
      SLOT_defer_msg, SLOT_defer_at},
     /* Progress (journal rows) while running resets the claim count; only
      * written when it counts more than this claim. */
-    {"prog AS (UPDATE cairn.runs r SET claims = 0 WHERE r.id = ANY (:prog_run::bigint[]) "
-     "  AND r.claims > 1 AND r.id IN (SELECT run_id FROM ok))",
+    {"prog AS (UPDATE cairn.runs r SET claims = 0 "
+     "  WHERE " IN_PART("r") "r.id = ANY (:prog_run::bigint[]) "
+                             "  AND r.claims > 1 AND r.id IN (SELECT run_id FROM ok))",
      SLOT_prog_run, SLOT_prog_run},
     /* A hand-over gives its mark back unfenced, as the mark was made: it is
      * a count, not a result, and a drain that released the shard before
@@ -322,8 +338,9 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      * any other end of an execution that the fence refused: the execution
      * ended here, it did not stop its worker. */
     {"unc AS (UPDATE cairn.runs r SET " GIVE_COUNT_BACK " "
-     "  WHERE r.id = ANY (:unclaim_run::bigint[]) "
-     "     OR (r.id = ANY (:refund_run::bigint[]) AND r.id NOT IN (SELECT run_id FROM ok)))",
+     "  WHERE " IN_PART("r") "(r.id = ANY (:unclaim_run::bigint[]) "
+                             "     OR (r.id = ANY (:refund_run::bigint[]) AND r.id NOT IN (SELECT "
+                             "run_id FROM ok))))",
      SLOT_unclaim_run, SLOT_refund_run},
     /* A child that finished tells its parent: a signal with its outcome
      * (unless the parent has finished). A run that suspends in a wait for
@@ -339,15 +356,17 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "              :kid_payload::text[]) AS x(r, p, n, pl) "
      "  JOIN cairn.runs p ON p.id = x.p "
      "  WHERE x.r IN (SELECT run_id FROM ok) AND p.finished_at IS NULL), "
-     "awd AS (DELETE FROM cairn.messages m WHERE m.run_id = ANY (:aw_run::bigint[]) "
-     "  AND m.kind = 'signal' AND m.run_id IN (SELECT run_id FROM ok)), "
-     "kidm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
-     "  SELECT p.id, p.part, p.shard_group, p.shard, 'signal' "
-     "  FROM cairn.children_sync((SELECT array_agg(run_id) FROM ok), :aw_run::bigint[], "
-     "         :aw_seq::int[], :aw_want::int[], :awc_run::bigint[], :awc_child::bigint[], "
-     "         :kid_run::bigint[], :kid_child::bigint[], :kid_parent::bigint[]) AS w(id) "
-     "  JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
-     "  RETURNING run_id)",
+     "awd AS (DELETE FROM cairn.messages m "
+     "  WHERE " IN_PART(
+         "m") "m.run_id = ANY (:aw_run::bigint[]) "
+              "  AND m.kind = 'signal' AND m.run_id IN (SELECT run_id FROM ok)), "
+              "kidm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+              "  SELECT p.id, p.part, p.shard_group, p.shard, 'signal' "
+              "  FROM cairn.children_sync((SELECT array_agg(run_id) FROM ok), :aw_run::bigint[], "
+              "         :aw_seq::int[], :aw_want::int[], :awc_run::bigint[], :awc_child::bigint[], "
+              "         :kid_run::bigint[], :kid_child::bigint[], :kid_parent::bigint[]) AS w(id) "
+              "  JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
+              "  RETURNING run_id)",
      SLOT_kid_run, SLOT_awc_child},
     /* A cancelled parent asks its unfinished children to cancel; those
      * that never started end cancelled here, as cairn_cancel ends such a
@@ -359,7 +378,8 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "             ELSE c.status END, "
      "    error = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN 'cancelled' "
      "            ELSE c.error END, "
-     "    finished_at = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN now() END, "
+     "    finished_at = now() + CASE WHEN c.status = 'pending' AND c.attempt = 0 "
+     "                                THEN interval '0' END, "
      "    start_at = CASE WHEN c.status = 'pending' AND c.attempt = 0 THEN NULL "
      "               ELSE c.start_at END, "
      "    held = c.held AND NOT (c.status = 'pending' AND c.attempt = 0) "
@@ -376,8 +396,10 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  FROM unnest(:ev_run::bigint[], :ev_key::text[], :ev_value::text[], :ev_seq::int[]) "
      "    AS x(r, k, v, q) "
      "  JOIN ok ON ok.run_id = x.r ORDER BY x.r, x.k, x.q DESC "
-     "  ON CONFLICT ON CONSTRAINT events_pkey DO UPDATE SET value = excluded.value, updated_at = "
-     "now())",
+     /* excluded.updated_at: the insert's now() (its default), as Citus
+      * takes no function that is not IMMUTABLE in DO UPDATE SET. */
+     "  ON CONFLICT ON CONSTRAINT events_pkey DO UPDATE SET value = excluded.value, "
+     "    updated_at = excluded.updated_at)",
      SLOT_ev_run, SLOT_ev_seq},
     /* A run moves to a group whose workers serve its workflow (migration
      * 0020): its row and every message of it, still due; the shard is the
@@ -385,10 +407,11 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
     {"mv AS (UPDATE cairn.runs r SET shard_group = x.g, status = 'pending', error = NULL, "
      "    " GIVE_COUNT_BACK ", updated_at = now() "
      "  FROM unnest(:mv_run::bigint[], :mv_group::text[]) AS x(id, g) "
-     "  WHERE r.id = x.id AND x.id IN (SELECT run_id FROM ok)), "
-     "mvm AS (UPDATE cairn.messages m SET shard_group = x.g "
-     "  FROM unnest(:mv_run::bigint[], :mv_group::text[]) AS x(id, g) "
-     "  WHERE m.run_id = x.id AND x.id IN (SELECT run_id FROM ok))",
+     "  WHERE " IN_PART("r") "r.id = x.id AND x.id IN (SELECT run_id FROM ok)), "
+                             "mvm AS (UPDATE cairn.messages m SET shard_group = x.g "
+                             "  FROM unnest(:mv_run::bigint[], :mv_group::text[]) AS x(id, g) "
+                             "  WHERE " IN_PART(
+                                 "m") "m.run_id = x.id AND x.id IN (SELECT run_id FROM ok))",
      SLOT_mv_run, SLOT_mv_group},
     /*
      * A run that continues as new (its FINISH, in upd): its successor, in
@@ -413,13 +436,16 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "         p.max_attempts, now(), p.parent_id, p.concurrency_key, p.priority, p.id, "
      "         coalesce(p.chain_id, p.id), u.cancel_requested, p.traceparent "
      "  FROM unnest(:cont_run::bigint[], :cont_input::text[]) AS x(r, i) "
-     "  JOIN upd u ON u.id = x.r JOIN cairn.runs p ON p.id = x.r "
-     "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING id, continued_from), "
-     "carry AS (UPDATE cairn.signals g SET run_id = n.id FROM cont n "
-     "  WHERE g.consumed_by_seq IS NULL AND g.id <> ALL (:cont_taken::bigint[]) "
-     "    AND (g.run_id = n.continued_from "
-     "      OR g.run_id = (SELECT p.continued_from FROM cairn.runs p "
-     "                     WHERE p.id = n.continued_from)))",
+     "  JOIN upd u ON u.id = x.r JOIN cairn.runs p ON " IN_PART(
+         "p") "p.id = x.r "
+              "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING id, "
+              "continued_from), "
+              "carry AS (UPDATE cairn.signals g SET run_id = n.id FROM cont n "
+              "  WHERE " IN_PART(
+                  "g") "g.consumed_by_seq IS NULL AND g.id <> ALL (:cont_taken::bigint[]) "
+                       "    AND (g.run_id = n.continued_from "
+                       "      OR g.run_id = (SELECT p.continued_from FROM cairn.runs p "
+                       "                     WHERE " IN_PART("p") "p.id = n.continued_from)))",
      SLOT_cont_run, SLOT_cont_taken},
 };
 
@@ -499,6 +525,11 @@ unsigned commit_parts(const commit_params *p)
 
 int commit_statement(unsigned parts, buf *sql, buf *err)
 {
+	return commit_statement_part(parts, 0, sql, err);
+}
+
+int commit_statement_part(unsigned parts, int in_part, buf *sql, buf *err)
+{
 	buf text = BUF_INIT;
 	buf_puts(&text, COMMIT_HEAD);
 	for (int i = 0; i < COMMIT_NPARTS; i++)
@@ -512,8 +543,18 @@ int commit_statement(unsigned parts, buf *sql, buf *err)
 	int n = part_slots(parts, slots);
 	for (int i = 0; i < n; i++)
 		names[i] = COMMIT_SLOT_NAMES[slots[i]];
-	int rc = text.oom ? -CAIRN_ENOMEM : sqlparam_bind(buf_str(&text), names, n, sql, err);
+	char part[32];
+	snprintf(part, sizeof part, "$%d::int", n + 1);
+	buf resolved = BUF_INIT, unlocked = BUF_INIT;
+	/* Of one part, the fence's lock is taken before (SQL_FENCE_PART). */
+	buf_puts_replacing(&unlocked, buf_str(&text), COMMIT_LOCK, in_part ? "" : COMMIT_LOCK);
+	sqlparam_in_part(buf_str(&unlocked), in_part ? part : NULL, &resolved);
+	text.oom |= unlocked.oom;
+	buf_free(&unlocked);
+	int rc = text.oom || resolved.oom ? -CAIRN_ENOMEM
+	                                  : sqlparam_bind(buf_str(&resolved), names, n, sql, err);
 	buf_free(&text);
+	buf_free(&resolved);
 	return rc;
 }
 
@@ -812,6 +853,8 @@ struct committer {
 	 * cairn_commit_<parts in hex>), one bit each: a set is prepared the
 	 * first time a batch needs it, and a worker meets a handful. */
 	unsigned char prepared[(COMMIT_ALL_PARTS + 1) / 8];
+	unsigned char prepared_part[(COMMIT_ALL_PARTS + 1) / 8]; /* the same, of one part */
+	db_settings st; /* the commit connection's read of cairn.settings (its parts) */
 };
 
 /* The failure of one statement: whether the values were at fault. */
@@ -842,6 +885,28 @@ static const char SQL_MARK[] =
     "UPDATE cairn.runs SET claims = claims + 1 WHERE id = ANY ($1::bigint[]) "
     "RETURNING id, cancel_requested";
 
+/* SQL_MARK on a database with parts (Citus): the runners' started_upto, a
+ * reference table's rows, in a statement of its own on the coordinator
+ * (SQL_MARK_STARTS), then the runs' counts part by part, each one router
+ * statement (SQL_MARK_PART, $5 the part's key). */
+static const char SQL_MARK_STARTS[] =
+    "UPDATE cairn.runners w SET started_upto = greatest(w.started_upto, x.upto) "
+    "FROM (SELECT rn, max(upto) AS upto FROM unnest($1::bigint[], $2::bigint[]) "
+    "      AS x(rn, upto) GROUP BY rn) x WHERE w.id = x.rn";
+static const char SQL_MARK_PART[] =
+    "WITH u AS (UPDATE cairn.runs r SET claims = CASE WHEN u.back THEN greatest(r.claims - 1, 0) "
+    "        ELSE r.claims END, queued_by = NULL "
+    "      FROM unnest($2::bigint[], $3::bigint[], $4::boolean[]) AS u(run, rn, back) "
+    "      WHERE r.part = $5 AND r.id = u.run AND r.queued_by = u.rn) "
+    "UPDATE cairn.runs SET claims = claims + 1 WHERE part = $5 AND id = ANY ($1::bigint[]) "
+    "RETURNING id, cancel_requested";
+
+/* The part_no of the part of a commit's run (its shard's), with n parts. */
+static int part_no(const commit *c, int n)
+{
+	return c->run.shard % n;
+}
+
 /* Marks the commits whose runs the statement's rows name (id,
  * cancel_requested) as written; the others as refused. */
 static void settle_rows(commit *const *batch, int n, const PGresult *r)
@@ -860,8 +925,12 @@ static void settle_rows(commit *const *batch, int n, const PGresult *r)
 	}
 }
 
-static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
+static int write_marks_parts(committer *k, PGconn *conn, commit *const *batch, int n, buf *err);
+
+static int write_marks(committer *k, PGconn *conn, commit *const *batch, int n, buf *err)
 {
+	if (k->st.nparts > 1)
+		return write_marks_parts(k, conn, batch, n, err);
 	enum { MARKS, START_RUNNER, START_UPTO, UNQUEUE_RUN, UNQUEUE_RUNNER, UNQUEUE_BACK, NARR };
 	pgarr a[NARR] = {PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT};
 	for (int i = 0; i < n; i++) {
@@ -899,6 +968,74 @@ static int write_marks(PGconn *conn, commit *const *batch, int n, buf *err)
 				batch[i]->ok = 1;
 	}
 	PQclear(r);
+	return rc;
+}
+
+/* write_marks on a database with parts: the starts, then each part's
+ * marks. */
+static int write_marks_parts(committer *k, PGconn *conn, commit *const *batch, int n, buf *err)
+{
+	pgarr runner = PGARR_INIT, upto = PGARR_INIT;
+	for (int i = 0; i < n; i++)
+		if (batch[i]->outcome == COMMIT_START) {
+			pgarr_add_i64(&runner, batch[i]->run.owner);
+			pgarr_add_i64(&upto, batch[i]->upto);
+		}
+	int rc = 0;
+	if (runner.n) {
+		const char *p[] = {pgarr_str(&runner), pgarr_str(&upto)};
+		rc = runner.b.oom || upto.b.oom || db_cmd(conn, err, SQL_MARK_STARTS, 2, p) < 0
+		         ? BATCH_DB
+		         : 0;
+	}
+	pgarr_free(&runner);
+	pgarr_free(&upto);
+	for (int i = 0; i < n; i++)
+		batch[i]->ok = batch[i]->outcome != COMMIT_MARK;
+	for (int part = 0; part < k->st.nparts && !rc; part++) {
+		enum { MARKS, UNQUEUE_RUN, UNQUEUE_RUNNER, UNQUEUE_BACK, NARR };
+		pgarr a[NARR] = {PGARR_INIT, PGARR_INIT, PGARR_INIT, PGARR_INIT};
+		for (int i = 0; i < n; i++) {
+			const commit *c = batch[i];
+			if (c->outcome == COMMIT_START || part_no(c, k->st.nparts) != part)
+				continue;
+			if (c->outcome == COMMIT_MARK) {
+				pgarr_add_i64(&a[MARKS], c->run.id);
+			} else {
+				pgarr_add_i64(&a[UNQUEUE_RUN], c->run.id);
+				pgarr_add_i64(&a[UNQUEUE_RUNNER], c->run.owner);
+				pgarr_add(&a[UNQUEUE_BACK],
+				          c->outcome == COMMIT_UNQUEUE ? "t" : "f");
+			}
+		}
+		if (a[MARKS].n || a[UNQUEUE_RUN].n) {
+			char key[24];
+			const char *p[NARR + 1];
+			int oom = 0;
+			for (int i = 0; i < NARR; i++) {
+				p[i] = pgarr_str(&a[i]);
+				oom |= a[i].b.oom;
+			}
+			p[NARR] = db_i64(key, k->st.part_keys[part]);
+			PGresult *r = oom ? NULL : db_exec(conn, err, SQL_MARK_PART, NARR + 1, p);
+			if (!r) {
+				rc = BATCH_DB;
+			} else {
+				for (int row = 0; row < PQntuples(r); row++) {
+					int64_t id = db_get_i64(r, row, 0);
+					for (int i = 0; i < n; i++)
+						if (batch[i]->run.id == id) {
+							batch[i]->ok = 1;
+							batch[i]->cancel_requested =
+							    db_get_bool(r, row, 1);
+						}
+				}
+				PQclear(r);
+			}
+		}
+		for (int i = 0; i < NARR; i++)
+			pgarr_free(&a[i]);
+	}
 	return rc;
 }
 
@@ -952,8 +1089,12 @@ static void collect_tellings(commit *const *batch, int n, tellings *t)
  * which notify_collect reads before conn is used again: the server tells
  * the waiters while the committer takes the next batch. Returns whether it
  * sent one. */
-static int notify_send(PGconn *conn, tellings *t)
+static int notify_parts(committer *k, PGconn *conn, tellings *t);
+
+static int notify_send(committer *k, PGconn *conn, tellings *t)
 {
+	if (k->st.nparts > 1)
+		return notify_parts(k, conn, t);
 	pgarr *a[] = {&t->done, &t->events, &t->parents, &t->cancelled, &t->started};
 	enum { N = sizeof a / sizeof a[0] };
 	const char *p[N + 1];
@@ -972,6 +1113,116 @@ static int notify_send(PGconn *conn, tellings *t)
 	return sent;
 }
 
+/*
+ * SQL_DONE on a database with parts (Citus), where a notification sent by
+ * a statement that reads a distributed table goes out on the worker node,
+ * not on the coordinator where the relay listens: the runs that finished
+ * and published events are told from the coordinator (SQL_TELL, which reads
+ * no table); the owners of the parents and of the children started are
+ * woken by cairn.wake_runs (migration 0025) part by part, which reads each
+ * run in its part and notifies from the coordinator. The children of
+ * cancelled runs are read over every part (SQL_CANCELLED_KIDS; only after
+ * a batch that ended runs cancelled), then told and woken the same way.
+ * A parent's owner is woken whether or not the parent is due: a claim
+ * that finds nothing costs it one statement. Waits for its answers: 0.
+ */
+static const char SQL_TELL[] =
+    "SELECT count(pg_notify('" CAIRN_DONE_CHANNEL "', id::text)) FROM unnest($1::bigint[]) id "
+    "UNION ALL "
+    "SELECT count(pg_notify('" CAIRN_EVENT_CHANNEL "', id::text)) FROM unnest($2::bigint[]) id";
+static const char SQL_WAKE_PART[] = "SELECT cairn.wake_runs($1::bigint[], $2, $3)";
+static const char SQL_CANCELLED_KIDS[] =
+    "SELECT id, shard, status = 'cancelled' FROM cairn.runs WHERE parent_id = ANY ($1::bigint[]) "
+    "  AND (finished_at IS NULL OR status = 'cancelled')";
+
+/* Wakes the owners of runs (their shards in shards), part by part. */
+static void wake_parts(committer *k, PGconn *conn, const int64_t *runs, const int *shards, int n,
+                       int cancel, buf *err)
+{
+	for (int part = 0; part < k->st.nparts; part++) {
+		pgarr a = PGARR_INIT;
+		for (int i = 0; i < n; i++)
+			if (shards[i] % k->st.nparts == part)
+				pgarr_add_i64(&a, runs[i]);
+		char key[24];
+		const char *p[] = {pgarr_str(&a), db_i64(key, k->st.part_keys[part]),
+		                   cancel ? "t" : "f"};
+		if (a.n && !a.b.oom)
+			db_cmd(conn, err, SQL_WAKE_PART, 3, p);
+		pgarr_free(&a);
+	}
+}
+
+static int notify_parts(committer *k, PGconn *conn, tellings *t)
+{
+	pgarr *a[] = {&t->done, &t->events, &t->parents, &t->cancelled, &t->started};
+	if (!conn) {
+		for (size_t i = 0; i < sizeof a / sizeof *a; i++)
+			pgarr_free(a[i]);
+		return 0;
+	}
+	buf err = BUF_INIT;
+	pgarr *tell[] = {&t->done, &t->events};
+	if (t->done.n || t->events.n) {
+		const char *p[] = {pgarr_str(tell[0]), pgarr_str(tell[1])};
+		db_cmd(conn, &err, SQL_TELL, 2, p);
+	}
+	/* The parents and the children started: their ids carry their shards
+	 * (runs older than parts carry none: the poll finds their work). */
+	int n = t->parents.n + t->started.n, m = 0;
+	int64_t *wake = malloc((size_t)(n ? n : 1) * sizeof *wake);
+	int *shards = malloc((size_t)(n ? n : 1) * sizeof *shards);
+	pgarr *from[] = {&t->parents, &t->started};
+	for (int f = 0; wake && shards && f < 2; f++)
+		for (const char *c = pgarr_str(from[f]); *c;) {
+			char *end;
+			long long id = strtoll(c + 1, &end, 10);
+			if (end == c + 1)
+				break;
+			if (id >= k->st.first_placed_id && m < n) {
+				wake[m] = id;
+				shards[m++] = (int)(id % RUN_ID_SHARDS);
+			}
+			c = end;
+		}
+	if (wake && shards)
+		wake_parts(k, conn, wake, shards, m, 0, &err);
+	free(wake);
+	free(shards);
+	if (t->cancelled.n) {
+		const char *p[] = {pgarr_str(&t->cancelled)};
+		PGresult *r = db_exec(conn, &err, SQL_CANCELLED_KIDS, 1, p);
+		int rows = r ? PQntuples(r) : 0;
+		int64_t *kids = malloc((size_t)(rows ? rows : 1) * sizeof *kids);
+		int *kshards = malloc((size_t)(rows ? rows : 1) * sizeof *kshards);
+		pgarr ended = PGARR_INIT, none = PGARR_INIT;
+		int live = 0;
+		for (int i = 0; kids && kshards && i < rows; i++) {
+			if (db_get_bool(r, i, 2)) {
+				pgarr_add_i64(&ended, db_get_i64(r, i, 0));
+				continue;
+			}
+			kids[live] = db_get_i64(r, i, 0);
+			kshards[live++] = db_get_int(r, i, 1);
+		}
+		PQclear(r);
+		if (ended.n) {
+			const char *pe[] = {pgarr_str(&ended), pgarr_str(&none)};
+			db_cmd(conn, &err, SQL_TELL, 2, pe);
+		}
+		if (kids && kshards)
+			wake_parts(k, conn, kids, kshards, live, 1, &err);
+		pgarr_free(&ended);
+		pgarr_free(&none);
+		free(kids);
+		free(kshards);
+	}
+	buf_free(&err);
+	for (size_t i = 0; i < sizeof a / sizeof *a; i++)
+		pgarr_free(a[i]);
+	return 0;
+}
+
 /* Reads the answer of notify_send, if one is pending. */
 static void notify_collect(PGconn *conn, int *pending)
 {
@@ -982,35 +1233,98 @@ static void notify_collect(PGconn *conn, int *pending)
 }
 
 /* Sends SQL_DONE for t (and empties t), and waits for its answer. */
-static void notify_done(PGconn *conn, tellings *t)
+static void notify_done(committer *k, PGconn *conn, tellings *t)
 {
-	int sent = notify_send(conn, t);
+	int sent = notify_send(k, conn, t);
 	notify_collect(conn, &sent);
 }
 
-/* Prepares the statement of parts on conn unless it is: 0, or BATCH_DB. */
-static int prepare_parts(committer *k, PGconn *conn, unsigned parts, const char *name, buf *err)
+/* Prepares the statement of parts (of one part: in_part) on conn unless it
+ * is: 0, or BATCH_DB. */
+static int prepare_parts(committer *k, PGconn *conn, unsigned parts, int in_part, const char *name,
+                         buf *err)
 {
 	unsigned char bit = (unsigned char)(1u << (parts % 8));
-	if (k->prepared[parts / 8] & bit)
+	unsigned char *prepared = in_part ? k->prepared_part : k->prepared;
+	if (prepared[parts / 8] & bit)
 		return 0;
 	buf sql = BUF_INIT;
 	buf_reset(err);
-	int rc = commit_statement(parts, &sql, err);
+	int rc = commit_statement_part(parts, in_part, &sql, err);
 	db_stmt st = {name, buf_str(&sql)};
 	if (!rc)
 		rc = db_prepare(conn, &st, 1, err);
 	buf_free(&sql);
 	if (rc)
 		return BATCH_DB;
-	k->prepared[parts / 8] |= bit;
+	prepared[parts / 8] |= bit;
 	return 0;
+}
+
+static int write_statement(committer *k, PGconn *conn, commit *const *batch, int n,
+                           const char *part, buf *err);
+
+/* A batch on a database with parts (Citus): a statement per part its
+ * commits are in, each a commit of its own. A batch was never one
+ * transaction's worth of meaning (a failed one is written again commit by
+ * commit), so one that fails after some parts were written is too. */
+static int write_parts(committer *k, PGconn *conn, commit *const *batch, int n, buf *err)
+{
+	commit **sub = malloc((size_t)n * sizeof *sub);
+	if (!sub) {
+		buf_reset(err);
+		buf_puts(err, "out of memory splitting a commit by part");
+		return BATCH_DB;
+	}
+	int rc = 0;
+	for (int part = 0; part < k->st.nparts && !rc; part++) {
+		int m = 0;
+		for (int i = 0; i < n; i++)
+			if (part_no(batch[i], k->st.nparts) == part)
+				sub[m++] = batch[i];
+		char key[24];
+		if (m)
+			rc = write_statement(k, conn, sub, m, db_i64(key, k->st.part_keys[part]),
+			                     err);
+	}
+	free(sub);
+	return rc;
 }
 
 static int write_batch(committer *k, PGconn *conn, commit *const *batch, int n, buf *err)
 {
 	if (k->env.async_commit)
-		return write_marks(conn, batch, n, err); /* the marker takes nothing else */
+		return write_marks(k, conn, batch, n, err); /* the marker takes nothing else */
+	if (k->st.nparts > 1)
+		return write_parts(k, conn, batch, n, err);
+	return write_statement(k, conn, batch, n, NULL, err);
+}
+
+/*
+ * The fence of one part on Citus, a statement of its own in the commit's
+ * transaction: the lease rows of the batch's shards, locked shared in the
+ * same order (one task, on the node of the part). Citus 13.2 fails a
+ * statement whose INSERT ... SELECT reads the result of a CTE locked FOR
+ * SHARE ('invalid input syntax for type bigint: "PGCOPY"' on the node), so
+ * the commit's statement of a part reads the rows it locked here, which no
+ * epoch bump can change before the transaction ends, without a lock of
+ * its own: $1 the part's key, $2, $3 the batch's groups and shards.
+ */
+static const char SQL_FENCE_PART[] = "SELECT 1 FROM cairn.shard_leases l "
+                                     "WHERE l.part = $1 AND (l.shard_group, l.shard) IN "
+                                     "  (SELECT * FROM unnest($2::text[], $3::int[])) "
+                                     "ORDER BY l.shard_group, l.shard FOR SHARE OF l";
+
+const char *commit_sql_fence_part(void)
+{
+	return SQL_FENCE_PART;
+}
+
+/* Writes batch with one statement (of one part: part, its key, in a
+ * transaction with its fence): 0, or BATCH_VALUES, or BATCH_DB. */
+static int write_statement(committer *k, PGconn *conn, commit *const *batch, int n,
+                           const char *part, buf *err)
+{
 	commit_params p;
 	if (commit_encode(batch, n, k->env.keys, k->env.code_version, &p) < 0) {
 		buf_reset(err);
@@ -1019,17 +1333,29 @@ static int write_batch(committer *k, PGconn *conn, commit *const *batch, int n, 
 	}
 	unsigned parts = commit_parts(&p);
 	char name[32];
-	snprintf(name, sizeof name, "cairn_commit_%x", parts);
-	if (prepare_parts(k, conn, parts, name, err) < 0) {
+	snprintf(name, sizeof name, part ? "cairn_commit_part_%x" : "cairn_commit_%x", parts);
+	if (prepare_parts(k, conn, parts, part != NULL, name, err) < 0) {
 		commit_params_free(&p);
 		return BATCH_DB;
 	}
-	const char *values[COMMIT_NSLOTS];
+	const char *values[COMMIT_NSLOTS + 1];
 	int nv = commit_values(&p, parts, values);
+	if (part)
+		values[nv++] = part;
 	size_t bytes = 0;
 	for (int i = 0; i < nv; i++)
 		bytes += values[i] ? strlen(values[i]) : 0;
 	k->big_write |= bytes > DB_BUFFER_KEEP_MAX;
+	if (part) {
+		const char *f[] = {part, values[SLOT_b_group], values[SLOT_b_shard]};
+		PGresult *b = PQexec(conn, "BEGIN");
+		PQclear(b);
+		if (db_cmd(conn, err, SQL_FENCE_PART, 3, f) < 0) {
+			PQclear(PQexec(conn, "ROLLBACK"));
+			commit_params_free(&p);
+			return BATCH_DB;
+		}
+	}
 	PGresult *r = PQexecPrepared(conn, name, nv, values, NULL, NULL, 0);
 	commit_params_free(&p);
 	int rc = 0;
@@ -1043,6 +1369,15 @@ static int write_batch(committer *k, PGconn *conn, commit *const *batch, int n, 
 		settle_rows(batch, n, r);
 	}
 	PQclear(r);
+	if (part) {
+		PGresult *e = PQexec(conn, rc ? "ROLLBACK" : "COMMIT");
+		if (!rc && PQresultStatus(e) != PGRES_COMMAND_OK) {
+			buf_reset(err);
+			buf_puts(err, PQresultErrorMessage(e));
+			rc = BATCH_DB;
+		}
+		PQclear(e);
+	}
 	return rc;
 }
 
@@ -1080,7 +1415,7 @@ static void fail_unstorable(committer *k, PGconn *conn, commit *c, buf *err)
 		tellings t = TELLINGS_INIT;
 		f.ok = 1;
 		collect_tellings(&one, 1, &t);
-		notify_done(conn, &t);
+		notify_done(k, conn, &t);
 	}
 	buf_free(&why);
 }
@@ -1112,11 +1447,21 @@ static PGconn *connect_committer(committer *k, buf *err)
 	}
 	if (!c)
 		return NULL;
+	/* With parts (Citus), whose statements that join tables have no
+	 * generic plan ("could not create distributed plan"), it plans each
+	 * with its values. */
+	if (db_read_settings(c, &k->st, err) < 0 ||
+	    (k->st.nparts > 1 &&
+	     db_cmd(c, err, "SELECT set_config('plan_cache_mode', 'auto', false)", 0, NULL) < 0)) {
+		PQfinish(c);
+		return NULL;
+	}
 	/* The marker (the committer whose commits do not wait for the disk)
 	 * sends only SQL_MARK, and finishes no run; the commit connection sends
 	 * SQL_DONE after batches that finished runs, and the commit statements,
 	 * prepared as batches need them (prepare_parts). */
 	memset(k->prepared, 0, sizeof k->prepared);
+	memset(k->prepared_part, 0, sizeof k->prepared_part);
 	static const db_stmt mark[] = {{"cairn_mark", SQL_MARK}},
 	                     done[] = {{"cairn_done", SQL_DONE},
 	                               {"cairn_done_cancelled", SQL_DONE_CANCELLED}};
@@ -1405,18 +1750,18 @@ static void *committer_main(void *arg)
 		if (k->big_write && conn) {
 			/* Its buffers go with it (DB_BUFFER_KEEP_MAX); the next
 			 * batch connects again. */
-			notify_done(conn, &told);
+			notify_done(k, conn, &told);
 			told_since = 0;
 			PQfinish(conn);
 			conn = NULL;
 			k->big_write = 0;
 		} else if (queue_empty(k) || clock_mono_ms() - told_since >= TELL_DELAY_MS) {
-			telling = notify_send(conn, &told);
+			telling = notify_send(k, conn, &told);
 			told_since = 0;
 		}
 	}
 	notify_collect(conn, &telling);
-	notify_done(conn, &told);
+	notify_done(k, conn, &told);
 	PQfinish(conn);
 	free(k->refund);
 	buf_free(&err);

@@ -222,6 +222,13 @@ unsigned commit_parts(const commit_params *p);
 /* The statement of a set of parts with $n for their slots, in slot order:
  * 0, or the error of sqlparam_bind. */
 int commit_statement(unsigned parts, buf *sql, buf *err);
+/* commit_statement of one part (in_part: a database with parts), whose key
+ * is the parameter after the slots'. */
+int commit_statement_part(unsigned parts, int in_part, buf *sql, buf *err);
+/* The statement that locks the fence of one part before its commit's
+ * statement, in the same transaction ($1 the part's key, $2 and $3 the
+ * batch's b_group and b_shard). */
+const char *commit_sql_fence_part(void);
 /* The values of p for the statement of parts, in its $n order: their
  * number. */
 int commit_values(const commit_params *p, unsigned parts, const char *values[COMMIT_NSLOTS]);

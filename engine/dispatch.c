@@ -36,8 +36,10 @@
 #include "commit.h"
 #include "db.h"
 #include "exec.h"
+#include "hash.h"
 #include "jcache.h"
 #include "pgarr.h"
+#include "sqlparam.h"
 
 #define SLOW_CLAIM_MS  20    /* a claim of one batch normally takes a few ms */
 #define SOLO_WAIT_MS   10000 /* the longest a run waits to run alone, or for one to end */
@@ -102,9 +104,10 @@ struct dispatch {
 	 * connects; the poller's alone. */
 	unsigned char push_key[PUSH_KEY_LEN];
 	int has_push_key;
-	pgarr ended;   /* runs of limited keys that ended: their keys' held runs may go; under mu */
-	int limited;   /* the last claim saw limits (cairn.limits): claim with them */
-	unsigned warm; /* claim statements run in this session (bit per name) */
+	pgarr ended;     /* runs of limited keys that ended: their keys' held runs may go; under mu */
+	int limited;     /* the last claim saw limits (cairn.limits): claim with them */
+	int limits_told; /* the log said that a database with parts does not apply them */
+	unsigned warm;   /* claim statements run in this session (bit per name) */
 	int64_t newest_claimed; /* the highest run id claimed here: a named run above it is
 	                           most likely new (see claim()) */
 	int cold_claim;         /* the last claim was its statement's first in the session */
@@ -653,6 +656,11 @@ static int inflight_ids(dispatch *d, pgarr *out, const int64_t *named, int n)
  * max_pending_signals of its oldest signals come.
  */
 #define MSG_START_SQL "0::bigint"
+/* A claim of one part (a database with parts, which `cairn migrate --citus`
+ * made: docs/architecture.md, "On Citus") filters every table it reads by
+ * the part's key (claim_text), where the claims of one server have
+ * nothing. */
+#define IN_PART(a) SQLPARAM_IN_PART(a)
 /* Where the journal of claimed run r (its row) starts: at the end of what
  * this worker's journal cache holds of it ($9 the cached runs, $10 where
  * each ends, $11 the count of cuts each was read with; jcache.h) while
@@ -773,7 +781,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"ok AS (SELECT d.*, " CLAIM_COUNT " AS cl, r.finished_at IS NOT NULL AS done, "            \
 	"         r.concurrency_key AS ck, " CLAIM_JFROM " AS jfrom, "                             \
 	"         NULL::int AS kc, NULL::int AS gc "                                               \
-	"  FROM d JOIN cairn.runs r ON r.id = d.run_id), " CLAIM_FX_PLAIN
+	"  FROM d JOIN cairn.runs r ON " IN_PART("r") "r.id = d.run_id), " CLAIM_FX_PLAIN
 /* What a claimed run (r, with js.bytes: its journal's size from seq
  * jfrom on) brings to its execution: the last step it completed (only when
  * it stopped its workers before), its journal from seq jfrom on, each
@@ -788,24 +796,31 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 #define CLAIM_TRACE                                                                                \
 	"r.traceparent AS tp, (extract(epoch FROM r.created_at) * 1000000)::bigint AS created"
 #define CLAIM_RUN_DATA(jfrom)                                                                      \
-	"CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s WHERE s.run_id = r.id "   \
-	"  AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "               \
-	"END AS last_step, "                                                                       \
-	"CASE WHEN js.bytes > 0 AND js.bytes <= $4 THEN "                                          \
-	"(SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, "                  \
-	"   'kind', s.kind, "                                                                      \
-	"   'status', s.status, 'output', s.output::text, 'error', s.error, "                      \
-	"   'attempts', s.attempts::text, "                                                        \
-	"   'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "                   \
-	"   'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text, "             \
-	"   'size', pg_column_size(s.*)::text))::text "                                            \
-	" FROM cairn.steps s WHERE s.run_id = r.id AND s.seq >= " jfrom ") END AS journal, "       \
-	"(SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "                    \
-	"   'payload', g.payload::text))::text "                                                   \
-	" FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "                              \
-	"       WHERE g.run_id = ANY (ARRAY[r.id, r.continued_from]) "                             \
-	"         AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT $5) g) AS signals, " jfrom     \
-	" AS jfrom, r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain, " CLAIM_TRACE
+	"CASE WHEN r.claims >= $6 THEN (SELECT s.name FROM cairn.steps s "                         \
+	"  WHERE " IN_PART(                                                                        \
+	    "s") "s.run_id = r.id "                                                                \
+	         "  AND s.status IN ('completed', 'timed_out') ORDER BY s.seq DESC LIMIT 1) "      \
+	         "END AS last_step, "                                                              \
+	         "CASE WHEN js.bytes > 0 AND js.bytes <= $4 THEN "                                 \
+	         "(SELECT json_agg(json_build_object('seq', s.seq::text, 'name', s.name, "         \
+	         "   'kind', s.kind, "                                                             \
+	         "   'status', s.status, 'output', s.output::text, 'error', s.error, "             \
+	         "   'attempts', s.attempts::text, "                                               \
+	         "   'wake_at', ((extract(epoch FROM s.wake_at) * 1000)::bigint)::text, "          \
+	         "   'started_at', ((extract(epoch FROM s.started_at) * 1000)::bigint)::text, "    \
+	         "   'size', pg_column_size(s.*)::text))::text "                                   \
+	         " FROM cairn.steps s WHERE " IN_PART(                                             \
+	             "s") "s.run_id = r.id AND s.seq >= " jfrom ") "                               \
+	                  "END AS journal, "                                                       \
+	                  "(SELECT json_agg(json_build_object('id', g.id::text, 'name', g.name, "  \
+	                  "   'payload', g.payload::text))::text "                                 \
+	                  " FROM (SELECT g.id, g.name, g.payload FROM cairn.signals g "            \
+	                  "       WHERE " IN_PART(                                                 \
+	                      "g") "g.run_id = ANY (ARRAY[r.id, r.continued_from]) "               \
+	                           "         AND g.consumed_by_seq IS NULL ORDER BY g.id LIMIT "   \
+	                           "$5) g) AS signals, " jfrom                                     \
+	                           " AS jfrom, r.journal_cuts AS jcuts, coalesce(r.chain_id, "     \
+	                           "r.id) AS chain, " CLAIM_TRACE
 /* CLAIM_RUN_DATA of the claims of CLAIM_MARK (the admitted run: d) and of
  * SQL_CLAIM_ONE (the run as it was: o). */
 #define CLAIM_RUN_DATA_D CLAIM_RUN_DATA("d.jfrom")
@@ -821,34 +836,80 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * start_queued). Counted ones come first, those that start at once before
  * those that wait; then by priority.
  * $8: the poller goes busy (see poller_main): writers stop waking it. */
+#define CLAIM_MARK_N(extra)                                                                        \
+	"n AS (SELECT ok.*, " extra "ok.cl = 0 AND NOT ok.done AS mark, "                          \
+	"        row_number() OVER (ORDER BY "                                                     \
+	"          ok.cl > 0 OR ok.done, ok.prio DESC, ok.at, ok.first) AS rk FROM ok), "
+/* The UPDATE of the admitted runs, as CTE name; now: the time it starts
+ * them at. */
+#define CLAIM_MARK_UPDATE(name, now)                                                               \
+	name " AS (UPDATE cairn.runs r SET "                                                       \
+	     "  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' " \
+	     "                ELSE r.status END, "                                                 \
+	     "  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) "            \
+	     "                 ELSE r.attempt END, "                                               \
+	     "  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, " now     \
+	     ") "                                                                                  \
+	     "                    ELSE r.started_at END, "                                         \
+	     "  claims = " CLAIM_COUNT " + d.mark::int, "                                          \
+	     "  queued_by = CASE WHEN d.mark AND d.rk > $7 THEN $1::bigint END, "                  \
+	     "  queued_seq = CASE WHEN d.mark AND d.rk > $7 THEN q.base + d.rk END, "              \
+	     "  updated_at = now(), held = false "                                                 \
+	     "FROM n d CROSS JOIN q, "                                                             \
+	     "  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "                   \
+	     "           FROM cairn.steps s WHERE " IN_PART(                                       \
+	         "s") "s.run_id = d.run_id "                                                       \
+	              "             AND s.seq >= d.jfrom) js "                                     \
+	              "WHERE " IN_PART("r") "r.id = d.run_id "
 #define CLAIM_MARK                                                                                 \
-	"q AS (SELECT nextval('cairn.claim_seq') * 16384 AS base), "                               \
-	"n AS (SELECT ok.*, ok.cl = 0 AND NOT ok.done AS mark, row_number() OVER (ORDER BY "       \
-	"          ok.cl > 0 OR ok.done, ok.prio DESC, ok.at, ok.first) AS rk FROM ok), "          \
-	"c AS (UPDATE cairn.runs r SET "                                                           \
-	"  status = CASE WHEN r.status IN ('pending', 'sleeping', 'waiting') THEN 'running' "      \
-	"                ELSE r.status END, "                                                      \
-	"  attempt = CASE WHEN r.finished_at IS NULL THEN greatest(r.attempt, 1) "                 \
-	"                 ELSE r.attempt END, "                                                    \
-	"  started_at = CASE WHEN r.finished_at IS NULL THEN coalesce(r.started_at, now()) "       \
-	"                    ELSE r.started_at END, "                                              \
-	"  claims = " CLAIM_COUNT " + d.mark::int, "                                               \
-	"  queued_by = CASE WHEN d.mark AND d.rk > $7 THEN $1::bigint END, "                       \
-	"  queued_seq = CASE WHEN d.mark AND d.rk > $7 THEN q.base + d.rk END, "                   \
-	"  updated_at = now(), held = false "                                                      \
-	"FROM n d CROSS JOIN q, "                                                                  \
-	"  LATERAL (SELECT coalesce(sum(pg_column_size(s.*)), 0) AS bytes "                        \
-	"           FROM cairn.steps s WHERE s.run_id = d.run_id AND s.seq >= d.jfrom) js "        \
-	"WHERE r.id = d.run_id "                                                                   \
-	"RETURNING d.mark, r.queued_seq AS queued, d.at, d.first, d.prio, r.priority, r.id, "      \
-	"  r.shard_group AS grp, r.shard, d.epoch, "                                               \
-	"  d.ids::text AS ids, r.workflow, "                                                       \
-	"  r.status, r.input::text AS input, r.attempt, r.max_attempts, r.cancel_requested, "      \
-	"  r.parent_id, d.ck IS NOT NULL OR d.gc IS NOT NULL AS flow, "                            \
-	"  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "                     \
-	"  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, js.bytes, "         \
-	"  " CLAIM_RUN_DATA_D "), "                                                                \
-	"busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle AND $8::bool), "
+	"q AS (SELECT nextval('cairn.claim_seq') * 16384 AS base), " CLAIM_MARK_N("")              \
+	    CLAIM_MARK_UPDATE(                                                                     \
+	        "c",                                                                               \
+	        "now()") "RETURNING d.mark, r.queued_seq AS queued, d.at, d.first, d.prio, "       \
+	                 "r.priority, r.id, "                                                      \
+	                 "  r.shard_group AS grp, r.shard, d.epoch, "                              \
+	                 "  d.ids::text AS ids, r.workflow, "                                      \
+	                 "  r.status, r.input::text AS input, r.attempt, r.max_attempts, "         \
+	                 "r.cancel_requested, "                                                    \
+	                 "  r.parent_id, d.ck IS NOT NULL OR d.gc IS NOT NULL AS flow, "           \
+	                 "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "    \
+	                 "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, r.claims, "  \
+	                 "js.bytes, "                                                              \
+	                 "  " CLAIM_RUN_DATA_D "), "                                               \
+	                 "busy AS (UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle "  \
+	                 "AND $8::bool), "
+/*
+ * CLAIM_MARK of one part (a database with parts: Citus), made to be one
+ * router statement, one task on the node of the part (tests/test_citus.c
+ * explains it). Citus evaluates a function that is not IMMUTABLE on the
+ * coordinator, so it refuses one inside CASE or COALESCE, or in RETURNING,
+ * and a subquery for it (SELECT now()) makes every CTE a subplan of its own:
+ * the time comes from n's target list (t_now), and the UPDATE returns plain
+ * columns, from which c computes the rest. A sequence is the coordinator's
+ * (nextval would run on the node): the claim's number, @base@, is taken
+ * by the poller (claim_base). Writing runners.idle (a reference table) is
+ * a statement of its own (SQL_BUSY); $8 stays for the parameters' sake.
+ */
+#define CLAIM_MARK_PARTS                                                                           \
+	"q AS (SELECT @base@::bigint AS base, $8::bool AS busy), " CLAIM_MARK_N(                   \
+	    "now() AS t_now, ")                                                                    \
+	    CLAIM_MARK_UPDATE(                                                                     \
+	        "c0",                                                                              \
+	        "d.t_now") "RETURNING d.mark, d.at, d.first, d.prio, d.epoch, d.ids, d.ck, d.gc, " \
+	                   "d.jfrom, "                                                             \
+	                   "  js.bytes, r.*), "                                                    \
+	                   "c AS (SELECT r.mark, r.queued_seq AS queued, r.at, r.first, r.prio, "  \
+	                   "r.priority, r.id, "                                                    \
+	                   "  r.shard_group AS grp, r.shard, r.epoch, r.ids::text AS ids, "        \
+	                   "r.workflow, r.status, "                                                \
+	                   "  r.input::text AS input, r.attempt, r.max_attempts, "                 \
+	                   "r.cancel_requested, r.parent_id, "                                     \
+	                   "  r.ck IS NOT NULL OR r.gc IS NOT NULL AS flow, "                      \
+	                   "  (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled, "  \
+	                   "  ceil(extract(epoch FROM now()) * 1000)::bigint AS now_ms, "          \
+	                   "r.claims, js.bytes, "                                                  \
+	                   "  " CLAIM_RUN_DATA(                                                    \
+	                       "r.jfrom") " FROM c0 r CROSS JOIN LATERAL (SELECT r.bytes) js), "
 /* One row even when nothing was claimed (its run columns NULL); its columns
  * are claimrow.h's CLAIM_*, in that order. */
 #define CLAIM_SELECT                                                                               \
@@ -871,35 +932,49 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"  (SELECT * FROM (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio "               \
 	"   FROM cairn.messages m "                                                                \
 	"   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "     \
-	"   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[]) "      \
-	"   ORDER BY m.deliver_at, m.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "                       \
-	"  UNION ALL "                                                                             \
-	"  (SELECT * FROM (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, 0 "                \
-	"   FROM cairn.runs r "                                                                    \
-	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
-	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority = 0 "                        \
-	"     AND r.id <> ALL ($2::bigint[]) "                                                     \
-	"   ORDER BY r.start_at, r.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "                         \
-	"  UNION ALL "                                                                             \
-	"  (SELECT * FROM (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority "       \
-	"   FROM cairn.runs r "                                                                    \
-	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
-	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.priority <> 0 "                       \
-	"     AND r.id <> ALL ($2::bigint[]) "                                                     \
-	"   ORDER BY r.priority DESC, r.start_at, r.id LIMIT " CLAIM_BOUND ") b LIMIT $3)) u "     \
-	"  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
+	"   WHERE " IN_PART("l") IN_PART(                                                          \
+	    "m") "l.owner = $1 AND m.deliver_at <= now() "                                         \
+	         "     AND m.run_id <> ALL ($2::bigint[]) "                                        \
+	         "   ORDER BY m.deliver_at, m.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "              \
+	         "  UNION ALL "                                                                    \
+	         "  (SELECT * FROM (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, 0 "       \
+	         "   FROM cairn.runs r "                                                           \
+	         "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = "    \
+	         "r.shard "                                                                        \
+	         "   WHERE " IN_PART("l") IN_PART(                                                 \
+	             "r") "l.owner = $1 AND r.start_at <= now() "                                  \
+	                  "     AND r.priority = 0 "                                               \
+	                  "     AND r.id <> ALL ($2::bigint[]) "                                   \
+	                  "   ORDER BY r.start_at, r.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "       \
+	                  "  UNION ALL "                                                           \
+	                  "  (SELECT * FROM (SELECT " MSG_START_SQL                                \
+	                  ", r.id, l.epoch, r.start_at, r.priority "                               \
+	                  "   FROM cairn.runs r "                                                  \
+	                  "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND "     \
+	                  "l.shard = r.shard "                                                     \
+	                  "   WHERE " IN_PART("l")                                                 \
+	                      IN_PART("r") "l.owner = $1 AND r.start_at <= now() "                 \
+	                                   "     AND r.priority <> 0 "                             \
+	                                   "     AND r.id <> ALL ($2::bigint[]) "                  \
+	                                   "   ORDER BY r.priority DESC, r.start_at, r.id "        \
+	                                   "LIMIT " CLAIM_BOUND ") b LIMIT $3)) u "                \
+	                                   "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
 /* The next message or start of this runner's shards that is not yet due,
  * in ms from now: the poller sleeps until then. */
 #define CLAIM_ALL_NEXT                                                                             \
 	"next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("      \
 	"  (SELECT m.deliver_at AS at FROM cairn.messages m JOIN cairn.shard_leases l "            \
 	"     ON l.shard_group = m.shard_group AND l.shard = m.shard "                             \
-	"   WHERE l.owner = $1 AND m.deliver_at > now() ORDER BY m.deliver_at, m.id LIMIT 1) "     \
-	"  UNION ALL "                                                                             \
-	"  (SELECT r.start_at FROM cairn.runs r JOIN cairn.shard_leases l "                        \
-	"     ON l.shard_group = r.shard_group AND l.shard = r.shard "                             \
-	"   WHERE l.owner = $1 AND r.start_at > now() ORDER BY r.start_at, r.id LIMIT 1)) "        \
-	"x) "
+	"   WHERE " IN_PART("l")                                                                   \
+	    IN_PART("m") "l.owner = $1 AND m.deliver_at > now() "                                  \
+	                 "   ORDER BY m.deliver_at, m.id LIMIT 1) "                                \
+	                 "  UNION ALL "                                                            \
+	                 "  (SELECT r.start_at FROM cairn.runs r JOIN cairn.shard_leases l "       \
+	                 "     ON l.shard_group = r.shard_group AND l.shard = r.shard "            \
+	                 "   WHERE " IN_PART("l")                                                  \
+	                     IN_PART("r") "l.owner = $1 AND r.start_at > now() "                   \
+	                                  "   ORDER BY r.start_at, r.id LIMIT 1)) "                \
+	                                  "x) "
 static const char SQL_CLAIM[] = CLAIM_ALL_DUE CLAIM_FLOW CLAIM_MARK CLAIM_ALL_NEXT CLAIM_SELECT;
 static const char SQL_CLAIM_PLAIN[] =
     CLAIM_ALL_DUE CLAIM_PLAIN CLAIM_MARK CLAIM_ALL_NEXT CLAIM_SELECT;
@@ -920,18 +995,28 @@ static const char SQL_CLAIM_PLAIN[] =
  */
 #define CLAIM_NAMED_DUE                                                                            \
 	"WITH nm AS MATERIALIZED (SELECT m.id, m.run_id, m.shard_group, m.shard, m.deliver_at "    \
-	"     FROM cairn.messages m WHERE m.run_id = ANY ($12::bigint[])), "                       \
-	"nr AS MATERIALIZED (SELECT r.id, r.shard_group, r.shard, r.start_at, r.priority "         \
-	"     FROM cairn.runs r WHERE r.id = ANY ($12::bigint[])), "                               \
-	"due AS (SELECT * FROM ("                                                                  \
-	"  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio FROM nm m "                    \
-	"   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "     \
-	"   WHERE l.owner = $1 AND m.deliver_at <= now() AND m.run_id <> ALL ($2::bigint[])) "     \
-	"  UNION ALL "                                                                             \
-	"  (SELECT " MSG_START_SQL ", r.id, l.epoch, r.start_at, r.priority FROM nr r "            \
-	"   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "     \
-	"   WHERE l.owner = $1 AND r.start_at <= now() AND r.id <> ALL ($2::bigint[]))) u "        \
-	"  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
+	"     FROM cairn.messages m WHERE " IN_PART(                                               \
+	    "m") "m.run_id = ANY ($12::bigint[])), "                                               \
+	         "nr AS MATERIALIZED (SELECT r.id, r.shard_group, r.shard, r.start_at, "           \
+	         "r.priority "                                                                     \
+	         "     FROM cairn.runs r WHERE " IN_PART(                                          \
+	             "r") "r.id = ANY ($12::bigint[])), "                                          \
+	                  "due AS (SELECT * FROM ("                                                \
+	                  "  (SELECT m.id, m.run_id, l.epoch, m.deliver_at, 0 AS prio FROM nm m "  \
+	                  "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND "     \
+	                  "l.shard = m.shard "                                                     \
+	                  "   WHERE " IN_PART(                                                     \
+	                      "l") "l.owner = $1 AND m.deliver_at <= now() "                       \
+	                           "     AND m.run_id <> ALL ($2::bigint[])) "                     \
+	                           "  UNION ALL "                                                  \
+	                           "  (SELECT " MSG_START_SQL                                      \
+	                           ", r.id, l.epoch, r.start_at, r.priority FROM nr r "            \
+	                           "   JOIN cairn.shard_leases l ON l.shard_group = "              \
+	                           "r.shard_group AND l.shard = r.shard "                          \
+	                           "   WHERE " IN_PART(                                            \
+	                               "l") "l.owner = $1 AND r.start_at <= now() "                \
+	                                    "     AND r.id <> ALL ($2::bigint[]))) u "             \
+	                                    "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
 /* The next due time of the named runs, from their messages m and runs r:
  * those of the CTEs above for SQL_CLAIM_RUNS, read again by run for
  * SQL_CLAIM_ONE (which has no CTE). */
@@ -945,6 +1030,13 @@ static const char SQL_CLAIM_RUNS[] =
     CLAIM_NAMED_DUE CLAIM_FLOW CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
 static const char SQL_CLAIM_RUNS_PLAIN[] =
     CLAIM_NAMED_DUE CLAIM_PLAIN CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
+/* The claims of one part, of all that is due ($12 the part's key, $13 the
+ * claim's number) and of named runs ($13, $14): what the poller sends on a
+ * database with parts, once per part it owns shards in (claim_parts). */
+static const char SQL_CLAIM_PART[] =
+    CLAIM_ALL_DUE CLAIM_PLAIN CLAIM_MARK_PARTS CLAIM_ALL_NEXT CLAIM_SELECT;
+static const char SQL_CLAIM_RUNS_PART[] =
+    CLAIM_NAMED_DUE CLAIM_PLAIN CLAIM_MARK_PARTS CLAIM_NAMED_NEXT CLAIM_SELECT;
 
 /*
  * The claim of a wake-up that named its runs when it needs none of the
@@ -1043,17 +1135,45 @@ static const char SQL_CLAIM_NEW[] =
     "  r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain, " CLAIM_TRACE
     "), " CLAIM_FX_PLAIN "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
 
-/* The claim statements, prepared on every poll connection. claim() takes
- * the one with limits or without (limited * 2) for all that is due or for
- * named runs (+ 1), or CLAIM_ONE, or CLAIM_NEW before it. */
-enum { CLAIM_LIMITED = 2, CLAIM_NAMED = 1, CLAIM_ONE = 4, CLAIM_NEW = 5, CLAIM_STATEMENTS = 6 };
+/* The claim statements, prepared on every poll connection: on one server
+ * the first CLAIM_ONE_SERVER, of which claim() takes the one with limits
+ * or without (limited * 2) for all that is due or for named runs (+ 1), or
+ * CLAIM_ONE, or CLAIM_NEW before it; with parts, the claims of a part
+ * (CLAIM_PART + 1 for named runs). */
+enum {
+	CLAIM_LIMITED = 2,
+	CLAIM_NAMED = 1,
+	CLAIM_ONE = 4,
+	CLAIM_NEW = 5,
+	CLAIM_ONE_SERVER = 6,
+	CLAIM_PART = 6,
+	CLAIM_STATEMENTS = 8
+};
 static const db_stmt CLAIM_STATEMENT[CLAIM_STATEMENTS] = {
     {"cairn_claim_plain", SQL_CLAIM_PLAIN},
     {"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN},
     {"cairn_claim", SQL_CLAIM},
     {"cairn_claim_runs", SQL_CLAIM_RUNS},
     {"cairn_claim_one", SQL_CLAIM_ONE},
-    {"cairn_claim_new", SQL_CLAIM_NEW}};
+    {"cairn_claim_new", SQL_CLAIM_NEW},
+    {"cairn_claim_part", SQL_CLAIM_PART},
+    {"cairn_claim_runs_part", SQL_CLAIM_RUNS_PART}};
+
+/* The text of claim statement which as prepared: the poll batch for
+ * CLAIM_BOUND, and for a claim of one part its part filters (IN_PART) and
+ * its number, as parameters after the claim's own; none on one server. */
+static void claim_text(int which, const char *bound, buf *out)
+{
+	int named = which == CLAIM_PART + CLAIM_NAMED;
+	const char *part = which < CLAIM_PART ? NULL : named ? "$13::int" : "$12::int";
+	buf tmp = BUF_INIT, tmp2 = BUF_INIT;
+	buf_puts_replacing(&tmp, CLAIM_STATEMENT[which].sql, CLAIM_BOUND, bound);
+	buf_puts_replacing(&tmp2, buf_str(&tmp), "@base@", named ? "$14" : "$13");
+	sqlparam_in_part(buf_str(&tmp2), part, out);
+	out->oom |= tmp.oom | tmp2.oom;
+	buf_free(&tmp);
+	buf_free(&tmp2);
+}
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
 static void row_values(const PGresult *r, int i, const char *values[CLAIM_NCOLS])
@@ -1453,10 +1573,17 @@ static void take_pushed(dispatch *d, PGconn *conn)
  * -CAIRN_EDB; *next_due_ms is the time until the next message of the
  * shards (or of those runs) is due (-1: none). Runs that cannot be queued
  * keep their messages and come back. */
+static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
+                       int go_busy, const int64_t *runs, int nruns, int64_t *next_due_ms,
+                       int *skipped, buf *parked, buf *err);
+
 static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now, int go_busy,
                  const int64_t *runs, int nruns, int64_t *next_due_ms, int *skipped, buf *parked,
                  buf *err)
 {
+	if (d->limits.nparts > 1)
+		return claim_parts(d, conn, owner, limit, start_now, go_busy, runs, nruns,
+		                   next_due_ms, skipped, parked, err);
 	pgarr ex = PGARR_INIT, want = PGARR_INIT, jc[3] = {PGARR_INIT, PGARR_INIT, PGARR_INIT};
 	*skipped = claim_lists(d, &ex, &want, jc, runs, nruns);
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
@@ -1481,6 +1608,109 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
 	if (!r)
 		return -CAIRN_EDB;
 	return take_claimed(d, conn, r, owner, mono, next_due_ms, skipped, parked);
+}
+
+/*
+ * The claims on a database with parts (Citus): one router statement per
+ * part this runner owns shards in (or, for named runs, per part they are
+ * in: the shard a run's id carries names it), each a task on the node of
+ * its part, never one statement over several nodes. Together they take at
+ * most limit runs, numbered as one claim's (the number of the first, from
+ * cairn.claim_seq on the coordinator, SQL_CLAIM_BASE, then the count
+ * claimed so far). Limits (cairn.limits) are not applied on Citus yet: a
+ * claim that sees them says so in the log.
+ */
+static const char SQL_CLAIM_BASE[] = "SELECT nextval('cairn.claim_seq') * 16384";
+static const char SQL_BUSY[] = "UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle";
+
+/* The parts (their part_no) this runner owns a shard in, into has. */
+static void owned_parts(dispatch *d, unsigned char *has)
+{
+	int n = d->limits.nparts, shards = shardmap_shards(d->env.map);
+	for (int g = 0; g < shardmap_ngroups(d->env.map); g++)
+		for (int sh = 0; sh < shards; sh++)
+			if (shardmap_held(d->env.map, g, sh))
+				has[sh % n] = 1;
+}
+
+static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
+                       int go_busy, const int64_t *runs, int nruns, int64_t *next_due_ms,
+                       int *skipped, buf *parked, buf *err)
+{
+	int n = d->limits.nparts;
+	unsigned char has[DB_PARTS_MAX] = {0};
+	for (int i = 0; i < nruns; i++)
+		if (runs[i] < d->limits.first_placed_id)
+			nruns = 0; /* a run older than parts names no part: claim all */
+	if (nruns)
+		for (int i = 0; i < nruns; i++)
+			has[(runs[i] % RUN_ID_SHARDS) % n] = 1;
+	else
+		owned_parts(d, has);
+	*next_due_ms = -1;
+	if (go_busy) {
+		char me[24];
+		const char *pb[] = {db_i64(me, owner)};
+		if (db_cmd(conn, err, SQL_BUSY, 1, pb) < 0)
+			return -CAIRN_EDB;
+	}
+	PGresult *b = db_exec(conn, err, SQL_CLAIM_BASE, 0, NULL);
+	if (!b)
+		return -CAIRN_EDB;
+	int64_t base = db_get_i64(b, 0, 0);
+	PQclear(b);
+	pgarr ex = PGARR_INIT, want = PGARR_INIT, jc[3] = {PGARR_INIT, PGARR_INIT, PGARR_INIT};
+	*skipped = claim_lists(d, &ex, &want, jc, runs, nruns);
+	int got = 0, rc = 0, which = CLAIM_PART + (nruns > 0) * CLAIM_NAMED;
+	for (int part = 0; part < n && got < limit; part++) {
+		if (!has[part])
+			continue;
+		char me[24], lim[24], jb[24], ps[24], pa[24], sn[24], key[24], num[24];
+		const char *p[] = {
+		    db_i64(me, owner),
+		    pgarr_str(&ex),
+		    db_i64(lim, limit - got),
+		    db_i64(jb, d->limits.max_journal_bytes),
+		    db_i64(ps, d->limits.max_pending_signals),
+		    db_i64(pa, d->env.cfg->poison_after),
+		    db_i64(sn, start_now > got ? start_now - got : 0),
+		    go_busy ? "t" : "f",
+		    pgarr_str(&jc[0]),
+		    pgarr_str(&jc[1]),
+		    pgarr_str(&jc[2]),
+		    nruns ? pgarr_str(&want) : db_i64(key, d->limits.part_keys[part]),
+		    nruns ? db_i64(key, d->limits.part_keys[part]) : db_i64(num, base + got),
+		    db_i64(num, base + got)};
+		int64_t mono = clock_mono_ms(), due = -1;
+		PGresult *r = claim_exec(d, conn, which, nruns ? 14 : 13, p, err);
+		if (!r) {
+			rc = -CAIRN_EDB;
+			break;
+		}
+		int k = take_claimed(d, conn, r, owner, mono, &due, skipped, parked);
+		if (d->limited && !d->limits_told)
+			log_kv(
+			    d->env.log, LOG_ERROR,
+			    "cairn.limits has limits, which a database with parts (Citus) does not "
+			    "apply yet: runs start as if there were none",
+			    NULL);
+		d->limits_told |= d->limited;
+		d->limited = 0;
+		got += k;
+		if (due >= 0 && (*next_due_ms < 0 || due < *next_due_ms))
+			*next_due_ms = due;
+	}
+	pgarr_free(&ex);
+	pgarr_free(&want);
+	for (int i = 0; i < 3; i++)
+		pgarr_free(&jc[i]);
+	return rc < 0 ? rc : got;
+}
+
+void dispatch_claim_part_sql(int named, int bound, buf *out)
+{
+	char b[24];
+	claim_text(CLAIM_PART + (named ? CLAIM_NAMED : 0), db_i64(b, bound), out);
 }
 
 static const char SQL_CANCELLED[] =
@@ -1655,13 +1885,22 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	db_i64(bound, d->env.cfg->poll_batch);
 	buf sql[CLAIM_STATEMENTS] = {BUF_INIT};
 	db_stmt st[CLAIM_STATEMENTS];
-	int oom = 0;
-	for (int i = 0; i < CLAIM_STATEMENTS; i++) {
-		buf_puts_replacing(&sql[i], CLAIM_STATEMENT[i].sql, CLAIM_BOUND, bound);
-		st[i] = (db_stmt){CLAIM_STATEMENT[i].name, buf_str(&sql[i])};
+	int oom = 0, parts = d->limits.nparts > 1;
+	int from = parts ? CLAIM_PART : 0, to = parts ? CLAIM_STATEMENTS : CLAIM_ONE_SERVER;
+	for (int i = from; i < to; i++) {
+		claim_text(i, bound, &sql[i]);
+		st[i - from] = (db_stmt){CLAIM_STATEMENT[i].name, buf_str(&sql[i])};
 		oom |= sql[i].oom;
 	}
-	int rc = oom ? -CAIRN_ENOMEM : db_prepare(c, st, CLAIM_STATEMENTS, err);
+	/* Citus plans a statement that joins tables anew at each execution and
+	 * has no generic plan for it ("could not create distributed plan"):
+	 * with parts, the claims are planned with their values. */
+	int rc =
+	    oom     ? -CAIRN_ENOMEM
+	    : parts ? db_cmd(c, err, "SELECT set_config('plan_cache_mode', 'auto', false)", 0, NULL)
+	            : 0;
+	if (!rc)
+		rc = db_prepare(c, st, to - from, err);
 	for (int i = 0; i < CLAIM_STATEMENTS; i++)
 		buf_free(&sql[i]);
 	if (rc) {

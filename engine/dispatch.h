@@ -85,4 +85,9 @@ void dispatch_flow(dispatch *d, struct cJSON *object);
  * have run past their timeout. */
 void dispatch_steps(dispatch *d, int64_t *longest_ms, int *overdue);
 void dispatch_free(dispatch *d); /* after dispatch_stop_end reported no cut-off */
+/* The claim of one part (a database with parts: Citus) as the poller
+ * prepares it, of named runs or of all that is due, with poll batch bound:
+ * its parameters are the claim's, then the part's key and the claim's
+ * number (tests/test_citus.c explains it). Appended to out. */
+void dispatch_claim_part_sql(int named, int bound, struct buf *out);
 #endif

@@ -911,6 +911,29 @@ void exec_ids_free(exec_ids *x)
 }
 
 static const char SQL_CHILD_IDS[] = "SELECT id, seq, workflow FROM cairn.child_ids($1, $2, $3)";
+/* cairn.child_ids written out, for a database with parts (Citus), which
+ * plans no SQL-language function with parameters that reads a distributed
+ * table ("could not create distributed plan"): its orphans are read over
+ * every part (a child's part is its key's), its ids are the coordinator's
+ * sequence's; $4 the part of the run. */
+static const char SQL_CHILD_IDS_PARTS[] =
+    "SELECT o.id, o.seq, o.workflow "
+    "FROM (SELECT r.id, r.workflow, "
+    "             CASE WHEN split_part(r.key, ':', 3) ~ '^[0-9]{1,9}$' "
+    "                  THEN split_part(r.key, ':', 3)::integer END AS seq "
+    "      FROM cairn.runs r "
+    "      WHERE $3::bool AND r.parent_id = $1::bigint "
+    "        AND r.key LIKE 'cairn.child:' || $1::bigint || ':%') o "
+    "WHERE o.seq IS NOT NULL "
+    "  AND o.seq <> ALL (ARRAY(SELECT s.seq FROM cairn.steps s "
+    "                         WHERE s.part = $4::int AND s.run_id = $1)) "
+    "UNION ALL "
+    "SELECT nextval(pg_get_serial_sequence('cairn.runs', 'id')), NULL, NULL "
+    "FROM generate_series(1, $2::int)";
+static const char SQL_CHILD_IDS_NEW[] =
+    "SELECT nextval(pg_get_serial_sequence('cairn.runs', 'id')), NULL::int, NULL::text "
+    "FROM generate_series(1, $2::int) "
+    "WHERE $1::bigint IS NOT NULL AND NOT $3::bool AND $4::int IS NOT NULL";
 
 /* exec_env.child_ids from the database (migration 0021, cairn.child_ids). */
 static int db_child_ids(const exec_env *env, int64_t run, int n, int orphans, exec_ids *out,
@@ -922,9 +945,18 @@ static int db_child_ids(const exec_env *env, int64_t run, int n, int orphans, ex
 		return -CAIRN_EDB;
 	char r[24], k[24];
 	const char *p[] = {db_i64(r, run), db_i64(k, n), orphans ? "t" : "f"};
-	PGresult *res = client_shards(c, &out->shards) == CAIRN_OK
-	                    ? db_exec(c->conn, &c->err, SQL_CHILD_IDS, 3, p)
-	                    : NULL;
+	const char *sql = SQL_CHILD_IDS;
+	PGresult *res = NULL;
+	if (client_shards(c, &out->shards) == CAIRN_OK) {
+		int part = 0, np = 3;
+		if (c->settings.nparts > 1 && client_run_part(c, run, &part) == CAIRN_OK) {
+			sql = orphans ? SQL_CHILD_IDS_PARTS : SQL_CHILD_IDS_NEW;
+			np = 4;
+		}
+		char pk[24];
+		const char *pp[] = {p[0], p[1], p[2], db_i64(pk, part)};
+		res = db_exec(c->conn, &c->err, sql, np, pp);
+	}
 	if (!res) {
 		buf_puts(err, cairn_client_errmsg(c));
 		thread_client_drop();

@@ -151,22 +151,30 @@ static const char SQL_REGISTER[] =
     "        unnest($6::text[], $7::text[]) AS w(name, runtime)), "
     "rw AS (INSERT INTO cairn.runner_workflows (runner_id, shard_group, workflow, runtime) "
     "       SELECT r.id, s.g, s.name, s.runtime FROM r, s), "
-    "ws AS (INSERT INTO cairn.workflows AS w (workflow, shard_group, runtime, live_until) "
-    "       SELECT s.name, s.g, s.runtime, now() + $8 * interval '1 millisecond' FROM s "
+    "ws AS (INSERT INTO cairn.workflows AS w (workflow, shard_group, runtime, live_until, "
+    "                                          last_seen) "
+    "       SELECT s.name, s.g, s.runtime, now() + $8 * interval '1 millisecond', now() FROM s "
     "       ORDER BY 1, 2 "
     "       ON CONFLICT (workflow, shard_group) DO UPDATE SET runtime = excluded.runtime, "
-    "         last_seen = now(), live_until = greatest(w.live_until, excluded.live_until)) "
+    "         last_seen = excluded.last_seen, "
+    "         live_until = greatest(w.live_until, excluded.live_until)) "
     "SELECT id FROM r";
 
 /* $1 the runner, $2 as $8 above; rows refreshed less than $3 ms ago (by
- * another runner) are left as they are. A row someone deleted comes back. */
+ * another runner) are left as they are. A row someone deleted comes back.
+ * An UPDATE, then an INSERT of what it did not find: Citus (where
+ * workflows is a reference table) refuses a function that is not IMMUTABLE
+ * (now(), timestamptz arithmetic) in ON CONFLICT's SET and WHERE. */
 static const char SQL_SERVED_REFRESH[] =
+    "WITH mine AS (SELECT rw.workflow, rw.shard_group, rw.runtime FROM cairn.runner_workflows rw "
+    "              WHERE rw.runner_id = $1), "
+    "up AS (UPDATE cairn.workflows w SET last_seen = now(), "
+    "         live_until = now() + $2 * interval '1 millisecond' "
+    "       FROM mine m WHERE w.workflow = m.workflow AND w.shard_group = m.shard_group "
+    "         AND (w.last_seen < now() - $3 * interval '1 millisecond' OR w.live_until < now())) "
     "INSERT INTO cairn.workflows AS w (workflow, shard_group, runtime, live_until) "
-    "SELECT rw.workflow, rw.shard_group, rw.runtime, now() + $2 * interval '1 millisecond' "
-    "FROM cairn.runner_workflows rw WHERE rw.runner_id = $1 ORDER BY 1, 2 "
-    "ON CONFLICT (workflow, shard_group) DO UPDATE SET last_seen = now(), "
-    "  live_until = excluded.live_until "
-    "WHERE w.last_seen < now() - $3 * interval '1 millisecond' OR w.live_until < now()";
+    "SELECT m.workflow, m.shard_group, m.runtime, now() + $2 * interval '1 millisecond' "
+    "FROM mine m ORDER BY 1, 2 ON CONFLICT (workflow, shard_group) DO NOTHING";
 
 /* Ends live_until of the (workflow, group) no live runner (TTL $1) serves:
  * after a membership change and a runner's own clean stop. */
@@ -195,11 +203,12 @@ static const char SQL_SERVED_LAPSE[] =
 static const char SQL_HEARTBEAT[] =
     "WITH hb AS (UPDATE cairn.runners SET heartbeat_at = now(), lease_pid = pg_backend_pid() "
     "            WHERE id = $1 RETURNING id), " SQL_MEMBERS ", "
-    "ntf AS (SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp WHERE f <> $3) "
-    "SELECT EXISTS (SELECT 1 FROM hb), fp.f, fp.n, fp.older, (SELECT count(*) FROM ntf) FROM fp";
+    "ntf AS (SELECT count(pg_notify('" CAIRN_MEMBERS_CHANNEL "', f)) AS n FROM fp "
+    "        WHERE f <> $3) "
+    "SELECT EXISTS (SELECT 1 FROM hb), fp.f, fp.n, fp.older, (SELECT n FROM ntf) FROM fp";
 
 static const char SQL_LEAVE[] =
-    "WITH " SQL_MEMBERS "SELECT pg_notify('" CAIRN_MEMBERS_CHANNEL "', f) FROM fp";
+    "WITH " SQL_MEMBERS "SELECT count(pg_notify('" CAIRN_MEMBERS_CHANNEL "', f)) FROM fp";
 
 /* How long what a runner serves counts as live after a refresh. */
 static int64_t served_live_ms(const lease *l)
@@ -347,7 +356,8 @@ static const char SQL_ACQUIRE[] =
     "INSERT INTO cairn.shard_leases (shard_group, shard, part, owner, epoch, acquired_at) "
     "SELECT $1, s, cairn.part_of(s), $4, 1, now() FROM got ORDER BY s "
     "ON CONFLICT ON CONSTRAINT shard_leases_pkey DO UPDATE "
-    "  SET owner = excluded.owner, epoch = cairn.shard_leases.epoch + 1, acquired_at = now() "
+    "  SET owner = excluded.owner, epoch = cairn.shard_leases.epoch + 1, "
+    "    acquired_at = excluded.acquired_at "
     "RETURNING shard, epoch";
 
 static const char SQL_UNLOCK[] = "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s";

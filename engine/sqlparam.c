@@ -65,3 +65,23 @@ int sqlparam_bind(const char *sql, const char *const *names, int n, buf *out, bu
 		rc = -CAIRN_ENOMEM;
 	return rc;
 }
+
+void sqlparam_in_part(const char *sql, const char *part, buf *out)
+{
+	static const char token[] = "@in_part.";
+	for (const char *p = sql, *at; *p; p = at) {
+		const char *alias = NULL, *end = NULL;
+		if ((at = strstr(p, token)) != NULL) {
+			alias = at + strlen(token);
+			end = strchr(alias, '@');
+		}
+		if (!end) {
+			buf_puts(out, p);
+			return;
+		}
+		buf_append(out, p, (size_t)(at - p));
+		if (part)
+			buf_printf(out, "%.*s.part = %s AND ", (int)(end - alias), alias, part);
+		at = end + 1;
+	}
+}

@@ -16,4 +16,14 @@
  * -CAIRN_ENOMEM.
  */
 int sqlparam_bind(const char *sql, const char *const *names, int n, buf *out, buf *err);
+
+/*
+ * The statements of a database with parts (docs/architecture.md, "On
+ * Citus") filter each table by the part's key: written with SQLPARAM_IN_PART
+ * (table alias) before a table's conditions, each is "alias.part = PART AND "
+ * with part, nothing without (one server: the statement as it always was).
+ * Appends sql so resolved to out.
+ */
+#define SQLPARAM_IN_PART(alias) "@in_part." alias "@"
+void sqlparam_in_part(const char *sql, const char *part, buf *out);
 #endif

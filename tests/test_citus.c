@@ -23,7 +23,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "client.h"
+#include "commit.h"
+#include "dispatch.h"
 #include "support.h"
 
 static PGconn *citus_connect(void)
@@ -1241,5 +1244,300 @@ Test(citus, children_sync_writes_a_parents_wait_in_its_part_on_the_second_node)
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.child_awaited"), 0);
 	cr_assert_eq(
 	    tdb_intf(c, "SELECT count(*) FROM cairn.child_waits WHERE part <> %" PRId64, ppart), 0);
+	PQfinish(c);
+}
+
+/*
+ * A real cairn-worker on a distributed database: it claims each part it
+ * owns shards in with a statement of that part (one task on the node of
+ * the part), writes each part's commits with a statement fenced in that
+ * part, and hears of its work from the coordinator. Runs spread over every
+ * part, so over both worker nodes: steps and a durable sleep (t.spread),
+ * events and a signal sent by the CLI (t.progress). Every run completes,
+ * and no step ran twice: t_hits has one row per step of each run
+ * (step_hit writes one each time it runs). A child is not among them yet:
+ * the commit that starts or ends one calls cairn.children_sync (migration
+ * 0021), which Citus cannot run (docs/architecture.md, "On Citus").
+ */
+Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
+{
+	const char *db = citus_db("drain");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	exec_ok(c, "CREATE TABLE t_hits (run_id bigint NOT NULL, step text NOT NULL)");
+	cairn_client *cl = NULL;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	char plugins[1100], log[64];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	tlog_file(log);
+	int port;
+	pid_t w = tworker_start(db, &port, log, "CAIRN_POLL_INTERVAL=5s", plugins, NULL);
+	tlive_add(w);
+	cr_assert(thttp_wait(port, "/readyz", 200, 30000), "worker never ready; log in %s", log);
+	enum { SPREAD = 160, EACH = 40 };
+	static const char *const RUNS[][2] = {
+	    {"t.spread", "{}"},
+	    {"t.progress", "{}"},
+	};
+	int64_t waiting[EACH];
+	int nw = 0;
+	for (size_t k = 0; k < sizeof RUNS / sizeof *RUNS; k++)
+		for (int i = 0; i < (k ? EACH : SPREAD); i++) {
+			cairn_enqueue_opts o = {.input = RUNS[k][1]};
+			cairn_enqueued r;
+			cr_assert_eq(cairn_enqueue(cl, RUNS[k][0], &o, &r), CAIRN_OK, "%s",
+			             cairn_client_errmsg(cl));
+			cairn_enqueued_clear(&r);
+			if (k > 0)
+				waiting[nw++] = r.id;
+		}
+	/* The runs' parts lie on both worker nodes. */
+	cr_assert_eq(tdb_int(c, "WITH p AS MATERIALIZED (SELECT DISTINCT part FROM cairn.runs) "
+	                        "SELECT count(DISTINCT s.nodename || s.nodeport) "
+	                        "FROM p, citus_shards s "
+	                        "WHERE s.table_name = 'cairn.runs'::regclass "
+	                        "  AND s.shardid = get_shard_id_for_distribution_column("
+	                        "        'cairn.runs', p.part)"),
+	             2);
+	cr_assert(tdb_wait_at_least(c,
+	                            "SELECT count(*) FROM cairn.runs "
+	                            "WHERE workflow = 't.progress' AND status = 'waiting'",
+	                            EACH, 120000),
+	          "the runs never waited for their signal; log in %s", log);
+	for (int i = 0; i < nw; i++) {
+		char id[24], *out = NULL, *err = NULL;
+		snprintf(id, sizeof id, "%" PRId64, waiting[i]);
+		cr_assert_eq(tcli(db, &out, &err, "signal", id, "go", "--input", "1", NULL), 0,
+		             "signal %s: %s", id, err ? err : "");
+		free(out);
+		free(err);
+	}
+	int64_t all = SPREAD + EACH;
+	cr_assert(tdb_wait_at_least(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'",
+	                            all, 180000),
+	          "the runs never all completed (%" PRId64 " of %" PRId64 "); log in %s",
+	          tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'"), all,
+	          log);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), all);
+	/* Each step of each t.spread run ran once: "first" and "second", around
+	 * the sleep. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM t_hits"), 2 * SPREAD);
+	cr_assert_eq(
+	    tdb_int(c, "SELECT count(*) FROM (SELECT DISTINCT run_id, step FROM t_hits) h"),
+	    2 * SPREAD);
+	/* The journal says the same: every step once, in its run's part. */
+	cr_assert_eq(tdb_int(c,
+	                     "SELECT count(*) FROM cairn.steps WHERE name IN ('first', 'second') "
+	                     "AND attempts = 1 AND status = 'completed'"),
+	             2 * SPREAD);
+	/* The events of t.progress, the last value of each. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.events e JOIN cairn.runs r "
+	                        "ON r.id = e.run_id AND r.part = e.part "
+	                        "WHERE e.value->>'pct' = '100'"),
+	             EACH);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.steps s WHERE NOT EXISTS ("
+	                        "  SELECT 1 FROM cairn.runs r WHERE r.id = s.run_id "
+	                        "  AND r.part = s.part)"),
+	             0);
+	/* Nothing is left to deliver. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), 0);
+	int rc = tworker_stop(w, SIGTERM, 30000);
+	tlive_del(w);
+	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, log);
+	unlink(log);
+	cairn_client_free(cl);
+	PQfinish(c);
+}
+
+/* EXPLAIN (COSTS OFF) EXECUTE of prepared statement name with args: the
+ * plan as one text (caller frees), or NULL with the error in why. */
+static char *explain_execute(PGconn *c, const char *name, const char *args, char *why, size_t n)
+{
+	char q[8192];
+	snprintf(q, sizeof q, "EXPLAIN (COSTS OFF) EXECUTE %s(%s)", name, args);
+	PGresult *r = PQexec(c, q);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		snprintf(why, n, "%s", PQerrorMessage(c));
+		PQclear(r);
+		return NULL;
+	}
+	buf plan = BUF_INIT;
+	for (int i = 0; i < PQntuples(r); i++) {
+		buf_puts(&plan, PQgetvalue(r, i, 0));
+		buf_puts(&plan, "\n");
+	}
+	PQclear(r);
+	return buf_detach(&plan);
+}
+
+static void prepare_ok(PGconn *c, const char *name, const char *sql)
+{
+	PGresult *r = PQprepare(c, name, sql, 0, NULL);
+	cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "PREPARE %s: %s\n%s", name,
+	             PQerrorMessage(c), sql);
+	PQclear(r);
+}
+
+/*
+ * The worker's statements on a distributed database, as its sessions run
+ * them. Each claim is of one part: planned with its values, it is one task
+ * on the node of the part. With a generic plan (what the worker's sessions
+ * use on one server) Citus cannot plan it at all, as any statement that
+ * joins tables ("could not create distributed plan"): on Citus the poll and
+ * commit sessions plan with values. A commit of one part takes its fence
+ * first (one task, FOR SHARE on the node of the part), then its statement,
+ * whose every task runs on that node (Citus makes each INSERT in a CTE a
+ * subplan of its own, its rows pulled to the coordinator and copied there):
+ * run for real, it finishes the run and writes its journal in its part.
+ */
+Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
+{
+	const char *db = citus_db("worker_plans");
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PQclear(PQexec(c, "SET client_min_messages = warning"));
+	run_per_part(c, "plans");
+	exec_ok(c, "SET plan_cache_mode = auto");
+	int64_t owner =
+	    tdb_int(c, "INSERT INTO cairn.runners (name, address, version, groups, "
+	               "lease_pid) VALUES ('w', 'a', 'v', '{default}', 1) RETURNING id");
+	char sql[1024];
+	snprintf(sql, sizeof sql,
+	         "INSERT INTO cairn.shard_leases (shard_group, shard, part, owner) "
+	         "SELECT 'default', r.shard, r.part, %" PRId64 " FROM cairn.runs r",
+	         owner);
+	exec_ok(c, sql);
+	/* Parts on each node: the runs of the first and the last part. */
+	int64_t nparts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
+	for (int k = 0; k < 2; k++) {
+		int64_t run = tdb_intf(c,
+		                       "SELECT r.id FROM cairn.runs r JOIN cairn.parts p "
+		                       "ON p.key = r.part WHERE p.part_no = %" PRId64,
+		                       k ? nparts - 1 : 0);
+		int64_t part = tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, run);
+		int shard =
+		    (int)tdb_intf(c, "SELECT shard FROM cairn.runs WHERE id = %" PRId64, run);
+		char args[512], why[1024], name[32];
+		for (int named = 0; named < 2; named++) {
+			buf text = BUF_INIT;
+			dispatch_claim_part_sql(named, 256, &text);
+			snprintf(name, sizeof name, "claim_%d_%d", k, named);
+			prepare_ok(c, name, buf_str(&text));
+			buf_free(&text);
+			if (named)
+				snprintf(args, sizeof args,
+				         "%" PRId64
+				         ", '{}', 10, 1000000, 100, 5, 4, 'f', '{}', '{}', "
+				         "'{}', '{%" PRId64 "}', %" PRId64 ", 16384",
+				         owner, run, part);
+			else
+				snprintf(args, sizeof args,
+				         "%" PRId64
+				         ", '{}', 10, 1000000, 100, 5, 4, 'f', '{}', '{}', "
+				         "'{}', %" PRId64 ", 16384",
+				         owner, part);
+			char *plan = explain_execute(c, name, args, why, sizeof why);
+			cr_assert(plan, "%s", why);
+			cr_assert_eq(task_count(plan), 1, "%s", plan);
+			cr_assert_eq(node_count(plan), 1, "%s", plan);
+			cr_assert_null(strstr(plan, "Distributed Subplan"), "%s", plan);
+			free(plan);
+		}
+		/* A generic plan: none. */
+		exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+		char *plan = explain_execute(c, name, args, why, sizeof why);
+		cr_assert_null(plan, "%s", plan);
+		cr_assert(strstr(why, "could not create distributed plan"), "%s", why);
+		exec_ok(c, "SET plan_cache_mode = auto");
+		/* The fence of the part: one task. */
+		snprintf(name, sizeof name, "fence_%d", k);
+		prepare_ok(c, name, commit_sql_fence_part());
+		snprintf(args, sizeof args, "%" PRId64 ", '{default}', '{%d}'", part, shard);
+		plan = explain_execute(c, name, args, why, sizeof why);
+		cr_assert(plan, "%s", why);
+		cr_assert_eq(task_count(plan), 1, "%s", plan);
+		cr_assert_eq(node_count(plan), 1, "%s", plan);
+		free(plan);
+		/* The run's final commit with a step of its journal: every task on
+		 * the node of the part. */
+		int64_t epoch =
+		    tdb_intf(c,
+		             "SELECT epoch FROM cairn.shard_leases WHERE part = %" PRId64
+		             " AND shard_group = 'default' AND shard = %d",
+		             part, shard);
+		commit_run cr = {.id = run,
+		                 .group = "default",
+		                 .shard = shard,
+		                 .owner = owner,
+		                 .epoch = epoch,
+		                 .attempt = 1};
+		commit *f = commit_new(&cr);
+		cr_assert(f);
+		f->outcome = COMMIT_FINISH;
+		f->status = RUN_COMPLETED;
+		f->attempt = 1;
+		jrow row = {.seq = 0,
+		            .name = "s",
+		            .kind = KIND_STEP,
+		            .status = STEP_COMPLETED,
+		            .output = "1",
+		            .attempts = 1,
+		            .started_ms = 1,
+		            .finished_ms = 2};
+		cr_assert_eq(commit_add_row(f, &row), 0);
+		commit_params p;
+		cr_assert_eq(commit_encode(&f, 1, NULL, NULL, &p), 0);
+		unsigned parts = commit_parts(&p);
+		buf text = BUF_INIT, err = BUF_INIT;
+		cr_assert_eq(commit_statement_part(parts, 1, &text, &err), 0, "%s", buf_str(&err));
+		snprintf(name, sizeof name, "commit_%d", k);
+		prepare_ok(c, name, buf_str(&text));
+		const char *values[COMMIT_NSLOTS + 1];
+		int nv = commit_values(&p, parts, values);
+		char key[24];
+		snprintf(key, sizeof key, "%" PRId64, part);
+		values[nv++] = key;
+		buf ex = BUF_INIT;
+		buf_puts(&ex, "EXPLAIN (COSTS OFF) ");
+		buf_puts(&ex, buf_str(&text));
+		PGresult *r = PQexecParams(c, buf_str(&ex), nv, NULL, values, NULL, NULL, 0);
+		cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+		buf lines = BUF_INIT;
+		for (int i = 0; i < PQntuples(r); i++) {
+			buf_puts(&lines, PQgetvalue(r, i, 0));
+			buf_puts(&lines, "\n");
+		}
+		PQclear(r);
+		/* Every task of every subplan on the node of the part. */
+		cr_assert_eq(node_count(buf_str(&lines)), 1, "%s", buf_str(&lines));
+		for (const char *t = strstr(buf_str(&lines), "Task Count: "); t;
+		     t = strstr(t + 1, "Task Count: "))
+			cr_assert_eq(atoi(t + strlen("Task Count: ")), 1, "%s", buf_str(&lines));
+		buf_free(&lines);
+		buf_free(&ex);
+		buf_free(&text);
+		exec_ok(c, "BEGIN");
+		const char *fv[] = {key, values[1], values[2]};
+		r = PQexecParams(c, commit_sql_fence_part(), 3, NULL, fv, NULL, NULL, 0);
+		cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+		cr_assert_eq(PQntuples(r), 1);
+		PQclear(r);
+		r = PQexecPrepared(c, name, nv, values, NULL, NULL, 0);
+		cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+		cr_assert_eq(PQntuples(r), 1, "the fence let the commit through");
+		PQclear(r);
+		exec_ok(c, "COMMIT");
+		commit_params_free(&p);
+		commit_free(f);
+		cr_assert_eq(tdb_intf(c,
+		                      "SELECT count(*) FROM cairn.runs r JOIN cairn.steps s "
+		                      "ON s.run_id = r.id AND s.part = r.part "
+		                      "WHERE r.id = %" PRId64 " AND r.status = 'completed' "
+		                      "AND r.finished_at IS NOT NULL",
+		                      run),
+		             1);
+	}
 	PQfinish(c);
 }
