@@ -290,6 +290,16 @@ static int migrate_citus_json(const char *db, const char *name)
 	return n;
 }
 
+/* Database db, new, after `cairn migrate --citus` made every table
+ * distributed or a reference table: a connection to it. */
+static PGconn *citus_migrated(const char *db)
+{
+	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
+	PGconn *c = PQconnectdb(db);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	return c;
+}
+
 /* Checks what pg_dist_partition and cairn.parts say after the conversion. */
 static void check_distributed(PGconn *c)
 {
@@ -341,9 +351,7 @@ static void check_distributed(PGconn *c)
 Test(citus, migrate_citus_distributes_the_tables_of_runs_by_part_and_a_second_run_does_nothing)
 {
 	const char *db = citus_db("migrate_fresh");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	check_distributed(c);
 	int64_t parts = tdb_int(c, "SELECT count(*) FROM cairn.parts");
 	/* Again: what pg_dist_partition lists is not done twice. */
@@ -442,9 +450,7 @@ Test(citus, migrate_citus_converts_a_database_with_runs_in_place_keeping_every_r
 Test(citus, the_enqueue_of_a_run_without_a_concurrency_key_is_one_task_on_the_node_of_its_part)
 {
 	const char *db = citus_db("enqueue_router");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	/* As a worker's or a client's session prepares it: a generic plan. */
 	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
 	char sql[4096];
@@ -507,9 +513,7 @@ Test(citus, the_enqueue_of_a_run_without_a_concurrency_key_is_one_task_on_the_no
 Test(citus, a_part_moves_to_another_node_with_all_of_its_tables_by_logical_replication)
 {
 	const char *db = citus_db("move_part");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	/* Runs in every part, one with a journal entry, as the enqueue and the
 	 * commit write them (ids carry their shards, parts as the client
 	 * computes them). */
@@ -620,9 +624,7 @@ Test(citus,
      a_signal_and_a_cancel_write_in_the_part_of_their_run_and_wake_its_owner_from_the_coordinator)
 {
 	const char *db = citus_db("signal_cancel");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	int64_t nparts = run_per_part(c, "sig");
 	char *ids = tdb_str(c, "SELECT string_agg(id::text, ' ' ORDER BY id) FROM cairn.runs");
 	/* The parts' keys are not all 0: the part matters. */
@@ -818,9 +820,7 @@ Test(citus, the_commit_writes_steps_messages_signals_events_and_child_waits_in_t
 Test(citus, cairn_enqueue_on_a_distributed_database_stores_each_run_in_its_part)
 {
 	const char *db = citus_db("cli_enqueue");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	/* An idle runner owns every shard in its part; it hears each new run
 	 * from the coordinator, where the relay listens. */
 	int64_t owner = tdb_int(c, "INSERT INTO cairn.runners (name, address, version, groups, "
@@ -951,9 +951,7 @@ static int64_t nodes_of_runs(PGconn *c, const char *wf)
 Test(citus, the_sql_api_enqueue_in_an_application_transaction_stores_runs_in_their_parts)
 {
 	const char *db = citus_db("sql_enqueue");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	int64_t owner = own_every_shard(c);
 	/* The application's own table, on the coordinator. */
 	exec_ok(c, "CREATE TABLE public.orders (id int PRIMARY KEY)");
@@ -1016,9 +1014,7 @@ Test(citus, the_sql_api_enqueue_in_an_application_transaction_stores_runs_in_the
 Test(citus, the_batch_enqueue_stores_each_run_in_its_part_and_wakes_from_the_coordinator)
 {
 	const char *db = citus_db("batch_enqueue");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	int64_t owner = own_every_shard(c);
 	PGconn *listener = PQconnectdb(db);
 	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
@@ -1078,9 +1074,7 @@ Test(citus, the_batch_enqueue_stores_each_run_in_its_part_and_wakes_from_the_coo
 Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_key)
 {
 	const char *db = citus_db("key_enqueue");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	int64_t owner = own_every_shard(c);
 	PGconn *listener = PQconnectdb(db);
 	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
@@ -1177,9 +1171,7 @@ Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_
 Test(citus, children_sync_writes_a_parents_wait_in_its_part_on_the_second_node)
 {
 	const char *db = citus_db("children_sync");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	/* The first part on the second node (w2), and two parts on the first. */
 	int64_t pn = tdb_int(c, "SELECT p.part_no FROM cairn.parts p JOIN citus_shards s "
 	                        "ON s.shardid = get_shard_id_for_distribution_column("
@@ -1255,16 +1247,13 @@ Test(citus, children_sync_writes_a_parents_wait_in_its_part_on_the_second_node)
  * part, so over both worker nodes: steps and a durable sleep (t.spread),
  * events and a signal sent by the CLI (t.progress). Every run completes,
  * and no step ran twice: t_hits has one row per step of each run
- * (step_hit writes one each time it runs). A child is not among them yet:
- * the commit that starts or ends one calls cairn.children_sync (migration
- * 0021), which Citus cannot run (docs/architecture.md, "On Citus").
+ * (step_hit writes one each time it runs). A child is not among them yet
+ * (docs/architecture.md, "On Citus").
  */
 Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 {
 	const char *db = citus_db("drain");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	exec_ok(c, "CREATE TABLE t_hits (run_id bigint NOT NULL, step text NOT NULL)");
 	cairn_client *cl = NULL;
 	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
@@ -1394,9 +1383,7 @@ static void prepare_ok(PGconn *c, const char *name, const char *sql)
 Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 {
 	const char *db = citus_db("worker_plans");
-	cr_assert_eq(migrate_citus_json(db, "made_now"), (int)(NDIST + NREF));
-	PGconn *c = PQconnectdb(db);
-	cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+	PGconn *c = citus_migrated(db);
 	PQclear(PQexec(c, "SET client_min_messages = warning"));
 	run_per_part(c, "plans");
 	exec_ok(c, "SET plan_cache_mode = auto");
