@@ -290,6 +290,16 @@ static int migrate_citus_json(const char *db, const char *name)
 	return n;
 }
 
+/* A session of db (on the coordinator) that listens for wake-ups, as the
+ * relay does. */
+static PGconn *wake_listener(const char *db)
+{
+	PGconn *l = PQconnectdb(db);
+	cr_assert(PQstatus(l) == CONNECTION_OK, "%s", PQerrorMessage(l));
+	exec_ok(l, "LISTEN " CAIRN_WAKE_CHANNEL);
+	return l;
+}
+
 /* Database db, new, after `cairn migrate --citus` made every table
  * distributed or a reference table: a connection to it. */
 static PGconn *citus_migrated(const char *db)
@@ -639,9 +649,7 @@ Test(citus,
 	         "SELECT 'default', part_no, key, %" PRId64 " FROM cairn.parts",
 	         owner);
 	exec_ok(c, sql);
-	PGconn *listener = PQconnectdb(db);
-	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
-	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	PGconn *listener = wake_listener(db);
 	char *save = NULL;
 	int n = 0;
 	for (char *id = strtok_r(ids, " ", &save); id; id = strtok_r(NULL, " ", &save), n++) {
@@ -836,9 +844,7 @@ Test(citus, cairn_enqueue_on_a_distributed_database_stores_each_run_in_its_part)
 	         "JOIN cairn.parts p ON p.part_no = s %% %" PRId64,
 	         owner, nparts);
 	exec_ok(c, sql);
-	PGconn *listener = PQconnectdb(db);
-	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
-	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	PGconn *listener = wake_listener(db);
 	enum { N = 24 };
 	int64_t first = 0;
 	for (int i = 0; i < N; i++) {
@@ -955,9 +961,7 @@ Test(citus, the_sql_api_enqueue_in_an_application_transaction_stores_runs_in_the
 	int64_t owner = own_every_shard(c);
 	/* The application's own table, on the coordinator. */
 	exec_ok(c, "CREATE TABLE public.orders (id int PRIMARY KEY)");
-	PGconn *listener = PQconnectdb(db);
-	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
-	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	PGconn *listener = wake_listener(db);
 	/* Rolled back: no run, no wake-up. */
 	exec_ok(c, "BEGIN");
 	exec_ok(c, "INSERT INTO public.orders VALUES (0)");
@@ -1016,9 +1020,7 @@ Test(citus, the_batch_enqueue_stores_each_run_in_its_part_and_wakes_from_the_coo
 	const char *db = citus_db("batch_enqueue");
 	PGconn *c = citus_migrated(db);
 	int64_t owner = own_every_shard(c);
-	PGconn *listener = PQconnectdb(db);
-	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
-	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	PGconn *listener = wake_listener(db);
 	cairn_client *cl;
 	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
 	enum { N = 40 };
@@ -1076,9 +1078,7 @@ Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_
 	const char *db = citus_db("key_enqueue");
 	PGconn *c = citus_migrated(db);
 	int64_t owner = own_every_shard(c);
-	PGconn *listener = PQconnectdb(db);
-	cr_assert(PQstatus(listener) == CONNECTION_OK, "%s", PQerrorMessage(listener));
-	exec_ok(listener, "LISTEN " CAIRN_WAKE_CHANNEL);
+	PGconn *listener = wake_listener(db);
 	cairn_client *cl;
 	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
 	static const char *const CKEYS[] = {"alpha", "beta", "gamma", "delta"};
