@@ -99,6 +99,16 @@ static int one_owner(void *arg)
 	return owned_by(1);
 }
 
+/* Worker a, with 4 executors, once it owns every shard and its wake relay
+ * runs. */
+static pid_t ready_worker_a(void)
+{
+	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
+	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
+	relay_started(log_a);
+	return a;
+}
+
 static int two_owners(void *arg)
 {
 	(void)arg;
@@ -140,9 +150,7 @@ TestSuite(wake, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(wake, a_burst_against_an_idle_worker_starts_without_a_poll)
 {
-	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
+	pid_t a = ready_worker_a();
 	burst(100);
 	all_completed(100, "idle worker");
 	/* Idle again: a second burst needs a second wake. */
@@ -158,9 +166,7 @@ Test(wake, a_burst_against_an_idle_worker_starts_without_a_poll)
  */
 Test(wake, a_batch_of_new_runs_against_an_idle_worker_starts_without_a_poll)
 {
-	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
+	pid_t a = ready_worker_a();
 	enum { N = 50 };
 	cairn_enqueue_opts o[N];
 	cairn_enqueued out[N];
@@ -523,9 +529,7 @@ static int64_t settle_a(void)
  * through the owner's shards. */
 Test(wake, a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)
 {
-	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
+	pid_t a = ready_worker_a();
 	int64_t done = settle_a();
 	PGconn *other = no_hand_over();
 	claims c = one_by_one(10, &done, "a run named by its wake-up");
@@ -616,9 +620,7 @@ static int64_t push_owner_calls(void)
  */
 Test(wake, an_enqueue_hands_its_run_to_an_idle_owner_that_starts_it_without_a_claim)
 {
-	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
+	pid_t a = ready_worker_a();
 	int64_t done = settle_a();
 	/* The calls of cairn.push_owner are counted (track_functions) in a
 	 * client session of its own, whose first enqueue routes its workflow. */
@@ -756,9 +758,7 @@ Test(wake, a_run_handed_over_whose_notification_is_lost_starts_with_the_next_pol
  */
 Test(wake, a_forged_hand_over_is_not_started_from_its_claim_and_its_run_is_claimed)
 {
-	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
+	pid_t a = ready_worker_a();
 	int64_t done = settle_a(); /* the relay listens */
 	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
 	int64_t id = tdb_int(conn, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
@@ -880,9 +880,7 @@ Test(wake, a_claim_of_named_runs_finds_their_messages_by_run_whatever_is_due_els
 	               "SELECT id, shard_group, shard, 'signal', now() - interval '1 second' "
 	               "FROM cairn.runs WHERE shard_group = 'elsewhere'");
 	int64_t before = deliver_index_reads();
-	pid_t a = worker(log_a, "CAIRN_CONCURRENCY=4");
-	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
-	relay_started(log_a);
+	pid_t a = ready_worker_a();
 	for (int i = 0; i < RUNS; i++) {
 		enqueue("noop", "{}", 0);
 		tcheck(dump_logs,
