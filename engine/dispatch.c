@@ -1498,21 +1498,87 @@ static int64_t pushed_anchor(const char *now_ms)
 }
 
 /*
+ * A hand-over's notification is a copy of the run as its enqueue wrote it,
+ * and it may come late: the relay reads notifications in turn, and a claim
+ * of all that is due takes a run handed over as it takes one a dead worker
+ * had claimed. A run the poll took first (and may have finished since), a
+ * run of a shard whose lease moved meanwhile, or a notification sent again
+ * by someone who read it, must not start from that copy: its steps would
+ * run again. So the hand-over is taken in the database first, as a claim
+ * takes a run: this UPDATE ends it (queued_by NULL, what every claim of a
+ * run handed over also writes) only while it stands, for this runner's
+ * lease of the epoch the enqueue read. Each run comes back once: from this
+ * statement or from a claim. On the poller's session, which does not wait
+ * for the disk: a crash of the database that loses it loses every later
+ * write of the run too. $1 owner, $2 the runs, $3 their epochs.
+ */
+static const db_stmt ST_TAKE_PUSHED = {
+    "cairn_take_pushed",
+    "UPDATE cairn.runs r SET queued_by = NULL "
+    "FROM unnest($2::bigint[], $3::bigint[]) AS t (id, epoch) "
+    "JOIN cairn.shard_leases l ON l.owner = $1 AND l.epoch = t.epoch "
+    "WHERE r.id = t.id AND l.shard_group = r.shard_group AND l.shard = r.shard "
+    "  AND r.status = 'running' AND r.claims = 1 AND r.queued_by = $1 "
+    "  AND r.queued_seq IS NULL "
+    "RETURNING r.id"};
+
+/* One hand-over take_pushed starts: its notification's claim, as columns
+ * (pointing into doc), and whether the database let it go (ST_TAKE_PUSHED). */
+typedef struct pushed_run {
+	int64_t run;
+	cJSON *doc;
+	const char *v[CLAIM_NCOLS];
+	int taken;
+} pushed_run;
+
+/* Ends the hand-overs of runs (n of them) in the database: marks each taken
+ * that still stood. -1 when the database did not answer. */
+static int take_hand_overs(dispatch *d, PGconn *conn, int64_t owner, pushed_run *runs, int n)
+{
+	pgarr ids = PGARR_INIT, epochs = PGARR_INIT;
+	for (int i = 0; i < n; i++) {
+		pgarr_add_i64(&ids, runs[i].run);
+		pgarr_add(&epochs, runs[i].v[CLAIM_EPOCH]);
+	}
+	char me[24];
+	const char *p[] = {db_i64(me, owner), pgarr_str(&ids), pgarr_str(&epochs)};
+	buf err = BUF_INIT;
+	PGresult *r = conn ? db_exec_prepared(conn, &err, ST_TAKE_PUSHED.name, 3, p) : NULL;
+	pgarr_free(&ids);
+	pgarr_free(&epochs);
+	if (!r) {
+		log_kv(d->env.log, LOG_WARN,
+		       "cannot take runs handed over; they are claimed from the database instead",
+		       "error", buf_str(&err), NULL);
+		buf_free(&err);
+		return -1;
+	}
+	buf_free(&err);
+	for (int k = 0; k < PQntuples(r); k++)
+		for (int i = 0; i < n; i++)
+			runs[i].taken |= runs[i].run == db_get_i64(r, k, 0);
+	PQclear(r);
+	return 0;
+}
+
+/*
  * Takes the runs enqueues handed to this runner (dispatch_push) as a claim's
- * rows, to start at once, unless a claim took one first (it is in flight).
- * One that would wait in the queue (every executor busy: the enqueue found
- * the poller idle, but the queue is this poller's to fill, and it goes busy
- * as it fills it) or whose columns do not decode is claimed by id instead,
- * as a wake-up that names it (SQL_CLAIM_NEW takes a run handed over); one
- * that cannot execute here (its shard is being released) is given back as
- * a claimed run is (unclaim).
+ * rows, to start at once, unless a claim took one first (it is in flight,
+ * or ST_TAKE_PUSHED finds its hand-over ended). One that would wait in the
+ * queue (every executor busy: the enqueue found the poller idle, but the
+ * queue is this poller's to fill, and it goes busy as it fills it) or whose
+ * columns do not decode is claimed by id instead, as a wake-up that names
+ * it (SQL_CLAIM_NEW takes a run handed over); one that cannot execute here
+ * (its shard is being released) is given back as a claimed run is
+ * (unclaim).
  */
 static void take_pushed(dispatch *d, PGconn *conn)
 {
 	int64_t runs[CAIRN_WAKE_RUNS], again[CAIRN_WAKE_RUNS];
 	char *claims[CAIRN_WAKE_RUNS];
+	pushed_run go[CAIRN_WAKE_RUNS];
 	pthread_mutex_lock(&d->mu);
-	int n = d->npushed, nagain = 0;
+	int n = d->npushed, nagain = 0, ngo = 0;
 	memcpy(runs, d->pushed_runs, (size_t)n * sizeof *runs);
 	memcpy(claims, d->pushed, (size_t)n * sizeof *claims);
 	d->npushed = 0;
@@ -1520,13 +1586,12 @@ static void take_pushed(dispatch *d, PGconn *conn)
 	if (!n)
 		return;
 	int64_t owner = lease_runner_id(d->env.lease);
-	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
 	for (int i = 0; i < n; i++) {
 		/* "MAC CLAIM", as the relay passed it on */
-		const char *v[CLAIM_NCOLS], *mac = claims[i], *claim = strchr(mac, ' ');
+		char *mac = claims[i], *claim = strchr(mac, ' ');
 		int authentic = claim && claim - mac == 2 * crypto_hash_sha256_BYTES;
 		if (authentic)
-			*(char *)claim++ = '\0';
+			*claim++ = '\0';
 		authentic = authentic && pushed_authentic(d, mac, claim);
 		if (claim && !authentic && d->has_push_key)
 			log_kv(d->env.log, LOG_WARN,
@@ -1534,22 +1599,39 @@ static void take_pushed(dispatch *d, PGconn *conn)
 			       "authenticate (not cairn.pushed's; whoever may connect may notify): "
 			       "the run is claimed from the database instead",
 			       NULL);
-		cJSON *a = authentic ? cJSON_Parse(claim) : NULL;
+		pushed_run *pr = &go[ngo];
+		*pr = (pushed_run){.run = runs[i], .doc = authentic ? cJSON_Parse(claim) : NULL};
 		int flying = 0, at_once = 0;
-		if (claimrow_json(a, v) == 0 && v[CLAIM_ID] && strtoll(v[CLAIM_ID], NULL, 10) == runs[i])
+		if (claimrow_json(pr->doc, pr->v) == 0 && pr->v[CLAIM_ID] && pr->v[CLAIM_EPOCH] &&
+		    strtoll(pr->v[CLAIM_ID], NULL, 10) == runs[i])
 			pushed_fate(d, runs[i], &flying, &at_once);
-		if (!flying && !at_once) {
-			again[nagain++] = runs[i];
-		} else if (!flying) {
+		if (!flying && at_once) {
+			ngo++;
+		} else {
+			if (!flying)
+				again[nagain++] = runs[i];
+			cJSON_Delete(pr->doc);
+		}
+		free(claims[i]);
+	}
+	if (ngo && take_hand_overs(d, conn, owner, go, ngo) < 0) {
+		for (int i = 0; i < ngo; i++)
+			again[nagain++] = go[i].run;
+		ngo = 0;
+	}
+	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
+	for (int i = 0; i < ngo; i++) {
+		if (go[i].taken) {
 			claimrow_env env = {.map = d->env.map,
 			                    .owner = owner,
-			                    .mono_at_load = pushed_anchor(v[CLAIM_NOW]),
+			                    .mono_at_load = pushed_anchor(go[i].v[CLAIM_NOW]),
 			                    .max_journal_bytes = d->limits.max_journal_bytes};
-			take_row(d, &env, v, &refused, &marked);
+			take_row(d, &env, go[i].v, &refused, &marked);
 			atomic_fetch_add(&d->env.m->runs_pushed, 1);
+		} else {
+			atomic_fetch_add(&d->env.m->runs_pushed_stale, 1);
 		}
-		cJSON_Delete(a);
-		free(claims[i]);
+		cJSON_Delete(go[i].doc);
 	}
 	if (refused.n)
 		unclaim(d, conn, owner, &refused, &marked);
@@ -2099,6 +2181,9 @@ static void read_push_key(dispatch *d, PGconn *conn)
 	                   strlen(PQgetvalue(r, 0, 0)), NULL, &len, NULL) == 0 &&
 	    len == sizeof d->push_key;
 	PQclear(r);
+	/* A hand-over is started only once taken (take_pushed). */
+	if (d->has_push_key && db_prepare(conn, &ST_TAKE_PUSHED, 1, NULL) < 0)
+		d->has_push_key = 0;
 }
 
 static int poller_connect(poller *p)

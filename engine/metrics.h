@@ -69,6 +69,7 @@ typedef struct metrics {
 	_Atomic uint64_t claims_runs;   /* claims of the runs wake-ups named */
 	_Atomic uint64_t claims_new_run;    /* of those, of a new run (CLAIM_NEW in dispatch.c) */
 	_Atomic uint64_t runs_pushed;       /* runs an enqueue handed over, started with no claim */
+	_Atomic uint64_t runs_pushed_stale; /* hand-overs a claim had ended first: not started */
 	_Atomic uint64_t claims_given_back; /* runs claimed that did not execute here (unclaim) */
 	_Atomic uint64_t lease_losses;
 	/* Backends that held shards this worker wants and are no live runner's

@@ -133,6 +133,10 @@ static void metrics_page(const status_env *e, http_reply *r)
 	       "Runs an enqueue handed to this idle worker from inside its own transaction, with "
 	       "what a claim would have returned of them: started with no claim of their own.",
 	       NULL, (double)atomic_load(&m->runs_pushed));
+	metric(b, "cairn_runs_pushed_stale_total", "counter",
+	       "Hand-overs whose notification came after a claim had taken their run (or that "
+	       "were sent again): not started from the notification.",
+	       NULL, (double)atomic_load(&m->runs_pushed_stale));
 	metric(b, "cairn_claims_given_back_total", "counter",
 	       "Runs a claim took that did not execute here, mostly of a shard being handed over: "
 	       "the execution the claim counted and the slot it took were given back.",
