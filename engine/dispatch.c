@@ -1504,26 +1504,29 @@ static int64_t pushed_anchor(const char *now_ms)
  * had claimed. A run the poll took first (and may have finished since), a
  * run of a shard whose lease moved meanwhile, or a notification sent again
  * by someone who read it, must not start from that copy: its steps would
- * run again. So the hand-over is taken in the database first, as a claim
- * takes a run: this UPDATE ends it (queued_by NULL, what every claim of a
- * run handed over also writes) only while it stands, for this runner's
- * lease of the epoch the enqueue read. Each run comes back once: from this
- * statement or from a claim. On the poller's session, which does not wait
- * for the disk: a crash of the database that loses it loses every later
- * write of the run too. $1 owner, $2 the runs, $3 their epochs.
+ * run again. So the poller first reads whether each hand-over still stands
+ * (every claim of a run handed over ends it: queued_by NULL) for this
+ * runner's lease of the epoch the enqueue read, and starts only those that
+ * do. A read is enough: no claim of this worker takes a run it has in
+ * flight (and the poller both reads and claims), and a claim elsewhere
+ * after the read (a lease lost meanwhile) starts the run alongside this
+ * execution, before either journaled a step, as a claim of a run whose
+ * worker seems dead does: the fence keeps one execution's writes. Each run
+ * is found by its key, and its lease by its key (a generic plan that joined
+ * the leases by owner walked every lease of the runner: 4,096 on one
+ * worker). $1 owner, $2 the runs, $3 their epochs.
  */
-static const db_stmt ST_TAKE_PUSHED = {
-    "cairn_take_pushed",
-    "UPDATE cairn.runs r SET queued_by = NULL "
-    "FROM unnest($2::bigint[], $3::bigint[]) AS t (id, epoch) "
-    "JOIN cairn.shard_leases l ON l.owner = $1 AND l.epoch = t.epoch "
-    "WHERE r.id = t.id AND l.shard_group = r.shard_group AND l.shard = r.shard "
-    "  AND r.status = 'running' AND r.claims = 1 AND r.queued_by = $1 "
-    "  AND r.queued_seq IS NULL "
-    "RETURNING r.id"};
+static const db_stmt ST_PUSHED_STAND = {
+    "cairn_pushed_stand",
+    "SELECT r.id FROM cairn.runs r "
+    "WHERE r.id = ANY ($2::bigint[]) AND r.status = 'running' AND r.claims = 1 "
+    "  AND r.queued_by = $1 AND r.queued_seq IS NULL "
+    "  AND (SELECT l.owner = $1 AND l.epoch = ($3::bigint[])[array_position($2::bigint[], r.id)] "
+    "       FROM cairn.shard_leases l "
+    "       WHERE l.shard_group = r.shard_group AND l.shard = r.shard)"};
 
 /* One hand-over take_pushed starts: its notification's claim, as columns
- * (pointing into doc), and whether the database let it go (ST_TAKE_PUSHED). */
+ * (pointing into doc), and whether it still stands (ST_PUSHED_STAND). */
 typedef struct pushed_run {
 	int64_t run;
 	cJSON *doc;
@@ -1531,9 +1534,9 @@ typedef struct pushed_run {
 	int taken;
 } pushed_run;
 
-/* Ends the hand-overs of runs (n of them) in the database: marks each taken
- * that still stood. -1 when the database did not answer. */
-static int take_hand_overs(dispatch *d, PGconn *conn, int64_t owner, pushed_run *runs, int n)
+/* Marks each of the hand-overs of runs (n of them) that still stands
+ * (taken). -1 when the database did not answer. */
+static int hand_overs_stand(dispatch *d, PGconn *conn, int64_t owner, pushed_run *runs, int n)
 {
 	pgarr ids = PGARR_INIT, epochs = PGARR_INIT;
 	for (int i = 0; i < n; i++) {
@@ -1543,12 +1546,13 @@ static int take_hand_overs(dispatch *d, PGconn *conn, int64_t owner, pushed_run 
 	char me[24];
 	const char *p[] = {db_i64(me, owner), pgarr_str(&ids), pgarr_str(&epochs)};
 	buf err = BUF_INIT;
-	PGresult *r = conn ? db_exec_prepared(conn, &err, ST_TAKE_PUSHED.name, 3, p) : NULL;
+	PGresult *r = conn ? db_exec_prepared(conn, &err, ST_PUSHED_STAND.name, 3, p) : NULL;
 	pgarr_free(&ids);
 	pgarr_free(&epochs);
 	if (!r) {
 		log_kv(d->env.log, LOG_WARN,
-		       "cannot take runs handed over; they are claimed from the database instead",
+		       "cannot read whether runs handed over are still to start; they are claimed "
+		       "from the database instead",
 		       "error", buf_str(&err), NULL);
 		buf_free(&err);
 		return -1;
@@ -1564,7 +1568,7 @@ static int take_hand_overs(dispatch *d, PGconn *conn, int64_t owner, pushed_run 
 /*
  * Takes the runs enqueues handed to this runner (dispatch_push) as a claim's
  * rows, to start at once, unless a claim took one first (it is in flight,
- * or ST_TAKE_PUSHED finds its hand-over ended). One that would wait in the
+ * or ST_PUSHED_STAND finds its hand-over ended). One that would wait in the
  * queue (every executor busy: the enqueue found the poller idle, but the
  * queue is this poller's to fill, and it goes busy as it fills it) or whose
  * columns do not decode is claimed by id instead, as a wake-up that names
@@ -1614,7 +1618,7 @@ static void take_pushed(dispatch *d, PGconn *conn)
 		}
 		free(claims[i]);
 	}
-	if (ngo && take_hand_overs(d, conn, owner, go, ngo) < 0) {
+	if (ngo && hand_overs_stand(d, conn, owner, go, ngo) < 0) {
 		for (int i = 0; i < ngo; i++)
 			again[nagain++] = go[i].run;
 		ngo = 0;
@@ -2182,7 +2186,7 @@ static void read_push_key(dispatch *d, PGconn *conn)
 	    len == sizeof d->push_key;
 	PQclear(r);
 	/* A hand-over is started only once taken (take_pushed). */
-	if (d->has_push_key && db_prepare(conn, &ST_TAKE_PUSHED, 1, NULL) < 0)
+	if (d->has_push_key && db_prepare(conn, &ST_PUSHED_STAND, 1, NULL) < 0)
 		d->has_push_key = 0;
 }
 

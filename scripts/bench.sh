@@ -73,10 +73,41 @@ pgbench=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)/pgb
 "$top/build/rel/bench" --worker "$top/bin/cairn-worker" --pgbench "$pgbench" \
 	--plugin "$top/build/examples/bench_flows.so" --cli "$top/bin/cairn" \
 	--load "$top/build/rel/bench_load" --out "$out" --logs "$logs" "$@" || rc=$?
-if [ "$rc" -eq 3 ]; then
+
+# The same enqueue and drain phases on Citus (docs/architecture.md, "On
+# Citus"): a coordinator and two worker nodes on this machine, from
+# tests/citus.sh, migrated with `cairn migrate --citus`, beside the single
+# server's figures of this run, with the statements and transactions each
+# node served (scripts/bench-citus.py). It runs with every phase, or when
+# BENCH_PHASES names "citus"; BENCH_CITUS_PHASES picks its own phases
+# (enqueue,x8,drain). Citus is built once per machine (scripts/citus.sh).
+citus_rc=0
+case ",${BENCH_PHASES:-citus}," in
+*,citus,*) citus=1 ;;
+*) citus=0 ;;
+esac
+if [ "$citus" = 1 ] && [ -z "${BENCH_MEMORY_RUNS:-}" ]; then
+	sh "$top/scripts/deps.sh" --citus >/dev/null
+	sh "$top/scripts/citus.sh" build
+	citusdir=$(mktemp -d /tmp/cairn-bench-citus.XXXXXX)
+	trap 'cleanup; sh "$top/tests/citus.sh" stop "$citusdir" >/dev/null 2>&1 || true' EXIT
+	PG_FSYNC=${PG_FSYNC:-on} PG_STATEMENTS=1 sh "$top/tests/citus.sh" start "$citusdir" >/dev/null
+	curl=$(sh "$top/tests/citus.sh" createdb "$citusdir" cairn_bench)
+	DATABASE_URL=$curl "$top/bin/cairn" migrate --citus >/dev/null
+	out_citus=${out%.json}-citus.json
+	echo "bench: Citus: a coordinator and two worker nodes in $citusdir (fsync=${PG_FSYNC:-on})"
+	python3 "$top/scripts/bench-citus.py" reset "$citusdir" cairn_bench
+	DATABASE_URL=$curl BENCH_OUT=$out_citus BENCH_PHASES=${BENCH_CITUS_PHASES:-enqueue,x8,drain} \
+		"$top/build/rel/bench" --worker "$top/bin/cairn-worker" --pgbench "$pgbench" \
+		--plugin "$top/build/examples/bench_flows.so" --cli "$top/bin/cairn" \
+		--load "$top/build/rel/bench_load" --out "$out_citus" --logs "$logs" || citus_rc=$?
+	python3 "$top/scripts/bench-citus.py" report "$citusdir" cairn_bench "$out" "$out_citus"
+fi
+if [ "$rc" -eq 3 ] || [ "$citus_rc" -eq 3 ]; then
 	echo "bench: some phases were not measured; the worker logs stay in $logs"
 	exit 0
 fi
+[ "$citus_rc" -eq 0 ] || exit "$citus_rc"
 keep_logs=${BENCH_KEEP_LOGS:-0}
 [ "$keep_logs" = 1 ] && echo "bench: worker logs kept in $logs"
 exit "$rc"
