@@ -8,10 +8,12 @@ beside the single server's of the same run.
   reset   empties pg_stat_statements of database DB on every node and keeps
           each node's transaction count (DIR/xacts.json)
   report  prints, per node, the statements (pg_stat_statements calls) and
-          transactions (pg_stat_database) of DB since reset, and their share
-          of the cluster's; then the enqueue and drain figures of SINGLE.json
-          (the single server) and CITUS.json (the cluster) side by side, and
-          adds the node figures to CITUS.json under "nodes"
+          transactions (pg_stat_database) of DB (the enqueue phases') since
+          reset, and their share of the cluster's; then the enqueue and drain
+          figures of SINGLE.json (the single server) and CITUS.json (the
+          cluster) side by side, with each drain's per-node figures (the
+          bench counts them on each node: BENCH_NODES), and adds the node
+          figures of DB to CITUS.json under "nodes"
 """
 import json
 import os
@@ -54,8 +56,10 @@ def xacts(cluster, node, db):
 
 def reset(cluster, db):
     before = {}
+    # Citus makes the extension on the worker nodes as well, and refuses it
+    # made on one of them.
+    sql(cluster, "coord", db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     for node in NODES:
-        sql(cluster, node, db, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         sql(cluster, node, db, "SELECT pg_stat_statements_reset()")
         before[node] = xacts(cluster, node, db)
     with open(os.path.join(cluster, "xacts.json"), "w", encoding="utf-8") as f:
@@ -80,7 +84,7 @@ def report(cluster, db, single_path, citus_path):
                        "transactions": xacts(cluster, node, db) - before[node]}
     total_s = sum(n["statements"] for n in nodes.values()) or 1
     total_x = sum(n["transactions"] for n in nodes.values()) or 1
-    print("\nCitus: the work each node served (database %s, every phase above)" % db)
+    print("\nCitus: the work each node served in the enqueue phases (database %s)" % db)
     print("%-8s %12s %7s %14s %7s" % ("node", "statements", "share", "transactions", "share"))
     for node, n in nodes.items():
         n["statement_share"] = n["statements"] / total_s
@@ -89,15 +93,14 @@ def report(cluster, db, single_path, citus_path):
             node, n["statements"], 100 * n["statement_share"],
             n["transactions"], 100 * n["transaction_share"]))
     one, cit = measures(single_path), measures(citus_path)
-    print("\nCitus beside the single server of this run")
-    print("%-42s %12s %12s %8s" % ("measure", "one server", "Citus", "ratio"))
-    for key in KEYS:
-        if key not in cit:
-            continue
+    print("\nCitus beside the single server of this run (a drain's statements and")
+    print("transactions per run: the coordinator's, then each worker node's)")
+    print("%-48s %12s %12s %8s" % ("measure", "one server", "Citus", "ratio"))
+    for key in [k for k in cit if k in KEYS or "_node" in k]:
         a = one.get(key, {}).get("value")
         b = cit[key]["value"]
         ratio = "%.2fx" % (b / a) if a else "-"
-        print("%-42s %12s %12.4g %8s" % (cit[key]["label"],
+        print("%-48s %12s %12.4g %8s" % (cit[key]["label"],
                                            "%.4g" % a if a is not None else "-", b, ratio))
     with open(citus_path, encoding="utf-8") as f:
         doc = json.load(f)

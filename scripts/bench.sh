@@ -97,7 +97,10 @@ if [ "$citus" = 1 ] && [ -z "${BENCH_MEMORY_RUNS:-}" ]; then
 	out_citus=${out%.json}-citus.json
 	echo "bench: Citus: a coordinator and two worker nodes in $citusdir (fsync=${PG_FSYNC:-on})"
 	python3 "$top/scripts/bench-citus.py" reset "$citusdir" cairn_bench
+	nodes="postgresql:///cairn_bench?host=$citusdir/w1&port=5432&user=cairn"
+	nodes="$nodes postgresql:///cairn_bench?host=$citusdir/w2&port=5432&user=cairn"
 	DATABASE_URL=$curl BENCH_OUT=$out_citus BENCH_PHASES=${BENCH_CITUS_PHASES:-enqueue,x8,drain} \
+		BENCH_CITUS_SH="$top/tests/citus.sh" BENCH_CITUS_DIR=$citusdir BENCH_NODES=$nodes \
 		"$top/build/rel/bench" --worker "$top/bin/cairn-worker" --pgbench "$pgbench" \
 		--plugin "$top/build/examples/bench_flows.so" --cli "$top/bin/cairn" \
 		--load "$top/build/rel/bench_load" --out "$out_citus" --logs "$logs" || citus_rc=$?

@@ -111,6 +111,14 @@ typedef struct bench {
 	/* One more setting of the drains' workers (the tracing phase's
 	 * endpoint), or NULL. */
 	const char *drain_env_name, *drain_env_value;
+	/* On Citus (BENCH_CITUS_SH, BENCH_CITUS_DIR: scripts/bench.sh): the
+	 * cluster's script and directory, which make the phases' databases on
+	 * every node, and a connection to each worker node (BENCH_NODES), whose
+	 * statements and transactions each drain also counts. NULL / 0: one
+	 * server. */
+	const char *citus_sh, *citus_dir;
+	PGconn *nodes[4];
+	int nnodes;
 } bench;
 
 typedef enum goal { NONE, LE, GE, RATIO_LE, RATIO_GE } goal;
@@ -331,10 +339,34 @@ static PGconn *connect_url(const char *url)
 	return pg;
 }
 
-/* A fresh database name on the bench's server, migrated; its URL, or NULL. */
+static int run_capture(char *const argv[], char *buf, size_t size);
+
+/* On Citus: runs the cluster's script (tests/citus.sh) with cmd and
+ * database name; its output (a URL) in out. 0 or -1. */
+static int citus_db(bench *b, const char *cmd, const char *name, char *out, size_t size)
+{
+	char *const argv[] = {"/bin/sh", (char *)b->citus_sh, (char *)cmd, (char *)b->citus_dir,
+	                      (char *)name, NULL};
+	if (run_capture(argv, out, size) != 0) {
+		fprintf(stderr, "bench: citus.sh %s %s failed: %.300s\n", cmd, name, out);
+		return -1;
+	}
+	out[strcspn(out, "\n")] = '\0';
+	return 0;
+}
+
+/* A fresh database name on the bench's server, migrated; its URL, or NULL.
+ * On Citus, a database of the cluster on every node. */
 static char *db_create(bench *b, const char *name, int migrate)
 {
 	char sql[256];
+	if (b->citus_sh) { /* migrated by the caller (cairn migrate --citus) */
+		char out[4096];
+		if (migrate || citus_db(b, "dropdb", name, out, sizeof out) ||
+		    citus_db(b, "createdb", name, out, sizeof out))
+			return NULL;
+		return strdup(out);
+	}
 	snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
 	if (exec_ok(b->pg, sql))
 		return NULL;
@@ -359,6 +391,11 @@ static char *db_create(bench *b, const char *name, int migrate)
 static void db_drop(bench *b, const char *name)
 {
 	char sql[256];
+	if (b->citus_sh) {
+		char out[4096];
+		citus_db(b, "dropdb", name, out, sizeof out);
+		return;
+	}
 	snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
 	exec_ok(b->pg, sql);
 }
@@ -1272,8 +1309,17 @@ out:
 
 static const char SQL_DB_XACTS[] =
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1";
+/* Clients only: on Citus, a maintenance daemon in each database keeps
+ * connections of its own (citus_internal) to every node, the coordinator
+ * too. */
 static const char SQL_DB_SESSIONS[] =
-    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()";
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() "
+    "  AND backend_type = 'client backend' AND application_name NOT LIKE 'citus\\_internal%'";
+/* On a worker node of Citus, every client: the coordinator's sessions reach
+ * it as citus_internal ones, which a maintenance daemon's stay among. */
+static const char SQL_NODE_SESSIONS[] =
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() "
+    "  AND backend_type = 'client backend'";
 static const char SQL_STMT_RESET[] =
     "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = $1), 0)";
 static const char SQL_STMT_SUM[] =
@@ -1294,6 +1340,8 @@ typedef struct drain {
 	double server_ms; /* their planning and execution time per run, ms, or -1 */
 	double cpu_us;    /* the worker's CPU time (user + system) per run, us, or -1 */
 	cJSON *top;       /* the most frequent statements, or NULL */
+	/* On Citus: each worker node's statements and transactions per run. */
+	double node_stmts[4], node_xacts[4];
 } drain;
 
 /* The CPU time process pid has used (user + system), ms, or -1. */
@@ -1336,6 +1384,34 @@ static double db_xacts_settled(bench *b, const char *db)
 	return -1;
 }
 
+/* On Citus: the one value of sql (with db as $1) on worker node i, or -1. */
+static double node_value(bench *b, int i, const char *sql, const char *db)
+{
+	const char *p[] = {db};
+	PGresult *r = PQexecParams(b->nodes[i], sql, 1, NULL, p, NULL, NULL, 0);
+	double v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 ? cell(r, 0) : -1;
+	PQclear(r);
+	return v;
+}
+
+/* On Citus: each worker node's statements and transactions of db so far,
+ * once its sessions there are down to sessions[i] (a node's backends
+ * report as they end); with sessions NULL, at once, and sessions0 gets
+ * the count. */
+static void nodes_count(bench *b, const char *db, double *stmts, double *xacts,
+                        const double *sessions, double *sessions0)
+{
+	for (int i = 0; i < b->nnodes; i++) {
+		if (sessions0)
+			sessions0[i] = node_value(b, i, SQL_NODE_SESSIONS, db);
+		for (int64_t end = now_ms() + 30000;
+		     sessions && node_value(b, i, SQL_NODE_SESSIONS, db) > sessions[i] && now_ms() < end;)
+			sleep_ms(20);
+		stmts[i] = b->have_statements ? node_value(b, i, SQL_STMT_SUM, db) : -1;
+		xacts[i] = node_value(b, i, SQL_DB_XACTS, db);
+	}
+}
+
 /* Runs side s's program argv (its CLI or bench_load) on url; its output in
  * out, 0 or -1 (noted under phase). */
 static int side_run(bench *b, const char *phase, const char *url, char *const argv[], char *out,
@@ -1354,7 +1430,7 @@ static char *side_db(bench *b, const side *s, const char *phase, const char *db)
 {
 	char out[4096];
 	char *url = db_create(b, db, 0);
-	char *const argv[] = {(char *)s->cli, "migrate", NULL};
+	char *const argv[] = {(char *)s->cli, "migrate", b->citus_sh ? "--citus" : NULL, NULL};
 	if (!url)
 		note_error(b, phase, "cannot create the database %s", db);
 	else if (side_run(b, phase, url, argv, out, sizeof out))
@@ -1390,7 +1466,10 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
 	pg = NULL;
 	if (b->have_statements)
 		PQclear(q(b, SQL_STMT_RESET, 1, p));
-	double x0 = db_xacts_settled(b, db);
+	for (int i = 0; i < b->nnodes && b->have_statements; i++)
+		node_value(b, i, SQL_STMT_RESET, db);
+	double x0 = db_xacts_settled(b, db), ns0[4] = {0}, nx0[4] = {0}, nsess[4] = {0};
+	nodes_count(b, db, ns0, nx0, NULL, nsess);
 	worker w;
 	long polls = 0;
 	char name[64];
@@ -1414,6 +1493,12 @@ static int drain_fresh(bench *b, const side *s, const char *phase, const char *d
 	d->start_rps = n / ((double)(t2 - t0) / 1000);
 	d->ready_rps = n / ((double)(t2 - t1) / 1000);
 	d->xacts = (db_xacts_settled(b, db) - x0 - (double)polls) / n;
+	double ns[4] = {0}, nx[4] = {0};
+	nodes_count(b, db, ns, nx, nsess, NULL);
+	for (int i = 0; i < b->nnodes; i++) {
+		d->node_stmts[i] = ns[i] < 0 ? -1 : (ns[i] - ns0[i]) / n;
+		d->node_xacts[i] = (nx[i] - nx0[i]) / n;
+	}
 	PGresult *r = b->have_statements ? q(b, SQL_STMT_SUM, 1, p) : NULL;
 	if (r) {
 		d->stmts = (cell(r, 0) - (double)polls) / n;
@@ -1447,6 +1532,16 @@ static void measure_cost(bench *b, const char *key, const char *what, const drai
 	snprintf(k, sizeof k, "%s_xacts_per_run", key);
 	snprintf(label, sizeof label, "%s: transactions/run", what);
 	measure(b, k, label, "xacts", d->xacts, floor ? floor->xacts : 0, floor_is, NONE, 0);
+	for (int i = 0; i < b->nnodes; i++) {
+		snprintf(k, sizeof k, "%s_node%d_xacts_per_run", key, i + 1);
+		snprintf(label, sizeof label, "%s: transactions/run, node w%d", what, i + 1);
+		measure(b, k, label, "xacts", d->node_xacts[i], 0, "", NONE, 0);
+		if (d->node_stmts[i] < 0)
+			continue;
+		snprintf(k, sizeof k, "%s_node%d_statements_per_run", key, i + 1);
+		snprintf(label, sizeof label, "%s: statements/run, node w%d", what, i + 1);
+		measure(b, k, label, "stmts", d->node_stmts[i], 0, "", NONE, 0);
+	}
 	if (d->stmts < 0)
 		return;
 	snprintf(k, sizeof k, "%s_statements_per_run", key);
@@ -2882,6 +2977,17 @@ int main(int argc, char **argv)
 	b.phases =
 	    getenv("BENCH_PHASES") && *getenv("BENCH_PHASES") ? getenv("BENCH_PHASES") : NULL;
 	b.db_url = getenv("DATABASE_URL");
+	b.citus_sh = getenv("BENCH_CITUS_SH");
+	b.citus_dir = getenv("BENCH_CITUS_DIR");
+	if (!b.citus_sh || !*b.citus_sh || !b.citus_dir || !*b.citus_dir)
+		b.citus_sh = b.citus_dir = NULL;
+	char *nodes = getenv("BENCH_NODES") ? strdup(getenv("BENCH_NODES")) : NULL;
+	for (char *sp, *u = nodes ? strtok_r(nodes, " ", &sp) : NULL; u && b.nnodes < 4;
+	     u = strtok_r(NULL, " ", &sp)) {
+		if (!(b.nodes[b.nnodes++] = connect_url(u)))
+			return 1;
+	}
+	free(nodes);
 	if (!b.db_url || !*b.db_url) {
 		fprintf(stderr, "bench: DATABASE_URL is not set\n");
 		return 2;
@@ -2968,6 +3074,8 @@ int main(int argc, char **argv)
 	int problems = report(&b, env);
 	cairn_client_free(b.c);
 	PQfinish(b.pg);
+	for (int i = 0; i < b.nnodes; i++)
+		PQfinish(b.nodes[i]);
 	curl_global_cleanup();
 	return problems ? 3 : 0;
 }

@@ -8,7 +8,8 @@
 # prints the coordinator's DATABASE_URL; `createdb` makes database NAME a
 # Citus cluster of its own on the same three nodes (Citus's metadata is per
 # database: the database, the extension and the nodes on each) and prints
-# its URL; `stop` stops the three and removes DIR. Citus must be installed
+# its URL; `dropdb` drops database NAME on the three, if it exists; `stop`
+# stops the three and removes DIR. Citus must be installed
 # (sh scripts/citus.sh build).
 #
 # The nodes know each other by their socket directories (Citus connects to a
@@ -24,7 +25,7 @@
 set -eu
 cmd=${1:-}
 dir=${2:-}
-[ -n "$dir" ] || { echo "usage: citus.sh start DIR | createdb DIR NAME | stop DIR" >&2; exit 2; }
+[ -n "$dir" ] || { echo "usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | stop DIR" >&2; exit 2; }
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -n "$pgbin" ] || { echo "citus.sh: no PostgreSQL server found in /usr/lib/postgresql" >&2; exit 1; }
 nodes="coord w1 w2"
@@ -138,12 +139,23 @@ createdb)
 	add_nodes
 	echo "postgresql:///$name?host=$dir/coord&port=5432&user=cairn"
 	;;
+dropdb)
+	name=${3:-}
+	case "$name" in
+	"" | *[!a-z0-9_]*) echo "citus.sh: dropdb DIR NAME: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
+	esac
+	exec 9>"$dir/createdb.lock"
+	flock 9
+	for n in coord w1 w2; do
+		node_sql "$n" -c "DROP DATABASE IF EXISTS $name WITH (FORCE)"
+	done
+	;;
 stop)
 	stop_all
 	rm -rf "$dir"
 	;;
 *)
-	echo "usage: citus.sh start DIR | createdb DIR NAME | stop DIR" >&2
+	echo "usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | stop DIR" >&2
 	exit 2
 	;;
 esac
