@@ -123,32 +123,27 @@ start)
 	add_nodes || { stop_all; exit 1; }
 	echo "postgresql:///postgres?host=$dir/coord&port=5432&user=cairn"
 	;;
-createdb)
+createdb | dropdb)
 	name=${3:-}
 	case "$name" in
-	"" | *[!a-z0-9_]*) echo "citus.sh: createdb DIR NAME: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
+	"" | *[!a-z0-9_]*) echo "citus.sh: $cmd DIR NAME: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
 	esac
 	# One at a time: Citus's extension made in two databases of a node at
 	# once fails ("tuple concurrently updated"), and tests run in parallel.
 	exec 9>"$dir/createdb.lock"
 	flock 9
+	if [ "$cmd" = dropdb ]; then
+		for n in $nodes; do
+			node_sql "$n" -c "DROP DATABASE IF EXISTS $name WITH (FORCE)"
+		done
+		exit 0
+	fi
 	for n in $nodes; do
 		node_sql "$n" -c "CREATE DATABASE $name"
 	done
 	db=$name
 	add_nodes
 	echo "postgresql:///$name?host=$dir/coord&port=5432&user=cairn"
-	;;
-dropdb)
-	name=${3:-}
-	case "$name" in
-	"" | *[!a-z0-9_]*) echo "citus.sh: dropdb DIR NAME: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
-	esac
-	exec 9>"$dir/createdb.lock"
-	flock 9
-	for n in coord w1 w2; do
-		node_sql "$n" -c "DROP DATABASE IF EXISTS $name WITH (FORCE)"
-	done
 	;;
 stop)
 	stop_all
