@@ -1531,11 +1531,11 @@ typedef struct pushed_run {
 	int64_t run;
 	cJSON *doc;
 	const char *v[CLAIM_NCOLS];
-	int taken;
+	int stands;
 } pushed_run;
 
-/* Marks each of the hand-overs of runs (n of them) that still stands
- * (taken). -1 when the database did not answer. */
+/* Reads which of the hand-overs of runs (n of them) still stand (marks
+ * them). -1 when the database did not answer. */
 static int hand_overs_stand(dispatch *d, PGconn *conn, int64_t owner, pushed_run *runs, int n)
 {
 	pgarr ids = PGARR_INIT, epochs = PGARR_INIT;
@@ -1560,7 +1560,7 @@ static int hand_overs_stand(dispatch *d, PGconn *conn, int64_t owner, pushed_run
 	buf_free(&err);
 	for (int k = 0; k < PQntuples(r); k++)
 		for (int i = 0; i < n; i++)
-			runs[i].taken |= runs[i].run == db_get_i64(r, k, 0);
+			runs[i].stands |= runs[i].run == db_get_i64(r, k, 0);
 	PQclear(r);
 	return 0;
 }
@@ -1625,7 +1625,7 @@ static void take_pushed(dispatch *d, PGconn *conn)
 	}
 	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
 	for (int i = 0; i < ngo; i++) {
-		if (go[i].taken) {
+		if (go[i].stands) {
 			claimrow_env env = {.map = d->env.map,
 			                    .owner = owner,
 			                    .mono_at_load = pushed_anchor(go[i].v[CLAIM_NOW]),
