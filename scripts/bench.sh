@@ -104,7 +104,9 @@ if [ "$citus" = 1 ] && [ -z "${BENCH_MEMORY_RUNS:-}" ]; then
 		"$top/build/rel/bench" --worker "$top/bin/cairn-worker" --pgbench "$pgbench" \
 		--plugin "$top/build/examples/bench_flows.so" --cli "$top/bin/cairn" \
 		--load "$top/build/rel/bench_load" --out "$out_citus" --logs "$logs" || citus_rc=$?
-	python3 "$top/scripts/bench-citus.py" report "$citusdir" cairn_bench "$out" "$out_citus"
+	if [ "$citus_rc" -eq 0 ] || [ "$citus_rc" -eq 3 ]; then
+		python3 "$top/scripts/bench-citus.py" report "$citusdir" cairn_bench "$out" "$out_citus"
+	fi
 fi
 if [ "$rc" -eq 3 ] || [ "$citus_rc" -eq 3 ]; then
 	echo "bench: some phases were not measured; the worker logs stay in $logs"
