@@ -6,7 +6,6 @@
  */
 #include "claimrow.h"
 
-#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -169,17 +168,4 @@ int64_t claimrow_next_due_ms(const char *const *v)
 {
 	int64_t ms;
 	return int_col(v, CLAIM_NEXT_DUE, 0, TS_MAX_MS - TS_MIN_MS, &ms) == 0 ? ms : -1;
-}
-
-int claimrow_json(const cJSON *a, const char **v)
-{
-	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != CLAIM_NCOLS)
-		return -1;
-	int i = 0;
-	for (const cJSON *e = a->child; e; e = e->next, i++) {
-		if (!cJSON_IsNull(e) && !cJSON_IsString(e))
-			return -1;
-		v[i] = cJSON_IsString(e) ? e->valuestring : NULL;
-	}
-	return 0;
 }

@@ -77,12 +77,6 @@ typedef struct claimrow_env {
  */
 int claimrow_decode(const claimrow_env *env, const char *const *values, job **out);
 
-/* Fills v[CLAIM_NCOLS] with the columns of a claim a hand-over's
- * notification carried (migration 0030, cairn.pushed): a JSON array of
- * CLAIM_NCOLS strings or nulls, whose strings v then points into. 0, or -1
- * (v partly filled) for anything else. */
-struct cJSON;
-int claimrow_json(const struct cJSON *a, const char **v);
 
 /* What a row claimrow_decode refused leaves to undo: its run (0: the id is
  * unreadable), where the run is (group -1: not served here) and whether

@@ -325,11 +325,6 @@ static const db_stmt ST_WAKE_SHARD = {
 	"                          AND r.key = $5), ''))), " WAKE_NO_DISK " "                      \
 	"FROM cairn.shard_leases l " WAKE_OWNER_3 "WHERE l.shard_group = $1 AND l.shard = $2" skip
 static const db_stmt ST_WAKE_TO = {"cairn_wake_to", WAKE_TO("")};
-/* The same after ST_ENQUEUE_PUSH, unless it left nothing to do (cairn.pushed):
- * $6 is the token it was given. */
-static const db_stmt ST_WAKE_TO_UNLESS = {
-    "cairn_wake_to_unless",
-    WAKE_TO(" AND current_setting('cairn.woke', true) IS DISTINCT FROM $6")};
 /* Shards: $1 groups (NULL: routed, as the enqueue of workflow $4 routed
  * it: cairn.route gives the same group again), $2 shards, $3 as above; for
  * every due run there. */
@@ -456,16 +451,16 @@ const char *client_sql_enqueue_values(void)
  * ST_ENQUEUE_VALUES that hands the new run to the idle owner of its shard
  * (migration 0030): the run is inserted already claimed for that owner
  * (running, counted, queued_by the owner with no queued_seq), and the
- * notification sent from inside the transaction (cairn.pushed) carries what
- * the owner's claim would have returned, so the owner starts it as the
- * commit reaches the relay, without a statement of its own. Timed hop by hop on the bench's stamp
- * phase, the owner's claim (SQL_CLAIM_NEW, dispatch.c) had been 0.5 to 0.6
- * ms of the time from the enqueue to the run's first instruction, more than
- * the relay's hop and the executor's together. Only at low load, where that
- * latency is the figure:
+ * notification sent from inside the transaction names the owner and the
+ * run, marked handed over (CAIRN_WAKE_HANDED). The owner then reads the
+ * run and starts it, without a claim (dispatch.c, ST_PUSHED_TAKE: 0.15 ms
+ * at the median, against 0.5 to 0.6 ms for the claim, SQL_CLAIM_NEW,
+ * which had been more of the time from the enqueue to the run's first
+ * instruction than the relay's hop and the executor's together). Only at
+ * low load, where that latency is the figure:
  *  - a client sends it only for a run due now, without a concurrency key,
- *    by a cached route, on one server, and when its last enqueue of one run
- *    ended CLIENT_WAKE_IN_GAP_MS ago or more: clients that enqueue back to
+ *    on one server, and when its last enqueue of one run ended
+ *    CLIENT_WAKE_IN_GAP_MS ago or more: clients that enqueue back to
  *    back wake after their commits (8 of them with a worker running
  *    enqueued 0.31x and 0.31x the same run's pgbench INSERT TPS, bench
  *    x8 phase, with a wake-up inside every call, against 0.47x and 0.37x
@@ -474,31 +469,56 @@ const char *client_sql_enqueue_values(void)
  *  - cairn.push_owner hands the run over only to an idle owner (none under
  *    load: its owner is busy), when no fleet-wide limit exists, and when
  *    this writer is the one that notifies from inside its transaction at
- *    the moment (cairn.notify_lock); else the run is inserted pending, and
- *    ST_WAKE_TO_UNLESS, sent after it in the same round trip, wakes the
- *    owner after the commit as before;
- *  - cairn.pushed records the call's token ($14) in the session when the
- *    wake-up after the commit has nothing left to do.
+ *    the moment (cairn.notify_lock); else the run is inserted pending, the
+ *    statement says so (PUSH_SETTLED false), and the client wakes the
+ *    owner after the commit (ST_WAKE_TO) in a round trip of its own;
+ *  - the call ends with its commit when nothing is left to wake: a wake-up
+ *    sent after it in the same round trip, which then found nothing to do,
+ *    still kept the call waiting while the relay's session and the owner
+ *    woke on the same CPUs.
+ * In the release of migration 0030 the notification carried the claim
+ * itself, signed by cairn.pushed (a SECURITY DEFINER function: 0.12 ms of
+ * the statement's 0.45 ms at one run per 10 ms); since the owner reads the
+ * run anyway to know that the hand-over still stands, the read returns
+ * the claim.
  * A key that exists inserts nothing and hands nothing over. On one server
  * only (one part): on Citus the INSERT of a CTE is a step through the
  * coordinator, not the router insert of ST_ENQUEUE_VALUES.
  */
 /* What an owner o, when there is one, is handed as the run is inserted. */
 #define PUSHED_AS(pending, handed) "CASE WHEN o.owner IS NULL THEN " pending " ELSE " handed " END"
-static const db_stmt ST_ENQUEUE_PUSH = {
-    "cairn_enqueue_push",
-    "WITH o AS MATERIALIZED (SELECT * FROM cairn.push_owner($3, $4)), "
-    "n AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, "
-    "             input, max_attempts, scheduled_at, start_at, parent_id, concurrency_key, "
-    "             priority, traceparent, status, attempt, started_at, claims, queued_by) "
-    "  SELECT " NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
-    "         " START_ONE ", $9::bigint, $10::text, $11, $12, "
-    "         " PUSHED_AS("'pending'", "'running'") ", " PUSHED_AS("0", "1") ", "
-    "         " PUSHED_AS("NULL", "now()") ", " PUSHED_AS("0", "1") ", o.owner FROM o "
-    "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
-    "  RETURNING r.id, r.status, r.held) "
-    "SELECT n.id, false, n.status, NULL::text, NULL::text, n.held FROM n CROSS JOIN o "
-    "WHERE CASE WHEN o.settled THEN cairn.pushed(n.id, o.epoch, $14) ELSE true END"};
+/* Into group grp, routed by CTE route (or none); routed: the warning and
+ * the group of a run routed so (as ST_ENQUEUE's last two columns). */
+#define ENQUEUE_PUSH(route, grp, routed)                                                           \
+	"WITH " route "o AS MATERIALIZED (SELECT * FROM cairn.push_owner(" grp ", $4)), "          \
+	"n AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, "         \
+	"             input, max_attempts, scheduled_at, start_at, parent_id, concurrency_key, "   \
+	"             priority, traceparent, status, attempt, started_at, claims, queued_by) "     \
+	"  SELECT " NEW_RUN_ID_4 ", $13, $1, $2, " grp ", $4, $5::jsonb, $6, " START_ONE ", "      \
+	"         " START_ONE ", $9::bigint, $10::text, $11, $12, "                                \
+	"         " PUSHED_AS("'pending'", "'running'") ", " PUSHED_AS("0", "1") ", "              \
+	"         " PUSHED_AS("NULL", "now()") ", " PUSHED_AS("0", "1") ", o.owner FROM o "        \
+	"  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "                            \
+	"  RETURNING r.id, r.status, r.held) "                                                     \
+	"SELECT n.id, false, n.status, NULL::text, NULL::text, n.held, " routed ", o.settled, "    \
+	"       CASE WHEN o.owner IS NOT NULL THEN pg_notify('" CAIRN_WAKE_CHANNEL "', "           \
+	"         o.owner || ' ' || n.id || '" CAIRN_WAKE_HANDED "') IS NULL END "                 \
+	"FROM n CROSS JOIN o"
+static const db_stmt ST_ENQUEUE_PUSH = {"cairn_enqueue_push",
+                                        ENQUEUE_PUSH("", "$3", "NULL::text, NULL::text")};
+/* The same routed as ST_ENQUEUE routes ($14 prefer, $15 require), when the
+ * client's route has run out (once a second): the enqueue that routes
+ * again hands its run over too (a statement of its own, ST_ENQUEUE and a
+ * wake-up after it, made the stamp phase's p99 out of the 1 run in 100
+ * that routed: 2.2 to 3.5 ms, against 1.4 ms at the median). */
+static const db_stmt ST_ENQUEUE_PUSH_ROUTE = {
+    "cairn_enqueue_push_route",
+    ENQUEUE_PUSH("rt AS MATERIALIZED (SELECT * FROM cairn.route($1, $3, $14, $15)), ",
+                 "(SELECT shard_group FROM rt)",
+                 "(SELECT warning FROM rt), (SELECT shard_group FROM rt)")};
+/* ST_ENQUEUE_PUSH's column that says whether the wake-up after the commit
+ * has nothing to do. */
+#define PUSH_SETTLED 8
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -693,7 +713,7 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
  * are cairn_client.stmt[], in this order. */
 static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
     &ST_ENQUEUE, &ST_WAKE_SHARD,     &ST_WAKE_SHARDS,  &ST_WAKE_RUNS,     &ST_ENQUEUE_TO,
-    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_PUSH, &ST_WAKE_TO_UNLESS};
+    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_PUSH, &ST_ENQUEUE_PUSH_ROUTE};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -1095,12 +1115,11 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	 * part. */
 	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
 	                     p[7], p[8], p[9], p[10], p[13], p[14]};
+	/* ST_ENQUEUE_PUSH_ROUTE's: ST_ENQUEUE_TO's, then how to route. */
+	const char *pr[] = {p[0], p[1], p[2],  p[3],  p[4],  p[5],  p[6], p[7],
+	                    p[8], p[9], p[10], p[13], p[14], p[11], p[12]};
 
-	char token[CLIENT_WAKE_ID_LEN + 24] = "";
-	const char *pw[] = {p[0], p[1], p[2], p[3],  p[4],  p[5],  p[6],
-	                    p[7], p[8], p[9], p[10], p[13], p[14], token};
 	const char *wake[] = {o->group, shard, "", workflow, key, from.prefer};
-	const char *wake_un[] = {o->group, shard, "", workflow, key, token};
 	const char *look[] = {workflow, key, want_result ? "t" : "f"};
 	client_route *cached = route_cached(c, workflow, o->group, from.prefer, o->require_served);
 	int rc = -1;
@@ -1124,30 +1143,24 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		rc = -1;
 	}
 	if (cached) /* no route: the group, and its warning, as just before */
-		p[2] = pto[2] = pw[2] = wake[0] = wake_un[0] = cached->group;
+		p[2] = pto[2] = wake[0] = cached->group;
 	int64_t now = clock_mono_ms();
-	int in_tx = cached && !o->concurrency_key && !o->delay_ms && !o->at_unix_ms &&
+	int in_tx = !o->concurrency_key && !o->delay_ms && !o->at_unix_ms &&
 	            c->settings.nparts <= 1 && now - c->last_enqueue_ms >= CLIENT_WAKE_IN_GAP_MS &&
 	            client_schema_version(c) >= PUSH_SCHEMA;
-	if (in_tx) {
-		/* The token of this hand-over (ST_ENQUEUE_PUSH): the client's own
-		 * random prefix, so that a session a pooler shares never takes
-		 * another client's for its own, and a count. */
-		if (!c->wake_id[0])
-			fresh_key(c->wake_id);
-		snprintf(token, sizeof token, "%s.%" PRIu64, c->wake_id, ++c->wake_count);
-	}
+	int unsettled = 0; /* ST_ENQUEUE_PUSH inserted a run it did not hand over */
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
 		const db_stmt to_in = {NULL, SQL_ENQUEUE_TO_IN};
 		const db_stmt *ins = !o->concurrency_key ? &ST_ENQUEUE_VALUES
 		                     : split             ? &to_in
 		                                         : &ST_ENQUEUE_TO;
-		PGresult *r =
-		    split   ? exec_one(c, ins, 13, pto)
-		    : in_tx ? exec_then(c, &ST_ENQUEUE_PUSH, 14, pw, &ST_WAKE_TO_UNLESS, 6, wake_un)
-		    : cached ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
-		             : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
+		PGresult *r = split             ? exec_one(c, ins, 13, pto)
+		              : in_tx && cached ? exec_one(c, &ST_ENQUEUE_PUSH, 13, pto)
+		              : in_tx           ? exec_one(c, &ST_ENQUEUE_PUSH_ROUTE, 15, pr)
+		              : cached          ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
+		                       : exec_then(c, &ST_ENQUEUE, 15, p, &ST_WAKE_SHARD, 6, wake);
+		unsettled = in_tx && r && PQntuples(r) == 1 && !db_get_bool(r, 0, PUSH_SETTLED);
 		if (!r || (rc = read_enqueued(c, r, 1, out, want_result, &missing)) || !missing) {
 			rc = r ? rc : enqueue_failed(c);
 			if (!rc && cached && !out->existed && cached->warning[0])
@@ -1169,6 +1182,10 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		return raced(c);
 	if (!rc && split)
 		wake_run(c, out->id, "", p[14]);
+	if (!rc && unsettled) {
+		wake[0] = cached ? cached->group : c->routed;
+		PQclear(exec_one(c, &ST_WAKE_TO, 5, wake));
+	}
 	if (!rc && out->held && !out->existed) {
 		pgarr k = PGARR_INIT;
 		pgarr_add(&k, o->concurrency_key);

@@ -45,11 +45,14 @@ int client_schema_version(cairn_client *c);
  * the payload is a runner id, followed by CAIRN_WAKE_CANCEL when a run in
  * flight there may have been cancelled, then by a space and the id of the
  * run that got work, when the write knows it (a run that was enqueued,
- * signalled, cancelled or retried); on CAIRN_MEMBERS_CHANNEL it is the live
- * runners' fingerprint. The relay forwards at most CAIRN_WAKE_RUNS run ids
- * in one wake-up; more make it a wake-up for every due run. */
+ * signalled, cancelled or retried), then by CAIRN_WAKE_HANDED when the
+ * enqueue handed the run to that runner (client.c, ST_ENQUEUE_PUSH); on
+ * CAIRN_MEMBERS_CHANNEL it is the live runners' fingerprint. The relay
+ * forwards at most CAIRN_WAKE_RUNS run ids in one wake-up; more make it a
+ * wake-up for every due run. */
 #define CAIRN_WAKE_CHANNEL    "cairn_wake"
 #define CAIRN_WAKE_CANCEL     "/cancel"
+#define CAIRN_WAKE_HANDED     " +"
 #define CAIRN_WAKE_RUNS       16
 #define CAIRN_MEMBERS_CHANNEL "cairn_members"
 /* The live runners' fingerprint, over a relation of them with columns id
@@ -78,10 +81,8 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
  * state of each. */
 #define CLIENT_NSTMTS 9
 /* The schema (migration 0030) from which an enqueue hands the new run to
- * its idle owner from inside its own transaction (cairn.push_owner), and
- * the length of the random part of its token (fresh_key's). */
-#define PUSH_SCHEMA        30
-#define CLIENT_WAKE_ID_LEN 33
+ * its idle owner from inside its own transaction (cairn.push_owner). */
+#define PUSH_SCHEMA 30
 /* A client wakes from inside its enqueue's transaction only when its last
  * enqueue of one run ended at least this long ago (ms): see client.c,
  * ST_ENQUEUE_PUSH. */
@@ -111,12 +112,8 @@ struct cairn_client {
 	const seal_keys *keys; /* what it seals with (seal.h); NULL: plaintext */
 	client_route routes[CLIENT_ROUTES];
 	unsigned next_route;
-	char routed[129];    /* the group the last routed enqueue of one run chose */
-	seal_keys *own_keys; /* keys it parsed itself, which it frees */
-	/* Random ("": not drawn yet): with wake_count, the tokens of its
-	 * enqueues' wake-ups from inside their transactions. */
-	char wake_id[CLIENT_WAKE_ID_LEN];
-	uint64_t wake_count;
+	char routed[129];        /* the group the last routed enqueue of one run chose */
+	seal_keys *own_keys;     /* keys it parsed itself, which it frees */
 	int64_t last_enqueue_ms; /* monotonic: when its last enqueue of one run ended */
 };
 

@@ -23,7 +23,6 @@
 
 #include <cjson/cJSON.h>
 #include <poll.h>
-#include <sodium.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +49,6 @@ typedef struct flight {
 	job *job; /* valid while the run is in flight */
 	int64_t since_unix_ms;
 } flight;
-
-/* The bytes of cairn.push_key (migration 0030). */
-#define PUSH_KEY_LEN 32
 
 struct dispatch {
 	dispatch_env env;
@@ -95,15 +91,10 @@ struct dispatch {
 	_Atomic int took_shards;          /* shards were taken: busy until it may go idle */
 	int64_t targets[CAIRN_WAKE_RUNS]; /* runs wake-ups named, for the next claim; under mu */
 	int ntargets;
-	/* Runs enqueues handed to this runner (dispatch_push), each with its
-	 * claim's columns as a JSON array; under mu. */
+	/* Runs enqueues handed to this runner (dispatch_push); under mu. */
 	int64_t pushed_runs[CAIRN_WAKE_RUNS];
-	char *pushed[CAIRN_WAKE_RUNS];
 	int npushed;
-	/* The key of their MACs (cairn.push_key), read by the poller as it
-	 * connects; the poller's alone. */
-	unsigned char push_key[PUSH_KEY_LEN];
-	int has_push_key;
+	int can_take_pushed; /* ST_PUSHED_TAKE is prepared on the poll connection */
 	pgarr ended;     /* runs of limited keys that ended: their keys' held runs may go; under mu */
 	int limited;     /* the last claim saw limits (cairn.limits): claim with them */
 	int limits_told; /* the log said that a database with parts does not apply them */
@@ -1458,189 +1449,124 @@ static void pushed_fate(dispatch *d, int64_t run, int *flying, int *at_once)
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* Whether a hand-over's notification carries, before its claim, the MAC
- * cairn.pushed made of it with cairn.push_key: sha256(key || sha256(key ||
- * claim)), in hex. Any role may notify: a claim that does not
- * authenticate is not started, and its run is claimed by id instead. */
-static int pushed_authentic(const dispatch *d, const char *mac_hex, const char *claim)
-{
-	unsigned char mac[crypto_hash_sha256_BYTES], inner[crypto_hash_sha256_BYTES],
-	    want[crypto_hash_sha256_BYTES];
-	size_t len = 0;
-	if (!d->has_push_key ||
-	    sodium_hex2bin(mac, sizeof mac, mac_hex, 2 * sizeof mac, NULL, &len, NULL) != 0 ||
-	    len != sizeof mac)
-		return 0;
-	crypto_hash_sha256_state st;
-	crypto_hash_sha256_init(&st);
-	crypto_hash_sha256_update(&st, d->push_key, sizeof d->push_key);
-	crypto_hash_sha256_update(&st, (const unsigned char *)claim, strlen(claim));
-	crypto_hash_sha256_final(&st, inner);
-	crypto_hash_sha256_init(&st);
-	crypto_hash_sha256_update(&st, d->push_key, sizeof d->push_key);
-	crypto_hash_sha256_update(&st, inner, sizeof inner);
-	crypto_hash_sha256_final(&st, want);
-	return sodium_memcmp(mac, want, sizeof mac) == 0;
-}
-
-/* The monotonic ms a pushed claim's database time (now_ms, the enqueue's)
- * stands for. A claim anchors the run's clock when it is sent, before the
- * database reads its now(), so that the run's clock never runs behind the
- * database's; a pushed claim's now() was read before its notification came,
- * so it is anchored back by how long ago that was by this host's clock, at
- * most PUSH_ANCHOR_MAX_MS (a clock set apart from the database's moves the
- * anchor no further). */
-#define PUSH_ANCHOR_MAX_MS 100
-static int64_t pushed_anchor(const char *now_ms)
-{
-	int64_t mono = clock_mono_ms(), ago = now_ms ? clock_unix_ms() - strtoll(now_ms, NULL, 10) : 0;
-	return mono - (ago < 0 ? 0 : ago > PUSH_ANCHOR_MAX_MS ? PUSH_ANCHOR_MAX_MS : ago);
-}
-
 /*
- * A hand-over's notification is a copy of the run as its enqueue wrote it,
- * and it may come late: the relay reads notifications in turn, and a claim
- * of all that is due takes a run handed over as it takes one a dead worker
- * had claimed. A run the poll took first (and may have finished since), a
- * run of a shard whose lease moved meanwhile, or a notification sent again
- * by someone who read it, must not start from that copy: its steps would
- * run again. So the poller first reads whether each hand-over still stands
- * (every claim of a run handed over ends it: queued_by NULL) for this
- * runner's lease of the epoch the enqueue read, and starts only those that
- * do. A read is enough: no claim of this worker takes a run it has in
- * flight (and the poller both reads and claims), and a claim elsewhere
- * after the read (a lease lost meanwhile) starts the run alongside this
- * execution, before either journaled a step, as a claim of a run whose
- * worker seems dead does: the fence keeps one execution's writes. Each run
- * is found by its key, and its lease by its key (a generic plan that joined
- * the leases by owner walked every lease of the runner: 4,096 on one
- * worker). $1 owner, $2 the runs, $3 their epochs.
+ * The runs handed to this runner as its own claim would return them, for
+ * those whose hand-over still stands. The notification names the run only:
+ * it may come late (the relay reads notifications in turn, and a claim of
+ * all that is due takes a run handed over as it takes one a dead worker
+ * had claimed), and anyone who may connect may notify, or send again a
+ * notification it read. A run the poll took first (and may have finished
+ * since), a run of a shard whose lease moved meanwhile, or a run named by
+ * someone else must not start: its steps would run again. So the run is
+ * read, and comes back only if it is still handed to this runner (every
+ * claim of a run handed over ends the hand-over: queued_by NULL) in a
+ * shard whose lease is this runner's, with that lease's epoch. A read is
+ * enough: no claim of this worker takes a run it has in flight (and the
+ * poller both reads and claims), and a claim elsewhere after the read (a
+ * lease lost meanwhile) starts the run alongside this execution, before
+ * either journaled a step, as a claim of a run whose worker seems dead
+ * does: the fence keeps one execution's writes. Each run is found by its
+ * key, and its lease by its key (a generic plan that joined the leases by
+ * owner walked every lease of the runner: 4,096 on one worker). The
+ * columns are CLAIM_SELECT's, as a claim of a new run returns them: no
+ * journal, no signals, its start message (id 0) and its one count. $1
+ * owner, $2 the runs.
  */
-static const db_stmt ST_PUSHED_STAND = {
-    "cairn_pushed_stand",
-    "SELECT r.id FROM cairn.runs r "
-    "WHERE r.id = ANY ($2::bigint[]) AND r.status = 'running' AND r.claims = 1 "
-    "  AND r.queued_by = $1 AND r.queued_seq IS NULL "
-    "  AND (SELECT l.owner = $1 AND l.epoch = ($3::bigint[])[array_position($2::bigint[], r.id)] "
-    "       FROM cairn.shard_leases l "
-    "       WHERE l.shard_group = r.shard_group AND l.shard = r.shard)"};
-
-/* One hand-over take_pushed starts: its notification's claim, as columns
- * (pointing into doc), and whether it still stands (ST_PUSHED_STAND). */
-typedef struct pushed_run {
-	int64_t run;
-	cJSON *doc;
-	const char *v[CLAIM_NCOLS];
-	int stands;
-} pushed_run;
-
-/* Reads which of the hand-overs of runs (n of them) still stand (marks
- * them). -1 when the database did not answer. */
-static int hand_overs_stand(dispatch *d, PGconn *conn, int64_t owner, pushed_run *runs, int n)
-{
-	pgarr ids = PGARR_INIT, epochs = PGARR_INIT;
-	for (int i = 0; i < n; i++) {
-		pgarr_add_i64(&ids, runs[i].run);
-		pgarr_add(&epochs, runs[i].v[CLAIM_EPOCH]);
-	}
-	char me[24];
-	const char *p[] = {db_i64(me, owner), pgarr_str(&ids), pgarr_str(&epochs)};
-	buf err = BUF_INIT;
-	PGresult *r = conn ? db_exec_prepared(conn, &err, ST_PUSHED_STAND.name, 3, p) : NULL;
-	pgarr_free(&ids);
-	pgarr_free(&epochs);
-	if (!r) {
-		log_kv(d->env.log, LOG_WARN,
-		       "cannot read whether runs handed over are still to start; they are claimed "
-		       "from the database instead",
-		       "error", buf_str(&err), NULL);
-		buf_free(&err);
-		return -1;
-	}
-	buf_free(&err);
-	for (int k = 0; k < PQntuples(r); k++)
-		for (int i = 0; i < n; i++)
-			runs[i].stands |= runs[i].run == db_get_i64(r, k, 0);
-	PQclear(r);
-	return 0;
-}
+static const db_stmt ST_PUSHED_TAKE = {
+    "cairn_pushed_take",
+    "SELECT * FROM (SELECT r.id, r.shard_group, r.shard, "
+    "  (SELECT l.epoch FROM cairn.shard_leases l WHERE l.shard_group = r.shard_group "
+    "     AND l.shard = r.shard AND l.owner = $1) AS epoch, "
+    "  '{0}'::text, r.workflow, r.status, r.input::text, r.attempt, r.max_attempts, "
+    "  r.cancel_requested, (extract(epoch FROM r.scheduled_at) * 1000)::bigint, "
+    "  ceil(extract(epoch FROM now()) * 1000)::bigint, r.claims, 0, NULL::text, NULL::text, "
+    "  NULL::text, NULL::bigint, true, r.parent_id, false, NULL::text, NULL::int, NULL::bool, "
+    "  NULL::bigint, r.priority, 0, r.journal_cuts, coalesce(r.chain_id, r.id), r.traceparent, "
+    "  (extract(epoch FROM r.created_at) * 1000000)::bigint "
+    "  FROM cairn.runs r "
+    "  WHERE r.id = ANY ($2::bigint[]) AND r.status = 'running' AND r.claims = 1 "
+    "    AND r.queued_by = $1 AND r.queued_seq IS NULL) x "
+    "WHERE x.epoch IS NOT NULL"};
 
 /*
- * Takes the runs enqueues handed to this runner (dispatch_push) as a claim's
- * rows, to start at once, unless a claim took one first (it is in flight,
- * or ST_PUSHED_STAND finds its hand-over ended). One that would wait in the
- * queue (every executor busy: the enqueue found the poller idle, but the
- * queue is this poller's to fill, and it goes busy as it fills it) or whose
- * columns do not decode is claimed by id instead, as a wake-up that names
- * it (SQL_CLAIM_NEW takes a run handed over); one that cannot execute here
+ * Takes the runs enqueues handed to this runner (dispatch_push): those
+ * ST_PUSHED_TAKE returns are queued as a claim's rows, to start at once;
+ * one in flight here (a claim took it first) is left alone. The others are
+ * claimed by id, as runs a wake-up names (SQL_CLAIM_NEW takes a run handed
+ * over): one the read does not return (counted stale), one that would wait
+ * in the queue (every executor busy: the enqueue found the poller idle,
+ * but the queue is this poller's to fill, and it goes busy as it fills
+ * it), and all of them when the read fails. One that cannot execute here
  * (its shard is being released) is given back as a claimed run is
  * (unclaim).
  */
 static void take_pushed(dispatch *d, PGconn *conn)
 {
 	int64_t runs[CAIRN_WAKE_RUNS], again[CAIRN_WAKE_RUNS];
-	char *claims[CAIRN_WAKE_RUNS];
-	pushed_run go[CAIRN_WAKE_RUNS];
 	pthread_mutex_lock(&d->mu);
 	int n = d->npushed, nagain = 0, ngo = 0;
 	memcpy(runs, d->pushed_runs, (size_t)n * sizeof *runs);
-	memcpy(claims, d->pushed, (size_t)n * sizeof *claims);
 	d->npushed = 0;
 	pthread_mutex_unlock(&d->mu);
-	if (!n)
-		return;
-	int64_t owner = lease_runner_id(d->env.lease);
+	pgarr go = PGARR_INIT;
 	for (int i = 0; i < n; i++) {
-		/* "MAC CLAIM", as the relay passed it on */
-		char *mac = claims[i], *claim = strchr(mac, ' ');
-		int authentic = claim && claim - mac == 2 * crypto_hash_sha256_BYTES;
-		if (authentic)
-			*claim++ = '\0';
-		authentic = authentic && pushed_authentic(d, mac, claim);
-		if (claim && !authentic && d->has_push_key)
-			log_kv(d->env.log, LOG_WARN,
-			       "a notification handed this worker a run with a claim that does not "
-			       "authenticate (not cairn.pushed's; whoever may connect may notify): "
-			       "the run is claimed from the database instead",
-			       NULL);
-		pushed_run *pr = &go[ngo];
-		*pr = (pushed_run){.run = runs[i], .doc = authentic ? cJSON_Parse(claim) : NULL};
 		int flying = 0, at_once = 0;
-		if (claimrow_json(pr->doc, pr->v) == 0 && pr->v[CLAIM_ID] && pr->v[CLAIM_EPOCH] &&
-		    strtoll(pr->v[CLAIM_ID], NULL, 10) == runs[i])
-			pushed_fate(d, runs[i], &flying, &at_once);
-		if (!flying && at_once) {
-			ngo++;
-		} else {
-			if (!flying)
+		pushed_fate(d, runs[i], &flying, &at_once);
+		if (!flying && at_once && d->can_take_pushed) {
+			pgarr_add_i64(&go, runs[i]);
+			runs[ngo++] = runs[i];
+		} else if (!flying) {
+			again[nagain++] = runs[i];
+		}
+	}
+	PGresult *r = NULL;
+	int64_t owner = lease_runner_id(d->env.lease), sent = clock_mono_ms();
+	if (ngo) {
+		char me[24];
+		const char *p[] = {db_i64(me, owner), pgarr_str(&go)};
+		buf err = BUF_INIT;
+		r = go.b.oom ? NULL : db_exec_prepared(conn, &err, ST_PUSHED_TAKE.name, 2, p);
+		if (!r) {
+			log_kv(d->env.log, LOG_WARN,
+			       "cannot read the runs handed over to start them; they are claimed "
+			       "from the database instead",
+			       "error", go.b.oom ? "out of memory" : buf_str(&err), NULL);
+			memcpy(again + nagain, runs, (size_t)ngo * sizeof *runs);
+			nagain += ngo;
+		}
+		buf_free(&err);
+	}
+	pgarr_free(&go);
+	if (r) {
+		pgarr refused = PGARR_INIT, marked = PGARR_INIT;
+		claimrow_env env = {.map = d->env.map,
+		                    .owner = owner,
+		                    .mono_at_load = sent,
+		                    .max_journal_bytes = d->limits.max_journal_bytes};
+		for (int i = 0; i < PQntuples(r); i++) {
+			const char *v[CLAIM_NCOLS];
+			row_values(r, i, v);
+			take_row(d, &env, v, &refused, &marked);
+		}
+		atomic_fetch_add(&d->env.m->runs_pushed, PQntuples(r));
+		atomic_fetch_add(&d->env.m->runs_pushed_stale, ngo - PQntuples(r));
+		/* Those not returned are claimed by id, as any run a wake-up
+		 * names: a run handed over that a claim took meanwhile is not
+		 * claimed again, and a run named by a notification that was
+		 * not an enqueue's is not left to the poll. */
+		for (int i = 0; i < ngo; i++) {
+			int back = 0;
+			for (int k = 0; k < PQntuples(r) && !back; k++)
+				back = db_get_i64(r, k, CLAIM_ID) == runs[i];
+			if (!back)
 				again[nagain++] = runs[i];
-			cJSON_Delete(pr->doc);
 		}
-		free(claims[i]);
+		PQclear(r);
+		if (refused.n)
+			unclaim(d, conn, owner, &refused, &marked);
+		pgarr_free(&refused);
+		pgarr_free(&marked);
 	}
-	if (ngo && hand_overs_stand(d, conn, owner, go, ngo) < 0) {
-		for (int i = 0; i < ngo; i++)
-			again[nagain++] = go[i].run;
-		ngo = 0;
-	}
-	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
-	for (int i = 0; i < ngo; i++) {
-		if (go[i].stands) {
-			claimrow_env env = {.map = d->env.map,
-			                    .owner = owner,
-			                    .mono_at_load = pushed_anchor(go[i].v[CLAIM_NOW]),
-			                    .max_journal_bytes = d->limits.max_journal_bytes};
-			take_row(d, &env, go[i].v, &refused, &marked);
-			atomic_fetch_add(&d->env.m->runs_pushed, 1);
-		} else {
-			atomic_fetch_add(&d->env.m->runs_pushed_stale, 1);
-		}
-		cJSON_Delete(go[i].doc);
-	}
-	if (refused.n)
-		unclaim(d, conn, owner, &refused, &marked);
-	pgarr_free(&refused);
-	pgarr_free(&marked);
 	if (nagain)
 		dispatch_wake_runs(d, 0, again, nagain);
 }
@@ -2172,24 +2098,6 @@ typedef struct poll_round {
 
 /* Connects the poller (and refreshes stale statistics): 0, or -1 after
  * waiting out the backoff (or a wake-up). */
-/* The key of the hand-overs' MACs (cairn.push_key, migration 0030), read
- * as the poller connects: a worker whose role may not read it claims by id
- * every run handed to it. */
-static void read_push_key(dispatch *d, PGconn *conn)
-{
-	PGresult *r = db_exec(conn, NULL, "SELECT encode(key, 'hex') FROM cairn.push_key", 0, NULL);
-	size_t len = 0;
-	d->has_push_key =
-	    r && PQntuples(r) == 1 &&
-	    sodium_hex2bin(d->push_key, sizeof d->push_key, PQgetvalue(r, 0, 0),
-	                   strlen(PQgetvalue(r, 0, 0)), NULL, &len, NULL) == 0 &&
-	    len == sizeof d->push_key;
-	PQclear(r);
-	/* A hand-over is started only once taken (take_pushed). */
-	if (d->has_push_key && db_prepare(conn, &ST_PUSHED_STAND, 1, NULL) < 0)
-		d->has_push_key = 0;
-}
-
 static int poller_connect(poller *p)
 {
 	dispatch *d = p->d;
@@ -2202,7 +2110,8 @@ static int poller_connect(poller *p)
 		return -1;
 	}
 	refresh_stale_stats(d, p->conn);
-	read_push_key(d, p->conn);
+	/* Without it, every run handed over is claimed by id (take_pushed). */
+	d->can_take_pushed = db_prepare(p->conn, &ST_PUSHED_TAKE, 1, NULL) == 0;
 	return 0;
 }
 
@@ -2475,24 +2384,18 @@ void dispatch_wake_runs(dispatch *d, int cancel, const int64_t *runs, int n)
 		want_claim(d); /* a claim of all that is due */
 }
 
-int dispatch_push(dispatch *d, int64_t run, const char *claim)
+int dispatch_push(dispatch *d, int64_t run)
 {
 	if (!d)
 		return 0;
-	char *copy = strdup(claim);
 	pthread_mutex_lock(&d->mu);
-	int kept = copy && d->npushed < CAIRN_WAKE_RUNS;
-	if (kept) {
-		d->pushed_runs[d->npushed] = run;
-		d->pushed[d->npushed++] = copy;
-	}
+	int kept = d->npushed < CAIRN_WAKE_RUNS;
+	if (kept)
+		d->pushed_runs[d->npushed++] = run;
 	pthread_mutex_unlock(&d->mu);
-	if (!kept) {
-		free(copy);
-		return 0;
-	}
-	wake_poller(d);
-	return 1;
+	if (kept)
+		wake_poller(d);
+	return kept;
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -2667,8 +2570,6 @@ void dispatch_free(dispatch *d)
 {
 	if (!d)
 		return;
-	for (int i = 0; i < d->npushed; i++)
-		free(d->pushed[i]);
 	/* Jobs still queued when the executors stopped never started. */
 	for (job *j = d->qhead, *next; j; j = next) {
 		next = j->next;

@@ -55,12 +55,11 @@ void dispatch_shards_taken(dispatch *d);
  * more runs were named than it keeps (CAIRN_WAKE_RUNS). */
 void dispatch_wake_runs(dispatch *d, int cancel, const int64_t *runs, int n);
 /* A run an enqueue handed to this runner (migration 0030, client.c's
- * ST_ENQUEUE_PUSH): claim is what a claim would have returned of it (its
- * CLAIM_* columns as a JSON array of strings, as the notification brought
- * them). The poller starts it without a statement, or claims it by id.
- * 1 if kept, 0 if not (no dispatch, or CAIRN_WAKE_RUNS runs wait already):
- * then wake the runner for it as for any run. Any thread. */
-int dispatch_push(dispatch *d, int64_t run, const char *claim);
+ * ST_ENQUEUE_PUSH): the poller reads it and starts it, without a claim, if
+ * the hand-over still stands, or claims it by id. 1 if kept, 0 if not (no
+ * dispatch, or CAIRN_WAKE_RUNS runs wait already): then wake the runner
+ * for it as for any run. Any thread. */
+int dispatch_push(dispatch *d, int64_t run);
 /* Drops the queued (not yet started) runs of shards of this group that are
  * no longer owned; their messages stay for the next owner. */
 void dispatch_drop_queued(dispatch *d, int group);

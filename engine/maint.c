@@ -523,10 +523,12 @@ static int relay_take(relay_state *r, buf *err)
 			end += cancel ? cl : 0;
 			char *after = end;
 			int64_t run = *end == ' ' ? strtoll(end + 1, &after, 10) : 0;
-			/* A run an enqueue handed to its owner brings its claim
-			 * (migration 0030): to this worker's own poller directly. */
+			/* A run an enqueue handed to its owner (migration 0030:
+			 * "OWNER RUN +", or with a claim after the run from a
+			 * client of that release): to this worker's own poller
+			 * directly. */
 			if (!cancel && run > 0 && *after == ' ' && r->env->push_self &&
-			    r->env->push_self(r->env->poke_arg, id, run, after + 1)) {
+			    r->env->push_self(r->env->poke_arg, id, run)) {
 				PQfreemem(nt);
 				continue;
 			}

@@ -22,10 +22,9 @@ typedef struct maint_env {
 	 * runner id, tells it what a POST of path would and returns 1 (no HTTP
 	 * hop); else 0. */
 	int (*poke_self)(void *arg, int64_t runner, const char *path);
-	/* The same for a run an enqueue handed to runner (dispatch_push, with
-	 * the claim its notification brought): 1 if this worker took it, else
-	 * 0 and the run is woken as any other. */
-	int (*push_self)(void *arg, int64_t runner, int64_t run, const char *claim);
+	/* The same for a run an enqueue handed to runner (dispatch_push): 1
+	 * if this worker took it, else 0 and the run is woken as any other. */
+	int (*push_self)(void *arg, int64_t runner, int64_t run);
 	void *poke_arg;
 	backlog *backlog; /* cairn.backlog's result; NULL: not registered */
 } maint_env;

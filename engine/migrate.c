@@ -487,6 +487,7 @@ static const char SQL_CITUS[] =
     "        IF (SELECT count(*) FROM cairn.parts) <> v_n THEN\n"
     "            RAISE EXCEPTION 'no key found for every one of % Citus shards', v_n;\n"
     "        END IF;\n"
+    "        PERFORM cairn.define_part_of(); -- the keys written into it (0031)\n"
     "        UPDATE cairn.runs r SET part = cairn.part_of(r.shard) WHERE r.part <> "
     "cairn.part_of(r.shard);\n"
     "        UPDATE cairn.shard_leases l SET part = cairn.part_of(l.shard)\n"

@@ -71,11 +71,11 @@ static int poke_self(void *arg, int64_t runner, const char *path)
 	return 1;
 }
 
-static int push_self(void *arg, int64_t runner, int64_t run, const char *claim)
+static int push_self(void *arg, int64_t runner, int64_t run)
 {
 	cairn_worker *w = arg;
 	return runner && lease_runner_id(w->lease) == runner &&
-	       dispatch_push(w->status.dispatch, run, claim);
+	       dispatch_push(w->status.dispatch, run);
 }
 
 /* Once the configuration is loaded: the registry (with the built-in

@@ -2,16 +2,13 @@
  * fuzz_claim.c - the decoding of a claimed row (claimrow.h), whose columns
  * are text that whoever can write to the cairn schema controls: one line of
  * the input per column, in CLAIM_* order, "\N" (as in COPY) or a missing
- * line for SQL NULL; or, when it starts with '[', a hand-over's claim as
- * its notification brings it (claimrow_json: a JSON array of strings and
- * nulls). Against a runner that owns shard s of group "default"
+ * line for SQL NULL. Against a runner that owns shard s of group "default"
  * with epoch s + 1 (shard 5 being released) and shard 3 of "billing" with
  * epoch 7. Any row is either refused or a job that a run can execute: its
  * lease is one the runner holds, it has messages, every count is in its
  * column's range and its two clocks can be subtracted.
  */
 #include <assert.h>
-#include <cjson/cJSON.h>
 
 #include "cairn.h"
 #include "claimrow.h"
@@ -33,14 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	shardmap_releasing(map, 0, 5);
 	shardmap_acquired(map, 1, 3, 7);
 	const char *v[CLAIM_NCOLS + 1] = {0}; /* and whatever follows the last column */
-	cJSON *a = s[0] == '[' ? cJSON_Parse(s) : NULL;
-	if (s[0] == '[' && claimrow_json(a, v) < 0) {
-		cJSON_Delete(a);
-		shardmap_free(map);
-		free(s);
-		return 0;
-	}
-	int n = a ? 0 : fuzz_lines(s, v, CLAIM_NCOLS + 1);
+	int n = fuzz_lines(s, v, CLAIM_NCOLS + 1);
 	for (int c = 0; c < n; c++)
 		if (strcmp(v[c], "\\N") == 0)
 			v[c] = NULL;
@@ -72,7 +62,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		job_free(j);
 	}
 	assert(claimrow_next_due_ms(v) >= -1);
-	cJSON_Delete(a);
 	shardmap_free(map);
 	free(s);
 	return 0;
