@@ -664,10 +664,16 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * (runs.claims) as a claim reads it, of the run's row r: void (0) while the
  * runner whose claim counted it as it was queued has not started it
  * (queued_seq above that runner's started_upto, migration 0018): it never
- * ran there, and that runner may have crashed. */
+ * ran there, and that runner may have crashed. Void too for a run an
+ * enqueue handed to this runner ($1: queued_by, no queued_seq) that the
+ * runner has not in flight (a claim passes those by): its notification
+ * never came (the relay was not listening yet, say), and the runner that
+ * would have run it is the one claiming, alive. */
 #define CLAIM_COUNT                                                                                \
-	"CASE WHEN r.queued_by IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.runners w "             \
-	"  WHERE w.id = r.queued_by AND r.queued_seq > w.started_upto) THEN 0 ELSE r.claims END"
+	"CASE WHEN r.queued_by IS NOT NULL AND (r.queued_seq IS NULL AND r.queued_by = $1 "        \
+	"  OR EXISTS (SELECT 1 FROM cairn.runners w "                                              \
+	"             WHERE w.id = r.queued_by AND r.queued_seq > w.started_upto)) "               \
+	"THEN 0 ELSE r.claims END"
 
 /* The runs of the due messages and starts (CTE due), one row each. The ids
  * are aggregated in no particular order (nothing reads them in order): on
@@ -1508,6 +1514,8 @@ static void take_pushed(dispatch *d, PGconn *conn)
 	memcpy(runs, d->pushed_runs, (size_t)n * sizeof *runs);
 	d->npushed = 0;
 	pthread_mutex_unlock(&d->mu);
+	if (!n)
+		return;
 	pgarr go = PGARR_INIT;
 	for (int i = 0; i < n; i++) {
 		int flying = 0, at_once = 0;

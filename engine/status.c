@@ -130,12 +130,12 @@ static void metrics_page(const status_env *e, http_reply *r)
 	       "executed, nothing journaled or waiting for it), made with one short statement.",
 	       NULL, (double)atomic_load(&m->claims_new_run));
 	metric(b, "cairn_runs_pushed_total", "counter",
-	       "Runs an enqueue handed to this idle worker from inside its own transaction, with "
-	       "what a claim would have returned of them: started with no claim of their own.",
+	       "Runs an enqueue handed to this idle worker from inside its own transaction: read "
+	       "and started with no claim of their own.",
 	       NULL, (double)atomic_load(&m->runs_pushed));
 	metric(b, "cairn_runs_pushed_stale_total", "counter",
-	       "Hand-overs whose notification came after a claim had taken their run (or that "
-	       "were sent again): not started from the notification.",
+	       "Notifications of hand-overs that no longer stood when read (a claim had taken "
+	       "the run, or they were sent again or forged): their runs are claimed by id.",
 	       NULL, (double)atomic_load(&m->runs_pushed_stale));
 	metric(b, "cairn_claims_given_back_total", "counter",
 	       "Runs a claim took that did not execute here, mostly of a shard being handed over: "
