@@ -1481,8 +1481,8 @@ static void pushed_fate(dispatch *d, int64_t run, int *flying, int *at_once)
 static const db_stmt ST_PUSHED_TAKE = {
     "cairn_pushed_take",
     "SELECT * FROM (SELECT r.id, r.shard_group, r.shard, "
-    "  (SELECT l.epoch FROM cairn.shard_leases l WHERE l.shard_group = r.shard_group "
-    "     AND l.shard = r.shard AND l.owner = $1) AS epoch, "
+    "  (SELECT CASE WHEN l.owner = $1 THEN l.epoch END FROM cairn.shard_leases l "
+    "   WHERE l.shard_group = r.shard_group AND l.shard = r.shard) AS epoch, "
     "  '{0}'::text, r.workflow, r.status, r.input::text, r.attempt, r.max_attempts, "
     "  r.cancel_requested, (extract(epoch FROM r.scheduled_at) * 1000)::bigint, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint, r.claims, 0, NULL::text, NULL::text, "
