@@ -472,10 +472,9 @@ const char *client_sql_enqueue_values(void)
  *    the moment (cairn.notify_lock); else the run is inserted pending, the
  *    statement says so (PUSH_SETTLED false), and the client wakes the
  *    owner after the commit (ST_WAKE_TO) in a round trip of its own;
- *  - the call ends with its commit when nothing is left to wake: a wake-up
+ *  - the call ends with its commit when nothing is left to wake (a wake-up
  *    sent after it in the same round trip, which then found nothing to do,
- *    still kept the call waiting while the relay's session and the owner
- *    woke on the same CPUs.
+ *    kept the call waiting for its answer all the same).
  * In the release of migration 0030 the notification carried the claim
  * itself, signed by cairn.pushed (a SECURITY DEFINER function: 0.12 ms of
  * the statement's 0.45 ms at one run per 10 ms); since the owner reads the

@@ -722,13 +722,16 @@ Test(wake, an_enqueue_hands_its_run_to_an_idle_owner_that_starts_it_without_a_cl
 /*
  * A run handed over whose notification never reached its owner (the relay
  * missed it, the owner died first) is still due by its start: the owner's
- * next poll claims it, and it runs once. Here the hand-over is written as
- * the enqueue writes it, but no notification is sent.
+ * next poll claims it, and it runs once, counted once: the hand-over's
+ * count goes void when the runner it was handed to claims it. Under
+ * CAIRN_POISON_AFTER=1 a second count would fail the run as poison before
+ * it ran. Here the hand-over is written as the enqueue writes it, but no
+ * notification is sent.
  */
 Test(wake, a_run_handed_over_whose_notification_is_lost_starts_with_the_next_poll)
 {
 	pid_t a = tworker_start(db, &port_a, log_a, "CAIRN_POLL_INTERVAL=300ms",
-	                        "CAIRN_CONCURRENCY=4", NULL);
+	                        "CAIRN_CONCURRENCY=4", "CAIRN_POISON_AFTER=1", NULL);
 	tcheck(dump_logs, twait(one_owner, NULL, DEADLINE), "the worker never owned every shard");
 	relay_started(log_a);
 	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
