@@ -1407,6 +1407,26 @@ static void take_row(dispatch *d, const claimrow_env *env, const char *const *v,
 	}
 }
 
+/* What a claim's rows are decoded against: the runner's shards, its id
+ * owner, when the claim (or read) was sent (mono) and the journal bound. */
+static claimrow_env claim_env(const dispatch *d, int64_t owner, int64_t mono)
+{
+	return (claimrow_env){.map = d->env.map,
+	                      .owner = owner,
+	                      .mono_at_load = mono,
+	                      .max_journal_bytes = d->limits.max_journal_bytes};
+}
+
+/* Gives back the runs take_row refused (unclaim), and frees both lists. */
+static void give_back_refused(dispatch *d, PGconn *conn, int64_t owner, pgarr *refused,
+                              pgarr *marked)
+{
+	if (refused->n)
+		unclaim(d, conn, owner, refused, marked);
+	pgarr_free(refused);
+	pgarr_free(marked);
+}
+
 /* Takes the rows of claim r (freed here): queues their runs, gives back
  * what it took for those that cannot execute here (unclaim); how many runs
  * it claimed. See claim for the out-parameters. */
@@ -1416,10 +1436,7 @@ static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, i
 	int got = 0;
 	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
 	*next_due_ms = -1;
-	claimrow_env env = {.map = d->env.map,
-	                    .owner = owner,
-	                    .mono_at_load = mono,
-	                    .max_journal_bytes = d->limits.max_journal_bytes};
+	claimrow_env env = claim_env(d, owner, mono);
 	for (int i = 0; i < PQntuples(r); i++) {
 		const char *v[CLAIM_NCOLS];
 		row_values(r, i, v);
@@ -1435,10 +1452,7 @@ static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, i
 	}
 	d->big_claim = PQresultMemorySize(r) > DB_BUFFER_KEEP_MAX;
 	PQclear(r);
-	if (refused.n)
-		unclaim(d, conn, owner, &refused, &marked);
-	pgarr_free(&refused);
-	pgarr_free(&marked);
+	give_back_refused(d, conn, owner, &refused, &marked);
 	return got;
 }
 
@@ -1522,7 +1536,7 @@ static void take_pushed(dispatch *d, PGconn *conn)
 		pushed_fate(d, runs[i], &flying, &at_once);
 		if (!flying && at_once && d->can_take_pushed) {
 			pgarr_add_i64(&go, runs[i]);
-			runs[ngo++] = runs[i];
+			runs[ngo++] = runs[i]; /* runs[0, ngo): those the read is for */
 		} else if (!flying) {
 			again[nagain++] = runs[i];
 		}
@@ -1547,10 +1561,7 @@ static void take_pushed(dispatch *d, PGconn *conn)
 	pgarr_free(&go);
 	if (r) {
 		pgarr refused = PGARR_INIT, marked = PGARR_INIT;
-		claimrow_env env = {.map = d->env.map,
-		                    .owner = owner,
-		                    .mono_at_load = sent,
-		                    .max_journal_bytes = d->limits.max_journal_bytes};
+		claimrow_env env = claim_env(d, owner, sent);
 		for (int i = 0; i < PQntuples(r); i++) {
 			const char *v[CLAIM_NCOLS];
 			row_values(r, i, v);
@@ -1570,10 +1581,7 @@ static void take_pushed(dispatch *d, PGconn *conn)
 				again[nagain++] = runs[i];
 		}
 		PQclear(r);
-		if (refused.n)
-			unclaim(d, conn, owner, &refused, &marked);
-		pgarr_free(&refused);
-		pgarr_free(&marked);
+		give_back_refused(d, conn, owner, &refused, &marked);
 	}
 	if (nagain)
 		dispatch_wake_runs(d, 0, again, nagain);
