@@ -1489,8 +1489,10 @@ static void pushed_fate(dispatch *d, int64_t run, int *flying, int *at_once)
  * key, and its lease by its key (a generic plan that joined the leases by
  * owner walked every lease of the runner: 4,096 on one worker). The
  * columns are CLAIM_SELECT's, as a claim of a new run returns them: no
- * journal, no signals, its start message (id 0) and its one count. $1
- * owner, $2 the runs.
+ * journal, no signals, its start message (id 0) and its one count; and, as
+ * a claim says, whether cairn.limits has a row (a worker whose runs all
+ * came handed over would otherwise claim with limits long after the last
+ * one went). $1 owner, $2 the runs.
  */
 static const db_stmt ST_PUSHED_TAKE = {
     "cairn_pushed_take",
@@ -1500,7 +1502,8 @@ static const db_stmt ST_PUSHED_TAKE = {
     "  '{0}'::text, r.workflow, r.status, r.input::text, r.attempt, r.max_attempts, "
     "  r.cancel_requested, (extract(epoch FROM r.scheduled_at) * 1000)::bigint, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint, r.claims, 0, NULL::text, NULL::text, "
-    "  NULL::text, NULL::bigint, true, r.parent_id, false, NULL::text, NULL::int, NULL::bool, "
+    "  NULL::text, NULL::bigint, true, r.parent_id, false, NULL::text, NULL::int, "
+    "  EXISTS (SELECT 1 FROM cairn.limits), "
     "  NULL::bigint, r.priority, 0, r.journal_cuts, coalesce(r.chain_id, r.id), r.traceparent, "
     "  (extract(epoch FROM r.created_at) * 1000000)::bigint "
     "  FROM cairn.runs r "
@@ -1562,11 +1565,16 @@ static void take_pushed(dispatch *d, PGconn *conn)
 	if (r) {
 		pgarr refused = PGARR_INIT, marked = PGARR_INIT;
 		claimrow_env env = claim_env(d, owner, sent);
+		buf parked = BUF_INIT; /* a hand-over holds none back */
+		int held = 0;
 		for (int i = 0; i < PQntuples(r); i++) {
 			const char *v[CLAIM_NCOLS];
 			row_values(r, i, v);
+			if (i == 0)
+				read_claim_summary(d, v, &held, &parked);
 			take_row(d, &env, v, &refused, &marked);
 		}
+		buf_free(&parked);
 		atomic_fetch_add(&d->env.m->runs_pushed, PQntuples(r));
 		atomic_fetch_add(&d->env.m->runs_pushed_stale, ngo - PQntuples(r));
 		/* Those not returned are claimed by id, as any run a wake-up
