@@ -59,18 +59,21 @@ static const char *const BL_STATE_NAMES[] = {BACKLOG_STATES(BL_STATE_NAME)};
  * or waiting run with a message due counts as due, not in its status (the
  * -1 rows), and once however many messages it has. Runs with a due start
  * are pending: a running run's start stays until its final write and is no
- * backlog.
+ * backlog. On Citus it runs over every node: its join names the part (a
+ * join of colocated tables by their distribution column), and the cap's
+ * row counts from a union of rows (a scalar subquery per count was
+ * refused there).
  */
 static const char SQL_BACKLOG[] =
     "WITH due_start AS ("
     "  SELECT shard_group AS g, workflow AS w, start_at AS at FROM cairn.runs "
     "  WHERE start_at <= now() AND status = 'pending' ORDER BY start_at LIMIT $1), "
     "msgs AS ("
-    "  SELECT run_id, deliver_at FROM cairn.messages WHERE deliver_at <= now() "
+    "  SELECT run_id, part, deliver_at FROM cairn.messages WHERE deliver_at <= now() "
     "  ORDER BY deliver_at LIMIT $1), "
     "due_msg AS ("
     "  SELECT r.shard_group AS g, r.workflow AS w, r.status AS s, min(m.deliver_at) AS at "
-    "  FROM msgs m JOIN cairn.runs r ON r.id = m.run_id "
+    "  FROM msgs m JOIN cairn.runs r ON r.id = m.run_id AND r.part = m.part "
     "  WHERE r.status IN ('sleeping', 'waiting') GROUP BY r.id, r.part), "
     "delayed AS ("
     "  SELECT shard_group AS g, workflow AS w FROM cairn.runs "
@@ -89,26 +92,29 @@ static const char SQL_BACKLOG[] =
     "SELECT g, w, s, greatest(sum(n), 0), extract(epoch FROM now() - min(at))::float8, NULL "
     "FROM parts GROUP BY g, w, s "
     "UNION ALL "
-    "SELECT NULL, NULL, NULL, NULL, NULL, "
-    "  greatest((SELECT count(*) FROM due_start), (SELECT count(*) FROM msgs), "
-    "           (SELECT count(*) FROM delayed), (SELECT count(*) FROM held), "
-    "           (SELECT count(*) FROM busy)) >= $1";
+    "SELECT NULL, NULL, NULL, NULL, NULL, max(n) >= $1 FROM ("
+    "  SELECT count(*) AS n FROM due_start UNION ALL SELECT count(*) FROM msgs "
+    "  UNION ALL SELECT count(*) FROM delayed UNION ALL SELECT count(*) FROM held "
+    "  UNION ALL SELECT count(*) FROM busy) c";
 
 /*
  * The shards no live runner owns, per group: of the groups live runners
  * serve and those with unfinished runs ($3, the backlog's); $1 the runner
  * TTL (ms), $2 the shards per group. A group whose runs no runner serves
  * has every shard unowned; a group with neither runners nor runs (one no
- * longer used) is no one's concern and not shown.
+ * longer used) is no one's concern and not shown. Liveness (which reads
+ * pg_stat_activity) is read from the runners alone, before the leases are
+ * counted by owner: on Citus a statement over the leases runs on the
+ * worker nodes, where no runner's session is.
  */
 static const char SQL_UNOWNED[] =
-    "WITH gs AS ("
-    "  SELECT unnest(r.groups) AS g FROM cairn.runners r WHERE cairn.runner_live(r, $1) "
-    "  UNION SELECT unnest($3::text[])) "
-    "SELECT gs.g, $2::int - (SELECT count(*) FROM cairn.shard_leases l "
-    "  JOIN cairn.runners r ON r.id = l.owner "
-    "  WHERE l.shard_group = gs.g AND cairn.runner_live(r, $1)) "
-    "FROM gs ORDER BY 1";
+    "WITH live AS MATERIALIZED (SELECT r.id, r.groups FROM cairn.runners r "
+    "                           WHERE cairn.runner_live(r, $1)), "
+    "gs AS (SELECT unnest(groups) AS g FROM live UNION SELECT unnest($3::text[])), "
+    "owned AS (SELECT shard_group AS g, count(*) AS n FROM cairn.shard_leases "
+    "          WHERE owner = ANY (ARRAY(SELECT id FROM live)) GROUP BY 1) "
+    "SELECT gs.g, $2::int - coalesce(o.n, 0) FROM gs LEFT JOIN owned o ON o.g = gs.g "
+    "ORDER BY 1";
 
 /* Seconds the most overdue schedule has been due (0: none is), and the
  * database's clock (Unix seconds). */

@@ -262,8 +262,7 @@ int client_shards(cairn_client *c, int *shards)
 
 int client_part(const cairn_client *c, int shard)
 {
-	int n = c->settings.nparts;
-	return n > 0 ? c->settings.part_keys[shard % n] : 0;
+	return db_part_key(&c->settings, shard);
 }
 
 int client_schema_version(cairn_client *c)
@@ -1535,6 +1534,17 @@ int client_run_part(cairn_client *c, int64_t id, int *part)
 	return CAIRN_OK;
 }
 
+/* The parameters of a statement that reads run id in its part: p[0] the
+ * id, p[1] the part (client_run_part), in the texts given. */
+static int run_and_part(cairn_client *c, int64_t id, char idtxt[24], char parttxt[24],
+                        const char *p[2])
+{
+	int part, rc = client_run_part(c, id, &part);
+	p[0] = db_i64(idtxt, id);
+	p[1] = db_i64(parttxt, part);
+	return rc;
+}
+
 /* A run holds at most max_pending_signals unconsumed signals (cairn.settings):
  * one more is refused. Two signals sent at the same moment can both pass the
  * count; a worker loads the oldest max_pending_signals of a run's signals, so
@@ -1933,20 +1943,23 @@ static int read_children(cairn_client *c, cairn_run *run, const char *const *p)
 	return oom ? client_fail(c, CAIRN_ENOMEM, "out of memory reading the children") : CAIRN_OK;
 }
 
-/* Why a pending run ($1) has not started, when a limit is the reason. */
+/* Why a pending run ($1, in part $2, of workflow $3) has not started, when
+ * a limit is the reason. The slots are counted by the workflow given, not
+ * the run's row: on Citus, a subquery over every part cannot refer to the
+ * row of a statement of one. */
 static const char SQL_WAITING_FOR[] =
     "SELECT CASE "
     "  WHEN r.held THEN 'a slot of its concurrency key: ' || l.key_concurrency "
     "    || ' of its runs execute at once' "
     "  WHEN l.concurrency IS NOT NULL AND r.start_at <= now() AND (SELECT count(*) "
-    "       FROM cairn.slots s WHERE s.workflow = r.workflow) >= l.concurrency "
+    "       FROM cairn.slots s WHERE s.workflow = $3) >= l.concurrency "
     "    THEN 'a slot of the workflow: ' || l.concurrency || ' of its runs execute at once' "
     "  WHEN r.start_at > now() AND (l.rate IS NOT NULL OR l.key_rate IS NOT NULL) "
     "    THEN 'its turn under the rate limit, due at ' "
     "      || to_char(r.start_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
     "  END "
     "FROM cairn.runs r JOIN cairn.limits l ON l.workflow = r.workflow "
-    "WHERE r.id = $1 AND r.status = 'pending'";
+    "WHERE r.part = $2 AND r.id = $1 AND r.status = 'pending'";
 
 /* What serves the run's workflow ($1, in group $2), and, for a run that
  * has not finished ($3), why it waits when no live worker of its group
@@ -1971,12 +1984,18 @@ static int read_served_by(cairn_client *c, cairn_run *run)
 int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 {
 	*out = NULL;
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, id)};
+	char idtxt[24], parttxt[24];
+	const char *p[3];
+	int rc = run_and_part(c, id, idtxt, parttxt, p);
+	if (rc)
+		return rc;
+	/* Every table read in the run's part (its successor's is the same):
+	 * on Citus one task on the node of the part. */
 	PGresult *r = db_exec(c->conn, &c->err,
 	                      "SELECT " RUN_COLS ", (SELECT min(n.id) FROM cairn.runs n "
-	                      "  WHERE n.continued_from = runs.id) FROM cairn.runs WHERE id = $1",
-	                      1, p);
+	                      "  WHERE n.part = $2 AND n.continued_from = runs.id) "
+	                      "FROM cairn.runs WHERE part = $2 AND id = $1",
+	                      2, p);
 	if (!r)
 		return client_db_fail(c);
 	if (PQntuples(r) == 0) {
@@ -1991,14 +2010,15 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	run_from_row(run, r, 0);
 	run->continued_to = db_get_i64(r, 0, 23);
 	PQclear(r);
-	int rc = run_unseal(c, run);
+	rc = run_unseal(c, run);
 	if (rc) {
 		cairn_run_free(run);
 		return rc;
 	}
 	run_status st;
 	if (run_status_parse(run->status, &st) == 0 && st == RUN_PENDING) {
-		r = db_exec(c->conn, &c->err, SQL_WAITING_FOR, 1, p);
+		p[2] = run->workflow;
+		r = db_exec(c->conn, &c->err, SQL_WAITING_FOR, 3, p);
 		if (!r) {
 			cairn_run_free(run);
 			return client_db_fail(c);
@@ -2009,9 +2029,10 @@ int cairn_run_get(cairn_client *c, int64_t id, cairn_run **out)
 	}
 	r = db_exec(c->conn, &c->err,
 	            "SELECT seq, name, kind, status, output::text, error, attempts, " MS(
-	                "started_at") ", " MS("finished_at") " FROM cairn.steps WHERE run_id = $1 "
+	                "started_at") ", " MS("finished_at") " FROM cairn.steps "
+	                                                     "WHERE part = $2 AND run_id = $1 "
 	                                                     "ORDER BY seq",
-	            1, p);
+	            2, p);
 	if (!r) {
 		cairn_run_free(run);
 		return client_db_fail(c);
@@ -2097,7 +2118,9 @@ int client_list_params(cairn_client *c, const cairn_list_filter *f, client_list_
 	a->p[5] = f->created_to_unix_ms ? db_i64(a->to, f->created_to_unix_ms) : NULL;
 	a->p[6] = f->before_id ? db_i64(a->before, f->before_id) : NULL;
 	a->p[7] = db_i64(a->limit, f->limit ? f->limit : 50);
-	return CAIRN_OK;
+	int shards, rc = client_shards(c, &shards);
+	a->parts = c->settings.nparts > 1;
+	return rc;
 }
 
 /* Custom plans (PQexecParams plans with the values) fold the NULL tests
@@ -2108,13 +2131,18 @@ int client_list_params(cairn_client *c, const cairn_list_filter *f, client_list_
  * to the range, so a range is listed in (created_at, id) order, newest
  * first, from runs_created (0012), the page after before_id starting below
  * that run's (created_at, id). */
-static const char SQL_RUN_LIST[] = "SELECT " RUN_COLS " FROM cairn.runs WHERE " CLIENT_LIST_WHERE
-                                   "AND ($7::bigint IS NULL OR id < $7) ORDER BY id DESC LIMIT $8";
-static const char SQL_RUN_LIST_RANGE[] =
-    "SELECT " RUN_COLS " FROM cairn.runs WHERE " CLIENT_LIST_WHERE
-    "AND ($7::bigint IS NULL OR (created_at, id) < "
-    "     (SELECT created_at, id FROM cairn.runs WHERE id = $7)) "
-    "ORDER BY created_at DESC, id DESC LIMIT $8";
+#define RUN_LIST(where)                                                                            \
+	"SELECT " RUN_COLS " FROM cairn.runs WHERE " where                                         \
+	"AND ($7::bigint IS NULL OR id < $7) ORDER BY id DESC LIMIT $8"
+#define RUN_LIST_RANGE(where)                                                                      \
+	"SELECT " RUN_COLS " FROM cairn.runs WHERE " where                                         \
+	"AND ($7::bigint IS NULL OR (created_at, id) < "                                           \
+	"     (SELECT created_at, id FROM cairn.runs WHERE id = $7)) "                             \
+	"ORDER BY created_at DESC, id DESC LIMIT $8"
+/* [range][parts] */
+static const char *const SQL_RUN_LIST[2][2] = {
+    {RUN_LIST(CLIENT_LIST_WHERE), RUN_LIST(CLIENT_LIST_WHERE_PARTS)},
+    {RUN_LIST_RANGE(CLIENT_LIST_WHERE), RUN_LIST_RANGE(CLIENT_LIST_WHERE_PARTS)}};
 
 int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs, size_t *n)
 {
@@ -2126,7 +2154,7 @@ int cairn_run_list(cairn_client *c, const cairn_list_filter *f, cairn_run **runs
 	if (rc)
 		return rc;
 	int range = a.p[4] || a.p[5];
-	PGresult *r = db_exec(c->conn, &c->err, range ? SQL_RUN_LIST_RANGE : SQL_RUN_LIST, 8, a.p);
+	PGresult *r = db_exec(c->conn, &c->err, SQL_RUN_LIST[range][a.parts], 8, a.p);
 	if (!r)
 		return client_db_fail(c);
 	size_t rows = (size_t)PQntuples(r);
@@ -2228,17 +2256,23 @@ static int wait_for(cairn_client *c, const char *channel, int (*check)(cairn_cli
 /* The last run of run $1's chain (cairn_continue_as_new): $1 itself when
  * it never continued; the chain's runs after the first name it (chain_id),
  * and the newest is the last, whatever links the janitor removed. */
+/* The last run of the chain of run r, in part $2: a chain stays in its
+ * first run's shard. */
 #define CHAIN_LAST                                                                                 \
 	"coalesce((SELECT max(n.id) FROM cairn.runs n "                                            \
-	"          WHERE n.chain_id = coalesce(r.chain_id, r.id)), r.id)"
+	"          WHERE n.part = $2 AND n.chain_id = coalesce(r.chain_id, r.id)), r.id)"
 
 int cairn_run_last(cairn_client *c, int64_t id, int64_t *last)
 {
 	*last = id;
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, id)};
-	PGresult *r = db_exec(c->conn, &c->err,
-	                      "SELECT " CHAIN_LAST " FROM cairn.runs r WHERE r.id = $1", 1, p);
+	char idtxt[24], parttxt[24];
+	const char *p[2];
+	int rc = run_and_part(c, id, idtxt, parttxt, p);
+	if (rc)
+		return rc;
+	PGresult *r = db_exec(
+	    c->conn, &c->err,
+	    "SELECT " CHAIN_LAST " FROM cairn.runs r WHERE r.part = $2 AND r.id = $1", 2, p);
 	if (!r)
 		return client_db_fail(c);
 	int found = PQntuples(r) == 1;
@@ -2253,13 +2287,16 @@ int cairn_run_last(cairn_client *c, int64_t id, int64_t *last)
 static int run_finished(cairn_client *c, void *arg)
 {
 	int64_t id = *(int64_t *)arg;
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, id)};
+	char idtxt[24], parttxt[24];
+	const char *p[2];
+	int rc = run_and_part(c, id, idtxt, parttxt, p);
+	if (rc)
+		return -rc;
 	PGresult *r = db_exec(c->conn, &c->err,
 	                      "SELECT (SELECT l.finished_at IS NOT NULL FROM cairn.runs l "
-	                      "        WHERE l.id = " CHAIN_LAST ") "
-	                      "FROM cairn.runs r WHERE r.id = $1",
-	                      1, p);
+	                      "        WHERE l.part = $2 AND l.id = " CHAIN_LAST ") "
+	                      "FROM cairn.runs r WHERE r.part = $2 AND r.id = $1",
+	                      2, p);
 	if (!r)
 		return -client_db_fail(c);
 	int found = PQntuples(r) == 1, done = found && db_get_bool(r, 0, 0);
@@ -2366,16 +2403,21 @@ int cairn_event_get(cairn_client *c, int64_t run_id, const char *key, int64_t ti
 /* Liveness is the workers' own test (cairn.runner_live, as lease.c asks it)
  * minus health, which is reported in its own column. */
 #define RUNNER_STARTED_MS MS("r.started_at")
+/* The runners read first, with their liveness (which reads
+ * pg_stat_activity), then joined to their leases and workflows counted
+ * apart: on Citus a subquery per runner over the leases is refused, and
+ * a statement over them runs on the worker nodes, where no runner's
+ * session is. */
 static const char SQL_RUNNER_LIST[] =
+    "WITH r AS MATERIALIZED (SELECT r.*, cairn.runner_live(r, $1) AS live FROM cairn.runners r), "
+    "l AS (SELECT owner, count(*) AS n FROM cairn.shard_leases GROUP BY owner), "
+    "w AS (SELECT runner_id, string_agg(DISTINCT runtime, ',') AS runtimes "
+    "      FROM cairn.runner_workflows GROUP BY runner_id) "
     "SELECT r.id, r.name, r.address, r.version, array_to_string(r.groups, ','), r.weight, "
-    "       r.healthy, "
-    "       cairn.runner_live(r, $1), "
+    "       r.healthy, r.live, "
     "       greatest(0, (extract(epoch FROM now() - r.heartbeat_at) * 1000)::bigint), "
-    "       " RUNNER_STARTED_MS ", "
-    "       (SELECT count(*) FROM cairn.shard_leases s WHERE s.owner = r.id), "
-    "       (SELECT coalesce(string_agg(DISTINCT w.runtime, ','), '') "
-    "        FROM cairn.runner_workflows w WHERE w.runner_id = r.id) "
-    "FROM cairn.runners r ORDER BY r.id";
+    "       " RUNNER_STARTED_MS ", coalesce(l.n, 0), coalesce(w.runtimes, '') "
+    "FROM r LEFT JOIN l ON l.owner = r.id LEFT JOIN w ON w.runner_id = r.id ORDER BY r.id";
 
 #define RUNNER_TTL_MAX_MS (365 * 86400000LL)
 

@@ -243,20 +243,26 @@ int client_signal_once(cairn_client *c, int64_t run_id, const char *name, const 
 typedef struct client_list_args {
 	const char *p[8];
 	char from[24], to[24], before[24], limit[24];
+	int parts; /* the database has parts (Citus): CLIENT_LIST_WHERE_PARTS */
 } client_list_args;
 /* A key without a workflow is looked up in the (workflow, key) index once
  * per workflow, the workflows found by a skip scan of runs_workflow: a few
- * index probes per workflow, however many runs there are. */
+ * index probes per workflow, however many runs there are. Citus refuses a
+ * recursive CTE over a distributed table: on a database with parts the
+ * key is looked for in every part (CLIENT_LIST_WHERE_PARTS), a scan of
+ * each part's runs on its node, all of them at once. */
 #define CLIENT_WORKFLOWS                                                                           \
 	"WITH RECURSIVE w AS (SELECT min(workflow) AS w FROM cairn.runs UNION ALL "                \
 	"  SELECT (SELECT min(workflow) FROM cairn.runs WHERE workflow > w.w) FROM w "             \
 	"  WHERE w.w IS NOT NULL) SELECT w FROM w WHERE w IS NOT NULL"
-#define CLIENT_LIST_WHERE                                                                          \
+#define CLIENT_LIST_WHERE_OF(any_workflow)                                                         \
 	"($1::text IS NULL OR workflow = $1) AND ($2::text IS NULL OR status = $2) "               \
 	"AND ($3::text IS NULL OR code_version = $3) AND ($4::text IS NULL OR (key = $4 AND "      \
-	"  ($1::text IS NOT NULL OR workflow = ANY (ARRAY(" CLIENT_WORKFLOWS "))))) "              \
+	"  ($1::text IS NOT NULL OR " any_workflow "))) "                                          \
 	"AND ($5::bigint IS NULL OR created_at >= to_timestamp($5::bigint / 1000.0)) "             \
 	"AND ($6::bigint IS NULL OR created_at < to_timestamp($6::bigint / 1000.0)) "
+#define CLIENT_LIST_WHERE       CLIENT_LIST_WHERE_OF("workflow = ANY (ARRAY(" CLIENT_WORKFLOWS "))")
+#define CLIENT_LIST_WHERE_PARTS CLIENT_LIST_WHERE_OF("true")
 /* Fills a from f, or returns CAIRN_EINVAL naming the field. */
 int client_list_params(cairn_client *c, const cairn_list_filter *f, client_list_args *a);
 #endif

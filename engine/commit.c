@@ -360,12 +360,14 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  WHERE " IN_PART(
          "m") "m.run_id = ANY (:aw_run::bigint[]) "
               "  AND m.kind = 'signal' AND m.run_id IN (SELECT run_id FROM ok)), "
+              "ksync AS MATERIALIZED (SELECT w.id FROM cairn.children_sync( "
+              "         (SELECT array_agg(run_id) FROM ok), :aw_run::bigint[], "
+              "         :aw_seq::int[], :aw_want::int[], :awc_run::bigint[], :awc_child::bigint[], "
+              "         :kid_run::bigint[], :kid_child::bigint[], :kid_parent::bigint[]) AS "
+              "w(id)), "
               "kidm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
               "  SELECT p.id, p.part, p.shard_group, p.shard, 'signal' "
-              "  FROM cairn.children_sync((SELECT array_agg(run_id) FROM ok), :aw_run::bigint[], "
-              "         :aw_seq::int[], :aw_want::int[], :awc_run::bigint[], :awc_child::bigint[], "
-              "         :kid_run::bigint[], :kid_child::bigint[], :kid_parent::bigint[]) AS w(id) "
-              "  JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
+              "  FROM ksync w JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
               "  RETURNING run_id)",
      SLOT_kid_run, SLOT_awc_child},
     /* A cancelled parent asks its unfinished children to cancel; those
@@ -431,11 +433,11 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
     {"cont AS (INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "
      "    max_attempts, start_at, parent_id, concurrency_key, priority, continued_from, "
      "    chain_id, cancel_requested, traceparent) "
-     "  SELECT cairn.new_run_id(p.shard), p.part, p.workflow, 'cairn.next:' || p.id, "
+     "  SELECT x.id, p.part, p.workflow, 'cairn.next:' || p.id, "
      "         p.shard_group, p.shard, x.i::jsonb, "
      "         p.max_attempts, now(), p.parent_id, p.concurrency_key, p.priority, p.id, "
      "         coalesce(p.chain_id, p.id), u.cancel_requested, p.traceparent "
-     "  FROM unnest(:cont_run::bigint[], :cont_input::text[]) AS x(r, i) "
+     "  FROM unnest(:cont_run::bigint[], :cont_id::bigint[], :cont_input::text[]) AS x(r, id, i) "
      "  JOIN upd u ON u.id = x.r JOIN cairn.runs p ON " IN_PART(
          "p") "p.id = x.r "
               "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING id, "
@@ -766,6 +768,7 @@ static void encode_one(commit_params *p, const commit *c)
 		pgarr_add_i64(&s[SLOT_del_run], c->run.id);
 		if (c->next_input) {
 			pgarr_add_i64(&s[SLOT_cont_run], c->run.id);
+			pgarr_add_i64(&s[SLOT_cont_id], c->next_id);
 			add_sealed(&s[SLOT_cont_input], p->keys, SEAL_RUN_INPUT, c->next_input);
 			for (int k = 0; k < c->nsig; k++)
 				pgarr_add_i64(&s[SLOT_cont_taken], c->sig_ids[k]);

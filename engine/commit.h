@@ -118,6 +118,7 @@ typedef struct commit {
 	char *output;      /* FINISH: JSON text */
 	char *next_input;  /* FINISH: the input of the run that continues it as new (JSON
 	                      text), or NULL: none */
+	int64_t next_id;   /* FINISH with next_input: that run's id */
 	char *error;       /* FINISH, RETRY, DEFER: a message, or NULL */
 	char *move_to;     /* MOVE: the group the run goes to */
 	int attempt;       /* the run's attempt once written */
@@ -194,7 +195,7 @@ int commit_batch_fits(commit *const *batch, int n, const commit *c);
 	X(can_run)                                                                  \
 	X(ev_run) X(ev_key) X(ev_value) X(ev_seq)                                   \
 	X(mv_run) X(mv_group)                                                       \
-	X(cont_run) X(cont_input) X(cont_taken)
+	X(cont_run) X(cont_id) X(cont_input) X(cont_taken)
 /* clang-format on */
 
 #define COMMIT_SLOT_ENUM(name) SLOT_##name,

@@ -17,8 +17,9 @@
 _Static_assert(CAIRN_RUN_STATUSES == RUN_STATUS_COUNT,
                "cairn.h and state.h list the same statuses");
 
-static const char SQL_COUNTS[] =
-    "SELECT status, count(*) FROM cairn.runs WHERE " CLIENT_LIST_WHERE " GROUP BY status";
+#define COUNTS(where) "SELECT status, count(*) FROM cairn.runs WHERE " where " GROUP BY status"
+static const char *const SQL_COUNTS[2] = {COUNTS(CLIENT_LIST_WHERE),
+                                          COUNTS(CLIENT_LIST_WHERE_PARTS)}; /* [parts] */
 
 int cairn_run_counts(cairn_client *c, const cairn_list_filter *f,
                      int64_t counts[CAIRN_RUN_STATUSES])
@@ -32,7 +33,7 @@ int cairn_run_counts(cairn_client *c, const cairn_list_filter *f,
 	int rc = client_list_params(c, &any, &a);
 	if (rc)
 		return rc;
-	PGresult *r = db_exec(c->conn, &c->err, SQL_COUNTS, 6, a.p);
+	PGresult *r = db_exec(c->conn, &c->err, SQL_COUNTS[a.parts], 6, a.p);
 	if (!r)
 		return client_db_fail(c);
 	for (int i = 0; i < PQntuples(r); i++)

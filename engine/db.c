@@ -504,6 +504,11 @@ static void read_part_keys(const char *list, db_settings *out)
 	}
 }
 
+int db_part_key(const db_settings *s, int shard)
+{
+	return s->nparts > 0 ? s->part_keys[shard % s->nparts] : 0;
+}
+
 int db_read_settings(PGconn *c, db_settings *out, buf *err)
 {
 	*out = (db_settings){.max_pending_signals = DB_DEFAULT_MAX_PENDING_SIGNALS,

@@ -143,6 +143,9 @@ typedef struct db_settings {
 	int64_t first_placed_id;     /* runs from this id on carry their shard (migration 0025) */
 } db_settings;
 
+/* The key of the part of shard (the value stored in its rows' part). */
+int db_part_key(const db_settings *s, int shard);
+
 /*
  * Reads cairn.settings (limits not recorded take their defaults): 0;
  * -CAIRN_ESCHEMA when the schema is missing or the shard count is not

@@ -1813,7 +1813,8 @@ static const char SQL_FLOW_SWEEP[] =
         "(SELECT array_agg(run_id) FROM old), (SELECT array_agg(runner_id) FROM old)")
         FLOW_LET_GO(
             "SELECT DISTINCT r.workflow, r.concurrency_key FROM cairn.runs r "
-            "JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = r.shard "
+            "JOIN cairn.shard_leases l ON l.part = r.part AND l.shard_group = r.shard_group "
+            "  AND l.shard = r.shard "
             "WHERE l.owner = $1 AND r.held");
 
 /* Runs sql (n parameters p): how many held runs went, or -1. */

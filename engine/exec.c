@@ -54,6 +54,7 @@ struct cairn_ctx {
 	int64_t step_deadline; /* monotonic ms the running step must end by (0: none) */
 	int step_attempt;      /* the attempt of the step running now (0: none) */
 	char *next_input;      /* cairn_continue_as_new: the successor's input (JSON text) */
+	int64_t next_id;       /* and its id */
 	int step_seq;          /* the seq of the step running now (with step_attempt) */
 	int trace_ready;       /* job->trace is set (always when the worker traces) */
 	char tp[TRACEPARENT_LEN + 1]; /* cairn_ctx_traceparent's answer */
@@ -1909,6 +1910,19 @@ int cairn_continue_as_new(cairn_ctx *ctx, const cJSON *input)
 		return ctx->fatal = CAIRN_EFAIL;
 	}
 	buf_free(&why);
+	/* The successor's id, a value of the sequence in this run's shard (as
+	 * a child's, child_id), taken now rather than in the commit: on Citus
+	 * a nextval in the commit's statement runs on the node of the part,
+	 * whose sequence is not the coordinator's. */
+	if ((!ctx->ids_asked || ctx->ids_used == ctx->ids.nids) && (rc = ask_ids(ctx))) {
+		free(text);
+		return rc;
+	}
+	if (ctx->ids_used == ctx->ids.nids) {
+		free(text);
+		return cairn_retryable(ctx, "cannot continue as new: the database gave no run id");
+	}
+	ctx->next_id = RUN_ID(ctx->ids.ids[ctx->ids_used++], ctx->job->shard);
 	ctx->next_input = text;
 	return CAIRN_CONTINUED;
 }
@@ -2103,6 +2117,7 @@ static void continue_as_new(cairn_ctx *ctx, commit *c, int rc)
 	}
 	finish(c, RUN_COMPLETED, NULL);
 	c->next_input = ctx->next_input;
+	c->next_id = ctx->next_id;
 	ctx->next_input = NULL;
 	atomic_fetch_add(&ctx->env->m->runs_continued, 1);
 }

@@ -92,62 +92,89 @@ static const char SQL_HEALTH_FAIL[] =
  * stays while a later link does: its key names the chain, and `cairn
  * result` of it follows the chain to its last run. The links that ended
  * go like any finished run, so a workflow that continues for ever keeps
- * about a retention's worth of them. */
+ * about a retention's worth of them. $1 retention (ms), $2 at most so many,
+ * $3 of the part whose key this is (cairn.parts; 0 on one server): on
+ * Citus one task on the node of the part, where a statement over every
+ * part was refused (it joins runs to runs by chain_id). */
 static const char SQL_JANITOR[] =
     "WITH old AS (SELECT r.id FROM cairn.runs r "
-    "  WHERE r.finished_at < now() - $1 * interval '1 millisecond' "
-    "    AND NOT EXISTS (SELECT 1 FROM cairn.runs c WHERE c.chain_id = r.id) "
+    "  WHERE r.part = $3 AND r.finished_at < now() - $1 * interval '1 millisecond' "
+    "    AND NOT EXISTS (SELECT 1 FROM cairn.runs c WHERE c.part = $3 AND c.chain_id = r.id) "
     "  ORDER BY r.finished_at LIMIT $2), "
     /* A signal sent to a run as it continued as new, which its successor
-     * reads but has not taken yet (see cont in commit.c), goes to it. */
+     * (in the same shard, so the same part) reads but has not taken yet
+     * (see cont in commit.c), goes to it. */
     "mv AS (UPDATE cairn.signals g SET run_id = s.id FROM old o "
-    "  JOIN cairn.runs s ON s.continued_from = o.id "
-    "  WHERE g.run_id = o.id AND g.consumed_by_seq IS NULL AND s.finished_at IS NULL) "
-    "DELETE FROM cairn.runs WHERE id IN (SELECT id FROM old) "
+    "  JOIN cairn.runs s ON s.part = $3 AND s.continued_from = o.id "
+    "  WHERE g.part = $3 AND g.run_id = o.id AND g.consumed_by_seq IS NULL "
+    "    AND s.finished_at IS NULL) "
+    "DELETE FROM cairn.runs WHERE part = $3 AND id IN (SELECT id FROM old) "
     "AND finished_at < now() - $1 * interval '1 millisecond'";
 
 /*
  * Stranded runs (routing by workflow, migration 0020): a run whose group has
  * no live runner at all is claimed by nobody, so no worker's
- * unknown-workflow path sees it. Of the oldest due runs and messages ($2
- * of each: the due runs of live groups are claimed oldest first, so those
- * stranded come to the front), those of groups without a live runner (TTL
- * $1) move, with their messages, to a group with a live worker that serves
- * their workflow (cairn.reroute_target, as a claim moves them), whose owner
- * is woken. Those of a workflow that no live worker has served for
- * CAIRN_UNKNOWN_WORKFLOW_TIMEOUT ($3), due for as long, move to this
- * janitor's own group ($5), whose owner fails them as any run it cannot
- * serve, with its messages and the run's parent told: only once the janitor
- * has itself watched for that long ($4), so a fleet that starts after a
- * pause fails nothing before the other groups' workers are up. A run
- * locked by a writer is left for the next pass. One statement, bounded by
- * $2; a pass with nothing due reads two index entries.
+ * unknown-workflow path sees it. Of the oldest due runs and messages
+ * (STRANDED_BATCH of each: the due runs of live groups are claimed oldest
+ * first, so those stranded come to the front), those of groups without a
+ * live runner move, with their messages, to a group with a live worker
+ * that serves their workflow (cairn.reroute_target, as a claim moves
+ * them), whose owner is woken. Those of a workflow that no live worker has
+ * served for CAIRN_UNKNOWN_WORKFLOW_TIMEOUT, due for as long, move to this
+ * janitor's own group, whose owner fails them as any run it cannot serve,
+ * with its messages and the run's parent told: only once the janitor has
+ * itself watched for that long, so a fleet that starts after a pause fails
+ * nothing before the other groups' workers are up. A run locked by a
+ * writer is left for the next pass.
+ *
+ * Liveness reads pg_stat_activity (cairn.runner_live), so it is read by a
+ * statement that touches no distributed table (SQL_LIVE_GROUPS), where the
+ * runners' lease sessions are: on Citus, a function in a statement sent to
+ * a worker node runs there, and would see none of them. Then the stranded
+ * runs (SQL_STRANDED), their targets (SQL_STRANDED_TARGETS, again no
+ * distributed table), the move, part by part (SQL_STRANDED_MOVE, one task
+ * on the node of the part on Citus), and the wake-up of their owners. A
+ * pass with nothing stranded is the first two statements, each reading a
+ * few index entries.
  */
+static const char SQL_LIVE_GROUPS[] =
+    "SELECT coalesce(array_agg(DISTINCT g), '{}') FROM cairn.runners r, unnest(r.groups) g "
+    "WHERE cairn.runner_live(r, $1)";
+/* $1 the live groups, $2 how many due runs and messages to look at, $3
+ * CAIRN_UNKNOWN_WORKFLOW_TIMEOUT: each stranded run, its part, workflow and
+ * group, and whether it has been due for that long. */
 static const char SQL_STRANDED[] =
-    "WITH live AS (SELECT DISTINCT g FROM cairn.runners r, unnest(r.groups) g "
-    "              WHERE cairn.runner_live(r, $1)), "
-    "due AS ((SELECT id FROM cairn.runs WHERE start_at <= now() ORDER BY start_at, id LIMIT $2) "
-    "        UNION (SELECT run_id FROM cairn.messages WHERE deliver_at <= now() "
-    "               ORDER BY deliver_at, id LIMIT $2)), "
-    "s AS (SELECT r.id, r.workflow, r.shard_group AS g, "
-    "        coalesce(cairn.reroute_target(r.workflow, r.shard_group, $1), "
-    "          CASE WHEN $4 AND r.scheduled_at <= now() - $3 * interval '1 millisecond' "
-    "                 AND NOT EXISTS (SELECT 1 FROM cairn.workflows w "
-    "                   WHERE w.workflow = r.workflow "
-    "                     AND w.live_until > now() - $3 * interval '1 millisecond') "
-    "               THEN $5 END) AS target "
-    "      FROM cairn.runs r WHERE r.id IN (SELECT id FROM due) AND r.finished_at IS NULL "
-    "        AND r.shard_group NOT IN (SELECT g FROM live) "
-    "      FOR UPDATE OF r SKIP LOCKED), "
-    "mv AS (UPDATE cairn.runs r SET shard_group = s.target, updated_at = now() "
-    "       FROM s WHERE r.id = s.id AND s.target IS NOT NULL "
+    "WITH due AS ((SELECT id, part FROM cairn.runs WHERE start_at <= now() "
+    "              ORDER BY start_at, id LIMIT $2) "
+    "        UNION (SELECT run_id, part FROM cairn.messages WHERE deliver_at <= now() "
+    "               ORDER BY deliver_at, id LIMIT $2)) "
+    "SELECT r.id, r.part, r.workflow, r.shard_group, "
+    "       r.scheduled_at <= now() - $3 * interval '1 millisecond' "
+    "FROM cairn.runs r JOIN due ON r.id = due.id AND r.part = due.part "
+    "WHERE r.finished_at IS NULL AND r.shard_group <> ALL ($1::text[])";
+/* $1 runner TTL, $2 CAIRN_UNKNOWN_WORKFLOW_TIMEOUT, $3 watched that long,
+ * $4 this janitor's group, $5, $6, $7 the stranded runs' workflows, groups
+ * and whether each was due that long: the group each goes to, NULL for
+ * none yet. */
+static const char SQL_STRANDED_TARGETS[] =
+    "SELECT coalesce(cairn.reroute_target(x.w, x.g, $1), "
+    "         CASE WHEN $3 AND x.old AND NOT EXISTS (SELECT 1 FROM cairn.workflows w "
+    "                WHERE w.workflow = x.w "
+    "                  AND w.live_until > now() - $2 * interval '1 millisecond') "
+    "              THEN $4 END) "
+    "FROM unnest($5::text[], $6::text[], $7::bool[]) WITH ORDINALITY AS x(w, g, old, ord) "
+    "ORDER BY x.ord";
+/* Part $1: runs $2 from groups $3 to groups $4, those still there. */
+static const char SQL_STRANDED_MOVE[] =
+    "WITH x AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[]) AS x(id, g, t)), "
+    "s AS (SELECT r.id, x.g, x.t FROM cairn.runs r JOIN x ON x.id = r.id AND x.g = r.shard_group "
+    "      WHERE r.part = $1 AND r.finished_at IS NULL FOR UPDATE OF r SKIP LOCKED), "
+    "mv AS (UPDATE cairn.runs r SET shard_group = s.t, updated_at = now() FROM s "
+    "       WHERE r.part = $1 AND r.id = s.id "
     "       RETURNING r.id, r.shard_group, r.shard, r.workflow, s.g AS from_group), "
     "mvm AS (UPDATE cairn.messages m SET shard_group = mv.shard_group FROM mv "
-    "        WHERE m.run_id = mv.id) "
-    "SELECT count(cairn.wake(shard_group, shard, id, false)), "
-    "       string_agg(id || ' (' || workflow || ', ' || from_group || ' to ' || shard_group "
-    "                  || ')', ', ' ORDER BY id) "
-    "FROM mv";
+    "        WHERE m.part = $1 AND m.run_id = mv.id) "
+    "SELECT id, shard_group, shard, workflow, from_group FROM mv";
 
 static size_t discard(char *p, size_t size, size_t n, void *u)
 {
@@ -289,27 +316,154 @@ static int health_main(cairn_singleton *s, void *arg)
 	return rc;
 }
 
-/* One pass over stranded runs (SQL_STRANDED); watched: the janitor has
- * run for CAIRN_UNKNOWN_WORKFLOW_TIMEOUT. 0 or -1 (logged). */
+/* Wakes the owners of runs ids (bigint[]) of shards (int[]) in groups
+ * (text[]), from a statement that reads no distributed table, after the
+ * commit that wrote them: on Citus this runs on the coordinator, where the
+ * relay listens. Lost on failure, like every wake-up: the poll fallback
+ * makes up for it. */
+static void wake_each(PGconn *c, const char *groups, const char *shards, const char *ids)
+{
+	const char *p[] = {groups, shards, ids};
+	PQclear(db_exec(c, NULL,
+	                "SELECT count(cairn.wake(x.g, x.sh, x.id, false)) "
+	                "FROM unnest($1::text[], $2::int[], $3::bigint[]) AS x(g, sh, id)",
+	                3, p));
+}
+
+/* The runs moved by SQL_STRANDED_MOVE (r, its rows): their owners to wake
+ * (groups, shards, ids) and, for the log, "ID (WORKFLOW, FROM to TO)". */
+typedef struct moved {
+	pgarr groups, shards, ids;
+	buf said;
+} moved;
+
+/* Moves the stranded runs of r (SQL_STRANDED's rows) whose target (t, the
+ * rows of SQL_STRANDED_TARGETS) is not NULL, part by part, into out: 0 or
+ * -1. */
+static int stranded_move(PGconn *c, PGresult *r, PGresult *t, moved *out, buf *err)
+{
+	int n = PQntuples(r);
+	char *done = calloc((size_t)n + 1, 1);
+	if (!done)
+		return -1;
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++) {
+		if (done[i] || PQgetisnull(t, i, 0))
+			continue;
+		const char *part = PQgetvalue(r, i, 1);
+		pgarr ids = PGARR_INIT, from = PGARR_INIT, to = PGARR_INIT;
+		for (int k = i; k < n; k++)
+			if (!done[k] && !PQgetisnull(t, k, 0) &&
+			    strcmp(PQgetvalue(r, k, 1), part) == 0) {
+				done[k] = 1;
+				pgarr_add(&ids, PQgetvalue(r, k, 0));
+				pgarr_add(&from, PQgetvalue(r, k, 3));
+				pgarr_add(&to, PQgetvalue(t, k, 0));
+			}
+		const char *p[] = {part, pgarr_str(&ids), pgarr_str(&from), pgarr_str(&to)};
+		PGresult *m = ids.b.oom || from.b.oom || to.b.oom
+		                  ? NULL
+		                  : db_exec(c, err, SQL_STRANDED_MOVE, 4, p);
+		rc = m ? 0 : -1;
+		for (int k = 0; m && k < PQntuples(m); k++) {
+			pgarr_add(&out->ids, PQgetvalue(m, k, 0));
+			pgarr_add(&out->groups, PQgetvalue(m, k, 1));
+			pgarr_add(&out->shards, PQgetvalue(m, k, 2));
+			buf_printf(&out->said, "%s%s (%s, %s to %s)", out->said.len ? ", " : "",
+			           PQgetvalue(m, k, 0), PQgetvalue(m, k, 3), PQgetvalue(m, k, 4),
+			           PQgetvalue(m, k, 1));
+		}
+		PQclear(m);
+		pgarr_free(&ids);
+		pgarr_free(&from);
+		pgarr_free(&to);
+	}
+	free(done);
+	return rc;
+}
+
+/* One pass over stranded runs (SQL_LIVE_GROUPS to SQL_STRANDED_MOVE);
+ * watched: the janitor has run for CAIRN_UNKNOWN_WORKFLOW_TIMEOUT. 0 or -1
+ * (logged). */
 static int stranded_pass(const maint_env *e, PGconn *c, int watched, buf *err)
 {
 	char ttl[24], timeout[24];
-	const char *p[] = {db_i64(ttl, e->cfg->runner_ttl_ms), STRANDED_BATCH,
-	                   db_i64(timeout, e->cfg->unknown_workflow_timeout_ms),
-	                   watched ? "t" : "f", e->cfg->groups[0]};
-	PGresult *r = db_exec(c, err, SQL_STRANDED, 5, p);
-	if (!r) {
-		log_kv(e->log, LOG_WARN, "janitor failed to move stranded runs", "error",
-		       buf_str(err), NULL);
-		return -1;
+	db_i64(ttl, e->cfg->runner_ttl_ms);
+	db_i64(timeout, e->cfg->unknown_workflow_timeout_ms);
+	const char *lp[] = {ttl};
+	PGresult *live = db_exec(c, err, SQL_LIVE_GROUPS, 1, lp), *r = NULL, *t = NULL;
+	if (live) {
+		const char *p[] = {PQgetvalue(live, 0, 0), STRANDED_BATCH, timeout};
+		r = db_exec(c, err, SQL_STRANDED, 3, p);
 	}
-	if (db_get_i64(r, 0, 0) > 0)
+	moved mv = {PGARR_INIT, PGARR_INIT, PGARR_INIT, BUF_INIT};
+	int rc = r ? 0 : -1;
+	if (r && PQntuples(r) > 0) {
+		pgarr w = PGARR_INIT, g = PGARR_INIT, old = PGARR_INIT;
+		for (int i = 0; i < PQntuples(r); i++) {
+			pgarr_add(&w, PQgetvalue(r, i, 2));
+			pgarr_add(&g, PQgetvalue(r, i, 3));
+			pgarr_add(&old, PQgetvalue(r, i, 4));
+		}
+		const char *p[] = {
+		    ttl,           timeout,       watched ? "t" : "f", e->cfg->groups[0],
+		    pgarr_str(&w), pgarr_str(&g), pgarr_str(&old)};
+		t = w.b.oom || g.b.oom || old.b.oom ? NULL
+		                                    : db_exec(c, err, SQL_STRANDED_TARGETS, 7, p);
+		rc = t ? stranded_move(c, r, t, &mv, err) : -1;
+		pgarr_free(&w);
+		pgarr_free(&g);
+		pgarr_free(&old);
+	}
+	if (mv.ids.n) {
+		wake_each(c, pgarr_str(&mv.groups), pgarr_str(&mv.shards), pgarr_str(&mv.ids));
+		char n[24];
 		log_kv(e->log, LOG_INFO,
 		       "moved due runs of groups without a live runner to a group that serves "
 		       "their workflow (or, served by none, to this one, which fails them)",
-		       "count", PQgetvalue(r, 0, 0), "runs", PQgetvalue(r, 0, 1), NULL);
+		       "count", db_i64(n, (int64_t)mv.ids.n), "runs", buf_str(&mv.said), NULL);
+	}
+	if (rc < 0)
+		log_kv(e->log, LOG_WARN, "janitor failed to move stranded runs", "error",
+		       buf_str(err), NULL);
+	PQclear(live);
 	PQclear(r);
-	return 0;
+	PQclear(t);
+	pgarr_free(&mv.groups);
+	pgarr_free(&mv.shards);
+	pgarr_free(&mv.ids);
+	buf_free(&mv.said);
+	return rc;
+}
+
+/* Deletes the finished runs past retention, part by part (SQL_JANITOR):
+ * how many, -1 on a database error (logged); *full: some part had more
+ * than a batch. */
+static int64_t janitor_pass(const maint_env *e, PGconn *c, const db_settings *st, int *full,
+                            buf *err)
+{
+	char ret[24], part[24];
+	int64_t n = 0;
+	*full = 0;
+	db_i64(ret, e->cfg->retention_ms);
+	for (int i = 0; i < st->nparts; i++) {
+		const char *p[] = {ret, JANITOR_BATCH, db_i64(part, st->part_keys[i])};
+		PGresult *r = db_exec(c, err, SQL_JANITOR, 3, p);
+		if (!r) {
+			log_kv(e->log, LOG_WARN, "janitor failed", "error", buf_str(err), NULL);
+			return -1;
+		}
+		int got = atoi(PQcmdTuples(r));
+		PQclear(r);
+		n += got;
+		*full |= got >= atoi(JANITOR_BATCH);
+	}
+	if (n > 0) {
+		char runs[24];
+		log_kv(e->log, LOG_INFO, "janitor deleted finished runs", "runs", db_i64(runs, n),
+		       NULL);
+	}
+	return n;
 }
 
 static int janitor_main(cairn_singleton *s, void *arg)
@@ -317,31 +471,22 @@ static int janitor_main(cairn_singleton *s, void *arg)
 	const maint_env *e = arg;
 	buf err = BUF_INIT;
 	PGconn *c = db_connect(cairn_singleton_conninfo(s), "cairn-worker janitor", &err);
-	int rc = c ? CAIRN_OK : CAIRN_EDB;
-	char ret[24];
-	db_i64(ret, e->cfg->retention_ms);
-	const char *p[] = {ret, JANITOR_BATCH};
+	db_settings st;
+	int rc = c && db_read_settings(c, &st, &err) == 0 ? CAIRN_OK : CAIRN_EDB;
 	int64_t started = clock_mono_ms(), next_retention = started;
 	while (rc == CAIRN_OK && !cairn_singleton_cancelled(s)) {
 		int64_t now = clock_mono_ms();
 		if (now >= next_retention) {
-			PGresult *r = db_exec(c, &err, SQL_JANITOR, 2, p);
-			if (!r) {
-				log_kv(e->log, LOG_WARN, "janitor failed", "error", buf_str(&err),
-				       NULL);
+			int full;
+			if (janitor_pass(e, c, &st, &full, &err) < 0) {
 				rc = CAIRN_EDB;
 				break;
 			}
-			int n = atoi(PQcmdTuples(r));
-			if (n > 0)
-				log_kv(e->log, LOG_INFO, "janitor deleted finished runs", "runs",
-				       PQcmdTuples(r), NULL);
-			PQclear(r);
 			/* Every minute, or every CAIRN_RETENTION if shorter. */
 			int64_t every = e->cfg->retention_ms < JANITOR_INTERVAL_MS
 			                    ? e->cfg->retention_ms
 			                    : JANITOR_INTERVAL_MS;
-			next_retention = n < atoi(JANITOR_BATCH) ? now + every : now;
+			next_retention = full ? now : now + every;
 		}
 		int watched = now - started >= e->cfg->unknown_workflow_timeout_ms;
 		if (stranded_pass(e, c, watched, &err) < 0 && !db_ok(c)) {
@@ -613,22 +758,29 @@ static int relay_main(cairn_singleton *s, void *arg)
 #define STR(x)            STR_(x)
 
 /* The schedules due now, with whether the run of the last fire is still
- * unfinished, and the database's clock. */
+ * unfinished (SCHEDULE_LAST_RUNS: a join, which Citus plans where a
+ * subquery per schedule over the reference table is refused), and the
+ * database's clock. */
 static const char SQL_SCHEDULES_DUE[] =
-    "SELECT s.name, s.cron, s.tz, s.workflow, s.catchup, s.overlap = 'skip', EXISTS ("
-    "         SELECT 1 FROM cairn.runs r WHERE r.workflow = s.workflow "
-    "         AND r.key = " SCHEDULE_KEY_SQL(
-        "s") " AND r.finished_at IS NULL), "
-             "       (extract(epoch FROM s.next_at) * 1000)::bigint, "
-             "       (extract(epoch FROM now()) * 1000)::bigint "
-             "FROM cairn.schedules s WHERE NOT s.paused AND s.next_at <= now() "
-             "ORDER BY s.next_at LIMIT " STR(SCHEDULER_BATCH);
+    "WITH s AS MATERIALIZED (SELECT * FROM cairn.schedules WHERE NOT paused "
+    "                        AND next_at <= now() ORDER BY next_at LIMIT " STR(
+        SCHEDULER_BATCH) "), "
+                         "l AS (" SCHEDULE_LAST_RUNS(
+                             "s") ") "
+                                  "SELECT s.name, s.cron, s.tz, s.workflow, s.catchup, s.overlap = "
+                                  "'skip', "
+                                  "       l.name IS NOT NULL AND l.finished_at IS NULL, "
+                                  "       (extract(epoch FROM s.next_at) * 1000)::bigint, "
+                                  "       (extract(epoch FROM now()) * 1000)::bigint "
+                                  "FROM s LEFT JOIN l ON l.name = s.name ORDER BY s.next_at";
 
 /* One round of one schedule ($1 name, $2 its next_at as read: a copy that
  * moved it since writes nothing): next_at to $3, the runs of the fires
- * ($4 keys, $5 shards, $6 due times, Unix ms) inserted, each key once ever,
- * counted, and their owners woken (cairn.wake, migration 0015: inside this
- * transaction, under the shards' wake locks). */
+ * ($4 keys, $5 shards, $6 due times, Unix ms, $8 parts) inserted, each key
+ * once ever, and counted; the new runs' groups, shards and ids, whose
+ * owners the caller wakes after the commit (on Citus, a wake-up in the
+ * statement that wrote a reference table and runs over several nodes is
+ * refused). */
 static const char SQL_SCHEDULE_FIRE[] =
     "WITH s AS (UPDATE cairn.schedules SET next_at = to_timestamp($3::bigint / 1000.0), "
     "    last_at = coalesce(to_timestamp((SELECT max(d) FROM unnest($6::bigint[]) d) / 1000.0), "
@@ -637,16 +789,18 @@ static const char SQL_SCHEDULE_FIRE[] =
     "  WHERE name = $1 AND next_at = to_timestamp($2::bigint / 1000.0) RETURNING *), "
     "ins AS (INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
     "                                     scheduled_at, start_at) "
-    "  SELECT cairn.new_run_id(x.sh), cairn.part_of(x.sh), s.workflow, x.k, s.shard_group, x.sh, "
-    "s.input, to_timestamp(x.d / 1000.0), now() "
-    "  FROM s, unnest($4::text[], $5::int[], $6::bigint[]) AS x(k, sh, d) "
-    "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING RETURNING r.id, r.shard_group, "
-    "r.shard) "
+    "  SELECT cairn.new_run_id(x.sh), x.p, s.workflow, x.k, s.shard_group, x.sh, s.input, "
+    "         to_timestamp(x.d / 1000.0), now() "
+    "  FROM s, unnest($4::text[], $5::int[], $6::bigint[], $8::int[]) AS x(k, sh, d, p) "
+    "  ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "  RETURNING r.id, r.shard_group, r.shard) "
     "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), "
-    "  (SELECT count(cairn.wake(ins.shard_group, ins.shard, ins.id, false)) FROM ins)";
+    "  (SELECT array_agg(shard_group) FROM ins), (SELECT array_agg(shard) FROM ins), "
+    "  (SELECT array_agg(id) FROM ins)";
 
 /* Fires what is due of the schedule in row i of r: 0 or -CAIRN_EDB. */
-static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int shards, buf *err)
+static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, const db_settings *st,
+                         buf *err)
 {
 	const char *name = PQgetvalue(r, i, 0), *tz = PQgetvalue(r, i, 2);
 	const char *catchup = PQgetvalue(r, i, 4);
@@ -680,25 +834,30 @@ static int schedule_fire(const maint_env *e, PGconn *c, PGresult *r, int i, int 
 	if (skip && busy)
 		fire = 0;
 	int skipped = n - fire;
-	pgarr keys = PGARR_INIT, sh = PGARR_INIT, at = PGARR_INIT;
+	pgarr keys = PGARR_INIT, sh = PGARR_INIT, at = PGARR_INIT, parts = PGARR_INIT;
 	for (int k = n - fire; k < n; k++) {
 		char key[256];
 		snprintf(key, sizeof key, SCHEDULE_KEY_PREFIX "%s:%" PRId64, name, due[k]);
+		int shard = hash_shard(key, st->shards);
 		pgarr_add(&keys, key);
-		pgarr_add_i64(&sh, hash_shard(key, shards));
+		pgarr_add_i64(&sh, shard);
 		pgarr_add_i64(&at, due[k]);
+		pgarr_add_i64(&parts, db_part_key(st, shard));
 	}
 	char f[24], nx[24], sk[24];
-	const char *p[] = {name,           db_i64(f, from), db_i64(nx, next),   pgarr_str(&keys),
-	                   pgarr_str(&sh), pgarr_str(&at),  db_i64(sk, skipped)};
-	PGresult *w =
-	    keys.b.oom || sh.b.oom || at.b.oom ? NULL : db_exec(c, err, SQL_SCHEDULE_FIRE, 7, p);
+	const char *p[] = {name,           db_i64(f, from), db_i64(nx, next),    pgarr_str(&keys),
+	                   pgarr_str(&sh), pgarr_str(&at),  db_i64(sk, skipped), pgarr_str(&parts)};
+	PGresult *w = keys.b.oom || sh.b.oom || at.b.oom || parts.b.oom
+	                  ? NULL
+	                  : db_exec(c, err, SQL_SCHEDULE_FIRE, 8, p);
 	pgarr_free(&keys);
 	pgarr_free(&sh);
 	pgarr_free(&at);
+	pgarr_free(&parts);
 	if (!w)
 		return -CAIRN_EDB;
 	if (db_get_int(w, 0, 1) > 0) {
+		wake_each(c, PQgetvalue(w, 0, 2), PQgetvalue(w, 0, 3), PQgetvalue(w, 0, 4));
 		log_kv(e->log, LOG_DEBUG, "fired a schedule", "schedule", name, "runs",
 		       PQgetvalue(w, 0, 1), NULL);
 		atomic_fetch_add(&e->m->schedule_fires, (uint64_t)db_get_int(w, 0, 1));
@@ -744,7 +903,7 @@ static int scheduler_main(cairn_singleton *s, void *arg)
 			break;
 		}
 		for (int i = 0; i < PQntuples(r) && !rc; i++)
-			rc = schedule_fire(e, c, r, i, st.shards, &err);
+			rc = schedule_fire(e, c, r, i, &st, &err);
 		int full = PQntuples(r) == SCHEDULER_BATCH;
 		PQclear(r);
 		int64_t ms = rc || full ? 0 : scheduler_wait_ms(c, &err);

@@ -211,14 +211,13 @@ int cairn_schedule_create(cairn_client *c, const char *name, const cairn_schedul
 }
 
 /* Each schedule, with the run of its last fire. */
-#define LAST_RUN                                                                                   \
-	"(SELECT r.id FROM cairn.runs r WHERE r.workflow = s.workflow AND r.key "                  \
-	"= " SCHEDULE_KEY_SQL("s") ")"
 static const char SQL_SCHEDULE_LIST[] =
-    "SELECT name, cron, tz, workflow, shard_group, overlap, catchup, paused, "
-    "  (extract(epoch FROM next_at) * 1000)::bigint, "
-    "  (extract(epoch FROM last_at) * 1000)::bigint, " LAST_RUN ", fires, skipped "
-    "FROM cairn.schedules s ORDER BY name";
+    "WITH s AS MATERIALIZED (SELECT * FROM cairn.schedules), l AS (" SCHEDULE_LAST_RUNS(
+        "s") ") "
+             "SELECT s.name, cron, tz, workflow, shard_group, overlap, catchup, paused, "
+             "  (extract(epoch FROM next_at) * 1000)::bigint, "
+             "  (extract(epoch FROM last_at) * 1000)::bigint, l.id, fires, skipped "
+             "FROM s LEFT JOIN l ON l.name = s.name ORDER BY s.name";
 
 int cairn_schedule_list(cairn_client *c, cairn_schedule_info **out, size_t *n)
 {

@@ -35,6 +35,13 @@
 #define SCHEDULE_KEY_SQL(s)                                                                        \
 	"'" SCHEDULE_KEY_PREFIX "' || " s ".name || ':' || "                                       \
 	"(extract(epoch FROM " s ".last_at) * 1000)::bigint"
+/* The run of the last fire of each schedule of CTE s that has one: the
+ * schedule's name, the run's id and finished_at. A join of the schedules
+ * (on Citus a reference table, read as the CTE's rows) with the runs,
+ * where a subquery per schedule is refused by Citus. */
+#define SCHEDULE_LAST_RUNS(s)                                                                      \
+	"SELECT " s ".name, r.id, r.finished_at FROM " s " JOIN cairn.runs r "                     \
+	"ON r.workflow = " s ".workflow AND r.key = " SCHEDULE_KEY_SQL(s)
 
 /*
  * The times c fires in zone tz from from_ms (included) to now_ms (included),

@@ -934,17 +934,19 @@ static int64_t runs_in_their_part(PGconn *c, const char *wf)
 	                nparts, wf);
 }
 
-static int64_t nodes_of_runs(PGconn *c, const char *wf)
+
+/* How many worker nodes hold the parts of the runs that cond (SQL, of
+ * cairn.runs) selects. */
+static int64_t nodes_of_runs(PGconn *c, const char *cond)
 {
 	return tdb_intf(c,
-	                "WITH p AS MATERIALIZED (SELECT DISTINCT part FROM cairn.runs "
-	                "                        WHERE workflow = '%s') "
+	                "WITH p AS MATERIALIZED (SELECT DISTINCT part FROM cairn.runs WHERE %s) "
 	                "SELECT count(DISTINCT s.nodename || s.nodeport) "
 	                "FROM p, citus_shards s "
 	                "WHERE s.table_name = 'cairn.runs'::regclass "
 	                "  AND s.shardid = get_shard_id_for_distribution_column("
 	                "        'cairn.runs', p.part)",
-	                wf);
+	                cond);
 }
 
 /*
@@ -999,7 +1001,7 @@ Test(citus, the_sql_api_enqueue_in_an_application_transaction_stores_runs_in_the
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key = 'gone'"), 0);
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'sql.wf'"), N);
 	cr_assert_eq(runs_in_their_part(c, "sql.wf"), N);
-	cr_assert_eq(nodes_of_runs(c, "sql.wf"), 2);
+	cr_assert_eq(nodes_of_runs(c, "workflow = 'sql.wf'"), 2);
 	/* The runs of the concurrency key share its part. */
 	cr_assert_eq(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs "
 	                        "WHERE concurrency_key = 'ck'"),
@@ -1045,7 +1047,7 @@ Test(citus, the_batch_enqueue_stores_each_run_in_its_part_and_wakes_from_the_coo
 	cr_assert(strncmp(got, want, strlen(want)) == 0, "%s", got);
 	free(got);
 	cr_assert_eq(runs_in_their_part(c, "batch.wf"), N);
-	cr_assert_eq(nodes_of_runs(c, "batch.wf"), 2);
+	cr_assert_eq(nodes_of_runs(c, "workflow = 'batch.wf'"), 2);
 	cr_assert_eq(tdb_int(c, "SELECT count(DISTINCT part) FROM cairn.runs "
 	                        "WHERE concurrency_key = 'bk' AND NOT held"),
 	             1);
@@ -1113,7 +1115,7 @@ Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_
 	                                      "WHERE name = 'shards_per_group'"),
 	                      tdb_int(c, "SELECT count(*) FROM cairn.parts")),
 	             n);
-	cr_assert_eq(nodes_of_runs(c, "key.wf"), 2);
+	cr_assert_eq(nodes_of_runs(c, "workflow = 'key.wf'"), 2);
 	/* The count of a key's active runs: one task on the node of its part. */
 	char sql[512];
 	snprintf(
@@ -1253,20 +1255,68 @@ Test(citus, children_sync_writes_a_parents_wait_in_its_part_on_the_second_node)
  * (step_hit writes one each time it runs). A child is not among them yet
  * (docs/architecture.md, "On Citus").
  */
+/* A worker of the test flows (tflows_path) on a distributed database of
+ * its own, ready. */
+typedef struct citus_worker {
+	const char *db;
+	PGconn *c; /* to db, with t_hits made */
+	pid_t pid;
+	int port;
+	char log[64];
+} citus_worker;
+
+/* Starts w on a new database named for test, with up to two settings
+ * (NAME=VALUE, or NULL). */
+static void citus_worker_start(citus_worker *w, const char *test, const char *env1,
+                               const char *env2)
+{
+	w->db = citus_db(test);
+	w->c = citus_migrated(w->db);
+	exec_ok(w->c, "CREATE TABLE t_hits (run_id bigint NOT NULL, step text NOT NULL)");
+	char plugins[1100];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	tlog_file(w->log);
+	w->pid = tworker_start(w->db, &w->port, w->log, plugins, env1, env2, NULL);
+	tlive_add(w->pid);
+	cr_assert(thttp_wait(w->port, "/readyz", 200, 30000), "worker never ready; log in %s",
+	          w->log);
+}
+
+/* Stops w with SIGTERM, which it must obey; its log (caller frees) unless
+ * keep_log is 0, when the log is removed. */
+static char *citus_worker_stop(citus_worker *w, int keep_log)
+{
+	int rc = tworker_stop(w->pid, SIGTERM, 30000);
+	tlive_del(w->pid);
+	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, w->log);
+	char *text = keep_log ? tfile_read(w->log) : NULL;
+	cr_assert(!keep_log || text, "cannot read %s", w->log);
+	unlink(w->log);
+	PQfinish(w->c);
+	return text;
+}
+
+/* Waits until all of db's runs (c connected to it), all of them, are
+ * completed; log: the worker's. */
+static void wait_all_completed(PGconn *c, int64_t all, const char *log)
+{
+	cr_assert(tdb_wait_at_least(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'",
+	                            all, 180000),
+	          "the runs never all completed (%" PRId64 " of %" PRId64 "); log in %s",
+	          tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'"), all,
+	          log);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), all);
+}
+
+
 Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 {
-	const char *db = citus_db("drain");
-	PGconn *c = citus_migrated(db);
-	exec_ok(c, "CREATE TABLE t_hits (run_id bigint NOT NULL, step text NOT NULL)");
+	citus_worker w;
+	citus_worker_start(&w, "drain", "CAIRN_POLL_INTERVAL=5s", NULL);
+	const char *db = w.db, *log = w.log;
+	PGconn *c = w.c;
 	cairn_client *cl = NULL;
 	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
-	char plugins[1100], log[64];
-	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
-	tlog_file(log);
-	int port;
-	pid_t w = tworker_start(db, &port, log, "CAIRN_POLL_INTERVAL=5s", plugins, NULL);
-	tlive_add(w);
-	cr_assert(thttp_wait(port, "/readyz", 200, 30000), "worker never ready; log in %s", log);
 	enum { SPREAD = 160, EACH = 40 };
 	static const char *const RUNS[][2] = {
 	    {"t.spread", "{}"},
@@ -1285,13 +1335,7 @@ Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 				waiting[nw++] = r.id;
 		}
 	/* The runs' parts lie on both worker nodes. */
-	cr_assert_eq(tdb_int(c, "WITH p AS MATERIALIZED (SELECT DISTINCT part FROM cairn.runs) "
-	                        "SELECT count(DISTINCT s.nodename || s.nodeport) "
-	                        "FROM p, citus_shards s "
-	                        "WHERE s.table_name = 'cairn.runs'::regclass "
-	                        "  AND s.shardid = get_shard_id_for_distribution_column("
-	                        "        'cairn.runs', p.part)"),
-	             2);
+	cr_assert_eq(nodes_of_runs(c, "true"), 2);
 	cr_assert(tdb_wait_at_least(c,
 	                            "SELECT count(*) FROM cairn.runs "
 	                            "WHERE workflow = 't.progress' AND status = 'waiting'",
@@ -1306,12 +1350,7 @@ Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 		free(err);
 	}
 	int64_t all = SPREAD + EACH;
-	cr_assert(tdb_wait_at_least(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'",
-	                            all, 180000),
-	          "the runs never all completed (%" PRId64 " of %" PRId64 "); log in %s",
-	          tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE status = 'completed'"), all,
-	          log);
-	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), all);
+	wait_all_completed(c, all, log);
 	/* Each step of each t.spread run ran once: "first" and "second", around
 	 * the sleep. */
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM t_hits"), 2 * SPREAD);
@@ -1334,12 +1373,188 @@ Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 	             0);
 	/* Nothing is left to deliver. */
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), 0);
-	int rc = tworker_stop(w, SIGTERM, 30000);
-	tlive_del(w);
-	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, log);
-	unlink(log);
 	cairn_client_free(cl);
-	PQfinish(c);
+	citus_worker_stop(&w, 0);
+}
+
+/* Runs `cairn ARGS...` on db, which must exit with want: its output
+ * (caller frees). */
+static char *cli_out(const char *db, int want, const char *const *argv)
+{
+	char *out = NULL, *err = NULL;
+	int rc = tcli_argv(db, &out, &err, argv);
+	cr_assert_eq(rc, want, "cairn %s: exit %d, want %d: %s", argv[0], rc, want, err ? err : "");
+	free(err);
+	return out ? out : strdup("");
+}
+
+/*
+ * A worker's singletons on a distributed database: the scheduler fires a
+ * schedule every second; the janitor deletes the finished runs past
+ * retention, part by part, and moves a run of a group no runner serves to
+ * the group that serves its workflow (liveness read on the coordinator,
+ * where the runners' sessions are, then the move in the run's part); the
+ * backlog reads every node and counts no shard unowned; the sweep of held
+ * runs runs. Their statements were each refused by Citus before (a
+ * subquery per schedule or per group over a reference table, runs joined
+ * to runs by chain_id, messages joined to runs by id alone): the worker's
+ * log has none of their failures. Then the CLI's reads and the console's
+ * counts, on runs of every part.
+ */
+Test(citus, the_scheduler_janitor_stranded_runs_backlog_and_reads_work_on_a_distributed_database)
+{
+	citus_worker w;
+	citus_worker_start(&w, "singletons", "CAIRN_RETENTION=2s", "CAIRN_BACKLOG_INTERVAL=1s");
+	const char *db = w.db, *log = w.log;
+	PGconn *c = w.c;
+	const char *sched[] = {"schedule",   "create",   "tick",      "--cron", "* * * * * *",
+	                       "--workflow", "t.spread", "--overlap", "allow",  NULL};
+	free(cli_out(db, 0, sched));
+	/* A run of a group no runner serves: stranded until the janitor moves
+	 * it. */
+	const char *gone[] = {"enqueue", "t.spread", "--group", "gone", "--input", "{}", NULL};
+	char *idtxt = cli_out(db, 0, gone);
+	int64_t stranded = strtoll(idtxt, NULL, 10);
+	free(idtxt);
+	cr_assert_gt(stranded, 0);
+	/* The stranded run moved and ran: both its steps. */
+	cr_assert(tdb_wait_at_leastf(
+	              c, 2, 60000, "SELECT count(*) FROM t_hits WHERE run_id = %" PRId64, stranded),
+	          "the stranded run never ran; log in %s", log);
+	/* Twelve fires (so over ten seconds, past a sweep of held runs), of
+	 * which the janitor deleted some after they finished; the fires' runs
+	 * lie in many parts. */
+	cr_assert(tdb_wait_at_least(c, "SELECT fires FROM cairn.schedules WHERE name = 'tick'", 12,
+	                            60000),
+	          "the schedule never fired twelve times; log in %s", log);
+	cr_assert(tdb_wait_at_least(c,
+	                            "SELECT s.fires - (SELECT count(*) FROM cairn.runs r "
+	                            "  WHERE r.key LIKE 'cairn.schedule:tick:%') "
+	                            "FROM cairn.schedules s WHERE s.name = 'tick'",
+	                            3, 60000),
+	          "the janitor never deleted finished runs; log in %s", log);
+	cr_assert_gt(tdb_int(c, "SELECT count(DISTINCT run_id) FROM t_hits"), 3);
+	/* The backlog was read, and no shard of the group is unowned. */
+	char *body = NULL;
+	cr_assert_eq(thttp(w.port, "GET", "/metrics", &body, NULL), 200);
+	cr_assert_gt(tmetric_in(body, "cairn_backlog_read_timestamp_seconds", NULL), 0, "%s", body);
+	cr_assert_eq(tmetric_in(body, "cairn_shards_unowned", "group=\"default\""), 0, "%s", body);
+	free(body);
+	/* The CLI's reads: a run delayed an hour, in its part, and the others. */
+	const char *later[] = {"enqueue", "t.spread", "--delay", "1h", "--input", "{}", NULL};
+	char *later_id = cli_out(db, 0, later);
+	later_id[strcspn(later_id, "\n")] = '\0';
+	const char *status[] = {"status", later_id, NULL};
+	char *out = cli_out(db, 0, status);
+	cr_assert(strstr(out, "pending"), "%s", out);
+	free(out);
+	const char *result[] = {"result", later_id, NULL};
+	free(cli_out(db, 4, result)); /* not finished */
+	const char *list[] = {"list", "--workflow", "t.spread", "--json", NULL};
+	out = cli_out(db, 0, list);
+	cr_assert(strstr(out, later_id), "%s", out);
+	free(out);
+	const char *runners[] = {"runners", "--json", NULL};
+	out = cli_out(db, 0, runners);
+	cJSON *rs = cJSON_Parse(out);
+	cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(rs, 0), "live")), "%s", out);
+	cJSON_Delete(rs);
+	free(out);
+	const char *schedules[] = {"schedule", "list", "--json", NULL};
+	out = cli_out(db, 0, schedules);
+	cr_assert(strstr(out, "tick"), "%s", out);
+	free(out);
+	cairn_client *cl = NULL;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	int64_t counts[CAIRN_RUN_STATUSES];
+	cairn_list_filter key = {.key = "nothing-has-this-key"};
+	cr_assert_eq(cairn_run_counts(cl, &key, counts), CAIRN_OK, "%s", cairn_client_errmsg(cl));
+	cairn_list_filter all = {0};
+	cr_assert_eq(cairn_run_counts(cl, &all, counts), CAIRN_OK, "%s", cairn_client_errmsg(cl));
+	cr_assert_geq(counts[0], 1); /* pending: the delayed run, and a fire not yet run */
+	cairn_client_free(cl);
+	free(later_id);
+	char *text = citus_worker_stop(&w, 1);
+	static const char *const FAILED[] = {
+	    "janitor failed",          "scheduler failed",
+	    "cannot read the backlog", "letting held runs go failed",
+	    "singleton failed",        "failed to move stranded"};
+	for (size_t i = 0; i < sizeof FAILED / sizeof *FAILED; i++)
+		cr_assert(!strstr(text, FAILED[i]), "the worker's log says \"%s\"\n%s", FAILED[i],
+		          text);
+	free(text);
+}
+
+/*
+ * Children and continue-as-new on a distributed database, run by a real
+ * worker: parents each start three children (whose keys put them in other
+ * parts, on both nodes) and wait for all of them; loops continue as new
+ * five times. The commit that starts or ends a child calls
+ * cairn.children_sync from a CTE of its own, which Citus runs on the
+ * coordinator (in the commit's join with the parents' runs it was pushed
+ * to the node of the part, where its own distributed statements were
+ * refused: "cannot execute a distributed query from a query on a shard");
+ * a successor's id is taken from the coordinator's sequence by the
+ * executor (a nextval in the commit ran on the node, whose sequence is not
+ * the coordinator's: "bigint out of range"). Every parent completes with
+ * its children's outputs, every step runs once, and `cairn result` of a
+ * loop's first run follows the chain to its last.
+ */
+Test(citus, children_and_continue_as_new_run_on_a_distributed_database)
+{
+	citus_worker w;
+	citus_worker_start(&w, "children", NULL, NULL);
+	const char *db = w.db, *log = w.log;
+	PGconn *c = w.c;
+	enum { PARENTS = 8, KIDS = 3, LOOPS = 8, LINKS = 6 };
+	cairn_client *cl = NULL;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	int64_t loops[LOOPS];
+	for (int i = 0; i < PARENTS + LOOPS; i++) {
+		cairn_enqueue_opts o = {
+		    .input = i < PARENTS ? "{\"mode\": \"all\", \"children\": ["
+		                           "{\"workflow\": \"t.spread\", \"input\": {}}, "
+		                           "{\"workflow\": \"t.spread\", \"input\": {}}, "
+		                           "{\"workflow\": \"t.spread\", \"input\": {}}]}"
+		                         : "{\"n\": 0, \"until\": 5, \"sleep_ms\": 10}"};
+		cairn_enqueued r;
+		cr_assert_eq(cairn_enqueue(cl, i < PARENTS ? "t.many" : "t.loop", &o, &r), CAIRN_OK,
+		             "%s", cairn_client_errmsg(cl));
+		if (i >= PARENTS)
+			loops[i - PARENTS] = r.id;
+		cairn_enqueued_clear(&r);
+	}
+	int64_t all = PARENTS * (1 + KIDS) + LOOPS * LINKS;
+	wait_all_completed(c, all, log);
+	/* The children lie in parts on both nodes. */
+	cr_assert_eq(nodes_of_runs(c, "parent_id IS NOT NULL"), 2);
+	/* Each parent has its children's outputs, and each child's steps ran
+	 * once. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 't.many' "
+	                        "AND output->>'rc' = 'ok' "
+	                        "AND jsonb_array_length(output->'results') = 3"),
+	             PARENTS, "log in %s", log);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM t_hits"), 2 * PARENTS * KIDS);
+	cr_assert_eq(
+	    tdb_int(c, "SELECT count(*) FROM (SELECT DISTINCT run_id, step FROM t_hits) h"),
+	    2 * PARENTS * KIDS);
+	/* Each loop is a chain of six runs, each in its first run's part. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs r JOIN cairn.runs f "
+	                        "ON f.id = r.chain_id AND f.part = r.part "
+	                        "WHERE r.workflow = 't.loop'"),
+	             LOOPS * (LINKS - 1));
+	for (int i = 0; i < LOOPS; i++) {
+		char id[24];
+		snprintf(id, sizeof id, "%" PRId64, loops[i]);
+		const char *result[] = {"result", id, NULL};
+		char *out = cli_out(db, 0, result);
+		cr_assert(strstr(out, "\"n\": 5") || strstr(out, "\"n\":5"), "run %s: %s", id, out);
+		free(out);
+	}
+	cairn_client_free(cl);
+	char *text = citus_worker_stop(&w, 1);
+	cr_assert(!strstr(text, "commit failed"), "a commit failed:\n%s", text);
+	free(text);
 }
 
 /* EXPLAIN (COSTS OFF) EXECUTE of prepared statement name with args: the
