@@ -297,9 +297,17 @@ fuzz:
 
 # Release build, CHAOS_RUNS (10000) runs under kills, stops, PostgreSQL
 # restarts (and, with CHAOS_FREEZE=1, frozen connections); see tests/chaos.c.
+# CHAOS_CITUS=1: on a Citus cluster of its own (tests/citus.sh; Citus built
+# once per machine).
 chaos: all build/rel/chaos build/rel/tests/plugin_chaos.so
-	build/rel/chaos --worker bin/cairn-worker --plugin build/rel/tests/plugin_chaos.so \
-		--pg-sh tests/pg.sh
+	if [ "$(CHAOS_CITUS)" = 1 ]; then \
+		sh scripts/deps.sh --citus && sh scripts/citus.sh build && \
+		build/rel/chaos --worker bin/cairn-worker --plugin build/rel/tests/plugin_chaos.so \
+			--citus-sh tests/citus.sh; \
+	else \
+		build/rel/chaos --worker bin/cairn-worker --plugin build/rel/tests/plugin_chaos.so \
+			--pg-sh tests/pg.sh; \
+	fi
 
 clean:
 	rm -rf build bin lib sdk/typescript/dist sdk/typescript/dist.tmp

@@ -2332,13 +2332,17 @@ typedef struct event_ask {
 static int event_there(cairn_client *c, void *arg)
 {
 	event_ask *a = arg;
-	char idtxt[24];
-	const char *p[] = {db_i64(idtxt, a->run), a->key};
-	PGresult *r =
-	    db_exec(c->conn, &c->err,
-	            "SELECT e.value::text, r.id FROM cairn.runs r LEFT JOIN cairn.events e "
-	            "ON e.run_id = r.id AND e.key = $2 WHERE r.id = $1",
-	            2, p);
+	char idtxt[24], parttxt[24];
+	const char *p[3];
+	int prc = run_and_part(c, a->run, idtxt, parttxt, p);
+	if (prc)
+		return -prc;
+	p[2] = a->key;
+	PGresult *r = db_exec(c->conn, &c->err,
+	                      "SELECT e.value::text, r.id FROM cairn.runs r LEFT JOIN cairn.events e "
+	                      "ON e.part = r.part AND e.run_id = r.id AND e.key = $3 "
+	                      "WHERE r.part = $2 AND r.id = $1",
+	                      3, p);
 	if (!r)
 		return -client_db_fail(c);
 	int found = PQntuples(r) == 1;

@@ -362,13 +362,27 @@ static const char SQL_ACQUIRE[] =
 
 static const char SQL_UNLOCK[] = "SELECT pg_advisory_unlock($1::int, s) FROM unnest($2::int[]) s";
 
-static const char SQL_RELEASE[] =
-    "WITH un AS (SELECT s, pg_advisory_unlock($2::int, s) AS ok FROM unnest($3::int[]) s), "
-    "lk AS (SELECT shard FROM cairn.shard_leases WHERE shard_group = $1 AND owner = $4 "
-    "       AND shard IN (SELECT s FROM un) ORDER BY shard FOR UPDATE), "
-    "clear AS (UPDATE cairn.shard_leases SET owner = NULL "
-    "          WHERE shard_group = $1 AND shard IN (SELECT shard FROM lk)) "
-    "SELECT count(*) FILTER (WHERE ok) FROM un";
+/*
+ * A release clears the owner of the lease rows of its shards that still
+ * name this runner, part by part (SQL_RELEASE_PARTS groups the shards by
+ * part): each part's rows locked in shard order, as an acquisition locks
+ * them, then updated ($1 group, $2 shards, $3 this runner, $4 the part's
+ * key). On Citus each is one task on the node of the part: a lock over
+ * the rows of several parts was refused ("could not run distributed query
+ * with FOR UPDATE/SHARE commands"), which left a runner that lost its
+ * shards unable to let them go. Then the advisory locks are given back
+ * (SQL_UNLOCK), by a statement that reads no distributed table, so on
+ * Citus on the coordinator, where they were taken.
+ */
+static const char SQL_RELEASE_PARTS[] =
+    "SELECT cairn.part_of(s), array_agg(s ORDER BY s) FROM unnest($1::int[]) s GROUP BY 1 "
+    "ORDER BY 1";
+static const char SQL_RELEASE_PART[] =
+    "WITH lk AS (SELECT shard FROM cairn.shard_leases "
+    "            WHERE part = $4 AND shard_group = $1 AND owner = $3 AND shard = ANY ($2::int[]) "
+    "            ORDER BY shard FOR UPDATE) "
+    "UPDATE cairn.shard_leases SET owner = NULL "
+    "WHERE part = $4 AND shard_group = $1 AND shard IN (SELECT shard FROM lk)";
 
 static const char SQL_STILL_LOCKED[] =
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
@@ -400,8 +414,18 @@ static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 	shard_array(&arr, shards, n);
 	char key[24], me[24];
 	db_i64(key, shardmap_lock_key(e->map, gi));
-	const char *p[] = {gname, key, pgarr_str(&arr), db_i64(me, lease_runner_id(l))};
-	int rc = db_cmd(l->conn, err, SQL_RELEASE, 4, p) < 0 ? -CAIRN_EDB : 0;
+	const char *ps[] = {pgarr_str(&arr)};
+	PGresult *parts = db_exec(l->conn, err, SQL_RELEASE_PARTS, 1, ps);
+	int rc = parts ? 0 : -CAIRN_EDB;
+	db_i64(me, lease_runner_id(l));
+	for (int i = 0; parts && i < PQntuples(parts) && !rc; i++) {
+		const char *p[] = {gname, PQgetvalue(parts, i, 1), me, PQgetvalue(parts, i, 0)};
+		rc = db_cmd(l->conn, err, SQL_RELEASE_PART, 4, p) < 0 ? -CAIRN_EDB : 0;
+	}
+	PQclear(parts);
+	const char *pu[] = {key, pgarr_str(&arr)};
+	if (!rc && db_cmd(l->conn, err, SQL_UNLOCK, 2, pu) < 0)
+		rc = -CAIRN_EDB;
 	if (!rc) {
 		/* Session locks stack: make sure none is left behind. */
 		const char *q[] = {key, pgarr_str(&arr)};

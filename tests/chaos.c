@@ -1,7 +1,9 @@
 /*
  * chaos.c - the chaos driver behind `make chaos` (and, short, test_chaos.c in
  * `make test`). It starts a private PostgreSQL of its own (tests/pg.sh, with
- * track_commit_timestamp on), migrates it, starts CHAOS_WORKERS cairn-worker
+ * track_commit_timestamp on), or with --citus-sh a Citus cluster of its own
+ * (tests/citus.sh: a coordinator and two worker nodes, distributed by
+ * `cairn migrate --citus`), migrates it, starts CHAOS_WORKERS cairn-worker
  * processes with the workload of tests/plugin_chaos.so, and for
  * CHAOS_DURATION seconds enqueues CHAOS_RUNS runs of `chaos` (through
  * cairn_enqueue_batch), sends each its "go" signal at a random moment (some
@@ -11,6 +13,8 @@
  *   kill9     kill -9 a worker; it is started again
  *   term      SIGTERM a worker (it drains); started again once it exited
  *   pgrestart pg_ctl restart -m fast (every session is cut off); CHAOS_RESTART_PG
+ *             (on Citus, of one node: the coordinator, then each worker node
+ *             in turn)
  *   freeze    a TCP proxy between a worker and PostgreSQL stops forwarding,
  *             without closing anything, for 1-8 s: one connection of the
  *             worker, or all of them (a partition); CHAOS_FREEZE=1 routes
@@ -174,7 +178,8 @@ static int run_cmd(char *const argv[], char *out, size_t n)
 /* ------------------------------------------------------------- settings */
 
 typedef struct settings {
-	const char *worker, *plugin, *pg_sh, *logs;
+	const char *worker, *plugin, *pg_sh, *citus_sh, *logs;
+	int citus; /* the database is a Citus cluster (citus_sh, which pg_sh is then) */
 	int runs, workers, poison, freeze, restart_pg, concurrency, shards;
 	int64_t duration_ms, drain_ms, min_gap_ms, max_gap_ms;
 	uint64_t seed;
@@ -565,6 +570,35 @@ static int pg_sh(chaos *c, const char *cmd, char *out, size_t n)
 	return run_cmd(argv, out, n);
 }
 
+static const char *const CITUS_NODES[] = {"coord", "w1", "w2"};
+
+/* Restarts PostgreSQL, or on Citus one node (named in node), each in turn
+ * from the coordinator on: 0 or the script's failure. */
+static int pg_restart(chaos *c, const char **node)
+{
+	*node = "";
+	if (!c->s.citus)
+		return pg_sh(c, "restart", NULL, 0);
+	*node = CITUS_NODES[c->n_pgrestart % 3];
+	char *argv[] = {"sh", (char *)c->s.pg_sh, "restart", c->pgdir, (char *)*node, NULL};
+	return run_cmd(argv, NULL, 0);
+}
+
+/* `cairn migrate --citus`, by the cairn beside the worker: 0 or not. */
+static int migrate_citus(chaos *c)
+{
+	char cli[1100];
+	snprintf(cli, sizeof cli, "%s", c->s.worker);
+	char *slash = strrchr(cli, '/');
+	snprintf(slash ? slash + 1 : cli, sizeof cli - (size_t)(slash ? slash + 1 - cli : 0),
+	         "cairn");
+	char *argv[] = {cli, "migrate", "--citus", "--db", c->db_url, NULL};
+	char out[512];
+	int rc = run_cmd(argv, out, sizeof out);
+	say("cairn migrate --citus: %s", out);
+	return rc;
+}
+
 /* ------------------------------------------------------------- workload */
 
 static void enqueue_due(chaos *c, int64_t t0, int64_t t)
@@ -678,10 +712,11 @@ static void act(chaos *c)
 		say("SIGTERM worker %d (pid %d)", i, (int)c->w[i].pid);
 	} else if (r < w_kill + w_term + w_pg) {
 		int64_t t = clock_mono_ms();
-		int rc = pg_sh(c, "restart", NULL, 0);
+		const char *node;
+		int rc = pg_restart(c, &node);
 		c->n_pgrestart++;
-		say("restarted PostgreSQL in %" PRId64 " ms%s", clock_mono_ms() - t,
-		    rc == 0 ? "" : " (pg.sh restart FAILED)");
+		say("restarted %s%s in %" PRId64 " ms%s", c->s.citus ? "Citus node " : "PostgreSQL",
+		    node, clock_mono_ms() - t, rc == 0 ? "" : " (restart FAILED)");
 		if (rc != 0)
 			c->problems++;
 	} else {
@@ -728,25 +763,33 @@ static const char SQL_REEXEC_SHOW[] =
     "       pg_xact_commit_timestamp(s.xmin), s.finished_at" REEXEC_FROM
     " ORDER BY e.run_id LIMIT 10";
 
+/* The verdict's statements join a run's rows by its part too, and read
+ * each run's journal with a join rather than a subquery per run: on Citus
+ * (--citus-sh) a join of runs and steps by the run's id alone is refused,
+ * and so is a subquery per row over another part. */
+
 /* Completed runs whose journal is not exactly a, nap, b, go, c (completed). */
 static const char SQL_BAD_JOURNAL[] =
-    "SELECT count(*) FROM cairn.runs r WHERE r.workflow = 'chaos' AND r.status = 'completed'"
-    "   AND (SELECT string_agg(name || ':' || status, ',' ORDER BY seq) FROM cairn.steps"
-    "         WHERE run_id = r.id)"
-    "       IS DISTINCT FROM 'a:completed,nap:completed,b:completed,go:completed,c:completed'";
+    "SELECT count(*) FROM cairn.runs r LEFT JOIN ("
+    "    SELECT run_id, part, string_agg(name || ':' || status, ',' ORDER BY seq) AS j"
+    "    FROM cairn.steps GROUP BY run_id, part) s ON s.run_id = r.id AND s.part = r.part"
+    " WHERE r.workflow = 'chaos' AND r.status = 'completed'"
+    "   AND s.j IS DISTINCT FROM 'a:completed,nap:completed,b:completed,go:completed,c:completed'";
 
 /* Journaled steps no execution of which left an effect. */
 static const char SQL_NO_EFFECT[] =
-    "SELECT count(*) FROM cairn.steps s JOIN cairn.runs r ON r.id = s.run_id"
+    "SELECT count(*) FROM cairn.steps s JOIN cairn.runs r ON r.id = s.run_id AND r.part = s.part"
+    " LEFT JOIN (SELECT DISTINCT run_id, step FROM chaos_effects) e"
+    "   ON e.run_id = s.run_id AND e.step = s.name"
     " WHERE r.workflow = 'chaos' AND s.kind = 'step' AND s.status = 'completed'"
-    "   AND NOT EXISTS (SELECT 1 FROM chaos_effects e WHERE e.run_id = s.run_id"
-    "                     AND e.step = s.name)";
+    "   AND e.run_id IS NULL";
 
 /* Executions beyond one per journaled step: the allowed at-least-once. */
 static const char SQL_AGAIN[] =
     "SELECT (SELECT count(*) FROM chaos_effects e JOIN cairn.runs r ON r.id = e.run_id"
     "         WHERE r.key NOT LIKE 'poison-%') -"
-    "       (SELECT count(*) FROM cairn.steps s JOIN cairn.runs r ON r.id = s.run_id"
+    "       (SELECT count(*) FROM cairn.steps s JOIN cairn.runs r"
+    "          ON r.id = s.run_id AND r.part = s.part"
     "         WHERE r.workflow = 'chaos' AND r.key NOT LIKE 'poison-%' AND s.kind = 'step'"
     "           AND s.status = 'completed')";
 
@@ -814,10 +857,15 @@ static void cleanup(void)
 	cairn_client_free(g->cl);
 	PQfinish(g->pg);
 	if (g->pgdir[0]) {
-		if (g->problems || g->s.keep_logs) {
+		for (int i = 0; (g->problems || g->s.keep_logs) && i < (g->s.citus ? 3 : 1); i++) {
 			char from[400], to[700];
-			snprintf(from, sizeof from, "%s/server.log", g->pgdir);
-			snprintf(to, sizeof to, "%s/postgresql.log", g->logs);
+			if (g->s.citus) {
+				snprintf(from, sizeof from, "%s/%s/server.log", g->pgdir, CITUS_NODES[i]);
+				snprintf(to, sizeof to, "%s/postgresql-%s.log", g->logs, CITUS_NODES[i]);
+			} else {
+				snprintf(from, sizeof from, "%s/server.log", g->pgdir);
+				snprintf(to, sizeof to, "%s/postgresql.log", g->logs);
+			}
 			char *argv[] = {"cp", from, to, NULL};
 			run_cmd(argv, NULL, 0);
 		}
@@ -833,9 +881,10 @@ static void cleanup(void)
 }
 
 static const char USAGE[] =
-    "usage: chaos --worker PATH --plugin PATH --pg-sh PATH [--logs DIR]\n"
+    "usage: chaos --worker PATH --plugin PATH (--pg-sh PATH | --citus-sh PATH) [--logs DIR]\n"
     "\n"
-    "Starts its own PostgreSQL with tests/pg.sh (--pg-sh), CHAOS_WORKERS\n"
+    "Starts its own PostgreSQL with tests/pg.sh (--pg-sh), or its own Citus\n"
+    "cluster with tests/citus.sh (--citus-sh; restarts are of one node), CHAOS_WORKERS\n"
     "cairn-worker processes with the plugin_chaos.so workload, enqueues\n"
     "CHAOS_RUNS runs while killing (-9), stopping (TERM) and restarting\n"
     "workers, restarting PostgreSQL and (CHAOS_FREEZE=1) freezing connections,\n"
@@ -869,6 +918,8 @@ int main(int argc, char **argv)
 			slot = &s->plugin;
 		else if (strcmp(argv[i], "--pg-sh") == 0)
 			slot = &s->pg_sh;
+		else if (strcmp(argv[i], "--citus-sh") == 0)
+			slot = &s->citus_sh;
 		else if (strcmp(argv[i], "--logs") == 0)
 			slot = &s->logs;
 		else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
@@ -880,9 +931,13 @@ int main(int argc, char **argv)
 		}
 		*slot = argv[++i];
 	}
-	if (!s->worker || !s->plugin || !s->pg_sh) {
+	if (!s->worker || !s->plugin || !s->pg_sh == !s->citus_sh) {
 		fputs(USAGE, stderr);
 		return 2;
+	}
+	if (s->citus_sh) {
+		s->pg_sh = s->citus_sh;
+		s->citus = 1;
 	}
 	if (access(s->worker, X_OK) != 0 || access(s->plugin, R_OK) != 0 ||
 	    access(s->pg_sh, R_OK) != 0) {
@@ -933,26 +988,36 @@ int main(int argc, char **argv)
 	atexit(cleanup);
 	say("seed=%" PRIu64
 	    " runs=%d workers=%d poison=%d freeze=%d restart_pg=%d duration=%" PRId64
-	    "s drain<=%" PRId64 "s",
+	    "s drain<=%" PRId64 "s%s",
 	    s->seed, s->runs, s->workers, s->poison, s->freeze, s->restart_pg,
-	    s->duration_ms / 1000, s->drain_ms / 1000);
+	    s->duration_ms / 1000, s->drain_ms / 1000, s->citus ? " on Citus" : "");
 
-	/* ---- PostgreSQL: private, commit timestamps on (a restart applies it) */
+	/* ---- PostgreSQL: private, commit timestamps on (a restart applies it;
+	 * citus.sh sets them on every node as it starts them) */
+	if (s->citus)
+		setenv("PG_COMMIT_TS", "1", 1);
 	if (pg_sh(c, "start", c->db_url, sizeof c->db_url) != 0 || !c->db_url[0]) {
 		say("cannot start PostgreSQL with %s", s->pg_sh);
 		c->problems++;
 		return 1;
 	}
-	snprintf(pg_socket, sizeof pg_socket, "%.63s/.s.PGSQL.5432", c->pgdir);
-	PQclear(q(c, "ALTER SYSTEM SET track_commit_timestamp = on", 0, NULL));
-	if (pg_sh(c, "restart", NULL, 0) != 0) {
-		say("cannot restart PostgreSQL");
-		c->problems++;
-		return 1;
+	snprintf(pg_socket, sizeof pg_socket, s->citus ? "%.63s/coord/.s.PGSQL.5432" : "%.63s/.s.PGSQL.5432",
+	         c->pgdir);
+	if (!s->citus) {
+		PQclear(q(c, "ALTER SYSTEM SET track_commit_timestamp = on", 0, NULL));
+		if (pg_sh(c, "restart", NULL, 0) != 0) {
+			say("cannot restart PostgreSQL");
+			c->problems++;
+			return 1;
+		}
 	}
 	int applied = 0;
 	if (!client(c) || cairn_migrate(c->cl, NULL, s->shards, &applied) != CAIRN_OK) {
 		say("migrate: %s", c->cl ? cairn_client_errmsg(c->cl) : "cannot connect");
+		c->problems++;
+		return 1;
+	}
+	if (s->citus && migrate_citus(c) != 0) {
 		c->problems++;
 		return 1;
 	}

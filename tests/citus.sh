@@ -1,5 +1,5 @@
 #!/bin/sh
-# citus.sh start DIR | createdb DIR NAME | stop DIR - a throwaway Citus cluster for tests and the
+# citus.sh start DIR | createdb DIR NAME | restart DIR NODE | stop DIR - a throwaway Citus cluster for tests and the
 # benchmark: a coordinator and two worker nodes, three PostgreSQL clusters
 # made as tests/pg.sh makes one (initdb into DIR/coord, DIR/w1, DIR/w2, each
 # listening only on a Unix socket in its own directory, run as an
@@ -8,8 +8,10 @@
 # prints the coordinator's DATABASE_URL; `createdb` makes database NAME a
 # Citus cluster of its own on the same three nodes (Citus's metadata is per
 # database: the database, the extension and the nodes on each) and prints
-# its URL; `dropdb` drops database NAME on the three, if it exists; `stop`
-# stops the three and removes DIR. Citus must be installed
+# its URL; `dropdb` drops database NAME on the three, if it exists;
+# `restart` restarts node NODE (coord, w1 or w2) with pg_ctl restart -m fast,
+# cutting off every session of it (the chaos driver's node restarts);
+# `stop` stops the three and removes DIR. Citus must be installed
 # (sh scripts/citus.sh build).
 #
 # The nodes know each other by their socket directories (Citus connects to a
@@ -21,11 +23,14 @@
 # rebalancer to spread over a node added to the two, few enough that making
 # cairn's dozen distributed tables creates a few hundred shard tables, not
 # thousands. Durability follows pg.sh (PG_FSYNC=on for a benchmark), and so
-# does PG_STATEMENTS=1 (pg_stat_statements, loaded after Citus).
+# does PG_STATEMENTS=1 (pg_stat_statements, loaded after Citus);
+# PG_COMMIT_TS=1 turns track_commit_timestamp on on every node (the chaos
+# driver's check for re-executed steps).
 set -eu
 cmd=${1:-}
 dir=${2:-}
-[ -n "$dir" ] || { echo "usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | stop DIR" >&2; exit 2; }
+usage="usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | restart DIR NODE | stop DIR"
+[ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -n "$pgbin" ] || { echo "citus.sh: no PostgreSQL server found in /usr/lib/postgresql" >&2; exit 1; }
 nodes="coord w1 w2"
@@ -94,6 +99,7 @@ start_node() {
 		citus.shard_count = 32
 		citus.max_cached_conns_per_worker = 4
 	EOF
+	[ "${PG_COMMIT_TS:-0}" = 1 ] && echo "track_commit_timestamp = on" >>"$dir/$n/data/postgresql.conf"
 	as_user "$pgbin/pg_ctl" -D "$dir/$n/data" -l "$dir/$n/server.log" -w -t 60 start \
 		-o "-c listen_addresses='' -k $dir/$n -p 5432 $durability \
 		    -c max_connections=400 -c max_locks_per_transaction=256 \
@@ -145,12 +151,21 @@ createdb | dropdb)
 	add_nodes
 	echo "postgresql:///$name?host=$dir/coord&port=5432&user=cairn"
 	;;
+restart)
+	node=${3:-}
+	case " $nodes " in
+	*" $node "*) ;;
+	*) echo "citus.sh: restart DIR NODE: NODE is one of $nodes, not \"$node\"" >&2; exit 2 ;;
+	esac
+	as_user "$pgbin/pg_ctl" -D "$dir/$node/data" -l "$dir/$node/server.log" -m fast -w -t 60 restart >/dev/null ||
+		{ tail -n 20 "$dir/$node/server.log" >&2; exit 1; }
+	;;
 stop)
 	stop_all
 	rm -rf "$dir"
 	;;
 *)
-	echo "usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | stop DIR" >&2
+	echo "$usage" >&2
 	exit 2
 	;;
 esac

@@ -935,6 +935,17 @@ static int64_t runs_in_their_part(PGconn *c, const char *wf)
 }
 
 
+/* Runs `cairn ARGS...` on db, which must exit with want: its output
+ * (caller frees). */
+static char *cli_out(const char *db, int want, const char *const *argv)
+{
+	char *out = NULL, *err = NULL;
+	int rc = tcli_argv(db, &out, &err, argv);
+	cr_assert_eq(rc, want, "cairn %s: exit %d, want %d: %s", argv[0], rc, want, err ? err : "");
+	free(err);
+	return out ? out : strdup("");
+}
+
 /* How many worker nodes hold the parts of the runs that cond (SQL, of
  * cairn.runs) selects. */
 static int64_t nodes_of_runs(PGconn *c, const char *cond)
@@ -1255,6 +1266,59 @@ Test(citus, children_sync_writes_a_parents_wait_in_its_part_on_the_second_node)
  * (step_hit writes one each time it runs). A child is not among them yet
  * (docs/architecture.md, "On Citus").
  */
+/*
+ * The SQL API's signal, cancel and retry, and the wait for an event, on runs
+ * of every part: each reads and locks its run in its part (cairn.run_part,
+ * migration 0033), where a lock by the run's id alone was refused and
+ * cairn.chain_last, an SQL function, was not planned at all.
+ */
+Test(citus, the_sql_apis_signal_cancel_and_retry_and_the_event_read_find_runs_in_their_part)
+{
+	const char *db = citus_db("sql_api_acts");
+	PGconn *c = citus_migrated(db);
+	cairn_client *cl = NULL;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	enum { N = 24 };
+	int64_t ids[N];
+	for (int i = 0; i < N; i++) {
+		cairn_enqueue_opts o = {.input = "{}", .delay_ms = 3600000};
+		cairn_enqueued r;
+		cr_assert_eq(cairn_enqueue(cl, "acts.wf", &o, &r), CAIRN_OK, "%s",
+		             cairn_client_errmsg(cl));
+		ids[i] = r.id;
+		cairn_enqueued_clear(&r);
+	}
+	cr_assert_eq(nodes_of_runs(c, "workflow = 'acts.wf'"), 2);
+	for (int i = 0; i < N; i++) {
+		exec_ok(c, "BEGIN");
+		char sql[256];
+		snprintf(sql, sizeof sql, "SELECT cairn.signal(%" PRId64 ", 'go', '1'::jsonb)", ids[i]);
+		exec_ok(c, sql);
+		cr_assert_eq(tdb_intf(c, "SELECT cairn.chain_last(%" PRId64 ")", ids[i]), ids[i]);
+		snprintf(sql, sizeof sql, "SELECT cairn.cancel(%" PRId64 ")", ids[i]);
+		exec_ok(c, sql);
+		exec_ok(c, "COMMIT");
+		snprintf(sql, sizeof sql, "SELECT cairn.retry(%" PRId64 ")", ids[i]);
+		exec_ok(c, sql);
+	}
+	/* Each run has its signal, in its part, and was cancelled (never
+	 * started: at once) and then retried: pending again, its journal cut. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.signals g JOIN cairn.runs r "
+	                        "ON r.id = g.run_id AND r.part = g.part "
+	                        "WHERE r.workflow = 'acts.wf' AND g.name = 'go'"),
+	             N);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'acts.wf' "
+	                        "AND status = 'pending' AND journal_cuts = 1"),
+	             N);
+	/* The event wait reads the run and its events in its part. */
+	char id[24];
+	snprintf(id, sizeof id, "%" PRId64, ids[N - 1]);
+	const char *event[] = {"event", id, "pct", NULL};
+	free(cli_out(db, 3, event)); /* not found: no such event */
+	cairn_client_free(cl);
+	PQfinish(c);
+}
+
 /* A worker of the test flows (tflows_path) on a distributed database of
  * its own, ready. */
 typedef struct citus_worker {
@@ -1375,17 +1439,6 @@ Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), 0);
 	cairn_client_free(cl);
 	citus_worker_stop(&w, 0);
-}
-
-/* Runs `cairn ARGS...` on db, which must exit with want: its output
- * (caller frees). */
-static char *cli_out(const char *db, int want, const char *const *argv)
-{
-	char *out = NULL, *err = NULL;
-	int rc = tcli_argv(db, &out, &err, argv);
-	cr_assert_eq(rc, want, "cairn %s: exit %d, want %d: %s", argv[0], rc, want, err ? err : "");
-	free(err);
-	return out ? out : strdup("");
 }
 
 /*
