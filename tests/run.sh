@@ -9,7 +9,10 @@
 # When a suite that needs Citus (CITUS_SUITES) is selected and Citus is
 # installed (scripts/citus.sh check), a coordinator and two worker nodes
 # (tests/citus.sh) are started beside it, their URL in $CAIRN_CITUS_URL, and
-# stopped on exit in the same way; without Citus those suites skip.
+# stopped on exit in the same way; without Citus those suites skip. The
+# engine suites of CITUS_ENGINE_SUITES then run a second time with
+# CAIRN_TEST_CITUS=1: every database their tests make is one of that
+# cluster, distributed by `cairn migrate --citus` (tests/support.c).
 set -u
 out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,8 +48,9 @@ else
 fi
 
 CITUS_SUITES="test_citus"
+CITUS_ENGINE_SUITES="test_children"
 wants_citus=0
-for s in $CITUS_SUITES; do
+for s in $CITUS_SUITES $CITUS_ENGINE_SUITES; do
 	selected "$s" && wants_citus=1
 done
 if [ $wants_citus -eq 1 ] && [ -z "${CAIRN_CITUS_URL:-}" ]; then
@@ -68,12 +72,13 @@ passed=0
 failed=0
 status=0
 failures=$(mktemp)
-for t in "$top/$out"/tests/test_*; do
-	[ -x "$t" ] || continue
-	name=$(basename "$t")
-	selected "$name" || continue
+# run_suite PATH NAME [VAR=VALUE]: runs the suite at PATH, counted as NAME,
+# with VAR=VALUE in its environment.
+run_suite() {
+	t=$1
+	name=$2
 	log=$(mktemp)
-	"$t" --jobs 2 --timeout 240 >"$log" 2>&1
+	env ${3:-} "$t" --jobs 2 --timeout 240 >"$log" 2>&1
 	rc=$?
 	cat "$log"
 	# What failed is repeated at the end, where a log's tail shows it.
@@ -90,7 +95,20 @@ for t in "$top/$out"/tests/test_*; do
 		[ -z "$line" ] && failed=$((failed + 1))
 		echo "tests: $name FAILED (exit $rc)"
 	fi
+}
+for t in "$top/$out"/tests/test_*; do
+	[ -x "$t" ] || continue
+	name=$(basename "$t")
+	selected "$name" || continue
+	run_suite "$t" "$name"
 done
+if [ -n "${CAIRN_CITUS_URL:-}" ]; then
+	for name in $CITUS_ENGINE_SUITES; do
+		selected "$name" || continue
+		echo "tests: $name again, on the Citus cluster"
+		run_suite "$top/$out/tests/$name" "$name-on-citus" CAIRN_TEST_CITUS=1
+	done
+fi
 # Every libFuzzer target (make fuzz-build) for a short while, each a test:
 # a harness that no longer builds, or an oracle that no longer holds, fails
 # here and not only in a long `make fuzz`.

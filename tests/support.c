@@ -42,8 +42,52 @@ static void drop_db(void)
 	PQfinish(c);
 }
 
+/* CAIRN_TEST_CITUS=1: every database a test makes is one of the harness's
+ * Citus cluster (tests/citus.sh createdb), distributed once migrated. */
+static int on_citus(void)
+{
+	const char *v = getenv("CAIRN_TEST_CITUS");
+	return v && strcmp(v, "1") == 0;
+}
+
+static void drop_citus_db(void)
+{
+	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "dropdb", getenv("CAIRN_CITUS_DIR"),
+	                      db_name, NULL};
+	trun(argv, NULL, NULL, NULL);
+}
+
+static const char *tdb_new_citus(void)
+{
+	static unsigned seq;
+	snprintf(db_name, sizeof db_name, "cairn_test_%d_%u", (int)getpid(), seq++);
+	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "createdb", getenv("CAIRN_CITUS_DIR"),
+	                      db_name, NULL};
+	char *out = NULL, *err = NULL;
+	int rc = trun(argv, NULL, &out, &err);
+	cr_assert_eq(rc, 0, "citus.sh createdb %s: %s", db_name, err ? err : "");
+	snprintf(db_conninfo, sizeof db_conninfo, "%s", out ? out : "");
+	db_conninfo[strcspn(db_conninfo, "\n")] = '\0';
+	free(out);
+	free(err);
+	atexit(drop_citus_db);
+	return db_conninfo;
+}
+
+static void distribute(const char *db)
+{
+	if (!on_citus())
+		return;
+	char *err = NULL;
+	int rc = tcli(db, NULL, &err, "migrate", "--citus", NULL);
+	cr_assert_eq(rc, 0, "cairn migrate --citus failed: %s", err ? err : "");
+	free(err);
+}
+
 const char *tdb_new(void)
 {
+	if (on_citus())
+		return tdb_new_citus();
 	const char *admin = getenv("DATABASE_URL");
 	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
 	PGconn *c = PQconnectdb(admin);
@@ -87,6 +131,7 @@ const char *tdb_new_migrated(void)
 	int rc = tcli(db, NULL, &err, "migrate", NULL);
 	cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
 	free(err);
+	distribute(db);
 	return db;
 }
 
@@ -580,6 +625,7 @@ const char *tdb_new_migrated_shards(int shards)
 	int rc = tcli(db, NULL, &err, "migrate", "--shards", n, NULL);
 	cr_assert_eq(rc, 0, "cairn migrate --shards %d failed: %s", shards, err ? err : "");
 	free(err);
+	distribute(db);
 	return db;
 }
 
