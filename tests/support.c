@@ -57,19 +57,27 @@ static void drop_citus_db(void)
 	trun(argv, NULL, NULL, NULL);
 }
 
+void tcitus_createdb(const char *name, char *url, size_t n)
+{
+	const char *sh = getenv("CAIRN_CITUS_SH"), *dir = getenv("CAIRN_CITUS_DIR");
+	if (!sh || !dir || !getenv("CAIRN_CITUS_URL"))
+		cr_skip_test("no Citus cluster of the harness (tests/run.sh starts one when Citus "
+		             "is installed)");
+	const char *argv[] = {"/bin/sh", sh, "createdb", dir, name, NULL};
+	char *out = NULL, *err = NULL;
+	int rc = trun(argv, NULL, &out, &err);
+	cr_assert_eq(rc, 0, "citus.sh createdb %s: %s", name, err ? err : "");
+	snprintf(url, n, "%s", out ? out : "");
+	url[strcspn(url, "\n")] = '\0';
+	free(out);
+	free(err);
+}
+
 static const char *tdb_new_citus(void)
 {
 	static unsigned seq;
 	snprintf(db_name, sizeof db_name, "cairn_test_%d_%u", (int)getpid(), seq++);
-	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "createdb", getenv("CAIRN_CITUS_DIR"),
-	                      db_name, NULL};
-	char *out = NULL, *err = NULL;
-	int rc = trun(argv, NULL, &out, &err);
-	cr_assert_eq(rc, 0, "citus.sh createdb %s: %s", db_name, err ? err : "");
-	snprintf(db_conninfo, sizeof db_conninfo, "%s", out ? out : "");
-	db_conninfo[strcspn(db_conninfo, "\n")] = '\0';
-	free(out);
-	free(err);
+	tcitus_createdb(db_name, db_conninfo, sizeof db_conninfo);
 	atexit(drop_citus_db);
 	return db_conninfo;
 }

@@ -13,6 +13,9 @@
 const char *tdb_new(void);
 /* tdb_new() plus `cairn migrate`. */
 const char *tdb_new_migrated(void);
+/* Makes database name on the harness's Citus cluster (tests/citus.sh
+ * createdb), its URL into url; skips the test without a cluster. */
+void tcitus_createdb(const char *name, char *url, size_t n);
 PGconn *tdb_connect(const char *conninfo);
 /* First column of the first row as a number / string (NULL -> -1 / NULL). */
 int64_t tdb_int(PGconn *c, const char *sql);

@@ -256,21 +256,10 @@ static const char *const REFERENCE[] = {"settings",  "runners",   "parts",
  * named for this test and process: its URL (static). */
 static const char *citus_db(const char *test)
 {
-	const char *sh = getenv("CAIRN_CITUS_SH"), *dir = getenv("CAIRN_CITUS_DIR");
-	if (!sh || !dir || !getenv("CAIRN_CITUS_URL"))
-		cr_skip_test("no Citus cluster of the harness (tests/run.sh starts one when Citus "
-		             "is installed)");
 	static char url[512];
 	char name[64];
 	snprintf(name, sizeof name, "%s_%d", test, (int)getpid());
-	const char *argv[] = {"/bin/sh", sh, "createdb", dir, name, NULL};
-	char *out = NULL, *err = NULL;
-	int rc = trun(argv, NULL, &out, &err);
-	cr_assert_eq(rc, 0, "citus.sh createdb %s: %s", name, err ? err : "");
-	snprintf(url, sizeof url, "%s", out ? out : "");
-	url[strcspn(url, "\n")] = '\0';
-	free(out);
-	free(err);
+	tcitus_createdb(name, url, sizeof url);
 	return url;
 }
 
