@@ -144,14 +144,14 @@ static const char SQL_LIVE_GROUPS[] =
  * CAIRN_UNKNOWN_WORKFLOW_TIMEOUT: each stranded run, its part, workflow and
  * group, and whether it has been due for that long. */
 static const char SQL_STRANDED[] =
-    "WITH due AS ((SELECT id, part FROM cairn.runs WHERE start_at <= now() "
+    "WITH due AS ((SELECT id FROM cairn.runs WHERE start_at <= now() "
     "              ORDER BY start_at, id LIMIT $2) "
-    "        UNION (SELECT run_id, part FROM cairn.messages WHERE deliver_at <= now() "
+    "        UNION (SELECT run_id FROM cairn.messages WHERE deliver_at <= now() "
     "               ORDER BY deliver_at, id LIMIT $2)) "
     "SELECT r.id, r.part, r.workflow, r.shard_group, "
     "       r.scheduled_at <= now() - $3 * interval '1 millisecond' "
-    "FROM cairn.runs r JOIN due ON r.id = due.id AND r.part = due.part "
-    "WHERE r.finished_at IS NULL AND r.shard_group <> ALL ($1::text[])";
+    "FROM cairn.runs r WHERE r.id = ANY (ARRAY(SELECT id FROM due)) "
+    "  AND r.finished_at IS NULL AND r.shard_group <> ALL ($1::text[])";
 /* $1 runner TTL, $2 CAIRN_UNKNOWN_WORKFLOW_TIMEOUT, $3 watched that long,
  * $4 this janitor's group, $5, $6, $7 the stranded runs' workflows, groups
  * and whether each was due that long: the group each goes to, NULL for
@@ -164,14 +164,17 @@ static const char SQL_STRANDED_TARGETS[] =
     "              THEN $4 END) "
     "FROM unnest($5::text[], $6::text[], $7::bool[]) WITH ORDINALITY AS x(w, g, old, ord) "
     "ORDER BY x.ord";
-/* Part $1: runs $2 from groups $3 to groups $4, those still there. */
+/* Part $1: runs $2 from groups $3 to groups $4, those still there. The
+ * runs are found by their ids (= ANY: their primary key), a join with the
+ * arrays' rows was planned as a scan of every run. */
 static const char SQL_STRANDED_MOVE[] =
-    "WITH x AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[]) AS x(id, g, t)), "
-    "s AS (SELECT r.id, x.g, x.t FROM cairn.runs r JOIN x ON x.id = r.id AND x.g = r.shard_group "
-    "      WHERE r.part = $1 AND r.finished_at IS NULL FOR UPDATE OF r SKIP LOCKED), "
-    "mv AS (UPDATE cairn.runs r SET shard_group = s.t, updated_at = now() FROM s "
-    "       WHERE r.part = $1 AND r.id = s.id "
-    "       RETURNING r.id, r.shard_group, r.shard, r.workflow, s.g AS from_group), "
+    "WITH s AS (SELECT r.id, r.shard_group AS g FROM cairn.runs r "
+    "           WHERE r.part = $1 AND r.id = ANY ($2::bigint[]) AND r.finished_at IS NULL "
+    "           FOR UPDATE OF r SKIP LOCKED), "
+    "x AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[]) AS x(id, g, t)), "
+    "mv AS (UPDATE cairn.runs r SET shard_group = x.t, updated_at = now() "
+    "       FROM s JOIN x ON x.id = s.id AND x.g = s.g WHERE r.part = $1 AND r.id = s.id "
+    "       RETURNING r.id, r.shard_group, r.shard, r.workflow, x.g AS from_group), "
     "mvm AS (UPDATE cairn.messages m SET shard_group = mv.shard_group FROM mv "
     "        WHERE m.part = $1 AND m.run_id = mv.id) "
     "SELECT id, shard_group, shard, workflow, from_group FROM mv";

@@ -639,6 +639,7 @@ static void enqueue_due(chaos *c, int64_t t0, int64_t t)
 		for (int k = 0; k < m; k++) {
 			int i = c->enqueued + k;
 			c->ids[i] = out[k].id;
+			cairn_enqueued_clear(&out[k]); /* a run's warning, when it has one */
 			if (!c->kind[i])
 				c->sig_due[i] = tt + rnd_in(0, 3000);
 		}
