@@ -688,22 +688,48 @@ static int read_new(cairn_client *c, PGresult *r, size_t n, cairn_enqueued *out)
 #define RELEASE_WAKE                                                                               \
 	"SELECT count(cairn.wake(r.shard_group, r.shard, r.id, false)) "                           \
 	"FROM go JOIN cairn.runs r ON r.id = go.id"
-static const char *const SQL_RELEASE[] = {
-    [CLIENT_RELEASE_KEYS] = "WITH go AS (SELECT unnest(cairn.flow_release($1, k)) AS id "
-                            "  FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) " RELEASE_WAKE,
-    [CLIENT_RELEASE_RUN] =
-        "WITH go AS (SELECT unnest(cairn.flow_release(workflow, concurrency_key)) "
-        "  AS id FROM cairn.runs WHERE id = $1 AND concurrency_key IS NOT NULL) " RELEASE_WAKE,
-    [CLIENT_RELEASE_WORKFLOW] =
-        "WITH go AS (SELECT unnest(cairn.flow_release_all($1)) AS id) " RELEASE_WAKE};
+/* With parts (Citus), the runs let go are returned and their owners woken
+ * by the runs' ids from the coordinator (wake_new): RELEASE_WAKE reads the
+ * runs by id alone, and its cairn.wake would run on the nodes. */
+#define RELEASE_IDS "SELECT id FROM go"
+#define RELEASE_GO_KEYS                                                                            \
+	"WITH go AS (SELECT unnest(cairn.flow_release($1, k)) AS id "                              \
+	"  FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) "
+/* The run of CLIENT_RELEASE_RUN ($1, in part $2) is read first, in a CTE
+ * of its own: on Citus a function in a statement on one part would run on
+ * its node, and cairn.flow_release reads other parts' runs. */
+#define RELEASE_GO_RUN                                                                             \
+	"WITH k AS MATERIALIZED (SELECT workflow, concurrency_key FROM cairn.runs "                \
+	"  WHERE part = $2::int AND id = $1 AND concurrency_key IS NOT NULL), "                    \
+	"go AS (SELECT unnest(cairn.flow_release(workflow, concurrency_key)) AS id FROM k) "
+#define RELEASE_GO_WORKFLOW "WITH go AS (SELECT unnest(cairn.flow_release_all($1)) AS id) "
+#define RELEASE_SQL(go) {go RELEASE_WAKE, go RELEASE_IDS}
+static void wake_new(cairn_client *c, size_t n, const cairn_enqueued *out);
 
 int client_release(cairn_client *c, client_release_of what, const char *const *p)
 {
+	static const char *const sql[][2] = {[CLIENT_RELEASE_KEYS] = RELEASE_SQL(RELEASE_GO_KEYS),
+	                                     [CLIENT_RELEASE_RUN] = RELEASE_SQL(RELEASE_GO_RUN),
+	                                     [CLIENT_RELEASE_WORKFLOW] =
+	                                         RELEASE_SQL(RELEASE_GO_WORKFLOW)};
+	int shards, rc = client_shards(c, &shards); /* reads c->settings */
+	if (rc)
+		return rc;
+	int parts = c->settings.nparts > 1;
 	PGresult *r =
-	    db_exec(c->conn, &c->err, SQL_RELEASE[what], what == CLIENT_RELEASE_KEYS ? 2 : 1, p);
+	    db_exec(c->conn, &c->err, sql[what][parts], what == CLIENT_RELEASE_WORKFLOW ? 1 : 2, p);
 	if (!r)
 		return client_db_fail(c);
+	size_t n = parts ? (size_t)PQntuples(r) : 0;
+	cairn_enqueued *go = n ? calloc(n, sizeof *go) : NULL;
+	for (size_t i = 0; go && i < n; i++)
+		go[i].id = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
 	PQclear(r);
+	if (n && !go)
+		return client_fail(c, CAIRN_ENOMEM, "out of memory waking released runs");
+	if (n)
+		wake_new(c, n, go);
+	free(go);
 	return CAIRN_OK;
 }
 
@@ -916,36 +942,12 @@ static int run_shard(const cairn_enqueue_opts *o, const char *key, int shards)
 }
 
 /* After a commit that held runs: client_release of their keys (a text[]). */
-/* With parts (Citus), the keys' runs let go, then their owners woken by
- * the runs' ids from the coordinator (wake_new): RELEASE_WAKE reads the
- * runs by id alone, and its cairn.wake would run on the nodes. */
-static const char SQL_RELEASE_KEYS_IN[] =
-    "SELECT id, false FROM (SELECT unnest(cairn.flow_release($1, k)) AS id "
-    "  FROM (SELECT DISTINCT k FROM unnest($2::text[]) k) x) go";
-
-static void wake_new(cairn_client *c, size_t n, const cairn_enqueued *out);
-
 static int release_held(cairn_client *c, const char *workflow, pgarr *keys)
 {
 	if (keys->b.oom)
 		return client_fail(c, CAIRN_ENOMEM, "out of memory releasing held runs");
 	const char *p[] = {workflow, pgarr_str(keys)};
-	if (c->settings.nparts <= 1)
-		return client_release(c, CLIENT_RELEASE_KEYS, p);
-	PGresult *r = db_exec(c->conn, &c->err, SQL_RELEASE_KEYS_IN, 2, p);
-	if (!r)
-		return client_db_fail(c);
-	size_t n = (size_t)PQntuples(r);
-	cairn_enqueued *go = n ? calloc(n, sizeof *go) : NULL;
-	for (size_t i = 0; go && i < n; i++)
-		go[i].id = strtoll(PQgetvalue(r, (int)i, 0), NULL, 10);
-	PQclear(r);
-	if (n && !go)
-		return client_fail(c, CAIRN_ENOMEM, "out of memory waking released runs");
-	if (n)
-		wake_new(c, n, go);
-	free(go);
-	return CAIRN_OK;
+	return client_release(c, CLIENT_RELEASE_KEYS, p);
 }
 
 static int raced(cairn_client *c)

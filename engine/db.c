@@ -405,6 +405,68 @@ PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const c
 	return keep_ok(c, PQexecPrepared(c, name, n, params, NULL, NULL, 0), 0, err);
 }
 
+/* Sends executions from to to (excluded) of db_exec_prepared_each, each
+ * followed by a sync, and reads their results into out: 0, or -1 when the
+ * connection failed. */
+static int exec_pipelined(PGconn *c, const char *name, int from, int to, int n,
+                          const char *const *const *params, PGresult **out)
+{
+	int sent = 1;
+	for (int i = from; i < to && sent; i++)
+		sent = PQsendQueryPrepared(c, name, n, params[i], NULL, NULL, 0) && PQpipelineSync(c);
+	/* Each statement's results, a NULL, then its sync. */
+	for (int i = from; sent && i < to;) {
+		PGresult *r = PQgetResult(c);
+		if (!r) {
+			if (PQstatus(c) != CONNECTION_OK)
+				return -1;
+			continue;
+		}
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			i++;
+		} else if (!out[i]) {
+			out[i] = r;
+		} else {
+			PQclear(r);
+		}
+	}
+	return sent ? 0 : -1;
+}
+
+int db_exec_prepared_each(PGconn *c, buf *err, const char *name, int count, int n,
+                          const char *const *const *params, PGresult **out)
+{
+	int rc = 0;
+	for (int i = 0; i < count; i++)
+		out[i] = NULL;
+	if (wait_limit_ms || !PQenterPipelineMode(c)) {
+		for (int i = 0; i < count; i++)
+			if (!(out[i] = db_exec_prepared(c, rc ? NULL : err, name, n, params[i])))
+				rc = -1;
+		return rc;
+	}
+	last_sqlstate[0] = last_message[0] = '\0';
+	int lost = 0;
+	for (int from = 0; from < count && !lost; from += DB_PIPELINE_MAX)
+		lost = exec_pipelined(c, name, from,
+		                      count - from < DB_PIPELINE_MAX ? count : from + DB_PIPELINE_MAX, n,
+		                      params, out) < 0;
+	PQexitPipelineMode(c);
+	for (int i = 0; i < count; i++) {
+		ExecStatusType st = out[i] ? PQresultStatus(out[i]) : PGRES_FATAL_ERROR;
+		if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+			continue;
+		if (!rc)
+			keep_ok(c, out[i], 0, err); /* clears it */
+		else
+			PQclear(out[i]);
+		out[i] = NULL;
+		rc = -1;
+	}
+	return rc;
+}
+
 int db_cmd(PGconn *c, buf *err, const char *sql, int n, const char *const *params)
 {
 	PGresult *r = db_exec(c, err, sql, n, params);

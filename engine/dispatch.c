@@ -97,7 +97,6 @@ struct dispatch {
 	int can_take_pushed; /* ST_PUSHED_TAKE is prepared on the poll connection */
 	pgarr ended;     /* runs of limited keys that ended: their keys' held runs may go; under mu */
 	int limited;     /* the last claim saw limits (cairn.limits): claim with them */
-	int limits_told; /* the log said that a database with parts does not apply them */
 	unsigned warm;   /* claim statements run in this session (bit per name) */
 	int64_t newest_claimed; /* the highest run id claimed here: a named run above it is
 	                           most likely new (see claim()) */
@@ -695,14 +694,14 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  *   kok    a start of a key with a key rate takes one of its starts
  *          (cairn.flow_take, under the rate's row lock);
  *   wok    a start of a workflow with a rate, the same, fleet-wide.
- * A start refused by a rate is moved (push) to when the rate allows it,
- * one interval after another in claim order; the claim's next due time
- * includes those moves.
+ * A start refused by a rate is moved (push) to when the rate allows it
+ * (push_at), one interval after another in claim order; the claim's next
+ * due time includes those moves.
  */
-#define CLAIM_FLOW                                                                                 \
+#define CLAIM_FLOW_KEYS                                                                            \
 	CLAIM_GROUP                                                                                \
-	"fl AS (SELECT workflow, concurrency_key AS ck, count(*) AS n FROM cairn.runs "            \
-	"       WHERE id = ANY ($2::bigint[]) AND concurrency_key IS NOT NULL "                    \
+	"fl AS (SELECT r.workflow, r.concurrency_key AS ck, count(*) AS n FROM cairn.runs r "      \
+	"       WHERE " IN_PART("r") "r.id = ANY ($2::bigint[]) AND r.concurrency_key IS NOT NULL " \
 	"         AND EXISTS (SELECT 1 FROM cairn.limits) GROUP BY 1, 2), "                        \
 	"g AS (SELECT d.*, r.workflow, r.concurrency_key AS ck, r.status AS st, "                  \
 	"        " CLAIM_COUNT " AS cl, " CLAIM_JFROM " AS jfrom, "                                \
@@ -710,11 +709,12 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"        f.key_rate_period_ms, f.rate, f.rate_period_ms, f.concurrency AS gc, "            \
 	"        coalesce(fl.n, 0) AS used, "                                                      \
 	"        NOT (r.finished_at IS NOT NULL) AND d.first = 0 AS start "                        \
-	"      FROM d JOIN cairn.runs r ON r.id = d.run_id "                                       \
+	"      FROM d JOIN cairn.runs r ON " IN_PART("r") "r.id = d.run_id "                       \
 	"      LEFT JOIN cairn.limits f ON f.workflow = r.workflow "                               \
 	"      LEFT JOIN fl ON fl.workflow = r.workflow AND fl.ck = r.concurrency_key), "          \
 	"s AS (SELECT g.*, done OR ck IS NULL OR kc IS NULL OR used + row_number() OVER ("         \
-	"        PARTITION BY workflow, ck ORDER BY prio DESC, at, first) <= kc AS slot FROM g), " \
+	"        PARTITION BY workflow, ck ORDER BY prio DESC, at, first) <= kc AS slot FROM g), "
+#define CLAIM_FLOW_FLEET                                                                           \
 	"gs AS (SELECT w.workflow, cairn.flow_slots(w.workflow, w.n, w.want) AS allowed "          \
 	"       FROM (SELECT workflow, min(gc) AS n, count(*)::int AS want FROM s "                \
 	"             WHERE slot AND NOT done AND gc IS NOT NULL GROUP BY workflow "               \
@@ -738,26 +738,31 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"         WHERE slot AND gok AND start AND (kal IS NULL OR krank <= kal) "                 \
 	"           AND rate IS NOT NULL GROUP BY workflow ORDER BY workflow) w, "                 \
 	"       LATERAL cairn.flow_take(w.workflow, '', w.n, w.p, w.want) t), "                    \
-	"s3 AS (SELECT s2.*, wr.allowed AS wal, wr.next_at AS wnext, wr.step AS wstep, "           \
+	"sw AS (SELECT s2.*, wr.allowed AS wal, wr.next_at AS wnext, wr.step AS wstep, "           \
 	"         row_number() OVER (PARTITION BY s2.workflow, wr.allowed IS NULL "                \
 	"                            ORDER BY prio DESC, at, first) AS wrank "                     \
 	"       FROM s2 LEFT JOIN wr ON wr.workflow = s2.workflow AND s2.slot AND s2.gok "         \
 	"         AND s2.start AND (s2.kal IS NULL OR s2.krank <= s2.kal)), "                      \
-	"ok AS (SELECT * FROM s3 WHERE slot AND gok AND (kal IS NULL OR krank <= kal) "            \
-	"         AND (wal IS NULL OR wrank <= wal)), "                                            \
+	"s3 AS (SELECT sw.*, greatest( "                                                           \
+	"         CASE WHEN kal IS NOT NULL AND krank > kal "                                      \
+	"              THEN knext + (krank - kal - 1) * kstep END, "                               \
+	"         CASE WHEN wal IS NOT NULL AND wrank > wal "                                      \
+	"              THEN wnext + (wrank - wal - 1) * wstep END) AS push_at FROM sw), "          \
+	CLAIM_FLOW_OK                                                                              \
 	"take AS (INSERT INTO cairn.slots (run_id, workflow, runner_id) "                          \
 	"         SELECT run_id, workflow, $1 FROM ok WHERE gc IS NOT NULL AND NOT done "          \
 	"         ON CONFLICT (run_id) DO UPDATE SET runner_id = EXCLUDED.runner_id, "             \
-	"           taken_at = now()), "                                                           \
+	"           taken_at = EXCLUDED.taken_at), "
+#define CLAIM_FLOW_OK                                                                              \
+	"ok AS (SELECT * FROM s3 WHERE slot AND gok AND (kal IS NULL OR krank <= kal) "            \
+	"         AND (wal IS NULL OR wrank <= wal)), "
+#define CLAIM_FLOW_HOLD                                                                            \
 	"park AS (UPDATE cairn.runs r SET held = true, start_at = NULL, updated_at = now() "       \
-	"         FROM s3 WHERE r.id = s3.run_id AND NOT s3.slot AND s3.start "                    \
+	"         FROM s3 WHERE " IN_PART("r") "r.id = s3.run_id AND NOT s3.slot AND s3.start "    \
 	"           AND s3.st = 'pending' AND s3.ids = '{0}' RETURNING r.id), "                    \
-	"push AS (UPDATE cairn.runs r SET start_at = greatest( "                                   \
-	"           CASE WHEN s3.kal IS NOT NULL AND s3.krank > s3.kal "                           \
-	"                THEN s3.knext + (s3.krank - s3.kal - 1) * s3.kstep END, "                 \
-	"           CASE WHEN s3.wal IS NOT NULL AND s3.wrank > s3.wal "                           \
-	"                THEN s3.wnext + (s3.wrank - s3.wal - 1) * s3.wstep END) "                 \
-	"         FROM s3 WHERE r.id = s3.run_id AND s3.slot AND s3.gok AND s3.start "             \
+	"push AS (UPDATE cairn.runs r SET start_at = s3.push_at "                                  \
+	"         FROM s3 WHERE " IN_PART("r") "r.id = s3.run_id AND s3.slot AND s3.gok "          \
+	"           AND s3.start "                                                                 \
 	"           AND ((s3.kal IS NOT NULL AND s3.krank > s3.kal) "                              \
 	"             OR (s3.wal IS NOT NULL AND s3.wrank > s3.wal)) "                             \
 	"         RETURNING r.start_at), "                                                         \
@@ -766,6 +771,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"         (SELECT count(*) FROM s3) - (SELECT count(*) FROM ok) AS back, "                 \
 	"         (SELECT ceil(extract(epoch FROM min(start_at) - now()) * 1000)::bigint "         \
 	"          FROM push) AS pushed), "
+#define CLAIM_FLOW CLAIM_FLOW_KEYS CLAIM_FLOW_FLEET CLAIM_FLOW_HOLD
 /* Without limits (cairn.limits is empty): every due run is admitted. A
  * claim says whether limits exist (fx.limited), and the poller's next
  * claim is the one with limits from then on: a limit holds from each
@@ -884,12 +890,14 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * the time comes from n's target list (t_now), and the UPDATE returns plain
  * columns, from which c computes the rest. A sequence is the coordinator's
  * (nextval would run on the node): the claim's number, @base@, is taken
- * by the poller (claim_base). Writing runners.idle (a reference table) is
- * a statement of its own (SQL_BUSY); $8 stays for the parameters' sake.
+ * by the poller (SQL_CLAIM_BASE), with the claim's time, @now@, which the
+ * claims of all its parts share, as one claim of one server has one
+ * now(). Writing runners.idle (a reference table) is a statement of its
+ * own (SQL_BUSY); $8 stays for the parameters' sake.
  */
 #define CLAIM_MARK_PARTS                                                                           \
 	"q AS (SELECT @base@::bigint AS base, $8::bool AS busy), " CLAIM_MARK_N(                   \
-	    "now() AS t_now, ")                                                                    \
+	    "@now@::timestamptz AS t_now, ")                                                                  \
 	    CLAIM_MARK_UPDATE(                                                                     \
 	        "c0",                                                                              \
 	        "d.t_now") "RETURNING d.mark, d.at, d.first, d.prio, d.epoch, d.ids, d.ck, d.gc, " \
@@ -1132,11 +1140,93 @@ static const char SQL_CLAIM_NEW[] =
     "  r.journal_cuts AS jcuts, coalesce(r.chain_id, r.id) AS chain, " CLAIM_TRACE
     "), " CLAIM_FX_PLAIN "next AS (SELECT NULL::bigint AS ms) " CLAIM_SELECT;
 
+/*
+ * The claim with limits on a database with parts (Citus) is the statement
+ * of one server cut in three, where it reads or writes tables of different
+ * places (docs/architecture.md, "On Citus"):
+ *   CLAIM_PART_KEYS  on the node of each part: the due runs and their key
+ *                    limits (CLAIM_FLOW_KEYS: a key's runs, and those in
+ *                    flight here, are all in the part of its shard), read
+ *                    only, as JSON rows (s), with the next due time;
+ *   CLAIM_FLEET      once, on the coordinator, over the rows of every
+ *                    part: the fleet-wide limits, the slots taken and the
+ *                    rates (CLAIM_FLOW_FLEET: reference tables, and
+ *                    liveness from the coordinator's pg_stat_activity),
+ *                    the verdict of each run as JSON (s3), by part;
+ *   CLAIM_PART_MARK  on the node of each part with a run admitted, held or
+ *                    pushed: those runs held and pushed (CLAIM_FLOW_HOLD)
+ *                    and the admitted ones marked, as SQL_CLAIM_PART does.
+ * Each commits on its own: a crash after CLAIM_FLEET leaves slots taken by
+ * this runner for runs it does not have, which the flow sweep gives back
+ * (SQL_FLOW_SWEEP), and a rate's start spent, which only slows the rate.
+ * A part with nothing due costs CLAIM_PART_KEYS alone.
+ *
+ * Their parameters are the same seventeen: SQL_CLAIM_PART's eleven, then
+ * $12 the named runs ('{}' for all that is due), $13 the part's key, $14
+ * the claim's number, $15 its time, $16 the JSON rows of the statement
+ * before, $17 the next due time (ms) CLAIM_PART_KEYS read. Each names
+ * those it does not use (CTE pp), so that every parameter has a type.
+ */
+#define CLAIM_S_COLS                                                                               \
+	"run_id bigint, epoch bigint, ids bigint[], at timestamptz, first bigint, prio int, "      \
+	"workflow text, ck text, st text, cl int, jfrom int, done bool, kc int, key_rate int, "    \
+	"key_rate_period_ms bigint, rate int, rate_period_ms bigint, gc int, used bigint, "        \
+	"start bool, slot bool, rpart int"
+#define CLAIM_S3_COLS                                                                              \
+	CLAIM_S_COLS ", gok bool, kal int, knext timestamptz, kstep interval, krank bigint, "      \
+	             "wal int, wnext timestamptz, wstep interval, wrank bigint, push_at timestamptz"
+#define CLAIM_KEYS_PP                                                                              \
+	"pp AS (SELECT $4::text, $5::text, $6::text, $7::text, $8::text, $12::text, $14::text, "   \
+	"         $15::text, $16::text, $17::text), "
+#define CLAIM_KEYS_SELECT                                                                          \
+	"SELECT (SELECT json_agg(x) FROM (SELECT s.*, $13::int AS rpart FROM s) x)::text, next.ms " \
+	"FROM next"
+static const char SQL_CLAIM_PART_KEYS[] =
+    CLAIM_ALL_DUE CLAIM_FLOW_KEYS CLAIM_KEYS_PP CLAIM_ALL_NEXT CLAIM_KEYS_SELECT;
+static const char SQL_CLAIM_RUNS_PART_KEYS[] =
+    CLAIM_NAMED_DUE CLAIM_FLOW_KEYS CLAIM_KEYS_PP CLAIM_NAMED_NEXT CLAIM_KEYS_SELECT;
+/* $1 this runner, $2 the rows of CLAIM_PART_KEYS of every part, each
+ * with its part (rpart), $3 how many runs the claim takes, $4 how many
+ * start at once. The first $3 rows in the order of one server's claim
+ * (grk) are those of the claim; then, for each part that has any: its
+ * rows for its mark, the time the runs of all start at, whether its mark
+ * has anything to do (a run admitted, held or pushed), how many rows it
+ * has, and how many of its runs are among the first $4 admitted. */
+static const char SQL_CLAIM_FLEET[] =
+    "WITH s AS (SELECT * FROM (SELECT x.*, row_number() OVER ("
+    "             ORDER BY prio DESC, at, first) AS grk "
+    "           FROM json_to_recordset($2::json) AS x(" CLAIM_S_COLS ")) y "
+    "         WHERE grk <= $3), " CLAIM_FLOW_FLEET
+    "v AS (SELECT s3.*, row_number() OVER (PARTITION BY ok.run_id IS NULL "
+    "        ORDER BY s3.prio DESC, s3.at, s3.first) <= $4 AND ok.run_id IS NOT NULL AS now_, "
+    "        ok.run_id IS NOT NULL OR s3.push_at IS NOT NULL "
+    "          OR (NOT s3.slot AND s3.start AND s3.st = 'pending' AND s3.ids = '{0}') AS work "
+    "      FROM s3 LEFT JOIN ok ON ok.run_id = s3.run_id) "
+    "SELECT rpart, json_agg(v)::text, now(), bool_or(work), count(*), "
+    "  count(*) FILTER (WHERE now_) FROM v GROUP BY rpart";
+static const char SQL_CLAIM_PART_MARK[] =
+    "WITH s3 AS (SELECT * FROM json_to_recordset($16::json) AS s3(" CLAIM_S3_COLS ")), "
+    "pp AS (SELECT $2::text, $3::text, $9::text, $10::text, $11::text, $12::text), "
+    CLAIM_FLOW_OK CLAIM_FLOW_HOLD CLAIM_MARK_PARTS "next AS (SELECT $17::bigint AS ms) "
+    CLAIM_SELECT;
+
+/* What is due in one part ($4), of all a claim would take ($1 to $3 as
+ * SQL_CLAIM's): each run with what orders it among those of other parts
+ * (its priority, when it was due in Unix microseconds, its first message),
+ * then the part's next due time, on every row (one row, its run NULL, when
+ * nothing is due). Read from every part before a claim of all that is due
+ * on a database with parts (claim_parts). */
+static const char SQL_CLAIM_PEEK[] =
+    CLAIM_ALL_DUE CLAIM_GROUP CLAIM_ALL_NEXT
+    "SELECT d.run_id, d.prio, (extract(epoch FROM d.at) * 1000000)::bigint, d.first, next.ms "
+    "FROM next LEFT JOIN d ON true";
+
 /* The claim statements, prepared on every poll connection: on one server
  * the first CLAIM_ONE_SERVER, of which claim() takes the one with limits
  * or without (limited * 2) for all that is due or for named runs (+ 1), or
- * CLAIM_ONE, or CLAIM_NEW before it; with parts, the claims of a part
- * (CLAIM_PART + 1 for named runs). */
+ * CLAIM_ONE, or CLAIM_NEW before it; with parts, the others: the claims
+ * of a part (CLAIM_PART + 1 for named runs), those with limits (from
+ * CLAIM_PART_KEYS) and what is due in a part (CLAIM_PEEK). */
 enum {
 	CLAIM_LIMITED = 2,
 	CLAIM_NAMED = 1,
@@ -1144,32 +1234,48 @@ enum {
 	CLAIM_NEW = 5,
 	CLAIM_ONE_SERVER = 6,
 	CLAIM_PART = 6,
-	CLAIM_STATEMENTS = 8
+	CLAIM_PART_KEYS = 8,
+	CLAIM_FLEET = 10,
+	CLAIM_PART_MARK = 11,
+	CLAIM_PEEK = 12,
+	CLAIM_STATEMENTS = 13
 };
-static const db_stmt CLAIM_STATEMENT[CLAIM_STATEMENTS] = {
-    {"cairn_claim_plain", SQL_CLAIM_PLAIN},
-    {"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN},
-    {"cairn_claim", SQL_CLAIM},
-    {"cairn_claim_runs", SQL_CLAIM_RUNS},
-    {"cairn_claim_one", SQL_CLAIM_ONE},
-    {"cairn_claim_new", SQL_CLAIM_NEW},
-    {"cairn_claim_part", SQL_CLAIM_PART},
-    {"cairn_claim_runs_part", SQL_CLAIM_RUNS_PART}};
+/* Each claim statement, with, for those of one part, the parameters that
+ * its part filters (IN_PART), its number (@base@) and its time (@now@)
+ * become. */
+static const struct {
+	db_stmt st;
+	const char *part, *base, *now;
+} CLAIM_STATEMENT[CLAIM_STATEMENTS] = {
+    {{"cairn_claim_plain", SQL_CLAIM_PLAIN}, NULL, NULL, NULL},
+    {{"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN}, NULL, NULL, NULL},
+    {{"cairn_claim", SQL_CLAIM}, NULL, NULL, NULL},
+    {{"cairn_claim_runs", SQL_CLAIM_RUNS}, NULL, NULL, NULL},
+    {{"cairn_claim_one", SQL_CLAIM_ONE}, NULL, NULL, NULL},
+    {{"cairn_claim_new", SQL_CLAIM_NEW}, NULL, NULL, NULL},
+    {{"cairn_claim_part", SQL_CLAIM_PART}, "$12::int", "$13", "$14"},
+    {{"cairn_claim_runs_part", SQL_CLAIM_RUNS_PART}, "$13::int", "$14", "$15"},
+    {{"cairn_claim_part_keys", SQL_CLAIM_PART_KEYS}, "$13::int", NULL, NULL},
+    {{"cairn_claim_runs_part_keys", SQL_CLAIM_RUNS_PART_KEYS}, "$13::int", NULL, NULL},
+    {{"cairn_claim_fleet", SQL_CLAIM_FLEET}, NULL, NULL, NULL},
+    {{"cairn_claim_part_mark", SQL_CLAIM_PART_MARK}, "$13::int", "$14", "$15"},
+    {{"cairn_claim_peek", SQL_CLAIM_PEEK}, "$4::int", NULL, NULL}};
 
 /* The text of claim statement which as prepared: the poll batch for
- * CLAIM_BOUND, and for a claim of one part its part filters (IN_PART) and
- * its number, as parameters after the claim's own; none on one server. */
+ * CLAIM_BOUND, and for a claim of one part its part filters and its
+ * number; none on one server. */
 static void claim_text(int which, const char *bound, buf *out)
 {
-	int named = which == CLAIM_PART + CLAIM_NAMED;
-	const char *part = which < CLAIM_PART ? NULL : named ? "$13::int" : "$12::int";
-	buf tmp = BUF_INIT, tmp2 = BUF_INIT;
-	buf_puts_replacing(&tmp, CLAIM_STATEMENT[which].sql, CLAIM_BOUND, bound);
-	buf_puts_replacing(&tmp2, buf_str(&tmp), "@base@", named ? "$14" : "$13");
-	sqlparam_in_part(buf_str(&tmp2), part, out);
-	out->oom |= tmp.oom | tmp2.oom;
+	buf tmp = BUF_INIT, tmp2 = BUF_INIT, tmp3 = BUF_INIT;
+	buf_puts_replacing(&tmp, CLAIM_STATEMENT[which].st.sql, CLAIM_BOUND, bound);
+	const char *base = CLAIM_STATEMENT[which].base, *now = CLAIM_STATEMENT[which].now;
+	buf_puts_replacing(&tmp2, buf_str(&tmp), "@base@", base ? base : "@base@");
+	buf_puts_replacing(&tmp3, buf_str(&tmp2), "@now@", now ? now : "@now@");
+	sqlparam_in_part(buf_str(&tmp3), CLAIM_STATEMENT[which].part, out);
+	out->oom |= tmp.oom | tmp2.oom | tmp3.oom;
 	buf_free(&tmp);
 	buf_free(&tmp2);
+	buf_free(&tmp3);
 }
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
@@ -1228,7 +1334,7 @@ static PGresult *claim_exec(dispatch *d, PGconn *conn, int which, int n, const c
 	/* Its first run in a session plans it and loads the catalog. */
 	d->cold_claim |= !(d->warm & 1u << which);
 	d->warm |= 1u << which;
-	return db_exec_prepared(conn, err, CLAIM_STATEMENT[which].name, n, p);
+	return db_exec_prepared(conn, err, CLAIM_STATEMENT[which].st.name, n, p);
 }
 
 static void unclaim(dispatch *d, PGconn *conn, int64_t owner, pgarr *runs, pgarr *marked);
@@ -1653,10 +1759,11 @@ static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_
  * its part, never one statement over several nodes. Together they take at
  * most limit runs, numbered as one claim's (the number of the first, from
  * cairn.claim_seq on the coordinator, SQL_CLAIM_BASE, then the count
- * claimed so far). Limits (cairn.limits) are not applied on Citus yet: a
- * claim that sees them says so in the log.
+ * claimed so far) and with one time, as one claim of one server. With
+ * limits, a claim is that of each part's keys, one of the fleet-wide
+ * limits for all parts together, then each part's mark (claim_set).
  */
-static const char SQL_CLAIM_BASE[] = "SELECT nextval('cairn.claim_seq') * 16384";
+static const char SQL_CLAIM_BASE[] = "SELECT nextval('cairn.claim_seq') * 16384, now()";
 static const char SQL_BUSY[] = "UPDATE cairn.runners SET idle = false WHERE id = $1 AND idle";
 
 /* The parts (their part_no) this runner owns a shard in, into has. */
@@ -1669,20 +1776,322 @@ static void owned_parts(dispatch *d, unsigned char *has)
 				has[sh % n] = 1;
 }
 
+/* What the claims of one round's parts share. */
+typedef struct part_claim {
+	int64_t owner, base;
+	char now[64]; /* the claim's time, as SQL_CLAIM_BASE read it */
+	int go_busy;
+	pgarr ex, jc[3];
+	int64_t next_due_ms;
+	int *skipped;
+	buf *parked, *err;
+} part_claim;
+
+/* The claim of one part in a round: up to limit runs of those named
+ * (want), or of all that is due there (want NULL), the first start_now
+ * to start at once, numbered from base. */
+typedef struct part_want {
+	int part;
+	pgarr *want;
+	int limit, start_now;
+	int64_t base;
+} part_want;
+
+/* The seventeen parameters of a claim of part w (see SQL_CLAIM_PART_KEYS),
+ * the JSON rows and the next due time left empty; SQL_CLAIM_PART's
+ * fourteen (plain) are the first eleven, then the part, the number and
+ * the time. */
+typedef struct part_params {
+	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24], key[24], num[24];
+	const char *p[17], *plain[14];
+} part_params;
+
+static void part_params_of(const dispatch *d, part_claim *pc, const part_want *w,
+                           part_params *t)
+{
+	const char *p[] = {db_i64(t->me, pc->owner),
+	                   pgarr_str(&pc->ex),
+	                   db_i64(t->lim, w->limit),
+	                   db_i64(t->jb, d->limits.max_journal_bytes),
+	                   db_i64(t->ps, d->limits.max_pending_signals),
+	                   db_i64(t->pa, d->env.cfg->poison_after),
+	                   db_i64(t->sn, w->start_now),
+	                   pc->go_busy ? "t" : "f",
+	                   pgarr_str(&pc->jc[0]),
+	                   pgarr_str(&pc->jc[1]),
+	                   pgarr_str(&pc->jc[2]),
+	                   w->want ? pgarr_str(w->want) : "{}",
+	                   db_i64(t->key, d->limits.part_keys[w->part]),
+	                   db_i64(t->num, w->base),
+	                   pc->now,
+	                   "",
+	                   ""};
+	memcpy(t->p, p, sizeof p);
+	memcpy(t->plain, p, 11 * sizeof *p);
+	memcpy(t->plain + 11, p + 12, 3 * sizeof *p);
+}
+
+static void next_due(part_claim *pc, const PGresult *r, int col)
+{
+	if (PQntuples(r) > 0 && !PQgetisnull(r, 0, col)) {
+		int64_t due = db_get_i64(r, 0, col);
+		if (pc->next_due_ms < 0 || due < pc->next_due_ms)
+			pc->next_due_ms = due;
+	}
+}
+
+/* Runs claim statement which once per part of t (m of them, their
+ * parameters params[i]) in one round trip (db_exec_prepared_each), the
+ * results into out: 0, or -CAIRN_EDB when one failed. */
+static int claim_each(dispatch *d, PGconn *conn, part_claim *pc, int which, int m, int n,
+                      const char *const *const *params, PGresult **out)
+{
+	d->cold_claim |= !(d->warm & 1u << which);
+	d->warm |= 1u << which;
+	return db_exec_prepared_each(conn, pc->err, CLAIM_STATEMENT[which].st.name, m, n, params,
+	                             out) < 0
+	           ? -CAIRN_EDB
+	           : 0;
+}
+
+/*
+ * The claims with limits of the m parts of w (see SQL_CLAIM_PART_KEYS),
+ * whose parameters are t: each part's keys, then the fleet-wide limits of
+ * the first limit due runs of all parts in one statement on the
+ * coordinator (the first start_now admitted to start at once), whose time
+ * they all start at, then the mark of each part that has a run admitted,
+ * held or pushed. The marks' results into out: 0, or -CAIRN_EDB. Of all
+ * that is due in several parts, this takes what one server's claim would
+ * (see claim_parts_due) without reading it twice.
+ */
+static int claim_limited(dispatch *d, PGconn *conn, part_claim *pc, const part_want *w, int m,
+                         int limit, int start_now, part_params *t, const char **pv[],
+                         PGresult **out)
+{
+	PGresult **keys = calloc((size_t)m, sizeof *keys), *f = NULL;
+	if (!keys)
+		return -CAIRN_EDB;
+	for (int i = 0; i < m; i++)
+		pv[i] = t[i].p;
+	int rc = claim_each(d, conn, pc, CLAIM_PART_KEYS + (w[0].want != NULL), m, 17,
+	                    (const char *const *const *)pv, keys);
+	buf rows = BUF_INIT;
+	buf_puts(&rows, "[");
+	for (int i = 0; i < m; i++) {
+		if (!keys[i])
+			continue;
+		next_due(pc, keys[i], 1);
+		if (PQgetisnull(keys[i], 0, 0))
+			continue; /* nothing due there */
+		const char *a = PQgetvalue(keys[i], 0, 0); /* a JSON array: its elements */
+		if (rows.len > 1)
+			buf_puts(&rows, ",");
+		buf_append(&rows, a + 1, strlen(a) - 2);
+	}
+	buf_puts(&rows, "]");
+	if (rows.len > 2) {
+		char me[24], lim[24], sn[24];
+		const char *pf[] = {db_i64(me, pc->owner), buf_str(&rows), db_i64(lim, limit),
+		                    db_i64(sn, start_now)};
+		f = rows.oom ? NULL : claim_exec(d, conn, CLAIM_FLEET, 4, pf, pc->err);
+		if (!f)
+			rc = -CAIRN_EDB;
+	}
+	/* Each part with rows, by its key (SQL_CLAIM_FLEET's first column),
+	 * numbered after those before it. A part whose mark has nothing to do
+	 * held back every run it has due. */
+	int k = 0;
+	int64_t base = pc->base;
+	for (int r = 0; f && r < PQntuples(f); r++) {
+		int i = 0;
+		while (i < m && d->limits.part_keys[w[i].part] != db_get_int(f, r, 0))
+			i++;
+		int n = db_get_int(f, r, 4);
+		if (i == m || !keys[i] || !db_get_bool(f, r, 3)) {
+			*pc->skipped += n;
+			atomic_fetch_add(&d->env.m->flow_held_back, (uint64_t)n);
+			continue;
+		}
+		t[i].p[6] = db_i64(t[i].sn, db_get_i64(f, r, 5));
+		t[i].p[13] = db_i64(t[i].num, base);
+		t[i].p[14] = PQgetvalue(f, r, 2);
+		t[i].p[15] = PQgetvalue(f, r, 1);
+		t[i].p[16] = PQgetisnull(keys[i], 0, 1) ? "-1" : PQgetvalue(keys[i], 0, 1);
+		pv[k++] = t[i].p;
+		base += n;
+	}
+	if (k && claim_each(d, conn, pc, CLAIM_PART_MARK, k, 17, (const char *const *const *)pv,
+	                    out) < 0)
+		rc = -CAIRN_EDB;
+	PQclear(f);
+	for (int i = 0; i < m; i++)
+		PQclear(keys[i]);
+	free(keys);
+	buf_free(&rows);
+	return rc;
+}
+
+/*
+ * The claims of one round, of the m parts of w, sent together (one round
+ * trip a statement: pipelined, each in a transaction of its own): how
+ * many runs they claimed, or -CAIRN_EDB. The runs of all are queued
+ * together at the end, those of parts that failed aside: an executor
+ * would otherwise start those of the first part before the next part's
+ * claim, whatever their priorities.
+ */
+static int claim_set(dispatch *d, PGconn *conn, part_claim *pc, const part_want *w, int m,
+                     int limit, int start_now)
+{
+	PGresult **out = calloc((size_t)m, sizeof *out);
+	part_params *t = calloc((size_t)m, sizeof *t);
+	const char ***pv = calloc((size_t)m, sizeof *pv);
+	int rc = out && t && pv ? 0 : -CAIRN_EDB, got = 0;
+	if (rc) {
+		buf_reset(pc->err);
+		buf_puts(pc->err, "out of memory claiming runs");
+	}
+	int64_t at = clock_mono_ms(); /* before the claims read now() */
+	for (int i = 0; !rc && i < m; i++) {
+		part_params_of(d, pc, &w[i], &t[i]);
+		pv[i] = w[i].want ? t[i].p : t[i].plain;
+	}
+	if (!rc && d->limited)
+		rc = claim_limited(d, conn, pc, w, m, limit, start_now, t, pv, out);
+	else if (!rc)
+		rc = claim_each(d, conn, pc, CLAIM_PART + (w[0].want != NULL), m, w[0].want ? 15 : 14,
+		                (const char *const *const *)pv, out);
+	for (int i = 0; out && i < m; i++) {
+		if (!out[i])
+			continue;
+		int64_t due;
+		got += take_claimed(d, conn, out[i], pc->owner, at, &due, pc->skipped, pc->parked);
+		if (due >= 0 && (pc->next_due_ms < 0 || due < pc->next_due_ms))
+			pc->next_due_ms = due;
+	}
+	free(out);
+	free(t);
+	free(pv);
+	return rc < 0 ? rc : got;
+}
+
+/* A run SQL_CLAIM_PEEK found due, and its part. */
+typedef struct peeked {
+	int64_t run, at_us, first;
+	int prio, part;
+} peeked;
+
+/* The order of a claim of one server: priority, then due time. */
+static int peeked_cmp(const void *a, const void *b)
+{
+	const peeked *x = a, *y = b;
+	if (x->prio != y->prio)
+		return x->prio > y->prio ? -1 : 1;
+	if (x->at_us != y->at_us)
+		return x->at_us < y->at_us ? -1 : 1;
+	if (x->first != y->first)
+		return x->first < y->first ? -1 : 1;
+	return (x->run > y->run) - (x->run < y->run);
+}
+
+/* What SQL_CLAIM_PEEK finds due in the m parts of w, into *all (*np
+ * runs), sent together: 0 or -CAIRN_EDB. */
+static int peek_parts(dispatch *d, PGconn *conn, part_claim *pc, const part_want *w, int m,
+                      int limit, peeked **all, int *np)
+{
+	char me[24], lim[24], (*key)[24] = calloc((size_t)m, sizeof *key);
+	const char *(*p)[4] = calloc((size_t)m, sizeof *p);
+	const char *const **pv = calloc((size_t)m, sizeof *pv);
+	PGresult **r = calloc((size_t)m, sizeof *r);
+	int rc = key && p && pv && r ? 0 : -CAIRN_EDB;
+	for (int i = 0; !rc && i < m; i++) {
+		p[i][0] = db_i64(me, pc->owner);
+		p[i][1] = pgarr_str(&pc->ex);
+		p[i][2] = db_i64(lim, limit);
+		p[i][3] = db_i64(key[i], d->limits.part_keys[w[i].part]);
+		pv[i] = p[i];
+	}
+	if (!rc)
+		rc = claim_each(d, conn, pc, CLAIM_PEEK, m, 4, pv, r);
+	int rows = 0;
+	for (int i = 0; !rc && i < m; i++)
+		rows += PQntuples(r[i]);
+	*all = rows ? calloc((size_t)rows, sizeof **all) : NULL;
+	if (!rc && rows && !*all)
+		rc = -CAIRN_EDB;
+	for (int i = 0; !rc && i < m; i++) {
+		next_due(pc, r[i], 4);
+		for (int k = 0; k < PQntuples(r[i]); k++)
+			if (!PQgetisnull(r[i], k, 0))
+				(*all)[(*np)++] = (peeked){.run = db_get_i64(r[i], k, 0),
+				                           .prio = db_get_int(r[i], k, 1),
+				                           .at_us = db_get_i64(r[i], k, 2),
+				                           .first = db_get_i64(r[i], k, 3),
+				                           .part = w[i].part};
+	}
+	for (int i = 0; r && i < m; i++)
+		PQclear(r[i]);
+	free(r);
+	free(pv);
+	free(p);
+	free(key);
+	return rc;
+}
+
+/*
+ * A claim of all that is due in several parts takes what a claim of one
+ * server would: first what is due in each of the m parts of w
+ * (SQL_CLAIM_PEEK, the part's next due time when nothing is), then the
+ * first limit runs of them all in priority order, claimed part by part as
+ * named runs, each part starting at once those among the first start_now.
+ * A part with a backlog thus takes no more than its turn, and a run of a
+ * higher priority is never left behind for one of another part. How many
+ * runs it claimed, or -CAIRN_EDB.
+ */
+static int claim_parts_due(dispatch *d, PGconn *conn, part_claim *pc, part_want *w, int m,
+                           int limit, int start_now)
+{
+	peeked *all = NULL;
+	int np = 0, k = 0, got = peek_parts(d, conn, pc, w, m, limit, &all, &np);
+	if (np > 1)
+		qsort(all, (size_t)np, sizeof *all, peeked_cmp);
+	if (np > limit)
+		np = limit;
+	pgarr *want = np ? calloc((size_t)np, sizeof *want) : NULL;
+	if (np && !want)
+		got = -CAIRN_EDB;
+	int64_t base = pc->base;
+	for (int i = 0; i < np && got == 0; i++) {
+		int part = all[i].part;
+		if (part < 0)
+			continue;
+		w[k] = (part_want){.part = part, .want = &want[k], .base = base};
+		for (int j = i; j < np; j++)
+			if (all[j].part == part) {
+				pgarr_add_i64(&want[k], all[j].run);
+				w[k].start_now += j < start_now;
+				w[k].limit++;
+				all[j].part = -1;
+			}
+		base += w[k].limit;
+		got = want[k++].b.oom ? -CAIRN_EDB : 0;
+	}
+	if (got == 0 && k > 0)
+		got = claim_set(d, conn, pc, w, k, limit, start_now);
+	for (int i = 0; i < k; i++)
+		pgarr_free(&want[i]);
+	free(want);
+	free(all);
+	return got;
+}
+
 static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
                        int go_busy, const int64_t *runs, int nruns, int64_t *next_due_ms,
                        int *skipped, buf *parked, buf *err)
 {
 	int n = d->limits.nparts;
-	unsigned char has[DB_PARTS_MAX] = {0};
 	for (int i = 0; i < nruns; i++)
 		if (runs[i] < d->limits.first_placed_id)
 			nruns = 0; /* a run older than parts names no part: claim all */
-	if (nruns)
-		for (int i = 0; i < nruns; i++)
-			has[(runs[i] % RUN_ID_SHARDS) % n] = 1;
-	else
-		owned_parts(d, has);
 	*next_due_ms = -1;
 	if (go_busy) {
 		char me[24];
@@ -1693,60 +2102,77 @@ static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int 
 	PGresult *b = db_exec(conn, err, SQL_CLAIM_BASE, 0, NULL);
 	if (!b)
 		return -CAIRN_EDB;
-	int64_t base = db_get_i64(b, 0, 0);
+	part_claim pc = {.owner = owner,
+	                 .base = db_get_i64(b, 0, 0),
+	                 .go_busy = go_busy,
+	                 .ex = PGARR_INIT,
+	                 .jc = {PGARR_INIT, PGARR_INIT, PGARR_INIT},
+	                 .next_due_ms = -1,
+	                 .skipped = skipped,
+	                 .parked = parked,
+	                 .err = err};
+	snprintf(pc.now, sizeof pc.now, "%s", PQgetvalue(b, 0, 1));
 	PQclear(b);
-	pgarr ex = PGARR_INIT, want = PGARR_INIT, jc[3] = {PGARR_INIT, PGARR_INIT, PGARR_INIT};
-	*skipped = claim_lists(d, &ex, &want, jc, runs, nruns);
-	int got = 0, rc = 0, which = CLAIM_PART + (nruns > 0) * CLAIM_NAMED;
-	for (int part = 0; part < n && got < limit; part++) {
-		if (!has[part])
-			continue;
-		char me[24], lim[24], jb[24], ps[24], pa[24], sn[24], key[24], num[24];
-		const char *p[] = {
-		    db_i64(me, owner),
-		    pgarr_str(&ex),
-		    db_i64(lim, limit - got),
-		    db_i64(jb, d->limits.max_journal_bytes),
-		    db_i64(ps, d->limits.max_pending_signals),
-		    db_i64(pa, d->env.cfg->poison_after),
-		    db_i64(sn, start_now > got ? start_now - got : 0),
-		    go_busy ? "t" : "f",
-		    pgarr_str(&jc[0]),
-		    pgarr_str(&jc[1]),
-		    pgarr_str(&jc[2]),
-		    nruns ? pgarr_str(&want) : db_i64(key, d->limits.part_keys[part]),
-		    nruns ? db_i64(key, d->limits.part_keys[part]) : db_i64(num, base + got),
-		    db_i64(num, base + got)};
-		int64_t mono = clock_mono_ms(), due = -1;
-		PGresult *r = claim_exec(d, conn, which, nruns ? 14 : 13, p, err);
-		if (!r) {
-			rc = -CAIRN_EDB;
-			break;
-		}
-		int k = take_claimed(d, conn, r, owner, mono, &due, skipped, parked);
-		if (d->limited && !d->limits_told)
-			log_kv(
-			    d->env.log, LOG_ERROR,
-			    "cairn.limits has limits, which a database with parts (Citus) does not "
-			    "apply yet: runs start as if there were none",
-			    NULL);
-		d->limits_told |= d->limited;
-		d->limited = 0;
-		got += k;
-		if (due >= 0 && (*next_due_ms < 0 || due < *next_due_ms))
-			*next_due_ms = due;
+	pgarr want = PGARR_INIT, *wants = nruns ? calloc((size_t)n, sizeof *wants) : NULL;
+	part_want *w = calloc((size_t)n, sizeof *w);
+	*skipped = claim_lists(d, &pc.ex, &want, pc.jc, runs, nruns);
+	int m = 0, got = w && (!nruns || wants) ? 0 : -CAIRN_EDB, start_now0 = start_now;
+	if (!got && nruns) {
+		/* The named runs, part by part (the shard each id carries names
+		 * its part), numbered one after the other, the first start_now
+		 * of them starting at once. */
+		for (int i = 0; i < nruns; i++)
+			pgarr_add_i64(&wants[(runs[i] % RUN_ID_SHARDS) % n], runs[i]);
+		int64_t base = pc.base;
+		for (int part = 0; part < n; part++)
+			if (wants[part].n) {
+				int sn = start_now > nruns ? nruns : start_now;
+				w[m++] = (part_want){.part = part,
+				                     .want = &wants[part],
+				                     .limit = wants[part].n,
+				                     .start_now = sn < wants[part].n ? sn : wants[part].n,
+				                     .base = base};
+				start_now -= w[m - 1].start_now;
+				base += wants[part].n;
+				got |= wants[part].b.oom ? -CAIRN_EDB : 0;
+			}
+	} else if (!got) {
+		unsigned char has[DB_PARTS_MAX] = {0};
+		owned_parts(d, has);
+		for (int part = 0; part < n; part++)
+			if (has[part])
+				w[m++] = (part_want){.part = part,
+				                     .limit = limit,
+				                     .start_now = start_now,
+				                     .base = pc.base};
 	}
-	pgarr_free(&ex);
+	if (!got && m)
+		got = !nruns && m > 1 && !d->limited
+		          ? claim_parts_due(d, conn, &pc, w, m, limit, start_now)
+		          : claim_set(d, conn, &pc, w, m, limit, nruns ? start_now0 : start_now);
+	*next_due_ms = pc.next_due_ms;
+	for (int i = 0; wants && i < n; i++)
+		pgarr_free(&wants[i]);
+	free(wants);
+	free(w);
+	pgarr_free(&pc.ex);
 	pgarr_free(&want);
 	for (int i = 0; i < 3; i++)
-		pgarr_free(&jc[i]);
-	return rc < 0 ? rc : got;
+		pgarr_free(&pc.jc[i]);
+	return got;
 }
 
-void dispatch_claim_part_sql(int named, int bound, buf *out)
+void dispatch_claim_part_sql(dispatch_claim_sql which, int bound, buf *out)
 {
+	static const int statement[] = {
+	    [DISPATCH_CLAIM_PART] = CLAIM_PART,
+	    [DISPATCH_CLAIM_PART_NAMED] = CLAIM_PART + CLAIM_NAMED,
+	    [DISPATCH_CLAIM_PEEK] = CLAIM_PEEK,
+	    [DISPATCH_CLAIM_KEYS] = CLAIM_PART_KEYS,
+	    [DISPATCH_CLAIM_KEYS_NAMED] = CLAIM_PART_KEYS + CLAIM_NAMED,
+	    [DISPATCH_CLAIM_MARK] = CLAIM_PART_MARK};
 	char b[24];
-	claim_text(CLAIM_PART + (named ? CLAIM_NAMED : 0), db_i64(b, bound), out);
+	claim_text(statement[which], db_i64(b, bound), out);
 }
 
 static const char SQL_CANCELLED[] =
@@ -1794,9 +2220,12 @@ static void check_cancels(dispatch *d, PGconn *conn)
 	runs ", array_fill(" runner "::bigint, ARRAY[cardinality(" runs ")])"
 /* flow_release for each key of the runs keys selects (workflow,
  * concurrency_key); the count of runs let go. gb is counted so that it
- * runs. */
+ * runs. The keys are read first, in a CTE of their own: on Citus,
+ * flow_release in a statement over the parts would run on their nodes,
+ * and it reads the runs of its key's part. */
 #define FLOW_LET_GO(keys)                                                                          \
-	"SELECT count(*) + 0 * (SELECT n FROM gb) FROM (" keys ") k, "                             \
+	", k AS MATERIALIZED (" keys ") "                                                          \
+	"SELECT count(*) + 0 * (SELECT n FROM gb) FROM k, "                                        \
 	"  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))"
 /* $1: runs of limited keys or workflows that ended here, $2: this runner
  * (a run handed over may hold a slot of the worker that took it since). */
@@ -1926,7 +2355,7 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 	int from = parts ? CLAIM_PART : 0, to = parts ? CLAIM_STATEMENTS : CLAIM_ONE_SERVER;
 	for (int i = from; i < to; i++) {
 		claim_text(i, bound, &sql[i]);
-		st[i - from] = (db_stmt){CLAIM_STATEMENT[i].name, buf_str(&sql[i])};
+		st[i - from] = (db_stmt){CLAIM_STATEMENT[i].st.name, buf_str(&sql[i])};
 		oom |= sql[i].oom;
 	}
 	/* Citus plans a statement that joins tables anew at each execution and

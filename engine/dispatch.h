@@ -84,9 +84,19 @@ void dispatch_flow(dispatch *d, struct cJSON *object);
  * have run past their timeout. */
 void dispatch_steps(dispatch *d, int64_t *longest_ms, int *overdue);
 void dispatch_free(dispatch *d); /* after dispatch_stop_end reported no cut-off */
-/* The claim of one part (a database with parts: Citus) as the poller
- * prepares it, of named runs or of all that is due, with poll batch bound:
- * its parameters are the claim's, then the part's key and the claim's
- * number (tests/test_citus.c explains it). Appended to out. */
-void dispatch_claim_part_sql(int named, int bound, struct buf *out);
+/* The statements of a claim of one part (a database with parts: Citus)
+ * as the poller prepares them, with poll batch bound, appended to out
+ * (tests/test_citus.c explains them): the claim of all that is due or of
+ * named runs (their parameters are the claim's, then the part's key, the
+ * claim's number and its time), what is due in the part, and with limits
+ * the part's keys and its mark (seventeen parameters, dispatch.c). */
+typedef enum {
+	DISPATCH_CLAIM_PART,
+	DISPATCH_CLAIM_PART_NAMED,
+	DISPATCH_CLAIM_PEEK,
+	DISPATCH_CLAIM_KEYS,
+	DISPATCH_CLAIM_KEYS_NAMED,
+	DISPATCH_CLAIM_MARK
+} dispatch_claim_sql;
+void dispatch_claim_part_sql(dispatch_claim_sql which, int bound, struct buf *out);
 #endif

@@ -27,7 +27,7 @@ static const char SQL_LIMIT_SET[] =
     "  concurrency = EXCLUDED.concurrency, "
     "  rate = EXCLUDED.rate, rate_period_ms = EXCLUDED.rate_period_ms, "
     "  key_rate = EXCLUDED.key_rate, key_rate_period_ms = EXCLUDED.key_rate_period_ms, "
-    "  updated_at = now()";
+    "  updated_at = EXCLUDED.updated_at";
 static const char SQL_LIMIT_DELETE[] = "DELETE FROM cairn.limits WHERE workflow = $1";
 static const char SQL_LIMIT_LIST[] =
     "SELECT workflow, coalesce(key_concurrency, 0), coalesce(rate, 0), "

@@ -19,13 +19,13 @@
 # socket directory), all on port 5432 like pg.sh's server: no TCP port is
 # taken, so several clusters (checkouts, test runs) never collide.
 #
-# citus.shard_count is 32 (Citus's default): enough shard groups for the
-# rebalancer to spread over a node added to the two, few enough that making
-# cairn's dozen distributed tables creates a few hundred shard tables, not
-# thousands. Durability follows pg.sh (PG_FSYNC=on for a benchmark), and so
-# does PG_STATEMENTS=1 (pg_stat_statements, loaded after Citus);
-# PG_COMMIT_TS=1 turns track_commit_timestamp on on every node (the chaos
-# driver's check for re-executed steps).
+# citus.shard_count is 8, so cairn has 8 parts (docs/architecture.md, "On
+# Citus"): a claim of all that is due is a statement per part a worker owns
+# shards in, and 8 parts are 4 a node, enough for the rebalancer to spread
+# over a node added to the two. Durability follows pg.sh (PG_FSYNC=on for
+# a benchmark), and so does PG_STATEMENTS=1 (pg_stat_statements, loaded
+# after Citus); PG_COMMIT_TS=1 turns track_commit_timestamp on on every
+# node (the chaos driver's check for re-executed steps).
 set -eu
 cmd=${1:-}
 dir=${2:-}
@@ -89,14 +89,17 @@ start_node() {
 	# no statistics and checks for no update (no network), and keeps a
 	# coordinator or worker connection per node it reaches for the next
 	# statement instead of opening one each time. On the command line,
-	# pg.sh's options and two of Citus's needs: prepared transactions (a
-	# transaction that writes on several nodes commits in two phases) and
-	# wal_level logical (the rebalancer moves shards by logical replication).
+	# pg.sh's options and three of Citus's needs: prepared transactions (a
+	# transaction that writes on several nodes commits in two phases),
+	# wal_level logical (the rebalancer moves shards by logical replication)
+	# and background workers for the maintenance daemon of each database the
+	# tests make (it recovers prepared transactions and breaks distributed
+	# deadlocks).
 	cat >>"$dir/$n/data/postgresql.conf" <<-EOF
 		shared_preload_libraries = 'citus$preload'
 		citus.local_hostname = '$dir/$n'
 		citus.enable_statistics_collection = off
-		citus.shard_count = 32
+		citus.shard_count = 8
 		citus.max_cached_conns_per_worker = 4
 	EOF
 	[ "${PG_COMMIT_TS:-0}" = 1 ] && echo "track_commit_timestamp = on" >>"$dir/$n/data/postgresql.conf"
@@ -104,7 +107,7 @@ start_node() {
 		-o "-c listen_addresses='' -k $dir/$n -p 5432 $durability \
 		    -c max_connections=400 -c max_locks_per_transaction=256 \
 		    -c shared_buffers=128MB -c max_prepared_transactions=200 \
-		    -c wal_level=logical" >/dev/null ||
+		    -c max_worker_processes=64 -c wal_level=logical" >/dev/null ||
 		{ cat "$dir/$n/server.log" >&2; return 1; }
 }
 

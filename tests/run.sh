@@ -48,7 +48,7 @@ else
 fi
 
 CITUS_SUITES="test_citus"
-CITUS_ENGINE_SUITES="test_children"
+CITUS_ENGINE_SUITES="test_children test_flow"
 wants_citus=0
 for s in $CITUS_SUITES $CITUS_ENGINE_SUITES; do
 	selected "$s" && wants_citus=1

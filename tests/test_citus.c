@@ -1631,7 +1631,10 @@ static void prepare_ok(PGconn *c, const char *name, const char *sql)
 /*
  * The worker's statements on a distributed database, as its sessions run
  * them. Each claim is of one part: planned with its values, it is one task
- * on the node of the part. With a generic plan (what the worker's sessions
+ * on the node of the part, and so are what is due in a part (read before a
+ * claim of several) and, with limits, a part's keys and its mark (the
+ * fleet-wide limits between them read and write reference tables only, on
+ * the coordinator). With a generic plan (what the worker's sessions
  * use on one server) Citus cannot plan it at all, as any statement that
  * joins tables ("could not create distributed plan"): on Citus the poll and
  * commit sessions plan with values. A commit of one part takes its fence
@@ -1666,25 +1669,42 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		int64_t part = tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, run);
 		int shard =
 		    (int)tdb_intf(c, "SELECT shard FROM cairn.runs WHERE id = %" PRId64, run);
-		char args[512], why[1024], name[32];
-		for (int named = 0; named < 2; named++) {
+		char args[1024], why[1024], name[32];
+		/* The claims of all that is due and of named runs; what is due
+		 * in the part; with limits, the part's keys (of all that is due
+		 * and of named runs) and its mark. Their parameters: the
+		 * claim's, then those of dispatch.h. */
+		static const char *const std =
+		    "%" PRId64 ", '{}', 10, 1000000, 100, 5, 4, 'f', '{}', '{}', '{}'";
+		for (int which = DISPATCH_CLAIM_MARK; which >= (int)DISPATCH_CLAIM_PART; which--) {
 			buf text = BUF_INIT;
-			dispatch_claim_part_sql(named, 256, &text);
-			snprintf(name, sizeof name, "claim_%d_%d", k, named);
+			dispatch_claim_part_sql(which, 256, &text);
+			snprintf(name, sizeof name, "claim_%d_%d", k, which);
 			prepare_ok(c, name, buf_str(&text));
 			buf_free(&text);
-			if (named)
-				snprintf(args, sizeof args,
-				         "%" PRId64
-				         ", '{}', 10, 1000000, 100, 5, 4, 'f', '{}', '{}', "
-				         "'{}', '{%" PRId64 "}', %" PRId64 ", 16384",
-				         owner, run, part);
-			else
-				snprintf(args, sizeof args,
-				         "%" PRId64
-				         ", '{}', 10, 1000000, 100, 5, 4, 'f', '{}', '{}', "
-				         "'{}', %" PRId64 ", 16384",
-				         owner, part);
+			int n = snprintf(args, sizeof args, std, owner);
+			switch (which) {
+			case DISPATCH_CLAIM_PART:
+				snprintf(args + n, sizeof args - (size_t)n,
+				         ", %" PRId64 ", 16384, now()", part);
+				break;
+			case DISPATCH_CLAIM_PART_NAMED:
+				snprintf(args + n, sizeof args - (size_t)n,
+				         ", '{%" PRId64 "}', %" PRId64 ", 16384, now()", run, part);
+				break;
+			case DISPATCH_CLAIM_PEEK:
+				snprintf(args, sizeof args, "%" PRId64 ", '{}', 10, %" PRId64, owner,
+				         part);
+				break;
+			default:
+				snprintf(args + n, sizeof args - (size_t)n,
+				         ", '{%" PRId64 "}', %" PRId64 ", 16384, now(), %s, -1", run,
+				         part,
+				         which == DISPATCH_CLAIM_MARK
+				             ? "'[{\"run_id\": 1, \"ids\": [0], \"slot\": true, "
+				               "\"gok\": true, \"start\": true}]'"
+				             : "''");
+			}
 			char *plan = explain_execute(c, name, args, why, sizeof why);
 			cr_assert(plan, "%s", why);
 			cr_assert_eq(task_count(plan), 1, "%s", plan);
