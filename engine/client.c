@@ -1554,43 +1554,10 @@ static int run_and_part(cairn_client *c, int64_t id, char idtxt[24], char parttx
  * chain (LIVE_RUN), whose row it locks (FOR SHARE) until it commits: a
  * commit that continues that run as new waits for it, and its successor
  * finds the signal (see cont in commit.c); a run that continued while this
- * waited reads as finished, and signal_send tries its successor. */
-static const char SQL_SIGNAL[] =
-    "WITH r AS (SELECT id, shard_group, shard, finished_at IS NOT NULL AS done, "
-    "             (SELECT count(*) FROM cairn.signals g "
-    "              WHERE g.part = $6 AND g.run_id = runs.id AND g.consumed_by_seq IS NULL) "
-    "             AS pending "
-    "           FROM cairn.runs WHERE part = $6 AND id = " LIVE_RUN(
-        "$6") " FOR SHARE), "
-              /* $5: the nonce of a signal link used once (NULL: none), recorded
-               * with the signal; a second use finds it and writes nothing. */
-              "used AS (INSERT INTO cairn.signal_links (nonce, run_id, part) "
-              "         SELECT $5, id, $6 FROM r WHERE $5::text IS NOT NULL AND NOT done AND "
-              "pending < $4 "
-              "         ON CONFLICT DO NOTHING RETURNING 1), "
-              "ok AS (SELECT * FROM r WHERE NOT done AND pending < $4 "
-              "         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM used))), "
-              "s AS (INSERT INTO cairn.signals (run_id, part, name, payload) "
-              "      SELECT id, $6, $2, $3::jsonb FROM ok RETURNING run_id), "
-              "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
-              "      SELECT id, $6, shard_group, shard, 'signal' FROM ok "
-              "      RETURNING 1) "
-              "SELECT done OR pending >= $4 OR NOT EXISTS (SELECT 1 FROM ok), "
-              "       (SELECT count(*) FROM s) + (SELECT count(*) FROM m), "
-              "       CASE WHEN $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM cairn.signal_links "
-              "                  WHERE part = $6 AND nonce = $5) THEN '" CLIENT_NONCE_USED "' "
-              "            WHEN done THEN 'it has already finished' "
-              "            WHEN pending >= $4 THEN 'it holds ' || pending || ' unconsumed signals; "
-              "the "
-              "limit (max_pending_signals in cairn.settings) is ' || $4 "
-              "            ELSE '" CLIENT_NONCE_USED "' END, "
-              /* Sent to a run that awaits it: the message wakes the run to take it. */
-              "       CASE WHEN EXISTS (SELECT 1 FROM s) AND EXISTS (SELECT 1 FROM cairn.steps "
-              "                  WHERE part = $6 AND run_id = r.id AND kind = 'signal' AND status "
-              "= 'waiting' "
-              "                    AND name = $2) "
-              "            THEN '" CLIENT_SIGNAL_DELIVERED "' ELSE 'buffered' END, r.id "
-              "FROM r";
+ * waited reads as finished, and signal_send tries its successor. The
+ * statement is cairn.signal_in's (migration 0034): on Citus one call, sent
+ * whole to the node of the run's part ($6). */
+static const char SQL_SIGNAL[] = "SELECT * FROM cairn.signal_in($1, $2, $3, $4, $5, $6)";
 
 /* Wakes the owner of run id's shard (the payload wake), in a statement of
  * its own. */

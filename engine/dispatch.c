@@ -2119,21 +2119,23 @@ static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int 
 	int m = 0, got = w && (!nruns || wants) ? 0 : -CAIRN_EDB, start_now0 = start_now;
 	if (!got && nruns) {
 		/* The named runs, part by part (the shard each id carries names
-		 * its part), numbered one after the other, the first start_now
-		 * of them starting at once. */
+		 * its part), at most limit in all, numbered one after the other,
+		 * the first start_now of them starting at once. */
 		for (int i = 0; i < nruns; i++)
 			pgarr_add_i64(&wants[(runs[i] % RUN_ID_SHARDS) % n], runs[i]);
 		int64_t base = pc.base;
-		for (int part = 0; part < n; part++)
+		int left = limit;
+		for (int part = 0; part < n && left > 0; part++)
 			if (wants[part].n) {
-				int sn = start_now > nruns ? nruns : start_now;
+				int k = wants[part].n < left ? wants[part].n : left;
 				w[m++] = (part_want){.part = part,
 				                     .want = &wants[part],
-				                     .limit = wants[part].n,
-				                     .start_now = sn < wants[part].n ? sn : wants[part].n,
+				                     .limit = k,
+				                     .start_now = start_now < k ? start_now : k,
 				                     .base = base};
 				start_now -= w[m - 1].start_now;
-				base += wants[part].n;
+				base += k;
+				left -= k;
 				got |= wants[part].b.oom ? -CAIRN_EDB : 0;
 			}
 	} else if (!got) {

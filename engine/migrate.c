@@ -384,8 +384,10 @@ done:
  * not: the keys with part (one server's keys leave it out, migration
  * 0025), the parts and the parts of the rows a single server stored (while
  * cairn.runs is not distributed), then each table, then the foreign keys
- * that had to go while their tables were distributed, on (run_id, part). One transaction: a
- * failure leaves the database as it was.
+ * that had to go while their tables were distributed, on (run_id, part),
+ * then the functions of one part (cairn.signal_in, migration 0034),
+ * distributed by their part so that a call runs on the node of the part.
+ * One transaction: a failure leaves the database as it was.
  */
 static const char SQL_CITUS[] =
     /* In one transaction, Citus's statements that follow a write to a
@@ -401,6 +403,9 @@ static const char SQL_CITUS[] =
     "    -- Small tables every node's statements read: a copy on every node.\n"
     "    v_ref text[] := ARRAY['settings', 'runners', 'parts', 'schedules', 'limits', 'rates',\n"
     "                          'slots', 'workflows', 'runner_workflows'];\n"
+    "    -- Functions of one part, called with its key (p_part).\n"
+    "    v_parts_fns text[] := ARRAY['cairn.signal_in(bigint, text, text, integer, text, "
+    "integer)'];\n"
     "    v_n integer;\n"
     "    v_t text;\n"
     "    v_fk record;\n"
@@ -527,6 +532,16 @@ static const char SQL_CITUS[] =
     "    END LOOP;\n"
     "    FOREACH v_t IN ARRAY v_fks LOOP\n"
     "        EXECUTE v_t;\n"
+    "    END LOOP;\n"
+    "    -- The functions of one part: each call sent whole to the node of\n"
+    "    -- its part (p_part), colocated with runs.\n"
+    "    FOREACH v_t IN ARRAY v_parts_fns LOOP\n"
+    "        IF NOT EXISTS (SELECT 1 FROM pg_dist_object\n"
+    "                        WHERE objid = v_t::regprocedure\n"
+    "                          AND distribution_argument_index IS NOT NULL) THEN\n"
+    "            PERFORM create_distributed_function(v_t::regprocedure, 'p_part',\n"
+    "                colocate_with => 'cairn.runs');\n"
+    "        END IF;\n"
     "    END LOOP;\n"
     "END\n"
     "$$\n";

@@ -1718,6 +1718,16 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		cr_assert_null(plan, "%s", plan);
 		cr_assert(strstr(why, "could not create distributed plan"), "%s", why);
 		exec_ok(c, "SET plan_cache_mode = auto");
+		/* A signal: one call, sent whole to the node of the part. */
+		snprintf(name, sizeof name, "signal_%d", k);
+		prepare_ok(c, name, client_sql_signal());
+		snprintf(args, sizeof args, "%" PRId64 ", 'go', '1', 100, NULL, %" PRId64, run, part);
+		plan = explain_execute(c, name, args, why, sizeof why);
+		cr_assert(plan, "%s", why);
+		cr_assert_eq(task_count(plan), 1, "%s", plan);
+		cr_assert_eq(node_count(plan), 1, "%s", plan);
+		cr_assert(strstr(plan, "Function Scan on signal_in"), "%s", plan);
+		free(plan);
 		/* The fence of the part: one task. */
 		snprintf(name, sizeof name, "fence_%d", k);
 		prepare_ok(c, name, commit_sql_fence_part());

@@ -362,7 +362,11 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	          "worker 0 never owned every shard");
 	cairn_client *c;
 	cr_assert_eq(cairn_client_open(db, &c), 0);
-	enum { SLOW = 24, HALF = 12 };
+	/* On Citus a claim round is a statement per part (docs/architecture.md,
+	 * "On Citus"), and the runs of t.hold go one at a time: half as many
+	 * fit in the time the t.slow runs take. */
+	enum { SLOW = 24, HALF_MAX = 12 };
+	const int half = getenv("CAIRN_TEST_CITUS") ? HALF_MAX / 2 : HALF_MAX;
 	cairn_enqueue_opts o[SLOW];
 	cairn_enqueued out[SLOW];
 	char keys[SLOW][24];
@@ -378,22 +382,22 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	    pg, tdb_intf(pg, "SELECT id FROM cairn.runners WHERE name LIKE '%%:%d'", (int)w[0])};
 	w[1] = start_worker_ttl(1, 8, "10s");
 	tcheck(dump, twait(handing_over, &h, 30000), "worker 0 never began a hand-over");
-	/* Keys of HALF runs on shards worker 0 keeps, and of HALF on shards it
+	/* Keys of half runs on shards worker 0 keeps, and of half on shards it
 	 * is handing over (its own in the database, not in its /status). */
 	int kept[16];
 	kept_shards(kept);
 	char hold[64], input[128], list[2][400] = {"{", "{"};
 	tlog_file(hold);
 	snprintf(input, sizeof input, "{\"ms\": 10, \"log\": \"%s\"}", hold);
-	cairn_enqueue_opts ho[2 * HALF];
-	char hkeys[2 * HALF][24];
+	cairn_enqueue_opts ho[2 * HALF_MAX];
+	char hkeys[2 * HALF_MAX][24];
 	int n[2] = {0, 0};
-	for (int i = 0; i < 10000 && n[0] + n[1] < 2 * HALF; i++) {
+	for (int i = 0; i < 10000 && n[0] + n[1] < 2 * half; i++) {
 		char key[24];
 		snprintf(key, sizeof key, "h-%d", i);
 		int shard = (int)tdb_intf(pg, "SELECT cairn.shard_of('%s')", key);
 		int keeps = kept[shard];
-		if (n[keeps] == HALF ||
+		if (n[keeps] == half ||
 		    (!keeps && tdb_intf(pg,
 		                        "SELECT count(*) FROM cairn.shard_leases WHERE shard = %d "
 		                        "AND owner = %" PRId64,
@@ -408,10 +412,10 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	}
 	strcat(list[0], "}");
 	strcat(list[1], "}");
-	tcheck(dump, n[0] == HALF && n[1] == HALF,
+	tcheck(dump, n[0] == half && n[1] == half,
 	       "worker 0 keeps %d and hands over %d shards with keys for runs", n[1], n[0]);
-	cairn_enqueued hout[2 * HALF];
-	cr_assert_eq(cairn_enqueue_batch(c, "t.hold", 2 * HALF, ho, hout), 0, "%s",
+	cairn_enqueued hout[2 * HALF_MAX];
+	cr_assert_eq(cairn_enqueue_batch(c, "t.hold", 2 * half, ho, hout), 0, "%s",
 	             cairn_client_errmsg(c));
 	tcheck(dump, twait(all_finished, pg, 60000), "not every run finished");
 	double given_back = tmetric(ports[0], "cairn_claims_given_back_total");
@@ -431,9 +435,9 @@ Test(flow, a_run_claimed_on_a_shard_being_handed_over_gives_its_slot_back_at_onc
 	        "flow: worker 0 gave back %.0f runs claimed on shards it was handing over; %" PRId64
 	        " of the %d runs of the shards it kept finished after the first t.slow "
 	        "(the last %" PRId64 " ms before it)\n",
-	        given_back, late, HALF, ahead_ms);
+	        given_back, late, half, ahead_ms);
 	cr_assert_geq(given_back, 1, "no run was claimed on a shard being handed over");
-	cr_assert_leq(given_back, 2 * HALF, "runs were given back again and again");
+	cr_assert_leq(given_back, 2 * half, "runs were given back again and again");
 	cr_assert_eq(late, 0,
 	             "runs of the shards worker 0 kept waited for the hand-over: the slot of a run "
 	             "it did not execute stayed taken");
