@@ -1036,8 +1036,8 @@ static const char SQL_CLAIM_RUNS[] =
 static const char SQL_CLAIM_RUNS_PLAIN[] =
     CLAIM_NAMED_DUE CLAIM_PLAIN CLAIM_MARK CLAIM_NAMED_NEXT CLAIM_SELECT;
 /* The claims of one part, of all that is due ($12 the part's key, $13 the
- * claim's number) and of named runs ($13, $14): what the poller sends on a
- * database with parts, once per part it owns shards in (claim_parts). */
+ * claim's number, $14 its time) and of named runs ($13 to $15): what the
+ * poller sends on a database with parts without limits (claim_parts). */
 static const char SQL_CLAIM_PART[] =
     CLAIM_ALL_DUE CLAIM_PLAIN CLAIM_MARK_PARTS CLAIM_ALL_NEXT CLAIM_SELECT;
 static const char SQL_CLAIM_RUNS_PART[] =
