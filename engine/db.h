@@ -87,13 +87,15 @@ PGresult *db_exec_prepared(PGconn *c, buf *err, const char *name, int n, const c
 /*
  * The prepared statement name executed count times, with params[i] (n
  * each) the i-th time, each in a transaction of its own, sent together
- * (libpq's pipeline mode: one round trip for up to DB_PIPELINE_MAX):
+ * (libpq's pipeline mode: one round trip for up to DB_PIPELINE_MAX, few
+ * enough that their parameters and results fit in the socket's buffers,
+ * since a blocking connection reads no result while it sends):
  * out[i] is the i-th result, or NULL where it failed. 0, or -1 when one
  * failed (err says how the first did); those that did not fail ran and
  * committed whatever happened to the others. Not for a thread with a wait
  * limit (it then runs them one after the other).
  */
-#define DB_PIPELINE_MAX 64
+#define DB_PIPELINE_MAX 16
 int db_exec_prepared_each(PGconn *c, buf *err, const char *name, int count, int n,
                           const char *const *const *params, PGresult **out);
 /* db_exec for statements whose result is not needed: 0 or -1. */

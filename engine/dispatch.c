@@ -1328,12 +1328,18 @@ static int queue_job(dispatch *d, job *j)
 }
 
 /* Runs claim statement which (n parameters p); its result, or NULL. */
+/* Statement which's first run in a session plans it and loads the
+ * catalog: the claim is cold. */
+static void claim_warm(dispatch *d, int which)
+{
+	d->cold_claim |= !(d->warm & 1u << which);
+	d->warm |= 1u << which;
+}
+
 static PGresult *claim_exec(dispatch *d, PGconn *conn, int which, int n, const char *const *p,
                             buf *err)
 {
-	/* Its first run in a session plans it and loads the catalog. */
-	d->cold_claim |= !(d->warm & 1u << which);
-	d->warm |= 1u << which;
+	claim_warm(d, which);
 	return db_exec_prepared(conn, err, CLAIM_STATEMENT[which].st.name, n, p);
 }
 
@@ -1840,14 +1846,13 @@ static void next_due(part_claim *pc, const PGresult *r, int col)
 	}
 }
 
-/* Runs claim statement which once per part of t (m of them, their
- * parameters params[i]) in one round trip (db_exec_prepared_each), the
- * results into out: 0, or -CAIRN_EDB when one failed. */
+/* Runs claim statement which m times, the i-th with params[i] (n each),
+ * sent together (db_exec_prepared_each), the results into out: 0, or
+ * -CAIRN_EDB when one failed. */
 static int claim_each(dispatch *d, PGconn *conn, part_claim *pc, int which, int m, int n,
                       const char *const *const *params, PGresult **out)
 {
-	d->cold_claim |= !(d->warm & 1u << which);
-	d->warm |= 1u << which;
+	claim_warm(d, which);
 	return db_exec_prepared_each(conn, pc->err, CLAIM_STATEMENT[which].st.name, m, n, params,
 	                             out) < 0
 	           ? -CAIRN_EDB
