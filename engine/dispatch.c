@@ -22,6 +22,7 @@
 #include "dispatch.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -930,7 +931,8 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
  * runner's shards, each walked in time order. Each walk is bounded twice:
  * by CLAIM_BOUND, a constant (the poll batch, which $3 never exceeds) that
  * tells the generic plan (see claim()) that it reads few rows whatever the
- * tables hold, and by $3, which stops it at the runs wanted. */
+ * tables hold, and by $3, which stops it at the runs wanted. A claim of one
+ * part (Citus) may also stop at a priority (@floor@: claim_parts_due). */
 #define CLAIM_BOUND "@POLL_BATCH@"
 #define CLAIM_ALL_DUE                                                                              \
 	"WITH due AS (SELECT * FROM ("                                                             \
@@ -963,7 +965,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	                                   "     AND r.id <> ALL ($2::bigint[]) "                  \
 	                                   "   ORDER BY r.priority DESC, r.start_at, r.id "        \
 	                                   "LIMIT " CLAIM_BOUND ") b LIMIT $3)) u "                \
-	                                   "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
+	                                   "  @floor@ ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
 /* The next message or start of this runner's shards that is not yet due,
  * in ms from now: the poller sleeps until then. */
 #define CLAIM_ALL_NEXT                                                                             \
@@ -1214,8 +1216,9 @@ static const char SQL_CLAIM_PART_MARK[] =
  * SQL_CLAIM's): each run with what orders it among those of other parts
  * (its priority, when it was due in Unix microseconds, its first message),
  * then the part's next due time, on every row (one row, its run NULL, when
- * nothing is due). Read from every part before a claim of all that is due
- * on a database with parts (claim_parts). */
+ * nothing is due). Read with $3 = 1 from every part, the head of each,
+ * before a claim of all that is due on a database with parts
+ * (claim_parts_due). */
 static const char SQL_CLAIM_PEEK[] =
     CLAIM_ALL_DUE CLAIM_GROUP CLAIM_ALL_NEXT
     "SELECT d.run_id, d.prio, (extract(epoch FROM d.at) * 1000000)::bigint, d.first, next.ms "
@@ -1241,41 +1244,50 @@ enum {
 	CLAIM_STATEMENTS = 13
 };
 /* Each claim statement, with, for those of one part, the parameters that
- * its part filters (IN_PART), its number (@base@) and its time (@now@)
- * become. */
+ * its part filters (IN_PART), its number (@base@), its time (@now@) and
+ * the priority it stops at (@floor@) become. */
 static const struct {
 	db_stmt st;
-	const char *part, *base, *now;
+	const char *part, *base, *now, *floor;
 } CLAIM_STATEMENT[CLAIM_STATEMENTS] = {
-    {{"cairn_claim_plain", SQL_CLAIM_PLAIN}, NULL, NULL, NULL},
-    {{"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN}, NULL, NULL, NULL},
-    {{"cairn_claim", SQL_CLAIM}, NULL, NULL, NULL},
-    {{"cairn_claim_runs", SQL_CLAIM_RUNS}, NULL, NULL, NULL},
-    {{"cairn_claim_one", SQL_CLAIM_ONE}, NULL, NULL, NULL},
-    {{"cairn_claim_new", SQL_CLAIM_NEW}, NULL, NULL, NULL},
-    {{"cairn_claim_part", SQL_CLAIM_PART}, "$12::int", "$13", "$14"},
-    {{"cairn_claim_runs_part", SQL_CLAIM_RUNS_PART}, "$13::int", "$14", "$15"},
-    {{"cairn_claim_part_keys", SQL_CLAIM_PART_KEYS}, "$13::int", NULL, NULL},
-    {{"cairn_claim_runs_part_keys", SQL_CLAIM_RUNS_PART_KEYS}, "$13::int", NULL, NULL},
-    {{"cairn_claim_fleet", SQL_CLAIM_FLEET}, NULL, NULL, NULL},
-    {{"cairn_claim_part_mark", SQL_CLAIM_PART_MARK}, "$13::int", "$14", "$15"},
-    {{"cairn_claim_peek", SQL_CLAIM_PEEK}, "$4::int", NULL, NULL}};
+    {{"cairn_claim_plain", SQL_CLAIM_PLAIN}, NULL, NULL, NULL, NULL},
+    {{"cairn_claim_runs_plain", SQL_CLAIM_RUNS_PLAIN}, NULL, NULL, NULL, NULL},
+    {{"cairn_claim", SQL_CLAIM}, NULL, NULL, NULL, NULL},
+    {{"cairn_claim_runs", SQL_CLAIM_RUNS}, NULL, NULL, NULL, NULL},
+    {{"cairn_claim_one", SQL_CLAIM_ONE}, NULL, NULL, NULL, NULL},
+    {{"cairn_claim_new", SQL_CLAIM_NEW}, NULL, NULL, NULL, NULL},
+    {{"cairn_claim_part", SQL_CLAIM_PART}, "$12::int", "$13", "$14", "WHERE u.prio >= $15::int"},
+    {{"cairn_claim_runs_part", SQL_CLAIM_RUNS_PART}, "$13::int", "$14", "$15", NULL},
+    {{"cairn_claim_part_keys", SQL_CLAIM_PART_KEYS}, "$13::int", NULL, NULL, NULL},
+    {{"cairn_claim_runs_part_keys", SQL_CLAIM_RUNS_PART_KEYS}, "$13::int", NULL, NULL, NULL},
+    {{"cairn_claim_fleet", SQL_CLAIM_FLEET}, NULL, NULL, NULL, NULL},
+    {{"cairn_claim_part_mark", SQL_CLAIM_PART_MARK}, "$13::int", "$14", "$15", NULL},
+    {{"cairn_claim_peek", SQL_CLAIM_PEEK}, "$4::int", NULL, NULL, NULL}};
 
 /* The text of claim statement which as prepared: the poll batch for
  * CLAIM_BOUND, and for a claim of one part its part filters and its
  * number; none on one server. */
 static void claim_text(int which, const char *bound, buf *out)
 {
-	buf tmp = BUF_INIT, tmp2 = BUF_INIT, tmp3 = BUF_INIT;
-	buf_puts_replacing(&tmp, CLAIM_STATEMENT[which].st.sql, CLAIM_BOUND, bound);
-	const char *base = CLAIM_STATEMENT[which].base, *now = CLAIM_STATEMENT[which].now;
-	buf_puts_replacing(&tmp2, buf_str(&tmp), "@base@", base ? base : "@base@");
-	buf_puts_replacing(&tmp3, buf_str(&tmp2), "@now@", now ? now : "@now@");
-	sqlparam_in_part(buf_str(&tmp3), CLAIM_STATEMENT[which].part, out);
-	out->oom |= tmp.oom | tmp2.oom | tmp3.oom;
-	buf_free(&tmp);
-	buf_free(&tmp2);
-	buf_free(&tmp3);
+	const char *floor = CLAIM_STATEMENT[which].floor;
+	const char *const subst[][2] = {{CLAIM_BOUND, bound},
+	                                {"@base@", CLAIM_STATEMENT[which].base},
+	                                {"@now@", CLAIM_STATEMENT[which].now},
+	                                {"@floor@", floor ? floor : ""}};
+	buf text = BUF_INIT, next = BUF_INIT;
+	buf_puts(&text, CLAIM_STATEMENT[which].st.sql);
+	for (size_t i = 0; i < sizeof subst / sizeof subst[0]; i++)
+		if (subst[i][1]) {
+			buf t = text;
+			buf_reset(&next);
+			buf_puts_replacing(&next, buf_str(&text), subst[i][0], subst[i][1]);
+			text = next;
+			next = t;
+		}
+	sqlparam_in_part(buf_str(&text), CLAIM_STATEMENT[which].part, out);
+	out->oom |= text.oom | next.oom;
+	buf_free(&text);
+	buf_free(&next);
 }
 
 /* Row i of r as claimrow_decode takes it: NULL for SQL NULL. */
@@ -1786,6 +1798,7 @@ static void owned_parts(dispatch *d, unsigned char *has)
 typedef struct part_claim {
 	int64_t owner, base;
 	char now[64]; /* the claim's time, as SQL_CLAIM_BASE read it */
+	int64_t at;   /* the monotonic clock before it did */
 	int go_busy;
 	pgarr ex, jc[3];
 	int64_t next_due_ms;
@@ -1805,11 +1818,11 @@ typedef struct part_want {
 
 /* The seventeen parameters of a claim of part w (see SQL_CLAIM_PART_KEYS),
  * the JSON rows and the next due time left empty; SQL_CLAIM_PART's
- * fourteen (plain) are the first eleven, then the part, the number and
- * the time. */
+ * fifteen (plain) are the first eleven, then the part, the number, the
+ * time and the priority it stops at (none). */
 typedef struct part_params {
-	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24], key[24], num[24];
-	const char *p[17], *plain[14];
+	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24], key[24], num[24], floor[24];
+	const char *p[17], *plain[15];
 } part_params;
 
 static void part_params_of(const dispatch *d, part_claim *pc, const part_want *w,
@@ -1835,6 +1848,7 @@ static void part_params_of(const dispatch *d, part_claim *pc, const part_want *w
 	memcpy(t->p, p, sizeof p);
 	memcpy(t->plain, p, 11 * sizeof *p);
 	memcpy(t->plain + 11, p + 12, 3 * sizeof *p);
+	t->plain[14] = db_i64(t->floor, INT_MIN);
 }
 
 static void next_due(part_claim *pc, const PGresult *r, int col)
@@ -1955,7 +1969,6 @@ static int claim_set(dispatch *d, PGconn *conn, part_claim *pc, const part_want 
 		buf_reset(pc->err);
 		buf_puts(pc->err, "out of memory claiming runs");
 	}
-	int64_t at = clock_mono_ms(); /* before the claims read now() */
 	for (int i = 0; !rc && i < m; i++) {
 		part_params_of(d, pc, &w[i], &t[i]);
 		pv[i] = w[i].want ? t[i].p : t[i].plain;
@@ -1963,13 +1976,13 @@ static int claim_set(dispatch *d, PGconn *conn, part_claim *pc, const part_want 
 	if (!rc && d->limited)
 		rc = claim_limited(d, conn, pc, w, m, limit, start_now, t, pv, out);
 	else if (!rc)
-		rc = claim_each(d, conn, pc, CLAIM_PART + (w[0].want != NULL), m, w[0].want ? 15 : 14,
+		rc = claim_each(d, conn, pc, CLAIM_PART + (w[0].want != NULL), m, 15,
 		                (const char *const *const *)pv, out);
 	for (int i = 0; out && i < m; i++) {
 		if (!out[i])
 			continue;
 		int64_t due;
-		got += take_claimed(d, conn, out[i], pc->owner, at, &due, pc->skipped, pc->parked);
+		got += take_claimed(d, conn, out[i], pc->owner, pc->at, &due, pc->skipped, pc->parked);
 		if (due >= 0 && (pc->next_due_ms < 0 || due < pc->next_due_ms))
 			pc->next_due_ms = due;
 	}
@@ -1979,31 +1992,25 @@ static int claim_set(dispatch *d, PGconn *conn, part_claim *pc, const part_want 
 	return rc < 0 ? rc : got;
 }
 
-/* A run SQL_CLAIM_PEEK found due, and its part. */
-typedef struct peeked {
-	int64_t run, at_us, first;
-	int prio, part;
-} peeked;
+/* The first run a claim of all that is due in part w[i] would take
+ * (SQL_CLAIM_PEEK): its priority (or, once the part was claimed down to a
+ * priority, one less than that) and when it was due. */
+typedef struct part_head {
+	int i, due, claimed, prio;
+	int64_t at_us;
+} part_head;
 
-/* The order of a claim of one server: priority, then due time. */
-static int peeked_cmp(const void *a, const void *b)
+/* Whether a goes before b: a higher priority, then the longer due. */
+static int head_before(const part_head *a, const part_head *b)
 {
-	const peeked *x = a, *y = b;
-	if (x->prio != y->prio)
-		return x->prio > y->prio ? -1 : 1;
-	if (x->at_us != y->at_us)
-		return x->at_us < y->at_us ? -1 : 1;
-	if (x->first != y->first)
-		return x->first < y->first ? -1 : 1;
-	return (x->run > y->run) - (x->run < y->run);
+	return a->prio != b->prio ? a->prio > b->prio : a->at_us < b->at_us;
 }
 
-/* What SQL_CLAIM_PEEK finds due in the m parts of w, into *all (*np
- * runs), sent together: 0 or -CAIRN_EDB. */
-static int peek_parts(dispatch *d, PGconn *conn, part_claim *pc, const part_want *w, int m,
-                      int limit, peeked **all, int *np)
+/* The heads of the m parts of w, sent together: 0 or -CAIRN_EDB. */
+static int part_heads(dispatch *d, PGconn *conn, part_claim *pc, const part_want *w, int m,
+                      part_head *h)
 {
-	char me[24], lim[24], (*key)[24] = calloc((size_t)m, sizeof *key);
+	char me[24], (*key)[24] = calloc((size_t)m, sizeof *key);
 	const char *(*p)[4] = calloc((size_t)m, sizeof *p);
 	const char *const **pv = calloc((size_t)m, sizeof *pv);
 	PGresult **r = calloc((size_t)m, sizeof *r);
@@ -2011,27 +2018,19 @@ static int peek_parts(dispatch *d, PGconn *conn, part_claim *pc, const part_want
 	for (int i = 0; !rc && i < m; i++) {
 		p[i][0] = db_i64(me, pc->owner);
 		p[i][1] = pgarr_str(&pc->ex);
-		p[i][2] = db_i64(lim, limit);
+		p[i][2] = "1";
 		p[i][3] = db_i64(key[i], d->limits.part_keys[w[i].part]);
 		pv[i] = p[i];
 	}
 	if (!rc)
 		rc = claim_each(d, conn, pc, CLAIM_PEEK, m, 4, pv, r);
-	int rows = 0;
-	for (int i = 0; !rc && i < m; i++)
-		rows += PQntuples(r[i]);
-	*all = rows ? calloc((size_t)rows, sizeof **all) : NULL;
-	if (!rc && rows && !*all)
-		rc = -CAIRN_EDB;
 	for (int i = 0; !rc && i < m; i++) {
 		next_due(pc, r[i], 4);
-		for (int k = 0; k < PQntuples(r[i]); k++)
-			if (!PQgetisnull(r[i], k, 0))
-				(*all)[(*np)++] = (peeked){.run = db_get_i64(r[i], k, 0),
-				                           .prio = db_get_int(r[i], k, 1),
-				                           .at_us = db_get_i64(r[i], k, 2),
-				                           .first = db_get_i64(r[i], k, 3),
-				                           .part = w[i].part};
+		int due = PQntuples(r[i]) > 0 && !PQgetisnull(r[i], 0, 0);
+		h[i] = (part_head){.i = i,
+		                   .due = due,
+		                   .prio = due ? db_get_int(r[i], 0, 1) : 0,
+		                   .at_us = due ? db_get_i64(r[i], 0, 2) : 0};
 	}
 	for (int i = 0; r && i < m; i++)
 		PQclear(r[i]);
@@ -2043,49 +2042,68 @@ static int peek_parts(dispatch *d, PGconn *conn, part_claim *pc, const part_want
 }
 
 /*
- * A claim of all that is due in several parts takes what a claim of one
- * server would: first what is due in each of the m parts of w
- * (SQL_CLAIM_PEEK, the part's next due time when nothing is), then the
- * first limit runs of them all in priority order, claimed part by part as
- * named runs, each part starting at once those among the first start_now.
- * A part with a backlog thus takes no more than its turn, and a run of a
- * higher priority is never left behind for one of another part. How many
- * runs it claimed, or -CAIRN_EDB.
+ * A claim of all that is due in several parts takes runs in the order a
+ * claim of one server would, by priority: first the head of each of the m
+ * parts of w (SQL_CLAIM_PEEK of one run, the part's next due time when
+ * nothing is), then claims one after the other, each of the part whose
+ * head goes first (head_before) and down to the priority of the best head
+ * of the others (its floor), until limit runs are claimed; the first
+ * start_now start at once. A part claimed below limit has nothing left at
+ * or above its floor: for the others its head is then one less, and it is
+ * claimed at most once a round. The round ends early where the best head
+ * left is below such a part's: what it has left is claimed next round,
+ * with the heads read again (recheck). Most often every head has one
+ * priority and the part with the longest due run fills the claim alone:
+ * one statement a part to look, one to claim. How many runs it claimed,
+ * or -CAIRN_EDB.
  */
-static int claim_parts_due(dispatch *d, PGconn *conn, part_claim *pc, part_want *w, int m,
+static int claim_parts_due(dispatch *d, PGconn *conn, part_claim *pc, const part_want *w, int m,
                            int limit, int start_now)
 {
-	peeked *all = NULL;
-	int np = 0, k = 0, got = peek_parts(d, conn, pc, w, m, limit, &all, &np);
-	if (np > 1)
-		qsort(all, (size_t)np, sizeof *all, peeked_cmp);
-	if (np > limit)
-		np = limit;
-	pgarr *want = np ? calloc((size_t)np, sizeof *want) : NULL;
-	if (np && !want)
-		got = -CAIRN_EDB;
-	int64_t base = pc->base;
-	for (int i = 0; i < np && got == 0; i++) {
-		int part = all[i].part;
-		if (part < 0)
-			continue;
-		w[k] = (part_want){.part = part, .want = &want[k], .base = base};
-		for (int j = i; j < np; j++)
-			if (all[j].part == part) {
-				pgarr_add_i64(&want[k], all[j].run);
-				w[k].start_now += j < start_now;
-				w[k].limit++;
-				all[j].part = -1;
-			}
-		base += w[k].limit;
-		got = want[k++].b.oom ? -CAIRN_EDB : 0;
+	part_head *h = calloc((size_t)m, sizeof *h);
+	int got = h ? 0 : -CAIRN_EDB;
+	if (!got && m > 1)
+		got = part_heads(d, conn, pc, w, m, h);
+	else if (!got)
+		h[0] = (part_head){.due = 1, .prio = INT_MAX}; /* one part: no floor */
+	while (got >= 0 && got < limit) {
+		part_head *best = NULL;
+		int floor = INT_MIN;
+		for (int i = 0; i < m; i++)
+			if (h[i].due && !h[i].claimed && (!best || head_before(&h[i], best)))
+				best = &h[i];
+		if (!best)
+			break;
+		for (int i = 0; i < m; i++)
+			if (h[i].due && &h[i] != best && h[i].prio > floor)
+				floor = h[i].prio;
+		if (best->prio < floor)
+			break; /* a part claimed down to its floor may have more first */
+		part_params t;
+		part_want one = w[best->i];
+		one.limit = limit - got;
+		one.start_now = start_now > got ? start_now - got : 0;
+		one.base = pc->base + got;
+		part_params_of(d, pc, &one, &t);
+		t.plain[14] = db_i64(t.floor, floor);
+		PGresult *r = claim_exec(d, conn, CLAIM_PART, 15, t.plain, pc->err);
+		if (!r) {
+			got = -CAIRN_EDB;
+			break;
+		}
+		int64_t due;
+		int k = take_claimed(d, conn, r, pc->owner, pc->at, &due, pc->skipped, pc->parked);
+		if (due >= 0 && (pc->next_due_ms < 0 || due < pc->next_due_ms))
+			pc->next_due_ms = due;
+		got += k;
+		best->claimed = 1;
+		best->due = floor > INT_MIN;
+		best->prio = floor > INT_MIN ? floor - 1 : 0;
 	}
-	if (got == 0 && k > 0)
-		got = claim_set(d, conn, pc, w, k, limit, start_now);
-	for (int i = 0; i < k; i++)
-		pgarr_free(&want[i]);
-	free(want);
-	free(all);
+	for (int i = 0; got >= 0 && got < limit && i < m; i++)
+		if (h[i].due && !*pc->skipped)
+			*pc->skipped = 1; /* left behind by a floor: look again (recheck) */
+	free(h);
 	return got;
 }
 
@@ -2104,11 +2122,13 @@ static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int 
 		if (db_cmd(conn, err, SQL_BUSY, 1, pb) < 0)
 			return -CAIRN_EDB;
 	}
+	int64_t at = clock_mono_ms();
 	PGresult *b = db_exec(conn, err, SQL_CLAIM_BASE, 0, NULL);
 	if (!b)
 		return -CAIRN_EDB;
 	part_claim pc = {.owner = owner,
 	                 .base = db_get_i64(b, 0, 0),
+	                 .at = at,
 	                 .go_busy = go_busy,
 	                 .ex = PGARR_INIT,
 	                 .jc = {PGARR_INIT, PGARR_INIT, PGARR_INIT},
@@ -2154,7 +2174,7 @@ static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int 
 				                     .base = pc.base};
 	}
 	if (!got && m)
-		got = !nruns && m > 1 && !d->limited
+		got = !nruns && !d->limited
 		          ? claim_parts_due(d, conn, &pc, w, m, limit, start_now)
 		          : claim_set(d, conn, &pc, w, m, limit, nruns ? start_now0 : start_now);
 	*next_due_ms = pc.next_due_ms;

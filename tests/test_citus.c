@@ -1686,7 +1686,7 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 			switch (which) {
 			case DISPATCH_CLAIM_PART:
 				snprintf(args + n, sizeof args - (size_t)n,
-				         ", %" PRId64 ", 16384, now()", part);
+				         ", %" PRId64 ", 16384, now(), 0", part);
 				break;
 			case DISPATCH_CLAIM_PART_NAMED:
 				snprintf(args + n, sizeof args - (size_t)n,
