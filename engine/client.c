@@ -1614,12 +1614,14 @@ static int run_state_cmd(cairn_client *c, int64_t run_id, const char *sql, int n
  * write waited for its lock; then the write goes to its successor. */
 static int live_run_cmd(cairn_client *c, int64_t run_id, const char *sql, int n,
                         const char *const *params, const char *verb, const char *wake,
-                        const char *part, char *outcome)
+                        const char *part, char *outcome, int64_t *target)
 {
 	int rc;
 	for (int tries = 0;; tries++) {
 		int64_t tried, last;
 		rc = run_state_cmd(c, run_id, sql, n, params, verb, wake, part, outcome, &tried);
+		if (target)
+			*target = tried;
 		if (rc != CAIRN_ESTATE || tries == 10 || cairn_run_last(c, run_id, &last) ||
 		    last == tried)
 			break;
@@ -1673,7 +1675,7 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 	                   db_i64(cap, c->settings.max_pending_signals),
 	                   nonce,
 	                   db_i64(parttxt, part)};
-	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 6, p, "signal", "", p[5], outcome)
+	rc = p[2] ? live_run_cmd(c, run_id, SQL_SIGNAL, 6, p, "signal", "", p[5], outcome, NULL)
 	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
 	buf_free(&sealed);
 	return rc;
@@ -1682,44 +1684,16 @@ static int signal_send(cairn_client *c, int64_t run_id, const char *name, const 
 /* A run that has not started is cancelled at once; a started one gets the
  * request and a cancel message, and ends cancelled at its next durable call.
  * A cancel of a run that continued as new is for the last run of its chain,
- * as a signal is (SQL_SIGNAL). A child cancelled at once tells its parent
- * as the commit that ends a child does (cairn.children_ended, migrations
- * 0024 and 0027): its outcome ($3, sealed as the commit seals it), and the
- * parent's wait counted down. */
-static const char SQL_CANCEL[] =
-    "WITH r AS (SELECT id, shard_group, shard, status, finished_at IS NOT NULL AS done "
-    "           FROM cairn.runs WHERE part = $2 AND id = " LIVE_RUN(
-        "$2") " FOR UPDATE), "
-              "now_ AS (UPDATE cairn.runs SET status = 'cancelled', error = 'cancelled', "
-              "             cancel_requested = true, finished_at = now(), updated_at = now(), "
-              "             start_at = NULL, held = false "
-              "         WHERE part = $2 AND id IN (SELECT id FROM r WHERE status = 'pending' AND "
-              "NOT done) "
-              "           AND attempt = 0 RETURNING id, parent_id, coalesce(chain_id, id) AS "
-              "child), "
-              "drop_ AS (DELETE FROM cairn.messages WHERE part = $2 AND run_id IN (SELECT id FROM "
-              "now_) "
-              "          RETURNING 1), "
-              /* A count: on Citus a CTE's rows may be passed on as a result,
-               * which cannot hold pg_notify's void. */
-              "notify_ AS (SELECT count(pg_notify('" CAIRN_DONE_CHANNEL
-              "', id::text)) AS n FROM now_), "
-              "told AS (SELECT cairn.children_ended(array_agg(id), array_agg(child), "
-              "array_agg(parent_id), "
-              "             array_agg('cancelled'::text), array_agg('cancelled'::text), "
-              "             array_agg($3::text)) AS n "
-              "         FROM now_ WHERE parent_id IS NOT NULL), "
-              "req AS (UPDATE cairn.runs SET cancel_requested = true, updated_at = now() "
-              "        WHERE part = $2 AND id IN (SELECT id FROM r WHERE NOT done) "
-              "          AND id NOT IN (SELECT id FROM now_) "
-              "        RETURNING id, shard_group, shard), "
-              "m AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
-              "      SELECT id, $2, shard_group, shard, 'cancel' FROM req "
-              "      RETURNING 1) "
-              "SELECT done, (SELECT count(*) FROM drop_) + (SELECT count(*) FROM m) "
-              "  + (SELECT n FROM notify_) + (SELECT count(n) FROM told), "
-              "  'it has already finished', "
-              "  CASE WHEN EXISTS (SELECT 1 FROM now_) THEN 'cancelled' ELSE status END, id FROM r";
+ * as a signal is (SQL_SIGNAL). The statement is cairn.cancel_in's
+ * (migration 0035): on Citus one call, sent whole to the node of the run's
+ * part ($2). A child that has not started is cancelled by
+ * cairn.cancel_told instead (cancel_in answers 'tell'), which tells its
+ * parent in the same transaction as the commit that ends a child does
+ * (cairn.children_ended, migrations 0024 and 0027): its outcome ($3,
+ * sealed as the commit seals it), and the parent's wait counted down. */
+static const char SQL_CANCEL[] = "SELECT * FROM cairn.cancel_in($1, $2, false)";
+static const char SQL_CANCEL_TOLD[] = "SELECT * FROM cairn.cancel_told($1, $2, $3)";
+static const char SQL_DONE_NOTIFY[] = "SELECT pg_notify('" CAIRN_DONE_CHANNEL "', $1)";
 
 const char *client_sql_signal(void)
 {
@@ -1737,7 +1711,7 @@ int cairn_cancel(cairn_client *c, int64_t run_id)
 }
 
 /* The end a child cancelled before it starts sends its parent ($3 of
- * SQL_CANCEL), as the commit that ends a child writes it: sealed when
+ * SQL_CANCEL_TOLD), as the commit that ends a child writes it: sealed when
  * this client has keys, as every signal payload at rest is. */
 #define CANCELLED_END "{\"status\":\"cancelled\",\"output\":null,\"error\":\"cancelled\"}"
 
@@ -1746,16 +1720,28 @@ int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 	int part, rc = client_run_part(c, run_id, &part);
 	if (rc)
 		return rc;
-	char idtxt[24], parttxt[24];
-	buf sealed = BUF_INIT;
-	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part),
-	                   seal_for(c, SEAL_SIGNAL_PAYLOAD, CANCELLED_END, &sealed)};
-	rc = p[2] ? live_run_cmd(c, run_id, SQL_CANCEL, 3, p, "cancel", CAIRN_WAKE_CANCEL, p[1],
-	                         status)
-	          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
+	char idtxt[24], parttxt[24], outcome[CLIENT_OUTCOME_MAX] = "", done[24];
+	int64_t target = run_id;
+	const char *p[] = {db_i64(idtxt, run_id), db_i64(parttxt, part), NULL};
+	rc = live_run_cmd(c, run_id, SQL_CANCEL, 2, p, "cancel", CAIRN_WAKE_CANCEL, p[1], outcome,
+	                  &target);
+	if (!rc && strcmp(outcome, "tell") == 0) {
+		buf sealed = BUF_INIT;
+		p[2] = seal_for(c, SEAL_SIGNAL_PAYLOAD, CANCELLED_END, &sealed);
+		rc = p[2] ? live_run_cmd(c, run_id, SQL_CANCEL_TOLD, 3, p, "cancel",
+		                         CAIRN_WAKE_CANCEL, p[1], outcome, &target)
+		          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
+		buf_free(&sealed);
+	} else if (!rc && strcmp(outcome, "cancelled") == 0) {
+		/* Ended at once on the node of its part: its waiters listen on
+		 * the coordinator (cairn.cancel_told notifies itself). */
+		const char *pn[] = {db_i64(done, target)};
+		PQclear(db_exec(c->conn, NULL, SQL_DONE_NOTIFY, 1, pn));
+	}
+	if (!rc && status)
+		snprintf(status, CLIENT_OUTCOME_MAX, "%s", outcome);
 	if (!rc)
 		rc = client_release(c, CLIENT_RELEASE_RUN, p);
-	buf_free(&sealed);
 	return rc;
 }
 

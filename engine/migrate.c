@@ -385,7 +385,8 @@ done:
  * 0025), the parts and the parts of the rows a single server stored (while
  * cairn.runs is not distributed), then each table, then the foreign keys
  * that had to go while their tables were distributed, on (run_id, part),
- * then the functions of one part (cairn.signal_in, migration 0034),
+ * then the functions of one part (cairn.signal_in and cairn.cancel_in,
+ * migrations 0034 and 0035),
  * distributed by their part so that a call runs on the node of the part.
  * One transaction: a failure leaves the database as it was.
  */
@@ -405,7 +406,7 @@ static const char SQL_CITUS[] =
     "                          'slots', 'workflows', 'runner_workflows'];\n"
     "    -- Functions of one part, called with its key (p_part).\n"
     "    v_parts_fns text[] := ARRAY['cairn.signal_in(bigint, text, text, integer, text, "
-    "integer)'];\n"
+    "integer)', 'cairn.cancel_in(bigint, integer, boolean)'];\n"
     "    v_n integer;\n"
     "    v_t text;\n"
     "    v_fk record;\n"

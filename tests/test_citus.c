@@ -1642,6 +1642,8 @@ static void prepare_ok(PGconn *c, const char *name, const char *sql)
  * whose every task runs on that node (Citus makes each INSERT in a CTE a
  * subplan of its own, its rows pulled to the coordinator and copied there):
  * run for real, it finishes the run and writes its journal in its part.
+ * A client's signal and cancel are each one call of a function of the
+ * part (cairn.signal_in, cairn.cancel_in), sent whole to its node.
  */
 Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 {
@@ -1718,7 +1720,8 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		cr_assert_null(plan, "%s", plan);
 		cr_assert(strstr(why, "could not create distributed plan"), "%s", why);
 		exec_ok(c, "SET plan_cache_mode = auto");
-		/* A signal: one call, sent whole to the node of the part. */
+		/* A signal and a cancel: each one call, sent whole to the node
+		 * of the part. */
 		snprintf(name, sizeof name, "signal_%d", k);
 		prepare_ok(c, name, client_sql_signal());
 		snprintf(args, sizeof args, "%" PRId64 ", 'go', '1', 100, NULL, %" PRId64, run, part);
@@ -1727,6 +1730,15 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		cr_assert_eq(task_count(plan), 1, "%s", plan);
 		cr_assert_eq(node_count(plan), 1, "%s", plan);
 		cr_assert(strstr(plan, "Function Scan on signal_in"), "%s", plan);
+		free(plan);
+		snprintf(name, sizeof name, "cancel_%d", k);
+		prepare_ok(c, name, client_sql_cancel());
+		snprintf(args, sizeof args, "%" PRId64 ", %" PRId64, run, part);
+		plan = explain_execute(c, name, args, why, sizeof why);
+		cr_assert(plan, "%s", why);
+		cr_assert_eq(task_count(plan), 1, "%s", plan);
+		cr_assert_eq(node_count(plan), 1, "%s", plan);
+		cr_assert(strstr(plan, "Function Scan on cancel_in"), "%s", plan);
 		free(plan);
 		/* The fence of the part: one task. */
 		snprintf(name, sizeof name, "fence_%d", k);
