@@ -1261,6 +1261,41 @@ Test(citus, children_sync_writes_a_parents_wait_in_its_part_on_the_second_node)
  * migration 0033), where a lock by the run's id alone was refused and
  * cairn.chain_last, an SQL function, was not planned at all.
  */
+/* A notice receiver: the nodes that the remote commands Citus logs
+ * (citus.log_remote_commands) were sent to, into the buf arg, each once,
+ * one a line. */
+static void remote_nodes(void *arg, const PGresult *r)
+{
+	const char *d = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL), *at, *colon;
+	if (!d || strncmp(d, "on server ", 10) != 0 || !(at = strchr(d, '@')) ||
+	    !(colon = strchr(at, ':')))
+		return;
+	buf *nodes = arg, line = BUF_INIT;
+	buf_append(&line, at + 1, (size_t)(colon - at - 1));
+	buf_puts(&line, "\n");
+	if (!nodes->len || !strstr(buf_str(nodes), buf_str(&line)))
+		buf_puts(nodes, buf_str(&line));
+	buf_free(&line);
+}
+
+/* The node that holds run id's part, newline-terminated (caller frees). */
+static char *node_of_run(PGconn *c, int64_t id)
+{
+	char sql[256];
+	snprintf(sql, sizeof sql,
+	         "SELECT nodename || E'\\n' FROM citus_shards WHERE shardid = "
+	         "get_shard_id_for_distribution_column('cairn.runs', cairn.run_part(%" PRId64 "))",
+	         id);
+	return tdb_str(c, sql);
+}
+
+/*
+ * The SQL API's calls inside an application's transaction run on the
+ * coordinator (not delegated), and each of their statements is routed:
+ * every remote command of a transaction that enqueues, signals or cancels
+ * one run goes to the node of the run's part, and to no other (the
+ * reference tables they read have a copy on the coordinator).
+ */
 Test(citus, the_sql_apis_signal_cancel_and_retry_and_the_event_read_find_runs_in_their_part)
 {
 	const char *db = citus_db("sql_api_acts");
@@ -1278,7 +1313,13 @@ Test(citus, the_sql_apis_signal_cancel_and_retry_and_the_event_read_find_runs_in
 		cairn_enqueued_clear(&r);
 	}
 	cr_assert_eq(nodes_of_runs(c, "workflow = 'acts.wf'"), 2);
+	buf nodes = BUF_INIT;
+	PQsetNoticeReceiver(c, remote_nodes, &nodes);
 	for (int i = 0; i < N; i++) {
+		char *node = node_of_run(c, ids[i]);
+		exec_ok(c, "SET citus.log_remote_commands = on");
+		exec_ok(c, "SET client_min_messages = log");
+		buf_reset(&nodes);
 		exec_ok(c, "BEGIN");
 		char sql[256];
 		snprintf(sql, sizeof sql, "SELECT cairn.signal(%" PRId64 ", 'go', '1'::jsonb)", ids[i]);
@@ -1287,6 +1328,23 @@ Test(citus, the_sql_apis_signal_cancel_and_retry_and_the_event_read_find_runs_in
 		snprintf(sql, sizeof sql, "SELECT cairn.cancel(%" PRId64 ")", ids[i]);
 		exec_ok(c, sql);
 		exec_ok(c, "COMMIT");
+		cr_assert_str_eq(buf_str(&nodes), node, "run %" PRId64 ": sent to %s, its part on %s",
+		                 ids[i], buf_str(&nodes), node);
+		/* An enqueue in the application's transaction: the node of the
+		 * new run's part alone. */
+		buf_reset(&nodes);
+		exec_ok(c, "BEGIN");
+		snprintf(sql, sizeof sql,
+		         "SELECT id FROM cairn.enqueue('acts.sql', '{}'::jsonb, key => 'e%d')", i);
+		int64_t made = tdb_int(c, sql);
+		exec_ok(c, "COMMIT");
+		exec_ok(c, "RESET client_min_messages");
+		exec_ok(c, "RESET citus.log_remote_commands");
+		free(node);
+		node = node_of_run(c, made);
+		cr_assert_str_eq(buf_str(&nodes), node, "run %" PRId64 ": sent to %s, its part on %s",
+		                 made, buf_str(&nodes), node);
+		free(node);
 		snprintf(sql, sizeof sql, "SELECT cairn.retry(%" PRId64 ")", ids[i]);
 		exec_ok(c, sql);
 	}
@@ -1306,6 +1364,7 @@ Test(citus, the_sql_apis_signal_cancel_and_retry_and_the_event_read_find_runs_in
 	free(cli_out(db, 3, event)); /* not found: no such event */
 	cairn_client_free(cl);
 	PQfinish(c);
+	buf_free(&nodes);
 }
 
 /* A worker of the test flows (tflows_path) on a distributed database of
