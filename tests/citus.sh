@@ -1,5 +1,6 @@
 #!/bin/sh
-# citus.sh start DIR | createdb DIR NAME | restart DIR NODE | stop DIR - a throwaway Citus cluster for tests and the
+# citus.sh start DIR | createdb DIR NAME | addnode DIR NAME NODE | restart DIR NODE | stop DIR -
+# a throwaway Citus cluster for tests and the
 # benchmark: a coordinator and two worker nodes, three PostgreSQL clusters
 # made as tests/pg.sh makes one (initdb into DIR/coord, DIR/w1, DIR/w2, each
 # listening only on a Unix socket in its own directory, run as an
@@ -8,7 +9,11 @@
 # prints the coordinator's DATABASE_URL; `createdb` makes database NAME a
 # Citus cluster of its own on the same three nodes (Citus's metadata is per
 # database: the database, the extension and the nodes on each) and prints
-# its URL; `dropdb` drops database NAME on the three, if it exists;
+# its URL; `addnode` starts a worker node NODE (w3, w4, ...) beside them
+# if it is not running, makes database NAME on it and adds it to NAME's
+# cluster (a cluster that grows: its parts stay where they are until
+# Citus's rebalancer moves some); `dropdb` drops database NAME on the
+# three, if it exists;
 # `restart` restarts node NODE (coord, w1 or w2) with pg_ctl restart -m fast,
 # cutting off every session of it (the chaos driver's node restarts);
 # `stop` stops the three and removes DIR. Citus must be installed
@@ -29,7 +34,7 @@
 set -eu
 cmd=${1:-}
 dir=${2:-}
-usage="usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | restart DIR NODE | stop DIR"
+usage="usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | addnode DIR NAME NODE | restart DIR NODE | stop DIR"
 [ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -n "$pgbin" ] || { echo "citus.sh: no PostgreSQL server found in /usr/lib/postgresql" >&2; exit 1; }
@@ -70,12 +75,25 @@ add_nodes() {
 		node_sql coord -c "SELECT citus_add_node('$dir/w2', 5432)" >/dev/null
 }
 
+# Every node, those addnode added too.
 stop_all() {
-	for n in $nodes; do
-		if [ -f "$dir/$n/data/postmaster.pid" ]; then
-			as_user "$pgbin/pg_ctl" -D "$dir/$n/data" -m immediate -w stop >/dev/null 2>&1 || true
+	for d in "$dir"/*/data; do
+		if [ -f "$d/postmaster.pid" ]; then
+			as_user "$pgbin/pg_ctl" -D "$d" -m immediate -w stop >/dev/null 2>&1 || true
 		fi
 	done
+}
+
+# A node's durability (PG_FSYNC) and preloaded libraries (PG_STATEMENTS).
+node_options() {
+	case "${PG_FSYNC:-off}" in
+	on) durability="-c fsync=on -c full_page_writes=on" ;;
+	off) durability="-c fsync=off -c full_page_writes=off" ;;
+	*) echo "citus.sh: PG_FSYNC=\"$PG_FSYNC\": expected on or off" >&2; exit 2 ;;
+	esac
+	preload=""
+	[ "${PG_STATEMENTS:-0}" = 1 ] && preload=",pg_stat_statements"
+	return 0
 }
 
 start_node() {
@@ -116,13 +134,7 @@ start)
 	[ -f "$("$pgbin/pg_config" --sharedir 2>/dev/null)/extension/citus.control" ] ||
 		[ -f "/usr/share/postgresql/$(basename "$(dirname "$pgbin")")/extension/citus.control" ] ||
 		{ echo "citus.sh: Citus is not installed: sh scripts/deps.sh --citus && sh scripts/citus.sh build" >&2; exit 1; }
-	case "${PG_FSYNC:-off}" in
-	on) durability="-c fsync=on -c full_page_writes=on" ;;
-	off) durability="-c fsync=off -c full_page_writes=off" ;;
-	*) echo "citus.sh: PG_FSYNC=\"$PG_FSYNC\": expected on or off" >&2; exit 2 ;;
-	esac
-	preload=""
-	[ "${PG_STATEMENTS:-0}" = 1 ] && preload=",pg_stat_statements"
+	node_options
 	mkdir -p "$dir"
 	[ "$(id -u)" -eq 0 ] && chown "$pguser" "$dir"
 	# A node that does not start stops the others: nothing is left running.
@@ -153,6 +165,31 @@ createdb | dropdb)
 	db=$name
 	add_nodes
 	echo "postgresql:///$name?host=$dir/coord&port=5432&user=cairn"
+	;;
+addnode)
+	name=${3:-}
+	node=${4:-}
+	case "$name" in
+	"" | *[!a-z0-9_]*) echo "citus.sh: addnode DIR NAME NODE: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
+	esac
+	case "$node" in
+	coord | w1 | w2 | "" | *[!a-z0-9]*)
+		echo "citus.sh: addnode DIR NAME NODE: NODE a new name of a-z and 0-9 (w3, w4, ...), not \"$node\"" >&2
+		exit 2
+		;;
+	esac
+	# The node starts before the lock is taken: its server would inherit
+	# the lock's descriptor, and hold it for as long as it runs.
+	if [ ! -f "$dir/$node/data/postmaster.pid" ]; then
+		node_options
+		start_node "$node"
+	fi
+	exec 9>"$dir/createdb.lock"
+	flock 9
+	node_sql "$node" -c "CREATE DATABASE $name"
+	db=$name
+	node_sql "$node" -c "CREATE EXTENSION IF NOT EXISTS citus"
+	node_sql coord -c "SELECT citus_add_node('$dir/$node', 5432)" >/dev/null
 	;;
 restart)
 	node=${3:-}

@@ -1421,6 +1421,79 @@ static void wait_all_completed(PGconn *c, int64_t all, const char *log)
 }
 
 
+/* Enqueues n runs of t.spread with cl. */
+static void enqueue_spread(cairn_client *cl, int n)
+{
+	for (int i = 0; i < n; i++) {
+		cairn_enqueue_opts o = {.input = "{}"};
+		cairn_enqueued r;
+		cr_assert_eq(cairn_enqueue(cl, "t.spread", &o, &r), CAIRN_OK, "%s",
+		             cairn_client_errmsg(cl));
+		cairn_enqueued_clear(&r);
+	}
+}
+
+/*
+ * A cluster grows by a node while a worker runs (docs/deployment.md, "Past
+ * one PostgreSQL: Citus"): a third worker node joins the cluster of the
+ * worker's database (tests/citus.sh addnode: citus_add_node), and Citus's
+ * rebalancer moves parts to it (citus_rebalance_start: each part's shards
+ * copied by logical replication, then switched over under a short lock)
+ * while the worker claims and commits and a client enqueues. Every run
+ * completes, no step runs twice, and runs then live in parts on the three
+ * nodes.
+ */
+Test(citus, a_cluster_grows_by_a_node_with_the_rebalancer_while_a_worker_runs)
+{
+	citus_worker w;
+	citus_worker_start(&w, "grow", NULL, NULL);
+	PGconn *c = w.c;
+	cairn_client *cl = NULL;
+	cr_assert_eq(cairn_client_open(w.db, &cl), CAIRN_OK);
+	enum { BEFORE = 100, DURING_MAX = 400 };
+	enqueue_spread(cl, BEFORE);
+	cr_assert_eq(nodes_of_runs(c, "true"), 2);
+	char name[64];
+	snprintf(name, sizeof name, "grow_%d", (int)getpid()); /* citus_db's name */
+	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "addnode",
+	                      getenv("CAIRN_CITUS_DIR"), name, "w3", NULL};
+	char *err = NULL;
+	cr_assert_eq(trun(argv, NULL, NULL, &err), 0, "citus.sh addnode: %s", err ? err : "");
+	free(err);
+	exec_ok(c, "SELECT citus_rebalance_start()");
+	/* Runs enqueued while the parts move, up to DURING_MAX. */
+	int64_t all = BEFORE;
+	static const char *const moving =
+	    "SELECT count(*) FROM citus_rebalance_status() "
+	    "WHERE state NOT IN ('finished', 'failed', 'cancelled')";
+	while (all < BEFORE + DURING_MAX && tdb_int(c, moving) > 0) {
+		enqueue_spread(cl, 1);
+		all++;
+	}
+	cr_assert(tdb_wait_at_least(c,
+	                            "SELECT count(*) FROM citus_rebalance_status() "
+	                            "WHERE state IN ('finished', 'failed', 'cancelled')",
+	                            1, 180000),
+	          "the rebalance never ended");
+	char *state = tdb_str(c, "SELECT state || ': ' || coalesce(details::text, '') "
+	                         "FROM citus_rebalance_status()");
+	cr_assert(strncmp(state, "finished", 8) == 0, "the rebalance ended %s", state);
+	free(state);
+	fprintf(stderr, "citus: %" PRId64 " runs, %" PRId64 " enqueued while parts moved\n", all,
+	        all - BEFORE);
+	/* And runs after it, in the parts that moved too. */
+	enqueue_spread(cl, 40);
+	all += 40;
+	wait_all_completed(c, all, w.log);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM t_hits"), 2 * all);
+	cr_assert_eq(
+	    tdb_int(c, "SELECT count(*) FROM (SELECT DISTINCT run_id, step FROM t_hits) h"),
+	    2 * all);
+	cr_assert_eq(nodes_of_runs(c, "true"), 3);
+	cairn_client_free(cl);
+	free(citus_worker_stop(&w, 0));
+}
+
 Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 {
 	citus_worker w;
