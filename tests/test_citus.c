@@ -1854,24 +1854,23 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		exec_ok(c, "SET plan_cache_mode = auto");
 		/* A signal and a cancel: each one call, sent whole to the node
 		 * of the part. */
-		snprintf(name, sizeof name, "signal_%d", k);
-		prepare_ok(c, name, client_sql_signal());
-		snprintf(args, sizeof args, "%" PRId64 ", 'go', '1', 100, NULL, %" PRId64, run, part);
-		plan = explain_execute(c, name, args, why, sizeof why);
-		cr_assert(plan, "%s", why);
-		cr_assert_eq(task_count(plan), 1, "%s", plan);
-		cr_assert_eq(node_count(plan), 1, "%s", plan);
-		cr_assert(strstr(plan, "Function Scan on signal_in"), "%s", plan);
-		free(plan);
-		snprintf(name, sizeof name, "cancel_%d", k);
-		prepare_ok(c, name, client_sql_cancel());
-		snprintf(args, sizeof args, "%" PRId64 ", %" PRId64, run, part);
-		plan = explain_execute(c, name, args, why, sizeof why);
-		cr_assert(plan, "%s", why);
-		cr_assert_eq(task_count(plan), 1, "%s", plan);
-		cr_assert_eq(node_count(plan), 1, "%s", plan);
-		cr_assert(strstr(plan, "Function Scan on cancel_in"), "%s", plan);
-		free(plan);
+		const struct {
+			const char *name, *sql, *args, *scan;
+		} calls[] = {{"signal", client_sql_signal(), "'go', '1', 100, NULL, ",
+		              "Function Scan on signal_in"},
+		             {"cancel", client_sql_cancel(), "", "Function Scan on cancel_in"}};
+		for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+			snprintf(name, sizeof name, "%s_%d", calls[i].name, k);
+			prepare_ok(c, name, calls[i].sql);
+			snprintf(args, sizeof args, "%" PRId64 ", %s%" PRId64, run, calls[i].args,
+			         part);
+			plan = explain_execute(c, name, args, why, sizeof why);
+			cr_assert(plan, "%s", why);
+			cr_assert_eq(task_count(plan), 1, "%s", plan);
+			cr_assert_eq(node_count(plan), 1, "%s", plan);
+			cr_assert(strstr(plan, calls[i].scan), "%s", plan);
+			free(plan);
+		}
 		/* The fence of the part: one task. */
 		snprintf(name, sizeof name, "fence_%d", k);
 		prepare_ok(c, name, commit_sql_fence_part());
