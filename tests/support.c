@@ -50,6 +50,16 @@ static int on_citus(void)
 	return v && strcmp(v, "1") == 0;
 }
 
+const char *tdb_commit_waiting(void)
+{
+	if (!on_citus())
+		return "SELECT count(*) " TDB_COMMIT_WAITING;
+	return "SELECT count(*) FROM citus_lock_waits w WHERE EXISTS (SELECT 1 FROM "
+	       "citus_stat_activity a WHERE a.global_pid = w.waiting_gpid AND NOT "
+	       "a.is_worker_query AND a.datname = current_database() "
+	       "AND a.application_name = 'cairn-worker commit')";
+}
+
 static void drop_citus_db(void)
 {
 	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "dropdb", getenv("CAIRN_CITUS_DIR"),

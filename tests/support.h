@@ -165,6 +165,13 @@ void tpgbouncer_stop(tpgbouncer *b);
 	"FROM pg_stat_activity WHERE datname = current_database() "                                \
 	"AND application_name = 'cairn-worker commit' AND wait_event_type = 'Lock'"
 
+/* The count of the worker commit sessions of the current database that
+ * wait for a lock, as a whole statement: SELECT count(*) TDB_COMMIT_WAITING
+ * on one server; on Citus (CAIRN_TEST_CITUS) the lock is waited for on the
+ * node of the row's part, where citus_lock_waits shows the wait, and the
+ * commit session is the coordinator's backend of the waiter's global pid. */
+const char *tdb_commit_waiting(void);
+
 /* cr_assert(cond, ...) that first calls dump(), which prints what explains a
  * failure (the workers' logs, say). */
 #define tcheck(dump, cond, ...)                                                                    \
