@@ -10,9 +10,11 @@
 # installed (scripts/citus.sh check), a coordinator and two worker nodes
 # (tests/citus.sh) are started beside it, their URL in $CAIRN_CITUS_URL, and
 # stopped on exit in the same way; without Citus those suites skip. The
-# engine suites of CITUS_ENGINE_SUITES then run a second time with
-# CAIRN_TEST_CITUS=1: every database their tests make is one of that
-# cluster, distributed by `cairn migrate --citus` (tests/support.c).
+# engine suites of CITUS_ENGINE_SUITES (test_children, test_flow,
+# test_journal, test_schedule; set in the environment, it names others)
+# then run a second time with CAIRN_TEST_CITUS=1: every database their tests
+# make is one of that cluster, distributed by `cairn migrate --citus`
+# (tests/support.c).
 set -u
 out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,7 +50,7 @@ else
 fi
 
 CITUS_SUITES="test_citus"
-CITUS_ENGINE_SUITES="test_children test_flow"
+CITUS_ENGINE_SUITES=${CITUS_ENGINE_SUITES:-"test_children test_flow test_journal test_schedule"}
 wants_citus=0
 for s in $CITUS_SUITES $CITUS_ENGINE_SUITES; do
 	selected "$s" && wants_citus=1
