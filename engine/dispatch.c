@@ -1214,14 +1214,13 @@ static const char SQL_CLAIM_PART_MARK[] =
 
 /* What is due in one part ($4), of all a claim would take ($1 to $3 as
  * SQL_CLAIM's): each run with what orders it among those of other parts
- * (its priority, when it was due in Unix microseconds, its first message),
- * then the part's next due time, on every row (one row, its run NULL, when
- * nothing is due). Read with $3 = 1 from every part, the head of each,
- * before a claim of all that is due on a database with parts
- * (claim_parts_due). */
+ * (its priority, when it was due in Unix microseconds), then the part's
+ * next due time, on every row (one row, its run NULL, when nothing is
+ * due). Read with $3 = 1 from every part, the head of each, before a claim
+ * of all that is due on a database with parts (claim_parts_due). */
 static const char SQL_CLAIM_PEEK[] =
     CLAIM_ALL_DUE CLAIM_GROUP CLAIM_ALL_NEXT
-    "SELECT d.run_id, d.prio, (extract(epoch FROM d.at) * 1000000)::bigint, d.first, next.ms "
+    "SELECT d.run_id, d.prio, (extract(epoch FROM d.at) * 1000000)::bigint, next.ms "
     "FROM next LEFT JOIN d ON true";
 
 /* The claim statements, prepared on every poll connection: on one server
@@ -1265,8 +1264,8 @@ static const struct {
     {{"cairn_claim_peek", SQL_CLAIM_PEEK}, "$4::int", NULL, NULL, NULL}};
 
 /* The text of claim statement which as prepared: the poll batch for
- * CLAIM_BOUND, and for a claim of one part its part filters and its
- * number; none on one server. */
+ * CLAIM_BOUND, and for a claim of one part its part filters, its number,
+ * its time and its floor; none on one server. */
 static void claim_text(int which, const char *bound, buf *out)
 {
 	const char *floor = CLAIM_STATEMENT[which].floor;
@@ -2025,7 +2024,7 @@ static int part_heads(dispatch *d, PGconn *conn, part_claim *pc, const part_want
 	if (!rc)
 		rc = claim_each(d, conn, pc, CLAIM_PEEK, m, 4, pv, r);
 	for (int i = 0; !rc && i < m; i++) {
-		next_due(pc, r[i], 4);
+		next_due(pc, r[i], 3);
 		int due = PQntuples(r[i]) > 0 && !PQgetisnull(r[i], 0, 0);
 		h[i] = (part_head){.i = i,
 		                   .due = due,
