@@ -1732,6 +1732,7 @@ int client_cancel_outcome(cairn_client *c, int64_t run_id, char *status)
 		                         CAIRN_WAKE_CANCEL, p[1], outcome, &target)
 		          : client_fail(c, CAIRN_ENOMEM, "out of memory encrypting the payload");
 		buf_free(&sealed);
+		p[2] = NULL;
 	} else if (!rc && strcmp(outcome, "cancelled") == 0) {
 		/* Ended at once on the node of its part: its waiters listen on
 		 * the coordinator (cairn.cancel_told notifies itself). */

@@ -959,13 +959,13 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	                  "   FROM cairn.runs r "                                                  \
 	                  "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND "     \
 	                  "l.shard = r.shard "                                                     \
-	                  "   WHERE " IN_PART("l")                                                 \
-	                      IN_PART("r") "l.owner = $1 AND r.start_at <= now() "                 \
-	                                   "     AND r.priority <> 0 "                             \
-	                                   "     AND r.id <> ALL ($2::bigint[]) "                  \
-	                                   "   ORDER BY r.priority DESC, r.start_at, r.id "        \
-	                                   "LIMIT " CLAIM_BOUND ") b LIMIT $3)) u "                \
-	                                   "  @floor@ ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
+	                  "   WHERE " IN_PART("l") IN_PART(                                        \
+	                      "r") "l.owner = $1 AND r.start_at <= now() "                         \
+	                           "     AND r.priority <> 0 "                                     \
+	                           "     AND r.id <> ALL ($2::bigint[]) "                          \
+	                           "   ORDER BY r.priority DESC, r.start_at, r.id "                \
+	                           "LIMIT " CLAIM_BOUND ") b LIMIT $3)) u "                        \
+	                           "  @floor@ ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
 /* The next message or start of this runner's shards that is not yet due,
  * in ms from now: the poller sleeps until then. */
 #define CLAIM_ALL_NEXT                                                                             \
@@ -1218,8 +1218,7 @@ static const char SQL_CLAIM_PART_MARK[] =
  * next due time, on every row (one row, its run NULL, when nothing is
  * due). Read with $3 = 1 from every part, the head of each, before a claim
  * of all that is due on a database with parts (claim_parts_due). */
-static const char SQL_CLAIM_PEEK[] =
-    CLAIM_ALL_DUE CLAIM_GROUP CLAIM_ALL_NEXT
+static const char SQL_CLAIM_PEEK[] = CLAIM_ALL_DUE CLAIM_GROUP CLAIM_ALL_NEXT
     "SELECT d.run_id, d.prio, (extract(epoch FROM d.at) * 1000000)::bigint, next.ms "
     "FROM next LEFT JOIN d ON true";
 
@@ -1981,7 +1980,8 @@ static int claim_set(dispatch *d, PGconn *conn, part_claim *pc, const part_want 
 		if (!out[i])
 			continue;
 		int64_t due;
-		got += take_claimed(d, conn, out[i], pc->owner, pc->at, &due, pc->skipped, pc->parked);
+		got +=
+		    take_claimed(d, conn, out[i], pc->owner, pc->at, &due, pc->skipped, pc->parked);
 		if (due >= 0 && (pc->next_due_ms < 0 || due < pc->next_due_ms))
 			pc->next_due_ms = due;
 	}

@@ -1338,8 +1338,9 @@ Test(citus, the_sql_apis_signal_cancel_and_retry_and_the_event_read_find_runs_in
 		snprintf(sql, sizeof sql, "SELECT cairn.cancel(%" PRId64 ")", ids[i]);
 		exec_ok(c, sql);
 		exec_ok(c, "COMMIT");
-		cr_assert_str_eq(buf_str(&nodes), node, "run %" PRId64 ": sent to %s, its part on %s",
-		                 ids[i], buf_str(&nodes), node);
+		cr_assert_str_eq(buf_str(&nodes), node,
+		                 "run %" PRId64 ": sent to %s, its part on %s", ids[i],
+		                 buf_str(&nodes), node);
 		/* An enqueue in the application's transaction: the node of the
 		 * new run's part alone. */
 		buf_reset(&nodes);
@@ -1352,8 +1353,9 @@ Test(citus, the_sql_apis_signal_cancel_and_retry_and_the_event_read_find_runs_in
 		exec_ok(c, "RESET citus.log_remote_commands");
 		free(node);
 		node = node_of_run(c, made);
-		cr_assert_str_eq(buf_str(&nodes), node, "run %" PRId64 ": sent to %s, its part on %s",
-		                 made, buf_str(&nodes), node);
+		cr_assert_str_eq(buf_str(&nodes), node,
+		                 "run %" PRId64 ": sent to %s, its part on %s", made,
+		                 buf_str(&nodes), node);
 		free(node);
 		snprintf(sql, sizeof sql, "SELECT cairn.retry(%" PRId64 ")", ids[i]);
 		exec_ok(c, sql);
@@ -1430,7 +1432,6 @@ static void wait_all_completed(PGconn *c, int64_t all, const char *log)
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), all);
 }
 
-
 /* Enqueues n runs of t.spread with cl. */
 static void enqueue_spread(cairn_client *cl, int n)
 {
@@ -1465,17 +1466,17 @@ Test(citus, a_cluster_grows_by_a_node_with_the_rebalancer_while_a_worker_runs)
 	cr_assert_eq(nodes_of_runs(c, "true"), 2);
 	char name[64];
 	snprintf(name, sizeof name, "grow_%d", (int)getpid()); /* citus_db's name */
-	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "addnode",
-	                      getenv("CAIRN_CITUS_DIR"), name, "w3", NULL};
+	const char *argv[] = {
+	    "/bin/sh", getenv("CAIRN_CITUS_SH"), "addnode", getenv("CAIRN_CITUS_DIR"), name, "w3",
+	    NULL};
 	char *err = NULL;
 	cr_assert_eq(trun(argv, NULL, NULL, &err), 0, "citus.sh addnode: %s", err ? err : "");
 	free(err);
 	exec_ok(c, "SELECT citus_rebalance_start()");
 	/* Runs enqueued while the parts move, up to DURING_MAX. */
 	int64_t all = BEFORE;
-	static const char *const moving =
-	    "SELECT count(*) FROM citus_rebalance_status() "
-	    "WHERE state NOT IN ('finished', 'failed', 'cancelled')";
+	static const char *const moving = "SELECT count(*) FROM citus_rebalance_status() "
+	                                  "WHERE state NOT IN ('finished', 'failed', 'cancelled')";
 	while (all < BEFORE + DURING_MAX && tdb_int(c, moving) > 0) {
 		enqueue_spread(cl, 1);
 		all++;
