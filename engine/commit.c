@@ -206,6 +206,12 @@ void commit_truncate(commit *c, int from)
  * (SQLPARAM_IN_PART): a fence with an equality on the distribution column,
  * which Citus needs to lock (FOR SHARE) on the node of the part. */
 #define IN_PART(a)  SQLPARAM_IN_PART(a)
+/* The parents a batch's children tell (p of PART_KID's kid and kidm) are
+ * in other parts: of one part, "p.part = ANY (the parents' parts) AND ", a
+ * parameter after the part's key (commit_parent_parts), so that Citus sends
+ * those CTEs to the parents' shards, not to every shard; nothing on one
+ * server. */
+#define IN_PARENTS  "@in_parents@"
 #define COMMIT_LOCK " FOR SHARE OF l"
 #define COMMIT_HEAD                                                                                \
 	"WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "    \
@@ -354,7 +360,7 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
      "  SELECT p.id, p.part, x.n, x.pl::jsonb "
      "  FROM unnest(:kid_run::bigint[], :kid_parent::bigint[], :kid_name::text[], "
      "              :kid_payload::text[]) AS x(r, p, n, pl) "
-     "  JOIN cairn.runs p ON p.id = x.p "
+     "  JOIN cairn.runs p ON " IN_PARENTS "p.id = x.p "
      "  WHERE x.r IN (SELECT run_id FROM ok) AND p.finished_at IS NULL), "
      "awd AS (DELETE FROM cairn.messages m "
      "  WHERE " IN_PART(
@@ -367,7 +373,8 @@ static const commit_part COMMIT_PART[COMMIT_NPARTS] = {
               "w(id)), "
               "kidm AS (INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
               "  SELECT p.id, p.part, p.shard_group, p.shard, 'signal' "
-              "  FROM ksync w JOIN cairn.runs p ON p.id = w.id AND p.finished_at IS NULL "
+              "  FROM ksync w JOIN cairn.runs p ON " IN_PARENTS
+              "p.id = w.id AND p.finished_at IS NULL "
               "  RETURNING run_id)",
      SLOT_kid_run, SLOT_awc_child},
     /* A cancelled parent asks its unfinished children to cancel; those
@@ -525,6 +532,32 @@ unsigned commit_parts(const commit_params *p)
 	return parts;
 }
 
+int commit_tells_parents(unsigned parts)
+{
+	return (parts & part_bit(SLOT_kid_run)) != 0;
+}
+
+void commit_parent_parts(commit *const *batch, int n, const db_settings *st, pgarr *out)
+{
+	unsigned char seen[DB_PARTS_MAX] = {0};
+	/* The batch's own part: kidm's runs include those of its waits met
+	 * as they began. */
+	seen[batch[0]->run.shard % st->nparts] = 1;
+	for (int i = 0; i < n; i++) {
+		int64_t parent = batch[i]->run.parent;
+		if (!parent)
+			continue;
+		if (parent < st->first_placed_id) { /* its id names no shard: any part */
+			memset(seen, 1, sizeof seen);
+			break;
+		}
+		seen[(parent % RUN_ID_SHARDS) % st->nparts] = 1;
+	}
+	for (int i = 0; i < st->nparts; i++)
+		if (seen[i])
+			pgarr_add_i64(out, st->part_keys[i]);
+}
+
 int commit_statement(unsigned parts, buf *sql, buf *err)
 {
 	return commit_statement_part(parts, 0, sql, err);
@@ -545,14 +578,17 @@ int commit_statement_part(unsigned parts, int in_part, buf *sql, buf *err)
 	int n = part_slots(parts, slots);
 	for (int i = 0; i < n; i++)
 		names[i] = COMMIT_SLOT_NAMES[slots[i]];
-	char part[32];
+	char part[32], parents[64];
 	snprintf(part, sizeof part, "$%d::int", n + 1);
-	buf resolved = BUF_INIT, unlocked = BUF_INIT;
+	snprintf(parents, sizeof parents, "p.part = ANY ($%d::int[]) AND ", n + 2);
+	buf resolved = BUF_INIT, unlocked = BUF_INIT, told = BUF_INIT;
 	/* Of one part, the fence's lock is taken before (SQL_FENCE_PART). */
 	buf_puts_replacing(&unlocked, buf_str(&text), COMMIT_LOCK, in_part ? "" : COMMIT_LOCK);
-	sqlparam_in_part(buf_str(&unlocked), in_part ? part : NULL, &resolved);
-	text.oom |= unlocked.oom;
+	buf_puts_replacing(&told, buf_str(&unlocked), IN_PARENTS, in_part ? parents : "");
+	sqlparam_in_part(buf_str(&told), in_part ? part : NULL, &resolved);
+	text.oom |= unlocked.oom | told.oom;
 	buf_free(&unlocked);
+	buf_free(&told);
 	int rc = text.oom || resolved.oom ? -CAIRN_ENOMEM
 	                                  : sqlparam_bind(buf_str(&resolved), names, n, sql, err);
 	buf_free(&text);
@@ -1341,10 +1377,16 @@ static int write_statement(committer *k, PGconn *conn, commit *const *batch, int
 		commit_params_free(&p);
 		return BATCH_DB;
 	}
-	const char *values[COMMIT_NSLOTS + 1];
+	const char *values[COMMIT_NSLOTS + 2];
 	int nv = commit_values(&p, parts, values);
-	if (part)
+	pgarr parents = PGARR_INIT;
+	if (part) {
 		values[nv++] = part;
+		if (commit_tells_parents(parts)) {
+			commit_parent_parts(batch, n, &k->st, &parents);
+			values[nv++] = pgarr_str(&parents);
+		}
+	}
 	size_t bytes = 0;
 	for (int i = 0; i < nv; i++)
 		bytes += values[i] ? strlen(values[i]) : 0;
@@ -1356,11 +1398,13 @@ static int write_statement(committer *k, PGconn *conn, commit *const *batch, int
 		if (db_cmd(conn, err, SQL_FENCE_PART, 3, f) < 0) {
 			PQclear(PQexec(conn, "ROLLBACK"));
 			commit_params_free(&p);
+			pgarr_free(&parents);
 			return BATCH_DB;
 		}
 	}
 	PGresult *r = PQexecPrepared(conn, name, nv, values, NULL, NULL, 0);
 	commit_params_free(&p);
+	pgarr_free(&parents);
 	int rc = 0;
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		buf_reset(err);

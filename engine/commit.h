@@ -226,6 +226,15 @@ int commit_statement(unsigned parts, buf *sql, buf *err);
 /* commit_statement of one part (in_part: a database with parts), whose key
  * is the parameter after the slots'. */
 int commit_statement_part(unsigned parts, int in_part, buf *sql, buf *err);
+/* Whether the statement of parts tells parents of their children's ends:
+ * of one part, it then takes the parents' parts (commit_parent_parts) after
+ * the part's key. */
+int commit_tells_parents(unsigned parts);
+/* Appends to out the keys of the parts of the parents the children of
+ * batch (commits of one part) tell, and the part's own (st: the database's
+ * parts); every part's for a parent made before ids carried their shard. */
+struct db_settings;
+void commit_parent_parts(commit *const *batch, int n, const struct db_settings *st, pgarr *out);
 /* The statement that locks the fence of one part before its commit's
  * statement, in the same transaction ($1 the part's key, $2 and $3 the
  * batch's b_group and b_shard). */

@@ -1763,6 +1763,74 @@ static char *explain_execute(PGconn *c, const char *name, const char *args, char
 	return buf_detach(&plan);
 }
 
+/* A run's final commit (cr's run completed) with a step of its journal. */
+static commit *final_commit(const commit_run *cr)
+{
+	commit *f = commit_new(cr);
+	cr_assert(f);
+	f->outcome = COMMIT_FINISH;
+	f->status = RUN_COMPLETED;
+	f->attempt = 1;
+	jrow row = {.seq = 0,
+	            .name = "s",
+	            .kind = KIND_STEP,
+	            .status = STEP_COMPLETED,
+	            .output = "1",
+	            .attempts = 1,
+	            .started_ms = 1,
+	            .finished_ms = 2};
+	cr_assert_eq(commit_add_row(f, &row), 0);
+	return f;
+}
+
+/* The values of f's statement of one part (part), as the committer sends
+ * them: the slots', the part's key, then the parents' parts if it tells
+ * any; the last value is the caller's to free. Their number. */
+static int commit_args(PGconn *c, commit *f, int64_t part, commit_params *p,
+                       const char *values[COMMIT_NSLOTS + 2])
+{
+	cr_assert_eq(commit_encode(&f, 1, NULL, NULL, p), 0);
+	unsigned parts = commit_parts(p);
+	int nv = commit_values(p, parts, values);
+	char key[24];
+	snprintf(key, sizeof key, "%" PRId64, part);
+	values[nv++] = strdup(key);
+	if (commit_tells_parents(parts)) {
+		db_settings st;
+		buf err = BUF_INIT;
+		cr_assert_eq(db_read_settings(c, &st, &err), 0, "%s", buf_str(&err));
+		buf_free(&err);
+		pgarr parents = PGARR_INIT;
+		commit_parent_parts(&f, 1, &st, &parents);
+		values[nv++] = strdup(pgarr_str(&parents));
+		pgarr_free(&parents);
+	}
+	return nv;
+}
+
+/* EXPLAIN (COSTS OFF) of the statement of one part of p with values: the
+ * plan as one text (caller frees). */
+static char *explain_commit(PGconn *c, commit_params *p, const char *const *values, int nv)
+{
+	buf text = BUF_INIT, err = BUF_INIT, ex = BUF_INIT;
+	cr_assert_eq(commit_statement_part(commit_parts(p), 1, &text, &err), 0, "%s",
+	             buf_str(&err));
+	buf_puts(&ex, "EXPLAIN (COSTS OFF) ");
+	buf_puts(&ex, buf_str(&text));
+	PGresult *r = PQexecParams(c, buf_str(&ex), nv, NULL, values, NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+	buf lines = BUF_INIT;
+	for (int i = 0; i < PQntuples(r); i++) {
+		buf_puts(&lines, PQgetvalue(r, i, 0));
+		buf_puts(&lines, "\n");
+	}
+	PQclear(r);
+	buf_free(&text);
+	buf_free(&ex);
+	buf_free(&err);
+	return buf_detach(&lines);
+}
+
 static void prepare_ok(PGconn *c, const char *name, const char *sql)
 {
 	PGresult *r = PQprepare(c, name, sql, 0, NULL);
@@ -1785,6 +1853,8 @@ static void prepare_ok(PGconn *c, const char *name, const char *sql)
  * whose every task runs on that node (Citus makes each INSERT in a CTE a
  * subplan of its own, its rows pulled to the coordinator and copied there):
  * run for real, it finishes the run and writes its journal in its part.
+ * As a child's end, it also tells the parent in the parent's part: those
+ * subplans go to the shards of the two parts, not to every shard.
  * A client's signal and cancel are each one call of a function of the
  * part (cairn.signal_in, cairn.cancel_in), sent whole to its node.
  */
@@ -1904,54 +1974,54 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		                 .owner = owner,
 		                 .epoch = epoch,
 		                 .attempt = 1};
-		commit *f = commit_new(&cr);
-		cr_assert(f);
-		f->outcome = COMMIT_FINISH;
-		f->status = RUN_COMPLETED;
-		f->attempt = 1;
-		jrow row = {.seq = 0,
-		            .name = "s",
-		            .kind = KIND_STEP,
-		            .status = STEP_COMPLETED,
-		            .output = "1",
-		            .attempts = 1,
-		            .started_ms = 1,
-		            .finished_ms = 2};
-		cr_assert_eq(commit_add_row(f, &row), 0);
+		/* As a child whose parent is the run of the other end's part,
+		 * it tells its parent: the subplans that write the parent's
+		 * signal and message go to the shards of the two parts (those
+		 * the statement names), not to every shard; every other is one
+		 * task. */
+		cr.parent = tdb_intf(c,
+		                     "SELECT r.id FROM cairn.runs r JOIN cairn.parts p "
+		                     "ON p.key = r.part WHERE p.part_no = %" PRId64,
+		                     k ? 0 : nparts - 1);
+		commit *f = final_commit(&cr);
 		commit_params p;
-		cr_assert_eq(commit_encode(&f, 1, NULL, NULL, &p), 0);
+		const char *values[COMMIT_NSLOTS + 2];
+		int nv = commit_args(c, f, part, &p, values);
+		cr_assert(commit_tells_parents(commit_parts(&p)));
+		char *lines = explain_commit(c, &p, values, nv);
+		int told = 0;
+		for (const char *t = strstr(lines, "Task Count: "); t;
+		     t = strstr(t + 1, "Task Count: ")) {
+			int tasks = atoi(t + strlen("Task Count: "));
+			cr_assert(tasks == 1 || tasks == 2, "%s", lines);
+			told += tasks == 2;
+		}
+		cr_assert_eq(told, 2, "the signal and the message of the parent:\n%s", lines);
+		free(lines);
+		free((char *)values[nv - 1]);
+		commit_params_free(&p);
+		commit_free(f);
+		cr.parent = 0;
+		f = final_commit(&cr);
+		nv = commit_args(c, f, part, &p, values);
+		lines = explain_commit(c, &p, values, nv);
+		/* Every task of every subplan on the node of the part. */
+		cr_assert_eq(node_count(lines), 1, "%s", lines);
+		for (const char *t = strstr(lines, "Task Count: "); t;
+		     t = strstr(t + 1, "Task Count: "))
+			cr_assert_eq(atoi(t + strlen("Task Count: ")), 1, "%s", lines);
+		free(lines);
 		unsigned parts = commit_parts(&p);
 		buf text = BUF_INIT, err = BUF_INIT;
 		cr_assert_eq(commit_statement_part(parts, 1, &text, &err), 0, "%s", buf_str(&err));
 		snprintf(name, sizeof name, "commit_%d", k);
 		prepare_ok(c, name, buf_str(&text));
-		const char *values[COMMIT_NSLOTS + 1];
-		int nv = commit_values(&p, parts, values);
-		char key[24];
-		snprintf(key, sizeof key, "%" PRId64, part);
-		values[nv++] = key;
-		buf ex = BUF_INIT;
-		buf_puts(&ex, "EXPLAIN (COSTS OFF) ");
-		buf_puts(&ex, buf_str(&text));
-		PGresult *r = PQexecParams(c, buf_str(&ex), nv, NULL, values, NULL, NULL, 0);
-		cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
-		buf lines = BUF_INIT;
-		for (int i = 0; i < PQntuples(r); i++) {
-			buf_puts(&lines, PQgetvalue(r, i, 0));
-			buf_puts(&lines, "\n");
-		}
-		PQclear(r);
-		/* Every task of every subplan on the node of the part. */
-		cr_assert_eq(node_count(buf_str(&lines)), 1, "%s", buf_str(&lines));
-		for (const char *t = strstr(buf_str(&lines), "Task Count: "); t;
-		     t = strstr(t + 1, "Task Count: "))
-			cr_assert_eq(atoi(t + strlen("Task Count: ")), 1, "%s", buf_str(&lines));
-		buf_free(&lines);
-		buf_free(&ex);
 		buf_free(&text);
+		buf_free(&err);
+		const char *key = values[nv - 1];
 		exec_ok(c, "BEGIN");
 		const char *fv[] = {key, values[1], values[2]};
-		r = PQexecParams(c, commit_sql_fence_part(), 3, NULL, fv, NULL, NULL, 0);
+		PGresult *r = PQexecParams(c, commit_sql_fence_part(), 3, NULL, fv, NULL, NULL, 0);
 		cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
 		cr_assert_eq(PQntuples(r), 1);
 		PQclear(r);
@@ -1960,6 +2030,7 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		cr_assert_eq(PQntuples(r), 1, "the fence let the commit through");
 		PQclear(r);
 		exec_ok(c, "COMMIT");
+		free((char *)key);
 		commit_params_free(&p);
 		commit_free(f);
 		cr_assert_eq(tdb_intf(c,
