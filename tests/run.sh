@@ -80,9 +80,11 @@ run_suite() {
 	t=$1
 	name=$2
 	log=$(mktemp)
+	began=$(date +%s)
 	env ${3:-} "$t" --jobs 2 --timeout 240 >"$log" 2>&1
 	rc=$?
 	cat "$log"
+	echo "tests: $name took $(($(date +%s) - began)) s"
 	# What failed is repeated at the end, where a log's tail shows it.
 	grep -E '\[(FAIL|----)\]|CRASH|Assertion|ERROR: AddressSanitizer|runtime error:' "$log" |
 		sed "s|^|$name: |" >>"$failures"

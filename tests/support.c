@@ -1,7 +1,8 @@
 /*
  * support.c - test helpers; see support.h. Each test gets its own database
  * (CREATE DATABASE on the harness's server, dropped at exit), so tests run
- * in parallel and never touch data they did not create.
+ * in parallel and never touch data they did not create; a migrated one is
+ * a copy of a template migrated once per build (migrated_template).
  */
 #include "support.h"
 
@@ -102,10 +103,37 @@ static void distribute(const char *db)
 	free(err);
 }
 
-const char *tdb_new(void)
+/* conninfo of database name on the server of conninfo admin: the same
+ * server and credentials. */
+static void conninfo_of(const char *admin, const char *name, char *out, size_t size)
 {
-	if (on_citus())
-		return tdb_new_citus();
+	PQconninfoOption *opts = PQconninfoParse(admin, NULL);
+	cr_assert(opts);
+	size_t n = 0;
+	out[0] = '\0';
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		const char *v = strcmp(o->keyword, "dbname") == 0 ? name : o->val;
+		if (!v || !*v)
+			continue;
+		n += (size_t)snprintf(out + n, size - n, "%s%s='%s'", n ? " " : "", o->keyword, v);
+	}
+	if (!strstr(out, "dbname="))
+		snprintf(out + n, size - n, " dbname='%s'", name);
+	PQconninfoFree(opts);
+}
+
+static void admin_exec(PGconn *c, const char *sql)
+{
+	PGresult *r = PQexec(c, sql);
+	cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK,
+	          "%s: %s", sql, PQerrorMessage(c));
+	PQclear(r);
+}
+
+/* A new database of the harness's server, a copy of template (NULL:
+ * template1's), dropped at exit: its conninfo. */
+static const char *tdb_new_from(const char *template)
+{
 	const char *admin = getenv("DATABASE_URL");
 	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
 	PGconn *c = PQconnectdb(admin);
@@ -116,35 +144,79 @@ const char *tdb_new(void)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	snprintf(db_name, sizeof db_name, "cairn_test_%d_%ld_%u", (int)getpid(), (long)ts.tv_nsec,
 	         seq++);
-	char sql[128];
-	snprintf(sql, sizeof sql, "CREATE DATABASE %s", db_name);
-	PGresult *r = PQexec(c, sql);
-	cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK, "create database: %s", PQerrorMessage(c));
-	PQclear(r);
+	char sql[256];
+	snprintf(sql, sizeof sql, "CREATE DATABASE %s%s%s", db_name, template ? " TEMPLATE " : "",
+	         template ? template : "");
+	admin_exec(c, sql);
 	PQfinish(c);
 	atexit(drop_db);
-
-	/* Same server and credentials, another database. */
-	PQconninfoOption *opts = PQconninfoParse(admin, NULL);
-	cr_assert(opts);
-	size_t n = 0;
-	db_conninfo[0] = '\0';
-	for (PQconninfoOption *o = opts; o->keyword; o++) {
-		const char *v = strcmp(o->keyword, "dbname") == 0 ? db_name : o->val;
-		if (!v || !*v)
-			continue;
-		n += (size_t)snprintf(db_conninfo + n, sizeof db_conninfo - n, "%s%s='%s'",
-		                      n ? " " : "", o->keyword, v);
-	}
-	if (!strstr(db_conninfo, "dbname="))
-		snprintf(db_conninfo + n, sizeof db_conninfo - n, " dbname='%s'", db_name);
-	PQconninfoFree(opts);
+	conninfo_of(admin, db_name, db_conninfo, sizeof db_conninfo);
 	return db_conninfo;
+}
+
+const char *tdb_new(void)
+{
+	return on_citus() ? tdb_new_citus() : tdb_new_from(NULL);
+}
+
+/*
+ * The database the migrated databases of one server are copies of:
+ * `cairn migrate` runs once per server and build of cairn (its name
+ * carries the binary's size and time, whose migrations it embeds), not
+ * once per test. The first test that needs it makes it, under an advisory
+ * lock of the server, as a database of another name renamed once
+ * migrated, so that no test copies half of one; those of other builds
+ * are dropped then.
+ */
+static const char *migrated_template(void)
+{
+	static char name[64];
+	struct stat st;
+	cr_assert_eq(stat(tbin("cairn"), &st), 0, "%s: %s", tbin("cairn"), strerror(errno));
+	snprintf(name, sizeof name, "cairn_template_%llx_%llx", (unsigned long long)st.st_size,
+	         (unsigned long long)st.st_mtime);
+	const char *admin = getenv("DATABASE_URL");
+	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
+	PGconn *c = PQconnectdb(admin);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "cannot connect to %s: %s", admin,
+	          PQerrorMessage(c));
+	admin_exec(c, "SELECT pg_advisory_lock(hashtext('cairn tests: the migrated template'))");
+	const char *v[] = {name};
+	PGresult *r = PQexecParams(c, "SELECT 1 FROM pg_database WHERE datname = $1", 1, NULL, v,
+	                           NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+	int have = PQntuples(r) > 0;
+	PQclear(r);
+	if (!have) {
+		char sql[256], building[80], url[2048];
+		r = PQexec(
+		    c, "SELECT datname FROM pg_database WHERE datname LIKE 'cairn\\_template\\_%'");
+		for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
+			snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s",
+			         PQgetvalue(r, i, 0));
+			PQclear(PQexec(c, sql)); /* one in use by another build's run stays */
+		}
+		PQclear(r);
+		snprintf(building, sizeof building, "%s_new", name);
+		snprintf(sql, sizeof sql, "CREATE DATABASE %s", building);
+		admin_exec(c, sql);
+		conninfo_of(admin, building, url, sizeof url);
+		char *err = NULL;
+		int rc = tcli(url, NULL, &err, "migrate", NULL);
+		cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
+		free(err);
+		snprintf(sql, sizeof sql, "ALTER DATABASE %s RENAME TO %s", building, name);
+		admin_exec(c, sql);
+	}
+	PQfinish(c); /* and the lock with it */
+	return name;
 }
 
 const char *tdb_new_migrated(void)
 {
-	const char *db = tdb_new();
+	if (!on_citus())
+		return tdb_new_from(migrated_template());
+	const char *db = tdb_new_citus();
 	char *err = NULL;
 	int rc = tcli(db, NULL, &err, "migrate", NULL);
 	cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
