@@ -441,6 +441,12 @@ static int release_shards(lease *l, int gi, const int *shards, int n, buf *err)
 	return rc;
 }
 
+static int shard_cmp(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
 /* Tries to lock and take the shards; the ones it got are written to got
  * (ascending). 0 with *ngot set, or -CAIRN_EDB. */
 static int acquire_shards(lease *l, int gi, const int *want, int n, int *got, int *ngot, buf *err)
@@ -467,11 +473,13 @@ static int acquire_shards(lease *l, int gi, const int *want, int n, int *got, in
 		int s = db_get_int(r, i, 0);
 		if (s >= 0 && s < shards && !shardmap_held(e->map, gi, s)) {
 			shardmap_acquired(e->map, gi, s, db_get_i64(r, i, 1));
-			got[(*ngot)++] = s; /* ascending: the statement orders by shard */
+			got[(*ngot)++] = s;
 		}
 	}
 	PQclear(r);
 	pgarr_free(&arr);
+	/* On Citus the rows come part by part, whatever the statement's order. */
+	qsort(got, (size_t)*ngot, sizeof *got, shard_cmp);
 	return 0;
 }
 

@@ -43,9 +43,7 @@ static void drop_db(void)
 	PQfinish(c);
 }
 
-/* CAIRN_TEST_CITUS=1: every database a test makes is one of the harness's
- * Citus cluster (tests/citus.sh createdb), distributed once migrated. */
-static int on_citus(void)
+int tdb_on_citus(void)
 {
 	const char *v = getenv("CAIRN_TEST_CITUS");
 	return v && strcmp(v, "1") == 0;
@@ -53,7 +51,7 @@ static int on_citus(void)
 
 const char *tdb_commit_waiting(void)
 {
-	if (!on_citus())
+	if (!tdb_on_citus())
 		return "SELECT count(*) " TDB_COMMIT_WAITING;
 	return "SELECT count(*) FROM citus_lock_waits w WHERE EXISTS (SELECT 1 FROM "
 	       "citus_stat_activity a WHERE a.global_pid = w.waiting_gpid AND NOT "
@@ -84,18 +82,24 @@ void tcitus_createdb(const char *name, char *url, size_t n)
 	free(err);
 }
 
+static void conninfo_of(const char *admin, const char *name, char *out, size_t size);
+
+/* As the one server's (tdb_new_from), the conninfo is keywords and values,
+ * to which a test may append its own ("password=..."), not citus.sh's URL. */
 static const char *tdb_new_citus(void)
 {
 	static unsigned seq;
+	char url[2048];
 	snprintf(db_name, sizeof db_name, "cairn_test_%d_%u", (int)getpid(), seq++);
-	tcitus_createdb(db_name, db_conninfo, sizeof db_conninfo);
+	tcitus_createdb(db_name, url, sizeof url);
 	atexit(drop_citus_db);
+	conninfo_of(url, db_name, db_conninfo, sizeof db_conninfo);
 	return db_conninfo;
 }
 
 static void distribute(const char *db)
 {
-	if (!on_citus())
+	if (!tdb_on_citus())
 		return;
 	char *err = NULL;
 	int rc = tcli(db, NULL, &err, "migrate", "--citus", NULL);
@@ -156,7 +160,7 @@ static const char *tdb_new_from(const char *template)
 
 const char *tdb_new(void)
 {
-	return on_citus() ? tdb_new_citus() : tdb_new_from(NULL);
+	return tdb_on_citus() ? tdb_new_citus() : tdb_new_from(NULL);
 }
 
 /*
@@ -214,7 +218,7 @@ static const char *migrated_template(void)
 
 const char *tdb_new_migrated(void)
 {
-	if (!on_citus())
+	if (!tdb_on_citus())
 		return tdb_new_from(migrated_template());
 	const char *db = tdb_new_citus();
 	char *err = NULL;

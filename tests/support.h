@@ -165,6 +165,11 @@ void tpgbouncer_stop(tpgbouncer *b);
 	"FROM pg_stat_activity WHERE datname = current_database() "                                \
 	"AND application_name = 'cairn-worker commit' AND wait_event_type = 'Lock'"
 
+/* Whether the tests run on the harness's Citus cluster (CAIRN_TEST_CITUS=1,
+ * tests/run.sh's second run of the engine's suites): every database a test
+ * makes is then distributed once migrated. */
+int tdb_on_citus(void);
+
 /* The count of the worker commit sessions of the current database that
  * wait for a lock, as a whole statement: SELECT count(*) TDB_COMMIT_WAITING
  * on one server; on Citus (CAIRN_TEST_CITUS) the lock is waited for on the
