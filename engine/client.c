@@ -2454,13 +2454,18 @@ static const char SQL_SHARD_GROUPS[] =
  * each with the outsider holding its lock if any: a backend of this database
  * that holds it and is no registered runner's lease backend. A shard without
  * a row whose lock an outsider holds gets a row of its own (no owner, epoch
- * 0). An outsider's user and application_name are visible to every role.
+ * 0). An outsider's user and application_name are visible to every role:
+ * they are read from pg_stat_get_activity, not from pg_stat_activity, whose
+ * read of pg_authid for the user's name Citus runs as the caller (it runs
+ * a statement that reads a cairn table as SQL text, views expanded), which
+ * only a superuser may.
  */
 static const char SQL_SHARD_LIST[] =
     "WITH g AS (SELECT * FROM unnest($1::text[], $2::int[]) AS g(name, key)), "
-    "o AS (SELECT g.name, l.objid::int AS shard, l.pid, a.usename, a.application_name "
+    "o AS (SELECT g.name, l.objid::int AS shard, l.pid, pg_get_userbyid(a.usesysid) AS usename, "
+    "        a.application_name "
     "      FROM pg_locks l JOIN g ON l.classid = (g.key)::oid "
-    "      LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+    "      LEFT JOIN pg_stat_get_activity(NULL) a ON a.pid = l.pid "
     "      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
     "        AND l.objid::bigint < $3::int "
     "        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "

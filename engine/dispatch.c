@@ -2259,11 +2259,15 @@ static const char SQL_FLOW_RELEASE[] = "WITH " FLOW_GIVE_BACK(FLOW_OF_RUNNER("$1
     FLOW_LET_GO("SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
                 "WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL");
 /* $1: this runner, $2: its runs in flight. Also gives back the slots of
- * this runner's runs no longer in flight and of runners gone. */
+ * this runner's runs no longer in flight and of runners gone. The backends
+ * are read from pg_stat_get_activity: on Citus a statement that reads a
+ * cairn table is run as SQL text with its views expanded, and
+ * pg_stat_activity's read of pg_authid (for user names) is refused to a
+ * worker that is not a superuser. */
 static const char SQL_FLOW_SWEEP[] =
     "WITH old AS (SELECT s.run_id, s.runner_id FROM cairn.slots s "
     "  WHERE (s.runner_id = $1 AND s.run_id <> ALL ($2::bigint[])) "
-    "     OR NOT EXISTS (SELECT 1 FROM cairn.runners r JOIN pg_stat_activity a "
+    "     OR NOT EXISTS (SELECT 1 FROM cairn.runners r JOIN pg_stat_get_activity(NULL) a "
     "                    ON a.pid = r.lease_pid WHERE r.id = s.runner_id)), " FLOW_GIVE_BACK(
         "(SELECT array_agg(run_id) FROM old), (SELECT array_agg(runner_id) FROM old)")
         FLOW_LET_GO(

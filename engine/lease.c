@@ -554,6 +554,18 @@ static const char SQL_LEASE_OWNERS[] =
     "WHERE shard_group = $1 AND shard = ANY ($2::int[]) AND owner IS NOT NULL";
 
 /*
+ * The superuser roles (oid[]) and whether this session's role is one, for
+ * SQL_OUTSIDERS. Read by a statement of their own: on Citus, a statement
+ * that reads a cairn table is run as SQL text with its views expanded, so a
+ * read of pg_roles (a view of pg_authid) beside cairn.runners reads
+ * pg_authid as this role, which only a superuser may ("permission denied
+ * for table pg_authid" for a worker of any other role).
+ */
+static const char SQL_SUPERUSERS[] =
+    "SELECT coalesce(array_agg(oid), '{}'), coalesce(bool_or(rolname = current_user), false) "
+    "FROM pg_roles WHERE rolsuper";
+
+/*
  * The holders of the locks of shards ($2) of the group whose key is $1,
  * other than this session and the lease backends of live runners (TTL $3):
  * one row per (pid, shard), by pid, with the holder's user and
@@ -561,7 +573,10 @@ static const char SQL_LEASE_OWNERS[] =
  * lease backend it was (one past its TTL, which terminate_stale also ends),
  * whether this role may terminate it, and, where it may, whether
  * pg_terminate_backend saw it gone within $4 ms. The CTE that terminates
- * is evaluated once (it is volatile), before any row is returned.
+ * is evaluated once (it is volatile), before any row is returned. $5 and
+ * $6 are SQL_SUPERUSERS's. The backends are read from pg_stat_get_activity,
+ * the function under pg_stat_activity, for the reason SQL_SUPERUSERS gives:
+ * the view reads pg_authid for the user's name.
  */
 static const char SQL_OUTSIDERS[] =
     "WITH held AS (SELECT l.pid, l.objid::int AS shard FROM pg_locks l "
@@ -571,18 +586,18 @@ static const char SQL_OUTSIDERS[] =
     "    AND l.pid <> pg_backend_pid() "
     "    AND NOT EXISTS (SELECT 1 FROM cairn.runners r "
     "                    WHERE r.lease_pid = l.pid AND cairn.runner_live(r, $3))), "
-    "who AS (SELECT h.pid, a.usename, a.application_name, "
+    "who AS (SELECT h.pid, pg_get_userbyid(a.usesysid) AS usename, a.application_name, "
     "          (SELECT max(r.id) FROM cairn.runners r WHERE r.lease_pid = h.pid) AS runner, "
     /* Whether this role may signal the backend, as pg_terminate_backend
      * checks: a superuser may signal any; anyone else only a
      * non-superuser's, with the privileges of its role or of
      * pg_signal_backend. */
-    "          coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
-    "            OR (NOT (SELECT rolsuper FROM pg_roles WHERE oid = a.usesysid) "
+    "          coalesce($6::boolean "
+    "            OR (NOT a.usesysid = ANY ($5::oid[]) "
     "                AND (pg_has_role(a.usesysid, 'USAGE') "
     "                     OR pg_has_role('pg_signal_backend', 'USAGE'))), false) AS may "
     "        FROM (SELECT DISTINCT pid FROM held) h "
-    "        LEFT JOIN pg_stat_activity a ON a.pid = h.pid), "
+    "        LEFT JOIN pg_stat_get_activity(NULL) a ON a.pid = h.pid), "
     "act AS (SELECT w.*, CASE WHEN w.may THEN pg_terminate_backend(w.pid, $4) END AS gone "
     "        FROM who w) "
     "SELECT a.pid, h.shard, a.usename, a.application_name, a.runner, a.may, a.gone "
@@ -717,11 +732,18 @@ static void look_for_outsiders(lease *l, int gi, const int *missed, int n)
 	pgarr arr = PGARR_INIT;
 	shard_array(&arr, missed, n);
 	char key[24], ttl[24], wait[24];
-	const char *p[] = {db_i64(key, shardmap_lock_key(e->map, gi)), pgarr_str(&arr),
-	                   db_i64(ttl, e->cfg->runner_ttl_ms),
-	                   db_i64(wait, e->cfg->runner_ttl_ms / 4)};
 	buf err = BUF_INIT;
-	PGresult *r = db_exec(l->conn, &err, SQL_OUTSIDERS, 4, p);
+	PGresult *su = db_exec(l->conn, &err, SQL_SUPERUSERS, 0, NULL), *r = NULL;
+	if (su) {
+		const char *p[] = {db_i64(key, shardmap_lock_key(e->map, gi)),
+		                   pgarr_str(&arr),
+		                   db_i64(ttl, e->cfg->runner_ttl_ms),
+		                   db_i64(wait, e->cfg->runner_ttl_ms / 4),
+		                   PQgetvalue(su, 0, 0),
+		                   PQgetvalue(su, 0, 1)};
+		r = db_exec(l->conn, &err, SQL_OUTSIDERS, 6, p);
+		PQclear(su);
+	}
 	pgarr_free(&arr);
 	o->looked_ms = clock_mono_ms();
 	if (!r) {
@@ -900,12 +922,15 @@ static int rebalance_group(lease *l, int gi, int *changed, buf *err)
  * connection is dead to everyone, but its backend (and so its advisory
  * locks) would stay until the server's keepalives notice, which may take
  * hours. Only a pid that is still a backend of this database, started before
- * the runner's last heartbeat (so not a reused pid) and not our own.
+ * the runner's last heartbeat (so not a reused pid) and not our own. The
+ * backends are pg_stat_get_activity's, not pg_stat_activity's, whose user
+ * names a worker not a superuser may not read on Citus (SQL_SUPERUSERS).
  */
 static const char SQL_TERMINATE_STALE[] =
     "SELECT r.id, r.lease_pid, pg_terminate_backend(r.lease_pid, $4) "
-    "FROM cairn.runners r JOIN pg_stat_activity a "
-    "  ON a.pid = r.lease_pid AND a.datname = current_database() "
+    "FROM cairn.runners r JOIN pg_stat_get_activity(NULL) a "
+    "  ON a.pid = r.lease_pid "
+    "  AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "WHERE r.groups && $1::text[] AND r.id <> $2 "
     "  AND r.heartbeat_at < now() - $3 * interval '1 millisecond' "
     "  AND a.backend_start <= r.heartbeat_at AND r.lease_pid <> pg_backend_pid()";
