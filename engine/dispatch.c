@@ -1609,7 +1609,12 @@ static void pushed_fate(dispatch *d, int64_t run, int *flying, int *at_once)
  * either journaled a step, as a claim of a run whose worker seems dead
  * does: the fence keeps one execution's writes. Each run is found by its
  * key, and its lease by its key (a generic plan that joined the leases by
- * owner walked every lease of the runner: 4,096 on one worker). The
+ * owner walked every lease of the runner: 4,096 on one worker), in the
+ * run's part: on Citus a join of leases and runs that is not on the part
+ * is refused ("complex joins are only supported when all distributed
+ * tables are co-located and joined on their distribution columns"), and
+ * a run named by a notification, which no enqueue hands over there but
+ * anyone may forge, was claimed by id with a warning instead. The
  * columns are CLAIM_SELECT's, as a claim of a new run returns them: no
  * journal, no signals, its start message (id 0) and its one count; and, as
  * a claim says, whether cairn.limits has a row (a worker whose runs all
@@ -1620,7 +1625,8 @@ static const db_stmt ST_PUSHED_TAKE = {
     "cairn_pushed_take",
     "SELECT * FROM (SELECT r.id, r.shard_group, r.shard, "
     "  (SELECT CASE WHEN l.owner = $1 THEN l.epoch END FROM cairn.shard_leases l "
-    "   WHERE l.shard_group = r.shard_group AND l.shard = r.shard) AS epoch, "
+    "   WHERE l.part = r.part AND l.shard_group = r.shard_group AND l.shard = r.shard) "
+    "   AS epoch, "
     "  '{0}'::text, r.workflow, r.status, r.input::text, r.attempt, r.max_attempts, "
     "  r.cancel_requested, (extract(epoch FROM r.scheduled_at) * 1000)::bigint, "
     "  ceil(extract(epoch FROM now()) * 1000)::bigint, r.claims, 0, NULL::text, NULL::text, "
