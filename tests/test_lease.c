@@ -455,13 +455,14 @@ Test(lease, sigterm_of_one_of_three_exits_zero_deregisters_and_hands_its_shards_
 /* ------------------------------------------------------------ detachment */
 
 /* A write to run id on (default, shard) as runner owner with epoch, fenced
- * the way the engine's commit is (a join with the lease row). */
+ * the way the engine's commit is (a join with the lease row), the run and
+ * the lease row read in the shard's part, as the engine's are. */
 static int fenced_touch(int shard, int64_t owner, int64_t epoch, int64_t run)
 {
 	static const char sql[] =
-	    "UPDATE cairn.runs SET updated_at = now() WHERE id = $5 AND EXISTS (SELECT 1 FROM "
-	    "cairn.shard_leases WHERE shard_group = $1 AND shard = $2 AND owner = $3 AND epoch = "
-	    "$4)";
+	    "UPDATE cairn.runs SET updated_at = now() WHERE id = $5 AND part = cairn.part_of($2) "
+	    "AND EXISTS (SELECT 1 FROM cairn.shard_leases WHERE part = cairn.part_of($2) "
+	    "AND shard_group = $1 AND shard = $2 AND owner = $3 AND epoch = $4)";
 	char s[24], r[24], e[24], id[24];
 	snprintf(s, sizeof s, "%d", shard);
 	snprintf(r, sizeof r, "%" PRId64, owner);
@@ -500,10 +501,10 @@ Test(lease, killed_lease_connection_detaches_is_fenced_out_and_reattaches_after_
 	    "SELECT epoch FROM cairn.shard_leases WHERE shard_group = 'default' AND shard = %d",
 	    shard);
 	check(shard >= 0 && epoch > 0, "worker 0 owns no shard");
-	int64_t run = qint("INSERT INTO cairn.runs (id, workflow, key, shard_group, shard) "
-	                   "VALUES (cairn.new_run_id(%d), 'test.fence', 'k', 'default', %d) "
-	                   "RETURNING id",
-	                   shard, shard);
+	int64_t run = qint("INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard) "
+	                   "VALUES (cairn.new_run_id(%d), cairn.part_of(%d), 'test.fence', 'k', "
+	                   "'default', %d) RETURNING id",
+	                   shard, shard, shard);
 	check(fenced_touch(shard, a, epoch, run) == 1, "the owner's fenced write was refused");
 	double before = tmetric(ws[0].port, "cairn_detachments_total");
 	check(before >= 0, "no cairn_detachments_total metric");
