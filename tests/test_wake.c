@@ -47,6 +47,27 @@ static void teardown(void)
 	PQfinish(conn);
 }
 
+/* Whether the database has more than one part: `cairn migrate --citus`
+ * distributed it (CAIRN_TEST_CITUS). There an enqueue never hands its run
+ * over from inside its transaction, and a run a wake-up names is claimed
+ * by the claim of named runs of its part, never by the short claim of a
+ * new run: both are one server's (client.c, ST_ENQUEUE_PUSH; dispatch.c,
+ * claim_parts). */
+static int with_parts(void)
+{
+	return tdb_int(conn, "SELECT count(*) FROM cairn.parts") > 1;
+}
+
+/* Skips the test on a database with parts, saying why also where
+ * Criterion's log does not show a skip's reason (without --verbose). */
+#define SKIP_WITH_PARTS(why)                                                                       \
+	do {                                                                                       \
+		if (with_parts()) {                                                                \
+			fprintf(stderr, "test_wake: skipped on Citus: %s\n", why);                 \
+			cr_skip_test("%s", why);                                                   \
+		}                                                                                  \
+	} while (0)
+
 static void dump_logs(void)
 {
 	char *a = tfile_read(log_a), *b = tfile_read(log_b);
@@ -284,6 +305,20 @@ Test(wake, a_burst_during_a_hand_over_starts_without_a_poll)
 
 #define HOLD_RUNS 80
 
+/* The keys prefix || g, g from 1 to n, with their shards, as CTE k, and
+ * the join that keeps those of the shards a runner owns (any shard when it
+ * is 0; two arguments, the runner twice, each a PRId64). The shards are
+ * computed first, in a CTE of their own: on Citus, cairn.shard_of in a
+ * statement with shard_leases would run on the nodes, where its read of
+ * cairn.settings is a distributed query inside one ("cannot execute a
+ * distributed query from a query on a shard"). */
+#define KEYS_OF(prefix, n)                                                                         \
+	"WITH k AS MATERIALIZED (SELECT g, '" prefix "' || g AS k, "                               \
+	"  cairn.shard_of('" prefix "' || g) AS shard FROM generate_series(1, " n ") g) "
+#define KEYS_OWNED                                                                                 \
+	"JOIN cairn.shard_leases l ON l.shard_group = 'default' AND l.shard = k.shard "            \
+	"WHERE (l.owner = %" PRId64 " OR %" PRId64 " = 0)"
+
 /* Whether every t.hold run has completed. */
 static int holds_ended(void *arg)
 {
@@ -314,10 +349,8 @@ static void hold_burst(int64_t runner)
 {
 	char sql[512];
 	snprintf(sql, sizeof sql,
-	         "SELECT string_agg(k, ' ') FROM (SELECT 'hold-' || g AS k "
-	         "  FROM generate_series(1, 10000) g, cairn.shard_leases l "
-	         "  WHERE l.shard_group = 'default' AND l.shard = cairn.shard_of('hold-' || g) "
-	         "    AND (l.owner = %" PRId64 " OR %" PRId64 " = 0) ORDER BY g LIMIT %d) x",
+	         KEYS_OF("hold-", "10000") "SELECT string_agg(k, ' ' ORDER BY g) FROM (SELECT k.k, "
+	                                   "k.g FROM k " KEYS_OWNED " ORDER BY k.g LIMIT %d) x",
 	         runner, runner, HOLD_RUNS);
 	char *keys = tdb_str(conn, sql);
 	int n = 0;
@@ -345,13 +378,22 @@ static int64_t sql_enqueue_unwoken(PGconn *tx, int64_t runner)
 	                          "(id = %" PRId64 " OR %" PRId64 " = 0)",
 	                          runner, runner),
 	       "the poller never went busy");
-	int64_t id =
-	    tdb_intf(tx,
-	             "SELECT (cairn.enqueue('noop', key => k)).id FROM (SELECT 'late-' || g AS k "
-	             "  FROM generate_series(1, 1000) g) x, cairn.shard_leases l "
-	             "WHERE l.shard_group = 'default' AND l.shard = cairn.shard_of(x.k) "
-	             "  AND (l.owner = %" PRId64 " OR %" PRId64 " = 0) LIMIT 1",
-	             runner, runner);
+	/* The key first, then the enqueue in a statement that reads no
+	 * distributed table: on Citus a call in a statement over shard_leases
+	 * would run on the nodes. */
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         KEYS_OF("late-", "1000") "SELECT k.k FROM k " KEYS_OWNED " ORDER BY k.g LIMIT 1",
+	         runner, runner);
+	char *key = tdb_str(tx, sql);
+	cr_assert(key, "no key of the runner's shards");
+	const char *p[] = {key};
+	PGresult *r = PQexecParams(tx, "SELECT (cairn.enqueue('noop', key => $1)).id", 1, NULL, p,
+	                           NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(tx));
+	int64_t id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	free(key);
 	cr_assert_eq(tdb_int(tx, "SELECT (coalesce(current_setting('cairn.woken', true), '') "
 	                         "<> '')::int"),
 	             0,
@@ -504,7 +546,8 @@ static claims one_by_one(int n, int64_t *done, const char *what)
 
 /*
  * Runs one by one until two in a row were each claimed by name alone, with
- * the short claim of a new run. Until then the worker's start may still be
+ * the short claim of a new run (with parts, by the claim of named runs of
+ * the run's part: with_parts). Until then the worker's start may still be
  * claiming all that is due: the relay pokes it as it starts, and that claim
  * may take a run whose wake-up then finds it in flight; a claim that passed
  * a run in flight claims all again when the run ends (a wake-up may have
@@ -514,10 +557,10 @@ static claims one_by_one(int n, int64_t *done, const char *what)
  */
 static int64_t settle_a(void)
 {
-	int64_t done = 0;
+	int64_t done = 0, short_claim = !with_parts();
 	for (int clean = 0; clean < 2;) {
 		claims c = one_by_one(1, &done, "settling");
-		int named = c.runs == 1 && c.new_runs == 1 && c.pushed == 0;
+		int named = c.runs == 1 && c.new_runs == short_claim && c.pushed == 0;
 		int handed = c.runs == 0 && c.pushed == 1;
 		clean = c.shards == 0 && (named || handed) ? clean + 1 : 0;
 		tcheck(dump_logs, done < 20, "20 runs one by one and the claims never settled");
@@ -621,6 +664,10 @@ static int64_t push_owner_calls(void)
  */
 Test(wake, an_enqueue_hands_its_run_to_an_idle_owner_that_starts_it_without_a_claim)
 {
+	SKIP_WITH_PARTS("an enqueue hands no run over from inside its transaction (one "
+	                "server's ST_ENQUEUE_PUSH): it inserts the run pending and wakes the owner "
+	                "after its commit, which claims it by id (tested by "
+	                "a_wake_up_that_names_its_run_makes_the_owner_claim_that_run_by_id)");
 	pid_t a = ready_worker_a();
 	int64_t done = settle_a();
 	/* The calls of cairn.push_owner are counted (track_functions) in a
@@ -737,11 +784,12 @@ Test(wake, a_run_handed_over_whose_notification_is_lost_starts_with_the_next_pol
 	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
 	tdb_exec(conn, "BEGIN");
 	int64_t id = tdb_int(
-	    conn, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, start_at, "
-	          "                        status, attempt, started_at, claims, queued_by) "
-	          "SELECT cairn.new_run_id(0), 'noop', 'lost', 'default', 0, '{}', now(), "
-	          "       'running', 1, now(), 1, p.owner "
-	          "FROM cairn.push_owner('default', 0) p WHERE p.owner IS NOT NULL RETURNING id");
+	    conn,
+	    "INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, input, "
+	    "                        start_at, status, attempt, started_at, claims, queued_by) "
+	    "SELECT cairn.new_run_id(0), cairn.part_of(0), 'noop', 'lost', 'default', 0, '{}', "
+	    "       now(), 'running', 1, now(), 1, p.owner "
+	    "FROM cairn.push_owner('default', 0) p WHERE p.owner IS NOT NULL RETURNING id");
 	tdb_exec(conn, "COMMIT");
 	all_completed(1, "a run handed over without its notification");
 	tcheck(dump_logs,
@@ -766,21 +814,33 @@ Test(wake, a_forged_hand_over_is_not_started_and_its_run_is_claimed_as_stored)
 	pid_t a = ready_worker_a();
 	int64_t done = settle_a(); /* the relay listens */
 	tcheck(dump_logs, twait(runner_idle, NULL, DEADLINE), "the worker never went idle");
-	int64_t id = tdb_int(conn, "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, "
-	                           "  input, start_at) VALUES (cairn.new_run_id(0), 'noop', "
-	                           "  'forged', 'default', 0, '{\"stored\": true}', now()) "
-	                           "RETURNING id");
+	int64_t id = tdb_int(conn, "INSERT INTO cairn.runs (id, part, workflow, key, shard_group, "
+	                           "  shard, input, start_at) VALUES (cairn.new_run_id(0), "
+	                           "  cairn.part_of(0), 'noop', 'forged', 'default', 0, "
+	                           "  '{\"stored\": true}', now()) RETURNING id");
 	claims c = claims_of_a();
 	double stale = tmetric(port_a, RUNS_PUSHED_STALE);
-	tdb_intf(conn,
-	         "SELECT count(pg_notify('cairn_wake', l.owner || ' ' || r.id || ' ' || "
+	/* Read, then sent by a statement that reads no table: on Citus a
+	 * pg_notify in a statement over runs is sent on the node of their
+	 * part, and the relay listens on the coordinator. */
+	char sql[1024];
+	snprintf(sql, sizeof sql,
+	         "SELECT l.owner || ' ' || r.id || ' ' || "
 	         "  repeat('ab', 32) || ' ' || json_build_array(r.id::text, 'default', '0', "
 	         "  l.epoch::text, '{0}', 'noop', 'running', '{\"forged\": true}', '1', '3', "
 	         "  'f', '0', '0', '1', '0', NULL, NULL, NULL, NULL, 't', NULL, 'f', NULL, NULL, "
-	         "  NULL, NULL, '0', '0', '0', r.id::text, NULL, '0')::text)) "
-	         "FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = 'default' "
-	         "AND l.shard = 0 WHERE r.id = %" PRId64,
+	         "  NULL, NULL, '0', '0', '0', r.id::text, NULL, '0')::text "
+	         "FROM cairn.runs r JOIN cairn.shard_leases l ON l.part = r.part "
+	         "AND l.shard_group = 'default' AND l.shard = 0 WHERE r.id = %" PRId64,
 	         id);
+	char *note = tdb_str(conn, sql);
+	cr_assert_not_null(note, "the forged run or its lease is not there");
+	const char *np[] = {note};
+	PGresult *nr =
+	    PQexecParams(conn, "SELECT pg_notify('cairn_wake', $1)", 1, NULL, np, NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(nr), PGRES_TUPLES_OK, "%s", PQerrorMessage(conn));
+	PQclear(nr);
+	free(note);
 	all_completed(done + 1, "a run named by a forged hand-over");
 	c = claims_since(c);
 	tcheck(dump_logs,
@@ -816,6 +876,10 @@ static int hand_over_handled(void *arg)
  */
 Test(wake, a_hand_over_notified_again_after_its_run_ran_does_not_start_it_again)
 {
+	SKIP_WITH_PARTS("an enqueue hands no run over (one server's ST_ENQUEUE_PUSH), so "
+	                "there is no genuine hand-over's notification to send again; a forged "
+	                "one is tested by "
+	                "a_forged_hand_over_is_not_started_and_its_run_is_claimed_as_stored");
 	pid_t a = ready_worker_a();
 	int64_t done = settle_a();
 	PGconn *listener = tdb_connect(db);
@@ -872,27 +936,39 @@ Test(wake, a_new_run_takes_the_short_claim_and_a_run_with_a_signal_waiting_the_f
 	PGconn *other = no_hand_over();
 	claims c = one_by_one(NEW, &done, "a new run");
 	PQfinish(other);
-	tcheck(dump_logs, c.runs == NEW && c.new_runs == NEW && c.shards == 0,
+	/* With parts there is no short claim of a new run (with_parts): each
+	 * is claimed as a named run of its part. */
+	int short_claim = !with_parts();
+	tcheck(dump_logs, c.runs == NEW && c.new_runs == NEW * short_claim && c.shards == 0,
 	       "%d new runs named one by one: %g claims of new runs, %g of named runs, %g of "
 	       "the shards",
 	       NEW, c.new_runs, c.runs, c.shards);
 	claims c1 = claims_of_a();
-	int64_t id = tdb_int(
-	    conn,
-	    "WITH r AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
-	    "                                start_at) "
-	    "  VALUES (cairn.new_run_id(cairn.shard_of('waited')), 't.signals', 'waited', "
-	    "'default', cairn.shard_of('waited'), "
-	    "          '{\"n\": 1}', now()) RETURNING id, shard_group, shard), "
-	    "g AS (INSERT INTO cairn.signals (run_id, name, payload) "
-	    "      SELECT id, 's', '{\"v\": 7}' FROM r), "
-	    "m AS (INSERT INTO cairn.messages (run_id, shard_group, shard, kind) "
-	    "      SELECT id, shard_group, shard, 'signal' FROM r) "
-	    "SELECT id FROM r");
+	/* The run, its signal and its message in one transaction, each row in
+	 * the run's part; its owner woken by a statement that reads no table
+	 * (on Citus cairn.wake in a statement over runs would run on the node
+	 * of their part, and notify there). */
+	int64_t shard = tdb_int(conn, "SELECT cairn.shard_of('waited')");
+	tdb_exec(conn, "BEGIN");
+	int64_t id =
+	    tdb_intf(conn,
+	             "INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, "
+	             "  input, start_at) VALUES (cairn.new_run_id(%" PRId64
+	             "), cairn.part_of(%" PRId64 "), 't.signals', 'waited', 'default', "
+	             "%" PRId64 ", '{\"n\": 1}', now()) RETURNING id",
+	             shard, shard, shard);
 	tdb_intf(conn,
-	         "SELECT count(cairn.wake(shard_group, shard, id, false)) FROM cairn.runs "
-	         "WHERE id = %" PRId64,
-	         id);
+	         "INSERT INTO cairn.signals (run_id, part, name, payload) "
+	         "VALUES (%" PRId64 ", cairn.part_of(%" PRId64 "), 's', '{\"v\": 7}') RETURNING 1",
+	         id, shard);
+	tdb_intf(conn,
+	         "INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind) "
+	         "VALUES (%" PRId64 ", cairn.part_of(%" PRId64 "), 'default', %" PRId64
+	         ", 'signal') RETURNING 1",
+	         id, shard, shard);
+	tdb_exec(conn, "COMMIT");
+	tdb_intf(conn, "SELECT count(cairn.wake('default', %" PRId64 "::int, %" PRId64 ", false))",
+	         shard, id);
 	all_completed(done + 1, "a run with a signal waiting");
 	tcheck(dump_logs,
 	       tdb_intf(conn,
@@ -907,16 +983,36 @@ Test(wake, a_new_run_takes_the_short_claim_and_a_run_with_a_signal_waiting_the_f
 	tworker_stop(a, SIGTERM, 30000);
 }
 
+/* On Citus: the backends on the nodes that served a session of the
+ * coordinator that has ended (they flush their statistics as they exit). */
+#define ORPHANS                                                                                    \
+	"SELECT count(*) FROM citus_stat_activity w WHERE w.is_worker_query "                      \
+	"AND w.datname = current_database() AND NOT EXISTS (SELECT 1 FROM citus_stat_activity c "  \
+	"WHERE NOT c.is_worker_query AND c.global_pid = w.global_pid)"
+
 /* Entries of the index of messages by time (messages_deliver) read so far
- * in this database, once every worker session in it has ended. */
+ * in this database, once every worker session in it has ended. On Citus
+ * the index is read on the nodes, in each shard's index (messages_deliver
+ * and the shard's id), whose backends that served a worker's sessions end
+ * after them. */
 static int64_t deliver_index_reads(void)
 {
-	int64_t n = tdb_stat_after_sessions(conn, "cairn-worker%",
-	                                    "SELECT idx_tup_read FROM pg_stat_user_indexes "
+	int parts = with_parts();
+	int64_t n =
+	    tdb_stat_after_sessions(conn, "cairn-worker%",
+	                            parts ? "SELECT 0"
+	                                  : "SELECT idx_tup_read FROM pg_stat_user_indexes "
 	                                    "WHERE indexrelid = 'cairn.messages_deliver'::regclass",
-	                                    DEADLINE);
+	                            DEADLINE);
 	tcheck(dump_logs, n >= 0, "a worker session of the test database did not end");
-	return n;
+	if (!parts)
+		return n;
+	tcheck(dump_logs,
+	       tdb_wait_at_least(conn, "SELECT (count = 0)::int FROM (" ORPHANS ") o", 1, DEADLINE),
+	       "the nodes' backends of the worker's sessions did not end");
+	return tdb_int(conn, "SELECT sum(result::bigint) FROM run_command_on_all_nodes($$"
+	                     "SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes "
+	                     "WHERE indexrelname ~ '^messages_deliver(_[0-9]+)?$'$$)");
 }
 
 /*
@@ -926,31 +1022,54 @@ static int64_t deliver_index_reads(void)
  * refreshed: autovacuum is off for cairn.messages) say almost none are: a
  * claim that looked for the named runs' due messages by time walked all of
  * them, for every run it claimed. The claims of all that is due (at the
- * worker's start) walk them by design, a few times.
+ * worker's start) walk them by design, a few times. Every run is in the
+ * shards of one part (part_no 0; on one server, every shard): on Citus a
+ * claim reads the messages of its part only, and a claim of named runs
+ * that walked them would read as many as on one server.
  */
 Test(wake, a_claim_of_named_runs_finds_their_messages_by_run_whatever_is_due_elsewhere)
 {
 	enum { ELSEWHERE = 20000, RUNS = 40 };
+	int64_t parts = tdb_int(conn, "SELECT count(*) FROM cairn.parts");
+	cr_assert(parts >= 1 && SHARDS % parts == 0, "%" PRId64 " parts", parts);
 	tdb_exec(conn, "ALTER TABLE cairn.messages SET (autovacuum_enabled = false)");
 	tdb_intf(conn,
-	         "WITH i AS (INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, input, "
-	         "                                   status, attempt) "
-	         "  SELECT cairn.new_run_id(g %% 64), 'noop', 'elsewhere-' || g, 'elsewhere', g %% "
-	         "64, '{}', 'sleeping', 1 "
-	         "  FROM generate_series(1, %d) g RETURNING 1) SELECT count(*) FROM i",
-	         ELSEWHERE);
+	         "WITH i AS (INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, "
+	         "                                   input, status, attempt) "
+	         "  SELECT cairn.new_run_id(s), cairn.part_of(s), 'noop', 'elsewhere-' || g, "
+	         "'elsewhere', s, '{}', 'sleeping', 1 "
+	         "  FROM generate_series(1, %d) g, "
+	         "  LATERAL (SELECT (g %% %" PRId64 ") * %" PRId64 " AS s) x "
+	         "  RETURNING 1) SELECT count(*) FROM i",
+	         ELSEWHERE, SHARDS / parts, parts);
+	char sql[256];
+	snprintf(sql, sizeof sql,
+	         "SELECT string_agg(k, ' ' ORDER BY g) FROM (SELECT g, 'named-' || g AS k "
+	         "FROM generate_series(1, 10000) g WHERE cairn.shard_of('named-' || g) %% %" PRId64
+	         " = 0 ORDER BY g LIMIT %d) x",
+	         parts, RUNS);
+	char *keys = tdb_str(conn, sql);
+	cr_assert(keys, "no keys of the shards of part 0");
 	/* A wake-up each, tomorrow, seen by ANALYZE; then a signal each, due. */
-	tdb_exec(conn, "INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
-	               "SELECT id, shard_group, shard, 'wake', now() + interval '1 day' "
+	tdb_exec(conn, "INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind, "
+	               "  deliver_at) "
+	               "SELECT id, part, shard_group, shard, 'wake', now() + interval '1 day' "
 	               "FROM cairn.runs WHERE shard_group = 'elsewhere'");
 	tdb_exec(conn, "ANALYZE cairn.messages");
-	tdb_exec(conn, "INSERT INTO cairn.messages (run_id, shard_group, shard, kind, deliver_at) "
-	               "SELECT id, shard_group, shard, 'signal', now() - interval '1 second' "
+	tdb_exec(conn, "INSERT INTO cairn.messages (run_id, part, shard_group, shard, kind, "
+	               "  deliver_at) "
+	               "SELECT id, part, shard_group, shard, 'signal', now() - interval '1 second' "
 	               "FROM cairn.runs WHERE shard_group = 'elsewhere'");
 	int64_t before = deliver_index_reads();
 	pid_t a = ready_worker_a();
-	for (int i = 0; i < RUNS; i++) {
-		enqueue("noop", "{}", 0);
+	char *save = NULL, *key = strtok_r(keys, " ", &save);
+	for (int i = 0; i < RUNS; i++, key = strtok_r(NULL, " ", &save)) {
+		cr_assert(key, "only %d keys of the shards of part 0", i);
+		cairn_enqueue_opts o = {.input = "{}", .key = key};
+		cairn_enqueued e;
+		cr_assert_eq(cairn_enqueue(client, "noop", &o, &e), CAIRN_OK, "%s",
+		             cairn_client_errmsg(client));
+		cairn_enqueued_clear(&e);
 		tcheck(dump_logs,
 		       tdb_wait_at_leastf(
 		           conn, 1 + i, DEADLINE,
@@ -958,6 +1077,7 @@ Test(wake, a_claim_of_named_runs_finds_their_messages_by_run_whatever_is_due_els
 		       "run %d did not complete within %d ms with a 1 h poll interval", i + 1,
 		       DEADLINE);
 	}
+	free(keys);
 	tworker_stop(a, SIGTERM, 30000);
 	int64_t read = deliver_index_reads() - before;
 	fprintf(stderr,
@@ -1027,13 +1147,14 @@ Test(wake, a_runner_that_does_not_answer_does_not_hold_up_the_wake_ups_of_others
 	burst(60);
 	int64_t want = tdb_intf(conn,
 	                        "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
-	                        "ON l.shard_group = r.shard_group AND l.shard = r.shard "
-	                        "WHERE l.owner = %" PRId64,
+	                        "ON l.part = r.part AND l.shard_group = r.shard_group "
+	                        "AND l.shard = r.shard WHERE l.owner = %" PRId64,
 	                        live_id);
 	int ok = tdb_wait_at_leastf(conn, want, DEADLINE,
 	                            "SELECT count(*) FROM cairn.runs r JOIN cairn.shard_leases l "
-	                            "ON l.shard_group = r.shard_group AND l.shard = r.shard "
-	                            "WHERE l.owner = %" PRId64 " AND r.status = 'completed'",
+	                            "ON l.part = r.part AND l.shard_group = r.shard_group "
+	                            "AND l.shard = r.shard WHERE l.owner = %" PRId64
+	                            " AND r.status = 'completed'",
 	                            live_id);
 	kill(w[frozen], SIGCONT);
 	tcheck(dump_logs, ok && want > 0,
@@ -1048,8 +1169,9 @@ Test(wake, a_runner_that_does_not_answer_does_not_hold_up_the_wake_ups_of_others
 	    want,
 	    tdb_intf(conn,
 	             "SELECT max((extract(epoch FROM r.started_at - r.created_at) * 1000)::bigint) "
-	             "FROM cairn.runs r JOIN cairn.shard_leases l ON l.shard_group = r.shard_group "
-	             "AND l.shard = r.shard WHERE l.owner = %" PRId64,
+	             "FROM cairn.runs r JOIN cairn.shard_leases l ON l.part = r.part "
+	             "AND l.shard_group = r.shard_group AND l.shard = r.shard "
+	             "WHERE l.owner = %" PRId64,
 	             live_id));
 	/* The frozen worker's runs start once it answers again. */
 	all_completed(60, "after the thaw");
