@@ -111,8 +111,8 @@ Test(sql, a_rolled_back_enqueue_leaves_no_run_and_wakes_no_worker_a_committed_on
 	cr_assert(note, "the committed enqueue sent no wake-up");
 	int64_t owner = tdb_intf(conn,
 	                         "SELECT l.owner FROM cairn.runs r JOIN cairn.shard_leases l "
-	                         "ON l.shard_group = r.shard_group AND l.shard = r.shard "
-	                         "WHERE r.id = %" PRId64,
+	                         "ON l.part = r.part AND l.shard_group = r.shard_group "
+	                         "AND l.shard = r.shard WHERE r.id = %" PRId64,
 	                         id);
 	char want[64];
 	snprintf(want, sizeof want, "%" PRId64 " %" PRId64, owner, id);
@@ -361,11 +361,19 @@ Test(sql, a_login_role_granted_cairn_client_enqueues_but_cannot_touch_the_tables
 	int64_t id = tdb_int(app, "SELECT id FROM cairn.enqueue('noop', '{\"a\": 1}')");
 	cr_assert_gt(id, 0);
 	cr_assert_eq(tdb_int(app, "SELECT count(*) FROM cairn.run_view"), 1);
-	char *st = tdb_str(app, "SELECT (cairn.run(id)).status FROM cairn.run_view");
+	/* Called on its own (on Citus a function in a statement over runs runs on
+	 * the worker nodes, where cairn.run is not). */
+	char sql_run[96];
+	snprintf(sql_run, sizeof sql_run, "SELECT (cairn.run(%" PRId64 ")).status", id);
+	char *st = tdb_str(app, sql_run);
 	cr_assert_str_eq(st, "pending");
 	free(st);
+	/* The view's columns of runs, also in the table (migration 0036: Citus
+	 * reads the shards behind the view with the role's rights); no other. */
+	cr_assert_eq(tdb_int(app, "SELECT count(*) FROM cairn.runs WHERE status = 'pending'"), 1);
 	static const char *const denied[] = {
-	    "SELECT count(*) FROM cairn.runs",
+	    "SELECT claims FROM cairn.runs",
+	    "SELECT * FROM cairn.runs",
 	    "UPDATE cairn.runs SET status = 'completed'",
 	    "DELETE FROM cairn.messages",
 	    "SELECT count(*) FROM cairn.settings",
@@ -385,7 +393,15 @@ Test(sql, a_login_role_granted_cairn_client_enqueues_but_cannot_touch_the_tables
 
 /* ------------------------------------------------------------ shards */
 
-#define NKEYS 100000
+/* The keys of the test: 100,000 on one server; on Citus, where each of
+ * cairn.enqueue's calls is a distributed transaction (minutes for 100,000
+ * under a loaded run), 5,000, which still land in every part and both
+ * nodes: the hashing is the same code, what Citus adds is where each path
+ * stores the run. */
+static int nkeys(void)
+{
+	return tdb_on_citus() ? 5000 : 100000;
+}
 
 /* Key i: ASCII, Cyrillic, CJK, an emoji and an accent in turn. */
 static void key_of(int i, char out[64])
@@ -401,7 +417,7 @@ static void shards_agree(const char *workflow)
 	PGresult *r = PQexecParams(conn, "SELECT key, shard FROM cairn.runs WHERE workflow = $1", 1,
 	                           NULL, p, NULL, NULL, 0);
 	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(conn));
-	cr_assert_eq(PQntuples(r), NKEYS, "%s: %d runs", workflow, PQntuples(r));
+	cr_assert_eq(PQntuples(r), nkeys(), "%s: %d runs", workflow, PQntuples(r));
 	for (int i = 0; i < PQntuples(r); i++) {
 		const char *key = PQgetvalue(r, i, 0);
 		int shard = atoi(PQgetvalue(r, i, 1));
@@ -414,12 +430,13 @@ static void shards_agree(const char *workflow)
 
 TestSuite(shards, .init = setup, .fini = teardown);
 
-Test(shards, c_sql_and_http_place_100000_keys_in_the_same_shards)
+Test(shards, c_sql_and_http_place_every_key_in_the_same_shard)
 {
+	const int nk = nkeys();
 	pid_t w = worker();
 	pgarr keys = PGARR_INIT;
 	char key[64];
-	for (int i = 0; i < NKEYS; i++) {
+	for (int i = 0; i < nk; i++) {
 		key_of(i, key);
 		pgarr_add(&keys, key);
 	}
@@ -431,8 +448,8 @@ Test(shards, c_sql_and_http_place_100000_keys_in_the_same_shards)
 	                           "WITH ORDINALITY AS t(k, i) ORDER BY i",
 	                           1, NULL, p, NULL, NULL, 0);
 	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(conn));
-	cr_assert_eq(PQntuples(r), NKEYS);
-	for (int i = 0; i < NKEYS; i++) {
+	cr_assert_eq(PQntuples(r), nk);
+	for (int i = 0; i < nk; i++) {
 		key_of(i, key);
 		cr_assert_eq(atoi(PQgetvalue(r, i, 0)), hash_shard(key, SHARDS),
 		             "cairn.shard_of(\"%s\") is %s, hash_shard %d", key,
@@ -452,20 +469,20 @@ Test(shards, c_sql_and_http_place_100000_keys_in_the_same_shards)
 	/* C: the client's batch. */
 	cairn_client *c;
 	cr_assert_eq(cairn_client_open(db, &c), CAIRN_OK);
-	cairn_enqueue_opts *opts = calloc(NKEYS, sizeof *opts);
-	cairn_enqueued *out = calloc(NKEYS, sizeof *out);
-	char(*names)[64] = calloc(NKEYS, 64);
-	for (int i = 0; i < NKEYS; i++) {
+	cairn_enqueue_opts *opts = calloc(nk, sizeof *opts);
+	cairn_enqueued *out = calloc(nk, sizeof *out);
+	char(*names)[64] = calloc(nk, 64);
+	for (int i = 0; i < nk; i++) {
 		key_of(i, names[i]);
 		opts[i] = (cairn_enqueue_opts){.key = names[i], .group = "api"};
 	}
-	cr_assert_eq(cairn_enqueue_batch(c, "via_c", NKEYS, opts, out), CAIRN_OK, "%s",
+	cr_assert_eq(cairn_enqueue_batch(c, "via_c", nk, opts, out), CAIRN_OK, "%s",
 	             cairn_client_errmsg(c));
 	cairn_client_free(c);
 	shards_agree("via_c");
 
 	/* HTTP: POST /v1/runs, 1000 runs a request. */
-	for (int at = 0; at < NKEYS; at += 1000) {
+	for (int at = 0; at < nk; at += 1000) {
 		cJSON *list = cJSON_CreateArray();
 		for (int i = at; i < at + 1000; i++) {
 			cJSON *o = cJSON_CreateObject();
