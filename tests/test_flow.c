@@ -277,6 +277,51 @@ Test(flow, a_fleet_wide_concurrency_of_3_holds_for_runs_spread_over_three_worker
 	PQfinish(pg);
 }
 
+/* A worker whose role is not a superuser, with the privileges a worker
+ * needs, claims a limited workflow's runs and holds its limit: the claim
+ * counts the slots of live runners (cairn.flow_slots), which read the
+ * lease backends without a catalogue only a superuser may read (on Citus
+ * it failed every claim, migration 0037). */
+Test(flow, a_worker_whose_role_is_not_a_superuser_holds_a_limit)
+{
+	PGconn *pg = tdb_connect(db);
+	char role[96], sql[1024], url[2300], plugins[600], hold[64];
+	snprintf(role, sizeof role, "worker_%s", PQdb(pg));
+	snprintf(sql, sizeof sql,
+	         "CREATE ROLE %s LOGIN; GRANT CONNECT ON DATABASE %s TO %s; "
+	         "GRANT USAGE ON SCHEMA cairn TO %s; "
+	         "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA cairn TO %s; "
+	         "GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA cairn TO %s; "
+	         "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cairn TO %s",
+	         role, PQdb(pg), role, role, role, role, role);
+	tdb_exec(pg, sql);
+	snprintf(url, sizeof url, "%s user=%s", db, role);
+	cr_assert_eq(tcli(db, NULL, NULL, "limit", "set", "t.hold", "--concurrency", "2", NULL), 0);
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	tlog_file(logs[0]);
+	tlog_file(hold);
+	pid_t w = tworker_start(url, &ports[0], logs[0], plugins, "CAIRN_CONCURRENCY=8",
+	                        "CAIRN_POLL_INTERVAL=200ms", NULL);
+	cairn_client *c;
+	cr_assert_eq(cairn_client_open(db, &c), 0);
+	enqueue_holds(c, "su", NULL, 0, 10, 100, hold);
+	tcheck(dump, twait(all_finished, pg, 60000), "not every run finished");
+	int steps;
+	int most = max_overlap(pg, hold, NULL, 0, 0, &steps);
+	cr_assert_eq(steps, 10);
+	cr_assert_eq(most, 2, "%d runs ran at once under a limit of 2", most);
+	char *log = tfile_read(logs[0]);
+	cr_assert(!strstr(log, "permission denied"), "%s", log);
+	free(log);
+	cr_assert_eq(tworker_stop(w, SIGTERM, 30000), 0);
+	cairn_client_free(c);
+	snprintf(sql, sizeof sql,
+	         "REVOKE CONNECT ON DATABASE %s FROM %s; DROP OWNED BY %s; DROP ROLE %s", PQdb(pg),
+	         role, role, role);
+	tdb_exec(pg, sql);
+	PQfinish(pg);
+}
+
 /* Worker 0 (runner *arg) is handing shards over: its /status counts fewer
  * shards than the database says it owns (a shard being released is not
  * counted, and stays its own until its runs in flight end). */
