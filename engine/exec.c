@@ -601,8 +601,11 @@ static int run_step(cairn_ctx *ctx, const char *name, step_kind kind,
 			return ctx->fatal = CAIRN_ESTOP;
 		}
 		if (src == CAIRN_OK && rc) {
+			/* Not journaled: the failure's row below has no output (it
+			 * pointed at the text freed here). */
 			free(text);
 			text = NULL;
+			row.output = NULL;
 			src = rc;
 		}
 	}
@@ -747,10 +750,13 @@ static int client_rc(cairn_ctx *ctx, cairn_client *c, int rc, const char *what)
 /* The journal entry of a transactional step, written in its transaction
  * and fenced like every commit: no row unless the lease still holds
  * (locked shared, so an epoch bump waits for this commit). Progress resets
- * the run's claims. */
+ * the run's claims. Every table is read in the part of the run's shard
+ * ($12), where its lease and its rows are: on Citus the statement is then
+ * one task on the node of the part (Citus locks FOR SHARE only by the
+ * distribution column's value); on one server the part is 0. */
 static const char SQL_TX_JOURNAL[] =
     "WITH ok AS (SELECT part FROM cairn.shard_leases WHERE shard_group = $1 AND shard = $2 "
-    "            AND owner = $3 AND epoch = $4 FOR SHARE), "
+    "            AND part = $12 AND owner = $3 AND epoch = $4 FOR SHARE), "
     "ins AS (INSERT INTO cairn.steps (run_id, part, seq, name, kind, status, output, attempts, "
     "                                 started_at, finished_at) "
     "  SELECT $5, ok.part, $6, $7, 'step', 'completed', $8::jsonb, $9, "
@@ -760,7 +766,7 @@ static const char SQL_TX_JOURNAL[] =
     "    finished_at = excluded.finished_at "
     "  WHERE cairn.steps.status NOT IN ('completed', 'timed_out') RETURNING run_id), "
     "prog AS (UPDATE cairn.runs SET claims = 0 WHERE id IN (SELECT run_id FROM ins) "
-    "  AND claims > 1) "
+    "  AND part = $12 AND claims > 1) "
     "SELECT count(*) FROM ins";
 
 static int tx_begin(cairn_ctx *ctx, PGconn **conn)
@@ -769,6 +775,10 @@ static int tx_begin(cairn_ctx *ctx, PGconn **conn)
 	*conn = NULL;
 	if (!c)
 		return CAIRN_ERETRY;
+	/* The settings, read once: tx_end journals in the part of the run. */
+	int shards;
+	if (client_shards(c, &shards) != CAIRN_OK)
+		return client_rc(ctx, c, CAIRN_EDB, "cannot read the settings");
 	if (db_cmd(c->conn, &c->err, "BEGIN", 0, NULL) < 0)
 		return client_rc(ctx, c, CAIRN_EDB, "cannot begin the step's transaction");
 	*conn = c->conn;
@@ -787,7 +797,7 @@ static int tx_end(cairn_ctx *ctx, PGconn *conn, const jrow *row)
 		return CAIRN_OK;
 	}
 	buf out = BUF_INIT;
-	char sh[24], ow[24], ep[24], id[24], sq[24], at[24], t0[24], t1[24];
+	char sh[24], ow[24], ep[24], id[24], sq[24], at[24], t0[24], t1[24], pt[24];
 	const char *p[] = {j->group_name,
 	                   db_i64(sh, j->shard),
 	                   db_i64(ow, j->owner),
@@ -800,8 +810,9 @@ static int tx_end(cairn_ctx *ctx, PGconn *conn, const jrow *row)
 	                       : NULL,
 	                   db_i64(at, row->attempts),
 	                   db_i64(t0, row->started_ms),
-	                   db_i64(t1, row->finished_ms)};
-	PGresult *r = p[7] ? db_exec(conn, &c->err, SQL_TX_JOURNAL, 11, p) : NULL;
+	                   db_i64(t1, row->finished_ms),
+	                   db_i64(pt, client_part(c, j->shard))};
+	PGresult *r = p[7] ? db_exec(conn, &c->err, SQL_TX_JOURNAL, 12, p) : NULL;
 	buf_free(&out);
 	int wrote = r && db_get_int(r, 0, 0) == 1;
 	PQclear(r);
