@@ -59,6 +59,20 @@ const char *tdb_commit_waiting(void)
 	       "AND a.application_name = 'cairn-worker commit')";
 }
 
+/* On Citus the session to end is the coordinator's backend of the waiter,
+ * the one the worker is connected to (ending the node's backend would fail
+ * the statement, not lose the connection), by its global pid, which
+ * Citus's pg_terminate_backend takes. */
+const char *tdb_commit_waiting_terminate(void)
+{
+	if (!on_citus())
+		return "SELECT count(pg_terminate_backend(pid)) " TDB_COMMIT_WAITING;
+	return "SELECT count(pg_terminate_backend(a.global_pid)) FROM citus_stat_activity a "
+	       "WHERE NOT a.is_worker_query AND a.datname = current_database() "
+	       "AND a.application_name = 'cairn-worker commit' AND EXISTS (SELECT 1 FROM "
+	       "citus_lock_waits w WHERE w.waiting_gpid = a.global_pid)";
+}
+
 static void drop_citus_db(void)
 {
 	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "dropdb", getenv("CAIRN_CITUS_DIR"),

@@ -176,6 +176,10 @@ int tdb_on_citus(void);
  * node of the row's part, where citus_lock_waits shows the wait, and the
  * commit session is the coordinator's backend of the waiter's global pid. */
 const char *tdb_commit_waiting(void);
+/* The same sessions terminated, as a whole statement that returns their
+ * count: SELECT count(pg_terminate_backend(pid)) TDB_COMMIT_WAITING on one
+ * server. */
+const char *tdb_commit_waiting_terminate(void);
 
 /* cr_assert(cond, ...) that first calls dump(), which prints what explains a
  * failure (the workers' logs, say). */
