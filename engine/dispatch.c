@@ -1549,33 +1549,78 @@ static void give_back_refused(dispatch *d, PGconn *conn, int64_t owner, pgarr *r
 	pgarr_free(marked);
 }
 
-/* Takes the rows of claim r (freed here): queues their runs, gives back
- * what it took for those that cannot execute here (unclaim); how many runs
- * it claimed. See claim for the out-parameters. */
-static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, int64_t mono,
-                        int64_t *next_due_ms, int *skipped, buf *parked)
+/* The place of a claimed run among the rows of a claim, as one server's
+ * claim returns them (CLAIM_SELECT: c.mark DESC, c.queued NULLS FIRST): 0
+ * a run counted that starts at once, 1 one counted that waits in the
+ * queue, 2 one not counted (it is counted as it starts: mark_started). */
+static int row_class(const char *const *v)
+{
+	if (!v[CLAIM_MARKED] || strcmp(v[CLAIM_MARKED], "t") != 0)
+		return 2;
+	return v[CLAIM_QUEUED] ? 1 : 0;
+}
+
+/*
+ * Takes the rows of the n claims r (freed here; NULL ones skipped): queues
+ * their runs, gives back what it took for those that cannot execute here
+ * (unclaim); how many runs they claimed. The runs of all are queued class
+ * by class (row_class), each class claim by claim, as one server's claim
+ * returns them (the rows of one claim come in that order already): an idle
+ * executor takes a run as soon as it is queued, so a run that is to wait,
+ * of one part's claim, queued before a run another part's claim counted to
+ * start at once would start in its place, and the other wait, counted as
+ * started. On Citus, test_exec's
+ * a_run_that_crashes_its_worker_after_waiting_in_the_queue_fails_as_poison
+ * saw the run that had crashed its worker (not counted: it runs alone)
+ * start before the run of priority 10 claimed to start at once, and crash
+ * the worker again. *next_due_ms: the earliest of the claims'. See claim
+ * for the other out-parameters.
+ */
+static int take_claims(dispatch *d, PGconn *conn, PGresult **r, int n, int64_t owner, int64_t mono,
+                       int64_t *next_due_ms, int *skipped, buf *parked)
 {
 	int got = 0;
 	pgarr refused = PGARR_INIT, marked = PGARR_INIT;
 	*next_due_ms = -1;
 	claimrow_env env = claim_env(d, owner, mono);
-	for (int i = 0; i < PQntuples(r); i++) {
-		const char *v[CLAIM_NCOLS];
-		row_values(r, i, v);
-		int64_t due = claimrow_next_due_ms(v);
-		if (due >= 0)
-			*next_due_ms = due;
-		if (i == 0)
-			read_claim_summary(d, v, skipped, parked);
-		if (!v[CLAIM_ID])
-			continue; /* nothing claimed: the row only says when to look again */
-		got++;
-		take_row(d, &env, v, &refused, &marked);
+	const char *v[CLAIM_NCOLS];
+	for (int k = 0; k < n; k++) {
+		int64_t next = -1;
+		for (int i = 0; r[k] && i < PQntuples(r[k]); i++) {
+			row_values(r[k], i, v);
+			int64_t due = claimrow_next_due_ms(v);
+			if (due >= 0)
+				next = due;
+			if (i == 0)
+				read_claim_summary(d, v, skipped, parked);
+		}
+		if (next >= 0 && (*next_due_ms < 0 || next < *next_due_ms))
+			*next_due_ms = next;
 	}
-	d->big_claim = PQresultMemorySize(r) > DB_BUFFER_KEEP_MAX;
-	PQclear(r);
+	for (int cls = 0; cls < 3; cls++)
+		for (int k = 0; k < n; k++)
+			for (int i = 0; r[k] && i < PQntuples(r[k]); i++) {
+				row_values(r[k], i, v);
+				/* Without a run, the row only says when to look again. */
+				if (!v[CLAIM_ID] || row_class(v) != cls)
+					continue;
+				got++;
+				take_row(d, &env, v, &refused, &marked);
+			}
+	d->big_claim = 0;
+	for (int k = 0; k < n; k++) {
+		d->big_claim |= r[k] && PQresultMemorySize(r[k]) > DB_BUFFER_KEEP_MAX;
+		PQclear(r[k]);
+	}
 	give_back_refused(d, conn, owner, &refused, &marked);
 	return got;
+}
+
+/* take_claims of claim r alone. */
+static int take_claimed(dispatch *d, PGconn *conn, PGresult *r, int64_t owner, int64_t mono,
+                        int64_t *next_due_ms, int *skipped, buf *parked)
+{
+	return take_claims(d, conn, &r, 1, owner, mono, next_due_ms, skipped, parked);
 }
 
 /* Whether run is in flight here (a claim took it), and whether an executor
@@ -1958,9 +2003,9 @@ static int claim_limited(dispatch *d, PGconn *conn, part_claim *pc, const part_w
  * The claims of one round, of the m parts of w, sent together (one round
  * trip a statement: pipelined, each in a transaction of its own): how
  * many runs they claimed, or -CAIRN_EDB. The runs of all are queued
- * together at the end, those of parts that failed aside: an executor
- * would otherwise start those of the first part before the next part's
- * claim, whatever their priorities.
+ * together at the end (take_claims), those of parts that failed aside: an
+ * executor would otherwise start those of the first part before the next
+ * part's claim, whatever their priorities.
  */
 static int claim_set(dispatch *d, PGconn *conn, part_claim *pc, const part_want *w, int m,
                      int limit, int start_now)
@@ -1982,12 +2027,10 @@ static int claim_set(dispatch *d, PGconn *conn, part_claim *pc, const part_want 
 	else if (!rc)
 		rc = claim_each(d, conn, pc, CLAIM_PART + (w[0].want != NULL), m, 15,
 		                (const char *const *const *)pv, out);
-	for (int i = 0; out && i < m; i++) {
-		if (!out[i])
-			continue;
+	if (out) {
 		int64_t due;
-		got +=
-		    take_claimed(d, conn, out[i], pc->owner, pc->at, &due, pc->skipped, pc->parked);
+		got =
+		    take_claims(d, conn, out, m, pc->owner, pc->at, &due, pc->skipped, pc->parked);
 		if (due >= 0 && (pc->next_due_ms < 0 || due < pc->next_due_ms))
 			pc->next_due_ms = due;
 	}
