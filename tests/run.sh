@@ -10,10 +10,11 @@
 # installed (scripts/citus.sh check), a coordinator and two worker nodes
 # (tests/citus.sh) are started beside it, their URL in $CAIRN_CITUS_URL, and
 # stopped on exit in the same way; without Citus those suites skip. The
-# engine suites of CITUS_ENGINE_SUITES (test_children, test_flow,
-# test_journal, test_schedule; set in the environment, it names others)
-# then run a second time with CAIRN_TEST_CITUS=1: every database their tests
-# make is one of that cluster, distributed by `cairn migrate --citus`
+# suites of CITUS_ENGINE_SUITES (the engine's that touch storage, and the
+# SQL and HTTP API's; set in the environment, it names others) then run a
+# second time with CAIRN_TEST_CITUS=1, beside the single server's run:
+# every database their tests make is one of that cluster, distributed by
+# `cairn migrate --citus`
 # (tests/support.c).
 set -u
 out=$1
@@ -50,7 +51,7 @@ else
 fi
 
 CITUS_SUITES="test_citus"
-CITUS_ENGINE_SUITES=${CITUS_ENGINE_SUITES:-"test_children test_flow test_journal test_schedule"}
+CITUS_ENGINE_SUITES=${CITUS_ENGINE_SUITES:-"test_exec test_wake test_lease test_worker test_api test_journal test_flow test_schedule test_children"}
 wants_citus=0
 for s in $CITUS_SUITES $CITUS_ENGINE_SUITES; do
 	selected "$s" && wants_citus=1
@@ -70,12 +71,12 @@ if [ $wants_citus -eq 1 ] && [ -z "${CAIRN_CITUS_URL:-}" ]; then
 	fi
 fi
 
-passed=0
-failed=0
-status=0
 failures=$(mktemp)
+tally=$(mktemp)
 # run_suite PATH NAME [VAR=VALUE]: runs the suite at PATH, counted as NAME,
-# with VAR=VALUE in its environment.
+# with VAR=VALUE in its environment; its counts go to $tally as a line
+# "PASSED FAILED EXIT" (also from the Citus pass, which runs in a
+# subshell of its own).
 run_suite() {
 	t=$1
 	name=$2
@@ -92,27 +93,48 @@ run_suite() {
 	rm -f "$log"
 	p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
 	f=$(echo "$line" | sed -n 's/.*Failing: \([0-9]*\).*Crashing: \([0-9]*\).*/\1 \2/p')
-	passed=$((passed + ${p:-0}))
-	for n in ${f:-0}; do failed=$((failed + n)); done
-	if [ $rc -ne 0 ]; then
-		status=1
-		[ -z "$line" ] && failed=$((failed + 1))
-		echo "tests: $name FAILED (exit $rc)"
-	fi
+	nf=0
+	for n in ${f:-0}; do nf=$((nf + n)); done
+	[ $rc -ne 0 ] && [ -z "$line" ] && nf=$((nf + 1))
+	echo "${p:-0} $nf $rc" >>"$tally"
+	[ $rc -ne 0 ] && echo "tests: $name FAILED (exit $rc)"
+	return 0
 }
+# The Citus pass runs beside the single server's, in the background (most
+# of a test is waiting for workers and databases), its output kept until
+# the single server's is done.
+citus_pid=""
+if [ -n "${CAIRN_CITUS_URL:-}" ]; then
+	citus_log=$(mktemp)
+	(
+		for name in $CITUS_ENGINE_SUITES; do
+			selected "$name" || continue
+			echo "tests: $name again, on the Citus cluster"
+			run_suite "$top/$out/tests/$name" "$name-on-citus" CAIRN_TEST_CITUS=1
+		done
+	) >"$citus_log" 2>&1 &
+	citus_pid=$!
+fi
 for t in "$top/$out"/tests/test_*; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
 	selected "$name" || continue
 	run_suite "$t" "$name"
 done
-if [ -n "${CAIRN_CITUS_URL:-}" ]; then
-	for name in $CITUS_ENGINE_SUITES; do
-		selected "$name" || continue
-		echo "tests: $name again, on the Citus cluster"
-		run_suite "$top/$out/tests/$name" "$name-on-citus" CAIRN_TEST_CITUS=1
-	done
+if [ -n "$citus_pid" ]; then
+	wait "$citus_pid"
+	cat "$citus_log"
+	rm -f "$citus_log"
 fi
+passed=0
+failed=0
+status=0
+while read -r p f rc; do
+	passed=$((passed + p))
+	failed=$((failed + f))
+	[ "$rc" -ne 0 ] && status=1
+done <"$tally"
+rm -f "$tally"
 # Every libFuzzer target (make fuzz-build) for a short while, each a test:
 # a harness that no longer builds, or an oracle that no longer holds, fails
 # here and not only in a long `make fuzz`.
