@@ -65,7 +65,7 @@ const char *tdb_commit_waiting(void)
  * Citus's pg_terminate_backend takes. */
 const char *tdb_commit_waiting_terminate(void)
 {
-	if (!on_citus())
+	if (!tdb_on_citus())
 		return "SELECT count(pg_terminate_backend(pid)) " TDB_COMMIT_WAITING;
 	return "SELECT count(pg_terminate_backend(a.global_pid)) FROM citus_stat_activity a "
 	       "WHERE NOT a.is_worker_query AND a.datname = current_database() "
