@@ -1,5 +1,6 @@
 #!/bin/sh
-# citus.sh start DIR | createdb DIR NAME | addnode DIR NAME NODE | restart DIR NODE | stop DIR -
+# citus.sh start DIR | createdb DIR NAME [TEMPLATE] | seal DIR NAME | addnode DIR NAME NODE |
+#   restart DIR NODE | stop DIR -
 # a throwaway Citus cluster for tests and the
 # benchmark: a coordinator and two worker nodes, three PostgreSQL clusters
 # made as tests/pg.sh makes one (initdb into DIR/coord, DIR/w1, DIR/w2, each
@@ -9,7 +10,9 @@
 # prints the coordinator's DATABASE_URL; `createdb` makes database NAME a
 # Citus cluster of its own on the same three nodes (Citus's metadata is per
 # database: the database, the extension and the nodes on each) and prints
-# its URL; `addnode` starts a worker node NODE (w3, w4, ...) beside them
+# its URL (with TEMPLATE, a copy of database TEMPLATE on each node, which
+# `seal` made ready: no session of it may be left on any node, so it
+# allows none); `addnode` starts a worker node NODE (w3, w4, ...) beside them
 # if it is not running, makes database NAME on it and adds it to NAME's
 # cluster (a cluster that grows: its parts stay where they are until
 # Citus's rebalancer moves some); `dropdb` drops database NAME on the
@@ -34,7 +37,7 @@
 set -eu
 cmd=${1:-}
 dir=${2:-}
-usage="usage: citus.sh start DIR | createdb DIR NAME | dropdb DIR NAME | addnode DIR NAME NODE | restart DIR NODE | stop DIR"
+usage="usage: citus.sh start DIR | createdb DIR NAME [TEMPLATE] | seal DIR NAME | dropdb DIR NAME | addnode DIR NAME NODE | restart DIR NODE | stop DIR"
 [ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -n "$pgbin" ] || { echo "citus.sh: no PostgreSQL server found in /usr/lib/postgresql" >&2; exit 1; }
@@ -144,26 +147,49 @@ start)
 	add_nodes || { stop_all; exit 1; }
 	echo "postgresql:///postgres?host=$dir/coord&port=5432&user=cairn"
 	;;
-createdb | dropdb)
+createdb | dropdb | seal)
 	name=${3:-}
+	template=${4:-}
 	case "$name" in
 	"" | *[!a-z0-9_]*) echo "citus.sh: $cmd DIR NAME: NAME of a-z, 0-9 and _" >&2; exit 2 ;;
+	esac
+	case "$template" in
+	*[!a-z0-9_]*) echo "citus.sh: createdb DIR NAME TEMPLATE: TEMPLATE of a-z, 0-9 and _" >&2; exit 2 ;;
 	esac
 	# One at a time: Citus's extension made in two databases of a node at
 	# once fails ("tuple concurrently updated"), and tests run in parallel.
 	exec 9>"$dir/createdb.lock"
 	flock 9
-	if [ "$cmd" = dropdb ]; then
+	case "$cmd" in
+	dropdb)
 		for n in $nodes; do
 			node_sql "$n" -c "DROP DATABASE IF EXISTS $name WITH (FORCE)"
 		done
 		exit 0
+		;;
+	seal)
+		# A template: no session of it on any node, and none to come (not
+		# even Citus's maintenance daemon), so that it can be copied.
+		for n in $nodes; do
+			node_sql "$n" -c "ALTER DATABASE $name ALLOW_CONNECTIONS false" \
+				-c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '$name'" >/dev/null
+		done
+		exit 0
+		;;
+	esac
+	if [ -n "$template" ]; then
+		# A copy of a sealed database on every node: its schema, Citus's
+		# metadata of its nodes and shards and the shards themselves.
+		for n in $nodes; do
+			node_sql "$n" -c "CREATE DATABASE $name TEMPLATE $template"
+		done
+	else
+		for n in $nodes; do
+			node_sql "$n" -c "CREATE DATABASE $name"
+		done
+		db=$name
+		add_nodes
 	fi
-	for n in $nodes; do
-		node_sql "$n" -c "CREATE DATABASE $name"
-	done
-	db=$name
-	add_nodes
 	echo "postgresql:///$name?host=$dir/coord&port=5432&user=cairn"
 	;;
 addnode)

@@ -80,32 +80,46 @@ static void drop_citus_db(void)
 	trun(argv, NULL, NULL, NULL);
 }
 
-void tcitus_createdb(const char *name, char *url, size_t n)
+/* citus.sh CMD DIR NAME [TEMPLATE] on the harness's cluster: its output
+ * (caller frees). */
+static char *citus_sh(const char *cmd, const char *name, const char *template)
 {
 	const char *sh = getenv("CAIRN_CITUS_SH"), *dir = getenv("CAIRN_CITUS_DIR");
 	if (!sh || !dir || !getenv("CAIRN_CITUS_URL"))
 		cr_skip_test("no Citus cluster of the harness (tests/run.sh starts one when Citus "
 		             "is installed)");
-	const char *argv[] = {"/bin/sh", sh, "createdb", dir, name, NULL};
+	const char *argv[] = {"/bin/sh", sh, cmd, dir, name, template, NULL};
 	char *out = NULL, *err = NULL;
 	int rc = trun(argv, NULL, &out, &err);
-	cr_assert_eq(rc, 0, "citus.sh createdb %s: %s", name, err ? err : "");
+	cr_assert_eq(rc, 0, "citus.sh %s %s: %s", cmd, name, err ? err : "");
+	free(err);
+	return out;
+}
+
+/* Database name of the cluster (a copy of template, or NULL): its URL. */
+static void citus_createdb_from(const char *name, const char *template, char *url, size_t n)
+{
+	char *out = citus_sh("createdb", name, template);
 	snprintf(url, n, "%s", out ? out : "");
 	url[strcspn(url, "\n")] = '\0';
 	free(out);
-	free(err);
+}
+
+void tcitus_createdb(const char *name, char *url, size_t n)
+{
+	citus_createdb_from(name, NULL, url, n);
 }
 
 static void conninfo_of(const char *admin, const char *name, char *out, size_t size);
 
 /* As the one server's (tdb_new_from), the conninfo is keywords and values,
  * to which a test may append its own ("password=..."), not citus.sh's URL. */
-static const char *tdb_new_citus(void)
+static const char *tdb_new_citus(const char *template)
 {
 	static unsigned seq;
 	char url[2048];
 	snprintf(db_name, sizeof db_name, "cairn_test_%d_%u", (int)getpid(), seq++);
-	tcitus_createdb(db_name, url, sizeof url);
+	citus_createdb_from(db_name, template, url, sizeof url);
 	atexit(drop_citus_db);
 	conninfo_of(url, db_name, db_conninfo, sizeof db_conninfo);
 	return db_conninfo;
@@ -174,7 +188,7 @@ static const char *tdb_new_from(const char *template)
 
 const char *tdb_new(void)
 {
-	return tdb_on_citus() ? tdb_new_citus() : tdb_new_from(NULL);
+	return tdb_on_citus() ? tdb_new_citus(NULL) : tdb_new_from(NULL);
 }
 
 /*
@@ -186,13 +200,18 @@ const char *tdb_new(void)
  * migrated, so that no test copies half of one; those of other builds
  * are dropped then.
  */
+static void template_name(char name[64])
+{
+	struct stat st;
+	cr_assert_eq(stat(tbin("cairn"), &st), 0, "%s: %s", tbin("cairn"), strerror(errno));
+	snprintf(name, 64, "cairn_template_%llx_%llx", (unsigned long long)st.st_size,
+	         (unsigned long long)st.st_mtime);
+}
+
 static const char *migrated_template(void)
 {
 	static char name[64];
-	struct stat st;
-	cr_assert_eq(stat(tbin("cairn"), &st), 0, "%s: %s", tbin("cairn"), strerror(errno));
-	snprintf(name, sizeof name, "cairn_template_%llx_%llx", (unsigned long long)st.st_size,
-	         (unsigned long long)st.st_mtime);
+	template_name(name);
 	const char *admin = getenv("DATABASE_URL");
 	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
 	PGconn *c = PQconnectdb(admin);
@@ -230,17 +249,54 @@ static const char *migrated_template(void)
 	return name;
 }
 
+/*
+ * The same on the harness's Citus cluster: a database migrated and
+ * distributed once, then sealed on every node (citus.sh seal: no session
+ * of it left or to come, not even Citus's own), which each test's database
+ * copies node by node, Citus's metadata of its nodes and shards with it.
+ * Sealing is its last step: one found unsealed was left half made, and is
+ * made again.
+ */
+static const char *citus_migrated_template(void)
+{
+	static char name[64];
+	template_name(name);
+	const char *admin = getenv("CAIRN_CITUS_URL");
+	if (!admin)
+		cr_skip_test("no Citus cluster of the harness (tests/run.sh starts one when Citus "
+		             "is installed)");
+	PGconn *c = PQconnectdb(admin);
+	cr_assert(PQstatus(c) == CONNECTION_OK, "cannot connect to %s: %s", admin,
+	          PQerrorMessage(c));
+	admin_exec(c, "SELECT pg_advisory_lock(hashtext('cairn tests: the migrated template'))");
+	const char *v[] = {name};
+	PGresult *r = PQexecParams(c, "SELECT datallowconn FROM pg_database WHERE datname = $1", 1,
+	                           NULL, v, NULL, NULL, 0);
+	cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+	int found = PQntuples(r) > 0, sealed = found && strcmp(PQgetvalue(r, 0, 0), "f") == 0;
+	PQclear(r);
+	if (!sealed) {
+		if (found)
+			free(citus_sh("dropdb", name, NULL));
+		char url[2048], *err = NULL;
+		citus_createdb_from(name, NULL, url, sizeof url);
+		int rc = tcli(url, NULL, &err, "migrate", NULL);
+		cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
+		free(err);
+		err = NULL;
+		rc = tcli(url, NULL, &err, "migrate", "--citus", NULL);
+		cr_assert_eq(rc, 0, "cairn migrate --citus failed: %s", err ? err : "");
+		free(err);
+		free(citus_sh("seal", name, NULL));
+	}
+	PQfinish(c); /* and the lock with it */
+	return name;
+}
+
 const char *tdb_new_migrated(void)
 {
-	if (!tdb_on_citus())
-		return tdb_new_from(migrated_template());
-	const char *db = tdb_new_citus();
-	char *err = NULL;
-	int rc = tcli(db, NULL, &err, "migrate", NULL);
-	cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
-	free(err);
-	distribute(db);
-	return db;
+	return tdb_on_citus() ? tdb_new_citus(citus_migrated_template())
+	                      : tdb_new_from(migrated_template());
 }
 
 PGconn *tdb_connect(const char *conninfo)
