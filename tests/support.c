@@ -125,16 +125,6 @@ static const char *tdb_new_citus(const char *template)
 	return db_conninfo;
 }
 
-static void distribute(const char *db)
-{
-	if (!tdb_on_citus())
-		return;
-	char *err = NULL;
-	int rc = tcli(db, NULL, &err, "migrate", "--citus", NULL);
-	cr_assert_eq(rc, 0, "cairn migrate --citus failed: %s", err ? err : "");
-	free(err);
-}
-
 /* conninfo of database name on the server of conninfo admin: the same
  * server and credentials. */
 static void conninfo_of(const char *admin, const char *name, char *out, size_t size)
@@ -200,18 +190,32 @@ const char *tdb_new(void)
  * migrated, so that no test copies half of one; those of other builds
  * are dropped then.
  */
-static void template_name(char name[64])
+static void template_name(char name[64], int shards)
 {
 	struct stat st;
 	cr_assert_eq(stat(tbin("cairn"), &st), 0, "%s: %s", tbin("cairn"), strerror(errno));
-	snprintf(name, 64, "cairn_template_%llx_%llx", (unsigned long long)st.st_size,
-	         (unsigned long long)st.st_mtime);
+	snprintf(name, 64, "cairn_template_%llx_%llx_%d", (unsigned long long)st.st_size,
+	         (unsigned long long)st.st_mtime, shards);
 }
 
-static const char *migrated_template(void)
+/* `cairn migrate` of url, with --shards when shards is not 0 (the
+ * default). */
+static void migrate_shards(const char *url, int shards)
+{
+	char n[16], *err = NULL;
+	snprintf(n, sizeof n, "%d", shards);
+	int rc = shards ? tcli(url, NULL, &err, "migrate", "--shards", n, NULL)
+	                : tcli(url, NULL, &err, "migrate", NULL);
+	cr_assert_eq(rc, 0, "cairn migrate --shards %d failed: %s", shards, err ? err : "");
+	free(err);
+}
+
+/* The template of databases migrated with shards per group (0: the
+ * default), one per number a test asks for. */
+static const char *migrated_template(int shards)
 {
 	static char name[64];
-	template_name(name);
+	template_name(name, shards);
 	const char *admin = getenv("DATABASE_URL");
 	cr_assert(admin && *admin, "DATABASE_URL is not set: run the tests with `make test`");
 	PGconn *c = PQconnectdb(admin);
@@ -226,9 +230,13 @@ static const char *migrated_template(void)
 	PQclear(r);
 	if (!have) {
 		char sql[256], building[80], url[2048];
+		/* Those of this build: the name up to its shards. */
+		size_t build = (size_t)(strrchr(name, '_') - name);
 		r = PQexec(
 		    c, "SELECT datname FROM pg_database WHERE datname LIKE 'cairn\\_template\\_%'");
 		for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
+			if (strncmp(PQgetvalue(r, i, 0), name, build + 1) == 0)
+				continue;
 			snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s",
 			         PQgetvalue(r, i, 0));
 			PQclear(PQexec(c, sql)); /* one in use by another build's run stays */
@@ -238,10 +246,7 @@ static const char *migrated_template(void)
 		snprintf(sql, sizeof sql, "CREATE DATABASE %s", building);
 		admin_exec(c, sql);
 		conninfo_of(admin, building, url, sizeof url);
-		char *err = NULL;
-		int rc = tcli(url, NULL, &err, "migrate", NULL);
-		cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
-		free(err);
+		migrate_shards(url, shards);
 		snprintf(sql, sizeof sql, "ALTER DATABASE %s RENAME TO %s", building, name);
 		admin_exec(c, sql);
 	}
@@ -257,10 +262,10 @@ static const char *migrated_template(void)
  * Sealing is its last step: one found unsealed was left half made, and is
  * made again.
  */
-static const char *citus_migrated_template(void)
+static const char *citus_migrated_template(int shards)
 {
 	static char name[64];
-	template_name(name);
+	template_name(name, shards);
 	const char *admin = getenv("CAIRN_CITUS_URL");
 	if (!admin)
 		cr_skip_test("no Citus cluster of the harness (tests/run.sh starts one when Citus "
@@ -280,11 +285,8 @@ static const char *citus_migrated_template(void)
 			free(citus_sh("dropdb", name, NULL));
 		char url[2048], *err = NULL;
 		citus_createdb_from(name, NULL, url, sizeof url);
-		int rc = tcli(url, NULL, &err, "migrate", NULL);
-		cr_assert_eq(rc, 0, "cairn migrate failed: %s", err ? err : "");
-		free(err);
-		err = NULL;
-		rc = tcli(url, NULL, &err, "migrate", "--citus", NULL);
+		migrate_shards(url, shards);
+		int rc = tcli(url, NULL, &err, "migrate", "--citus", NULL);
 		cr_assert_eq(rc, 0, "cairn migrate --citus failed: %s", err ? err : "");
 		free(err);
 		free(citus_sh("seal", name, NULL));
@@ -295,8 +297,13 @@ static const char *citus_migrated_template(void)
 
 const char *tdb_new_migrated(void)
 {
-	return tdb_on_citus() ? tdb_new_citus(citus_migrated_template())
-	                      : tdb_new_from(migrated_template());
+	return tdb_new_migrated_shards(0);
+}
+
+const char *tdb_new_migrated_shards(int shards)
+{
+	return tdb_on_citus() ? tdb_new_citus(citus_migrated_template(shards))
+	                      : tdb_new_from(migrated_template(shards));
 }
 
 PGconn *tdb_connect(const char *conninfo)
@@ -779,18 +786,6 @@ const char *tlog_file(char out[64])
 	cr_assert(fd >= 0, "mkstemp: %s", strerror(errno));
 	close(fd);
 	return out;
-}
-
-const char *tdb_new_migrated_shards(int shards)
-{
-	const char *db = tdb_new();
-	char n[16], *err = NULL;
-	snprintf(n, sizeof n, "%d", shards);
-	int rc = tcli(db, NULL, &err, "migrate", "--shards", n, NULL);
-	cr_assert_eq(rc, 0, "cairn migrate --shards %d failed: %s", shards, err ? err : "");
-	free(err);
-	distribute(db);
-	return db;
 }
 
 double tmetric_in(const char *text, const char *name, const char *labels)

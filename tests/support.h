@@ -11,7 +11,8 @@
 
 /* Creates an empty database and returns its conninfo (static storage per process). */
 const char *tdb_new(void);
-/* tdb_new() plus `cairn migrate`. */
+/* tdb_new() plus `cairn migrate` (and on Citus `cairn migrate --citus`): a
+ * copy of a database migrated once per build. */
 const char *tdb_new_migrated(void);
 /* Makes database name on the harness's Citus cluster (tests/citus.sh
  * createdb), its URL into url; skips the test without a cluster. */
@@ -95,7 +96,9 @@ char *tfile_read(const char *path);
 /* Polls the file every 10 ms until it contains text; 1 if it did within timeout_ms. */
 int tfile_wait(const char *path, const char *text, int64_t timeout_ms);
 
-/* tdb_new() plus `cairn migrate --shards N`: fewer shards keep lease tests light. */
+/* tdb_new_migrated() with `cairn migrate --shards N` (0: the default): fewer
+ * shards keep lease tests light. A copy of a template made once per number
+ * of shards. */
 const char *tdb_new_migrated_shards(int shards);
 /* The value of a metric on the worker's /metrics (the sum of its samples,
  * one per label set), or -1 when the endpoint does not answer or has no
