@@ -33,7 +33,11 @@
 # over a node added to the two. Durability follows pg.sh (PG_FSYNC=on for
 # a benchmark), and so does PG_STATEMENTS=1 (pg_stat_statements, loaded
 # after Citus); PG_COMMIT_TS=1 turns track_commit_timestamp on on every
-# node (the chaos driver's check for re-executed steps).
+# node (the chaos driver's check for re-executed steps). CITUS_POOL=N sets
+# the connections a session opens to a worker node for a statement over
+# several shards (citus.max_adaptive_executor_pool_size, Citus's default
+# 16): the test harness sets 1, as its sessions are many and short and each
+# connection is a backend started on the node.
 set -eu
 cmd=${1:-}
 dir=${2:-}
@@ -55,6 +59,21 @@ as_user() {
 	else
 		"$@"
 	fi
+}
+
+# Statement $1 on every node at once, in database postgres: fails if it
+# failed on one.
+each_node() {
+	pids=""
+	for n in $nodes; do
+		node_sql "$n" -c "$1" &
+		pids="$pids $!"
+	done
+	rc=0
+	for p in $pids; do
+		wait "$p" || rc=1
+	done
+	return $rc
 }
 
 # psql as cairn on node $1's socket, database $db (postgres); the rest are
@@ -96,6 +115,9 @@ node_options() {
 	esac
 	preload=""
 	[ "${PG_STATEMENTS:-0}" = 1 ] && preload=",pg_stat_statements"
+	case "${CITUS_POOL:-16}" in
+	"" | *[!0-9]* | 0) echo "citus.sh: CITUS_POOL=\"$CITUS_POOL\": expected a number of connections, 1 or more" >&2; exit 2 ;;
+	esac
 	return 0
 }
 
@@ -122,6 +144,7 @@ start_node() {
 		citus.enable_statistics_collection = off
 		citus.shard_count = 8
 		citus.max_cached_conns_per_worker = 4
+		citus.max_adaptive_executor_pool_size = ${CITUS_POOL:-16}
 	EOF
 	[ "${PG_COMMIT_TS:-0}" = 1 ] && echo "track_commit_timestamp = on" >>"$dir/$n/data/postgresql.conf"
 	as_user "$pgbin/pg_ctl" -D "$dir/$n/data" -l "$dir/$n/server.log" -w -t 60 start \
@@ -156,16 +179,10 @@ createdb | dropdb | seal)
 	case "$template" in
 	*[!a-z0-9_]*) echo "citus.sh: createdb DIR NAME TEMPLATE: TEMPLATE of a-z, 0-9 and _" >&2; exit 2 ;;
 	esac
-	# One at a time: Citus's extension made in two databases of a node at
-	# once fails ("tuple concurrently updated"), and tests run in parallel.
-	exec 9>"$dir/createdb.lock"
-	flock 9
 	case "$cmd" in
 	dropdb)
-		for n in $nodes; do
-			node_sql "$n" -c "DROP DATABASE IF EXISTS $name WITH (FORCE)"
-		done
-		exit 0
+		each_node "DROP DATABASE IF EXISTS $name WITH (FORCE)"
+		exit $?
 		;;
 	seal)
 		# A template: no session of it on any node, and none to come (not
@@ -180,10 +197,13 @@ createdb | dropdb | seal)
 	if [ -n "$template" ]; then
 		# A copy of a sealed database on every node: its schema, Citus's
 		# metadata of its nodes and shards and the shards themselves.
-		for n in $nodes; do
-			node_sql "$n" -c "CREATE DATABASE $name TEMPLATE $template"
-		done
+		each_node "CREATE DATABASE $name TEMPLATE $template" || exit 1
 	else
+		# One at a time: Citus's extension made in two databases of a
+		# node at once fails ("tuple concurrently updated"), and tests
+		# run in parallel.
+		exec 9>"$dir/createdb.lock"
+		flock 9
 		for n in $nodes; do
 			node_sql "$n" -c "CREATE DATABASE $name"
 		done

@@ -10,8 +10,9 @@
 # installed (scripts/citus.sh check), a coordinator and two worker nodes
 # (tests/citus.sh) are started beside it, their URL in $CAIRN_CITUS_URL, and
 # stopped on exit in the same way; without Citus those suites skip. The
-# suites of CITUS_ENGINE_SUITES (the engine's that touch storage, and the
-# SQL and HTTP API's; set in the environment, it names others) then run a
+# suites of CITUS_ENGINE_SUITES (the engine's that touch storage, the SQL
+# and HTTP API's, the CLI's, the console's and the worker's endpoint's; set
+# in the environment, it names others) then run a
 # second time with CAIRN_TEST_CITUS=1, beside the single server's run:
 # every database their tests make is one of that cluster, distributed by
 # `cairn migrate --citus`
@@ -51,7 +52,7 @@ else
 fi
 
 CITUS_SUITES="test_citus"
-CITUS_ENGINE_SUITES=${CITUS_ENGINE_SUITES:-"test_exec test_wake test_lease test_worker test_api test_journal test_flow test_schedule test_children"}
+CITUS_ENGINE_SUITES=${CITUS_ENGINE_SUITES:-"test_exec test_journal test_cli test_wake test_lease test_worker test_api test_flow test_schedule test_children test_ui test_http"}
 wants_citus=0
 for s in $CITUS_SUITES $CITUS_ENGINE_SUITES; do
 	selected "$s" && wants_citus=1
@@ -59,7 +60,7 @@ done
 if [ $wants_citus -eq 1 ] && [ -z "${CAIRN_CITUS_URL:-}" ]; then
 	if sh "$top/scripts/citus.sh" check 2>/dev/null; then
 		citusdir=$(mktemp -d /tmp/cairn-test-citus.XXXXXX)
-		CAIRN_CITUS_URL=$(sh "$top/tests/citus.sh" start "$citusdir") || exit 1
+		CAIRN_CITUS_URL=$(CITUS_POOL=1 sh "$top/tests/citus.sh" start "$citusdir") || exit 1
 		# Where the cluster is, for tests that make a database of their own
 		# on it (tests/citus.sh createdb).
 		CAIRN_CITUS_DIR=$citusdir

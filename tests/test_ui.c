@@ -955,9 +955,9 @@ Test(ui, a_run_page_links_the_runs_before_and_after_it_in_a_chain, .timeout = 18
 	snprintf(sql, sizeof sql,
 	         "UPDATE cairn.runs SET status = 'completed', finished_at = now(), start_at = NULL "
 	         "WHERE id = %" PRId64 ";"
-	         "INSERT INTO cairn.runs (id, workflow, key, shard_group, shard, continued_from, "
-	         "chain_id) SELECT cairn.new_run_id(shard), workflow, 'cairn.next:' || id, "
-	         "shard_group, shard, id, id "
+	         "INSERT INTO cairn.runs (id, part, workflow, key, shard_group, shard, "
+	         "continued_from, chain_id) SELECT cairn.new_run_id(shard), part, workflow, "
+	         "'cairn.next:' || id, shard_group, shard, id, id "
 	         "FROM cairn.runs WHERE id = %" PRId64,
 	         first, first);
 	tdb_exec(c, sql);
