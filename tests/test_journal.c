@@ -664,13 +664,17 @@ Test(chain, the_janitor_removes_the_links_that_ended_and_keeps_the_first_while_t
 	setup(&e);
 	wk a;
 	wk_start(&a, e.db, "CAIRN_RETENTION=1s", NULL);
-	int64_t head =
-	    enqueue_key(&e, "t.loop", "forever", "{\"n\": 0, \"until\": 250, \"sleep_ms\": 20}");
+	/* On Citus, where a link costs about five times as much, 100 links:
+	 * the janitor's statements are the same. */
+	int until = tdb_on_citus() ? 100 : 250;
+	char in[96];
+	snprintf(in, sizeof in, "{\"n\": 0, \"until\": %d, \"sleep_ms\": 20}", until);
+	int64_t head = enqueue_key(&e, "t.loop", "forever", in);
 	int64_t most = 0, ended;
 	while ((ended = num(&e,
 	                    "SELECT count(*) FROM cairn.runs WHERE chain_id = %" PRId64
-	                    " AND (output->>'n')::int = 250",
-	                    head)) == 0) {
+	                    " AND (output->>'n')::int = %d",
+	                    head, until)) == 0) {
 		int64_t n = chain_runs(&e, head);
 		if (n > most)
 			most = n;
@@ -685,8 +689,9 @@ Test(chain, the_janitor_removes_the_links_that_ended_and_keeps_the_first_while_t
 	}
 	int64_t links = num(
 	    &e, "SELECT max((input->>'n')::int) FROM cairn.runs WHERE chain_id = %" PRId64, head);
-	cr_assert_eq(links, 250);
-	cr_assert_lt(most, 200, "the chain kept %" PRId64 " of its 251 runs at once", most);
+	cr_assert_eq(links, until);
+	cr_assert_lt(most, until * 4 / 5, "the chain kept %" PRId64 " of its %d runs at once", most,
+	             until + 1);
 	/* Once it ended, all of it goes, the first run last. */
 	cr_assert(wait_num(&e, 1, 30000,
 	                   "SELECT (count(*) = 0)::int FROM cairn.runs WHERE id = %" PRId64
