@@ -1075,13 +1075,21 @@ static char *lease_snapshot(void)
 	               "shard) FROM cairn.shard_leases WHERE shard_group = 'default'");
 }
 
+struct probe_failure {
+	int64_t id;
+	int failures;
+	const char *reason;
+};
+
 /* Some worker logged a failed probe of runner id with this failure count and reason. */
-static int logged_probe_failure(int64_t id, int failures, const char *reason)
+static int probe_failure_logged(void *arg)
 {
+	const struct probe_failure *pf = arg;
 	char want[160];
-	snprintf(want, sizeof want, "msg=\"runner health probe failed\" runner_id=%" PRId64, id);
+	snprintf(want, sizeof want, "msg=\"runner health probe failed\" runner_id=%" PRId64,
+	         pf->id);
 	char count[32];
-	snprintf(count, sizeof count, "failures=%d ", failures);
+	snprintf(count, sizeof count, "failures=%d ", pf->failures);
 	int found = 0;
 	for (int i = 0; i < MAXW && !found; i++) {
 		if (!ws[i].log[0])
@@ -1091,12 +1099,21 @@ static int logged_probe_failure(int64_t id, int failures, const char *reason)
 			char *eol = strchr(line, '\n');
 			if (eol)
 				*eol = '\0';
-			found = strstr(line, want) && strstr(line, count) && strstr(line, reason);
+			found =
+			    strstr(line, want) && strstr(line, count) && strstr(line, pf->reason);
 			line = eol ? eol + 1 : NULL;
 		}
 		free(text);
 	}
 	return found;
+}
+
+/* probe_failure_logged within 10 s: the checker logs a probe after the
+ * statement that counted it (and may mark the runner unhealthy) commits. */
+static int logged_probe_failure(int64_t id, int failures, const char *reason)
+{
+	struct probe_failure pf = {id, failures, reason};
+	return twait(probe_failure_logged, &pf, 10000);
 }
 
 static void start_two_and_wait(owned_by *o)
