@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -183,12 +184,11 @@ const char *tdb_new(void)
 
 /*
  * The database the migrated databases of one server are copies of:
- * `cairn migrate` runs once per server and build of cairn (its name
- * carries the binary's size and time, whose migrations it embeds), not
- * once per test. The first test that needs it makes it, under an advisory
- * lock of the server, as a database of another name renamed once
- * migrated, so that no test copies half of one; those of other builds
- * are dropped then.
+ * `cairn migrate` runs once per server, build of cairn and number of
+ * shards per group (its name carries the binary's size and time, whose
+ * migrations it embeds, and that number), not once per test. The first test that needs it makes it,
+ * under an advisory lock of the server, as a database of another name renamed once migrated, so
+ * that no test copies half of one; those of other builds are dropped then.
  */
 static void template_name(char name[64], int shards)
 {
@@ -923,6 +923,11 @@ int64_t tdb_intf(PGconn *c, const char *fmt, ...)
 	vsnprintf(sql, sizeof sql, fmt, ap);
 	va_end(ap);
 	return tdb_int(c, sql);
+}
+
+int64_t tdb_run_part(PGconn *c, int64_t id)
+{
+	return tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, id);
 }
 
 int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)

@@ -138,6 +138,9 @@ int64_t tdb_stat_after_sessions(PGconn *c, const char *app, const char *stat_sql
 char *tdb_next_notification(PGconn *c, int64_t timeout_ms);
 /* tdb_int and tdb_wait_at_least with the SQL built printf-style. */
 int64_t tdb_intf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The part of run id: its rows of other tables are in the same part, and
+ * on Citus a statement locks or writes them only by it. */
+int64_t tdb_run_part(PGconn *c, int64_t id);
 int tdb_wait_at_leastf(PGconn *c, int64_t want, int64_t timeout_ms, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

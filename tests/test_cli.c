@@ -20,12 +20,6 @@ static int64_t count(const char *db, const char *sql)
 	return n;
 }
 
-/* The part of run id (its rows of other tables are in the same part). */
-static int64_t part_of(PGconn *c, int64_t id)
-{
-	return tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, id);
-}
-
 static int64_t rows_written(const char *db)
 {
 	return count(
@@ -307,7 +301,7 @@ Test(status, shows_run_fields_and_journal_in_text_and_json)
 	    sql, sizeof sql,
 	    "INSERT INTO cairn.steps (run_id, part, seq, name, kind, status, output, finished_at) "
 	    "VALUES (%lld, %lld, 0, 'charge', 'step', 'completed', '{\"charged\": 12}', now())",
-	    (long long)id, (long long)part_of(c, id));
+	    (long long)id, (long long)tdb_run_part(c, id));
 	tdb_exec(c, sql);
 	PQfinish(c);
 	char *out, *err;
@@ -908,7 +902,7 @@ Test(signal, json_says_whether_the_run_was_waiting_for_it_or_it_is_buffered)
 	         "UPDATE cairn.runs SET status = 'waiting', attempt = 1 WHERE id = %lld; "
 	         "INSERT INTO cairn.steps (run_id, part, seq, name, kind, status) "
 	         "VALUES (%lld, %lld, 0, 'approval', 'signal', 'waiting')",
-	         (long long)id, (long long)id, (long long)part_of(c, id));
+	         (long long)id, (long long)id, (long long)tdb_run_part(c, id));
 	tdb_exec(c, sql);
 	PQfinish(c);
 	cr_assert_eq(tcli(db, &out, &err, "signal", "order/sj1", "other", "--json", NULL), 0, "%s",

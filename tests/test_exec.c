@@ -377,7 +377,7 @@ Test(exec, a_final_write_lost_with_its_connection_does_not_count_as_a_stop)
 	snprintf(sql, sizeof sql,
 	         "SELECT id FROM cairn.runs WHERE id = %" PRId64 " AND part = %" PRId64
 	         " FOR UPDATE",
-	         id, num(&e, "SELECT part FROM cairn.runs WHERE id = %" PRId64, id));
+	         id, tdb_run_part(e.c, id));
 	tdb_exec(lock, "BEGIN");
 	tdb_exec(lock, sql);
 	set_flag(&e, id);
@@ -1495,7 +1495,7 @@ Test(exec, a_too_deep_payload_is_refused_at_input_and_a_deep_signal_nobody_await
 	sprintf(sql,
 	        "INSERT INTO cairn.signals (run_id, part, name, payload) VALUES (%" PRId64
 	        ", %" PRId64 ", 'other', '%s')",
-	        id, num(&e, "SELECT part FROM cairn.runs WHERE id = %" PRId64, id), deep);
+	        id, tdb_run_part(e.c, id), deep);
 	tdb_exec(e.c, sql);
 	free(sql);
 	free(deep);

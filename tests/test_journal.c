@@ -486,7 +486,7 @@ Test(chain, a_worker_killed_in_the_commit_that_continues_a_run_leaves_exactly_on
 	snprintf(sql, sizeof sql,
 	         "SELECT id FROM cairn.runs WHERE id = %" PRId64 " AND part = %" PRId64
 	         " FOR UPDATE",
-	         head, num(&e, "SELECT part FROM cairn.runs WHERE id = %" PRId64, head));
+	         head, tdb_run_part(e.c, head));
 	tdb_exec(lock, "BEGIN");
 	tdb_exec(lock, sql);
 	char flag[96];
