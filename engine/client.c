@@ -517,6 +517,19 @@ static const db_stmt ST_ENQUEUE_PUSH_ROUTE = {
 /* ST_ENQUEUE_PUSH's column that says whether the wake-up after the commit
  * has nothing to do. */
 #define PUSH_SETTLED 8
+/* On a database with parts, the key of a new run in the part of its key
+ * (cairn.run_keys, migration 0038): $1 that part, $2 the workflow, $3 the
+ * key, $4 the run. A key another run holds inserts nothing. One task. */
+static const db_stmt ST_RUN_KEY = {
+    "cairn_run_key",
+    "INSERT INTO cairn.run_keys AS k (part, workflow, key, run_id) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT ON CONSTRAINT run_keys_pkey DO NOTHING RETURNING k.run_id"};
+/* The same for a batch's new runs ($1 the workflow; $2, $3, $4 their
+ * keys' parts, keys and ids): a key another run holds fails it with
+ * unique_violation, like ENQUEUE_NEW below. */
+static const char SQL_RUN_KEYS[] =
+    "INSERT INTO cairn.run_keys (part, workflow, key, run_id) "
+    "SELECT k.p, $1, k.k, k.id FROM unnest($2::int[], $3::text[], $4::bigint[]) AS k(p, k, id)";
 static const char SQL_ENQUEUED[] =
     "SELECT id, true, status, "
     "       CASE WHEN $3::bool AND finished_at IS NOT NULL THEN output::text END, "
@@ -736,8 +749,8 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
 /* The statements a client prepares on a session of its own; their states
  * are cairn_client.stmt[], in this order. */
 static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
-    &ST_ENQUEUE, &ST_WAKE_SHARD,     &ST_WAKE_SHARDS,  &ST_WAKE_RUNS,     &ST_ENQUEUE_TO,
-    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_PUSH, &ST_ENQUEUE_PUSH_ROUTE};
+    &ST_ENQUEUE, &ST_WAKE_SHARD,     &ST_WAKE_SHARDS,  &ST_WAKE_RUNS,          &ST_ENQUEUE_TO,
+    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_PUSH, &ST_ENQUEUE_PUSH_ROUTE, &ST_RUN_KEY};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -1082,6 +1095,41 @@ static const char *traceparent_of(const cairn_enqueue_opts *o, char *tp)
 
 static void wake_run(cairn_client *c, int64_t id, const char *wake, const char *part);
 
+/*
+ * With parts, the run that ins inserts (13 parameters p, ST_ENQUEUE_TO's)
+ * and its key in the part of the key, key_part (ST_RUN_KEY), in one
+ * transaction: two tasks, on one node or two. Their parts differ when the
+ * run has a concurrency key. A key that a run holds, in its part or in
+ * another, inserts nothing: the answer is then one without rows, as ins's
+ * for a key that exists, and the caller reads that run. NULL: a statement
+ * failed (rolled back, db_last_sqlstate its).
+ */
+static PGresult *enqueue_keyed(cairn_client *c, const db_stmt *ins, const char *const *p,
+                               const char *key_part)
+{
+	if (db_cmd(c->conn, &c->err, "BEGIN", 0, NULL) < 0)
+		return NULL;
+	PGresult *r = exec_one(c, ins, 13, p), *k = NULL;
+	if (r && PQntuples(r) == 1) {
+		const char *kp[] = {key_part, p[0], p[1], PQgetvalue(r, 0, 0)};
+		if (!(k = exec_one(c, &ST_RUN_KEY, 4, kp))) {
+			PQclear(r);
+			r = NULL;
+		}
+	}
+	int kept = k && PQntuples(k) == 1;
+	PQclear(k);
+	if (kept && db_cmd(c->conn, &c->err, "COMMIT", 0, NULL) == 0)
+		return r;
+	db_rollback(c->conn);
+	if (!r || kept) { /* kept: the commit failed */
+		PQclear(r);
+		return NULL;
+	}
+	PQclear(r);
+	return PQmakeEmptyPGresult(c->conn, PGRES_TUPLES_OK);
+}
+
 static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueue_opts *o,
                        const char *key, int shards, int want_result, enqueue_from from,
                        cairn_enqueued *out)
@@ -1111,6 +1159,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   o->require_served ? "t" : "f",
 	                   traceparent_of(o, tp),
 	                   db_i64(part, client_part(c, sh))};
+	char key_part[24];
+	db_i64(key_part, client_part(c, hash_shard(key, shards)));
 	/* ST_ENQUEUE_TO's parameters: the first 11, the traceparent and the
 	 * part. */
 	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
@@ -1155,7 +1205,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 		const db_stmt *ins = !o->concurrency_key ? &ST_ENQUEUE_VALUES
 		                     : split             ? &to_in
 		                                         : &ST_ENQUEUE_TO;
-		PGresult *r = split             ? exec_one(c, ins, 13, pto)
+		PGresult *r = split             ? enqueue_keyed(c, ins, pto, key_part)
 		              : in_tx && cached ? exec_one(c, &ST_ENQUEUE_PUSH, 13, pto)
 		              : in_tx           ? exec_one(c, &ST_ENQUEUE_PUSH_ROUTE, 15, pr)
 		              : cached          ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)
@@ -1224,6 +1274,33 @@ static void wake_new(cairn_client *c, size_t n, const cairn_enqueued *out)
 	pgarr_free(&parts);
 }
 
+/* With parts, a batch of new runs (news, 11 parameters fresh: ENQUEUE_NEW's)
+ * and their keys in their keys' parts (SQL_RUN_KEYS; the parts kparts), in
+ * one transaction: 0, -1 when a statement failed (rolled back,
+ * db_last_sqlstate its: unique_violation when a key exists), or read_new's
+ * error. */
+static int enqueue_new_keyed(cairn_client *c, const db_stmt *news, const char *const *fresh,
+                             size_t n, pgarr *kparts, cairn_enqueued *out)
+{
+	if (db_cmd(c->conn, &c->err, "BEGIN", 0, NULL) < 0)
+		return -1;
+	PGresult *r = exec_one(c, news, 11, fresh);
+	int rc = r ? read_new(c, r, n, out) : -1;
+	pgarr ids = PGARR_INIT;
+	for (size_t i = 0; !rc && i < n; i++)
+		pgarr_add_i64(&ids, out[i].id);
+	const char *p[] = {fresh[0], pgarr_str(kparts), fresh[1], pgarr_str(&ids)};
+	if (!rc && (ids.b.oom || kparts->b.oom))
+		rc = client_fail(c, CAIRN_ENOMEM, "out of memory building the batch");
+	if (!rc && (db_cmd(c->conn, &c->err, SQL_RUN_KEYS, 4, p) < 0 ||
+	            db_cmd(c->conn, &c->err, "COMMIT", 0, NULL) < 0))
+		rc = -1;
+	if (rc)
+		db_rollback(c->conn);
+	pgarr_free(&ids);
+	return rc;
+}
+
 /* cairn_enqueue_batch, and with want_result also each existing finished
  * run's output and error (cairn_enqueue). */
 static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_enqueue_opts *opts,
@@ -1255,7 +1332,7 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	pgarr keys = PGARR_INIT, groups = PGARR_INIT, sh = PGARR_INIT, inputs = PGARR_INIT,
 	      maxa = PGARR_INIT, delays = PGARR_INIT, ats = PGARR_INIT, ckeys = PGARR_INIT,
 	      prios = PGARR_INIT, held = PGARR_INIT, reqs = PGARR_INIT, tps = PGARR_INIT,
-	      parts = PGARR_INIT;
+	      parts = PGARR_INIT, kparts = PGARR_INIT;
 	int split = c->settings.nparts > 1;
 	buf sealed = BUF_INIT;
 	int keyed = 0;                 /* a run of the batch has a concurrency key */
@@ -1284,6 +1361,8 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 		int run_sh = run_shard(o, key, shards);
 		pgarr_add_i64(&sh, run_sh);
 		pgarr_add_i64(&parts, client_part(c, run_sh));
+		if (split) /* the part of its key (run_keys) */
+			pgarr_add_i64(&kparts, client_part(c, hash_shard(key, shards)));
 		pgarr_add(&ckeys, o->concurrency_key);
 		keyed |= o->concurrency_key != NULL;
 		pgarr_add_i64(&prios, o->priority);
@@ -1324,18 +1403,24 @@ static int enqueue(cairn_client *c, const char *workflow, size_t n, const cairn_
 	const db_stmt news = {NULL, !keyed  ? SQL_ENQUEUE_NEW
 	                            : split ? SQL_ENQUEUE_NEW_KEYED_IN
 	                                    : SQL_ENQUEUE_NEW_KEYED};
-	/* With parts (Citus), the wake-up after the insert by the runs' ids
-	 * (cairn.wake_new, from the coordinator): ST_WAKE_SHARDS reads
-	 * shard_leases without their part and would notify from the nodes. */
-	PGresult *nr = split ? exec_one(c, &news, 11, fresh)
-	                     : exec_then(c, &news, 11, fresh, &ST_WAKE_SHARDS, 4, wake);
-	if (nr) {
-		if ((rc = read_new(c, nr, n, out)))
-			goto done;
+	/* With parts (Citus), the runs' keys too, and the wake-up after the
+	 * commit by the runs' ids (cairn.wake_new, from the coordinator):
+	 * ST_WAKE_SHARDS reads shard_leases without their part and would
+	 * notify from the nodes. */
+	if (split) {
+		rc = enqueue_new_keyed(c, &news, fresh, n, &kparts, out);
+	} else {
+		PGresult *nr = exec_then(c, &news, 11, fresh, &ST_WAKE_SHARDS, 4, wake);
+		rc = nr ? read_new(c, nr, n, out) : -1;
+	}
+	if (!rc) {
 		if (split)
 			wake_new(c, n, out);
 		goto release;
 	}
+	if (rc > 0)
+		goto done;
+	rc = 0;
 	if (strcmp(db_last_sqlstate(), "23505") != 0) {
 		rc = client_db_fail(c);
 		goto done;
@@ -1399,6 +1484,7 @@ done:
 	pgarr_free(&reqs);
 	pgarr_free(&tps);
 	pgarr_free(&parts);
+	pgarr_free(&kparts);
 	buf_free(&sealed);
 	return rc;
 }

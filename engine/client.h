@@ -79,7 +79,7 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
-#define CLIENT_NSTMTS 9
+#define CLIENT_NSTMTS 10
 /* The schema (migration 0030) from which an enqueue hands the new run to
  * its idle owner from inside its own transaction (cairn.push_owner). */
 #define PUSH_SCHEMA 30

@@ -512,6 +512,16 @@ const char *db_last_message(void)
 	return last_message;
 }
 
+void db_rollback(PGconn *c)
+{
+	char state[sizeof last_sqlstate], message[sizeof last_message];
+	memcpy(state, last_sqlstate, sizeof state);
+	memcpy(message, last_message, sizeof message);
+	db_cmd(c, NULL, "ROLLBACK", 0, NULL);
+	memcpy(last_sqlstate, state, sizeof state);
+	memcpy(last_message, message, sizeof message);
+}
+
 int db_ok(PGconn *c)
 {
 	return c && PQstatus(c) == CONNECTION_OK;

@@ -120,6 +120,9 @@ const char *db_last_sqlstate(void);
  * bytes), or "": what a caller shows when the message is the database's
  * answer to the user (a refusal raised by a cairn function). */
 const char *db_last_message(void);
+/* ROLLBACK, keeping what db_last_sqlstate and db_last_message say of the
+ * statement that failed before it. */
+void db_rollback(PGconn *c);
 
 /* The connection is still usable (not CONNECTION_BAD). */
 int db_ok(PGconn *c);

@@ -96,20 +96,29 @@ static const char SQL_HEALTH_FAIL[] =
  * $3 of the part whose key this is (cairn.parts; 0 on one server): on
  * Citus one task on the node of the part, where a statement over every
  * part was refused (it joins runs to runs by chain_id). */
-static const char SQL_JANITOR[] =
-    "WITH old AS (SELECT r.id FROM cairn.runs r "
-    "  WHERE r.part = $3 AND r.finished_at < now() - $1 * interval '1 millisecond' "
-    "    AND NOT EXISTS (SELECT 1 FROM cairn.runs c WHERE c.part = $3 AND c.chain_id = r.id) "
-    "  ORDER BY r.finished_at LIMIT $2), "
-    /* A signal sent to a run as it continued as new, which its successor
-     * (in the same shard, so the same part) reads but has not taken yet
-     * (see cont in commit.c), goes to it. */
-    "mv AS (UPDATE cairn.signals g SET run_id = s.id FROM old o "
-    "  JOIN cairn.runs s ON s.part = $3 AND s.continued_from = o.id "
-    "  WHERE g.part = $3 AND g.run_id = o.id AND g.consumed_by_seq IS NULL "
-    "    AND s.finished_at IS NULL) "
-    "DELETE FROM cairn.runs WHERE part = $3 AND id IN (SELECT id FROM old) "
-    "AND finished_at < now() - $1 * interval '1 millisecond'";
+#define JANITOR(returning)                                                                         \
+	"WITH old AS (SELECT r.id FROM cairn.runs r "                                              \
+	"  WHERE r.part = $3 AND r.finished_at < now() - $1 * interval '1 millisecond' "           \
+	"    AND NOT EXISTS (SELECT 1 FROM cairn.runs c WHERE c.part = $3 AND c.chain_id = r.id) " \
+	"  ORDER BY r.finished_at LIMIT $2), " /* A signal sent to a run as it continued as new,   \
+	                                        * which its successor (in the same shard, so the                                                                        \
+	                                        * same part) reads but has not taken yet (see cont                                                                                         \
+	                                        * in commit.c), goes to it. */                     \
+	"mv AS (UPDATE cairn.signals g SET run_id = s.id FROM old o "                              \
+	"  JOIN cairn.runs s ON s.part = $3 AND s.continued_from = o.id "                          \
+	"  WHERE g.part = $3 AND g.run_id = o.id AND g.consumed_by_seq IS NULL "                   \
+	"    AND s.finished_at IS NULL) "                                                          \
+	"DELETE FROM cairn.runs WHERE part = $3 AND id IN (SELECT id FROM old) "                   \
+	"AND finished_at < now() - $1 * interval '1 millisecond'" returning
+static const char SQL_JANITOR[] = JANITOR("");
+/* With parts: the deleted runs' workflows, keys and ids, whose keys the
+ * janitor deletes from run_keys in the same transaction (SQL_JANITOR_KEYS:
+ * $1 the keys' parts, $2 workflows, $3 keys, $4 ids; a statement over the
+ * parts named, which it reads as an intermediate result). */
+static const char SQL_JANITOR_PARTS[] = JANITOR(" RETURNING workflow, key, id");
+static const char SQL_JANITOR_KEYS[] =
+    "DELETE FROM cairn.run_keys k WHERE (k.part, k.workflow, k.key, k.run_id) IN "
+    "  (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bigint[]))";
 
 /*
  * Stranded runs (routing by workflow, migration 0020): a run whose group has
@@ -439,6 +448,42 @@ static int stranded_pass(const maint_env *e, PGconn *c, int watched, buf *err)
 	return rc;
 }
 
+/* One part's pass on a database with parts: its runs (SQL_JANITOR_PARTS,
+ * parameters p) and their keys (SQL_JANITOR_KEYS), in one transaction. How
+ * many runs, or -1 on a database error. */
+static int64_t janitor_keyed(PGconn *c, const char *const *p, const db_settings *st, buf *err)
+{
+	if (db_cmd(c, err, "BEGIN", 0, NULL) < 0)
+		return -1;
+	PGresult *r = db_exec(c, err, SQL_JANITOR_PARTS, 3, p);
+	int64_t n = r ? PQntuples(r) : -1;
+	pgarr parts = PGARR_INIT, flows = PGARR_INIT, keys = PGARR_INIT, ids = PGARR_INIT;
+	for (int i = 0; i < n; i++) {
+		const char *key = PQgetvalue(r, i, 1);
+		pgarr_add_i64(&parts, db_part_key(st, hash_shard(key, st->shards)));
+		pgarr_add(&flows, PQgetvalue(r, i, 0));
+		pgarr_add(&keys, key);
+		pgarr_add(&ids, PQgetvalue(r, i, 2));
+	}
+	PQclear(r);
+	const char *k[] = {pgarr_str(&parts), pgarr_str(&flows), pgarr_str(&keys), pgarr_str(&ids)};
+	if (n > 0 && (parts.b.oom || flows.b.oom || keys.b.oom || ids.b.oom)) {
+		buf_puts(err, "out of memory listing the runs' keys");
+		n = -1;
+	}
+	if (n > 0 && db_cmd(c, err, SQL_JANITOR_KEYS, 4, k) < 0)
+		n = -1;
+	if (n >= 0 && db_cmd(c, err, "COMMIT", 0, NULL) < 0)
+		n = -1;
+	if (n < 0)
+		db_rollback(c);
+	pgarr_free(&parts);
+	pgarr_free(&flows);
+	pgarr_free(&keys);
+	pgarr_free(&ids);
+	return n;
+}
+
 /* Deletes the finished runs past retention, part by part (SQL_JANITOR):
  * how many, -1 on a database error (logged); *full: some part had more
  * than a batch. */
@@ -451,13 +496,15 @@ static int64_t janitor_pass(const maint_env *e, PGconn *c, const db_settings *st
 	db_i64(ret, e->cfg->retention_ms);
 	for (int i = 0; i < st->nparts; i++) {
 		const char *p[] = {ret, JANITOR_BATCH, db_i64(part, st->part_keys[i])};
-		PGresult *r = db_exec(c, err, SQL_JANITOR, 3, p);
-		if (!r) {
+		PGresult *r = st->nparts > 1 ? NULL : db_exec(c, err, SQL_JANITOR, 3, p);
+		int64_t got = st->nparts > 1 ? janitor_keyed(c, p, st, err)
+		              : r            ? atoi(PQcmdTuples(r))
+		                             : -1;
+		PQclear(r);
+		if (got < 0) {
 			log_kv(e->log, LOG_WARN, "janitor failed", "error", buf_str(err), NULL);
 			return -1;
 		}
-		int got = atoi(PQcmdTuples(r));
-		PQclear(r);
 		n += got;
 		*full |= got >= atoi(JANITOR_BATCH);
 	}

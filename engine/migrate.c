@@ -383,7 +383,8 @@ done:
  * placed on purpose. Each step is done only if pg_dist_partition says it is
  * not: the keys with part (one server's keys leave it out, migration
  * 0025), the parts and the parts of the rows a single server stored (while
- * cairn.runs is not distributed), then each table, then the foreign keys
+ * cairn.runs is not distributed), then each table (run_keys filled first
+ * with the key of every run, migration 0038), then the foreign keys
  * that had to go while their tables were distributed, on (run_id, part),
  * then the functions of one part (cairn.signal_in and cairn.cancel_in,
  * migrations 0034 and 0035),
@@ -400,7 +401,7 @@ static const char SQL_CITUS[] =
     "    -- Every table of a claim or a commit, distributed by part and\n"
     "    -- colocated with runs (runs first: the others name it).\n"
     "    v_dist text[] := ARRAY['runs', 'steps', 'messages', 'signals', 'events', 'signal_links',\n"
-    "                           'child_waits', 'child_awaited', 'shard_leases'];\n"
+    "                           'child_waits', 'child_awaited', 'shard_leases', 'run_keys'];\n"
     "    -- Small tables every node's statements read: a copy on every node.\n"
     "    v_ref text[] := ARRAY['settings', 'runners', 'parts', 'schedules', 'limits', 'rates',\n"
     "                          'slots', 'workflows', 'runner_workflows'];\n"
@@ -524,6 +525,15 @@ static const char SQL_CITUS[] =
     "    FOREACH v_t IN ARRAY v_dist LOOP\n"
     "        IF NOT EXISTS (SELECT 1 FROM pg_dist_partition\n"
     "                        WHERE logicalrelid = ('cairn.' || v_t)::regclass) THEN\n"
+    "            -- The key of every run, in the part of its key (migration\n"
+    "            -- 0038), before its first write with more than one part.\n"
+    "            IF v_t = 'run_keys' THEN\n"
+    "                v_n := cairn.shards_per_group(); -- read here, not on the nodes\n"
+    "                INSERT INTO cairn.run_keys (part, workflow, key, run_id)\n"
+    "                SELECT cairn.part_of(cairn.shard_of(r.key, v_n)),\n"
+    "                       r.workflow, r.key, r.id FROM cairn.runs r\n"
+    "                ON CONFLICT ON CONSTRAINT run_keys_pkey DO NOTHING;\n"
+    "            END IF;\n"
     "            PERFORM create_distributed_table('cairn.' || v_t, 'part',\n"
     "                colocate_with => CASE WHEN v_t = 'runs' THEN 'none' ELSE 'cairn.runs' END);\n"
     "            -- The rows were copied to the shards; the coordinator's own\n"

@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,9 +244,9 @@ Test(citus,
 
 /* The tables `cairn migrate --citus` distributes by part, and those it makes
  * reference tables (engine/migrate.c, SQL_CITUS). */
-static const char *const DISTRIBUTED[] = {"runs",        "steps",         "messages",
-                                          "signals",     "events",        "signal_links",
-                                          "child_waits", "child_awaited", "shard_leases"};
+static const char *const DISTRIBUTED[] = {
+    "runs",         "steps",       "messages",      "signals",      "events",
+    "signal_links", "child_waits", "child_awaited", "shard_leases", "run_keys"};
 static const char *const REFERENCE[] = {"settings",  "runners",   "parts",
                                         "schedules", "limits",    "rates",
                                         "slots",     "workflows", "runner_workflows"};
@@ -300,6 +301,24 @@ static PGconn *citus_migrated(const char *db)
 }
 
 /* Checks what pg_dist_partition and cairn.parts say after the conversion. */
+/* The part a key (or a concurrency key) puts its run in. */
+static int64_t part_of_key(PGconn *c, const char *key)
+{
+	return tdb_intf(c, "SELECT cairn.part_of(cairn.shard_of('%s', cairn.shards_per_group()))",
+	                key);
+}
+
+/* Into out: a concurrency key whose part is neither key's nor avoid's. */
+static void key_elsewhere(PGconn *c, const char *key, const char *avoid, char *out, size_t n)
+{
+	for (int i = 0;; i++) {
+		snprintf(out, n, "ck%d", i);
+		if (part_of_key(c, out) != part_of_key(c, key) &&
+		    (!avoid || part_of_key(c, out) != part_of_key(c, avoid)))
+			return;
+	}
+}
+
 static void check_distributed(PGconn *c)
 {
 	int shards = (int)tdb_int(c, "SELECT current_setting('citus.shard_count')::int");
@@ -441,6 +460,21 @@ Test(citus, migrate_citus_converts_a_database_with_runs_in_place_keeping_every_r
 		exec_ok(c, sql);
 	}
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs"), runs + 10);
+	/* Every run stored before has its key in run_keys, in the part of the
+	 * key, so that an enqueue with a concurrency key (which puts a run in
+	 * that key's part) finds it too. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.run_keys WHERE key LIKE 'k%'"), runs);
+	cairn_client *cl;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	char ck[16];
+	key_elsewhere(c, "k7", NULL, ck, sizeof ck);
+	cairn_enqueue_opts o = {.key = "k7", .concurrency_key = ck};
+	cairn_enqueued r;
+	cr_assert_eq(cairn_enqueue(cl, "noop", &o, &r), CAIRN_OK, "%s", cairn_client_errmsg(cl));
+	cr_assert(r.existed);
+	cr_assert_eq(r.id, tdb_int(c, "SELECT id FROM cairn.runs WHERE key = 'k7'"));
+	cairn_enqueued_clear(&r);
+	cairn_client_free(cl);
 	free(ids);
 	free(after);
 	PQfinish(c);
@@ -1173,6 +1207,141 @@ Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_
 	PQfinish(c);
 }
 
+/* One side of a race: client opts[k].concurrency_key enqueues keys race-0..
+ * in order. */
+typedef struct key_racer {
+	const char *db, *ckey;
+	int64_t ids[20];
+} key_racer;
+
+static void *race_keys(void *arg)
+{
+	key_racer *k = arg;
+	cairn_client *cl;
+	if (cairn_client_open(k->db, &cl) != CAIRN_OK)
+		return NULL;
+	for (int i = 0; i < 20; i++) {
+		char key[24];
+		snprintf(key, sizeof key, "race-%d", i);
+		cairn_enqueue_opts o = {.key = key, .concurrency_key = k->ckey};
+		cairn_enqueued r;
+		if (cairn_enqueue(cl, "key.wf", &o, &r) == CAIRN_OK)
+			k->ids[i] = r.id;
+		cairn_enqueued_clear(&r);
+	}
+	cairn_client_free(cl);
+	return NULL;
+}
+
+/*
+ * A run lives in the part of its concurrency key when it has one, so the
+ * same (workflow, key) with two concurrency keys, or with one and without,
+ * would be two runs in two parts: runs' unique key includes the part.
+ * cairn.run_keys (migration 0038) holds each key in the part of the key,
+ * and every enqueue finds the run that holds it: the client's single and
+ * batch enqueue, the SQL API's, and two clients racing with the same keys.
+ */
+Test(citus, a_key_names_one_run_across_parts_whatever_its_concurrency_key)
+{
+	const char *db = citus_db("run_keys");
+	PGconn *c = citus_migrated(db);
+	cairn_client *cl;
+	cr_assert_eq(cairn_client_open(db, &cl), CAIRN_OK);
+	char ck1[16], ck2[16];
+	key_elsewhere(c, "dup", NULL, ck1, sizeof ck1);
+	key_elsewhere(c, "dup", ck1, ck2, sizeof ck2);
+	/* With a concurrency key first, then another, then none. */
+	cairn_enqueued r;
+	cairn_enqueue_opts first = {.key = "dup", .concurrency_key = ck1};
+	cr_assert_eq(cairn_enqueue(cl, "key.wf", &first, &r), CAIRN_OK, "%s",
+	             cairn_client_errmsg(cl));
+	cr_assert(!r.existed);
+	int64_t id = r.id;
+	cairn_enqueued_clear(&r);
+	cr_assert_eq(tdb_intf(c, "SELECT part FROM cairn.runs WHERE id = %" PRId64, id),
+	             part_of_key(c, ck1));
+	const char *again[] = {ck2, NULL};
+	for (size_t i = 0; i < 2; i++) {
+		cairn_enqueue_opts o = {.key = "dup", .concurrency_key = again[i]};
+		cr_assert_eq(cairn_enqueue(cl, "key.wf", &o, &r), CAIRN_OK, "%s",
+		             cairn_client_errmsg(cl));
+		cr_assert(r.existed, "concurrency key %s", again[i] ? again[i] : "(none)");
+		cr_assert_eq(r.id, id);
+		cairn_enqueued_clear(&r);
+	}
+	/* Without one first (the run in the key's part), then with one. */
+	cairn_enqueue_opts plain = {.key = "dup.plain"};
+	cr_assert_eq(cairn_enqueue(cl, "key.wf", &plain, &r), CAIRN_OK);
+	int64_t plain_id = r.id;
+	cairn_enqueued_clear(&r);
+	char ck3[16];
+	key_elsewhere(c, "dup.plain", NULL, ck3, sizeof ck3);
+	cairn_enqueue_opts later = {.key = "dup.plain", .concurrency_key = ck3};
+	cr_assert_eq(cairn_enqueue(cl, "key.wf", &later, &r), CAIRN_OK);
+	cr_assert(r.existed);
+	cr_assert_eq(r.id, plain_id);
+	cairn_enqueued_clear(&r);
+	/* A batch: a key that exists (with another concurrency key) and a new
+	 * one; the batch goes run by run and finds the first. */
+	cairn_enqueue_opts batch[] = {{.key = "dup", .concurrency_key = ck3},
+	                              {.key = "dup.new", .concurrency_key = ck1}};
+	cairn_enqueued out[2];
+	cr_assert_eq(cairn_enqueue_batch(cl, "key.wf", 2, batch, out), CAIRN_OK, "%s",
+	             cairn_client_errmsg(cl));
+	cr_assert(out[0].existed);
+	cr_assert_eq(out[0].id, id);
+	cr_assert(!out[1].existed);
+	for (int i = 0; i < 2; i++)
+		cairn_enqueued_clear(&out[i]);
+	/* The SQL API, inside a transaction: the key's run, and a new key
+	 * whose run the client then finds without a concurrency key. */
+	exec_ok(c, "BEGIN");
+	char sql[256];
+	snprintf(sql, sizeof sql,
+	         "SELECT id FROM cairn.enqueue('key.wf', key => 'dup', concurrency_key => '%s') "
+	         "WHERE existed",
+	         ck2);
+	cr_assert_eq(tdb_int(c, sql), id);
+	snprintf(
+	    sql, sizeof sql,
+	    "SELECT id FROM cairn.enqueue('key.wf', key => 'dup.sql', concurrency_key => '%s') "
+	    "WHERE NOT existed",
+	    ck2);
+	int64_t sql_id = tdb_int(c, sql);
+	exec_ok(c, "COMMIT");
+	cairn_enqueue_opts bare = {.key = "dup.sql"};
+	cr_assert_eq(cairn_enqueue(cl, "key.wf", &bare, &r), CAIRN_OK);
+	cr_assert(r.existed);
+	cr_assert_eq(r.id, sql_id);
+	cairn_enqueued_clear(&r);
+	/* Two clients race on twenty keys, each with its own concurrency key
+	 * (in two parts): one run per key, which both were told. */
+	key_racer racers[2] = {{.db = db, .ckey = ck1}, {.db = db, .ckey = ck2}};
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, race_keys, &racers[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < 20; i++) {
+		cr_assert_gt(racers[0].ids[i], 0, "race-%d", i);
+		cr_assert_eq(racers[0].ids[i], racers[1].ids[i], "race-%d", i);
+	}
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key LIKE 'race-%'"), 20);
+	/* One run per key, each key in run_keys once, in the part of the key. */
+	cr_assert_eq(tdb_int(c, "SELECT count(*) - count(DISTINCT key) FROM cairn.runs "
+	                        "WHERE workflow = 'key.wf'"),
+	             0);
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.run_keys WHERE workflow = 'key.wf'"),
+	             tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE workflow = 'key.wf'"));
+	cr_assert_eq(tdb_intf(c,
+	                      "SELECT run_id FROM cairn.run_keys WHERE part = %" PRId64
+	                      " AND workflow = 'key.wf' AND key = 'dup'",
+	                      part_of_key(c, "dup")),
+	             id);
+	cairn_client_free(cl);
+	PQfinish(c);
+}
+
 /*
  * cairn.children_sync (migration 0021; 0028) on the cluster: a parent in a
  * part on the second worker node waits for two children in other parts,
@@ -1602,6 +1771,15 @@ Test(citus, the_scheduler_janitor_stranded_runs_backlog_and_reads_work_on_a_dist
 	int64_t stranded = strtoll(idtxt, NULL, 10);
 	free(idtxt);
 	cr_assert_gt(stranded, 0);
+	/* Runs with keys of their own: the janitor deletes their keys (in
+	 * run_keys, in other parts) with them. */
+	for (int i = 0; i < 3; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "jk-%d", i);
+		const char *keyed[] = {"enqueue", "t.spread", "--key", key, "--input", "{}", NULL};
+		free(cli_out(db, 0, keyed));
+	}
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.run_keys WHERE key LIKE 'jk-%'"), 3);
 	/* The stranded run moved and ran: both its steps. */
 	cr_assert(tdb_wait_at_leastf(
 	              c, 2, 60000, "SELECT count(*) FROM t_hits WHERE run_id = %" PRId64, stranded),
@@ -1619,6 +1797,12 @@ Test(citus, the_scheduler_janitor_stranded_runs_backlog_and_reads_work_on_a_dist
 	                            3, 60000),
 	          "the janitor never deleted finished runs; log in %s", log);
 	cr_assert_gt(tdb_int(c, "SELECT count(DISTINCT run_id) FROM t_hits"), 3);
+	cr_assert(tdb_wait_at_least(c,
+	                            "SELECT 6 - (SELECT count(*) FROM cairn.runs WHERE key LIKE "
+	                            "'jk-%') - (SELECT count(*) FROM cairn.run_keys WHERE key LIKE "
+	                            "'jk-%')",
+	                            6, 60000),
+	          "the janitor never deleted the keyed runs and their keys; log in %s", log);
 	/* The backlog was read, and no shard of the group is unowned. */
 	char *body = NULL;
 	cr_assert_eq(thttp(w.port, "GET", "/metrics", &body, NULL), 200);
