@@ -95,15 +95,15 @@ static const char SQL_HEALTH_FAIL[] =
  * about a retention's worth of them. $1 retention (ms), $2 at most so many,
  * $3 of the part whose key this is (cairn.parts; 0 on one server): on
  * Citus one task on the node of the part, where a statement over every
- * part was refused (it joins runs to runs by chain_id). */
+ * part was refused (it joins runs to runs by chain_id). A signal sent to a
+ * run as it continued as new, which its successor (in the same shard, so
+ * the same part) reads but has not taken yet (see cont in commit.c), goes
+ * to it (mv). */
 #define JANITOR(returning)                                                                         \
 	"WITH old AS (SELECT r.id FROM cairn.runs r "                                              \
 	"  WHERE r.part = $3 AND r.finished_at < now() - $1 * interval '1 millisecond' "           \
 	"    AND NOT EXISTS (SELECT 1 FROM cairn.runs c WHERE c.part = $3 AND c.chain_id = r.id) " \
-	"  ORDER BY r.finished_at LIMIT $2), " /* A signal sent to a run as it continued as new,   \
-	                                        * which its successor (in the same shard, so the                                                                        \
-	                                        * same part) reads but has not taken yet (see cont                                                                                         \
-	                                        * in commit.c), goes to it. */                     \
+	"  ORDER BY r.finished_at LIMIT $2), "                                                     \
 	"mv AS (UPDATE cairn.signals g SET run_id = s.id FROM old o "                              \
 	"  JOIN cairn.runs s ON s.part = $3 AND s.continued_from = o.id "                          \
 	"  WHERE g.part = $3 AND g.run_id = o.id AND g.consumed_by_seq IS NULL "                   \
