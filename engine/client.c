@@ -1159,8 +1159,7 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	                   o->require_served ? "t" : "f",
 	                   traceparent_of(o, tp),
 	                   db_i64(part, client_part(c, sh))};
-	char key_part[24];
-	db_i64(key_part, client_part(c, hash_shard(key, shards)));
+	char key_part[24]; /* with parts: the part of its key (run_keys) */
 	/* ST_ENQUEUE_TO's parameters: the first 11, the traceparent and the
 	 * part. */
 	const char *pto[] = {p[0], p[1], p[2], p[3],  p[4],  p[5], p[6],
@@ -1183,6 +1182,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	 * which reads shard_leases and runs without their part. One server
 	 * keeps the one round trip. */
 	int split = c->settings.nparts > 1;
+	if (split)
+		db_i64(key_part, client_part(c, hash_shard(key, shards)));
 	if (!cached && split) {
 		const client_route *e;
 		if ((rc = route_to(c, workflow, o->group, from.prefer, o->require_served, &e))) {
