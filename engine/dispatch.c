@@ -89,6 +89,11 @@ struct dispatch {
 	_Atomic int claim_wanted;         /* claim now */
 	_Atomic int recheck;              /* the last claim may have left due messages behind */
 	_Atomic int64_t due_hint;         /* Unix ms of a message this worker just wrote; 0: none */
+	/* With parts: the same of each part (part_due_hint[shard % nparts]),
+	 * nparts as the poller last read it (1 before). */
+	_Atomic int64_t part_due_hint[DB_PARTS_MAX];
+	_Atomic int nparts;
+	int refused;                      /* rows the poller's claim gave back (take_claims) */
 	_Atomic int took_shards;          /* shards were taken: busy until it may go idle */
 	int64_t targets[CAIRN_WAKE_RUNS]; /* runs wake-ups named, for the next claim; under mu */
 	int ntargets;
@@ -142,14 +147,23 @@ static void freed(dispatch *d, int refill)
 		want_claim(d);
 }
 
-/* A message this worker wrote is due at at_ms (Unix ms): the poller wakes
- * for it then, without a claim before. */
-static void due_at(dispatch *d, int64_t at_ms)
+/* The earlier of *hint and at_ms (Unix ms; 0: none) into *hint. */
+static void earlier_hint(_Atomic int64_t *hint, int64_t at_ms)
 {
-	int64_t cur = atomic_load(&d->due_hint);
-	while ((cur == 0 || at_ms < cur) &&
-	       !atomic_compare_exchange_weak(&d->due_hint, &cur, at_ms))
+	int64_t cur = atomic_load(hint);
+	while ((cur == 0 || at_ms < cur) && !atomic_compare_exchange_weak(hint, &cur, at_ms))
 		;
+}
+
+/* A message this worker wrote in shard is due at at_ms (Unix ms): the
+ * poller wakes for it then, without a claim before, and with parts claims
+ * that shard's part (see poller_main). */
+static void due_at(dispatch *d, int shard, int64_t at_ms)
+{
+	int nparts = atomic_load(&d->nparts);
+	if (nparts > 1)
+		earlier_hint(&d->part_due_hint[shard % nparts], at_ms);
+	earlier_hint(&d->due_hint, at_ms);
 	wake_poller(d);
 }
 
@@ -190,7 +204,7 @@ static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 	pthread_mutex_unlock(&d->mu);
 	jcache_run_free_list(gone);
 	shardmap_run_end(d->env.map, j->group, j->shard);
-	int flow = j->flow;
+	int flow = j->flow, shard = j->shard;
 	job_free(j);
 	if (flow)
 		wake_poller(d);
@@ -199,7 +213,7 @@ static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 		return;
 	}
 	if (next_at_ms)
-		due_at(d, next_at_ms);
+		due_at(d, shard, next_at_ms);
 	freed(d, refill);
 }
 
@@ -940,7 +954,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	"   FROM cairn.messages m "                                                                \
 	"   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND l.shard = m.shard "     \
 	"   WHERE " IN_PART("l") IN_PART(                                                          \
-	    "m") "l.owner = $1 AND m.deliver_at <= now() "                                         \
+	    "m") "l.owner = $1 AND m.deliver_at <= @at@ "                                          \
 	         "     AND m.run_id <> ALL ($2::bigint[]) "                                        \
 	         "   ORDER BY m.deliver_at, m.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "              \
 	         "  UNION ALL "                                                                    \
@@ -949,7 +963,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	         "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND l.shard = "    \
 	         "r.shard "                                                                        \
 	         "   WHERE " IN_PART("l") IN_PART(                                                 \
-	             "r") "l.owner = $1 AND r.start_at <= now() "                                  \
+	             "r") "l.owner = $1 AND r.start_at <= @at@ "                                   \
 	                  "     AND r.priority = 0 "                                               \
 	                  "     AND r.id <> ALL ($2::bigint[]) "                                   \
 	                  "   ORDER BY r.start_at, r.id LIMIT " CLAIM_BOUND ") b LIMIT $3) "       \
@@ -960,7 +974,7 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 	                  "   JOIN cairn.shard_leases l ON l.shard_group = r.shard_group AND "     \
 	                  "l.shard = r.shard "                                                     \
 	                  "   WHERE " IN_PART("l") IN_PART(                                        \
-	                      "r") "l.owner = $1 AND r.start_at <= now() "                         \
+	                      "r") "l.owner = $1 AND r.start_at <= @at@ "                          \
 	                           "     AND r.priority <> 0 "                                     \
 	                           "     AND r.id <> ALL ($2::bigint[]) "                          \
 	                           "   ORDER BY r.priority DESC, r.start_at, r.id "                \
@@ -969,17 +983,17 @@ _Static_assert(MSG_START_ID == 0, "the claims name a start MSG_START_ID");
 /* The next message or start of this runner's shards that is not yet due,
  * in ms from now: the poller sleeps until then. */
 #define CLAIM_ALL_NEXT                                                                             \
-	"next AS (SELECT (extract(epoch FROM min(x.at) - now()) * 1000)::bigint AS ms FROM ("      \
+	"next AS (SELECT (extract(epoch FROM min(x.at) - @at@) * 1000)::bigint AS ms FROM ("       \
 	"  (SELECT m.deliver_at AS at FROM cairn.messages m JOIN cairn.shard_leases l "            \
 	"     ON l.shard_group = m.shard_group AND l.shard = m.shard "                             \
 	"   WHERE " IN_PART("l")                                                                   \
-	    IN_PART("m") "l.owner = $1 AND m.deliver_at > now() "                                  \
+	    IN_PART("m") "l.owner = $1 AND m.deliver_at > @at@ "                                   \
 	                 "   ORDER BY m.deliver_at, m.id LIMIT 1) "                                \
 	                 "  UNION ALL "                                                            \
 	                 "  (SELECT r.start_at FROM cairn.runs r JOIN cairn.shard_leases l "       \
 	                 "     ON l.shard_group = r.shard_group AND l.shard = r.shard "            \
 	                 "   WHERE " IN_PART("l")                                                  \
-	                     IN_PART("r") "l.owner = $1 AND r.start_at > now() "                   \
+	                     IN_PART("r") "l.owner = $1 AND r.start_at > @at@ "                    \
 	                                  "   ORDER BY r.start_at, r.id LIMIT 1)) "                \
 	                                  "x) "
 static const char SQL_CLAIM[] = CLAIM_ALL_DUE CLAIM_FLOW CLAIM_MARK CLAIM_ALL_NEXT CLAIM_SELECT;
@@ -1013,7 +1027,7 @@ static const char SQL_CLAIM_PLAIN[] =
 	                  "   JOIN cairn.shard_leases l ON l.shard_group = m.shard_group AND "     \
 	                  "l.shard = m.shard "                                                     \
 	                  "   WHERE " IN_PART(                                                     \
-	                      "l") "l.owner = $1 AND m.deliver_at <= now() "                       \
+	                      "l") "l.owner = $1 AND m.deliver_at <= @at@ "                        \
 	                           "     AND m.run_id <> ALL ($2::bigint[])) "                     \
 	                           "  UNION ALL "                                                  \
 	                           "  (SELECT " MSG_START_SQL                                      \
@@ -1021,7 +1035,7 @@ static const char SQL_CLAIM_PLAIN[] =
 	                           "   JOIN cairn.shard_leases l ON l.shard_group = "              \
 	                           "r.shard_group AND l.shard = r.shard "                          \
 	                           "   WHERE " IN_PART(                                            \
-	                               "l") "l.owner = $1 AND r.start_at <= now() "                \
+	                               "l") "l.owner = $1 AND r.start_at <= @at@ "                 \
 	                                    "     AND r.id <> ALL ($2::bigint[]))) u "             \
 	                                    "  ORDER BY prio DESC, deliver_at, run_id LIMIT $3), "
 /* The next due time of the named runs, from their messages m and runs r:
@@ -1029,8 +1043,8 @@ static const char SQL_CLAIM_PLAIN[] =
  * SQL_CLAIM_ONE (which has no CTE). */
 #define CLAIM_NEXT_OF(m, r)                                                                        \
 	"next AS (SELECT (extract(epoch FROM least("                                               \
-	"  (SELECT min(m.deliver_at) FILTER (WHERE m.deliver_at > now()) FROM " m "), "            \
-	"  (SELECT min(r.start_at) FILTER (WHERE r.start_at > now()) FROM " r ")) - now()) "       \
+	"  (SELECT min(m.deliver_at) FILTER (WHERE m.deliver_at > @at@) FROM " m "), "             \
+	"  (SELECT min(r.start_at) FILTER (WHERE r.start_at > @at@) FROM " r ")) - @at@) "         \
 	"  * 1000)::bigint AS ms) "
 #define CLAIM_NAMED_NEXT CLAIM_NEXT_OF("nm m", "nr r")
 static const char SQL_CLAIM_RUNS[] =
@@ -1268,7 +1282,11 @@ static const struct {
 static void claim_text(int which, const char *bound, buf *out)
 {
 	const char *floor = CLAIM_STATEMENT[which].floor;
+	char at[32] = "now()";
+	if (CLAIM_STATEMENT[which].now)
+		snprintf(at, sizeof at, "%s::timestamptz", CLAIM_STATEMENT[which].now);
 	const char *const subst[][2] = {{CLAIM_BOUND, bound},
+	                                {"@at@", at},
 	                                {"@base@", CLAIM_STATEMENT[which].base},
 	                                {"@now@", CLAIM_STATEMENT[which].now},
 	                                {"@floor@", floor ? floor : ""}};
@@ -1609,6 +1627,7 @@ static int take_claims(dispatch *d, PGconn *conn, PGresult **r, int n, int64_t o
 				got++;
 				take_row(d, &env, v, &refused, &marked);
 			}
+	d->refused += (int)refused.n;
 	d->big_claim = 0;
 	for (int k = 0; k < n; k++) {
 		d->big_claim |= r[k] && PQresultMemorySize(r[k]) > DB_BUFFER_KEEP_MAX;
@@ -1784,17 +1803,28 @@ static void take_pushed(dispatch *d, PGconn *conn)
  * -CAIRN_EDB; *next_due_ms is the time until the next message of the
  * shards (or of those runs) is due (-1: none). Runs that cannot be queued
  * keep their messages and come back. */
+/* With parts, what a claim of all that is due is of and what it says of
+ * each part: only, the parts to claim (NULL: every part this runner owns
+ * shards in); next, of each part claimed, when it is next due (PART_DUE,
+ * PART_NOTHING or ms from the claim). */
+#define PART_NOTHING (-1) /* nothing due there, now or later */
+#define PART_DUE     (-2) /* something due now, or not known */
+typedef struct part_scope {
+	const unsigned char *only;
+	int64_t next[DB_PARTS_MAX];
+} part_scope;
+
 static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
                        int go_busy, const int64_t *runs, int nruns, int64_t *next_due_ms,
-                       int *skipped, buf *parked, buf *err);
+                       int *skipped, buf *parked, part_scope *scope, buf *err);
 
 static int claim(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now, int go_busy,
                  const int64_t *runs, int nruns, int64_t *next_due_ms, int *skipped, buf *parked,
-                 buf *err)
+                 part_scope *scope, buf *err)
 {
 	if (d->limits.nparts > 1)
 		return claim_parts(d, conn, owner, limit, start_now, go_busy, runs, nruns,
-		                   next_due_ms, skipped, parked, err);
+		                   next_due_ms, skipped, parked, scope, err);
 	pgarr ex = PGARR_INIT, want = PGARR_INIT, jc[3] = {PGARR_INIT, PGARR_INIT, PGARR_INIT};
 	*skipped = claim_lists(d, &ex, &want, jc, runs, nruns);
 	char me[24], lim[24], jb[24], ps[24], pa[24], sn[24];
@@ -1853,6 +1883,7 @@ typedef struct part_claim {
 	int go_busy;
 	pgarr ex, jc[3];
 	int64_t next_due_ms;
+	int64_t *part_next; /* part_scope's next */
 	int *skipped;
 	buf *parked, *err;
 } part_claim;
@@ -2077,6 +2108,10 @@ static int part_heads(dispatch *d, PGconn *conn, part_claim *pc, const part_want
 	for (int i = 0; !rc && i < m; i++) {
 		next_due(pc, r[i], 3);
 		int due = PQntuples(r[i]) > 0 && !PQgetisnull(r[i], 0, 0);
+		if (!due)
+			pc->part_next[w[i].part] = PQntuples(r[i]) > 0 && !PQgetisnull(r[i], 0, 3)
+			                               ? db_get_i64(r[i], 0, 3)
+			                               : PART_NOTHING;
 		h[i] = (part_head){.i = i,
 		                   .due = due,
 		                   .prio = due ? db_get_int(r[i], 0, 1) : 0,
@@ -2149,6 +2184,9 @@ static int claim_parts_due(dispatch *d, PGconn *conn, part_claim *pc, const part
 		best->claimed = 1;
 		best->due = floor > INT_MIN;
 		best->prio = floor > INT_MIN ? floor - 1 : 0;
+		/* Claimed to the end: when the part is due next. */
+		if (!best->due && k < one.limit)
+			pc->part_next[w[best->i].part] = due >= 0 ? due : PART_NOTHING;
 	}
 	for (int i = 0; got >= 0 && got < limit && i < m; i++)
 		if (h[i].due && !*pc->skipped)
@@ -2159,7 +2197,7 @@ static int claim_parts_due(dispatch *d, PGconn *conn, part_claim *pc, const part
 
 static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int start_now,
                        int go_busy, const int64_t *runs, int nruns, int64_t *next_due_ms,
-                       int *skipped, buf *parked, buf *err)
+                       int *skipped, buf *parked, part_scope *scope, buf *err)
 {
 	int n = d->limits.nparts;
 	for (int i = 0; i < nruns; i++)
@@ -2183,6 +2221,7 @@ static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int 
 	                 .ex = PGARR_INIT,
 	                 .jc = {PGARR_INIT, PGARR_INIT, PGARR_INIT},
 	                 .next_due_ms = -1,
+	                 .part_next = scope->next,
 	                 .skipped = skipped,
 	                 .parked = parked,
 	                 .err = err};
@@ -2217,11 +2256,13 @@ static int claim_parts(dispatch *d, PGconn *conn, int64_t owner, int limit, int 
 		unsigned char has[DB_PARTS_MAX] = {0};
 		owned_parts(d, has);
 		for (int part = 0; part < n; part++)
-			if (has[part])
+			if (has[part] && (!scope->only || scope->only[part])) {
 				w[m++] = (part_want){.part = part,
 				                     .limit = limit,
 				                     .start_now = start_now,
 				                     .base = pc.base};
+				scope->next[part] = PART_DUE; /* until its claim says */
+			}
 	}
 	if (!got && m)
 		got = !nruns && !d->limited
@@ -2428,6 +2469,7 @@ static PGconn *connect_poller(dispatch *d, buf *err)
 		PQfinish(c);
 		return NULL;
 	}
+	atomic_store(&d->nparts, d->limits.nparts);
 	char bound[24];
 	db_i64(bound, d->env.cfg->poll_batch);
 	buf sql[CLAIM_STATEMENTS] = {BUF_INIT};
@@ -2617,6 +2659,10 @@ typedef struct poller {
 	int64_t due_at_mono, fallback_at; /* monotonic ms; -1: nothing due */
 	int busy, last_n;
 	int64_t idle_retry_ms; /* busy only because a writer held a wake lock: claim after */
+	/* With parts: when each is due (monotonic ms, PART_DUE or
+	 * PART_NOTHING), from the claims of all that is due and this worker's
+	 * writes (part_due_hint). */
+	int64_t part_due[DB_PARTS_MAX];
 } poller;
 
 /* One round's claim: what it is of, and what came of it. */
@@ -2629,7 +2675,13 @@ typedef struct poll_round {
 	int skipped;         /* see claim() */
 	int64_t next_due;    /* ms until the next message is due; -1: none */
 	int again, full;     /* claim again at once; the claim of all was full */
+	int some;            /* with parts: a claim of all that is due in those due alone */
+	int claimed;         /* claim() ran */
+	unsigned char only[DB_PARTS_MAX];
+	part_scope scope;
 } poll_round;
+
+#define PART_UNSET INT64_MIN /* in part_scope's next: not claimed */
 
 /* Connects the poller (and refreshes stale statistics): 0, or -1 after
  * waiting out the backoff (or a wake-up). */
@@ -2645,6 +2697,8 @@ static int poller_connect(poller *p)
 		return -1;
 	}
 	refresh_stale_stats(d, p->conn);
+	for (int i = 0; i < DB_PARTS_MAX; i++)
+		p->part_due[i] = PART_DUE; /* parts (their number) as this session read them */
 	/* Without it, every run handed over is claimed by id (take_pushed). */
 	d->can_take_pushed = db_prepare(p->conn, &ST_PUSHED_TAKE, 1, NULL) == 0;
 	return 0;
@@ -2681,6 +2735,46 @@ static void poller_chores(poller *p)
 		flow_sweep(p);
 }
 
+/* This worker's writes' due times of each part (part_due_hint) into
+ * part_due: taken as a round begins, so that its claim, which began after
+ * their commits, sees their messages. */
+static void take_part_hints(poller *p, int64_t now)
+{
+	dispatch *d = p->d;
+	int64_t unix_now = clock_unix_ms();
+	for (int i = 0; i < d->limits.nparts; i++) {
+		int64_t h = atomic_exchange(&d->part_due_hint[i], 0);
+		if (!h)
+			continue;
+		int64_t at = now + (h - unix_now);
+		if (p->part_due[i] == PART_NOTHING || (p->part_due[i] >= 0 && at < p->part_due[i]))
+			p->part_due[i] = at;
+	}
+}
+
+/*
+ * A claim that woke only because something is due (not a wake-up, not the
+ * fallback, not busy) claims the parts due by now, or not known (rd->only):
+ * one statement to claim a part instead of one to look at each part this
+ * runner owns shards in and one to claim. Every write that makes a part
+ * due at once wakes the runner (it is idle), whose claim is then of all;
+ * the parts left out had said, in the claim of all before, when they are
+ * next due. Whether some parts are left out (else the claim is of all).
+ */
+static int due_parts(poller *p, poll_round *rd)
+{
+	unsigned char has[DB_PARTS_MAX] = {0};
+	owned_parts(p->d, has);
+	int in = 0, out = 0;
+	for (int i = 0; i < p->d->limits.nparts; i++) {
+		int64_t at = p->part_due[i];
+		rd->only[i] = has[i] && (at == PART_DUE || (at >= 0 && at <= rd->now));
+		in += rd->only[i];
+		out += has[i] && !rd->only[i];
+	}
+	return in > 0 && out > 0;
+}
+
 /* What this round claims: all that is due (wanted, due, or the fallback's
  * time), else the runs wake-ups named (into runs), else nothing. */
 static void what_to_claim(poller *p, poll_round *rd, int64_t *runs)
@@ -2695,13 +2789,61 @@ static void what_to_claim(poller *p, poll_round *rd, int64_t *runs)
 		if (p->due_at_mono < 0 || at < p->due_at_mono)
 			p->due_at_mono = at;
 	}
-	rd->want = atomic_exchange(&d->claim_wanted, 0) || rd->now >= p->fallback_at ||
-	           (p->due_at_mono >= 0 && rd->now >= p->due_at_mono);
-	/* Runs wake-ups named: a claim of all that is due finds them too. */
+	int wanted = atomic_exchange(&d->claim_wanted, 0), fallback = rd->now >= p->fallback_at;
+	int due = p->due_at_mono >= 0 && rd->now >= p->due_at_mono;
+	rd->want = wanted || fallback || due;
+	if (d->limits.nparts > 1) {
+		take_part_hints(p, rd->now);
+		rd->some = due && !wanted && !fallback && !p->busy && due_parts(p, rd);
+		for (int i = 0; i < d->limits.nparts; i++)
+			rd->scope.next[i] = PART_UNSET;
+	}
+	/* Runs wake-ups named: a claim of all that is due finds them too (of
+	 * some parts: theirs with them, and every part for a run older than
+	 * parts, whose id names none). */
 	rd->nruns = take_targets(d, runs);
+	for (int i = 0; rd->some && i < rd->nruns; i++) {
+		if (runs[i] < d->limits.first_placed_id)
+			rd->some = 0;
+		else
+			rd->only[(runs[i] % RUN_ID_SHARDS) % d->limits.nparts] = 1;
+	}
 	if (rd->want)
 		rd->nruns = 0;
 	rd->targeted = rd->nruns > 0;
+}
+
+/* After a claim: what a claim of all that is due (of some parts, or all)
+ * said of each part it claimed into part_due, and, of some parts, the next
+ * due time the earliest of theirs and the others'. A claim of named runs
+ * (runs) says nothing of their parts' other messages, and its next due
+ * time is of one of those parts: they are due (PART_DUE) at the next
+ * claim of due parts. */
+static void parts_claimed(poller *p, poll_round *rd, const int64_t *runs)
+{
+	int n = p->d->limits.nparts;
+	for (int i = 0; i < rd->nruns; i++)
+		p->part_due[(runs[i] % RUN_ID_SHARDS) % n] = PART_DUE;
+	for (int i = 0; i < n; i++) {
+		int64_t next = rd->scope.next[i];
+		if (next == PART_UNSET)
+			continue;
+		p->part_due[i] = rd->rc < 0 || next == PART_DUE || p->d->refused ? PART_DUE
+		                 : next == PART_NOTHING                          ? PART_NOTHING
+		                                        : rd->now + next + 1;
+	}
+	/* Runs given back (refuse_row) are due again, in parts whose claims
+	 * said nothing of them: claimed again within a second. */
+	if (p->d->refused && (p->due_at_mono < 0 || p->due_at_mono > rd->now + 1000))
+		p->due_at_mono = rd->now + 1000;
+	if (!rd->some || !rd->claimed || rd->rc < 0)
+		return;
+	unsigned char has[DB_PARTS_MAX] = {0};
+	owned_parts(p->d, has);
+	for (int i = 0; i < n; i++)
+		if (has[i] && p->part_due[i] >= 0 &&
+		    (p->due_at_mono < 0 || p->part_due[i] < p->due_at_mono))
+			p->due_at_mono = p->part_due[i];
 }
 
 /* After a claim that answered: counts it, and marks the poller ready. */
@@ -2739,8 +2881,12 @@ static void claim_once(poller *p, poll_round *rd, int64_t owner, int start_now, 
 	int64_t t0 = clock_mono_ms();
 	int go_busy = !p->busy && p->last_n >= BUSY_AFTER;
 	buf_reset(&p->parked);
-	rd->rc = rd->n = claim(d, p->conn, owner, rd->limit, start_now > 0 ? start_now : 0, go_busy,
-	                       runs, rd->nruns, &rd->next_due, &rd->skipped, &p->parked, &p->err);
+	rd->scope.only = rd->some ? rd->only : NULL;
+	rd->claimed = 1;
+	d->refused = 0;
+	rd->rc = rd->n =
+	    claim(d, p->conn, owner, rd->limit, start_now > 0 ? start_now : 0, go_busy, runs,
+	          rd->nruns, &rd->next_due, &rd->skipped, &p->parked, &rd->scope, &p->err);
 	/* After its commit: what it held may go at once. */
 	char me[24];
 	const char *pk[] = {buf_str(&p->parked), db_i64(me, owner)};
@@ -2786,7 +2932,7 @@ static void claim_round(poller *p, poll_round *rd, const int64_t *runs)
 /* After a round's claim: whether due messages may be left behind
  * (recheck), when the fallback claim of all is, and when the next message
  * is due. */
-static void plan_next(poller *p, poll_round *rd)
+static void plan_next(poller *p, poll_round *rd, const int64_t *runs)
 {
 	dispatch *d = p->d;
 	/* A full claim of all that is due: more may be due. A
@@ -2798,13 +2944,15 @@ static void plan_next(poller *p, poll_round *rd)
 	           (rd->rc >= 0 && rd->n == rd->limit && rd->limit == rd->room);
 	if (!rd->targeted || left)
 		atomic_store(&d->recheck, left);
-	if (!rd->targeted)
+	if (!rd->targeted && !rd->some)
 		p->fallback_at = rd->now + d->env.cfg->poll_interval_ms;
 	int64_t at = rd->next_due >= 0 ? rd->now + rd->next_due + 1 : -1;
 	if (rd->rc < 0)
 		p->due_at_mono = rd->now + 1000; /* look again soon */
 	else if (!rd->targeted || (at >= 0 && (p->due_at_mono < 0 || at < p->due_at_mono)))
 		p->due_at_mono = at;
+	if (d->limits.nparts > 1)
+		parts_claimed(p, rd, runs);
 	if (p->busy && p->idle_retry_ms &&
 	    (p->due_at_mono < 0 || rd->now + p->idle_retry_ms < p->due_at_mono))
 		p->due_at_mono = rd->now + p->idle_retry_ms;
@@ -2862,7 +3010,7 @@ static void *poller_main(void *arg)
 		what_to_claim(&p, &rd, runs);
 		if (rd.want || rd.targeted) {
 			claim_round(&p, &rd, runs);
-			plan_next(&p, &rd);
+			plan_next(&p, &rd, runs);
 		}
 		if (rd.rc < 0)
 			claim_failed(&p);
