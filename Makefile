@@ -3,7 +3,7 @@
 #   make            build bin/cairn, bin/cairn-worker and lib/libcairn.a
 #   make test       install missing Debian packages, build with ASan/UBSan,
 #                   run every test against a private PostgreSQL, and every
-#                   libFuzzer target for FUZZ_TEST_SECONDS (20) each
+#                   libFuzzer target for FUZZ_TEST_SECONDS (10) each
 #   make demo       install missing Debian packages, build, run a demo
 #                   workflow end to end
 #   make deps       install missing Debian packages (scripts/deps.sh)
@@ -260,7 +260,7 @@ test-build: $(BIN)/cairn $(BIN)/cairn-worker $(TEST_BIN) $(EXAMPLES) $(TEST_PLUG
 # (scripts/citus.sh), sanitizer build, then every suite against a private
 # PostgreSQL (or $DATABASE_URL) started and stopped by tests/run.sh (the
 # Citus suites against a private coordinator and two workers), and every
-# fuzz target for FUZZ_TEST_SECONDS (20) each.
+# fuzz target for FUZZ_TEST_SECONDS (10) each.
 # The release build too: tests/test_install.c installs it, links the
 # embedding example against it and packages it.
 test:

@@ -2,7 +2,7 @@
 # run.sh BUILD_DIR - runs every Criterion suite in BUILD_DIR/tests against a
 # private PostgreSQL (or $DATABASE_URL when set: each test then creates and
 # drops its own database there), then every libFuzzer target built in
-# build/fuzz for FUZZ_TEST_SECONDS (20) each. The private cluster is stopped
+# build/fuzz for FUZZ_TEST_SECONDS (10) each. The private cluster is stopped
 # and removed on exit, whether the tests pass, fail or are interrupted.
 # ONLY="test_http fuzz_form" runs just the suites and fuzz targets it names
 # (a quicker loop while working on one part; `make test` runs them all).
@@ -126,7 +126,7 @@ done
 # a harness that no longer builds, or an oracle that no longer holds, fails
 # here and not only in a long `make fuzz`. They run while the Citus pass
 # (the longer) ends.
-secs=${FUZZ_TEST_SECONDS:-20}
+secs=${FUZZ_TEST_SECONDS:-10}
 for f in "$top"/build/fuzz/fuzz_*; do
 	[ -x "$f" ] || continue
 	name=$(basename "$f")
