@@ -16,7 +16,8 @@
 # if it is not running, makes database NAME on it and adds it to NAME's
 # cluster (a cluster that grows: its parts stay where they are until
 # Citus's rebalancer moves some); `dropdb` drops database NAME on the
-# three, if it exists;
+# three, if it exists, with the transactions the workers still hold
+# prepared for it;
 # `restart` restarts node NODE (coord, w1 or w2) with pg_ctl restart -m fast,
 # cutting off every session of it (the chaos driver's node restarts);
 # `stop` stops the three and removes DIR. Citus must be installed
@@ -181,8 +182,36 @@ createdb | dropdb | seal)
 	esac
 	case "$cmd" in
 	dropdb)
-		each_node "DROP DATABASE IF EXISTS $name WITH (FORCE)"
-		exit $?
+		# The coordinator's first: WITH (FORCE) ends its sessions, and a
+		# session ended between Citus's PREPARE TRANSACTION on the workers
+		# and its COMMIT PREPARED leaves the transaction prepared there,
+		# which only this database's coordinator would resolve. Left, it
+		# holds every worker's oldest transaction back, so a logical
+		# replication slot (a part's move, in any database) waits for it
+		# for ever, and it refuses the drop. So the workers' prepared
+		# transactions of the database are rolled back, then it is dropped.
+		node_sql coord -c "DROP DATABASE IF EXISTS $name WITH (FORCE)" || exit 1
+		pids=""
+		for n in $nodes; do
+			[ "$n" = coord ] && continue
+			(
+				if [ -n "$(node_sql "$n" -c "SELECT 1 FROM pg_database WHERE datname = '$name'")" ]; then
+					db=$name
+					node_sql "$n" -c "SELECT gid FROM pg_prepared_xacts WHERE database = '$name'" |
+						while read -r gid; do
+							node_sql "$n" -c "ROLLBACK PREPARED '$gid'"
+						done
+					db=postgres
+				fi
+				node_sql "$n" -c "DROP DATABASE IF EXISTS $name WITH (FORCE)"
+			) &
+			pids="$pids $!"
+		done
+		rc=0
+		for p in $pids; do
+			wait "$p" || rc=1
+		done
+		exit $rc
 		;;
 	seal)
 		# A template: no session of it on any node, and none to come (not

@@ -300,7 +300,6 @@ static PGconn *citus_migrated(const char *db)
 	return c;
 }
 
-/* Checks what pg_dist_partition and cairn.parts say after the conversion. */
 /* The part a key (or a concurrency key) puts its run in. */
 static int64_t part_of_key(PGconn *c, const char *key)
 {
@@ -319,6 +318,7 @@ static void key_elsewhere(PGconn *c, const char *key, const char *avoid, char *o
 	}
 }
 
+/* Checks what pg_dist_partition and cairn.parts say after the conversion. */
 static void check_distributed(PGconn *c)
 {
 	int shards = (int)tdb_int(c, "SELECT current_setting('citus.shard_count')::int");
@@ -1207,8 +1207,8 @@ Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_
 	PQfinish(c);
 }
 
-/* One side of a race: client opts[k].concurrency_key enqueues keys race-0..
- * in order. */
+/* One side of a race: a client of its own enqueues keys race-0 to race-19
+ * in order, with concurrency key ckey; ids, what it was told of each. */
 typedef struct key_racer {
 	const char *db, *ckey;
 	int64_t ids[20];
@@ -1224,7 +1224,7 @@ static void *race_keys(void *arg)
 		char key[24];
 		snprintf(key, sizeof key, "race-%d", i);
 		cairn_enqueue_opts o = {.key = key, .concurrency_key = k->ckey};
-		cairn_enqueued r;
+		cairn_enqueued r = {0};
 		if (cairn_enqueue(cl, "key.wf", &o, &r) == CAIRN_OK)
 			k->ids[i] = r.id;
 		cairn_enqueued_clear(&r);
