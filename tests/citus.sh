@@ -70,8 +70,13 @@ each_node() {
 		node_sql "$n" -c "$1" &
 		pids="$pids $!"
 	done
+	wait_all $pids
+}
+
+# Waits for the jobs $@: fails if one failed.
+wait_all() {
 	rc=0
-	for p in $pids; do
+	for p in "$@"; do
 		wait "$p" || rc=1
 	done
 	return $rc
@@ -207,11 +212,8 @@ createdb | dropdb | seal)
 			) &
 			pids="$pids $!"
 		done
-		rc=0
-		for p in $pids; do
-			wait "$p" || rc=1
-		done
-		exit $rc
+		wait_all $pids
+		exit $?
 		;;
 	seal)
 		# A template: no session of it on any node, and none to come (not
