@@ -306,6 +306,41 @@ static int is_stopping(cairn_worker *w)
 	return s;
 }
 
+/*
+ * On Citus: a coordinator session cut between the two phases of a write to
+ * a reference table (a heartbeat writes cairn.runners) leaves the
+ * transaction prepared on the worker nodes, holding the table's write lock
+ * on the first of them, until Citus's maintenance daemon recovers it every
+ * citus.recover_2pc_interval (60 s by default). Until then every runner's
+ * heartbeat waits, and a runner that heartbeats for longer than the TTL
+ * counts as gone. Said once per worker when the interval is over half the
+ * TTL, or recovery is off.
+ */
+static void check_citus_recovery(cairn_worker *w, PGconn *c)
+{
+	buf err = BUF_INIT;
+	PGresult *r = db_exec(c, &err,
+	                      "SELECT setting::bigint FROM pg_settings "
+	                      "WHERE name = 'citus.recover_2pc_interval'",
+	                      0, NULL);
+	if (r && PQntuples(r) == 1) {
+		int64_t ms = db_get_i64(r, 0, 0);
+		if (ms < 0 || ms > w->cfg.runner_ttl_ms / 2) {
+			char v[24], ttl[24];
+			log_kv(&w->log, LOG_WARN,
+			       "citus.recover_2pc_interval is over half of CAIRN_RUNNER_TTL: a "
+			       "session "
+			       "cut in a two-phase commit holds every heartbeat until it is "
+			       "recovered; "
+			       "set it to 1s on the coordinator (docs/deployment.md, \"On Citus\")",
+			       "recover_2pc_interval_ms", db_i64(v, ms), "runner_ttl_ms",
+			       db_i64(ttl, w->cfg.runner_ttl_ms), NULL);
+		}
+	}
+	PQclear(r);
+	buf_free(&err);
+}
+
 /* Checks the schema and the shard count: 0 ready, -CAIRN_ESCHEMA not ready
  * yet (not migrated), -CAIRN_EINVAL fatal (a shard count mismatch, a schema
  * newer than this build), -CAIRN_EDB. */
@@ -335,6 +370,10 @@ static int check_schema(cairn_worker *w, PGconn *c)
 		buf_reset(&w->err);
 		buf_printf(&w->err, "cannot size the shard map for %d shards", shards);
 		rc = -CAIRN_EINVAL;
+	}
+	if (!rc && st.nparts > 1 && !w->citus_checked) {
+		w->citus_checked = 1;
+		check_citus_recovery(w, c);
 	}
 	buf_free(&err);
 	return rc;

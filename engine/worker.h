@@ -46,6 +46,7 @@ struct cairn_worker {
 	buf cfgtext;
 	char name[128]; /* host:pid */
 	int64_t start_mono_ms;
+	int citus_checked; /* the recovery interval of Citus was looked at */
 
 	registry *reg; /* from cairn_worker_new */
 	shardmap *map; /* from cairn_worker_new */

@@ -143,7 +143,10 @@ start_node() {
 	# wal_level logical (the rebalancer moves shards by logical replication)
 	# and background workers for the maintenance daemon of each database the
 	# tests make (it recovers prepared transactions and breaks distributed
-	# deadlocks).
+	# deadlocks). It recovers them every second, not every minute: a session
+	# cut between the two phases of a write to a reference table (a test
+	# terminates a worker's lease session in its heartbeat) holds the
+	# table's write lock on a worker node, and every heartbeat, until then.
 	cat >>"$dir/$n/data/postgresql.conf" <<-EOF
 		shared_preload_libraries = 'citus$preload'
 		citus.local_hostname = '$dir/$n'
@@ -151,6 +154,7 @@ start_node() {
 		citus.shard_count = 8
 		citus.max_cached_conns_per_worker = 4
 		citus.max_adaptive_executor_pool_size = ${CITUS_POOL:-16}
+		citus.recover_2pc_interval = '1s'
 	EOF
 	[ "${PG_COMMIT_TS:-0}" = 1 ] && echo "track_commit_timestamp = on" >>"$dir/$n/data/postgresql.conf"
 	as_user "$pgbin/pg_ctl" -D "$dir/$n/data" -l "$dir/$n/server.log" -w -t 60 start \

@@ -1738,8 +1738,28 @@ Test(citus, a_worker_drains_runs_of_every_part_with_steps_a_sleep_and_a_signal)
 	             0);
 	/* Nothing is left to deliver. */
 	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.messages"), 0);
+	/* The cluster recovers prepared transactions every second, within half
+	 * the default TTL: no warning. A worker whose TTL is 1.5 s is warned
+	 * (docs/deployment.md, "On Citus"). */
+	char plugins[1100], log2[64];
+	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
+	tlog_file(log2);
+	int port2;
+	pid_t w2 = tworker_start(db, &port2, log2, plugins, "CAIRN_RUNNER_TTL=1500ms",
+	                         "CAIRN_HEARTBEAT_INTERVAL=250ms", NULL);
+	tlive_add(w2);
+	cr_assert(
+	    tfile_wait(log2, "citus.recover_2pc_interval is over half of CAIRN_RUNNER_TTL", 30000),
+	    "a worker whose TTL is 1.5 s was not warned; log in %s", log2);
+	int rc = tworker_stop(w2, SIGTERM, 30000);
+	tlive_del(w2);
+	cr_assert_eq(rc, 0, "worker exit %d after SIGTERM; log in %s", rc, log2);
+	unlink(log2);
 	cairn_client_free(cl);
-	citus_worker_stop(&w, 0);
+	char *text = citus_worker_stop(&w, 1);
+	cr_assert_null(strstr(text, "recover_2pc_interval"),
+	               "a worker of the default TTL was warned about the recovery interval");
+	free(text);
 }
 
 /*
