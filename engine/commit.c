@@ -213,11 +213,23 @@ void commit_truncate(commit *c, int from)
  * server. */
 #define IN_PARENTS  "@in_parents@"
 #define COMMIT_LOCK " FOR SHARE OF l"
+/* Of one part, the fence (ok, which then locks nothing) is NOT
+ * MATERIALIZED when every row the statement writes is in the part: Citus
+ * makes each write in a CTE a subplan of its own, and a materialized ok
+ * was one too, whose rows it copied to every node for the subplans that
+ * read them, so that every commit was a two-phase commit over every node.
+ * Inlined, ok is read again by each write, on the node of the part, from
+ * the lease rows the transaction holds locked: the same rows, and one node.
+ * Not with a child's start, a child's end told to its parent or a cancel
+ * passed to children, which write in other parts: there Citus 13.2's
+ * worker node crashed in the COMMIT PREPARED of the inlined statement (a
+ * child's end, test_journal on the cluster). Nothing on one server. */
+#define OK_AS "@ok_as@"
 #define COMMIT_HEAD                                                                                \
 	"WITH b AS (SELECT * FROM unnest(:b_run::bigint[], :b_group::text[], :b_shard::int[], "    \
 	"                                :b_owner::bigint[], :b_epoch::bigint[]) "                 \
 	"           AS b(run_id, g, s, o, e)), "                                                   \
-	"ok AS (SELECT b.run_id, b.g, b.s, l.part AS p FROM b JOIN cairn.shard_leases l "          \
+	"ok AS " OK_AS "(SELECT b.run_id, b.g, b.s, l.part AS p FROM b JOIN cairn.shard_leases l " \
 	"       ON " IN_PART("l") "l.shard_group = b.g AND l.shard = b.s AND l.owner = b.o "       \
 	                          "         AND l.epoch = b.e "                                    \
 	                          "       ORDER BY l.shard_group, l.shard" COMMIT_LOCK ")"
@@ -581,13 +593,19 @@ int commit_statement_part(unsigned parts, int in_part, buf *sql, buf *err)
 	char part[32], parents[64];
 	snprintf(part, sizeof part, "$%d::int", n + 1);
 	snprintf(parents, sizeof parents, "p.part = ANY ($%d::int[]) AND ", n + 2);
-	buf resolved = BUF_INIT, unlocked = BUF_INIT, told = BUF_INIT;
+	buf resolved = BUF_INIT, unlocked = BUF_INIT, inlined = BUF_INIT, told = BUF_INIT;
 	/* Of one part, the fence's lock is taken before (SQL_FENCE_PART). */
 	buf_puts_replacing(&unlocked, buf_str(&text), COMMIT_LOCK, in_part ? "" : COMMIT_LOCK);
-	buf_puts_replacing(&told, buf_str(&unlocked), IN_PARENTS, in_part ? parents : "");
+	int inline_ok =
+	    in_part &&
+	    !(parts & (part_bit(SLOT_kn_run) | part_bit(SLOT_kid_run) | part_bit(SLOT_can_run)));
+	buf_puts_replacing(&inlined, buf_str(&unlocked), OK_AS,
+	                   inline_ok ? "NOT MATERIALIZED " : "");
+	buf_puts_replacing(&told, buf_str(&inlined), IN_PARENTS, in_part ? parents : "");
 	sqlparam_in_part(buf_str(&told), in_part ? part : NULL, &resolved);
-	text.oom |= unlocked.oom | told.oom;
+	text.oom |= unlocked.oom | inlined.oom | told.oom;
 	buf_free(&unlocked);
+	buf_free(&inlined);
 	buf_free(&told);
 	int rc = text.oom || resolved.oom ? -CAIRN_ENOMEM
 	                                  : sqlparam_bind(buf_str(&resolved), names, n, sql, err);

@@ -2054,11 +2054,12 @@ static void prepare_ok(PGconn *c, const char *name, const char *sql)
  * joins tables ("could not create distributed plan"): on Citus the poll and
  * commit sessions plan with values. A commit of one part takes its fence
  * first (one task, FOR SHARE on the node of the part), then its statement,
- * whose every task runs on that node (Citus makes each INSERT in a CTE a
- * subplan of its own, its rows pulled to the coordinator and copied there):
- * run for real, it finishes the run and writes its journal in its part.
- * As a child's end, it also tells the parent in the parent's part: those
- * subplans go to the shards of the two parts, not to every shard.
+ * whose every task runs on that node (Citus makes each write in a CTE a
+ * subplan of its own), each write sent whole, reading the fence's rows on
+ * the node: run for real, it finishes the run and writes its journal in
+ * its part. As a child's end, it also tells the parent in the parent's
+ * part: those subplans go to the shards of the two parts, not to every
+ * shard.
  * A client's signal and cancel are each one call of a function of the
  * part (cairn.signal_in, cairn.cancel_in), sent whole to its node.
  */
@@ -2209,8 +2210,12 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 		f = final_commit(&cr);
 		nv = commit_args(c, f, part, &p, values);
 		lines = explain_commit(c, &p, values, nv);
-		/* Every task of every subplan on the node of the part. */
+		/* Every task of every subplan on the node of the part, each write
+		 * sent whole to it: no rows pulled to the coordinator (whose
+		 * source, the fence's rows, Citus copied to every node, so that
+		 * every such commit was a two-phase commit over every node). */
 		cr_assert_eq(node_count(lines), 1, "%s", lines);
+		cr_assert_null(strstr(lines, "pull to coordinator"), "%s", lines);
 		for (const char *t = strstr(lines, "Task Count: "); t;
 		     t = strstr(t + 1, "Task Count: "))
 			cr_assert_eq(atoi(t + strlen("Task Count: ")), 1, "%s", lines);
