@@ -343,23 +343,23 @@ Test(schedule, a_one_second_schedule_fires_every_second_once_through_kill_9_of_i
 }
 
 /*
- * A POSIX TZ string (std UTC+1, daylight saving UTC+1:00:30) whose clocks
- * change at instant t (Unix s): 30 s forward when spring, else 30 s back. A
+ * A POSIX TZ string (std UTC+1, daylight saving UTC+1:00:15) whose clocks
+ * change at instant t (Unix s): 15 s forward when spring, else 15 s back. A
  * rule's day is zero-based and counts February 29th; its time is the local
  * time of the offset in force before it. The other change is half a year off.
  */
 static void posix_zone(int64_t t, int spring, char out[80])
 {
-	time_t local = (time_t)(t + (spring ? 3600 : 3630));
+	time_t local = (time_t)(t + (spring ? 3600 : 3615));
 	struct tm l;
 	gmtime_r(&local, &l);
 	char rule[24];
 	snprintf(rule, sizeof rule, "%d/%02d:%02d:%02d", l.tm_yday, l.tm_hour, l.tm_min, l.tm_sec);
 	int other = (l.tm_yday + 180) % 365;
 	if (spring)
-		snprintf(out, 80, "AAA-1BBB-1:00:30,%s,%d/02:00:00", rule, other);
+		snprintf(out, 80, "AAA-1BBB-1:00:15,%s,%d/02:00:00", rule, other);
 	else
-		snprintf(out, 80, "AAA-1BBB-1:00:30,%d/02:00:00,%s", other, rule);
+		snprintf(out, 80, "AAA-1BBB-1:00:15,%d/02:00:00,%s", other, rule);
 }
 
 static const char *e2e_log;
@@ -372,13 +372,13 @@ static void e2e_dump(void)
 }
 
 /*
- * `*\/20 * * * * *` in two POSIX zones whose clocks change at T, a multiple
- * of 20 s some 45-65 s after the schedules are made, while a real worker
- * fires them. Spring (30 s forward at T): walls T+3600 and T+3620 (UTC+1)
- * do not exist and fire at T and T+20; the walls after the jump fire at T+10,
- * T+30. Fall (30 s back at T): walls T+3600 and T+3620 (UTC+1) happen twice
- * and fire at their first occurrences, T-30 and T-10, not at T and T+20; the
- * next is T+40. Every fire from the first to T+40 is a run, once.
+ * `*\/10 * * * * *` in two POSIX zones whose clocks change at T, a multiple
+ * of 10 s some 25-35 s after the schedules are made, while a real worker
+ * fires them. Spring (15 s forward at T): walls T+3600 and T+3610 (UTC+1)
+ * do not exist and fire at T and T+10; the walls after the jump fire at T+5,
+ * T+15. Fall (15 s back at T): walls T+3600 and T+3610 (UTC+1) happen twice
+ * and fire at their first occurrences, T-15 and T-5, not at T and T+10; the
+ * next is T+20. Every fire from the first to T+20 is a run, once.
  */
 Test(schedule, a_schedule_fires_each_time_once_across_clock_changes_of_a_posix_zone_with_a_worker,
      .timeout = 180)
@@ -388,23 +388,23 @@ Test(schedule, a_schedule_fires_each_time_once_across_clock_changes_of_a_posix_z
 	pid_t w = tworker_start(db, NULL, log, "CAIRN_POLL_INTERVAL=200ms", NULL);
 	PGconn *pg = tdb_connect(db);
 	int64_t made = tdb_int(pg, "SELECT floor(extract(epoch FROM now()))::bigint");
-	int64_t t = (made + 45 + 19) / 20 * 20;
+	int64_t t = (made + 25 + 9) / 10 * 10;
 	static const char *const names[] = {"spring", "fall"};
 	for (int i = 0; i < 2; i++) {
 		char zone[80], *out = NULL, *err = NULL;
 		posix_zone(t, i == 0, zone);
 		cr_assert_eq(tcli(db, &out, &err, "schedule", "create", names[i], "--cron",
-		                  "*/20 * * * * *", "--tz", zone, "--workflow", "noop", "--catchup",
+		                  "*/10 * * * * *", "--tz", zone, "--workflow", "noop", "--catchup",
 		                  "all", "--overlap", "allow", NULL),
 		             0, "%s: %s", zone, err);
 		free(out);
 		free(err);
 	}
-	/* The last fire each must have by T+40, then every one before it. */
-	int64_t last[] = {t + 30, t + 40};
+	/* The last fire each must have by T+20, then every one before it. */
+	int64_t last[] = {t + 15, t + 20};
 	for (int i = 0; i < 2; i++)
 		tcheck(e2e_dump,
-		       tdb_wait_at_leastf(pg, 1, (t + 60 - made) * 1000,
+		       tdb_wait_at_leastf(pg, 1, (t + 30 - made) * 1000,
 		                          "SELECT count(*) FROM cairn.runs WHERE key = "
 		                          "'cairn.schedule:%s:%" PRId64 "000'",
 		                          names[i], last[i]),
@@ -417,17 +417,17 @@ Test(schedule, a_schedule_fires_each_time_once_across_clock_changes_of_a_posix_z
 		    ")::text, ' ' ORDER BY split_part(key, ':', 3)::bigint) FROM cairn.runs "
 		    "WHERE key LIKE 'cairn.schedule:%s:%%' AND split_part(key, ':', 3)::bigint "
 		    "<= %" PRId64 "000",
-		    t, names[i], t + 40);
+		    t, names[i], t + 20);
 		char *got = tdb_str(pg, sql);
-		/* From the first fire (by T-20, T-30), each 20 s until the change. */
+		/* From the first fire (by T-10, T-15), each 10 s until the change. */
 		int first = got ? atoi(got) : 0;
-		cr_assert(first <= (i == 0 ? -20 : -30), "%s: the first fire at T%+d", names[i],
+		cr_assert(first <= (i == 0 ? -10 : -15), "%s: the first fire at T%+d", names[i],
 		          first);
 		buf want = BUF_INIT;
-		int change = i == 0 ? 0 : -30;
-		for (int at = first; at < change; at += 20)
+		int change = i == 0 ? 0 : -15;
+		for (int at = first; at < change; at += 10)
 			buf_printf(&want, "%d ", at);
-		buf_puts(&want, i == 0 ? "0 10 20 30" : "-30 -10 40");
+		buf_puts(&want, i == 0 ? "0 5 10 15" : "-15 -5 20");
 		fprintf(stderr, "test_schedule: %s fired at T%s (T = %" PRId64 ")\n", names[i],
 		        got ? got : "(none)", t);
 		cr_assert_str_eq(got ? got : "", buf_str(&want), "%s: the fires, in s from T",
