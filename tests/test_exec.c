@@ -43,7 +43,7 @@ typedef struct wk {
  * tests/run.sh's --timeout bounds every test instead. */
 TestSuite(exec, .fini = tlive_kill);
 
-/* Starts a worker with quick polls and takeovers and the test plugin,
+/* Starts a worker with quick takeovers and the test plugin,
  * without waiting for it (it may crash at its first claim). extra is one
  * more NAME=value setting or NULL. */
 static void wk_spawn(wk *w, const char *db, const char *extra)
@@ -51,7 +51,7 @@ static void wk_spawn(wk *w, const char *db, const char *extra)
 	char plugins[1100];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	tlog_file(w->log);
-	w->pid = tworker_start(db, &w->port, w->log, "CAIRN_POLL_INTERVAL=100ms",
+	w->pid = tworker_start(db, &w->port, w->log, "CAIRN_POLL_INTERVAL=1s",
 	                       "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
 	                       "CAIRN_RUNNER_TTL=2s", plugins, extra, NULL);
 	tlive_add(w->pid);

@@ -60,7 +60,7 @@ static pid_t start_worker_ttl(int i, int concurrency, const char *ttl)
 	snprintf(conc, sizeof conc, "CAIRN_CONCURRENCY=%d", concurrency);
 	snprintf(lease, sizeof lease, "CAIRN_LEASE_TTL=%s", ttl);
 	tlog_file(logs[i]);
-	return tworker_start(db, &ports[i], logs[i], plugins, conc, "CAIRN_POLL_INTERVAL=200ms",
+	return tworker_start(db, &ports[i], logs[i], plugins, conc, "CAIRN_POLL_INTERVAL=1s",
 	                     lease, NULL);
 }
 

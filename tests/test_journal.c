@@ -52,7 +52,7 @@ static void wk_start(wk *w, const char *db, const char *extra, const char *extra
 	char plugins[1100];
 	snprintf(plugins, sizeof plugins, "CAIRN_PLUGINS=%s", tflows_path());
 	tlog_file(w->log);
-	w->pid = tworker_start(db, &w->port, w->log, "CAIRN_POLL_INTERVAL=100ms",
+	w->pid = tworker_start(db, &w->port, w->log, "CAIRN_POLL_INTERVAL=1s",
 	                       "CAIRN_HEARTBEAT_INTERVAL=200ms", "CAIRN_REBALANCE_INTERVAL=200ms",
 	                       "CAIRN_RUNNER_TTL=2s", "CAIRN_HTTP_TOKEN=" TOKEN, plugins, extra,
 	                       extra2, NULL);
