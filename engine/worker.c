@@ -328,11 +328,10 @@ static void check_citus_recovery(cairn_worker *w, PGconn *c)
 		if (ms < 0 || ms > w->cfg.runner_ttl_ms / 2) {
 			char v[24], ttl[24];
 			log_kv(&w->log, LOG_WARN,
-			       "citus.recover_2pc_interval is over half of CAIRN_RUNNER_TTL: a "
-			       "session "
-			       "cut in a two-phase commit holds every heartbeat until it is "
-			       "recovered; "
-			       "set it to 1s on the coordinator (docs/deployment.md, \"On Citus\")",
+			       "citus.recover_2pc_interval is over half of CAIRN_RUNNER_TTL: "
+			       "a session cut in a two-phase commit holds every heartbeat "
+			       "until it is recovered; set it to 1s on the coordinator "
+			       "(docs/deployment.md, \"On Citus\")",
 			       "recover_2pc_interval_ms", db_i64(v, ms), "runner_ttl_ms",
 			       db_i64(ttl, w->cfg.runner_ttl_ms), NULL);
 		}
