@@ -366,13 +366,6 @@ static const db_stmt ST_WAKE_RUNS = {
 	"(" ck " IS NOT NULL AND cairn.flow_active($1, " ck ") + " rank " > cairn.flow_cap($1))"
 #define HELD_ONE  HELD("$10::text", "1")
 #define HELD_EACH HELD("ckey", "rank")
-/* HELD_ONE with the key's active runs read in the part of its shard ($13),
- * where they all live (cairn.flow_active_in, migration 0028: on Citus one
- * task on the node of the part, where cairn.flow_active, a SQL function
- * over every part, is refused). */
-#define HELD_ONE_IN                                                                                \
-	"($10::text IS NOT NULL AND cairn.flow_active_in($13, $1, $10::text) + 1 > "               \
-	"cairn.flow_cap($1))"
 /* HELD_EACH so, each run's part its own ("part" of the batch's input). */
 #define HELD_EACH_IN                                                                               \
 	"(ckey IS NOT NULL AND cairn.flow_active_in(part, $1, ckey) + rank > cairn.flow_cap($1))"
@@ -419,14 +412,6 @@ static const db_stmt ST_ENQUEUE = {
 	"ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "                              \
 	"RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"
 static const db_stmt ST_ENQUEUE_TO = {"cairn_enqueue_to", ENQUEUE_TO(HELD_ONE)};
-/* The same on a database with parts (`cairn migrate --citus`, so migration
- * 0028 is there): the key's runs counted in its part. Citus inserts it
- * through the coordinator (an INSERT ... SELECT "pull to coordinator"), in
- * the part of $13, and plans it with each execution's values: a client's
- * session keeps PostgreSQL's choice of plans, which for this statement on
- * Citus is a custom one (a generic plan fails: "could not create
- * distributed plan"). Not prepared. */
-static const char SQL_ENQUEUE_TO_IN[] = ENQUEUE_TO(HELD_ONE_IN);
 /* The same for a run without a concurrency key (most runs): nothing can
  * hold it, so a plain INSERT ... VALUES, parameters as ST_ENQUEUE_TO's
  * ($10 is NULL). Citus routes it whole to the node of its part ($13) with
@@ -445,6 +430,36 @@ static const db_stmt ST_ENQUEUE_VALUES = {
 const char *client_sql_enqueue_values(void)
 {
 	return ST_ENQUEUE_VALUES.sql;
+}
+/*
+ * On a database with parts (`cairn migrate --citus`, so migration 0028 is
+ * there), a run with a concurrency key: whether it is held (HELD_ONE's
+ * estimate, $1 the workflow, $2 the key), its key's active runs counted
+ * in the part of its shard ($3), where they all live, by
+ * cairn.flow_active_in (on Citus one task on the node of the part;
+ * cairn.flow_active, a SQL function over every part, is refused); then
+ * the run inserted as ST_ENQUEUE_VALUES inserts, held or not ($14, the
+ * answer). Two statements, each one task on Citus: as one INSERT ...
+ * SELECT, Citus ran the insert through the coordinator ("pull to
+ * coordinator") with a plan made for each execution's values.
+ */
+static const db_stmt ST_HELD_IN = {"cairn_held_in",
+                                   "SELECT $2::text IS NOT NULL "
+                                   "  AND cairn.flow_active_in($3::int, $1, $2::text) + 1 > "
+                                   "      cairn.flow_cap($1)"};
+static const db_stmt ST_ENQUEUE_HELD = {
+    "cairn_enqueue_held",
+    "INSERT INTO cairn.runs AS r (id, part, workflow, key, shard_group, shard, input, "
+    "                             max_attempts, scheduled_at, start_at, parent_id, "
+    "                             concurrency_key, priority, traceparent, held) "
+    "VALUES (" NEW_RUN_ID_4 ", $13, $1, $2, $3, $4, $5::jsonb, $6, " START_ONE ", "
+    "        CASE WHEN $14::bool THEN NULL ELSE " START_ONE " END, $9::bigint, $10::text, "
+    "        $11, $12, $14::bool) "
+    "ON CONFLICT ON CONSTRAINT runs_workflow_key_key DO NOTHING "
+    "RETURNING r.id, false, r.status, NULL::text, NULL::text, r.held"};
+const char *client_sql_enqueue_held(void)
+{
+	return ST_ENQUEUE_HELD.sql;
 }
 /*
  * ST_ENQUEUE_VALUES that hands the new run to the idle owner of its shard
@@ -750,7 +765,8 @@ int client_release(cairn_client *c, client_release_of what, const char *const *p
  * are cairn_client.stmt[], in this order. */
 static const db_stmt *const PREPARED[CLIENT_NSTMTS] = {
     &ST_ENQUEUE, &ST_WAKE_SHARD,     &ST_WAKE_SHARDS,  &ST_WAKE_RUNS,          &ST_ENQUEUE_TO,
-    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_PUSH, &ST_ENQUEUE_PUSH_ROUTE, &ST_RUN_KEY};
+    &ST_WAKE_TO, &ST_ENQUEUE_VALUES, &ST_ENQUEUE_PUSH, &ST_ENQUEUE_PUSH_ROUTE, &ST_RUN_KEY,
+    &ST_HELD_IN, &ST_ENQUEUE_HELD};
 
 /* How to send s: as text while the client does not know that its
  * connection is a session of its own (it learns with cairn.settings),
@@ -1095,21 +1111,39 @@ static const char *traceparent_of(const cairn_enqueue_opts *o, char *tp)
 
 static void wake_run(cairn_client *c, int64_t id, const char *wake, const char *part);
 
+/* With parts, the run of parameters p (ST_ENQUEUE_TO's 13), by
+ * ST_ENQUEUE_VALUES, or with a concurrency key by ST_HELD_IN then
+ * ST_ENQUEUE_HELD. */
+static PGresult *enqueue_in_part(cairn_client *c, const char *const *p)
+{
+	if (!p[9])
+		return exec_one(c, &ST_ENQUEUE_VALUES, 13, p);
+	const char *hp[] = {p[0], p[9], p[12]};
+	PGresult *h = exec_one(c, &ST_HELD_IN, 3, hp);
+	if (!h)
+		return NULL;
+	const char *ph[14];
+	memcpy(ph, p, 13 * sizeof *p);
+	ph[13] = PQgetvalue(h, 0, 0);
+	PGresult *r = exec_one(c, &ST_ENQUEUE_HELD, 14, ph);
+	PQclear(h);
+	return r;
+}
+
 /*
- * With parts, the run that ins inserts (13 parameters p, ST_ENQUEUE_TO's)
- * and its key in the part of the key, key_part (ST_RUN_KEY), in one
- * transaction: two tasks, on one node or two. Their parts differ when the
- * run has a concurrency key. A key that a run holds, in its part or in
- * another, inserts nothing: the answer is then one without rows, as ins's
+ * With parts, the run of parameters p (enqueue_in_part) and its key in
+ * the part of the key, key_part (ST_RUN_KEY), in one transaction: two
+ * tasks, on one node or two. Their parts differ when the run has a
+ * concurrency key. A key that a run holds, in its part or in another,
+ * inserts nothing: the answer is then one without rows, as the insert's
  * for a key that exists, and the caller reads that run. NULL: a statement
  * failed (rolled back, db_last_sqlstate its).
  */
-static PGresult *enqueue_keyed(cairn_client *c, const db_stmt *ins, const char *const *p,
-                               const char *key_part)
+static PGresult *enqueue_keyed(cairn_client *c, const char *const *p, const char *key_part)
 {
 	if (db_cmd(c->conn, &c->err, "BEGIN", 0, NULL) < 0)
 		return NULL;
-	PGresult *r = exec_one(c, ins, 13, p), *k = NULL;
+	PGresult *r = enqueue_in_part(c, p), *k = NULL;
 	if (r && PQntuples(r) == 1) {
 		const char *kp[] = {key_part, p[0], p[1], PQgetvalue(r, 0, 0)};
 		if (!(k = exec_one(c, &ST_RUN_KEY, 4, kp))) {
@@ -1202,11 +1236,8 @@ static int enqueue_one(cairn_client *c, const char *workflow, const cairn_enqueu
 	int unsettled = 0; /* ST_ENQUEUE_PUSH inserted a run it did not hand over */
 	for (int attempt = 0; attempt < 3 && rc < 0; attempt++) {
 		int missing;
-		const db_stmt to_in = {NULL, SQL_ENQUEUE_TO_IN};
-		const db_stmt *ins = !o->concurrency_key ? &ST_ENQUEUE_VALUES
-		                     : split             ? &to_in
-		                                         : &ST_ENQUEUE_TO;
-		PGresult *r = split             ? enqueue_keyed(c, ins, pto, key_part)
+		const db_stmt *ins = !o->concurrency_key ? &ST_ENQUEUE_VALUES : &ST_ENQUEUE_TO;
+		PGresult *r = split             ? enqueue_keyed(c, pto, key_part)
 		              : in_tx && cached ? exec_one(c, &ST_ENQUEUE_PUSH, 13, pto)
 		              : in_tx           ? exec_one(c, &ST_ENQUEUE_PUSH_ROUTE, 15, pr)
 		              : cached          ? exec_then(c, ins, 13, pto, &ST_WAKE_TO, 5, wake)

@@ -79,7 +79,7 @@ static inline int wake_runs_add(int64_t *runs, int *n, int64_t run)
 
 /* The statements a client prepares on its session (client.c), and the
  * state of each. */
-#define CLIENT_NSTMTS 10
+#define CLIENT_NSTMTS 12
 /* The schema (migration 0030) from which an enqueue hands the new run to
  * its idle owner from inside its own transaction (cairn.push_owner). */
 #define PUSH_SCHEMA 30
@@ -192,9 +192,11 @@ int client_part(const cairn_client *c, int shard);
 /* The part of run id into *part (client.c: from the id, or read for a run
  * older than migration 0025): CAIRN_OK or an error. */
 int client_run_part(cairn_client *c, int64_t id, int *part);
-/* The text of the client's enqueue of one run without a concurrency key to
- * a group it routed (tests/test_citus.c explains it on Citus). */
+/* The texts of the client's enqueue of one run to a group it routed:
+ * without a concurrency key, and with one on a database with parts, held
+ * or not ($14) (tests/test_citus.c explains both on Citus). */
 const char *client_sql_enqueue_values(void);
+const char *client_sql_enqueue_held(void);
 /* The texts of the client's signal ($1 run, $2 name, $3 payload, $4 the most
  * pending signals, $5 nonce, $6 part) and cancel ($1 run, $2 part). */
 const char *client_sql_signal(void);

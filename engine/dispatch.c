@@ -102,6 +102,7 @@ struct dispatch {
 	int npushed;
 	int can_take_pushed; /* ST_PUSHED_TAKE is prepared on the poll connection */
 	pgarr ended;     /* runs of limited keys that ended: their keys' held runs may go; under mu */
+	unsigned char ended_in[DB_PARTS_MAX]; /* their parts (by shard % nparts); under mu */
 	int limited;     /* the last claim saw limits (cairn.limits): claim with them */
 	unsigned warm;   /* claim statements run in this session (bit per name) */
 	int64_t newest_claimed; /* the highest run id claimed here: a named run above it is
@@ -198,8 +199,12 @@ static void job_end(dispatch *d, job *j, int settled, int64_t next_at_ms)
 			d->fl[i] = d->fl[--d->nfl];
 			break;
 		}
-	if (j->flow)
+	if (j->flow) {
 		pgarr_add_i64(&d->ended, j->run_id);
+		int nparts = atomic_load(&d->nparts);
+		if (nparts > 1)
+			d->ended_in[j->shard % nparts] = 1;
+	}
 	int refill = refill_due_locked(d);
 	pthread_mutex_unlock(&d->mu);
 	jcache_run_free_list(gone);
@@ -630,14 +635,17 @@ static void *executor_main(void *arg)
 
 /* ---------------------------------------------------------------- poller */
 
-/* The ids of the runs in flight here, as an array literal; how many of
- * them are among the n runs named (all of them when n is 0). */
-static int inflight_ids(dispatch *d, pgarr *out, const int64_t *named, int n)
+/* The ids of the runs in flight here, as an array literal, and with parts
+ * their parts in in (when not NULL, by shard % nparts); how many of them
+ * are among the n runs named (all of them when n is 0). */
+static int inflight_ids(dispatch *d, pgarr *out, unsigned char *in, const int64_t *named, int n)
 {
-	int among = 0;
+	int among = 0, nparts = atomic_load(&d->nparts);
 	pthread_mutex_lock(&d->mu);
 	for (int i = 0; i < d->nfl; i++) {
 		pgarr_add_i64(out, d->fl[i].run_id);
+		if (in && nparts > 1)
+			in[d->fl[i].job->shard % nparts] = 1;
 		int k = 0;
 		while (k < n && named[k] != d->fl[i].run_id)
 			k++;
@@ -1430,7 +1438,7 @@ static void refuse_row(dispatch *d, const char *const *v, pgarr *refused, pgarr 
 static int claim_lists(dispatch *d, pgarr *ex, pgarr *want, pgarr jc[3], const int64_t *runs,
                        int nruns)
 {
-	int skipped = inflight_ids(d, ex, runs, nruns);
+	int skipped = inflight_ids(d, ex, NULL, runs, nruns);
 	keep_out_going(d, ex);
 	for (int i = 0; i < nruns; i++)
 		pgarr_add_i64(want, runs[i]);
@@ -1486,8 +1494,15 @@ static void read_claim_summary(dispatch *d, const char *const *v, int *skipped, 
 	int back = claimrow_held_back(v);
 	*skipped += back;
 	atomic_fetch_add(&d->env.m->flow_held_back, (uint64_t)back);
-	if (v[CLAIM_PARKED])
-		buf_puts(parked, v[CLAIM_PARKED]);
+	/* One array of the parks of every part claimed: "{1,2}" and "{3}"
+	 * make "{1,2,3}". */
+	const char *more = v[CLAIM_PARKED];
+	if (more && parked->len) {
+		parked->data[parked->len - 1] = ',';
+		more++;
+	}
+	if (more)
+		buf_puts(parked, more);
 }
 
 /*
@@ -2293,19 +2308,56 @@ void dispatch_claim_part_sql(dispatch_claim_sql which, int bound, buf *out)
 	claim_text(statement[which], db_i64(b, bound), out);
 }
 
-static const char SQL_CANCELLED[] =
-    "SELECT id FROM cairn.runs WHERE id = ANY ($1::bigint[]) AND cancel_requested";
+/* sql with its tables filtered (IN_PART) by the parts of parameter $n
+ * (an int[]), or as written when n is 0, appended to out. */
+static void in_parts_text(const char *sql, int n, buf *out)
+{
+	char part[32];
+	snprintf(part, sizeof part, "ANY ($%d::int[])", n);
+	sqlparam_in_part(sql, n ? part : NULL, out);
+}
+
+/*
+ * Runs sql, a statement about runs of this worker (its tables filtered
+ * with IN_PART), with its n parameters p: with parts, only in the parts
+ * marked in in (by part_no), whose keys are then its parameter n + 1 (p
+ * has room for it), so that on Citus it is a task on each of their nodes
+ * and not one on every shard; without, as written.
+ */
+static PGresult *exec_in_parts(dispatch *d, PGconn *conn, buf *err, const char *sql, int n,
+                               const char **p, const unsigned char *in)
+{
+	buf text = BUF_INIT;
+	pgarr keys = PGARR_INIT;
+	int parts = d->limits.nparts > 1;
+	if (parts) {
+		for (int i = 0; i < d->limits.nparts; i++)
+			if (in[i])
+				pgarr_add_i64(&keys, d->limits.part_keys[i]);
+		p[n] = pgarr_str(&keys);
+	}
+	in_parts_text(sql, parts ? n + 1 : 0, &text);
+	PGresult *r = db_exec(conn, err, buf_str(&text), n + parts, p);
+	pgarr_free(&keys);
+	buf_free(&text);
+	return r;
+}
+
+static const char SQL_CANCELLED[] = "SELECT r.id FROM cairn.runs r "
+                                    "WHERE " IN_PART("r") "r.id = ANY ($1::bigint[]) "
+                                                          "  AND r.cancel_requested";
 
 /* Tells in-flight runs that were cancelled meanwhile, so that a long step
  * polling cairn_should_stop() hears of it before its next durable call. */
 static void check_cancels(dispatch *d, PGconn *conn)
 {
 	pgarr ids = PGARR_INIT;
-	inflight_ids(d, &ids, NULL, 0);
+	unsigned char in[DB_PARTS_MAX] = {0};
+	inflight_ids(d, &ids, in, NULL, 0);
 	if (ids.n == 0)
 		return;
-	const char *p[] = {pgarr_str(&ids)};
-	PGresult *r = db_exec(conn, NULL, SQL_CANCELLED, 1, p);
+	const char *p[2] = {pgarr_str(&ids)};
+	PGresult *r = exec_in_parts(d, conn, NULL, SQL_CANCELLED, 1, p, in);
 	pgarr_free(&ids);
 	pthread_mutex_lock(&d->mu);
 	for (int k = 0; r && k < PQntuples(r); k++) {
@@ -2345,11 +2397,20 @@ static void check_cancels(dispatch *d, PGconn *conn)
 	", k AS MATERIALIZED (" keys ") "                                                          \
 	"SELECT count(*) + 0 * (SELECT n FROM gb) FROM k, "                                        \
 	"  LATERAL unnest(cairn.flow_release(k.workflow, k.concurrency_key))"
+/* The keys of runs $1 that have one; with parts, $2 theirs
+ * (exec_in_parts): on Citus one task on each of their nodes. */
+static const char SQL_FLOW_KEYS[] =
+    "SELECT DISTINCT r.workflow, r.concurrency_key "
+    "FROM cairn.runs r WHERE " IN_PART("r") "r.id = ANY ($1::bigint[]) "
+                                            "  AND r.concurrency_key IS NOT NULL";
 /* $1: runs of limited keys or workflows that ended here, $2: this runner
- * (a run handed over may hold a slot of the worker that took it since). */
+ * (a run handed over may hold a slot of the worker that took it since),
+ * $3 and $4: the workflows and keys SQL_FLOW_KEYS read of them. It reads
+ * no table, so that on Citus it runs on the coordinator: with the runs
+ * read in it in their part, Citus sent it whole to the node of the part,
+ * functions and all. */
 static const char SQL_FLOW_RELEASE[] = "WITH " FLOW_GIVE_BACK(FLOW_OF_RUNNER("$1::bigint[]", "$2"))
-    FLOW_LET_GO("SELECT DISTINCT workflow, concurrency_key FROM cairn.runs "
-                "WHERE id = ANY ($1::bigint[]) AND concurrency_key IS NOT NULL");
+    FLOW_LET_GO("SELECT * FROM unnest($3::text[], $4::text[]) AS k(workflow, concurrency_key)");
 /* $1: this runner, $2: its runs in flight. Also gives back the slots of
  * this runner's runs no longer in flight and of runners gone. The backends
  * are read from pg_stat_get_activity: on Citus a statement that reads a
@@ -2368,6 +2429,14 @@ static const char SQL_FLOW_SWEEP[] =
             "  AND l.shard = r.shard "
             "WHERE l.owner = $1 AND r.held");
 
+void dispatch_runs_part_sql(dispatch_runs_sql which, buf *out)
+{
+	if (which == DISPATCH_CANCELLED)
+		in_parts_text(SQL_CANCELLED, 2, out);
+	else
+		in_parts_text(SQL_FLOW_KEYS, 2, out);
+}
+
 /* Runs sql (n parameters p): how many held runs went, or -1. */
 static int64_t flow_release(dispatch *d, PGconn *conn, const char *sql, int nparams,
                             const char *const *p, buf *err)
@@ -2385,18 +2454,47 @@ static int64_t flow_release(dispatch *d, PGconn *conn, const char *sql, int npar
 	return n;
 }
 
-/* The keys of the runs that ended since the last call: flow_release. */
+/* Gives back the slots of runs (an array literal) that ended or were
+ * held here, taken by runner, and lets go the held runs of their keys,
+ * read in the parts in (exec_in_parts): how many went, or -1. */
+static int64_t release_runs(dispatch *d, PGconn *conn, const char *runs, int64_t runner,
+                            const unsigned char *in, buf *err)
+{
+	const char *p[2] = {runs};
+	PGresult *k = exec_in_parts(d, conn, err, SQL_FLOW_KEYS, 1, p, in);
+	if (!k) {
+		log_kv(d->env.log, LOG_WARN, "letting held runs go failed (the sweep tries again)",
+		       "error", buf_str(err), NULL);
+		return -1;
+	}
+	pgarr wf = PGARR_INIT, ck = PGARR_INIT;
+	for (int i = 0; i < PQntuples(k); i++) {
+		pgarr_add(&wf, PQgetvalue(k, i, 0));
+		pgarr_add(&ck, PQgetvalue(k, i, 1));
+	}
+	PQclear(k);
+	char me[24];
+	const char *q[] = {runs, db_i64(me, runner), pgarr_str(&wf), pgarr_str(&ck)};
+	int64_t n = flow_release(d, conn, SQL_FLOW_RELEASE, 4, q, err);
+	pgarr_free(&wf);
+	pgarr_free(&ck);
+	return n;
+}
+
+/* The keys of the runs that ended since the last call: release_runs. */
 static int64_t release_ended(dispatch *d, PGconn *conn, buf *err)
 {
 	pthread_mutex_lock(&d->mu);
 	pgarr ended = d->ended;
 	d->ended = (pgarr)PGARR_INIT;
+	unsigned char in[DB_PARTS_MAX];
+	memcpy(in, d->ended_in, sizeof in);
+	memset(d->ended_in, 0, sizeof d->ended_in);
 	pthread_mutex_unlock(&d->mu);
 	if (!ended.n)
 		return 0;
-	char me[24];
-	const char *p[] = {pgarr_str(&ended), db_i64(me, lease_runner_id(d->env.lease))};
-	int64_t n = flow_release(d, conn, SQL_FLOW_RELEASE, 2, p, err);
+	int64_t n =
+	    release_runs(d, conn, pgarr_str(&ended), lease_runner_id(d->env.lease), in, err);
 	pgarr_free(&ended);
 	return n;
 }
@@ -2710,7 +2808,7 @@ static void flow_sweep(poller *p)
 	dispatch *d = p->d;
 	char me[24];
 	pgarr fl = PGARR_INIT;
-	inflight_ids(d, &fl, NULL, 0);
+	inflight_ids(d, &fl, NULL, NULL, 0);
 	const char *pp[] = {db_i64(me, lease_runner_id(d->env.lease)), pgarr_str(&fl)};
 	if (flow_release(d, p->conn, SQL_FLOW_SWEEP, 2, pp, &p->err) > 0)
 		atomic_store(&d->claim_wanted, 1);
@@ -2889,9 +2987,12 @@ static void claim_once(poller *p, poll_round *rd, int64_t owner, int start_now, 
 	          rd->nruns, &rd->next_due, &rd->skipped, &p->parked, &rd->scope, &p->err);
 	/* After its commit: what it held may go at once. */
 	char me[24];
-	const char *pk[] = {buf_str(&p->parked), db_i64(me, owner)};
+	db_i64(me, owner);
+	unsigned char in[DB_PARTS_MAX] = {0};
+	if (rd->rc >= 0 && p->parked.len)
+		owned_parts(d, in); /* where the claim held them */
 	if (rd->rc >= 0 && p->parked.len &&
-	    flow_release(d, p->conn, SQL_FLOW_RELEASE, 2, pk, &p->err) > 0)
+	    release_runs(d, p->conn, buf_str(&p->parked), owner, in, &p->err) > 0)
 		rd->again = 1;
 	count_claim(p, rd, go_busy);
 	busy_or_idle(p, rd, go_busy, me);

@@ -99,4 +99,9 @@ typedef enum {
 	DISPATCH_CLAIM_MARK
 } dispatch_claim_sql;
 void dispatch_claim_part_sql(dispatch_claim_sql which, int bound, struct buf *out);
+/* The poller's reads of its runs in flight or ended, with parts,
+ * appended to out: which runs were cancelled and the keys of runs that
+ * ended ($1 the runs, $2 their parts). */
+typedef enum { DISPATCH_CANCELLED, DISPATCH_FLOW_KEYS } dispatch_runs_sql;
+void dispatch_runs_part_sql(dispatch_runs_sql which, struct buf *out);
 #endif

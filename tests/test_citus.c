@@ -1176,6 +1176,30 @@ Test(citus, an_enqueue_with_a_concurrency_key_stores_the_run_in_the_part_of_its_
 	                      tdb_int(c, "SELECT part FROM cairn.runs "
 	                                 "WHERE concurrency_key = 'alpha' LIMIT 1")),
 	             EACH);
+	/* The client's insert of a run with a concurrency key, held as the
+	 * count before it said (client_sql_enqueue_held), prepared as a
+	 * client's session prepares it: one task on the node of the key's
+	 * part, a generic plan. */
+	exec_ok(c, "SET plan_cache_mode = force_generic_plan");
+	char prep[4096];
+	snprintf(prep, sizeof prep, "PREPARE held AS %s", client_sql_enqueue_held());
+	exec_ok(c, prep);
+	snprintf(sql, sizeof sql,
+	         "EXECUTE held('key.wf', 'alpha-held', 'default', %" PRId64 ", '{}', 3, 0, NULL, "
+	         "NULL, 'alpha', 0, NULL, %" PRId64 ", true)",
+	         tdb_int(c, "SELECT shard FROM cairn.runs WHERE concurrency_key = 'alpha' LIMIT 1"),
+	         tdb_int(c, "SELECT part FROM cairn.runs WHERE concurrency_key = 'alpha' LIMIT 1"));
+	plan = explain(c, sql);
+	cr_assert_eq(task_count(plan), 1, "%s\n%s", sql, plan);
+	cr_assert_eq(node_count(plan), 1, "%s\n%s", sql, plan);
+	cr_assert_null(strstr(plan, "pull to coordinator"), "%s", plan);
+	free(plan);
+	exec_ok(c, sql);
+	exec_ok(c, "RESET plan_cache_mode");
+	cr_assert_eq(tdb_int(c, "SELECT count(*) FROM cairn.runs WHERE key = 'alpha-held' "
+	                        "AND held AND start_at IS NULL"),
+	             1);
+	exec_ok(c, "DELETE FROM cairn.runs WHERE key = 'alpha-held'");
 	/* Over the key's limit the run is held, and the release that follows
 	 * the enqueue (cairn.flow_release, migration 0028: in the key's part)
 	 * runs; once a slot frees, the release lets it go. */
@@ -2155,6 +2179,21 @@ Test(citus, the_claims_and_the_commit_of_a_part_run_on_the_node_of_the_part)
 			cr_assert_eq(task_count(plan), 1, "%s", plan);
 			cr_assert_eq(node_count(plan), 1, "%s", plan);
 			cr_assert(strstr(plan, calls[i].scan), "%s", plan);
+			free(plan);
+		}
+		/* The poller's reads of its runs in flight and of the keys of
+		 * runs that ended: one task, on the node of their part. */
+		for (int which = DISPATCH_CANCELLED; which <= DISPATCH_FLOW_KEYS; which++) {
+			buf text = BUF_INIT;
+			dispatch_runs_part_sql(which, &text);
+			snprintf(name, sizeof name, "runs_%d_%d", k, which);
+			prepare_ok(c, name, buf_str(&text));
+			buf_free(&text);
+			snprintf(args, sizeof args, "'{%" PRId64 "}', '{%" PRId64 "}'", run, part);
+			plan = explain_execute(c, name, args, why, sizeof why);
+			cr_assert(plan, "%s", why);
+			cr_assert_eq(task_count(plan), 1, "%s", plan);
+			cr_assert_eq(node_count(plan), 1, "%s", plan);
 			free(plan);
 		}
 		/* The fence of the part: one task. */
