@@ -198,7 +198,13 @@ createdb | dropdb | seal)
 		# holds every worker's oldest transaction back, so a logical
 		# replication slot (a part's move, in any database) waits for it
 		# for ever, and it refuses the drop. So the workers' prepared
-		# transactions of the database are rolled back, then it is dropped.
+		# transactions of the database are rolled back, then it takes no
+		# more sessions, then it is dropped: WITH (FORCE) ends Citus's
+		# maintenance daemon of the database too, which a backend of it
+		# could start again, and the drop failed ("being accessed by other
+		# users"), leaving the database and its daemon, a background
+		# worker, on the node (of 64: the next databases got none, so no
+		# recovery of their prepared transactions).
 		node_sql coord -c "DROP DATABASE IF EXISTS $name WITH (FORCE)" || exit 1
 		pids=""
 		for n in $nodes; do
@@ -211,6 +217,7 @@ createdb | dropdb | seal)
 							node_sql "$n" -c "ROLLBACK PREPARED '$gid'"
 						done
 					db=postgres
+					node_sql "$n" -c "ALTER DATABASE $name ALLOW_CONNECTIONS false"
 				fi
 				node_sql "$n" -c "DROP DATABASE IF EXISTS $name WITH (FORCE)"
 			) &

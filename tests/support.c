@@ -74,11 +74,20 @@ const char *tdb_commit_waiting_terminate(void)
 	       "citus_lock_waits w WHERE w.waiting_gpid = a.global_pid)";
 }
 
-static void drop_citus_db(void)
+/* The databases this process made on the harness's cluster, dropped at
+ * its exit (drop_citus_dbs). One left behind keeps a Citus maintenance
+ * daemon, a background worker, on each node. */
+static char citus_dbs[16][64];
+static int ncitus_dbs;
+
+static void drop_citus_dbs(void)
 {
-	const char *argv[] = {"/bin/sh", getenv("CAIRN_CITUS_SH"), "dropdb", getenv("CAIRN_CITUS_DIR"),
-	                      db_name, NULL};
-	trun(argv, NULL, NULL, NULL);
+	for (int i = 0; i < ncitus_dbs; i++) {
+		const char *argv[] = {"/bin/sh",    getenv("CAIRN_CITUS_SH"),
+		                      "dropdb",     getenv("CAIRN_CITUS_DIR"),
+		                      citus_dbs[i], NULL};
+		trun(argv, NULL, NULL, NULL);
+	}
 }
 
 /* citus.sh CMD DIR NAME [TEMPLATE] on the harness's cluster: its output
@@ -106,8 +115,19 @@ static void citus_createdb_from(const char *name, const char *template, char *ur
 	free(out);
 }
 
+/* Database name, which citus_createdb_from is to make, is dropped when
+ * the process exits. */
+static void citus_drop_at_exit(const char *name)
+{
+	cr_assert_lt(ncitus_dbs, 16, "too many databases on the cluster in one test");
+	if (ncitus_dbs == 0)
+		atexit(drop_citus_dbs);
+	snprintf(citus_dbs[ncitus_dbs++], sizeof citus_dbs[0], "%s", name);
+}
+
 void tcitus_createdb(const char *name, char *url, size_t n)
 {
+	citus_drop_at_exit(name);
 	citus_createdb_from(name, NULL, url, n);
 }
 
@@ -120,8 +140,8 @@ static const char *tdb_new_citus(const char *template)
 	static unsigned seq;
 	char url[2048];
 	snprintf(db_name, sizeof db_name, "cairn_test_%d_%u", (int)getpid(), seq++);
+	citus_drop_at_exit(db_name);
 	citus_createdb_from(db_name, template, url, sizeof url);
-	atexit(drop_citus_db);
 	conninfo_of(url, db_name, db_conninfo, sizeof db_conninfo);
 	return db_conninfo;
 }
