@@ -2986,14 +2986,14 @@ static void claim_once(poller *p, poll_round *rd, int64_t owner, int start_now, 
 	    claim(d, p->conn, owner, rd->limit, start_now > 0 ? start_now : 0, go_busy, runs,
 	          rd->nruns, &rd->next_due, &rd->skipped, &p->parked, &rd->scope, &p->err);
 	/* After its commit: what it held may go at once. */
+	if (rd->rc >= 0 && p->parked.len) {
+		unsigned char in[DB_PARTS_MAX] = {0};
+		owned_parts(d, in); /* where the claim held them */
+		if (release_runs(d, p->conn, buf_str(&p->parked), owner, in, &p->err) > 0)
+			rd->again = 1;
+	}
 	char me[24];
 	db_i64(me, owner);
-	unsigned char in[DB_PARTS_MAX] = {0};
-	if (rd->rc >= 0 && p->parked.len)
-		owned_parts(d, in); /* where the claim held them */
-	if (rd->rc >= 0 && p->parked.len &&
-	    release_runs(d, p->conn, buf_str(&p->parked), owner, in, &p->err) > 0)
-		rd->again = 1;
 	count_claim(p, rd, go_busy);
 	busy_or_idle(p, rd, go_busy, me);
 	int64_t took = clock_mono_ms() - t0;
